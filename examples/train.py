@@ -1,0 +1,325 @@
+"""Train the example image classifier under any lightning_mgpu configuration.
+
+One script for every strategy. The per-device batch size is fixed by ``--batch-size``; the
+effective batch is per-device batch x devices x nodes x gradient accumulation, and is printed
+at start. ``--scale-lr`` multiplies ``--lr`` by devices x nodes x accumulation (linear scaling).
+
+CPU, this machine (gloo), the default: ddp on 2 processes, digits data
+    $ python examples/train.py
+    $ python examples/train.py --strategy ddp_spawn --devices 2
+    $ python examples/train.py --strategy sharded --devices 2          # ZeRO-2 (FairScale)
+    $ python examples/train.py --strategy horovod --devices 2          # self-launches 2 Horovod workers
+    $ horovodrun -np 2 --gloo python examples/train.py --strategy horovod
+    $ python examples/train.py --strategy dp                           # one process; on CPU: single device
+
+One node, 4 GPUs
+    $ python examples/train.py --accelerator gpu --devices 4 --strategy ddp --precision bf16-mixed
+    $ python examples/train.py --accelerator gpu --devices 4 --strategy dp
+    $ python examples/train.py --accelerator gpu --devices 4 --strategy sharded --precision 16-mixed
+    $ horovodrun -np 4 python examples/train.py --accelerator gpu --strategy horovod
+
+Two nodes, 8 GPUs each (run on every node; Lightning reads MASTER_ADDR/MASTER_PORT/NODE_RANK)
+    node0$ MASTER_ADDR=node0 MASTER_PORT=29500 NODE_RANK=0 python examples/train.py \\
+             --accelerator gpu --devices 8 --num-nodes 2 --strategy ddp
+    node1$ MASTER_ADDR=node0 MASTER_PORT=29500 NODE_RANK=1 python examples/train.py \\
+             --accelerator gpu --devices 8 --num-nodes 2 --strategy ddp
+    any$   horovodrun -np 16 -H node0:8,node1:8 python examples/train.py --accelerator gpu --strategy horovod
+
+Resume from a checkpoint
+    $ python examples/train.py --ckpt-path outputs/checkpoints/last.ckpt --max-epochs 20
+
+At the end, rank 0 writes OUTPUT_DIR/summary.json (strategy, world size, effective batch,
+final val_acc/val_loss, training samples/s, wall seconds, checkpoint path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_only
+
+import lightning_mgpu  # noqa: F401  (registers dp, horovod, sharded, ... with Lightning)
+from lightning_mgpu.models import DigitsDataModule, ImageClassifier, SyntheticImageDataModule
+
+STRATEGIES = ("auto", "dp", "ddp", "ddp_spawn", "horovod", "sharded", "sharded_spawn", "ddp_sharded", "ddp_sharded_spawn")
+PRECISIONS = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true")
+
+
+def _devices(value: str) -> int | str | list[int]:
+    """``2`` -> 2 devices, ``auto`` -> all, ``0,2`` -> those device indices."""
+    if value == "auto":
+        return value
+    try:
+        if "," in value:
+            return [int(v) for v in value.split(",") if v != ""]
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--devices must be an integer, 'auto' or a list like '0,1'; got {value!r}") from None
+    if n < 1 and n != -1:
+        raise argparse.ArgumentTypeError(f"--devices must be >= 1 (or -1 for all); got {n}")
+    return n
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
+def _positive_float(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value!r}") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {x}")
+    return x
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--strategy", default="ddp", choices=STRATEGIES)
+    p.add_argument("--accelerator", default="auto", choices=("auto", "cpu", "gpu"))
+    p.add_argument("--devices", default="2", type=_devices, help="per node: a count, 'auto', or indices like '0,1'")
+    p.add_argument("--num-nodes", default=1, type=_positive_int)
+    p.add_argument("--precision", default="32-true", choices=PRECISIONS, help="'auto' picks bf16/16-mixed/32 for the hardware")
+    p.add_argument("--accumulate-grad-batches", default=1, type=_positive_int)
+    p.add_argument("--max-epochs", default=8, type=_positive_int)
+    p.add_argument("--max-steps", default=-1, type=int, help="-1: no step limit")
+    p.add_argument("--batch-size", default=32, type=_positive_int, help="per device")
+    p.add_argument("--lr", default=0.05, type=_positive_float)
+    p.add_argument("--optimizer", default="sgd", choices=("sgd", "adam", "adamw"))
+    p.add_argument("--weight-decay", default=0.0, type=float)
+    p.add_argument("--scale-lr", action="store_true", help="multiply --lr by devices x nodes x accumulation")
+    p.add_argument("--seed", default=42, type=int)
+    p.add_argument("--data", default="digits", choices=("digits", "synthetic"))
+    p.add_argument("--num-workers", default=0, type=int, help="DataLoader workers per process")
+    p.add_argument("--logger", default="csv", choices=("none", "csv", "tensorboard", "neptune"))
+    p.add_argument("--output-dir", default="outputs", type=Path)
+    p.add_argument("--ckpt-path", default=None, type=Path, help="resume from this checkpoint")
+    p.add_argument("--sync-batchnorm", action="store_true", help="synchronise BatchNorm statistics across processes")
+    p.add_argument("--gradient-clip-val", default=None, type=float)
+    # Callbacks (lightning_mgpu.callbacks)
+    p.add_argument("--activation-checkpointing", default=None, metavar="PATTERN", help="checkpoint submodules matching PATTERN, e.g. 'features.*'")
+    p.add_argument("--zero-grad-set-to-none", action="store_true", help="guarantee .grad is None between steps")
+    p.add_argument("--grad-sync-toggle", action="store_true", help="skip gradient sync on non-final accumulation micro-batches")
+    p.add_argument("--gpu-monitor", action="store_true", help="log per-rank utilisation and diagnose bottlenecks")
+    # Data preprocessing (lightning_mgpu.data)
+    p.add_argument("--preprocess", default="none", choices=("none", "processes", "ray"), help="cache an expensive transform once")
+    p.add_argument("--cache-dir", default=None, type=Path, help="preprocessing cache (default: OUTPUT_DIR/cache)")
+    args = p.parse_args(argv)
+    if args.num_workers < 0:
+        p.error(f"--num-workers must be >= 0, got {args.num_workers}")
+    if args.max_steps < -1 or args.max_steps == 0:
+        p.error(f"--max-steps must be -1 (no limit) or >= 1, got {args.max_steps}")
+    if args.ckpt_path is not None and not args.ckpt_path.is_file():
+        p.error(f"--ckpt-path {str(args.ckpt_path)!r} does not exist; pass the path of a .ckpt written by an earlier run")
+    if args.preprocess != "none" and args.data != "digits":
+        p.error("--preprocess demonstrates the cache on the digits data; use it with --data digits")
+    return args
+
+
+class TrainingThroughput(Callback):
+    """Training samples/s over the whole fit, excluding validation and sanity checks.
+
+    Logged as ``train_samples_per_sec`` so it reaches ``trainer.callback_metrics``, which
+    Lightning carries back to the main process under ``ddp_spawn``.
+    """
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.seconds = 0.0
+        self._t0: float | None = None
+        self._val_t0: float | None = None
+        self._val_seconds = 0.0
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._t0, self._val_seconds = time.perf_counter(), 0.0
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.samples += len(batch[0])
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._val_t0 = time.perf_counter()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._val_t0 is not None:
+            self._val_seconds += time.perf_counter() - self._val_t0
+            self._val_t0 = None
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._t0 is None:
+            return
+        self.seconds += time.perf_counter() - self._t0 - self._val_seconds
+        self._t0 = None
+        # Each process counts its own shard; dp runs one process that sees the global batch.
+        rate = self.samples * trainer.world_size / max(self.seconds, 1e-9)
+        pl_module.log("train_samples_per_sec", float(rate), rank_zero_only=True)
+
+
+def data_parallel_degree(trainer: pl.Trainer) -> int:
+    """How many model replicas share each optimizer step (dp: devices of one process)."""
+    return max(trainer.world_size, trainer.num_devices * trainer.num_nodes)
+
+
+def build_logger(args: argparse.Namespace) -> Any:
+    if args.logger == "none":
+        return False
+    if args.logger == "csv":
+        from lightning.pytorch.loggers import CSVLogger
+
+        return CSVLogger(args.output_dir, name="logs")
+    if args.logger == "tensorboard":
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        return TensorBoardLogger(args.output_dir, name="tb")
+    from lightning_mgpu.loggers import NeptuneLogger
+
+    # Offline by default: the hosted service is gone; sync the folder to a self-hosted server later.
+    return NeptuneLogger(mode=os.environ.get("NEPTUNE_MODE", "offline"), project=os.environ.get("NEPTUNE_PROJECT"))
+
+
+def build_callbacks(args: argparse.Namespace) -> list[Callback]:
+    callbacks: list[Callback] = [
+        ModelCheckpoint(
+            dirpath=args.output_dir / "checkpoints",
+            filename="epoch{epoch:02d}-val_acc{val_acc:.4f}",
+            auto_insert_metric_name=False,
+            monitor="val_acc",
+            mode="max",
+            save_last=True,
+        ),
+        TrainingThroughput(),
+    ]
+    if args.activation_checkpointing or args.zero_grad_set_to_none or args.grad_sync_toggle or args.gpu_monitor:
+        from lightning_mgpu import callbacks as mgpu_callbacks
+
+        if args.activation_checkpointing:
+            callbacks.append(mgpu_callbacks.ActivationCheckpointing(modules=[args.activation_checkpointing]))
+        if args.zero_grad_set_to_none:
+            callbacks.append(mgpu_callbacks.ZeroGradSetToNone())
+        if args.grad_sync_toggle:
+            callbacks.append(mgpu_callbacks.GradSyncToggle())
+        if args.gpu_monitor:
+            callbacks.append(mgpu_callbacks.GPUUtilizationMonitor())
+    return callbacks
+
+
+def resolve_precision(args: argparse.Namespace, callbacks: list[Callback]) -> str:
+    if args.precision != "auto":
+        return args.precision
+    from lightning_mgpu.callbacks import AutoMixedPrecision
+
+    amp = AutoMixedPrecision()
+    callbacks.append(amp)
+    return amp.resolve_precision(args.accelerator)
+
+
+def build_datamodule(args: argparse.Namespace, loader_batch_size: int) -> pl.LightningDataModule:
+    if args.data == "synthetic":
+        return SyntheticImageDataModule(batch_size=loader_batch_size, num_workers=args.num_workers, seed=args.seed)
+    if args.preprocess != "none":
+        from lightning_mgpu.data.examples import digits_preprocessed_datamodule
+
+        cache_dir = args.cache_dir or args.output_dir / "cache"
+        return digits_preprocessed_datamodule(
+            cache_dir=cache_dir, backend=args.preprocess, batch_size=loader_batch_size, num_workers=args.num_workers
+        )
+    return DigitsDataModule(batch_size=loader_batch_size, num_workers=args.num_workers)
+
+
+@rank_zero_only
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    args = parse_args(argv)
+    pl.seed_everything(args.seed, workers=True, verbose=False)
+    callbacks = build_callbacks(args)
+    precision = resolve_precision(args, callbacks)
+    trainer = pl.Trainer(
+        strategy=args.strategy,
+        accelerator=args.accelerator,
+        devices=args.devices,
+        num_nodes=args.num_nodes,
+        precision=precision,
+        accumulate_grad_batches=args.accumulate_grad_batches,
+        max_epochs=args.max_epochs,
+        max_steps=args.max_steps,
+        logger=build_logger(args),
+        callbacks=callbacks,
+        default_root_dir=args.output_dir,
+        sync_batchnorm=args.sync_batchnorm,
+        gradient_clip_val=args.gradient_clip_val,
+        deterministic=False,
+        enable_model_summary=False,
+    )
+    degree = data_parallel_degree(trainer)
+    # dp runs one process whose loader batch is split across its devices; everyone else
+    # loads one per-device batch per process.
+    loader_batch = args.batch_size * (trainer.num_devices if args.strategy == "dp" else 1)
+    effective_batch = args.batch_size * degree * args.accumulate_grad_batches
+    factor = degree * args.accumulate_grad_batches
+    lr = args.lr * factor if args.scale_lr else args.lr
+    say(
+        f"strategy={args.strategy} world_size={trainer.world_size} devices x nodes={degree}"
+        f" effective batch = {args.batch_size} per device x {trainer.num_devices} devices x {trainer.num_nodes} nodes"
+        f" x {args.accumulate_grad_batches} accumulation = {effective_batch}; lr={lr:g}"
+        + (f" (--lr {args.lr:g} x {factor}, --scale-lr)" if args.scale_lr else "")
+    )
+
+    dm = build_datamodule(args, loader_batch)
+    image_shape = getattr(dm, "image_shape", (1, 8, 8))
+    model = ImageClassifier(
+        in_channels=image_shape[0],
+        num_classes=getattr(dm, "num_classes", 10),
+        lr=lr,
+        weight_decay=args.weight_decay,
+        optimizer=args.optimizer,
+    )
+    start = time.perf_counter()
+    trainer.fit(model, datamodule=dm, ckpt_path=args.ckpt_path)
+    wall = time.perf_counter() - start
+    if not trainer.is_global_zero:
+        return None
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
+    ckpt = trainer.checkpoint_callback
+    summary = {
+        "strategy": args.strategy,
+        "world_size": trainer.world_size,
+        "devices_x_nodes": degree,
+        "effective_batch_size": effective_batch,
+        "lr": lr,
+        "precision": str(precision),
+        "val_acc": metrics.get("val_acc"),
+        "val_loss": metrics.get("val_loss"),
+        "train_samples_per_sec": metrics.get("train_samples_per_sec"),
+        "wall_seconds": round(wall, 3),
+        "checkpoint_path": (ckpt.best_model_path or ckpt.last_model_path) if ckpt else None,
+        "last_checkpoint_path": ckpt.last_model_path if ckpt else None,
+        "global_step": trainer.global_step,
+    }
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    # Write-then-rename: a crash mid-write never leaves a truncated summary behind.
+    tmp = args.output_dir / ".summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2))
+    tmp.replace(args.output_dir / "summary.json")
+    say(json.dumps(summary, indent=2))
+    return summary
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

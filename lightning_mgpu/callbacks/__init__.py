@@ -1,0 +1,1 @@
+"""Callbacks that work under every strategy."""

@@ -1,0 +1,1 @@
+"""Parallel dataset preprocessing into a memory-mapped cache."""

@@ -1,0 +1,21 @@
+"""Strategies that Lightning 2.0 removed, rebuilt for Lightning 2.x: ``dp``, ``horovod`` and ``sharded``."""
+
+from lightning_mgpu.strategies.dp import DataParallelStrategy
+from lightning_mgpu.strategies.horovod import HorovodStrategy
+from lightning_mgpu.strategies.registry import (
+    BUNDLE_STRATEGY_NAMES,
+    StrategyNameClashError,
+    register_bundle_strategies,
+    register_strategy,
+)
+from lightning_mgpu.strategies.sharded import ShardedStrategy
+
+__all__ = [
+    "BUNDLE_STRATEGY_NAMES",
+    "DataParallelStrategy",
+    "HorovodStrategy",
+    "ShardedStrategy",
+    "StrategyNameClashError",
+    "register_bundle_strategies",
+    "register_strategy",
+]

@@ -1,0 +1,71 @@
+"""Lazy access to optional dependencies.
+
+Each optional package is imported only where it is used, so ``import lightning_mgpu`` stays
+cheap and works with none of them installed. A missing package raises an error that names the
+extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from functools import lru_cache
+from types import ModuleType
+
+# package import name -> (extra, install hint)
+_EXTRAS: dict[str, tuple[str, str]] = {
+    "horovod": ("horovod", "bash scripts/build_horovod.sh  (horovod 0.28.1 needs a C++17 patch to build against torch>=2.1)"),
+    "fairscale": ("sharded", "pip install 'lightning_mgpu[sharded]'"),
+    "ray": ("ray", "pip install 'lightning_mgpu[ray]'"),
+    "neptune": ("neptune", "pip install 'lightning_mgpu[neptune]'"),
+    "pynvml": ("gpu", "pip install 'lightning_mgpu[gpu]'"),
+    "matplotlib": ("dashboard", "pip install 'lightning_mgpu[dashboard]'"),
+}
+
+
+class MissingDependencyError(ImportError):
+    """Raised when a feature needs an optional package that is not installed."""
+
+
+@lru_cache(maxsize=None)
+def is_available(package: str) -> bool:
+    """Whether ``package`` can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def require(package: str, feature: str) -> ModuleType:
+    """Import ``package`` or raise :class:`MissingDependencyError` naming the extra to install.
+
+    Args:
+        package: the import name, e.g. ``"fairscale"``.
+        feature: what needs it, used in the message, e.g. ``"strategy='sharded'"``.
+
+    Raises:
+        MissingDependencyError: the package is not installed or fails to import.
+
+    Example::
+
+        fairscale = require("fairscale", "strategy='sharded'")
+    """
+    extra, hint = _EXTRAS.get(package, (package, f"pip install {package}"))
+    try:
+        return importlib.import_module(package)
+    except ImportError as err:
+        raise MissingDependencyError(
+            f"{feature} needs `{package}`, which is not installed or failed to import ({err}). "
+            f"Install the `{extra}` extra: {hint}"
+        ) from err
+
+
+def package_version(package: str) -> str | None:
+    """Installed distribution version of ``package`` or ``None``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    dist = {"pynvml": "nvidia-ml-py"}.get(package, package)
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Creates .venv in the repo root and installs the pinned stack. Idempotent: a second run
+# only checks that the pins are satisfied. Torch goes in first, on its own, because any
+# later package that depends on torch would otherwise pull a CUDA build (several GB).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+VPY=.venv/bin/python
+stamp=.venv/.lightning_mgpu_setup
+want="$(cat constraints.txt pyproject.toml | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+$VPY -m pip install -q --upgrade pip wheel "setuptools<81"
+# On CPU machines this index serves the CPU build of the pinned torch; on GPU machines the
+# same pin resolves to the CUDA build.
+$VPY -m pip install -q "torch==$(grep '^torch==' constraints.txt | cut -d= -f3)"
+$VPY -m pip install -q -c constraints.txt -e ".[sharded,ray,neptune,dev]"
+echo "$want" > "$stamp"
