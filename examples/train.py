@@ -167,6 +167,8 @@ class TrainingThroughput(Callback):
         # Each process counts its own shard; dp runs one process that sees the global batch.
         rate = self.samples * trainer.world_size / max(self.seconds, 1e-9)
         pl_module.log("train_samples_per_sec", float(rate), rank_zero_only=True)
+        # ddp_spawn hands callback_metrics (not the trainer's counters) back to the main process.
+        pl_module.log("global_step", float(trainer.global_step), rank_zero_only=True)
 
 
 def data_parallel_degree(trainer: pl.Trainer) -> int:
@@ -231,7 +233,7 @@ def build_datamodule(args: argparse.Namespace, loader_batch_size: int) -> pl.Lig
     if args.data == "synthetic":
         return SyntheticImageDataModule(batch_size=loader_batch_size, num_workers=args.num_workers, seed=args.seed)
     if args.preprocess != "none":
-        from lightning_mgpu.data.examples import digits_preprocessed_datamodule
+        from lightning_mgpu.models.digits_preprocessed import digits_preprocessed_datamodule
 
         cache_dir = args.cache_dir or args.output_dir / "cache"
         return digits_preprocessed_datamodule(
@@ -310,7 +312,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "wall_seconds": round(wall, 3),
         "checkpoint_path": (ckpt.best_model_path or ckpt.last_model_path) if ckpt else None,
         "last_checkpoint_path": ckpt.last_model_path if ckpt else None,
-        "global_step": trainer.global_step,
+        "global_step": int(metrics.get("global_step", trainer.global_step)),
     }
     args.output_dir.mkdir(parents=True, exist_ok=True)
     # Write-then-rename: a crash mid-write never leaves a truncated summary behind.

@@ -18,6 +18,6 @@ fi
 $VPY -m pip install -q --upgrade pip wheel "setuptools<81"
 # On CPU machines this index serves the CPU build of the pinned torch; on GPU machines the
 # same pin resolves to the CUDA build.
-$VPY -m pip install -q "torch==$(grep '^torch==' constraints.txt | cut -d= -f3)"
+$VPY -m pip install -q "torch==$(grep "^torch==" constraints.txt | cut -d= -f3)"
 $VPY -m pip install -q -c constraints.txt -e ".[sharded,ray,neptune,dev]"
 echo "$want" > "$stamp"

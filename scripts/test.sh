@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up everything the tests need (idempotent: .venv, horovod built against the venv's torch,
+# chromium) and run the test suite. Extra arguments go to pytest, e.g.
+#   bash scripts/test.sh tests/strategies -k dp
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_env.sh
+bash scripts/build_horovod.sh
+bash scripts/install_system_deps.sh
+# Ray, Neptune and Lightning all want to phone home; tests never touch the network.
+export RAY_USAGE_STATS_ENABLED=0 NEPTUNE_MODE=debug PYTHONUNBUFFERED=1
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,84 @@
+"""``examples/train.py``: the main job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_mgpu.models import ImageClassifier
+from lightning_mgpu.utilities.checkpoint import load_state_dict
+from tests._harness.launch import REPO_ROOT, run_python
+
+TRAIN = str(REPO_ROOT / "examples" / "train.py")
+
+
+@pytest.mark.integration
+def test_default_run_reaches_target_and_resumes_under_ddp_spawn(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = run_python([TRAIN, "--output-dir", str(out)], timeout=420)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["strategy"] == "ddp" and summary["world_size"] == 2
+    assert summary["effective_batch_size"] == 32 * 2
+    assert summary["val_acc"] >= 0.95, summary
+    assert summary["train_samples_per_sec"] > 0 and summary["wall_seconds"] > 0
+    # Only rank 0 prints the effective batch and the summary.
+    assert proc.stdout.count("effective batch = 32 per device x 2 devices x 1 nodes x 1 accumulation = 64") == 1
+    assert proc.stdout.count('"effective_batch_size"') == 1
+
+    ckpt = torch.load(summary["last_checkpoint_path"], map_location="cpu", weights_only=False)
+    assert not any(k.startswith("module.") for k in ckpt["state_dict"])
+    model = ImageClassifier()
+    model.load_state_dict(ckpt["state_dict"])  # plain keys load with torch's own loader
+    load_state_dict(ImageClassifier(), summary["checkpoint_path"])
+
+    # Resume the ddp checkpoint under ddp_spawn for one more epoch.
+    steps = summary["global_step"]
+    epochs = steps // 23
+    resumed = tmp_path / "resumed"
+    run_python(
+        [TRAIN, "--strategy", "ddp_spawn", "--ckpt-path", summary["last_checkpoint_path"], "--max-epochs", str(epochs + 1),
+         "--output-dir", str(resumed), "--logger", "none"],
+        timeout=420,
+    )
+    again = json.loads((resumed / "summary.json").read_text())
+    assert again["strategy"] == "ddp_spawn" and again["global_step"] == steps + steps // epochs
+    assert again["val_acc"] >= 0.95
+
+
+@pytest.mark.integration
+def test_scale_lr_and_accumulation_are_reported(tmp_path: Path) -> None:
+    out = tmp_path / "acc"
+    proc = run_python(
+        [TRAIN, "--strategy", "ddp_spawn", "--accumulate-grad-batches", "2", "--scale-lr", "--lr", "0.01",
+         "--max-steps", "3", "--output-dir", str(out), "--logger", "none"],
+        timeout=300,
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["effective_batch_size"] == 32 * 2 * 2 and summary["global_step"] == 3
+    assert summary["lr"] == pytest.approx(0.04)
+    assert "(--lr 0.01 x 4, --scale-lr)" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--strategy", "fsdp2"], "argument --strategy: invalid choice: 'fsdp2'"),
+        (["--devices", "0"], "--devices must be >= 1"),
+        (["--devices", "two"], "--devices must be an integer, 'auto' or a list"),
+        (["--batch-size", "-4"], "expected a positive integer, got -4"),
+        (["--lr", "0"], "expected a positive number"),
+        (["--ckpt-path", "/nonexistent/last.ckpt"], "does not exist; pass the path of a .ckpt"),
+        (["--data", "imagenet"], "invalid choice: 'imagenet'"),
+        (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
+        (["--preprocess", "ray", "--data", "synthetic"], "use it with --data digits"),
+    ],
+)
+def test_bad_flags_fail_clearly(argv: list[str], message: str) -> None:
+    proc = subprocess.run([sys.executable, TRAIN, *argv], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr, proc.stderr

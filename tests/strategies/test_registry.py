@@ -1,0 +1,107 @@
+"""The bundle's strategy names resolve through Lightning's own registry."""
+
+from __future__ import annotations
+
+import pytest
+from lightning.fabric.strategies.registry import _StrategyRegistry
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy, StrategyRegistry
+
+import lightning_mgpu
+from lightning_mgpu.strategies import (
+    BUNDLE_STRATEGY_NAMES,
+    DataParallelStrategy,
+    HorovodStrategy,
+    ShardedStrategy,
+    StrategyNameClashError,
+    register_bundle_strategies,
+)
+from tests._harness.launch import run_python
+
+EXPECTED = {
+    "dp": DataParallelStrategy,
+    "horovod": HorovodStrategy,
+    "sharded": ShardedStrategy,
+    "sharded_spawn": ShardedStrategy,
+    "ddp_sharded": ShardedStrategy,
+    "ddp_sharded_spawn": ShardedStrategy,
+}
+
+
+def test_every_bundle_name_resolves_to_its_class() -> None:
+    assert set(BUNDLE_STRATEGY_NAMES) == set(EXPECTED)
+    for name, cls in EXPECTED.items():
+        assert StrategyRegistry[name]["strategy"] is cls, name
+        assert StrategyRegistry[name]["description"], f"{name} has no description"
+
+
+def test_spawn_variants_are_launched_like_ddp_spawn() -> None:
+    assert StrategyRegistry["sharded"]["init_params"].get("start_method", "popen") == "popen"
+    assert StrategyRegistry["ddp_sharded"]["init_params"] == StrategyRegistry["sharded"]["init_params"]
+    assert StrategyRegistry["sharded_spawn"]["init_params"]["start_method"] == "spawn"
+    assert StrategyRegistry["ddp_sharded_spawn"]["init_params"] == StrategyRegistry["sharded_spawn"]["init_params"]
+
+
+def test_lightning_own_names_are_untouched() -> None:
+    for name in ("ddp", "ddp_spawn"):
+        assert StrategyRegistry[name]["strategy"] is DDPStrategy
+    assert StrategyRegistry["single_device"]["strategy"] is SingleDeviceStrategy
+
+
+def test_registering_again_is_harmless() -> None:
+    snapshot = {k: dict(v) for k, v in StrategyRegistry.items()}
+    names = register_bundle_strategies()
+    register_bundle_strategies()
+    assert sorted(names) == sorted(BUNDLE_STRATEGY_NAMES)
+    assert {k: dict(v) for k, v in StrategyRegistry.items()} == snapshot
+
+
+def test_reimport_in_fresh_process_is_harmless() -> None:
+    code = (
+        "import importlib, lightning_mgpu, lightning_mgpu.strategies.dp as m;"
+        "importlib.reload(m); importlib.reload(lightning_mgpu);"
+        "from lightning.pytorch.strategies import StrategyRegistry as R;"
+        "assert R['dp']['strategy'].__name__ == 'DataParallelStrategy';"
+        "print('ok')"
+    )
+    assert run_python(["-c", code], timeout=120).stdout.strip().endswith("ok")
+
+
+def test_clashing_name_raises_with_the_fix() -> None:
+    registry = _StrategyRegistry()
+
+    class SomeoneElsesStrategy(SingleDeviceStrategy):
+        pass
+
+    registry.register("dp", SomeoneElsesStrategy, description="not ours")
+    with pytest.raises(StrategyNameClashError, match=r"'dp'.*SomeoneElsesStrategy.*DataParallelStrategy\(") as err:
+        register_bundle_strategies(registry)
+    assert "StrategyRegistry.remove('dp')" in str(err.value)
+    assert registry["dp"]["strategy"] is SomeoneElsesStrategy  # the other package's entry is left alone
+
+
+def test_same_class_with_other_arguments_clashes() -> None:
+    registry = _StrategyRegistry()
+    registry.register("sharded_spawn", ShardedStrategy, description="x", start_method="popen")
+    with pytest.raises(StrategyNameClashError, match="sharded_spawn"):
+        register_bundle_strategies(registry)
+
+
+def test_import_does_not_import_optional_dependencies() -> None:
+    # Lightning itself already imports some of these (pynvml, matplotlib); only what the bundle adds counts.
+    code = (
+        "import sys, lightning.pytorch;"
+        "opt = ('horovod', 'fairscale', 'ray', 'neptune', 'pynvml', 'matplotlib');"
+        "base = {m for m in opt if m in sys.modules};"
+        "import lightning_mgpu, lightning_mgpu.callbacks, lightning_mgpu.data, lightning_mgpu.loggers;"
+        "print('loaded:', [m for m in opt if m in sys.modules and m not in base])"
+    )
+    out = run_python(["-c", code], timeout=120).stdout
+    assert "loaded: []" in out, out
+
+
+def test_unknown_strategy_name_is_rejected_by_lightning() -> None:
+    from lightning.pytorch import Trainer
+
+    with pytest.raises(ValueError, match="invalid strategy name"):
+        Trainer(strategy="not_a_strategy", accelerator="cpu", devices=1, logger=False)
+    assert lightning_mgpu.__version__
