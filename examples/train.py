@@ -48,6 +48,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 import lightning_mgpu  # noqa: F401  (registers dp, horovod, sharded, ... with Lightning)
 from lightning_mgpu.models import DigitsDataModule, ImageClassifier, SyntheticImageDataModule
+from lightning_mgpu.utilities.ports import check_master_port
 
 STRATEGIES = ("auto", "dp", "ddp", "ddp_spawn", "horovod", "sharded", "sharded_spawn", "ddp_sharded", "ddp_sharded_spawn")
 PRECISIONS = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true")
@@ -292,6 +293,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         weight_decay=args.weight_decay,
         optimizer=args.optimizer,
     )
+    # A pinned MASTER_PORT still held by a killed run fails deep in torch; say so up front.
+    check_master_port()
     start = time.perf_counter()
     trainer.fit(model, datamodule=dm, ckpt_path=args.ckpt_path)
     wall = time.perf_counter() - start
