@@ -12,7 +12,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("info", help="versions, registered strategies, devices and launch commands")
     dash = sub.add_parser("dashboard", help="render a self-contained HTML dashboard of a run")
     dash.add_argument("run", help="a CSV-logger folder or a Neptune offline run folder")
-    dash.add_argument("--out", default=None, help="output folder (default: RUN/dashboard)")
+    dash.add_argument("--out", default=None, help="output folder (default: RUN/dashboard; for a Neptune run, <data dir>/dashboards/<run>)")
+    dash.add_argument("--no-png", action="store_true", help="write only the HTML page, not the charts as PNG (no matplotlib needed)")
     args = parser.parse_args(argv)
     if args.command == "info":
         from lightning_mgpu.utilities.info import main as info_main
