@@ -302,6 +302,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         return None
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
     ckpt = trainer.checkpoint_callback
+    # Spawn launchers return only the best path to this process; last.ckpt is on disk all the same.
+    last = (ckpt.last_model_path if ckpt else "") or str(args.output_dir / "checkpoints" / "last.ckpt")
+    last = last if Path(last).is_file() else None
     summary = {
         "strategy": args.strategy,
         "world_size": trainer.world_size,
@@ -313,8 +316,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "val_loss": metrics.get("val_loss"),
         "train_samples_per_sec": metrics.get("train_samples_per_sec"),
         "wall_seconds": round(wall, 3),
-        "checkpoint_path": (ckpt.best_model_path or ckpt.last_model_path) if ckpt else None,
-        "last_checkpoint_path": ckpt.last_model_path if ckpt else None,
+        "checkpoint_path": (ckpt.best_model_path if ckpt else None) or last,
+        "last_checkpoint_path": last,
         "global_step": int(metrics.get("global_step", trainer.global_step)),
     }
     args.output_dir.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import lightning_mgpu  # noqa: F401
+from lightning_mgpu.strategies.sharded import local_optimizer
 
 IN, HIDDEN, OUT = 16, 64, 4
 
@@ -93,6 +94,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--precision", default="32-true")
     p.add_argument("--manual", action="store_true")
     p.add_argument("--resume", default=None, help="checkpoint to resume from")
+    p.add_argument("--sharded-backend", default=None, choices=("fairscale", "torch"), help="ShardedStrategy(backend=...) for --strategy sharded*")
     p.add_argument("--out", required=True, type=Path)
     return p.parse_args(argv)
 
@@ -100,8 +102,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    strategy = args.strategy
+    if args.sharded_backend:
+        start_method = "spawn" if args.strategy.endswith("_spawn") else "popen"
+        strategy = lightning_mgpu.ShardedStrategy(backend=args.sharded_backend, start_method=start_method)
     trainer = pl.Trainer(
-        strategy=args.strategy,
+        strategy=strategy,
         accelerator="cpu",
         devices=args.devices,
         max_steps=args.steps,
@@ -124,7 +130,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, args.out / f"params_rank{rank}.pt")
     opt = trainer.optimizers[0] if trainer.optimizers else None
     if opt is not None:
-        torch.save(opt.state_dict(), args.out / f"optimizer_rank{rank}.pt")
+        # A sharded optimizer (OSS/ZeRO) holds its rank's shard in a local optimizer.
+        torch.save(local_optimizer(opt).state_dict(), args.out / f"optimizer_rank{rank}.pt")
     ckpt = args.out / "final.ckpt"
     trainer.save_checkpoint(ckpt)
     if trainer.is_global_zero:

@@ -1,0 +1,343 @@
+"""Benchmark ``strategy='sharded'`` against ``ddp`` (and a raw FairScale loop) at world size 2.
+
+The model is an MLP trained with fp32 Adam, whose optimizer state (8 bytes per parameter) dominates the
+model state. Three things are measured, per rank:
+
+1. Model-state bytes (parameters + gradients + optimizer state) after an optimizer step, against the
+   ZeRO ideal. With fp32 Adam DDP keeps 4 + 4 + 8 = 16 bytes per parameter; ZeRO-2 on N ranks keeps
+   4 + 4/N + 8/N, i.e. 0.625 of DDP at N = 2 (ZeRO-1, the torch backend: 4 + 4 + 8/N = 0.75).
+2. Peak memory: RSS on CPU (``ru_maxrss``, and the growth over the RSS before the model was built),
+   ``torch.cuda.max_memory_allocated`` on GPU. Measured in a fresh pair of processes per strategy, since a
+   process's peak RSS never goes down.
+3. Step time: ``sharded`` vs ``ddp`` (goal <= 1.10) and vs a hand-written FairScale OSS +
+   ShardedDataParallel loop (goal <= 1.05). One pair of processes runs the three in interleaved rounds
+   (the order alternates each round); each run's step time is the median over its timed steps, and the
+   reported ratios are the medians of the per-round ratios.
+
+Run (CPU, gloo; uses 2 processes with 1 thread each by default)::
+
+    python benchmarks/bench_sharded.py                 # about 1-2 minutes on 2 idle cores
+    python benchmarks/bench_sharded.py --hidden 4096 --rounds 7 --steps 20
+    python benchmarks/bench_sharded.py --accelerator gpu   # 2 GPUs, NCCL, max_memory_allocated
+
+Only public APIs are used: Lightning's ``Trainer``, the ``sharded``/``ddp`` strategy names,
+``lightning_mgpu.strategies.sharded.local_optimizer_state_bytes``, and FairScale's OSS/ShardedDataParallel
+for the raw loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+WORLD = 2
+ZERO2_IDEAL = (4 + 4 / WORLD + 8 / WORLD) / 16
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
+    p.add_argument("--hidden", type=int, default=1536, help="MLP width h (params ~ 3 h^2: 7.1M at the default)")
+    p.add_argument("--batch-size", type=int, default=16, help="per rank")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per run")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank on CPU")
+    p.add_argument("--worker", choices=("memory", "timing"), help=argparse.SUPPRESS)
+    p.add_argument("--config", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------- worker side
+def build_model(hidden: int) -> Any:
+    """An MLP whose weights split evenly over 2 ranks (FairScale assigns whole tensors, greedily)."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    d = hidden // 2
+    return nn.Sequential(
+        nn.Linear(d, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+        nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, d),
+    )  # fmt: skip
+
+
+def make_loader(args: argparse.Namespace, rank: int) -> Any:
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    n = args.batch_size * WORLD * (args.warmup + args.steps + 1)
+    g = torch.Generator().manual_seed(1)
+    d = args.hidden // 2
+    data = TensorDataset(torch.randn(n, d, generator=g), torch.randn(n, d, generator=g))
+    sampler = DistributedSampler(data, num_replicas=WORLD, rank=rank, shuffle=False)
+    return DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _rss_bytes() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+class _Recorder:
+    """A Lightning callback (built lazily) that times steps and measures model-state bytes after a step."""
+
+    @staticmethod
+    def make(warmup: int) -> Any:
+        import lightning.pytorch as pl
+        import torch
+
+        from lightning_mgpu.strategies.sharded import local_optimizer_state_bytes
+
+        class Recorder(pl.Callback):
+            def __init__(self) -> None:
+                self.step_times: list[float] = []
+                self.cpu_times: list[float] = []
+                self.state: dict[str, int] = {}
+                self._last: tuple[float, float] | None = None
+
+            def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+                if _cuda():
+                    torch.cuda.synchronize()
+                now = (time.perf_counter(), time.process_time())
+                if self._last is not None and trainer.global_step > warmup:
+                    self.step_times.append(now[0] - self._last[0])
+                    self.cpu_times.append(now[1] - self._last[1])
+                self._last = now
+                # After the optimizer step and before the next zero_grad: gradients still exist.
+                params = list(pl_module.parameters())
+                self.state = {
+                    "params": sum(p.numel() * p.element_size() for p in params),
+                    "grads": sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None),
+                    "optimizer": local_optimizer_state_bytes(trainer.optimizers[0]),
+                }
+
+        return Recorder()
+
+
+def lightning_run(args: argparse.Namespace, strategy: str) -> dict[str, Any]:
+    import lightning.pytorch as pl
+    import torch
+    from torch import nn
+
+    import lightning_mgpu  # noqa: F401  (registers "sharded")
+
+    class Regressor(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = build_model(args.hidden)
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            x, y = batch
+            return nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.Adam(self.parameters(), lr=1e-4)
+
+        def train_dataloader(self) -> Any:
+            return make_loader(args, self.trainer.global_rank)
+
+    os.environ["WORLD_SIZE"] = str(WORLD)  # Lightning's teardown of the previous run removes it
+    recorder = _Recorder.make(args.warmup)
+    trainer = pl.Trainer(
+        strategy=strategy,
+        accelerator=args.accelerator,
+        devices=WORLD,
+        max_steps=args.warmup + args.steps + 1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+        callbacks=[recorder],
+    )
+    trainer.fit(Regressor())
+    return {
+        "step_s": statistics.median(recorder.step_times),
+        "cpu_s": statistics.median(recorder.cpu_times),
+        "state": recorder.state,
+    }
+
+
+def raw_fairscale_run(args: argparse.Namespace) -> dict[str, Any]:
+    """The same training written directly against FairScale: the floor for Lightning's overhead."""
+    import torch
+    import torch.distributed as dist
+    from fairscale.nn.data_parallel import ShardedDataParallel
+    from fairscale.optim import OSS
+    from torch import nn
+
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if args.accelerator == "gpu" else torch.device("cpu")
+    model = build_model(args.hidden).to(device)
+    opt = OSS(model.parameters(), optim=torch.optim.Adam, lr=1e-4)
+    model = ShardedDataParallel(model, opt, reduce_buffer_size=0)
+    times, cpu_times, last = [], [], None
+    for step, (x, y) in enumerate(make_loader(args, dist.get_rank()), start=1):
+        x, y = x.to(device), y.to(device)
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        now = (time.perf_counter(), time.process_time())
+        if last is not None and step > args.warmup + 1:
+            times.append(now[0] - last[0])
+            cpu_times.append(now[1] - last[1])
+        last = now
+        if step == args.warmup + args.steps + 1:
+            break
+    return {"step_s": statistics.median(times), "cpu_s": statistics.median(cpu_times)}
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    if args.accelerator == "cpu":
+        torch.set_num_threads(args.threads)
+    rank = int(os.environ["LOCAL_RANK"])
+    result: dict[str, Any] = {"rank": rank}
+    if args.worker == "memory":
+        result["rss_before_model"] = _rss_bytes()
+        if args.accelerator == "gpu":
+            torch.cuda.set_device(rank)
+            torch.cuda.reset_peak_memory_stats()
+        result.update(lightning_run(args, args.config))
+        result["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        if args.accelerator == "gpu":
+            result["max_memory_allocated"] = torch.cuda.max_memory_allocated()
+    else:
+        rounds = []
+        for i in range(args.rounds):
+            order = ["ddp", "sharded", "raw"] if i % 2 == 0 else ["raw", "sharded", "ddp"]
+            times = {}
+            for name in order:
+                times[name] = raw_fairscale_run(args) if name == "raw" else lightning_run(args, name)
+                times[name].pop("state", None)
+            rounds.append(times)
+        result["rounds"] = rounds
+    if dist.is_initialized():
+        dist.barrier()
+    args.out.with_name(f"{args.out.stem}.rank{rank}.json").write_text(json.dumps(result))
+
+
+# ----------------------------------------------------------------------------- launcher side
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(args: argparse.Namespace, kind: str, config: str, out: Path, timeout: float = 900) -> list[dict[str, Any]]:
+    """Run 2 ranks of this script as ``--worker KIND``; kill both if either fails."""
+    port = _free_port()
+    forwarded = ["--accelerator", args.accelerator, "--hidden", str(args.hidden), "--batch-size", str(args.batch_size),
+                 "--rounds", str(args.rounds), "--steps", str(args.steps), "--warmup", str(args.warmup),
+                 "--threads", str(args.threads)]  # fmt: skip
+    procs = []
+    for rank in range(WORLD):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": "0",
+               "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD), "PYTHONWARNINGS": "ignore"}  # fmt: skip
+        cmd = [sys.executable, __file__, "--worker", kind, "--config", config, "--out", str(out), *forwarded]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p in procs):
+        if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+            for p in procs:
+                p.kill()
+            break
+        time.sleep(0.2)
+    logs = [p.communicate()[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit(f"worker {kind}/{config} failed:\n" + "\n".join(log[-4000:] for log in logs))
+    return [json.loads(out.with_name(f"{out.stem}.rank{r}.json").read_text()) for r in range(WORLD)]
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:8.1f} MiB"
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    if args.worker:
+        worker(args)
+        return {}
+    n_params = sum(p.numel() for p in build_model(args.hidden).parameters())
+    print(f"bench_sharded: world size {WORLD}, {args.accelerator}, MLP {n_params / 1e6:.1f}M params, fp32 Adam,"
+          f" batch {args.batch_size}/rank, {args.threads} thread(s)/rank on CPU")  # fmt: skip
+    report: dict[str, Any] = {"params": n_params}
+    with tempfile.TemporaryDirectory() as tmp:
+        memory = {cfg: launch(args, "memory", cfg, Path(tmp) / f"mem_{cfg}") for cfg in ("ddp", "sharded")}
+        timing = launch(args, "timing", "all", Path(tmp) / "timing")
+
+    print("\nModel state per rank after an optimizer step (params + grads + optimizer state):")
+    for cfg, ranks in memory.items():
+        for r in ranks:
+            s = r["state"]
+            total = s["params"] + s["grads"] + s["optimizer"]
+            print(f"  {cfg:8s} rank {r['rank']}: params {_mib(s['params'])} grads {_mib(s['grads'])}"
+                  f" optimizer {_mib(s['optimizer'])} = {_mib(total)}")  # fmt: skip
+    ratios = []
+    for r_sh, r_ddp in zip(memory["sharded"], memory["ddp"]):
+        tot = lambda s: s["params"] + s["grads"] + s["optimizer"]  # noqa: E731
+        ratios.append(tot(r_sh["state"]) / tot(r_ddp["state"]))
+    print(f"  sharded / ddp: {', '.join(f'{x:.3f}' for x in ratios)} per rank, {statistics.mean(ratios):.3f} on average"
+          f" (ZeRO-2 ideal at N={WORLD}: {ZERO2_IDEAL:.3f})")  # fmt: skip
+    report["state_ratio"] = ratios
+
+    print("\nPeak memory per rank:")
+    for cfg, ranks in memory.items():
+        for r in ranks:
+            if args.accelerator == "gpu":
+                print(f"  {cfg:8s} rank {r['rank']}: max_memory_allocated {_mib(r['max_memory_allocated'])}")
+            else:
+                print(f"  {cfg:8s} rank {r['rank']}: peak RSS {_mib(r['peak_rss'])}"
+                      f" (growth over the RSS before the model: {_mib(r['peak_rss'] - r['rss_before_model'])})")  # fmt: skip
+    key = "max_memory_allocated" if args.accelerator == "gpu" else "peak_rss"
+    peak_ratio = [s[key] / d[key] for s, d in zip(memory["sharded"], memory["ddp"])]
+    report["peak_ratio"] = peak_ratio
+    if args.accelerator == "cpu":
+        growth = [(s["peak_rss"] - s["rss_before_model"]) / (d["peak_rss"] - d["rss_before_model"])
+                  for s, d in zip(memory["sharded"], memory["ddp"])]  # fmt: skip
+        report["peak_growth_ratio"] = growth
+        print(f"  sharded / ddp peak RSS: {', '.join(f'{x:.3f}' for x in peak_ratio)};"
+              f" growth: {', '.join(f'{x:.3f}' for x in growth)}")  # fmt: skip
+    else:
+        print(f"  sharded / ddp: {', '.join(f'{x:.3f}' for x in peak_ratio)}")
+
+    rounds = timing[0]["rounds"]  # rank 0's clocks; the ranks step in lockstep
+    print(f"\nStep time (median of {args.steps} steps per run, {args.rounds} interleaved rounds, rank 0):")
+    for metric, label in (("step_s", "wall"), ("cpu_s", "process CPU")):
+        for name in ("ddp", "sharded", "raw"):
+            print(f"  {label:11s} {name:8s}: " + ", ".join(f"{r[name][metric] * 1e3:7.1f}" for r in rounds) + " ms")
+    for metric, label in (("step_s", "wall"), ("cpu_s", "process CPU")):
+        vs_ddp = statistics.median(r["sharded"][metric] / r["ddp"][metric] for r in rounds)
+        vs_raw = statistics.median(r["sharded"][metric] / r["raw"][metric] for r in rounds)
+        report[f"sharded_vs_ddp_{metric}"], report[f"sharded_vs_raw_{metric}"] = vs_ddp, vs_raw
+        print(f"  {label:11s} sharded / ddp           median ratio {vs_ddp:.3f} (goal <= 1.10)")
+        print(f"  {label:11s} sharded / raw FairScale median ratio {vs_raw:.3f} (goal <= 1.05)")
+    print("  (wall time is the goal's measure; process CPU time is steadier on a busy machine)")
+    return report
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
