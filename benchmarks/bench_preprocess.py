@@ -1,0 +1,283 @@
+"""Preprocessing throughput of every backend (and litdata), and cached vs on-the-fly epoch time.
+
+Side by side in one run, on the digits with the example transform (``DigitsFeatures``, a few
+ms per sample in numpy):
+
+1. Throughput of ``preprocess`` with ``serial``, ``processes`` and ``ray``, and of
+   ``litdata.optimize`` on the same samples and transform (skipped with a message if litdata
+   is not installed). Rounds are interleaved (the order rotates) and the median is reported.
+   One-time start-up costs (``ray.init``, the first call that starts the forkserver or Ray
+   workers) are measured separately by a warm-up call; litdata spawns fresh workers on every
+   call, so its start-up is part of each of its rounds, as in normal use.
+2. One training epoch of ``ImageClassifier`` with the transform applied on the fly in
+   ``__getitem__`` against one epoch read from the cache (interleaved, median).
+
+Goals: parallel speedup over serial >= 0.8 x cores; throughput >= litdata's; cached epoch
+>= 5x faster than on the fly. On a shared machine the numbers are noisy: rerun and compare.
+
+    python benchmarks/bench_preprocess.py                      # about 2-3 minutes on 2 cores
+    python benchmarks/bench_preprocess.py --samples 1438 --repeats 5 --skip-ray
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_mgpu.data import PreprocessedDataset, TransformedDataset, preprocess
+from lightning_mgpu.models import ImageClassifier
+from lightning_mgpu.models.digits_preprocessed import DigitsFeatures, digits_splits
+from lightning_mgpu.utilities.imports import is_available
+
+TRANSFORM = DigitsFeatures()
+_TRAIN: TensorDataset | None = None
+
+
+def _train_set() -> TensorDataset:
+    global _TRAIN
+    if _TRAIN is None:
+        _TRAIN = digits_splits()[0]
+    return _TRAIN
+
+
+def litdata_fn(index: int) -> dict[str, Any]:
+    """litdata's per-item function (module level, so that its spawned workers can import it)."""
+    x, y = TRANSFORM(_train_set()[index])
+    return {"x": x, "y": y}
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _transform_range(bounds: tuple[int, int]) -> float:
+    t0 = time.perf_counter()
+    for i in range(*bounds):
+        TRANSFORM(_train_set()[i])
+    return time.perf_counter() - t0
+
+
+class Parallelism:
+    """What the machine offers right now: ``workers`` processes transforming side by side vs one.
+
+    On a shared machine other jobs take cores, and no backend can beat this ratio; the speedups
+    above are best read against it. A fork pool is fine here: it runs numpy only.
+    """
+
+    def __init__(self, workers: int) -> None:
+        import multiprocessing
+
+        self.workers = workers
+        self.pool = multiprocessing.get_context("fork").Pool(workers)
+
+    def measure(self, k: int = 60) -> float:
+        single = _transform_range((0, k))
+        t0 = time.perf_counter()
+        self.pool.map(_transform_range, [(0, k)] * self.workers)
+        return self.workers * single / (time.perf_counter() - t0)
+
+    def close(self) -> None:
+        self.pool.close()
+        self.pool.join()
+
+
+def run_once(name: str, n: int, root: Path, workers: int) -> float:
+    """Seconds to build a fresh cache of the first ``n`` training samples with ``name``."""
+    out = root / f"{name}-{time.monotonic_ns()}"
+    subset = TensorDataset(*_train_set()[:n])
+    t0 = time.perf_counter()
+    if name.startswith("litdata"):
+        import litdata
+
+        start_method = "fork" if name == "litdata-fork" else None
+        litdata.optimize(
+            fn=litdata_fn, inputs=list(range(n)), output_dir=str(out), num_workers=workers, chunk_bytes="64MB", verbose=False, start_method=start_method
+        )
+    else:
+        preprocess(subset, out, TRANSFORM, backend=name, num_workers=None if name == "serial" else workers, progress=False)  # type: ignore[arg-type]
+    seconds = time.perf_counter() - t0
+    shutil.rmtree(out, ignore_errors=True)
+    return seconds
+
+
+class EpochTimer(Callback):
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.seconds.append(time.perf_counter() - self._t0)
+
+
+def epoch_seconds(dataset: Any) -> float:
+    """Wall time of one training epoch (batch 32, no DataLoader workers, no validation)."""
+    timer = EpochTimer()
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, callbacks=[timer], limit_val_batches=0,
+    )  # fmt: skip
+    model = ImageClassifier(in_channels=TRANSFORM.output_shape[0], num_classes=10)
+    trainer.fit(model, DataLoader(dataset, batch_size=32, shuffle=True, num_workers=0))
+    return timer.seconds[0]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--samples", type=int, default=800, help="training samples to preprocess (max 1438)")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved rounds of the throughput comparison")
+    p.add_argument("--epoch-repeats", type=int, default=2, help="interleaved rounds of the epoch comparison")
+    p.add_argument("--workers", type=int, default=usable_cpus(), help="parallel workers (default: usable CPUs)")
+    p.add_argument("--torch-threads", type=int, default=1, help="intra-op threads for the epoch comparison (1: stable on a shared machine)")
+    p.add_argument("--skip-ray", action="store_true")
+    p.add_argument("--skip-litdata", action="store_true")
+    p.add_argument("--litdata-fork", action="store_true", help="also run litdata with start_method='fork' (faster start, fork-unsafe)")
+    p.add_argument("--skip-epochs", action="store_true")
+    args = p.parse_args(argv)
+    args.samples = max(16, min(args.samples, 1438))
+    return args
+
+
+def start_ray(cpus: int) -> bool:
+    """``ray.init`` once, outside the timings; two tries (on an overloaded machine the raylet can
+    give up on its slow dashboard agent after a hard-coded 15 s, ray-project/ray#65983)."""
+    import ray
+
+    for attempt in (1, 2):
+        t0 = time.perf_counter()
+        try:
+            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+        except Exception as err:  # noqa: BLE001 - reported, then the benchmark goes on without Ray
+            ray.shutdown()
+            print(f"ray: ray.init failed (attempt {attempt}): {err}")
+            continue
+        print(f"one-time: ray.init                                   {time.perf_counter() - t0:6.1f} s")
+        return True
+    print("ray: skipped, it could not start on this machine right now")
+    return False
+
+
+def throughput(args: argparse.Namespace, root: Path) -> dict[str, float]:
+    names = ["serial", "processes"]
+    if not args.skip_ray:
+        if is_available("ray"):
+            names.append("ray")
+        else:
+            print("ray: not installed, skipped (pip install 'lightning_mgpu[ray]')")
+    if not args.skip_litdata:
+        if is_available("litdata"):
+            names += ["litdata"] + (["litdata-fork"] if args.litdata_fork else [])
+        else:
+            print("litdata: not installed, skipped (pip install --no-deps litdata obstore tifffile; a plain `pip install litdata` replaces torch)")
+    if "ray" in names and not start_ray(args.workers):
+        names.remove("ray")
+    for name in ("serial", "processes", "ray"):  # warm-up: start-up costs that a long job pays once
+        if name in names:
+            print(f"one-time: first {name:9s} call, 64 samples (start-up) {run_once(name, 64, root, args.workers):6.1f} s")
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    parallelism = Parallelism(args.workers)
+    offered: list[float] = []
+    for r in range(args.repeats):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        offered.append(parallelism.measure())
+        for name in order:
+            seconds[name].append(run_once(name, args.samples, root, args.workers))
+        print(
+            f"round {r + 1}: " + "  ".join(f"{n}={args.samples / seconds[n][-1]:.0f}/s" for n in names)
+            + f"  (machine parallelism now: {offered[-1]:.2f}x)",
+            flush=True,
+        )
+    parallelism.close()
+    if "ray" in names:
+        import ray
+
+        ray.shutdown()
+    rates = {name: args.samples / statistics.median(s) for name, s in seconds.items()}
+    rates["_offered"] = statistics.median(offered)
+    return rates
+
+
+def epochs(args: argparse.Namespace, root: Path) -> tuple[float, float]:
+    subset = TensorDataset(*_train_set()[: args.samples])
+    preprocess(subset, root / "epoch-cache", TRANSFORM, backend="processes", num_workers=args.workers, progress=False)
+    cached, fly = PreprocessedDataset(root / "epoch-cache"), TransformedDataset(subset, TRANSFORM)
+    t_fly, t_cached = [], []
+    for _ in range(args.epoch_repeats):
+        t_fly.append(epoch_seconds(fly))
+        t_cached.append(epoch_seconds(cached))
+        print(f"epoch: on the fly {t_fly[-1]:.2f} s, from the cache {t_cached[-1]:.2f} s", flush=True)
+    return statistics.median(t_fly), statistics.median(t_cached)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    warnings.filterwarnings("ignore", ".*isinstance.treespec, LeafSpec.*")
+    torch.set_num_threads(args.torch_threads)
+    # One BLAS thread in the driver, as in every worker: "serial" is then one core's throughput,
+    # the baseline of a per-core speedup (OpenBLAS threads also spin on a shared machine).
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
+    cores = args.workers
+    print(
+        f"bench_preprocess: {args.samples} digits samples, DigitsFeatures -> {TRANSFORM.output_shape}, {cores} workers, "
+        f"load average before: {os.getloadavg()[0]:.1f} (shared machine: expect noise)"
+    )
+    t0 = time.perf_counter()
+    _ = TRANSFORM(_train_set()[0])
+    per_sample = min(_timed(lambda: TRANSFORM(_train_set()[i])) for i in range(20))
+    print(f"transform: {per_sample * 1e3:.2f} ms/sample (best of 20)")
+    with tempfile.TemporaryDirectory(prefix="bench_preprocess_") as tmp:
+        root = Path(tmp)
+        rates = throughput(args, root)
+        fly, cached = (None, None) if args.skip_epochs else epochs(args, root)
+
+    offered = rates.pop("_offered")
+    print("\n=== preprocessing throughput (median of interleaved rounds) ===")
+    for name, rate in rates.items():
+        print(f"  {name:13s} {rate:8.1f} samples/s   {rate / rates['serial']:5.2f}x serial")
+    print(f"  the machine offered {offered:.2f}x parallelism with {cores} processes (median; {cores:.0f}x on idle cores)")
+    goal = 0.8 * cores
+    for name in ("processes", "ray"):
+        if name in rates:
+            speedup = rates[name] / rates["serial"]
+            print(
+                f"  goal {name} speedup >= {goal:.1f}x: {speedup:.2f}x -> {'met' if speedup >= goal else 'NOT met'}"
+                f" ({speedup / offered:.0%} of the {offered:.2f}x the machine offered)"
+            )
+            if "litdata" in rates:
+                ratio = rates[name] / rates["litdata"]
+                print(f"  goal {name} >= litdata: {ratio:.2f}x litdata -> {'met' if ratio >= 1 else 'NOT met'}")
+    if fly is not None and cached is not None:
+        print("=== epoch time (median) ===")
+        print(f"  on the fly {fly:.2f} s, from the cache {cached:.2f} s: {fly / cached:.1f}x -> goal >= 5x {'met' if fly / cached >= 5 else 'NOT met'}")
+    print(f"load average after: {os.getloadavg()[0]:.1f}; total {time.perf_counter() - t0:.0f} s")
+    sys.stdout.flush()
+
+
+def _timed(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""PreprocessedDataset, TransformedDataset and PreprocessedDataModule in one process."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from lightning_mgpu.data import CacheNotFoundError, PreprocessedDataModule, PreprocessedDataset, TransformedDataset, clear_cache, preprocess
+from tests.data.conftest import N
+from tests.data.helpers import Features, IndexedDataset, tuple_transform
+
+
+def test_samples_match_the_transform_and_on_the_fly(reference_cache):
+    cached = PreprocessedDataset(reference_cache, max_open_shards=2)  # forces map eviction
+    fly = TransformedDataset(IndexedDataset(N), Features())
+    assert len(cached) == len(fly) == N
+    for i in (0, 15, 16, 199, 37, 3):
+        a, b = cached[i], fly[i]
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k])
+    assert len(cached._maps) <= 2
+    assert cached[-1]["index"].item() == N - 1
+    with pytest.raises(IndexError):
+        cached[N]
+
+
+def test_structures_scalars_and_augment(tmp_path):
+    ds = IndexedDataset(30)
+    preprocess(ds, tmp_path / "t", tuple_transform, backend="serial", progress=False)
+    x, y = PreprocessedDataset(tmp_path / "t")[7]
+    assert torch.equal(x, torch.from_numpy(ds[7]["x"] * 2)) and y.dtype == torch.int64 and y.ndim == 0
+    preprocess(ds, tmp_path / "a", lambda s: s["x"], backend="serial", progress=False)
+    single = PreprocessedDataset(tmp_path / "a")[3]
+    assert isinstance(single, torch.Tensor) and single.shape == (3, 4)
+
+    def flip_in_place(sample):
+        x, y = sample
+        x.mul_(-1)  # in place: needs the private copy augment receives
+        return x, y
+
+    aug = PreprocessedDataset(tmp_path / "t", augment=flip_in_place)
+    assert torch.equal(aug[7][0], -x)
+    assert torch.equal(PreprocessedDataset(tmp_path / "t")[7][0], x), "augment must never write to the cache"
+
+
+def test_pickles_without_its_maps(reference_cache):
+    ds = PreprocessedDataset(reference_cache)
+    ds[0]
+    clone = pickle.loads(pickle.dumps(ds))
+    assert len(clone._maps) == 0 and torch.equal(clone[150]["feat"], ds[150]["feat"])
+
+
+def test_missing_cache_names_the_fix(tmp_path):
+    with pytest.raises(CacheNotFoundError, match=r"no manifest.json.*preprocess\(dataset"):
+        PreprocessedDataset(tmp_path)
+
+
+def test_clear_cache_keeps_user_files(tmp_path):
+    preprocess(IndexedDataset(20), tmp_path, Features(), backend="serial", progress=False)
+    (tmp_path / "keep.txt").write_text("x")
+    removed = clear_cache(tmp_path)
+    assert any(p.name == "manifest.json" for p in removed)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+
+
+def test_datamodule_builds_once_and_matches_on_the_fly(tmp_path):
+    kwargs = dict(val_dataset=IndexedDataset(20, seed=1), batch_size=8, backend="serial", progress=False)
+    dm = PreprocessedDataModule(IndexedDataset(40), tmp_path, Features(), **kwargs)
+    dm.prepare_data()
+    assert (tmp_path / "train" / "manifest.json").exists() and (tmp_path / "val" / "manifest.json").exists()
+    dm.setup("fit")
+    fly = PreprocessedDataModule(IndexedDataset(40), tmp_path / "unused", Features(), cache=False, **kwargs)
+    fly.setup("fit")
+    assert not (tmp_path / "unused").exists()
+    a, b = next(iter(dm.val_dataloader())), next(iter(fly.val_dataloader()))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["feat"].shape == (8, 3, 5)
+    assert dm.test_dataloader() == []
+    # A changed transform is never silently used: setup checks the fingerprint.
+    stale = PreprocessedDataModule(IndexedDataset(40), tmp_path, Features(scale=5.0), **kwargs)
+    with pytest.raises(Exception, match="transform"):
+        stale.setup("fit")
+
+
+def test_dataloader_workers_read_the_maps(reference_cache):
+    loader = DataLoader(PreprocessedDataset(reference_cache), batch_size=50, num_workers=1)
+    indices = torch.cat([b["index"] for b in loader])
+    assert indices.tolist() == list(range(N))
+    np.testing.assert_array_equal(next(iter(loader))["y"].numpy(), IndexedDataset(N).y[:50])
