@@ -1,0 +1,289 @@
+"""Pick the mixed-precision mode for the hardware and watch the loss scaler while training."""
+
+from __future__ import annotations
+
+import functools
+import platform
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.distributed as dist
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.plugins.precision import MixedPrecision
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from typing_extensions import override
+
+_SUPPORTED_ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
+
+
+class AutoMixedPrecision(Callback):
+    """Resolve ``precision="auto"`` for the hardware, and monitor float16 loss scaling during training.
+
+    What Lightning 2.6 does not do: its ``precision=`` plugins autocast and scale the loss, but there is no
+    ``"auto"`` precision, the loss scale and the steps the ``GradScaler`` silently skips for inf/NaN gradients
+    are never reported, and ``strategy="sharded"`` gets a plain ``GradScaler``, whose inf/NaN check sees only
+    the gradients of the local shard, so ranks can disagree on skipping a step.
+
+    This callback:
+
+    - :meth:`resolve_precision` picks ``"bf16-mixed"`` where the device computes bfloat16 natively (Ampere+
+      GPUs; CPUs with AVX512-BF16 or AMX), else ``"16-mixed"`` on CUDA, else ``"32-true"``. Call it *before*
+      building the ``Trainer`` and pass the result as ``Trainer(precision=...)``.
+    - checks at ``setup`` that the Trainer really runs that precision (an explicit conflicting ``precision``
+      or precision plugin is an error, not a silent override).
+    - under ``"16-mixed"``: logs ``amp/loss_scale`` (the scale used for the step) and ``amp/skipped_steps``
+      (cumulative optimizer steps skipped for inf/NaN gradients) at every optimizer step, and warns, with the
+      fixes, when ``max_consecutive_skips`` steps in a row are skipped.
+    - under ``"16-mixed"`` with ``strategy="sharded"``: makes sure the scaler is shard-aware. The sharded
+      strategy installs FairScale's ``ShardedGradScaler`` itself; if a plain ``GradScaler`` is found anyway,
+      it is replaced by a :class:`ShardAwareGradScaler`, which all-reduces the inf/NaN flag so every rank
+      skips the same steps.
+
+    Args:
+        max_consecutive_skips: warn when this many optimizer steps in a row were skipped. The scaler skips a
+            few steps at the start while it backs off from its initial scale of 65536; that is normal.
+        log_scale: log ``amp/loss_scale`` and ``amp/skipped_steps``.
+
+    Raises:
+        ValueError: ``max_consecutive_skips < 1``.
+
+    Example::
+
+        from lightning_mgpu.callbacks import AutoMixedPrecision
+
+        amp = AutoMixedPrecision()
+        trainer = Trainer(precision=amp.resolve_precision("auto"), callbacks=[amp])
+    """
+
+    def __init__(self, max_consecutive_skips: int = 10, log_scale: bool = True) -> None:
+        if not isinstance(max_consecutive_skips, int) or max_consecutive_skips < 1:
+            raise ValueError(f"max_consecutive_skips must be an integer >= 1, got {max_consecutive_skips!r}.")
+        self.max_consecutive_skips = max_consecutive_skips
+        self.log_scale = log_scale
+        self.resolved: str | None = None
+        self.resolved_for: str | None = None
+        self.skipped_steps = 0
+        self.optimizer_steps = 0
+        self.consecutive_skips = 0
+        self._warned_streak = False
+
+    def resolve_precision(self, accelerator: str = "auto") -> str:
+        """Pick the precision for ``accelerator`` (``"auto"``, ``"cpu"`` or ``"gpu"``) and remember it.
+
+        Returns:
+            ``"bf16-mixed"``, ``"16-mixed"`` or ``"32-true"``.
+
+        Raises:
+            ValueError: unknown accelerator.
+            MisconfigurationException: ``accelerator="gpu"`` but no CUDA device is visible.
+        """
+        self.resolved = resolve_precision(accelerator)
+        self.resolved_for = accelerator
+        return self.resolved
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        actual = str(trainer.precision)
+        if self.resolved is not None and actual != self.resolved:
+            raise MisconfigurationException(
+                f"AutoMixedPrecision resolved precision={self.resolved!r} for accelerator={self.resolved_for!r},"
+                f" but the Trainer runs precision={actual!r} ({type(trainer.precision_plugin).__name__}), set by"
+                " an explicit `Trainer(precision=...)`, a precision plugin in `plugins=[...]`, or a different"
+                " accelerator. Build the Trainer with `precision=amp.resolve_precision(accelerator)` and the"
+                " same accelerator, or remove AutoMixedPrecision to keep your explicit choice."
+            )
+        if self.resolved is None and not isinstance(trainer.precision_plugin, MixedPrecision):
+            raise MisconfigurationException(
+                f"AutoMixedPrecision was added but no precision was resolved, and the Trainer runs"
+                f" precision={actual!r}, which it cannot manage. Call `precision = amp.resolve_precision(accelerator)`"
+                " before building the Trainer and pass `Trainer(precision=precision)`, or use"
+                " precision='16-mixed' / 'bf16-mixed'."
+            )
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # After strategy.setup (which may install its own plugin) and before the scaler state is restored.
+        scaler = _scaler_of(trainer)
+        if scaler is not None and _is_sharded(trainer.strategy) and not _is_shard_aware(scaler):
+            trainer.precision_plugin.scaler = ShardAwareGradScaler.like(scaler)
+            rank_zero_info(
+                "AutoMixedPrecision: strategy='sharded' keeps only a shard of the gradients on each rank, so it"
+                " needs a shard-aware GradScaler (inf/NaN found on any rank skips the step on all); installed"
+                " ShardAwareGradScaler."
+            )
+
+    @override
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        scaler = _scaler_of(trainer)
+        if scaler is None:
+            return
+        # Lightning unscales just before this hook, so the scaler already knows whether step() will be skipped.
+        found_inf = _found_inf(scaler, optimizer)
+        if found_inf is None:
+            return  # an optimizer that unscales inside step() (fused); nothing to read yet
+        self.optimizer_steps += 1
+        if found_inf:
+            self.skipped_steps += 1
+            self.consecutive_skips += 1
+        else:
+            self.consecutive_skips, self._warned_streak = 0, False
+        scale = float(scaler.get_scale())
+        if self.log_scale:
+            pl_module.log("amp/loss_scale", scale, on_step=True, on_epoch=False)
+            pl_module.log("amp/skipped_steps", float(self.skipped_steps), on_step=True, on_epoch=False)
+        if self.consecutive_skips >= self.max_consecutive_skips and not self._warned_streak:
+            self._warned_streak = True
+            rank_zero_warn(_skip_streak_message(self.consecutive_skips, scale, self.skipped_steps, self.optimizer_steps))
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"skipped_steps": self.skipped_steps, "optimizer_steps": self.optimizer_steps, "resolved": self.resolved}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.skipped_steps = int(state_dict.get("skipped_steps", 0))
+        self.optimizer_steps = int(state_dict.get("optimizer_steps", 0))
+
+
+class ShardAwareGradScaler(torch.amp.GradScaler):
+    """A ``GradScaler`` whose inf/NaN check is all-reduced over the process group, on any device.
+
+    With sharded gradients (ZeRO-2) each rank holds only its shard's gradients, so a plain scaler on one rank
+    may skip a step that another rank takes. This is what FairScale's ``ShardedGradScaler`` does on CUDA;
+    FairScale's version disables itself without CUDA. Exactly one collective per ``unscale_`` runs on every
+    rank, even on a rank that owns no gradient.
+
+    Args:
+        device: the device of the gradients (``"cuda"`` or ``"cpu"``).
+        process_group: the group the gradients are sharded over (default: the world).
+        **kwargs: passed to ``torch.amp.GradScaler`` (``init_scale``, ``growth_factor``, ...).
+    """
+
+    def __init__(self, device: str = "cuda", process_group: Any = None, **kwargs: Any) -> None:
+        super().__init__(device, **kwargs)
+        self.process_group = process_group
+
+    @classmethod
+    def like(cls, scaler: torch.amp.GradScaler, process_group: Any = None) -> ShardAwareGradScaler:
+        """A sharded scaler with the same device, settings and current scale as ``scaler``."""
+        new = cls(
+            getattr(scaler, "_device", "cuda"),
+            process_group=process_group,
+            init_scale=scaler.get_scale() if scaler.is_enabled() else 2.0**16,
+            growth_factor=scaler.get_growth_factor(),
+            backoff_factor=scaler.get_backoff_factor(),
+            growth_interval=scaler.get_growth_interval(),
+            enabled=scaler.is_enabled(),
+        )
+        return new
+
+    @override
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        super().unscale_(optimizer)
+        if not self.is_enabled() or not (dist.is_available() and dist.is_initialized()):
+            return
+        per_device = self._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+        assert self._scale is not None
+        found = torch.zeros(1, dtype=torch.float32, device=self._scale.device)
+        for flag in per_device.values():
+            found += flag.to(found.device)
+        dist.all_reduce(found, op=dist.ReduceOp.MAX, group=self.process_group)
+        for flag in per_device.values():
+            flag.copy_(found.to(flag.device).reshape(flag.shape))
+        if not per_device:  # a rank without gradients must still skip when the others do
+            per_device[found.device] = found
+
+
+def resolve_precision(accelerator: str = "auto") -> str:
+    """``"bf16-mixed"`` where bfloat16 is fast, else ``"16-mixed"`` on CUDA, else ``"32-true"``.
+
+    Raises:
+        ValueError: unknown accelerator.
+        MisconfigurationException: ``accelerator="gpu"`` but no CUDA device is visible.
+    """
+    if accelerator not in _SUPPORTED_ACCELERATORS:
+        raise ValueError(f"accelerator must be one of {_SUPPORTED_ACCELERATORS}, got {accelerator!r}.")
+    cuda = torch.cuda.is_available()
+    if accelerator in ("gpu", "cuda") and not cuda:
+        raise MisconfigurationException(
+            f"AutoMixedPrecision.resolve_precision(accelerator={accelerator!r}): no CUDA device is visible"
+            " (check CUDA_VISIBLE_DEVICES and the driver). Use accelerator='cpu' or 'auto'."
+        )
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and cuda):
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    if accelerator == "auto" and _mps_available():
+        rank_zero_info("AutoMixedPrecision: Apple MPS detected; using precision='32-true'.")
+        return "32-true"
+    if cpu_has_fast_bf16():
+        return "bf16-mixed"
+    rank_zero_info(
+        "AutoMixedPrecision: this CPU has no native bfloat16 (AVX512-BF16/AMX) and float16 autocast on CPU"
+        " gains nothing, so precision='32-true'."
+    )
+    return "32-true"
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_has_fast_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU computes bfloat16 natively (x86 AVX512-BF16 / AMX-BF16, ARM BF16), from ``cpuinfo``.
+
+    Only Linux exposes the flags; elsewhere this answers ``False`` (so ``"auto"`` picks ``"32-true"``).
+    """
+    path = Path(cpuinfo)
+    if platform.system() != "Linux" or not path.is_file():
+        return False
+    flags: set[str] = set()
+    for line in path.read_text(errors="ignore").splitlines():
+        if line.startswith(("flags", "Features")):
+            flags.update(line.split(":", 1)[-1].split())
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def _mps_available() -> bool:
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+
+
+def _scaler_of(trainer: pl.Trainer) -> torch.amp.GradScaler | None:
+    scaler = getattr(trainer.precision_plugin, "scaler", None)
+    return scaler if scaler is not None and scaler.is_enabled() else None
+
+
+def _found_inf(scaler: torch.amp.GradScaler, optimizer: Any) -> bool | None:
+    """Whether the unscaled gradients of ``optimizer`` hold inf/NaN; ``None`` if not unscaled yet."""
+    state = getattr(scaler, "_per_optimizer_states", {}).get(id(optimizer))
+    per_device = state.get("found_inf_per_device") if state else None
+    if not per_device:
+        return None
+    return bool(sum(float(v.item()) for v in per_device.values()))
+
+
+def _is_sharded(strategy: Any) -> bool:
+    from lightning_mgpu.strategies.sharded import ShardedStrategy
+
+    return isinstance(strategy, ShardedStrategy)
+
+
+def _is_shard_aware(scaler: Any) -> bool:
+    if isinstance(scaler, ShardAwareGradScaler):
+        return True
+    # FairScale's own (CUDA) ShardedGradScaler, if the strategy installed it.
+    return any(c.__name__ == "ShardedGradScaler" and c.__module__.startswith("fairscale") for c in type(scaler).__mro__)
+
+
+def _skip_streak_message(streak: int, scale: float, skipped: int, steps: int) -> str:
+    cause = (
+        f" The loss scale has collapsed to {scale:g}, which means NaN rather than overflow: look for NaN in"
+        " the inputs, a log/sqrt/division of zero, or a loss that is NaN in float16."
+        if scale < 1.0
+        else f" The loss scale is now {scale:g}."
+    )
+    return (
+        f"AutoMixedPrecision: the last {streak} optimizer steps were all skipped because the gradients held"
+        f" inf/NaN under precision='16-mixed' ({skipped} of {steps} steps skipped so far), so the model is not"
+        f" training.{cause} Fixes: compute the loss in float32 (outside autocast, or `.float()` the logits);"
+        " lower the learning rate or set `Trainer(gradient_clip_val=...)`; or use precision='bf16-mixed'"
+        " (float32 range, no loss scaling) where supported, or '32-true'."
+    )

@@ -1,0 +1,290 @@
+"""AutoMixedPrecision: resolving ``precision="auto"``, conflicts, loss-scale monitoring, sharded scalers.
+
+Lightning turns ``Trainer(accelerator="cpu", precision="16-mixed")`` into ``bf16-mixed``, but a hand-built
+``MixedPrecision("16-mixed", "cpu")`` plugin runs real float16 autocast with ``torch.amp.GradScaler("cpu")``,
+so loss scaling and skipped steps are tested through Lightning on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from lightning.pytorch.plugins.precision import MixedPrecision
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_mgpu.callbacks import AutoMixedPrecision
+from lightning_mgpu.callbacks import mixed_precision as amp_module
+from lightning_mgpu.callbacks.mixed_precision import ShardAwareGradScaler, cpu_has_fast_bf16
+from tests.callbacks._callbacks_run import launch, matrix_params
+
+# --------------------------------------------------------------------------- resolving "auto"
+
+
+@pytest.fixture
+def hardware(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Pretend hardware: ``hardware(cuda=..., cuda_bf16=..., cpu_bf16=...)``."""
+
+    def set_(cuda: bool = False, cuda_bf16: bool = False, cpu_bf16: bool = False) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: cuda_bf16)
+        monkeypatch.setattr(amp_module, "cpu_has_fast_bf16", lambda: cpu_bf16)
+        monkeypatch.setattr(amp_module, "_mps_available", lambda: False)
+
+    return set_
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "cuda", "cuda_bf16", "cpu_bf16", "expected"),
+    [
+        ("auto", True, True, False, "bf16-mixed"),  # Ampere+
+        ("auto", True, False, True, "16-mixed"),  # Volta/Turing: fp16 + loss scaling
+        ("gpu", True, False, False, "16-mixed"),
+        ("auto", False, False, True, "bf16-mixed"),  # CPU with AVX512-BF16 / AMX
+        ("cpu", True, True, True, "bf16-mixed"),
+        ("auto", False, False, False, "32-true"),  # CPU without fast bf16
+        ("cpu", True, True, False, "32-true"),
+    ],
+)
+def test_resolve_precision(hardware: Any, accelerator: str, cuda: bool, cuda_bf16: bool, cpu_bf16: bool, expected: str) -> None:
+    hardware(cuda=cuda, cuda_bf16=cuda_bf16, cpu_bf16=cpu_bf16)
+    amp = AutoMixedPrecision()
+    assert amp.resolve_precision(accelerator) == expected
+    assert amp.resolved == expected
+
+
+def test_resolve_precision_errors(hardware: Any) -> None:
+    hardware(cuda=False)
+    with pytest.raises(MisconfigurationException, match="no CUDA device is visible"):
+        AutoMixedPrecision().resolve_precision("gpu")
+    with pytest.raises(ValueError, match="accelerator must be one of"):
+        AutoMixedPrecision().resolve_precision("tpu")
+    with pytest.raises(ValueError, match="max_consecutive_skips"):
+        AutoMixedPrecision(max_consecutive_skips=0)
+
+
+def test_cpu_bf16_detection_reads_cpu_flags(tmp_path: Path) -> None:
+    if os.uname().sysname != "Linux":
+        pytest.skip("reads /proc/cpuinfo-style flags on Linux")
+    amx, avx2, arm = tmp_path / "amx", tmp_path / "avx2", tmp_path / "arm"
+    amx.write_text("processor : 0\nflags : fpu avx2 avx512f avx512_bf16 amx_bf16\n")
+    avx2.write_text("processor : 0\nflags : fpu sse avx2 avx512f\n")
+    arm.write_text("processor : 0\nFeatures : fp asimd bf16 i8mm\n")
+    assert cpu_has_fast_bf16(str(amx)) and cpu_has_fast_bf16(str(arm))
+    assert not cpu_has_fast_bf16(str(avx2))
+    assert not cpu_has_fast_bf16(str(tmp_path / "missing"))
+
+
+# --------------------------------------------------------------------------- misconfiguration
+
+
+class _Model(pl.LightningModule):
+    def __init__(self, overflow_at: tuple[int, ...] = ()) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+        self.overflow_at = overflow_at
+        self.dtypes: set[torch.dtype] = set()
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        out = self.net(batch[0])
+        self.dtypes.add(out.dtype)
+        loss = out.float().pow(2).mean()
+        # An inf loss makes every gradient inf: the GradScaler must skip this optimizer step.
+        return loss * float("inf") if batch_idx in self.overflow_at else loss
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=2)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _trainer(callbacks: list[pl.Callback], **kwargs: Any) -> pl.Trainer:
+    return pl.Trainer(
+        accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks, **kwargs,
+    )  # fmt: skip
+
+
+def test_conflicting_explicit_precision_is_an_error(hardware: Any) -> None:
+    hardware(cpu_bf16=True)
+    amp = AutoMixedPrecision()
+    assert amp.resolve_precision("cpu") == "bf16-mixed"
+    with pytest.raises(MisconfigurationException, match=r"resolved precision='bf16-mixed'.*runs precision='32-true'"):
+        _trainer([amp], precision="32-true").fit(_Model())
+    # An explicit precision plugin that disagrees is caught the same way.
+    with pytest.raises(MisconfigurationException, match=r"runs precision='16-mixed' \(MixedPrecision\)"):
+        _trainer([amp], plugins=[MixedPrecision("16-mixed", "cpu")]).fit(_Model())
+
+
+def test_unresolved_callback_needs_a_mixed_precision_trainer() -> None:
+    with pytest.raises(MisconfigurationException, match="no precision was resolved"):
+        _trainer([AutoMixedPrecision()], precision="32-true").fit(_Model())
+
+
+def test_resolved_precision_trains_with_autocast(hardware: Any) -> None:
+    hardware(cpu_bf16=True)
+    amp = AutoMixedPrecision()
+    model = _Model()
+    trainer = _trainer([amp], precision=amp.resolve_precision("cpu"))
+    trainer.fit(model)
+    assert str(trainer.precision) == "bf16-mixed" and model.dtypes == {torch.bfloat16}
+    assert amp.skipped_steps == 0 and "amp/loss_scale" not in trainer.logged_metrics  # bf16: no loss scaling
+
+
+# --------------------------------------------------------------------------- 16-mixed monitoring
+
+
+class _StepEffect(pl.Callback):
+    """Ground truth: which optimizer steps really left the parameters unchanged."""
+
+    def __init__(self) -> None:
+        self.before: list[torch.Tensor] | None = None
+        self.unchanged: list[int] = []
+
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        self.before = [p.detach().clone() for p in pl_module.parameters()]
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if all(torch.equal(b, p) for b, p in zip(self.before, pl_module.parameters())):
+            self.unchanged.append(args[-1])
+
+
+def test_forced_overflow_is_counted_as_a_skipped_step() -> None:
+    torch.manual_seed(0)
+    amp, effect = AutoMixedPrecision(), _StepEffect()
+    model = _Model(overflow_at=(2, 5))
+    # A moderate initial scale: no overflow but the forced ones (65536 can overflow fp16 on the first steps).
+    plugin = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", init_scale=2.0**8))
+    trainer = _trainer([amp, effect], plugins=[plugin])
+    trainer.fit(model)
+    assert model.dtypes == {torch.float16}
+    assert effect.unchanged == [2, 5]  # the real GradScaler skipped exactly the forced overflows
+    assert (amp.skipped_steps, amp.optimizer_steps) == (2, 8)
+    assert plugin.scaler.get_scale() == 2.0**6  # it backed off twice
+    logged = trainer.logged_metrics
+    assert logged["amp/skipped_steps"] == 2.0
+    assert logged["amp/loss_scale"] == 2.0**6  # the scale used for the last step
+
+
+class _ManualTwoOptimizers(_Model):
+    """GAN-style manual optimization: two optimizers, each stepped every batch; the first overflows at batch 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.other = nn.Linear(4, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        opt_a, opt_b = self.optimizers()
+        loss_a = self.net(batch[0]).float().pow(2).mean() * (float("inf") if batch_idx == 1 else 1.0)
+        for opt, loss in ((opt_a, loss_a), (opt_b, self.other(batch[0]).float().pow(2).mean())):
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.net.parameters(), lr=0.01), torch.optim.SGD(self.other.parameters(), lr=0.01)
+
+
+def test_counts_skipped_steps_in_manual_optimization() -> None:
+    amp = AutoMixedPrecision()
+    plugin = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", init_scale=2.0**8))
+    trainer = _trainer([amp], plugins=[plugin])
+    trainer.fit(_ManualTwoOptimizers())
+    assert (amp.skipped_steps, amp.optimizer_steps) == (1, 16)  # per optimizer, not per batch
+    assert {"amp/loss_scale", "amp/skipped_steps"} <= set(trainer.logged_metrics)
+
+
+def test_warns_with_the_fix_when_steps_keep_being_skipped() -> None:
+    amp = AutoMixedPrecision(max_consecutive_skips=3)
+    trainer = _trainer([amp], plugins=[MixedPrecision("16-mixed", "cpu")])
+    with pytest.warns(UserWarning, match=r"last 3 optimizer steps were all skipped.*precision='bf16-mixed'") as record:
+        trainer.fit(_Model(overflow_at=tuple(range(8))))
+    assert sum("were all skipped" in str(w.message) for w in record) == 1  # once per streak
+    assert amp.skipped_steps == 8
+
+
+def test_sharded_gets_a_shard_aware_scaler() -> None:
+    from lightning_mgpu.strategies import ShardedStrategy
+
+    plugin = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=7))
+    trainer = types.SimpleNamespace(strategy=ShardedStrategy(backend="torch"), precision_plugin=plugin)
+    AutoMixedPrecision().on_fit_start(trainer, None)  # type: ignore[arg-type]
+    assert isinstance(plugin.scaler, ShardAwareGradScaler)
+    assert (plugin.scaler.get_scale(), plugin.scaler.get_growth_interval()) == (1024.0, 7)
+    # A scaler that is already shard-aware is kept.
+    kept = plugin.scaler
+    AutoMixedPrecision().on_fit_start(trainer, None)  # type: ignore[arg-type]
+    assert plugin.scaler is kept
+
+
+def _sharded_scaler_worker(rank: int, port: int, result_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        results = {}
+        for name, scaler in (("plain", torch.amp.GradScaler("cpu")), ("shard_aware", ShardAwareGradScaler("cpu"))):
+            param = nn.Parameter(torch.ones(3))
+            opt = torch.optim.SGD([param], lr=1.0)
+            scaler.scale(torch.ones(()))  # starts the scaler (its scale is created lazily)
+            # Rank 1's shard of the gradients overflowed, rank 0's did not.
+            param.grad = torch.full((3,), float("inf") if rank == 1 else 1.0)
+            scaler.step(opt)
+            scaler.update()
+            results[name] = {"param": param.detach().clone(), "scale": scaler.get_scale()}
+        torch.save(results, f"{result_dir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.integration
+def test_shard_aware_scaler_skips_the_step_on_every_rank(tmp_path: Path) -> None:
+    from lightning.fabric.plugins.environments.lightning import find_free_network_port
+
+    mp.start_processes(_sharded_scaler_worker, args=(find_free_network_port(), str(tmp_path)), nprocs=2, start_method="spawn")
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+    for name in ("plain", "shard_aware"):
+        assert torch.equal(r1[name]["param"], torch.ones(3)) and r1[name]["scale"] == 2.0**15  # the overflowing rank skips
+    # A plain scaler lets rank 0 step: the ranks diverge. The shard-aware one skips on both.
+    assert not torch.equal(r0["plain"]["param"], torch.ones(3)) and r0["plain"]["scale"] == 2.0**16
+    assert torch.equal(r0["shard_aware"]["param"], torch.ones(3)) and r0["shard_aware"]["scale"] == 2.0**15
+
+
+# --------------------------------------------------------------------------- every strategy
+
+
+@pytest.mark.parametrize(("strategy", "mode", "precision"), matrix_params(modes=("gan",)))
+def test_bf16_mixed_on_cpu_under_every_strategy(strategy: str, mode: str, precision: str) -> None:
+    run = launch(strategy, mode, precision, devices=1 if strategy == "dp" else 2)
+    for report in run.ranks:
+        assert report["precision"] == "bf16-mixed"
+        assert report["dtypes"] == ["torch.bfloat16"], "autocast was not active in training_step"
+        assert report["amp_skipped"] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_resolves_and_monitors_on_a_real_gpu() -> None:
+    amp = AutoMixedPrecision()
+    precision = amp.resolve_precision("gpu")
+    assert precision == ("bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed")
+    trainer = pl.Trainer(
+        accelerator="gpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, callbacks=[amp],
+        plugins=[MixedPrecision("16-mixed", "cuda", scaler=torch.amp.GradScaler("cuda", init_scale=2.0**8))],
+    )  # fmt: skip
+    amp.resolved = None  # monitor the explicit 16-mixed plugin instead of the resolved precision
+    model = _Model(overflow_at=(3,))
+    trainer.fit(model)
+    assert model.dtypes == {torch.float16}
+    assert (amp.skipped_steps, amp.optimizer_steps) == (1, 8)
+    assert trainer.logged_metrics["amp/loss_scale"] == 2.0**7
