@@ -16,14 +16,14 @@ One node, 4 GPUs
     $ python examples/train.py --accelerator gpu --devices 4 --strategy ddp --precision bf16-mixed
     $ python examples/train.py --accelerator gpu --devices 4 --strategy dp
     $ python examples/train.py --accelerator gpu --devices 4 --strategy sharded --precision 16-mixed
-    $ horovodrun -np 4 python examples/train.py --accelerator gpu --strategy horovod
+    $ horovodrun -np 4 python examples/train.py --accelerator gpu --devices 4 --strategy horovod   # --devices: workers per host
 
 Two nodes, 8 GPUs each (run on every node; Lightning reads MASTER_ADDR/MASTER_PORT/NODE_RANK)
     node0$ MASTER_ADDR=node0 MASTER_PORT=29500 NODE_RANK=0 python examples/train.py \\
              --accelerator gpu --devices 8 --num-nodes 2 --strategy ddp
     node1$ MASTER_ADDR=node0 MASTER_PORT=29500 NODE_RANK=1 python examples/train.py \\
              --accelerator gpu --devices 8 --num-nodes 2 --strategy ddp
-    any$   horovodrun -np 16 -H node0:8,node1:8 python examples/train.py --accelerator gpu --strategy horovod
+    any$   horovodrun -np 16 -H node0:8,node1:8 python examples/train.py --accelerator gpu --devices 8 --strategy horovod
 
 Resume from a checkpoint
     $ python examples/train.py --ckpt-path outputs/checkpoints/last.ckpt --max-epochs 20
