@@ -177,7 +177,7 @@ def ddp_worker(args: argparse.Namespace) -> None:
         limit_val_batches=0,
         callbacks=[timer],
     )
-    trainer.fit(make_model(args), train_dataloaders=make_loader(args, args.batch_size * args.devices))
+    trainer.fit(make_model(args), train_dataloaders=make_loader(args, args.batch_size))  # per rank: the same per-GPU batch as dp's split
     rank = trainer.global_rank
     result = {"step_seconds": statistics.median(timer.times), "peak_bytes": torch.cuda.max_memory_allocated()}
     (args.out / f"rank{rank}.json").write_text(json.dumps(result))

@@ -41,6 +41,9 @@ if [ -z "$wheel" ]; then
   cp "$built" "$CACHE/.partial.whl" && mv "$CACHE/.partial.whl" "$CACHE/$(basename "$built")"
   wheel="$CACHE/$(basename "$built")"
 fi
+# --force-reinstall: after a torch upgrade the venv still holds horovod 0.28.1 built against the old
+# torch, and pip skips a wheel of an installed version; --no-deps keeps it from touching torch.
+$VPY -m pip install -q --force-reinstall --no-deps "$wheel"
 # horovod's runtime needs (cloudpickle, psutil, pyyaml, packaging) come from PyPI as usual.
 $VPY -m pip install -q "$wheel"
 $VPY -c "import horovod.torch as h; assert h.gloo_built(), 'horovod was built without Gloo'; print('horovod', h.__version__ if hasattr(h,'__version__') else '', 'ok (gloo)')"

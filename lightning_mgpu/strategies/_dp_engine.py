@@ -130,9 +130,9 @@ class LightningDataParallel(nn.DataParallel):
         if plan.batch_size is not None and plan.underfilled:
             raise SmallBatchError(
                 f"dp: {step_name} failed on a batch of {plan.batch_size} samples split over {plan.num_devices} devices"
-                f" as {list(plan.sizes)}: a batch smaller than twice the number of devices (typically the last"
-                " batch of an epoch) leaves single samples on a replica, which layers such as BatchNorm reject."
-                " Use DataLoader(..., drop_last=True) or a batch size of at least"
+                f" as {list(plan.sizes)}. A batch smaller than twice the number of devices (typically the last"
+                " batch of an epoch) leaves single samples on a replica, which layers such as BatchNorm reject in"
+                " training; if that is the cause, use DataLoader(..., drop_last=True) or a batch size of at least"
                 f" {2 * plan.num_devices} (a multiple of {plan.num_devices}). Original error: {cause}"
             ) from cause
         if cause is not err:

@@ -228,18 +228,20 @@ class StepCall:
     @contextmanager
     def replica_scope(self, index: int, replica: LightningModule) -> Iterator[None]:
         """Make ``replica`` act as part of the whole model while its step runs on this thread."""
-        self._install(index, replica)
         device_type, enabled, dtype = self.autocast
-        with ExitStack() as stack:
-            if self.inference_mode:
-                stack.enter_context(torch.inference_mode())
-            stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled))
-            try:
+        # Set-up failures abort the rendezvous too: replicas already waiting in a lock-step call
+        # (manual_backward, optimizer steps) would otherwise wait forever for this one.
+        try:
+            self._install(index, replica)
+            with ExitStack() as stack:
+                if self.inference_mode:
+                    stack.enter_context(torch.inference_mode())
+                stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled))
                 yield
-            except BaseException as err:
-                self.rendezvous.abort(index, err)
-                raise
-            self.rendezvous.finish(index)
+        except BaseException as err:
+            self.rendezvous.abort(index, err)
+            raise
+        self.rendezvous.finish(index)
 
     def _install(self, index: int, replica: LightningModule) -> None:
         if replica is self.original:

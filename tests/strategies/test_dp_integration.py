@@ -62,7 +62,8 @@ def test_dp_checkpoint_resumes_under_ddp_and_sharded(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- real GPUs
 def _fit_on_gpus(devices: int, steps: int = 5) -> tuple[dict[str, torch.Tensor], pl.Trainer]:
-    model = ParityModule(global_batch=30, num_samples=30 * steps)  # 30 samples: uneven on 4 GPUs
+    # 31 samples split unevenly on any count of 2+ GPUs, so a plain mean of replica losses would fail parity.
+    model = ParityModule(global_batch=31, num_samples=31 * steps)
     trainer = pl.Trainer(
         strategy="dp",
         accelerator="gpu",

@@ -328,13 +328,37 @@ def workers(out: Path) -> None:
         checks["devices_3"] = "accepted"
     except ValueError as err:
         checks["devices_3"] = str(err)
+    checks["collectives"] = collectives(legacy.strategy, rank)
     (out / f"checks_rank{rank}.json").write_text(json.dumps(checks))
 
 
-def self_launch(out: Path, ckpt: str) -> None:
-    """``Trainer(strategy="horovod", devices=2)`` in a plain process: resume to RESUMED_STEPS."""
-    trainer = run_scenario("self_launch", replace(SCENARIOS["plain"], steps=RESUMED_STEPS), out, ckpt=ckpt)
+def collectives(strategy: Any, rank: int) -> dict[str, Any]:
+    """Lightning's collective API on the strategy, with values that differ per rank so a no-op is caught."""
+    value = torch.tensor([float(rank + 1)])
+    result = {
+        "all_gather": strategy.all_gather(torch.tensor([rank, 10 + rank])).tolist(),
+        "broadcast_from_1": strategy.broadcast({"from": rank}, src=1),
+        "reduce_mean": strategy.reduce(value).item(),
+        "reduce_sum": strategy.reduce(value, reduce_op="sum").item(),
+        "reduce_max": strategy.reduce(value, reduce_op="max").item(),
+        "reduce_int_mean": strategy.reduce(torch.tensor([rank * 3]), reduce_op="mean").item(),
+        "decision_all": strategy.reduce_boolean_decision(rank == 0, all=True),
+        "decision_any": strategy.reduce_boolean_decision(rank == 0, all=False),
+    }
+    strategy.barrier()
+    return result
+
+
+def self_launch(out: Path, ckpt: str, single_ckpt: Optional[str] = None) -> None:
+    """``Trainer(strategy="horovod", devices=2)`` in a plain process: resume to RESUMED_STEPS.
+
+    From ``ckpt`` (written by 2 workers) and, if given, from ``single_ckpt`` (written by one process).
+    """
+    spec = replace(SCENARIOS["plain"], steps=RESUMED_STEPS)
+    trainer = run_scenario("self_launch", spec, out, ckpt=ckpt)
     assert trainer.strategy.launcher is not None, "expected the self-launch"
+    if single_ckpt is not None:
+        run_scenario("self_launch_from_one", spec, out, ckpt=single_ckpt)
 
 
 def elsewhere(out: Path, ckpt: str, scaled_ckpt: str) -> None:
@@ -367,12 +391,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("out", type=Path)
     p.add_argument("--ckpt", default=None)
     p.add_argument("--scaled-ckpt", default=None)
+    p.add_argument("--single-ckpt", default=None)
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.mode == "workers":
         workers(args.out)
     elif args.mode == "self-launch":
-        self_launch(args.out, args.ckpt)
+        self_launch(args.out, args.ckpt, args.single_ckpt)
     elif args.mode == "elsewhere":
         elsewhere(args.out, args.ckpt, args.scaled_ckpt)
     else:
