@@ -11,6 +11,7 @@ import inspect
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from fairscale.nn.data_parallel import ShardedDataParallel
 from fairscale.optim import OSS
 from fairscale.optim.grad_scaler import ShardedGradScaler
@@ -25,6 +26,8 @@ __all__ = [
     "SDP_OPTIONS",
     "ShardedDataParallel",
     "ShardedGradScaler",
+    "arm_reduction",
+    "bucket_safe_zero_grad",
     "make_oss",
     "params_not_reduced",
     "reduce_in_fixed_order",
@@ -67,8 +70,15 @@ def _keep_bucketed_grads_on_zero_grad(optimizer: OSS, module: ShardedDataParalle
                     param.grad.requires_grad_(False)
                 param.grad.zero_()
 
-    # An instance attribute, so that LightningOptimizer (which copies the instance dict) uses it too.
+    # An instance attribute: Lightning's automatic loop calls the OSS's own zero_grad. LightningOptimizer
+    # (manual optimization's `self.optimizers()`) subclasses OSS's class, so it would find the class method
+    # first; the strategy points each LightningOptimizer at this function as well.
     optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
+
+
+def bucket_safe_zero_grad(optimizer: Optimizer) -> Any:
+    """The bucket-safe ``zero_grad`` installed on ``optimizer`` by :func:`wrap_module`, or ``None``."""
+    return vars(optimizer).get("zero_grad")
 
 
 def wrap_module(module: nn.Module, optimizers: list[OSS], **kwargs: Any) -> ShardedDataParallel:
@@ -92,28 +102,95 @@ def remove_grad_hooks(module: ShardedDataParallel) -> None:
 
 
 def params_not_reduced(module: ShardedDataParallel) -> list[torch.Tensor]:
-    """Trainable parameters whose gradient this rank did not reduce in the last backward.
+    """Parameters that require grad and whose gradient this rank did not reduce in the last backward.
 
-    Empty while accumulating (``no_sync``), where nothing is reduced on purpose.
+    Empty while accumulating (``no_sync``), where nothing is reduced on purpose. A parameter frozen for this
+    backward (``requires_grad=False``, e.g. by ``toggle_model``) cannot receive a gradient and is not counted.
     """
     if module._should_accumulate_grads or not module.training:
         return []
-    return [p for p, pending in zip(module._trainable_params, module._grad_to_be_reduced) if pending]
+    return [p for p, pending in zip(module._trainable_params, module._grad_to_be_reduced) if pending and p.requires_grad]
 
 
-def reduce_in_fixed_order(module: ShardedDataParallel) -> None:
-    """Reduce every trainable gradient now, in the same order on every rank; missing ones count as zero.
+def arm_reduction(module: ShardedDataParallel) -> bool:
+    """Prepare ShardedDataParallel to reduce, in the coming backward, the parameters that require grad now.
 
-    ShardedDataParallel normally issues one reduce per parameter from its gradient hook, in the order
-    autograd happens to finish them. If ranks use different parameters their graphs differ, the orders
-    differ and the collectives mismatch. Called after a backward run under ``no_sync()``, this walks the
-    parameters in ShardedDataParallel's own (rank-independent) order instead.
+    ShardedDataParallel marks every trainable parameter "to be reduced" in its ``forward`` only, and unmarks
+    each one as it reduces it. Manual optimization can run several backward passes per forward: a GAN runs
+    one per optimizer, each inside ``toggle_model``, which sets ``requires_grad=False`` on the other
+    optimizers' parameters. Without re-arming, the second backward reduces nothing and its gradients stay
+    local. Re-arming before each backward gives DDP's semantics: every backward outside ``no_sync`` reduces.
+
+    Returns:
+        Whether some of ShardedDataParallel's trainable parameters are frozen for this backward. Those must
+        not be reduced, so FairScale's hooks and buckets cannot be used (see :func:`reduce_in_fixed_order`).
     """
-    for param in module._trainable_params:
-        if param.grad is None:
-            param.grad = torch.zeros_like(param)
-    if any(module._grad_to_be_reduced):
-        module.reduce()
+    active = [p.requires_grad for p in module._trainable_params]
+    module._grad_to_be_reduced = list(active)
+    module._bucket_flush_callback_set = False
+    for bucket in module._bucket_list:
+        bucket.reset_checked_in()
+    return not all(active)
+
+
+def reduce_in_fixed_order(module: ShardedDataParallel, missing_as_zero: bool = True) -> None:
+    """Reduce every pending gradient now, in the same order on every rank.
+
+    ShardedDataParallel normally issues one reduce per parameter (or bucket) from its gradient hooks, in the
+    order autograd happens to finish them. If ranks use different parameters their graphs differ, the
+    orders differ and the collectives mismatch. Called after a backward run under ``no_sync()``, this walks
+    the parameters in ShardedDataParallel's own (rank-independent) order instead.
+
+    Args:
+        module: the wrapper, after a backward under ``no_sync()`` and :func:`arm_reduction`.
+        missing_as_zero: a pending parameter without a gradient counts as zero (``find_unused_parameters``).
+            Otherwise nothing is reduced, so that no rank waits in a collective the others never issue, and
+            :func:`params_not_reduced` names the parameters.
+    """
+    params = module._trainable_params
+    pending = [i for i, flagged in enumerate(module._grad_to_be_reduced) if flagged]
+    if not pending:
+        return
+    missing = [i for i in pending if params[i].grad is None]
+    if missing and not missing_as_zero:
+        return
+    for i in missing:
+        params[i].grad = torch.zeros_like(params[i])
+    if len(pending) == len(params):
+        module.reduce()  # every trainable parameter: FairScale's own reduction, with its buckets
+    else:
+        _reduce_each(module, pending)
+
+
+@torch.no_grad()
+def _reduce_each(module: ShardedDataParallel, indices: list[int]) -> None:
+    """Reduce these parameters' gradients one by one to their owners, leaving the other parameters alone.
+
+    FairScale's buckets cannot be used: a bucket holds the gradients of frozen parameters too (e.g. the
+    discriminator's, accumulated over earlier micro-batches), which must not be reduced yet. A bucketed
+    gradient is a contiguous view of its bucket, so it is reduced in place.
+    """
+    params = module._trainable_params
+    bucketed = module._should_bucket_grad if module._use_buckets else [False] * len(params)
+    pending = []
+    for i in indices:
+        param = params[i]
+        module._grad_to_be_reduced[i] = False
+        assert param.grad is not None
+        param.grad.mul_(module._world_size_scaling)
+        if module._reduce_fp16 and not bucketed[i]:
+            param.grad.data = param.grad.data.half()
+        owner = module._trainable_param_to_rank[param]
+        work = dist.reduce(param.grad.data, dst=module._local_to_global_rank[owner], group=module._process_group, async_op=True)
+        pending.append((work, param, owner, bucketed[i]))
+    for work, param, owner, in_bucket in pending:
+        work.wait()
+        if owner != module._rank:
+            if not in_bucket:
+                param.grad = None  # ZeRO-2: only the owner keeps the reduced gradient (a bucket keeps its memory)
+        else:
+            assert param.grad is not None
+            param.grad.data = param.grad.data.to(dtype=param.dtype)
 
 
 def sharded_grad_scaler(scaler: torch.amp.GradScaler) -> ShardedGradScaler:

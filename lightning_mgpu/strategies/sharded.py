@@ -254,19 +254,49 @@ class ShardedStrategy(DDPStrategy):
         # fp16 parameter broadcasts halve the inter-node traffic and are safe under AMP (Lightning 1.x default).
         return getattr(self.precision_plugin, "precision", None) == "16-mixed" and self.num_nodes > 1
 
+    def _resolved_reduce_buffer_size(self) -> int:
+        if self._reduce_buffer_size is not None:
+            return self._reduce_buffer_size
+        # Buckets help across nodes; on one node they only cost memory (bucketed grads are not sharded).
+        return _MULTI_NODE_REDUCE_BUFFER_SIZE if self.num_nodes > 1 else 0
+
     def _wrap_sharded_data_parallel(self) -> None:
         from lightning_mgpu.strategies._sharded_fairscale import wrap_module
 
-        kwargs = dict(self._ddp_kwargs)
-        if self._reduce_buffer_size is not None:
-            kwargs["reduce_buffer_size"] = self._reduce_buffer_size
-        else:
-            # Buckets help across nodes; on one node they only cost memory (bucketed grads are not sharded).
-            kwargs["reduce_buffer_size"] = _MULTI_NODE_REDUCE_BUFFER_SIZE if self.num_nodes > 1 else 0
+        kwargs = {**self._ddp_kwargs, "reduce_buffer_size": self._resolved_reduce_buffer_size()}
         oss = [opt for opt in self.optimizers if is_sharded_optimizer(opt)]
         if not oss:
             return
         self.model = wrap_module(self.model, oss, **kwargs)
+        self._point_lightning_optimizers_at_zero_grad()
+
+    @property  # type: ignore[override]
+    @override
+    def optimizers(self) -> list[Optimizer]:
+        return self._optimizers
+
+    @optimizers.setter
+    @override
+    def optimizers(self, optimizers: list[Optimizer]) -> None:
+        # The parent setter rebuilds the LightningOptimizer wrappers; they need the bucket-safe zero_grad again.
+        DDPStrategy.optimizers.fset(self, optimizers)  # type: ignore[attr-defined]
+        self._point_lightning_optimizers_at_zero_grad()
+
+    def _point_lightning_optimizers_at_zero_grad(self) -> None:
+        """Make ``self.optimizers().zero_grad()`` (manual optimization) the bucket-safe one of the OSS it wraps.
+
+        LightningOptimizer subclasses the wrapped optimizer's class and forwards only missing attributes, so it
+        finds OSS's class ``zero_grad`` before the instance attribute ``wrap_module`` installed on the OSS. That
+        ``zero_grad`` frees the bucketed gradients and the ranks silently diverge (``reduce_buffer_size > 0``).
+        """
+        if self._backend != "fairscale":
+            return
+        from lightning_mgpu.strategies._sharded_fairscale import bucket_safe_zero_grad
+
+        for lightning_optimizer in self._lightning_optimizers:
+            zero_grad = bucket_safe_zero_grad(unwrap_optimizer(lightning_optimizer))
+            if zero_grad is not None:
+                lightning_optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
 
     def _sharded_data_parallel(self) -> Any:
         """The ShardedDataParallel wrapper, or ``None`` (torch backend, not fitting, FairScale not loaded)."""
@@ -295,12 +325,19 @@ class ShardedStrategy(DDPStrategy):
     @override
     def backward(self, closure_loss: Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Tensor:
         sdp = self._sharded_data_parallel()
-        if sdp is None or not self._find_unused_parameters or not sdp.training:
+        if sdp is None or not sdp.training:
             return super().backward(closure_loss, optimizer, *args, **kwargs)
-        from lightning_mgpu.strategies._sharded_fairscale import reduce_in_fixed_order
+        from lightning_mgpu.strategies._sharded_fairscale import arm_reduction, reduce_in_fixed_order
 
-        # Strategy.backward, with the reduction moved out of the autograd hooks: ranks that use different
-        # parameters finish their gradients in different orders, so reduce afterwards in a fixed order.
+        # Each backward reduces what requires grad now: manual optimization may run several per forward, e.g.
+        # one per optimizer of a GAN, with toggle_model() freezing the other optimizers' parameters.
+        partial = arm_reduction(sdp)
+        if not partial and not self._find_unused_parameters:
+            # FairScale's hooks reduce each gradient as autograd finishes it, overlapping the backward pass.
+            return super().backward(closure_loss, optimizer, *args, **kwargs)
+        # Strategy.backward, with the reduction moved out of the autograd hooks, for two reasons. Ranks that use
+        # different parameters finish their gradients in different orders, so reduce afterwards in a fixed
+        # order. A partial backward must not reduce the buckets, which also hold the frozen gradients.
         assert self.lightning_module is not None
         self.pre_backward(closure_loss)
         closure_loss = self.precision_plugin.pre_backward(closure_loss, self.lightning_module)
@@ -308,7 +345,7 @@ class ShardedStrategy(DDPStrategy):
         with sdp.no_sync():
             self.precision_plugin.backward(closure_loss, self.lightning_module, optimizer, *args, **kwargs)
         if not accumulating:
-            reduce_in_fixed_order(sdp)
+            reduce_in_fixed_order(sdp, missing_as_zero=self._find_unused_parameters)
         closure_loss = self.precision_plugin.post_backward(closure_loss, self.lightning_module)
         self.post_backward(closure_loss)
         return closure_loss

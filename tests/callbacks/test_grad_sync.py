@@ -132,15 +132,7 @@ def test_bundle_strategies_implement_block_backward_sync() -> None:
 # --------------------------------------------------------------------------- integration
 
 
-# Known bug in lightning_mgpu/strategies/sharded.py (find_unused_parameters path), reported to the lead:
-# ShardedDataParallel's reduce flags are reset only in its forward, and `reduce_in_fixed_order` reduces
-# every trainable parameter, including those `toggle_model` switched off. With two backward passes per
-# training_step (a GAN), the discriminator's backward reduces nothing and its accumulated local gradients
-# are reduced early and dropped on the ranks that do not own them.
-SHARDED_GAN_BUG = "sharded: a second manual_backward in one training_step (GAN + toggle_model) is not reduced"
-
-
-@pytest.mark.parametrize(("strategy", "mode", "precision"), matrix_params(known_bugs={("sharded", "gan"): SHARDED_GAN_BUG}))
+@pytest.mark.parametrize(("strategy", "mode", "precision"), matrix_params())
 def test_one_allreduce_round_per_optimizer_step(strategy: str, mode: str, precision: str) -> None:
     run = launch(strategy, mode, precision, devices=1 if strategy == "dp" else 2)
     finals = run.final_micro_batches()

@@ -230,3 +230,78 @@ def test_find_unused_parameters_reduces_everything(one_rank_group: None) -> None
     assert params_not_reduced(sdp) == []
     assert torch.count_nonzero(module.unused_head.weight.grad) == 0  # counted as a zero gradient
     strategy.teardown()
+
+
+def test_knob_defaults_resolve_as_documented(one_rank_group: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """reduce_buffer_size: 0 on one node, 2**23 on several; broadcast_fp16: on for 16-mixed across nodes."""
+    from lightning_mgpu.strategies import _sharded_fairscale
+
+    wrapped: dict[str, object] = {}
+    monkeypatch.setattr(_sharded_fairscale, "wrap_module", lambda module, optimizers, **kwargs: wrapped.update(kwargs) or module)
+
+    def resolved(num_nodes: int, precision: str | None = None, **kwargs: object) -> tuple[object, bool]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "CUDA is not available" from the 16-mixed scaler on this machine
+            plugin = MixedPrecision(precision, "cuda") if precision else None  # type: ignore[arg-type]
+            strategy = ShardedStrategy(precision_plugin=plugin, **kwargs)  # type: ignore[arg-type]
+        strategy.num_nodes = num_nodes
+        module = _TwoHeads()
+        # What setup() does: OSS from the strategy's factory, then ShardedDataParallel with the resolved knobs.
+        strategy.optimizers = [strategy._optimizer_factory()([{"params": list(module.parameters())}], torch.optim.SGD, {"lr": 0.1})]
+        strategy.model = module
+        wrapped.clear()
+        strategy._wrap_sharded_data_parallel()
+        return wrapped["reduce_buffer_size"], strategy.optimizers[0].broadcast_fp16  # type: ignore[attr-defined]
+
+    assert resolved(1) == (0, False)
+    assert resolved(2) == (2**23, False)
+    assert resolved(2, "16-mixed") == (2**23, True)
+    assert resolved(1, "16-mixed") == (0, False)
+    assert resolved(2, "bf16-mixed") == (2**23, False)  # only 16-mixed turns it on (Lightning 1.x's rule)
+    # Explicit values win over the defaults.
+    assert resolved(2, "16-mixed", reduce_buffer_size=0, broadcast_fp16=False) == (0, False)
+    assert resolved(1, reduce_buffer_size=2**10, broadcast_fp16=True) == (2**10, True)
+
+
+class _Gan(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gen, self.disc = nn.Linear(2, 4), nn.Linear(4, 1)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.gen(z)
+
+
+@pytest.mark.parametrize("find_unused_parameters", [False, True])
+def test_each_backward_reduces_the_parameters_toggle_model_left_trainable(
+    one_rank_group: None, monkeypatch: pytest.MonkeyPatch, find_unused_parameters: bool
+) -> None:
+    """A GAN's two backward passes in one training_step (one wrapper forward) each reduce their own half."""
+    from lightning_mgpu.strategies._sharded_fairscale import params_not_reduced
+
+    strategy = ShardedStrategy(find_unused_parameters=find_unused_parameters)
+    module = _Gan()
+    sdp, _ = _sharded_setup(strategy, module)
+    # The precision plugin's backward calls the Trainer's hooks on the module.
+    module.trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
+    module.trainer.strategy.connect(module)
+    reduced: list[torch.Tensor] = []
+    original = dist.reduce
+    monkeypatch.setattr(dist, "reduce", lambda tensor, *a, **k: reduced.append(tensor) or original(tensor, *a, **k))
+
+    fake = sdp(torch.randn(3, 2))  # one wrapper forward (in Lightning: the whole training_step)
+    phases = (
+        (module.gen, module.disc, lambda: module.disc(fake).sum()),  # the generator's step
+        (module.disc, module.gen, lambda: module.disc(fake.detach()).sum()),  # the discriminator's step
+    )
+    for trained, frozen, loss in phases:
+        frozen.requires_grad_(False)  # what toggle_model does
+        before = [p.grad if p.grad is None else p.grad.clone() for p in frozen.parameters()]
+        reduced.clear()
+        strategy.backward(loss(), None)  # used to fail for the frozen half, or to reduce nothing the second time
+        assert {t.data_ptr() for t in reduced} == {p.grad.data_ptr() for p in trained.parameters()}  # type: ignore[union-attr]
+        assert params_not_reduced(sdp) == []
+        for param, grad in zip(frozen.parameters(), before):  # neither reduced nor zero-filled
+            assert param.grad is None if grad is None else torch.equal(param.grad, grad)
+        frozen.requires_grad_(True)
+    strategy.teardown()

@@ -23,7 +23,7 @@ from lightning_mgpu.models import ImageClassifier
 from lightning_mgpu.utilities.checkpoint import load_state_dict
 from tests._harness.launch import REPO_ROOT, max_abs_diff, run_python
 from tests._harness.parity_run import ParityModule
-from tests.strategies.test_sharded_scenarios import CLIP_NORM
+from tests.strategies.test_sharded_scenarios import CLIP_NORM, GAN_ACCUMULATE, GLOBAL_BATCH, NUM_SAMPLES, RESUMED_STEPS
 
 pytestmark = pytest.mark.integration
 
@@ -121,6 +121,38 @@ def test_parameters_match_ddp(runs: dict[str, Any], backend: str, optimizer: str
         _assert_same(r0["manual/params/fairscale"], r0["params/ddp/sgd"])
 
 
+def test_manual_optimization_with_bucketed_gradients_matches_ddp(runs: dict[str, Any]) -> None:
+    # `self.optimizers().zero_grad()` goes through LightningOptimizer, which must reach the bucket-safe zero_grad:
+    # freeing a bucketed gradient makes FairScale reduce a stale bucket and the ranks drift apart.
+    for rank in runs["ranks"]:
+        _assert_same(rank["manual/bucketed/params/fairscale"], rank["params/ddp/sgd"])
+
+
+@pytest.mark.parametrize("variant", ["default", "unused", "bucketed"])
+def test_gan_with_toggle_model_matches_ddp(runs: dict[str, Any], variant: str) -> None:
+    """Two optimizers, one backward each per training_step under toggle_model(sync_grad=...), accumulating."""
+    r0 = runs["ranks"][0]
+    assert max_abs_diff(r0["gan/params/ddp"], r0["gan/params/init"]) > 1e-2  # both halves trained
+    for rank in runs["ranks"]:
+        _assert_same(rank[f"gan/params/fairscale/{variant}"], rank["gan/params/ddp"])
+    if variant != "bucketed":  # (buckets reduce several gradients in one collective)
+        # Per backward: nothing while accumulating, then the generator's 4 tensors, then the discriminator's 4.
+        micro_batches = NUM_SAMPLES // GLOBAL_BATCH
+        expected = ([0, 0] * (GAN_ACCUMULATE - 1) + [4, 4]) * (micro_batches // GAN_ACCUMULATE)
+        assert r0[f"gan/reductions/fairscale/{variant}"] == expected
+
+
+def test_validate_test_and_predict_run_on_the_bare_module(runs: dict[str, Any]) -> None:
+    for rank in runs["ranks"]:
+        result = rank["eval"]
+        assert result["models"] == {"validate": ["EvalModule"], "test": ["EvalModule"], "predict": ["EvalModule"]}
+        assert abs(result["validate"] - result["expected_loss"]) < ATOL
+        assert abs(result["test"] - result["expected_loss"]) < ATOL
+        assert torch.allclose(result["predict"], result["expected_predict"], atol=ATOL)
+    # The states agree across ranks: both evaluated the same trained parameters.
+    assert runs["ranks"][0]["eval"]["validate"] == runs["ranks"][1]["eval"]["validate"]
+
+
 def test_each_rank_holds_half_the_optimizer_state(runs: dict[str, Any]) -> None:
     ranks = runs["ranks"]
     for backend in ("fairscale", "torch"):
@@ -199,6 +231,13 @@ def test_resume_on_a_different_number_of_ranks(runs: dict[str, Any]) -> None:
     # 2 -> 1: one process holds everything and continues as the 2-rank ddp run did (up to float reordering).
     assert len(runs["back"]["resume_2to1/owners"]) == 6
     _assert_same(runs["back"]["resume_2to1/params/fairscale"], r0["resumed/params/ddp_from_ddp"], atol=1e-5)
+
+
+def test_two_rank_sharded_checkpoint_resumes_under_dp(runs: dict[str, Any]) -> None:
+    back = runs["back"]
+    assert back["resume_2to1/dp_strategy"] == "DataParallelStrategy" and back["resume_2to1/dp_global_step"] == RESUMED_STEPS
+    # One process on the global batch continues as the 2-rank ddp run did (up to float reordering).
+    _assert_same(back["resume_2to1/params/dp"], runs["ranks"][0]["resumed/params/ddp_from_ddp"], atol=1e-5)
 
 
 def test_train_py_under_sharded_spawn_then_resume_under_the_ddp_sharded_alias(tmp_path: Path) -> None:

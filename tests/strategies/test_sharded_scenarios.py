@@ -26,6 +26,7 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies import DDPStrategy
 from torch import nn
+from torch.utils.data import DataLoader
 
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.strategies import ShardedStrategy
@@ -38,6 +39,10 @@ STEPS = 5
 RESUMED_STEPS = 8
 CLIP_NORM = 0.05  # well below the gradient norm of the first steps, so clipping acts
 CLIP_VALUE = 0.002
+GAN_ACCUMULATE = 2  # micro-batches per optimizer step in the GAN scenario
+# Every micro-batch of the data once; each final micro-batch steps both optimizers (2 global steps).
+GAN_STEPS = 2 * (NUM_SAMPLES // GLOBAL_BATCH) // GAN_ACCUMULATE
+EVAL_SAMPLES, EVAL_BATCH = 64, 16
 TIMEOUT = timedelta(seconds=120)  # a broken collective fails the run instead of hanging for 30 minutes
 
 
@@ -45,8 +50,10 @@ def world() -> int:
     return int(os.environ["WORLD_SIZE_FOR_SCENARIOS"])
 
 
-def strategy(name: str, **kwargs: Any) -> pl.strategies.Strategy:
-    """A fresh strategy instance: ``ddp``, ``fairscale`` (ShardedStrategy) or ``torch`` (ShardedStrategy ZeRO)."""
+def strategy(name: str, **kwargs: Any) -> pl.strategies.Strategy | str:
+    """A fresh strategy: ``ddp``, ``dp``, ``fairscale`` (ShardedStrategy) or ``torch`` (ShardedStrategy ZeRO)."""
+    if name == "dp":
+        return "dp"  # the bundle's DataParallelStrategy by its registered name (one device on the CPU)
     if name == "ddp":
         return DDPStrategy(timeout=TIMEOUT, **kwargs)
     return ShardedStrategy(backend=name, timeout=TIMEOUT, **kwargs)
@@ -143,6 +150,97 @@ class RankZeroOnlyHead(ParityModule):
         return nn.functional.mse_loss(out, y)
 
 
+class GanModule(ParityModule):
+    """A GAN trained the Lightning way: two optimizers, each backward inside ``toggle_model(sync_grad=...)``.
+
+    ``toggle_model`` freezes the other optimizer's parameters, so each of the two backward passes per
+    ``training_step`` (one forward of the wrapper) reduces a different half of the parameters; the
+    discriminator's gradients also accumulate over ``GAN_ACCUMULATE`` micro-batches.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(optimizer="sgd", lr=0.1, manual=True, global_batch=GLOBAL_BATCH, num_samples=NUM_SAMPLES)
+        del self.net
+        torch.manual_seed(2)
+        self.gen = nn.Sequential(nn.Linear(OUT, 16), nn.Tanh(), nn.Linear(16, IN))
+        self.disc = nn.Sequential(nn.Linear(IN, 16), nn.Tanh(), nn.Linear(16, 1))
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        real, noise = batch
+        final = (batch_idx + 1) % GAN_ACCUMULATE == 0
+        opt_g, opt_d = self.optimizers()
+        ones, zeros = torch.ones(len(real), 1), torch.zeros(len(real), 1)
+        with opt_g.toggle_model(sync_grad=final):
+            fake = self.gen(noise)
+            self.manual_backward(nn.functional.mse_loss(self.disc(fake), ones) / GAN_ACCUMULATE)
+            if final:
+                opt_g.step()
+                opt_g.zero_grad()
+        with opt_d.toggle_model(sync_grad=final):
+            loss_d = nn.functional.mse_loss(self.disc(real), ones) + nn.functional.mse_loss(self.disc(fake.detach()), zeros)
+            self.manual_backward(loss_d / GAN_ACCUMULATE)
+            if final:
+                opt_d.step()
+                opt_d.zero_grad()
+
+    def configure_optimizers(self) -> Any:
+        return (
+            torch.optim.SGD(self.gen.parameters(), lr=0.1, momentum=0.9),
+            torch.optim.SGD(self.disc.parameters(), lr=0.1, momentum=0.9),
+        )
+
+
+class EvalModule(ParityModule):
+    """Records the model object the strategy runs evaluation steps on (it must be the bare module)."""
+
+    def __init__(self) -> None:
+        super().__init__(optimizer="sgd", lr=0.1, global_batch=GLOBAL_BATCH, num_samples=NUM_SAMPLES)
+        self.eval_models: dict[str, set[str]] = {}
+
+    def _seen(self, stage: str) -> None:
+        self.eval_models.setdefault(stage, set()).add(type(self.trainer.strategy.model).__name__)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._seen("validate")
+        self.log("val_loss", nn.functional.mse_loss(self(batch[0]), batch[1]), sync_dist=True)
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._seen("test")
+        self.log("test_loss", nn.functional.mse_loss(self(batch[0]), batch[1]), sync_dist=True)
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self._seen("predict")
+        return self(batch[0])
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(make_data(EVAL_SAMPLES, seed=5), batch_size=EVAL_BATCH)  # every rank evaluates all of it
+
+    test_dataloader = predict_dataloader = val_dataloader
+
+
+def evaluate(trainer: pl.Trainer, module: EvalModule) -> dict[str, Any]:
+    """validate and predict with the Trainer that just ran ``fit``; test with a fresh Trainer that never did."""
+    r: dict[str, Any] = {}
+    os.environ["WORLD_SIZE"] = str(world())  # removed by the previous run's environment teardown
+    r["validate"] = trainer.validate(module, verbose=False)[0]["val_loss"]
+    os.environ["WORLD_SIZE"] = str(world())
+    r["predict"] = torch.cat(trainer.predict(module))
+    os.environ["WORLD_SIZE"] = str(world())
+    fresh = pl.Trainer(
+        strategy=strategy("fairscale"), accelerator="cpu", devices=world(), logger=False, enable_progress_bar=False,
+        enable_model_summary=False, use_distributed_sampler=False,
+    )  # fmt: skip
+    r["test"] = fresh.test(module, verbose=False)[0]["test_loss"]
+    x, y = make_data(EVAL_SAMPLES, seed=5).tensors
+    with torch.no_grad():
+        r["expected_predict"] = module(x)
+        # Lightning averages the per-batch losses (equal batch sizes here).
+        losses = [nn.functional.mse_loss(module(x[i : i + EVAL_BATCH]), y[i : i + EVAL_BATCH]) for i in range(0, EVAL_SAMPLES, EVAL_BATCH)]
+        r["expected_loss"] = float(torch.stack(losses).mean())
+    r["models"] = {stage: sorted(names) for stage, names in module.eval_models.items()}
+    return r
+
+
 class ReductionCounter(Callback):
     """Records how many gradient reductions each backward pass issued."""
 
@@ -231,10 +329,32 @@ def phase_main(out: Path) -> dict[str, Any]:
         fit(name, module, steps=3, accumulate=2, callbacks=(counter,) if name != "ddp" else ())
         r[f"accumulate/params/{name}"] = params(module)
         r[f"accumulate/reductions/{name}"] = counter.per_backward
-    # Manual optimization: LightningOptimizer.step through OSS.
+    # Manual optimization: LightningOptimizer.step through OSS; `self.optimizers().zero_grad()` must keep the
+    # bucketed gradients attached to their bucket (the multi-node default reduce_buffer_size).
     module = mlp("sgd", manual=True)
     fit("fairscale", module)
     r["manual/params/fairscale"] = params(module)
+    module = mlp("sgd", manual=True)
+    fit("fairscale", module, reduce_buffer_size=2**20)
+    r["manual/bucketed/params/fairscale"] = params(module)
+
+    # A GAN: two optimizers, toggle_model(sync_grad=...), accumulation. DDP needs find_unused_parameters for the
+    # frozen half; sharded works without it, with it, and with buckets.
+    module = GanModule()
+    fit("ddp", module, steps=GAN_STEPS, find_unused_parameters=True)
+    r["gan/params/ddp"] = params(module)
+    for variant, kwargs in (("default", {}), ("unused", {"find_unused_parameters": True}), ("bucketed", {"reduce_buffer_size": 2**20})):
+        module = GanModule()
+        counter = ReductionCounter("fairscale")
+        fit("fairscale", module, steps=GAN_STEPS, callbacks=(counter,), **kwargs)
+        r[f"gan/params/fairscale/{variant}"] = params(module)
+        r[f"gan/reductions/fairscale/{variant}"] = counter.per_backward
+    r["gan/params/init"] = params(GanModule())
+
+    # Validation, test and predict on the bare module, after fit and with a fresh Trainer.
+    module = EvalModule()
+    trainer = fit("fairscale", module)
+    r["eval"] = evaluate(trainer, module)
 
     # Clipping against a single-process reference.
     r["clip/reference/norm"], r["clip/reference_norms"] = reference_clipped_run(CLIP_NORM, "norm")
@@ -281,6 +401,13 @@ def phase_resume(out: Path, ckpt: Path, tag: str) -> dict[str, Any]:
         module = mlp("adam")
         fit("ddp", module, steps=RESUMED_STEPS, resume=ckpt)
         r[f"resume_{tag}/params/ddp"] = params(module)
+    else:
+        # The 2-rank sharded checkpoint also resumes under dp (one device on the CPU) and trains on.
+        module = mlp("adam")
+        trainer = fit("dp", module, steps=RESUMED_STEPS, resume=ckpt)
+        r[f"resume_{tag}/params/dp"] = params(module)
+        r[f"resume_{tag}/dp_strategy"] = type(trainer.strategy).__name__
+        r[f"resume_{tag}/dp_global_step"] = trainer.global_step
     return r
 
 
