@@ -26,7 +26,7 @@ from typing import Any, Literal, Union
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -110,7 +110,7 @@ class ActivationCheckpointing(Callback):
         self.impl: Impl = impl
         self.checkpointed_names: list[str] = []
         self.skipped_inplace: list[str] = []
-        self._patched: list[weakref.ref[nn.Module]] = []
+        self._patched: list[tuple[str, weakref.ref[nn.Module]]] = []  # (name, module) of every class swap, to undo
         self._deferred_module: pl.LightningModule | None = None
 
     @property
@@ -118,11 +118,16 @@ class ActivationCheckpointing(Callback):
     def state_key(self) -> str:
         return self._generate_state_key(specs=[s.label for s in self.specs], every_k=self.every_k, impl=self.impl)
 
-    def select(self, root: nn.Module) -> list[tuple[str, nn.Module]]:
+    def select(self, root: nn.Module, strict: bool = True) -> list[tuple[str, nn.Module]]:
         """The ``(name, module)`` pairs of ``root`` that this callback checkpoints.
 
+        Args:
+            root: the model to search.
+            strict: raise when an entry matches nothing or nothing is selected. Off when re-applying after the
+                strategy rebuilt modules: the user's choice was validated the first time.
+
         Raises:
-            ValueError: an entry of ``modules`` matches nothing, or ``every_k`` leaves nothing selected.
+            ValueError: (``strict``) an entry of ``modules`` matches nothing, or ``every_k`` leaves nothing selected.
         """
         named = [(name, m) for name, m in root.named_modules() if name]  # the root itself is never checkpointed
         hits = [False] * len(self.specs)
@@ -135,7 +140,7 @@ class ActivationCheckpointing(Callback):
             if matched:
                 matches.append((name, module))
         for spec, hit in zip(self.specs, hits):
-            if not hit:
+            if not hit and strict:
                 raise ValueError(spec.no_match_message(type(root).__name__, named))
         outermost = _outermost(matches)
         # An op that overwrites its own input (ReLU(inplace=True)) cannot be recomputed from that input, and
@@ -143,7 +148,7 @@ class ActivationCheckpointing(Callback):
         self.skipped_inplace = [name for name, m in outermost if getattr(m, "inplace", False) is True]
         eligible = [(name, m) for name, m in outermost if name not in self.skipped_inplace]
         selected = eligible[self.every_k - 1 :: self.every_k]
-        if not selected:
+        if not selected and strict:
             raise ValueError(
                 f"ActivationCheckpointing(every_k={self.every_k}) selects nothing: {len(eligible)} module(s) can be"
                 f" checkpointed ({', '.join(n for n, _ in eligible) or 'none'}"
@@ -152,10 +157,13 @@ class ActivationCheckpointing(Callback):
             )
         return selected
 
-    def apply(self, root: nn.Module) -> list[str]:
-        """Patch the selected submodules of ``root`` in place; idempotent. Returns the newly patched names."""
+    def apply(self, root: nn.Module, strict: bool = True) -> list[str]:
+        """Patch the selected submodules of ``root`` in place; idempotent. Returns the newly patched names.
+
+        ``strict`` is passed to :meth:`select`.
+        """
         newly: list[str] = []
-        for name, module in self.select(root):
+        for name, module in self.select(root, strict=strict):
             if getattr(type(module), _ORIGINAL_CLASS, None) is not None:
                 continue  # already checkpointed (by this or an earlier application)
             if "forward" in module.__dict__:
@@ -165,14 +173,14 @@ class ActivationCheckpointing(Callback):
                     " or child module instead."
                 )
             module.__class__ = _checkpointed_class(type(module), self.impl)
-            self._patched.append(weakref.ref(module))
+            self._patched.append((name, weakref.ref(module)))
             newly.append(name)
         self.checkpointed_names.extend(newly)
         return newly
 
     def restore(self) -> None:
         """Give every patched module its own class back."""
-        for ref in self._patched:
+        for _, ref in self._patched:
             module = ref()
             if module is not None:
                 original = getattr(type(module), _ORIGINAL_CLASS, None)
@@ -198,9 +206,25 @@ class ActivationCheckpointing(Callback):
                 "ActivationCheckpointing: `configure_model` was overridden but never called before fitting"
                 " started; the chosen modules could not be patched."
             )
-        newly = self.apply(pl_module)
+        # Not strict: the choice was validated in setup, and a class spec can legitimately match nothing now
+        # (sync_batchnorm turns nn.BatchNorm2d into nn.SyncBatchNorm, which is not a BatchNorm2d).
+        newly = self.apply(pl_module, strict=False)
         if newly:
             rank_zero_info(f"ActivationCheckpointing: also checkpointing {len(newly)} module(s) the strategy rebuilt.")
+        # Modules patched in setup that the strategy swapped out are no longer part of the model. Keep them in
+        # `_patched` (restore() undoes their class swap all the same) but not among the checkpointed names.
+        present = {id(m) for m in pl_module.modules()}
+        live = [name for name, ref in self._patched if (m := ref()) is not None and id(m) in present]
+        self.checkpointed_names = live
+        replaced = [name for name, _ in self._patched if name not in live]
+        if replaced:
+            shown = ", ".join(replaced[:8]) + (f", ... ({len(replaced) - 8} more)" if len(replaced) > 8 else "")
+            rank_zero_warn(
+                f"ActivationCheckpointing: the strategy replaced {len(replaced)} checkpointed module(s) with modules"
+                f" that no longer match {[s.label for s in self.specs]} ({shown}), so they are not checkpointed."
+                " Select them by name pattern (e.g. 'features.*'), which survives the replacement, or by the new"
+                " class (e.g. nn.SyncBatchNorm with sync_batchnorm=True)."
+            )
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -65,11 +65,25 @@ def _finite(x: float) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
+def _logging_step(trainer: pl.Trainer) -> int:
+    """Lightning's logging step: the batches that stepped so far, not counting the current one.
+
+    ``LoggerConnector.log_metrics`` logs a batch's metrics at this value (read before the batch's own
+    increment, which comes after ``on_train_batch_end``), and epoch-end metrics at the last batch's.
+
+    Not ``trainer.global_step``: that counts ``optimizer.step()`` calls, so with two optimizers (a GAN) it
+    runs twice as fast as Lightning's x-axis, and the monitor's rows would not line up with ``train_loss``.
+    """
+    return int(trainer.fit_loop.epoch_loop._batches_that_stepped)
+
+
 class GPUUtilizationMonitor(Callback):
     r"""Log every rank's device utilisation and step timing, and diagnose what holds training back.
 
     Logged every ``log_every_n_steps`` optimizer steps by rank 0, for every rank, through
-    ``trainer.loggers`` (keys in :mod:`lightning_mgpu.utilities.monitor_keys`):
+    ``trainer.loggers`` (keys in :mod:`lightning_mgpu.utilities.monitor_keys`), at the step Lightning
+    logs its own metrics at (batches that stepped; not ``global_step``, which counts each optimizer of
+    a GAN separately):
     ``gpu/rank{r}/util_pct`` (+ ``_min``/``_max``), ``mem_used_gb`` (window max), ``mem_total_gb``,
     ``power_w``, ``sm_clock_mhz``; ``cpu/rank{r}/util_pct`` (+ ``_min``/``_max``), ``rss_gb``;
     ``time/rank{r}/data_wait_pct``, ``data_wait_ms``, ``step_ms``, and with gradient accumulation
@@ -181,6 +195,7 @@ class GPUUtilizationMonitor(Callback):
         self._stepped = False
         self._window_steps = 0  # optimizer steps in the current logging window
         self._period_steps = 0  # ... since the last periodic diagnosis
+        self._period_start: int | None = None  # Lightning's logging step before the period's first batch
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -318,6 +333,8 @@ class GPUUtilizationMonitor(Callback):
             self._flops = self._measure_flops(pl_module, batch)
             step_start = _now()  # the measurement is neither data wait nor training
         self._stepped = False
+        if self._period_start is None:
+            self._period_start = _logging_step(trainer)
         if self._detector is not None:
             self._detector.begin_step()
         self._timer.batch_start(arrived, step_start)
@@ -342,12 +359,14 @@ class GPUUtilizationMonitor(Callback):
         diagnose_now = every is not None and self._period_steps >= every
         if self._window_steps < self._log_n and not diagnose_now:
             return
-        self._flush_window(trainer)
+        self._flush_window(trainer, step=_logging_step(trainer))
         if diagnose_now:
-            step = trainer.global_step
-            span = f"steps {step - self._period_steps + 1}-{step}"
-            self._period_steps = 0
-            self._run_diagnosis(trainer, self._period_acc, self._period_stats, scope="period", span=span)
+            # On Lightning's axis, not global_step (which doubles with two optimizers); this batch's
+            # increment comes after on_train_batch_end.
+            step = _logging_step(trainer) + 1
+            span = f"steps {(self._period_start or 0) + 1}-{step}"
+            self._period_steps, self._period_start = 0, step
+            self._run_diagnosis(trainer, self._period_acc, self._period_stats, scope="period", span=span, step=step)
             self._period_acc, self._period_stats = TimingAcc(), {}
         # The monitor's own work (gather, logging) is not time spent waiting for data.
         self._timer.set_end(_now())
@@ -369,10 +388,18 @@ class GPUUtilizationMonitor(Callback):
         if not self._active:
             return
         if self._window_steps:
-            self._flush_window(trainer)
+            if self._sampler is not None:
+                # Once per fit: a fit (or last window) shorter than one poll interval still gets the
+                # readings that need two polls (CPU utilisation) instead of none. The thread stops
+                # first (training is over), so the sources are never read from two threads at once.
+                self._sampler.stop()
+                self._sampler.poll()
+            # The last batch's step: Lightning has counted it by now, and logs epoch-end metrics one lower too.
+            self._flush_window(trainer, step=max(0, _logging_step(trainer) - 1))
         if self._detector is not None:
             self.sync_sites = self._detector.top_sites(10)
-        self._run_diagnosis(trainer, self._fit_acc, self._fit_stats, scope="fit", span="the whole fit")
+        # on_train_end runs after the last batch's increment: this is the number of batches that stepped.
+        self._run_diagnosis(trainer, self._fit_acc, self._fit_stats, scope="fit", span="the whole fit", step=_logging_step(trainer))
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -475,7 +502,7 @@ class GPUUtilizationMonitor(Callback):
                 per_device[label] = {f: v for f, v in zip(FIELDS, values) if _finite(v)}
         return per_device
 
-    def _flush_window(self, trainer: pl.Trainer) -> None:
+    def _flush_window(self, trainer: pl.Trainer, step: int) -> None:
         self._window_steps = 0
         acc = self._timer.take()
         stats = self._sampler.collect() if self._sampler is not None else {}
@@ -489,7 +516,7 @@ class GPUUtilizationMonitor(Callback):
         self.last_metrics = metrics
         if metrics:
             for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=trainer.global_step)
+                logger.log_metrics(metrics, step=step)
 
     @staticmethod
     def _to_metrics(per_device: Mapping[str, Mapping[tuple[str, str], float]]) -> dict[str, float]:
@@ -508,7 +535,7 @@ class GPUUtilizationMonitor(Callback):
             metrics[K.metric_key(K.THROUGHPUT, None, K.MFU)] = sum(mfus) / len(mfus)
         return metrics
 
-    def _run_diagnosis(self, trainer: pl.Trainer, acc: TimingAcc, stats: Mapping[str, StatSet], scope: str, span: str) -> None:
+    def _run_diagnosis(self, trainer: pl.Trainer, acc: TimingAcc, stats: Mapping[str, StatSet], scope: str, span: str, step: int) -> None:
         rows = self._gather(trainer, self._local_rows(acc, stats))
         if not trainer.is_global_zero:
             return
@@ -521,13 +548,13 @@ class GPUUtilizationMonitor(Callback):
         text = format_table(diagnoses)
         if sites:
             text += "\nImplicit host-device syncs (rank 0's call sites, count):\n" + "\n".join(f"  {n:6d}  {s}" for s, n in sites)
-        rank_zero_info(f"GPUUtilizationMonitor diagnosis over {span} (step {trainer.global_step}):\n{text}")
+        rank_zero_info(f"GPUUtilizationMonitor diagnosis over {span} (step {step}):\n{text}")
         if self.write_json and self._log_dir is not None:
             self.diagnosis_path = write_diagnoses(
                 Path(self._log_dir) / self.json_filename,
                 diagnoses,
                 scope=scope,
-                step=trainer.global_step,
+                step=step,
                 sync_sites=[[s, n] for s, n in sites],
                 thresholds=asdict(self.thresholds),
                 context=self._context,

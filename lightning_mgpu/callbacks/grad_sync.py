@@ -38,6 +38,8 @@ class GradSyncToggle(Callback):
       an error, since its gradients were not synchronized.
     - manual optimization with ``toggle_model(sync_grad=...)`` (GANs with several optimizers): works under
       every strategy through the same ``block_backward_sync()``; the callback only verifies support.
+    - a strategy with ``handles_gradient_accumulation`` (DeepSpeed) decides itself when to synchronize; the
+      callback logs that it has nothing to do and leaves it alone.
 
     Args:
         accumulate_grad_batches: micro-batches per optimizer step in *manual* optimization. Leave ``None`` in
@@ -73,6 +75,7 @@ class GradSyncToggle(Callback):
         self._installed_on: Strategy | None = None
         self._unsynced: contextlib.ExitStack | None = None
         self._unsynced_batch_idx: int | None = None
+        self._strategy_accumulates = False
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -89,13 +92,18 @@ class GradSyncToggle(Callback):
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._blocker = self._resolve_blocker(trainer.strategy)
+        strategy = trainer.strategy
+        # Before resolving a blocker: a strategy that accumulates itself (DeepSpeed) needs none, and may not
+        # offer one, which is not an error.
+        self._strategy_accumulates = strategy.handles_gradient_accumulation
+        if self._strategy_accumulates:
+            self._blocker = None
+            rank_zero_info(f"GradSyncToggle: {type(strategy).__name__} accumulates gradients itself; nothing to do.")
+            return
+        self._blocker = self._resolve_blocker(strategy)
         if pl_module.automatic_optimization:
-            n = trainer.accumulate_grad_batches
-            if n == 1:
+            if trainer.accumulate_grad_batches == 1:
                 rank_zero_info("GradSyncToggle: accumulate_grad_batches=1, so every micro-batch ends with a step and is synchronized.")
-            elif trainer.strategy.handles_gradient_accumulation:
-                rank_zero_info(f"GradSyncToggle: {type(trainer.strategy).__name__} accumulates gradients itself; nothing to do.")
         elif self.accumulate_grad_batches is None:
             rank_zero_info(
                 "GradSyncToggle: manual optimization without accumulate_grad_batches; synchronization is skipped"
@@ -105,9 +113,10 @@ class GradSyncToggle(Callback):
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
         n = self.accumulate_grad_batches
+        if self._strategy_accumulates:
+            return  # the strategy decides when to synchronize
         if pl_module.automatic_optimization:
-            strategy_accumulates = trainer.strategy.handles_gradient_accumulation
-            if trainer.accumulate_grad_batches > 1 and not strategy_accumulates and trainer.fit_loop._should_accumulate():
+            if trainer.accumulate_grad_batches > 1 and trainer.fit_loop._should_accumulate():
                 self.skipped_micro_batches += 1  # Lightning's loop blocks this one through block_backward_sync()
             return
         if n is None or n == 1 or self._is_final_micro_batch(trainer, batch_idx, n):

@@ -121,16 +121,31 @@ _SYNC_RE = re.compile(re.escape(SYNC_WARNING))
 
 
 def _package_dir(module: Any) -> str:
-    return os.path.dirname(os.path.abspath(module.__file__))
+    # The trailing separator keeps ``.../torch/`` from also matching ``.../torchmetrics/``.
+    return os.path.join(os.path.dirname(os.path.abspath(module.__file__)), "")
 
 
 def _skipped_prefixes() -> tuple[str, ...]:
-    import lightning
+    """Frames that are never the call site: torch (where the sync happens) and the detector's own machinery."""
     import torch
 
     here = os.path.abspath(__file__)
     monitor = os.path.join(os.path.dirname(os.path.dirname(here)), "callbacks", "gpu_monitor.py")
-    return (_package_dir(torch), _package_dir(lightning), os.path.abspath(warnings.__file__), here, monitor)
+    return (_package_dir(torch), os.path.abspath(warnings.__file__), here, monitor)
+
+
+def _lightning_prefixes() -> tuple[tuple[str, str], ...]:
+    """``(package dir, the dir its relative paths start from)`` of each imported Lightning package."""
+    found = []
+    for name in ("lightning", "lightning_fabric", "pytorch_lightning", "lightning_utilities"):
+        # Only what is imported already: a package that is not loaded has no frames, and importing
+        # pytorch_lightning would change the warning filters of the run.
+        module = sys.modules.get(name)
+        if module is None or getattr(module, "__file__", None) is None:
+            continue
+        package = _package_dir(module)
+        found.append((package, os.path.dirname(os.path.dirname(package))))
+    return tuple(found)
 
 
 def _describe(frame: FrameType) -> str:
@@ -146,8 +161,11 @@ class SyncDetector:
     While a step is active (:meth:`begin_step` .. :meth:`end_step`), torch's CUDA sync debug mode
     is ``"warn"``: every synchronising call (``.item()``, ``.cpu()``, ``.numpy()``, ``.tolist()``,
     a blocking copy, ...) raises a warning, which the detector swallows and attributes to the first
-    stack frame outside torch and Lightning: the user's line. ``torch.cuda.empty_cache()`` is
-    counted too (it is not covered by the debug mode).
+    stack frame outside torch: the user's line. When that frame belongs to Lightning, the sync is
+    Lightning's own (its logging, a hook's bookkeeping), and the site reads
+    ``lightning internals (lightning/pytorch/...py:LINE)``: walking on to the user's frame would
+    blame ``trainer.fit(...)`` for it. ``torch.cuda.empty_cache()`` is counted too (it is not
+    covered by the debug mode).
 
     Args:
         set_mode: sets the CUDA sync debug mode (0 off, 1 warn); ``torch.cuda.set_sync_debug_mode``
@@ -175,6 +193,7 @@ class SyncDetector:
         self._filter: Any = None
         self._prev_empty_cache: Any = None
         self._skip: tuple[str, ...] = ()
+        self._lightning: tuple[tuple[str, str], ...] = ()
 
     def _mode(self, value: int) -> None:
         if self._set_mode is not None:
@@ -191,6 +210,7 @@ class SyncDetector:
         import torch
 
         self._skip = _skipped_prefixes()
+        self._lightning = _lightning_prefixes()
         # "always": count every occurrence, not just the first per call site.
         warnings.filterwarnings("always", message=_SYNC_RE.pattern, category=UserWarning)
         self._filter = warnings.filters[0]
@@ -247,7 +267,11 @@ class SyncDetector:
     def _site(self, frame: FrameType | None) -> str:
         first = frame
         while frame is not None:
-            if not frame.f_code.co_filename.startswith(self._skip) and not frame.f_code.co_filename.startswith("<"):
+            filename = frame.f_code.co_filename
+            if not filename.startswith(self._skip) and not filename.startswith("<"):
+                for package, root in self._lightning:
+                    if filename.startswith(package):
+                        return f"lightning internals ({os.path.relpath(filename, root)}:{frame.f_lineno})"
                 return _describe(frame)
             frame = frame.f_back
         return _describe(first) if first is not None else "<unknown>"

@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 from collections import defaultdict
+from unittest import mock
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import lightning_mgpu  # noqa: F401  (registers the bundle strategies)
-from lightning_mgpu.callbacks import ActivationCheckpointing, AutoMixedPrecision, GradSyncToggle, ZeroGradSetToNone
+from lightning_mgpu.callbacks import ActivationCheckpointing, AutoMixedPrecision, GradSyncToggle, ZeroGradSetToNone, mixed_precision
 
 IN, HIDDEN, OUT, DEPTH = 8, 32, 4, 3
 LR = 0.1
@@ -244,12 +245,43 @@ class Probe(pl.Callback):
             "checkpointed": list(ac.checkpointed_names) if ac else [],
             "forward_calls": dict(FORWARD_CALLS),
             "logged": sorted(trainer.logged_metrics),
-            "amp_skipped": amp.skipped_steps if amp else None,
+            "amp": _amp_report(trainer, amp),
             "released_bytes": zg.released_bytes_total if zg else None,
+            "owned_param_bytes": _owned_param_bytes(trainer),
         }
         self.out.mkdir(parents=True, exist_ok=True)
         torch.save({k: v.detach().cpu().float() for k, v in pl_module.state_dict().items()}, self.out / f"params_rank{rank}.pt")
         (self.out / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def _amp_report(trainer: pl.Trainer, amp: AutoMixedPrecision | None) -> dict[str, Any] | None:
+    if amp is None:
+        return None
+    scaler = getattr(trainer.precision_plugin, "scaler", None)
+    return {
+        "resolved": amp.resolved,
+        "optimizer_steps": amp.optimizer_steps,
+        "skipped_steps": amp.skipped_steps,
+        "plugin": type(trainer.precision_plugin).__name__,
+        "scaler": type(scaler).__name__ if scaler is not None else None,
+    }
+
+
+def _owned_param_bytes(trainer: pl.Trainer) -> int | None:
+    """Bytes of the parameters whose optimizer shard this rank owns (sharded optimizers only; ``None`` otherwise).
+
+    Read from the optimizers' own partition (FairScale OSS: ``partition_parameters()``, torch ZeRO:
+    ``_partition_parameters()``), independently of the gradients the callback released.
+    """
+    total, sharded = 0, False
+    for optimizer in trainer.optimizers:
+        partition = getattr(optimizer, "partition_parameters", None) or getattr(optimizer, "_partition_parameters", None)
+        if partition is None:
+            continue
+        sharded = True
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        total += sum(p.numel() * p.element_size() for group in partition()[rank] for p in group["params"])
+    return total if sharded else None
 
 
 def _allreduce_hook(state: Any, bucket: Any) -> Any:
@@ -297,8 +329,15 @@ def main(argv: list[str] | None = None) -> None:
         manual_n = args.accumulate if args.mode == "manual" and not args.toggle else None
         callbacks.append(GradSyncToggle(accumulate_grad_batches=manual_n))
     callbacks.append(ActivationCheckpointing(modules=["gen" if args.mode == "gan" else "blocks.*"]))
-    if args.precision != "32-true":
-        callbacks.append(AutoMixedPrecision())
+    precision = args.precision
+    if precision != "32-true":
+        amp = AutoMixedPrecision()
+        if precision == "bf16-mixed":
+            # `--precision auto` on a CPU with native bf16 (this one may lack it): the callback then checks at
+            # setup, on every rank and after the strategy swapped in its own plugin, that bf16-mixed really runs.
+            with mock.patch.object(mixed_precision, "cpu_has_fast_bf16", lambda: True):
+                precision = amp.resolve_precision("cpu")
+        callbacks.append(amp)
     callbacks.append(Probe(args.out))
     trainer = pl.Trainer(
         strategy=build_strategy(args.strategy, args.mode),
@@ -306,7 +345,7 @@ def main(argv: list[str] | None = None) -> None:
         devices=args.devices,
         max_epochs=1,
         accumulate_grad_batches=args.accumulate if args.mode == "auto" else 1,
-        precision=args.precision,
+        precision=precision,
         callbacks=callbacks,
         logger=False,
         enable_checkpointing=False,
@@ -377,14 +416,19 @@ class Run:
 BATCHES, GLOBAL_BATCH = 8, 8
 
 # The launches the four callbacks' test modules share: (strategy, mode, precision). fp32 runs are compared
-# exactly with one process that synchronizes every micro-batch; the GAN runs also cover bf16-mixed.
+# exactly with one process that synchronizes every micro-batch; bf16-mixed runs within bf16's precision.
+# Each launch costs ~15 s on 2 cores, so cases share launches: GradSyncToggle's manual accumulation runs
+# under ddp (in bf16-mixed, the ddp bf16 case), ddp_spawn (fp32: DDPStrategy's exact manual check, plus
+# the callback pickled into spawned workers) and horovod (its own skip logic), next to the GAN toggle_model runs.
 MATRIX = [
     ("ddp", "auto", "32-true"),
-    ("ddp", "manual", "32-true"),
+    ("ddp", "manual", "bf16-mixed"),
+    ("ddp_spawn", "manual", "32-true"),
     ("ddp_spawn", "gan", "bf16-mixed"),
     ("sharded", "auto", "32-true"),
     ("sharded", "gan", "bf16-mixed"),
     ("horovod", "auto", "32-true"),
+    ("horovod", "manual", "32-true"),
     ("horovod", "gan", "bf16-mixed"),
     ("dp", "auto", "32-true"),
     ("dp", "gan", "bf16-mixed"),

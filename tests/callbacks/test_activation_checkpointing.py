@@ -284,6 +284,62 @@ def test_validate_and_test_do_not_patch() -> None:
     trainer.validate(model, dataloaders=model.train_dataloader())  # no backward, so nothing is patched (and the bad pattern is not even resolved)
 
 
+class _ConvNet(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.Tanh(), nn.Conv2d(4, 4, 3, padding=1))
+        self.bn_types: list[type[nn.Module]] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.bn_types.append(type(self.features[1]))
+        return self.features(batch[0]).pow(2).mean()
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(TensorDataset(torch.randn(8, 1, 4, 4)), batch_size=4)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class _SyncBatchNormStrategy(SingleDeviceStrategy):
+    """What ``DDPStrategy.setup`` does with ``sync_batchnorm=True`` (torch's DDP refuses SyncBatchNorm on CPU)."""
+
+    def setup(self, trainer: pl.Trainer) -> None:
+        from lightning.pytorch.plugins import TorchSyncBatchNorm
+
+        self.model = TorchSyncBatchNorm().apply(self.model)
+        super().setup(trainer)
+
+
+@pytest.mark.parametrize(
+    ("spec", "checkpointed", "warns"),
+    [
+        # setup checkpoints the BatchNorm2d; sync_batchnorm then replaces it with an nn.SyncBatchNorm, which is
+        # not a BatchNorm2d: re-applying in on_fit_start must not fail, but must say what was lost.
+        (nn.BatchNorm2d, [], True),
+        # A name pattern matches the SyncBatchNorm too: it is checkpointed again.
+        ("features.1", ["features.1"], False),
+    ],
+    ids=["class-spec", "pattern-spec"],
+)
+def test_sync_batchnorm_conversion_after_setup(spec: Any, checkpointed: list[str], warns: bool, recwarn: pytest.WarningsRecorder) -> None:
+    ac = ActivationCheckpointing([spec])
+    model = _ConvNet()
+    trainer = pl.Trainer(
+        strategy=_SyncBatchNormStrategy(device=torch.device("cpu")), max_epochs=1, callbacks=[ac], logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(model)  # the strategy converts the BatchNorm layers after the callback's setup
+    assert model.bn_types and all(issubclass(t, nn.SyncBatchNorm) for t in model.bn_types)
+    checkpointed_in_training = [t is not nn.SyncBatchNorm for t in model.bn_types]  # a generated subclass when patched
+    assert checkpointed_in_training == [bool(checkpointed)] * len(model.bn_types)
+    assert ac.checkpointed_names == []  # teardown restored every class
+    lost = [str(w.message) for w in recwarn if "the strategy replaced 1 checkpointed module(s)" in str(w.message)]
+    assert len(lost) == (1 if warns else 0), [str(w.message) for w in recwarn]
+    if warns:
+        assert "features.1" in lost[0] and "nn.SyncBatchNorm" in lost[0]
+
+
 @pytest.mark.parametrize(("strategy", "mode", "precision"), matrix_params())
 def test_checkpointing_under_every_strategy(strategy: str, mode: str, precision: str) -> None:
     """Blocks built in configure_model (and a GAN's generator), checkpointed under each strategy.

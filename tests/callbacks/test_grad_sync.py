@@ -8,7 +8,9 @@ in their own test modules and reuse the launches within a session.
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import lightning.pytorch as pl
@@ -117,6 +119,29 @@ def test_resolves_how_to_skip_sync_per_strategy() -> None:
     strategy.model = nn.Linear(2, 2)  # no DDP, no no_sync(), no override
     with pytest.raises(MisconfigurationException, match="cannot skip gradient synchronization under DDPStrategy"):
         cb._resolve_blocker(strategy)
+
+
+class _SelfAccumulatingStrategy(DDPStrategy):
+    """Like DeepSpeed: accumulates gradients itself, and neither overrides block_backward_sync nor wraps in DDP."""
+
+    @property
+    def handles_gradient_accumulation(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("manual", [False, True], ids=["automatic", "manual"])
+def test_strategy_that_accumulates_itself_is_left_alone(manual: bool, caplog: pytest.LogCaptureFixture) -> None:
+    strategy = _SelfAccumulatingStrategy()
+    strategy.model = nn.Linear(2, 2)  # no no_sync(): resolving a blocker would raise
+    trainer = SimpleNamespace(strategy=strategy, accumulate_grad_batches=1 if manual else 4)
+    module = SimpleNamespace(automatic_optimization=not manual)
+    cb = GradSyncToggle(accumulate_grad_batches=4 if manual else None)
+    with caplog.at_level(logging.INFO):
+        cb.on_fit_start(trainer, module)  # type: ignore[arg-type]
+    assert "_SelfAccumulatingStrategy accumulates gradients itself; nothing to do." in caplog.text
+    cb.on_train_batch_start(trainer, module, None, 0)  # type: ignore[arg-type]
+    assert cb.skipped_micro_batches == 0 and cb._unsynced is None  # nothing blocked, nothing counted
+    assert "block_backward_sync" not in strategy.__dict__
 
 
 def test_bundle_strategies_implement_block_backward_sync() -> None:
