@@ -25,8 +25,10 @@ class ZeroGradSetToNone(Callback):
     accumulation window.
 
     It logs ``grad_memory_released_mb``: the gradient memory (MiB, this rank) released at the optimizer steps
-    of a batch. Gradients that are views into a shared buffer (``DDP(gradient_as_bucket_view=True)``) are
-    dropped too but not counted, since their memory stays with the buffer.
+    of a batch. Gradients that are views into a communication buffer (``DDP(gradient_as_bucket_view=True)``,
+    ShardedDataParallel's reduce buckets with ``reduce_buffer_size > 0``) are zero-filled in place instead:
+    their memory belongs to the buffer, so ``None`` would free nothing, and ShardedDataParallel would then
+    reduce the stale bucket while the next backward wrote fresh gradients elsewhere, and ranks would diverge.
 
     Args:
         log_memory: log ``grad_memory_released_mb`` on steps that released memory.
@@ -96,8 +98,12 @@ class ZeroGradSetToNone(Callback):
                 grad = param.grad
                 if grad is None:
                     continue
-                if not grad._is_view():  # a view's memory belongs to its base (e.g. a DDP bucket)
-                    released += grad.numel() * grad.element_size()
+                if _in_shared_buffer(grad):
+                    # A view into a reduce bucket: freeing it releases nothing and detaches it from the bucket.
+                    grad.detach_() if grad.grad_fn is not None else grad.requires_grad_(False)
+                    grad.zero_()
+                    continue
+                released += grad.numel() * grad.element_size()
                 param.grad = None
         if released:
             rank_zero_debug(f"ZeroGradSetToNone: released {released / 2**20:.2f} MiB of gradients")
@@ -108,3 +114,12 @@ class ZeroGradSetToNone(Callback):
         for handle in self._handles:
             handle.remove()
         self._handles = []
+
+
+def _in_shared_buffer(grad: torch.Tensor) -> bool:
+    """Whether ``grad`` lives inside a larger buffer (a DDP or ShardedDataParallel reduce bucket).
+
+    Not ``grad._is_view()``: FairScale attaches bucket slices through ``param.grad.data = ...``, which hides
+    the view relation; the storage still tells.
+    """
+    return grad.untyped_storage().nbytes() > grad.numel() * grad.element_size()

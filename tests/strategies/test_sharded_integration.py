@@ -118,6 +118,7 @@ def test_parameters_match_ddp(runs: dict[str, Any], backend: str, optimizer: str
     assert r0[f"balanced/warnings/{backend}"] == []
     if backend == "fairscale":
         _assert_same(r0["bucketed/params/fairscale"], r0["params/ddp/sgd"])
+        _assert_same(r0["bucketed/zero_grad_callback/params/fairscale"], r0["params/ddp/sgd"])
         _assert_same(r0["manual/params/fairscale"], r0["params/ddp/sgd"])
 
 

@@ -29,6 +29,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 import lightning_mgpu  # noqa: F401
+from lightning_mgpu.callbacks import ZeroGradSetToNone
 from lightning_mgpu.strategies import ShardedStrategy
 from lightning_mgpu.strategies.sharded import local_optimizer, local_optimizer_state_bytes
 from tests._harness.parity_run import IN, OUT, ParityModule, make_data
@@ -375,6 +376,10 @@ def phase_main(out: Path) -> dict[str, Any]:
     module = mlp("sgd")
     fit("fairscale", module, reduce_buffer_size=2**20)
     r["bucketed/params/fairscale"] = params(module)
+    # ZeroGradSetToNone must leave bucketed gradients attached to their bucket (it zero-fills them).
+    module = mlp("sgd")
+    fit("fairscale", module, reduce_buffer_size=2**20, callbacks=(ZeroGradSetToNone(log_memory=False),))
+    r["bucketed/zero_grad_callback/params/fairscale"] = params(module)
     for name in ("ddp", "fairscale"):
         module = RankZeroOnlyHead()
         fit(name, module, find_unused_parameters=True)
