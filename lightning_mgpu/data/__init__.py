@@ -16,7 +16,7 @@ Example::
 See ``docs/data.md``.
 """
 
-from lightning_mgpu.data.backends import BACKENDS, PreprocessingError, ray_session
+from lightning_mgpu.data.backends import BACKENDS, PreprocessingError, process_pool_scope, ray_session, shutdown_process_pool
 from lightning_mgpu.data.cache import (
     CacheError,
     CacheMismatchError,
@@ -52,6 +52,8 @@ __all__ = [
     "fingerprint_dataset",
     "fingerprint_transform",
     "preprocess",
+    "process_pool_scope",
     "ray_session",
     "read_manifest",
+    "shutdown_process_pool",
 ]

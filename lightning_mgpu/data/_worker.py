@@ -2,7 +2,8 @@
 
 This module imports only the standard library and numpy, on purpose: the Ray backend ships it
 to workers by value, so a Ray worker never has to import ``lightning_mgpu`` (and through it
-Lightning, which takes seconds). The process backend preloads it into the forkserver once.
+Lightning, which takes seconds). The process backend preloads it into the forkserver once. It
+uses ``pickle`` only for the driver's messages to its own workers, never for the cache.
 
 A sample (the transform's output, or the raw sample without a transform) is one of:
 
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import re
 import secrets
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -190,25 +193,61 @@ def limit_threads(threads: int = 1, include_torch: bool = True) -> Any:
 _STATE: dict[str, Any] = {}
 
 
-def init_process_worker(dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: str) -> None:
-    """Pool initializer: receive the dataset once per worker process, not once per chunk."""
-    _STATE.update(dataset=dataset, transform=transform, shard_dir=shard_dir)
-    limit_threads(1)
+def pool_worker(conn: Any) -> None:
+    """Main loop of a long-lived process-pool worker (``backends.ProcessPool``).
 
+    Requests arrive over this worker's own pipe and are answered in order:
 
-def noop() -> None:
-    """Pool warm-up task: returns once a worker has started and run its initializer."""
+    - ``("load", dataset, transform, shard_dir)`` -> ``("ok", None)``: the call's data, sent
+      once per worker per call, not once per chunk;
+    - ``("chunk", shard_index, start, stop)`` -> ``("ok", record)`` once the shard is written;
+    - ``("unload",)``, no answer: the call is over, drop its data (an idle worker holds none);
+    - ``("exit",)``, or the pipe closing: return.
 
-
-def process_chunk(shard_index: int, start: int, stop: int) -> dict[str, Any]:
-    """Pool task: compute one chunk and write its shard next to the driver's cache."""
-    kind, names, arrays = compute_chunk(_STATE["dataset"], _STATE["transform"], start, stop)
-    return write_shard(_STATE["shard_dir"], shard_index, start, stop, kind, names, arrays)
+    A failure answers ``("error", message)`` and leaves the worker usable.
+    """
+    # Ctrl-C reaches the whole process group: the driver handles it and terminates the workers,
+    # so a worker must not die of it with a traceback of its own first.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    state: tuple[Any, ...] | None = None
+    while True:
+        try:
+            data = conn.recv_bytes()
+        except (EOFError, OSError):
+            return  # the driver closed the pipe or is gone
+        try:
+            # Unpickled here rather than by conn.recv(), so that a dataset whose class cannot be
+            # imported in the worker is reported to the driver instead of killing the worker.
+            request = pickle.loads(data)
+            if request[0] == "exit":
+                return
+            if request[0] == "unload":
+                state = None
+                continue
+            if request[0] == "load":
+                state = tuple(request[1:])
+                limit_threads(1)  # after unpickling: the dataset may have imported torch or a BLAS
+                reply: tuple[str, Any] = ("ok", None)
+            else:
+                _, shard_index, start, stop = request
+                dataset, transform, shard_dir = state  # type: ignore[misc]
+                kind, names, arrays = compute_chunk(dataset, transform, start, stop)
+                reply = ("ok", write_shard(shard_dir, shard_index, start, stop, kind, names, arrays))
+        except Exception as err:  # noqa: BLE001 - answered to the driver, which raises it with context
+            reply = ("error", str(err) if isinstance(err, ChunkError) else f"{type(err).__name__}: {err}")
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, OSError):
+            return
 
 
 # --- Ray tasks -----------------------------------------------------------------------------------
 def ray_compute_chunk(payload: tuple[Any, Callable[[Any], Any] | None], start: int, stop: int) -> tuple[str, list[str], list[np.ndarray]]:
     """Ray task: ``payload`` is the ``ray.put`` of ``(dataset, transform)``, resolved by Ray."""
     dataset, transform = payload
-    limit_threads(1)  # Ray sets OMP_NUM_THREADS=1 in workers, but not every library reads it
+    # Ray sets OMP_NUM_THREADS=1 in workers, but not every library reads it. Once per worker
+    # process, not per task: threadpoolctl scans the loaded libraries (2-15 ms) on every call.
+    if _STATE.get("ray_threads_limited_pid") != os.getpid():
+        limit_threads(1)
+        _STATE["ray_threads_limited_pid"] = os.getpid()
     return compute_chunk(dataset, transform, start, stop)

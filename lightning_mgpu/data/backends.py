@@ -8,14 +8,14 @@ iterating (an error, Ctrl-C), the generator's ``finally`` cancels outstanding wo
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import threading
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Sequence
 
@@ -74,14 +74,6 @@ def _process_context(start_method: str | None) -> multiprocessing.context.BaseCo
     return ctx
 
 
-def _terminate(executor: ProcessPoolExecutor) -> None:
-    # ProcessPoolExecutor has no public terminate before Python 3.14. Killing a worker mid-chunk
-    # is safe here: it can only leave a temporary file, which the next run removes.
-    for proc in list((getattr(executor, "_processes", None) or {}).values()):
-        if proc.is_alive():
-            proc.terminate()
-
-
 def start_process_pool_server(start_method: str | None = None) -> None:
     """Start the forkserver now, so that it imports the worker code while the driver works."""
     ctx = _process_context(start_method)
@@ -89,6 +81,137 @@ def start_process_pool_server(start_method: str | None = None) -> None:
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+
+
+class ProcessPool:
+    """Preprocessing worker processes, kept between calls and reused (like Ray's workers).
+
+    Starting workers cost every call 0.1-0.4 s on 2 cores, more under load: the forkserver forks
+    them one at a time (10-20 ms each for a process with torch loaded), each unpickles the dataset
+    and caps its thread pools, and a fresh process runs its first samples slower. That is 5-15%
+    of a 3 s job, and what kept the backend below litdata with ``fork`` on loaded cores. A call
+    now only sends each worker it uses the dataset and transform (``load``, once per worker per
+    call) and takes them back at the end (``unload``), so an idle worker holds no data.
+
+    Every worker has its own pipe, so the driver knows which chunks each one holds and keeps two
+    queued per worker. A failure discards the pool (terminating its workers is the only way to
+    cancel a chunk in progress); the next call starts a new one.
+    """
+
+    def __init__(self, ctx: multiprocessing.context.BaseContext, size: int) -> None:
+        self.method, self.size, self.owner = ctx.get_start_method(), size, os.getpid()
+        self.procs: list[Any] = []
+        self.conns: list[Any] = []
+        try:
+            for _ in range(size):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(target=_worker.pool_worker, args=(child,), name="lightning_mgpu-preprocess")
+                proc.start()
+                child.close()
+                self.procs.append(proc)
+                self.conns.append(parent)
+        except BaseException:
+            self.close(terminate=True)
+            raise
+
+    def usable(self, method: str, size: int) -> bool:
+        return self.owner == os.getpid() and (self.method, self.size) == (method, size) and all(p.is_alive() for p in self.procs)
+
+    def send(self, worker: int, message: tuple[Any, ...]) -> None:
+        try:
+            self.conns[worker].send(message)
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            raise _worker_died() from None
+
+    def replies(self, workers: Sequence[int], timeout: float | None) -> list[tuple[int, tuple[str, Any]]]:
+        """The answers that are ready from ``workers`` (waits up to ``timeout``; ``[]`` if none)."""
+        by_handle: dict[Any, int] = {}
+        for w in workers:
+            by_handle[self.conns[w]] = w
+            by_handle[self.procs[w].sentinel] = w
+        out: list[tuple[int, tuple[str, Any]]] = []
+        ready = multiprocessing.connection.wait(list(by_handle), timeout)
+        for handle in ready:  # a worker can answer and then die: read its answer first
+            w = by_handle[handle]
+            if handle is self.conns[w]:
+                try:
+                    out.append((w, self.conns[w].recv()))
+                except (EOFError, OSError):
+                    raise _worker_died() from None
+        if not out and ready:
+            raise _worker_died()
+        return out
+
+    def close(self, terminate: bool = False) -> None:
+        """Stop the workers: ask them to exit (or terminate them), then reap them."""
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                if not terminate:
+                    conn.send(("exit",))
+                conn.close()
+        for proc in self.procs:
+            if terminate and proc.is_alive():
+                proc.terminate()  # mid-chunk is safe: it can only leave a temporary file, which the next run removes
+        for proc in self.procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        self.procs, self.conns = [], []
+
+
+#: The pool that ``backend="processes"`` calls share; one call at a time uses it.
+_POOL: ProcessPool | None = None
+_POOL_LOCK = threading.Lock()
+_ATEXIT: list[bool] = []  # whether shutdown_process_pool is registered to run at exit
+
+
+def shutdown_process_pool() -> None:
+    """Stop the shared preprocessing workers now (they stop at interpreter exit anyway).
+
+    The next ``preprocess(backend="processes")`` starts new ones. ``PreprocessedDataModule``
+    stops the workers its ``prepare_data`` started (:func:`process_pool_scope`), so that idle
+    workers do not outlive the build of the caches.
+    """
+    global _POOL
+    # No lock: at interpreter exit a call may still hold it in another thread, and its workers
+    # must stop anyway (multiprocessing's own exit hook would otherwise wait for them forever).
+    pool, _POOL = _POOL, None
+    if pool is not None and pool.owner == os.getpid():  # a forked child must not stop its parent's workers
+        pool.close()
+
+
+@contextlib.contextmanager
+def process_pool_scope() -> Iterator[None]:
+    """Stop, at the end of the block, the shared workers if a call inside the block started them.
+
+    Workers that were already running before the block are left running. Example::
+
+        with process_pool_scope():        # one worker start-up for both caches, none left after
+            preprocess(train_set, "cache/train", f)
+            preprocess(val_set, "cache/val", f)
+    """
+    before = _POOL
+    try:
+        yield
+    finally:
+        if _POOL is not None and _POOL is not before:
+            shutdown_process_pool()
+
+
+def _shared_pool(ctx: multiprocessing.context.BaseContext, size: int) -> ProcessPool:
+    """The shared pool (``_POOL_LOCK`` held), replaced when the start method or size changed or a worker died."""
+    global _POOL
+    if _POOL is not None and not _POOL.usable(ctx.get_start_method(), size):
+        old, _POOL = _POOL, None
+        if old.owner == os.getpid():  # a forked child must not touch its parent's workers
+            old.close(terminate=True)
+    if _POOL is None:
+        if not _ATEXIT:
+            atexit.register(shutdown_process_pool)  # runs before multiprocessing's own exit hook joins children
+            _ATEXIT.append(True)
+        _POOL = ProcessPool(ctx, size)
+    return _POOL
 
 
 def run_processes(
@@ -101,73 +224,99 @@ def run_processes(
 ) -> Iterator[dict[str, Any]]:
     """Compute chunks in a local process pool; each worker writes its own shard files.
 
-    The dataset and transform are pickled once per worker (pool initializer), not per chunk.
-    Starting workers can take seconds (the forkserver, or each spawned worker, imports torch
-    and Lightning first), so a helper thread starts them while the driver computes chunks
-    itself; the driver stops computing once the workers are up. With a warm forkserver the
-    workers are up within milliseconds and the driver only hands out chunks.
+    The workers are the shared :class:`ProcessPool`, started by the first call and reused by the
+    next ones; a call running while another thread's call holds it, or one with
+    ``start_method="fork"`` (whose workers would keep whatever files and sockets the driver had
+    open), gets a private pool for its duration. Starting workers can take seconds (a cold
+    forkserver, or each spawned worker, imports torch and Lightning), so a helper thread starts
+    them while the driver computes chunks itself, until a worker is up.
     """
+    global _POOL
     ctx = _process_context(start_method)
-    workers = max(1, min(num_workers, len(tasks)))
-    executor = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker.init_process_worker, initargs=(dataset, transform, str(shard_dir)))
-    queue, lock = deque(tasks), threading.Lock()
-    pending: dict[Future, Task] = {}
-    warmups: list[Future] = []
-    errors: list[BaseException] = []
+    queue = deque(tasks)
+    shared = ctx.get_start_method() != "fork" and _POOL_LOCK.acquire(blocking=False)
+    got: dict[str, Any] = {}
 
-    def take() -> Task | None:
-        with lock:
-            return queue.popleft() if queue else None
-
-    def submit(limit: int) -> None:
-        while len(pending) < limit and (task := take()) is not None:
-            pending[executor.submit(_worker.process_chunk, *task)] = task
-
-    def start_workers() -> None:
-        # Each submit starts at most one worker and blocks until it is forked: submit no-ops
-        # first, so that no real chunk is stuck behind a slow start; then hand out chunks.
+    def start_pool() -> None:
         try:
-            for _ in range(workers):
-                warmups.append(executor.submit(_worker.noop))
-            submit(workers)
+            got["pool"] = _shared_pool(ctx, num_workers) if shared else ProcessPool(ctx, num_workers)
         except BaseException as err:  # noqa: BLE001 - handed to the driver thread
-            errors.append(err)
+            got["error"] = err
 
-    starter = threading.Thread(target=start_workers, name="preprocess-pool-start", daemon=True)
+    starter = threading.Thread(target=start_pool, name="preprocess-pool-start", daemon=True)
     starter.start()
-    clean_exit = False
+    clean = False
     try:
-        starter.join(_WARM_START_S)  # a warm forkserver starts workers within this
-        while starter.is_alive() and (task := take()) is not None:
-            yield from _driver_chunk(dataset, transform, shard_dir, task)
+        starter.join(_WARM_START_S)  # a running pool is there at once, a warm forkserver forks within this
+        while starter.is_alive() and queue:
+            yield from _driver_chunk(dataset, transform, shard_dir, queue.popleft())
         starter.join()
-        if errors:
-            raise _pool_start_error(errors[0])
-        warm = False
-        while pending or queue:
-            # Two chunks per worker once they run, so that none waits for the driver to hand out the next.
-            submit(2 * workers if warm else workers)
-            done, _ = wait([*pending, *(f for f in warmups if not f.done())], timeout=None if warm else _WARM_START_S, return_when=FIRST_COMPLETED)
-            warm = warm or any(f.done() for f in warmups)
-            if not done and queue:
-                # Spawned workers are still importing: do a chunk here rather than wait.
-                yield from _driver_chunk(dataset, transform, shard_dir, queue.popleft())
-                continue
-            for fut in done:
-                if fut in pending:
-                    yield _chunk_result(fut, pending.pop(fut))
-        for fut in warmups:
-            _chunk_result(fut, (-1, 0, 0))  # surfaces a worker that failed to start
-        clean_exit = True
+        if "error" in got:
+            raise got["error"]
+        if queue:
+            yield from _run_pool(got["pool"], dataset, transform, shard_dir, queue)
+        clean = True
     finally:
-        with lock:
-            queue.clear()
-        starter.join()
-        for fut in pending:
-            fut.cancel()
-        if not clean_exit:
-            _terminate(executor)
-        executor.shutdown(wait=True, cancel_futures=True)
+        starter.join()  # never discard a pool that is still being forked
+        pool = got.get("pool")
+        if pool is not None and not (clean and shared):
+            if shared and _POOL is pool:
+                _POOL = None
+            pool.close(terminate=not clean)
+        if shared:
+            _POOL_LOCK.release()
+
+
+def _run_pool(pool: ProcessPool, dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, queue: deque[Task]) -> Iterator[dict[str, Any]]:
+    """Hand ``queue`` out to the pool's workers, at most two chunks queued per worker."""
+    workers = list(range(min(pool.size, len(queue))))
+    expected: dict[int, deque[Task | None]] = {w: deque() for w in workers}  # None: the answer to "load"
+
+    def feed(w: int) -> None:
+        while queue and sum(t is not None for t in expected[w]) < 2:
+            task = queue.popleft()
+            pool.send(w, ("chunk", *task))
+            expected[w].append(task)
+
+    for w in workers:
+        try:
+            pool.send(w, ("load", dataset, transform, str(shard_dir)))
+        except (TypeError, AttributeError, ValueError, pickle.PicklingError) as err:
+            raise _unpicklable(err) from err
+        expected[w].append(None)
+        feed(w)
+    up = False
+    while any(expected.values()):
+        answers = pool.replies([w for w in workers if expected[w]], timeout=None if up else _WARM_START_S)
+        if not answers and queue:
+            # No worker has answered yet (spawned workers import torch first): compute here rather than wait.
+            yield from _driver_chunk(dataset, transform, shard_dir, queue.popleft())
+        for w, (status, value) in answers:
+            task = expected[w].popleft()
+            if status == "error":
+                if task is None:
+                    raise PreprocessingError(
+                        f"backend='processes' workers could not unpickle the dataset and transform ({value}). Define their classes "
+                        "in a module the workers can import (not in a notebook cell or a local scope), or use backend='serial'."
+                    )
+                shard_index, start, stop = task
+                raise PreprocessingError(f"shard {shard_index} (samples {start}..{stop - 1}): {value}")
+            up = True
+            if task is not None:
+                yield value
+            feed(w)
+    for w in workers:
+        # Every shard is written by now: a worker that died after its last answer is the next
+        # call's problem (it checks that every worker is alive), not a reason to fail this one.
+        with contextlib.suppress(PreprocessingError):
+            pool.send(w, ("unload",))
+
+
+def _worker_died() -> PreprocessingError:
+    return PreprocessingError(
+        "a preprocessing worker died (killed, out of memory, or a crash in native code); finished shards are kept - rerun "
+        "preprocess to resume."
+    )
 
 
 def _driver_chunk(dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, task: Task) -> Iterator[dict[str, Any]]:
@@ -180,26 +329,11 @@ def _driver_chunk(dataset: Any, transform: Callable[[Any], Any] | None, shard_di
             limits.restore_original_limits()
 
 
-def _pool_start_error(err: BaseException) -> BaseException:
-    if isinstance(err, (TypeError, AttributeError, ValueError, pickle.PicklingError)):  # pickling the initializer's arguments
-        return PreprocessingError(
-            f"backend='processes' could not send the dataset and transform to its workers ({type(err).__name__}: {err}). "
-            "Both must be picklable: define them at module level (no lambdas or local functions), or use backend='serial'."
-        )
-    return err
-
-
-def _chunk_result(fut: Future, task: Task) -> Any:
-    shard_index, start, stop = task
-    try:
-        return fut.result()
-    except _worker.ChunkError as err:
-        raise PreprocessingError(f"shard {shard_index} (samples {start}..{stop - 1}): {err}") from err
-    except BrokenProcessPool as err:
-        raise PreprocessingError(
-            "a preprocessing worker died (killed, out of memory, a crash in native code, or an initializer that failed to "
-            "unpickle the dataset); finished shards are kept - rerun preprocess to resume."
-        ) from err
+def _unpicklable(err: BaseException) -> PreprocessingError:
+    return PreprocessingError(
+        f"backend='processes' could not send the dataset and transform to its workers ({type(err).__name__}: {err}). "
+        "Both must be picklable: define them at module level (no lambdas or local functions), or use backend='serial'."
+    )
 
 
 #: Open ``ray_session(lazy=True)`` scopes: a Ray started inside one lives until the scope ends.

@@ -10,8 +10,8 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
-from lightning_mgpu.data.backends import Backend, ray_session
-from lightning_mgpu.data.cache import Verify
+from lightning_mgpu.data.backends import Backend, process_pool_scope, ray_session
+from lightning_mgpu.data.cache import VERIFY_MODES, Verify
 from lightning_mgpu.data.dataset import PreprocessedDataset, TransformedDataset
 from lightning_mgpu.data.preprocess import OnMismatch, compute_fingerprint, preprocess
 from lightning_mgpu.data.progress import ProgressMode
@@ -39,7 +39,13 @@ class PreprocessedDataModule(LightningDataModule):
         cache: ``False`` skips the cache and applies ``transform`` in ``__getitem__`` (to compare).
         backend: ``preprocess`` backend: ``"serial"``, ``"processes"`` or ``"ray"``.
         preprocess_workers: ``preprocess``'s ``num_workers``.
-        chunk_size, ray_address, on_mismatch, verify, transform_version, transform_fingerprint,
+        verify: how much of an existing cache is checked. ``"full"`` (default): ``prepare_data``
+            hashes every shard file against the manifest's sha256 once per run, and recomputes a
+            damaged shard (warning with its file name); ``setup`` then only compares file sizes on
+            every rank, so that the cache is hashed once, not once per rank. ``"size"``: sizes only,
+            in both (a silent bit flip goes unnoticed; for caches too large to read each run).
+            ``"none"``: no check.
+        chunk_size, ray_address, on_mismatch, transform_version, transform_fingerprint,
             progress: passed to :func:`~lightning_mgpu.data.preprocess`.
         dataset_fingerprints: ``{split: key}`` passed as ``dataset_fingerprint`` per split.
         shuffle: shuffle the training loader.
@@ -70,7 +76,7 @@ class PreprocessedDataModule(LightningDataModule):
         chunk_size: int | None = None,
         ray_address: str | None = None,
         on_mismatch: OnMismatch = "rebuild",
-        verify: Verify = "size",
+        verify: Verify = "full",
         dataset_fingerprints: Mapping[str, str] | None = None,
         transform_version: str | int | None = None,
         transform_fingerprint: str | None = None,
@@ -84,6 +90,8 @@ class PreprocessedDataModule(LightningDataModule):
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}.")
+        if verify not in VERIFY_MODES:
+            raise ValueError(f"verify={verify!r} is not supported; use one of {', '.join(map(repr, VERIFY_MODES))}.")
         self.raw = {s: d for s, d in zip(SPLITS, (train_dataset, val_dataset, test_dataset, predict_dataset)) if d is not None}
         if not self.raw:
             raise ValueError("PreprocessedDataModule needs at least one dataset (train_dataset, val_dataset, ...).")
@@ -111,8 +119,9 @@ class PreprocessedDataModule(LightningDataModule):
     def prepare_data(self) -> None:
         if not self.use_cache:
             return
-        # At most one Ray start-up for all splits, and none when every cache is already built.
-        with ray_session(lazy=True):
+        # At most one Ray or worker-pool start-up for all splits, none when every cache is already
+        # built, and nothing left running afterwards.
+        with ray_session(lazy=True), process_pool_scope():
             self._prepare_splits()
 
     def _prepare_splits(self) -> None:
@@ -142,7 +151,11 @@ class PreprocessedDataModule(LightningDataModule):
                 self.datasets[split] = TransformedDataset(dataset, self.transform, augment)
                 continue
             fp = compute_fingerprint(dataset, self.transform, self.dataset_fingerprints.get(split), self.transform_version, self.transform_fingerprint)
-            self.datasets[split] = PreprocessedDataset(self.split_dir(split), augment=augment, expected_fingerprint=fp, verify=self.verify)
+            # prepare_data has hashed the cache once this run; every rank re-hashing it would cost
+            # world_size full reads for nothing. The size check still catches a missing or
+            # truncated file on a rank whose file system differs from the preparing rank's.
+            verify = "size" if self.verify == "full" else self.verify
+            self.datasets[split] = PreprocessedDataset(self.split_dir(split), augment=augment, expected_fingerprint=fp, verify=verify)
 
     def _loader(self, split: str, train: bool) -> DataLoader | list:
         if split not in self.datasets:

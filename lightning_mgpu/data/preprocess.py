@@ -205,7 +205,7 @@ def preprocess(
         cache_dir: directory of the cache (created). Other files in it are never touched.
         transform: deterministic function of one sample, returning a dict of arrays, a tuple of
             arrays, or one array (tensors and numbers are fine). ``None`` caches the samples.
-        backend: ``"serial"``, ``"processes"`` (local process pool) or ``"ray"`` (tasks on a Ray
+        backend: ``"serial"``, ``"processes"`` (local worker processes, kept for the next call) or ``"ray"`` (tasks on a Ray
             cluster; an initialised Ray is reused, otherwise one is started and shut down).
         num_workers: parallel workers (default: the usable CPUs; for Ray, the cluster's CPUs).
         chunk_size: samples per shard and per task (default: about 16 shards, at most 64 MiB each).

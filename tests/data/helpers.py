@@ -65,3 +65,14 @@ class NoisyFeatures(Features):
 
 def tuple_transform(sample: dict[str, Any]) -> tuple[np.ndarray, int]:
     return sample["x"] * 2, sample["y"]
+
+
+def _refuse_unpickle() -> None:
+    raise ImportError("simulated: this dataset's module is not importable in the worker")
+
+
+class UnpicklableInWorkers(IndexedDataset):
+    """Pickles fine in the driver, but unpickling it (in a worker) raises, like a notebook class."""
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return (_refuse_unpickle, ())

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import pickle
+import re
+import shutil
 
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from lightning_mgpu.data import CacheNotFoundError, PreprocessedDataModule, PreprocessedDataset, TransformedDataset, clear_cache, preprocess
+from lightning_mgpu.data import (
+    CacheMismatchError,
+    CacheNotFoundError,
+    PreprocessedDataModule,
+    PreprocessedDataset,
+    TransformedDataset,
+    clear_cache,
+    preprocess,
+)
+from lightning_mgpu.data import cache as cache_module
 from tests.data.conftest import N
-from tests.data.helpers import Features, IndexedDataset, tuple_transform
+from tests.data.helpers import CALLS, Features, IndexedDataset, tuple_transform
 
 
 def test_samples_match_the_transform_and_on_the_fly(reference_cache):
@@ -84,8 +95,42 @@ def test_datamodule_builds_once_and_matches_on_the_fly(tmp_path):
     assert dm.test_dataloader() == []
     # A changed transform is never silently used: setup checks the fingerprint.
     stale = PreprocessedDataModule(IndexedDataset(40), tmp_path, Features(scale=5.0), **kwargs)
-    with pytest.raises(Exception, match="transform"):
+    with pytest.raises(
+        CacheMismatchError,
+        match=rf"The cache in {re.escape(str(tmp_path / 'train'))} was built from a different input \(the transform "
+        r"\(tests\.data\.helpers\.Features -> tests\.data\.helpers\.Features\) changed: fingerprint [0-9a-f]{12} != [0-9a-f]{12}\)\. "
+        r"Rebuild it with `preprocess\(dataset, '.*train', transform\)`",
+    ):
         stale.setup("fit")
+
+
+def test_datamodule_hashes_the_cache_once_per_run_and_repairs_a_bit_flip(tmp_path, reference_cache, monkeypatch):
+    root = tmp_path / "root"
+    shutil.copytree(reference_cache, root / "train")
+    victim = root / "train" / "shards" / "shard-00005.feat.npy"
+    good = victim.read_bytes()
+    victim.write_bytes(good[:-1] + bytes([good[-1] ^ 0xFF]))  # same size: invisible to the size check
+    hashed: list[str] = []
+    real_sha256 = cache_module.file_sha256
+    monkeypatch.setattr(cache_module, "file_sha256", lambda path: hashed.append(path.name) or real_sha256(path))
+    kwargs = dict(batch_size=8, backend="serial", progress=False)
+
+    # verify="size" (the opt-out) neither hashes nor notices the flip.
+    PreprocessedDataModule(IndexedDataset(N), root, Features(), verify="size", **kwargs).prepare_data()
+    assert hashed == [] and victim.read_bytes() != good
+
+    # The default hashes every file once in prepare_data, names the damaged shard and recomputes only it.
+    dm = PreprocessedDataModule(IndexedDataset(N), root, Features(), **kwargs)
+    CALLS["n"] = 0
+    with pytest.warns(UserWarning, match=r"shard 5 will be recomputed: .*shard-00005\.feat\.npy does not match its sha256 checksum"):
+        dm.prepare_data()
+    unhashed = {p.name for p in (reference_cache / "shards").iterdir()} - set(hashed)
+    assert len(hashed) == len(set(hashed)) and unhashed <= {"shard-00005.y.npy", "shard-00005.index.npy"}  # the check stops at the bad file
+    assert victim.read_bytes() == good and CALLS["n"] == 16, "only shard 5 (16 samples) is recomputed"
+    # setup on every rank only compares sizes: the cache is not hashed once per rank.
+    hashed.clear()
+    dm.setup("fit")
+    assert hashed == [] and torch.equal(dm.datasets["train"][80]["feat"], PreprocessedDataset(reference_cache)[80]["feat"])
 
 
 def test_dataloader_workers_read_the_maps(reference_cache):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 import signal
@@ -23,10 +24,13 @@ from lightning_mgpu.data import (
     PreprocessingError,
     compute_fingerprint,
     preprocess,
+    process_pool_scope,
+    shutdown_process_pool,
 )
+from lightning_mgpu.data import backends
 from tests._harness.launch import run_python
 from tests.data.conftest import CHUNK, N
-from tests.data.helpers import CALLS, Features, IndexedDataset, NoisyFeatures
+from tests.data.helpers import CALLS, Features, IndexedDataset, NoisyFeatures, UnpicklableInWorkers
 
 REPO = Path(__file__).resolve().parents[2]
 FIELDS = ("feat", "index", "y")
@@ -123,6 +127,44 @@ def test_processes_failure_is_prompt_and_resumable(tmp_path, reference_cache):
     assert not list((cache / "shards").glob(".*"))
 
 
+def test_process_workers_are_reused_across_calls_and_replaced_when_broken(tmp_path, reference_cache):
+    shutdown_process_pool()
+    kwargs = dict(backend="processes", num_workers=2, chunk_size=CHUNK, progress=False)
+    preprocess(IndexedDataset(N), tmp_path / "a", Features(), **kwargs)
+    pool = backends._POOL
+    assert pool is not None and all(p.is_alive() for p in pool.procs)
+    pids = [p.pid for p in pool.procs]
+    preprocess(IndexedDataset(N), tmp_path / "b", Features(), **kwargs)
+    assert backends._POOL is pool and [p.pid for p in pool.procs] == pids, "the second call must not start workers"
+    assert snapshot(tmp_path / "b") == snapshot(reference_cache)
+
+    # A worker that dies mid-call: a clear error, the pool is discarded, and the rerun resumes.
+    with pytest.raises(PreprocessingError, match="a preprocessing worker died.*rerun preprocess to resume"):
+        preprocess(IndexedDataset(N, kill_at=100), tmp_path / "c", Features(), **kwargs)
+    assert backends._POOL is None and not any(p.is_alive() for p in pool.procs)
+    info = preprocess(IndexedDataset(N), tmp_path / "c", Features(), **kwargs)
+    assert info.computed_shards < 13 and snapshot(tmp_path / "c") == snapshot(reference_cache)
+
+    # A worker killed between calls is noticed before the next call hands it work.
+    os.kill(backends._POOL.procs[0].pid, signal.SIGKILL)
+    backends._POOL.procs[0].join()
+    preprocess(IndexedDataset(N), tmp_path / "d", Features(), **kwargs)
+    assert snapshot(tmp_path / "d") == snapshot(reference_cache)
+
+    # A scope stops the workers started inside it, and only those.
+    shutdown_process_pool()
+    with process_pool_scope():
+        preprocess(IndexedDataset(N), tmp_path / "e", Features(), **kwargs)
+        started = backends._POOL
+    assert backends._POOL is None and not any(p.is_alive() for p in started.procs)
+
+
+def test_dataset_that_workers_cannot_unpickle_names_the_fix(tmp_path):
+    with pytest.raises(PreprocessingError, match=r"could not unpickle the dataset and transform \(ImportError: simulated.*backend='serial'"):
+        preprocess(UnpicklableInWorkers(40), tmp_path, Features(), backend="processes", num_workers=2, chunk_size=4, progress=False)
+    assert not (tmp_path / "manifest.json").exists()
+
+
 def test_stale_cache_is_detected_and_rebuilt_without_touching_user_files(tmp_path):
     cache, ds = tmp_path / "c", IndexedDataset(64)
     preprocess(ds, cache, Features(), backend="serial", progress=False)
@@ -161,7 +203,9 @@ def test_corrupt_shard_is_detected_and_repaired(tmp_path, reference_cache):
     data = bytearray(victim.read_bytes())
     data[-1] ^= 0xFF  # a silent bit flip: same size
     victim.write_bytes(bytes(data))
-    PreprocessedDataset(cache)  # the cheap default check only compares sizes
+    # PreprocessedDataset's default check is one stat per file: it opens a same-size flip. The full
+    # hash runs once per run in PreprocessedDataModule.prepare_data (test_dataset.py), or on request:
+    PreprocessedDataset(cache)
     with pytest.raises(CorruptCacheError, match=r"Shard 5 .*shard-00005\.feat\.npy does not match its sha256.*preprocess\(dataset"):
         PreprocessedDataset(cache, verify="full")
     with pytest.warns(UserWarning, match="shard 5 will be recomputed"):
