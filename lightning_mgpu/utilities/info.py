@@ -34,12 +34,12 @@ def horovod_build() -> str:
     """Which controllers/ops the installed horovod was built with, or why it is unusable."""
     if not is_available("horovod"):
         return "not installed (bash scripts/build_horovod.sh)"
-    try:
-        import horovod.torch as hvd
-    except Exception as err:  # a wheel built against another torch fails here
-        return f"installed but `import horovod.torch` fails: {err} (rebuild: bash scripts/build_horovod.sh)"
-    flags = {"gloo": hvd.gloo_built(), "mpi": hvd.mpi_built(), "nccl": hvd.nccl_built()}
-    return ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in flags.items())
+    from lightning_mgpu.strategies._horovod_runtime import build_info
+
+    built = build_info()
+    if not built["importable"]:
+        return f"installed but unusable: {built['error']}"  # names the rebuild command
+    return ", ".join(f"{k}={'yes' if built[k] else 'no'}" for k in ("gloo", "mpi", "nccl", "cuda"))
 
 
 def devices() -> DeviceInfo:
