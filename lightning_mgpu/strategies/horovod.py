@@ -128,20 +128,7 @@ class HorovodStrategy(ParallelStrategy):
     def _initialized(self) -> bool:
         return runtime.is_initialized()
 
-    @property
-    @override
-    def global_rank(self) -> int:
-        return runtime.horovod_torch().rank() if self._initialized else 0
-
-    @property
-    @override
-    def local_rank(self) -> int:
-        return runtime.horovod_torch().local_rank() if self._initialized else 0
-
-    @property
-    @override
-    def node_rank(self) -> int:
-        return runtime.horovod_torch().cross_rank() if self._initialized else 0
+    # global_rank, local_rank and node_rank come from ParallelStrategy, which asks HorovodEnvironment.
 
     @property
     @override
