@@ -24,7 +24,7 @@ Run::
     python benchmarks/bench_dp.py --accelerator gpu         # 1 GPU: dp vs bare; >= 2 GPUs: + DP vs DDP
 
 Only public APIs are used: Lightning's ``Trainer`` with the ``dp``/``ddp`` names and
-``lightning_mgpu.models``.
+``lightning_mgpu.demos``.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import lightning_mgpu  # noqa: F401  (registers "dp")
-from lightning_mgpu.models import ImageClassifier
-from lightning_mgpu.models.synthetic import make_synthetic_images
+from lightning_mgpu.demos import ImageClassifier
+from lightning_mgpu.demos.synthetic import make_synthetic_images
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -44,8 +44,8 @@ from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_mgpu.data import PreprocessedDataset, TransformedDataset, preprocess
-from lightning_mgpu.models import ImageClassifier
-from lightning_mgpu.models.digits_preprocessed import DigitsFeatures, digits_splits
+from lightning_mgpu.demos import ImageClassifier
+from lightning_mgpu.demos.digits_preprocessed import DigitsFeatures, digits_splits
 from lightning_mgpu.utilities.imports import is_available
 
 TRANSFORM = DigitsFeatures()

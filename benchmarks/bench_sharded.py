@@ -105,7 +105,7 @@ class _Recorder:
         import lightning.pytorch as pl
         import torch
 
-        from lightning_mgpu.strategies.sharded import local_optimizer_state_bytes
+        from lightning_mgpu.strategies.sharded.strategy import local_optimizer_state_bytes
 
         class Recorder(pl.Callback):
             def __init__(self) -> None:

@@ -47,10 +47,12 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 
 import lightning_mgpu  # noqa: F401  (registers dp, horovod, sharded, ... with Lightning)
-from lightning_mgpu.models import DigitsDataModule, ImageClassifier, SyntheticImageDataModule
+from lightning_mgpu.demos import DigitsDataModule, ImageClassifier, SyntheticImageDataModule
+from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES
 from lightning_mgpu.utilities.ports import check_master_port
 
-STRATEGIES = ("auto", "dp", "ddp", "ddp_spawn", "horovod", "sharded", "sharded_spawn", "ddp_sharded", "ddp_sharded_spawn")
+# Lightning's own launch-style names, then every name the bundle registers (declared once, by each class).
+STRATEGIES = ("auto", "ddp", "ddp_spawn", *BUNDLE_STRATEGY_NAMES)
 PRECISIONS = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true")
 
 
@@ -234,7 +236,7 @@ def build_datamodule(args: argparse.Namespace, loader_batch_size: int) -> pl.Lig
     if args.data == "synthetic":
         return SyntheticImageDataModule(batch_size=loader_batch_size, num_workers=args.num_workers, seed=args.seed)
     if args.preprocess != "none":
-        from lightning_mgpu.models.digits_preprocessed import digits_preprocessed_datamodule
+        from lightning_mgpu.demos.digits_preprocessed import digits_preprocessed_datamodule
 
         cache_dir = args.cache_dir or args.output_dir / "cache"
         return digits_preprocessed_datamodule(

@@ -5,6 +5,8 @@ Importing the package registers the strategy names ``dp``, ``horovod``, ``sharde
 so ``Trainer(strategy="dp")`` works. Lightning's own ``ddp`` and ``ddp_spawn`` are untouched.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from lightning_mgpu.strategies import (
     DataParallelStrategy,
     HorovodStrategy,
@@ -12,7 +14,10 @@ from lightning_mgpu.strategies import (
     register_bundle_strategies,
 )
 
-__version__ = "0.1.0"
+try:  # pyproject.toml is the one place the version is written
+    __version__ = version("lightning_mgpu")
+except PackageNotFoundError:  # a source checkout on PYTHONPATH, not installed
+    __version__ = "0+unknown"
 
 register_bundle_strategies()
 

@@ -1,7 +1,11 @@
-"""Callbacks that work under every strategy."""
+"""Callbacks that work under every strategy.
+
+``GPUUtilizationMonitor`` lives in :mod:`lightning_mgpu.monitoring`; it is re-exported here, where users
+import callbacks from.
+"""
 
 from lightning_mgpu.callbacks.activation_checkpointing import ActivationCheckpointing  # noqa: F401
 from lightning_mgpu.callbacks.grad_sync import GradSyncToggle  # noqa: F401
 from lightning_mgpu.callbacks.mixed_precision import AutoMixedPrecision  # noqa: F401
 from lightning_mgpu.callbacks.zero_grad import ZeroGradSetToNone  # noqa: F401
-from lightning_mgpu.callbacks.gpu_monitor import GPUUtilizationMonitor  # noqa: F401
+from lightning_mgpu.monitoring.callback import GPUUtilizationMonitor  # noqa: F401

@@ -9,7 +9,6 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -37,10 +36,9 @@ class AutoMixedPrecision(Callback):
     - under ``"16-mixed"``: logs ``amp/loss_scale`` (the scale used for the step) and ``amp/skipped_steps``
       (cumulative optimizer steps skipped for inf/NaN gradients) at every optimizer step, and warns, with the
       fixes, when ``max_consecutive_skips`` steps in a row are skipped.
-    - under ``"16-mixed"`` with ``strategy="sharded"``: makes sure the scaler is shard-aware. The sharded
-      strategy installs FairScale's ``ShardedGradScaler`` itself; if a plain ``GradScaler`` is found anyway,
-      it is replaced by a :class:`ShardAwareGradScaler`, which all-reduces the inf/NaN flag so every rank
-      skips the same steps.
+    - under ``"16-mixed"`` with a strategy that shards gradients (``strategy.shards_gradients``, e.g.
+      ``sharded`` on FairScale): checks that the strategy's scaler is shard-aware, so every rank skips the
+      same steps, and refuses a plain one with the fix. The strategy installs that scaler itself.
 
     Args:
         max_consecutive_skips: warn when this many optimizer steps in a row were skipped. The scaler skips a
@@ -105,14 +103,15 @@ class AutoMixedPrecision(Callback):
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # After strategy.setup (which may install its own plugin) and before the scaler state is restored.
+        # After strategy.setup, which installs a shard-aware scaler where gradients are sharded.
         scaler = _scaler_of(trainer)
-        if scaler is not None and _is_sharded(trainer.strategy) and not _is_shard_aware(scaler):
-            trainer.precision_plugin.scaler = ShardAwareGradScaler.like(scaler)
-            rank_zero_info(
-                "AutoMixedPrecision: strategy='sharded' keeps only a shard of the gradients on each rank, so it"
-                " needs a shard-aware GradScaler (inf/NaN found on any rank skips the step on all); installed"
-                " ShardAwareGradScaler."
+        if scaler is not None and _shards_gradients(trainer.strategy) and not _is_shard_aware(scaler):
+            raise MisconfigurationException(
+                f"AutoMixedPrecision: {type(trainer.strategy).__name__} keeps only a shard of the gradients on each"
+                f" rank, but the loss scaler is a plain {type(scaler).__name__}: ranks would disagree on skipping a"
+                " step after inf/NaN and silently diverge. Use the strategy's own precision plugin (pass"
+                " `precision='16-mixed'` instead of a hand-built plugin), or a scaler that all-reduces its inf/NaN"
+                " flag such as `lightning_mgpu.strategies.sharded.ShardAwareGradScaler`."
             )
 
     @override
@@ -146,55 +145,6 @@ class AutoMixedPrecision(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.skipped_steps = int(state_dict.get("skipped_steps", 0))
         self.optimizer_steps = int(state_dict.get("optimizer_steps", 0))
-
-
-class ShardAwareGradScaler(torch.amp.GradScaler):
-    """A ``GradScaler`` whose inf/NaN check is all-reduced over the process group, on any device.
-
-    With sharded gradients (ZeRO-2) each rank holds only its shard's gradients, so a plain scaler on one rank
-    may skip a step that another rank takes. This is what FairScale's ``ShardedGradScaler`` does on CUDA;
-    FairScale's version disables itself without CUDA. Exactly one collective per ``unscale_`` runs on every
-    rank, even on a rank that owns no gradient.
-
-    Args:
-        device: the device of the gradients (``"cuda"`` or ``"cpu"``).
-        process_group: the group the gradients are sharded over (default: the world).
-        **kwargs: passed to ``torch.amp.GradScaler`` (``init_scale``, ``growth_factor``, ...).
-    """
-
-    def __init__(self, device: str = "cuda", process_group: Any = None, **kwargs: Any) -> None:
-        super().__init__(device, **kwargs)
-        self.process_group = process_group
-
-    @classmethod
-    def like(cls, scaler: torch.amp.GradScaler, process_group: Any = None) -> ShardAwareGradScaler:
-        """A sharded scaler with the same device, settings and current scale as ``scaler``."""
-        new = cls(
-            getattr(scaler, "_device", "cuda"),
-            process_group=process_group,
-            init_scale=scaler.get_scale() if scaler.is_enabled() else 2.0**16,
-            growth_factor=scaler.get_growth_factor(),
-            backoff_factor=scaler.get_backoff_factor(),
-            growth_interval=scaler.get_growth_interval(),
-            enabled=scaler.is_enabled(),
-        )
-        return new
-
-    @override
-    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        super().unscale_(optimizer)
-        if not self.is_enabled() or not (dist.is_available() and dist.is_initialized()):
-            return
-        per_device = self._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
-        assert self._scale is not None
-        found = torch.zeros(1, dtype=torch.float32, device=self._scale.device)
-        for flag in per_device.values():
-            found += flag.to(found.device)
-        dist.all_reduce(found, op=dist.ReduceOp.MAX, group=self.process_group)
-        for flag in per_device.values():
-            flag.copy_(found.to(flag.device).reshape(flag.shape))
-        if not per_device:  # a rank without gradients must still skip when the others do
-            per_device[found.device] = found
 
 
 def resolve_precision(accelerator: str = "auto") -> str:
@@ -260,17 +210,13 @@ def _found_inf(scaler: torch.amp.GradScaler, optimizer: Any) -> bool | None:
     return bool(sum(float(v.item()) for v in per_device.values()))
 
 
-def _is_sharded(strategy: Any) -> bool:
-    from lightning_mgpu.strategies.sharded import ShardedStrategy
-
-    return isinstance(strategy, ShardedStrategy)
+def _shards_gradients(strategy: Any) -> bool:
+    # A capability, not a class: any strategy whose ranks each hold a shard of the gradients says so.
+    return bool(getattr(strategy, "shards_gradients", False))
 
 
 def _is_shard_aware(scaler: Any) -> bool:
-    if isinstance(scaler, ShardAwareGradScaler):
-        return True
-    # FairScale's own (CUDA) ShardedGradScaler, if the strategy installed it.
-    return any(c.__name__ == "ShardedGradScaler" and c.__module__.startswith("fairscale") for c in type(scaler).__mro__)
+    return bool(getattr(scaler, "shard_aware", False))
 
 
 def _skip_streak_message(streak: int, scale: float, skipped: int, steps: int) -> str:

@@ -1,7 +1,10 @@
-"""Strategies that Lightning 2.0 removed, rebuilt for Lightning 2.x: ``dp``, ``horovod`` and ``sharded``."""
+"""Strategies that Lightning 2.0 removed, rebuilt for Lightning 2.x: ``dp``, ``horovod`` and ``sharded``.
+
+One package per strategy; :mod:`~lightning_mgpu.strategies.registry` imports them and registers their names.
+"""
 
 from lightning_mgpu.strategies.dp import DataParallelStrategy
-from lightning_mgpu.strategies.horovod import HorovodStrategy
+from lightning_mgpu.strategies.horovod import HorovodEnvironment, HorovodStrategy
 from lightning_mgpu.strategies.registry import (
     BUNDLE_STRATEGY_NAMES,
     StrategyNameClashError,
@@ -13,6 +16,7 @@ from lightning_mgpu.strategies.sharded import ShardedStrategy
 __all__ = [
     "BUNDLE_STRATEGY_NAMES",
     "DataParallelStrategy",
+    "HorovodEnvironment",
     "HorovodStrategy",
     "ShardedStrategy",
     "StrategyNameClashError",

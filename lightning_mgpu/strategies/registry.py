@@ -3,6 +3,9 @@
 Lightning resolves ``Trainer(strategy="name")`` through ``lightning.pytorch.strategies.StrategyRegistry``
 and has no entry-point group for strategies, so the names must be registered by importing
 ``lightning_mgpu``. Registration is idempotent and never touches Lightning's own names.
+
+Each strategy class declares its names in ``register_strategies`` (Lightning's own pattern); this module
+imports the strategy packages and is never imported by them, so names live in one place per class.
 """
 
 from __future__ import annotations
@@ -10,6 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from lightning.pytorch.strategies import Strategy
+
+from lightning_mgpu.strategies.dp import DataParallelStrategy
+from lightning_mgpu.strategies.horovod import HorovodStrategy
+from lightning_mgpu.strategies.sharded import ShardedStrategy
 
 
 class StrategyNameClashError(ValueError):
@@ -65,12 +72,29 @@ def register_strategy(
     registry.register(name, strategy, description=description, **init_params)
 
 
+class _IdempotentRegistry:
+    """What each strategy's ``register_strategies(registry)`` is handed: ``register`` goes through
+    :func:`register_strategy`, so the classes call it exactly as Lightning's own strategies do."""
+
+    def __init__(self, registry: Any) -> None:
+        self._registry = registry
+
+    def register(self, name: str, strategy: type[Strategy], description: str = "", **init_params: Any) -> None:
+        register_strategy(self._registry, name, strategy, description, **init_params)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._registry
+
+
+class _Recorder(dict):
+    """A throw-away registry: collects the names and entries the classes would register."""
+
+    def register(self, name: str, strategy: type[Strategy], description: str = "", **init_params: Any) -> None:
+        self[name] = {"strategy": strategy, "description": description, "init_params": init_params}
+
+
 def bundle_strategy_classes() -> list[type[Strategy]]:
     """The bundle's strategy classes, each of which registers its own names."""
-    from lightning_mgpu.strategies.dp import DataParallelStrategy
-    from lightning_mgpu.strategies.horovod import HorovodStrategy
-    from lightning_mgpu.strategies.sharded import ShardedStrategy
-
     return [DataParallelStrategy, HorovodStrategy, ShardedStrategy]
 
 
@@ -88,14 +112,29 @@ def register_bundle_strategies(registry: Any = None) -> list[str]:
     """
     if registry is None:
         from lightning.pytorch.strategies import StrategyRegistry as registry  # noqa: N811
-    names: list[str] = []
-    for cls in bundle_strategy_classes():
-        names.extend(cls.register_strategies(registry) or [])
-    # Lightning's own names (ddp, ddp_spawn, ...) must never be replaced by the bundle.
+    names = list(_bundle_entries())
+    # Lightning's own names (ddp, ddp_spawn, ...) must never be replaced by the bundle: check before touching it.
     if set(names) & _LIGHTNING_OWN:
         raise RuntimeError(f"lightning_mgpu must not re-register Lightning's own names: {set(names) & _LIGHTNING_OWN}")
+    view = _IdempotentRegistry(registry)
+    for cls in bundle_strategy_classes():
+        cls.register_strategies(view)
     return names
 
 
+def _bundle_entries() -> dict[str, dict[str, Any]]:
+    recorder = _Recorder()
+    for cls in bundle_strategy_classes():
+        cls.register_strategies(recorder)
+    return recorder
+
+
+def strategy_dependency(name: str) -> str | None:
+    """The optional package a registered bundle name needs (``None``: torch alone, or not a bundle name)."""
+    entry = _bundle_entries().get(name)
+    return getattr(entry["strategy"], "optional_dependency", None) if entry else None
+
+
 _LIGHTNING_OWN = frozenset({"ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "fsdp", "deepspeed", "single_device"})
-BUNDLE_STRATEGY_NAMES = ("dp", "horovod", "sharded", "sharded_spawn", "ddp_sharded", "ddp_sharded_spawn")
+# Every name the bundle registers, in registration order, as the classes declare them (the one source).
+BUNDLE_STRATEGY_NAMES: tuple[str, ...] = tuple(_bundle_entries())

@@ -14,12 +14,17 @@ from types import ModuleType
 
 # package import name -> (extra, install hint)
 _EXTRAS: dict[str, tuple[str, str]] = {
-    "horovod": ("horovod", "bash scripts/build_horovod.sh  (horovod 0.28.1 needs a C++17 patch to build against torch>=2.1)"),
+    "horovod": ("horovod", "python -m lightning_mgpu build-horovod  (horovod 0.28.1 needs a C++17 patch to build against torch>=2.1)"),
     "fairscale": ("sharded", "pip install 'lightning_mgpu[sharded]'"),
     "ray": ("ray", "pip install 'lightning_mgpu[ray]'"),
     "neptune": ("neptune", "pip install 'lightning_mgpu[neptune]'"),
     "pynvml": ("gpu", "pip install 'lightning_mgpu[gpu]'"),
     "matplotlib": ("dashboard", "pip install 'lightning_mgpu[dashboard]'"),
+    "plotly": ("dashboard", "pip install 'lightning_mgpu[dashboard]'"),
+    "tensorboard": ("dashboard", "pip install 'lightning_mgpu[dashboard]'"),
+    "psutil": ("monitor", "pip install 'lightning_mgpu[monitor]'"),
+    "sklearn": ("demos", "pip install 'lightning_mgpu[demos]'"),
+    "ray.train": ("ray", "pip install 'lightning_mgpu[ray]'"),
 }
 
 
@@ -50,7 +55,7 @@ def require(package: str, feature: str) -> ModuleType:
 
         fairscale = require("fairscale", "strategy='sharded'")
     """
-    extra, hint = _EXTRAS.get(package, (package, f"pip install {package}"))
+    extra, hint = _EXTRAS.get(package) or _EXTRAS.get(package.split(".")[0], (package, f"pip install {package}"))
     try:
         return importlib.import_module(package)
     except ImportError as err:
@@ -64,7 +69,7 @@ def package_version(package: str) -> str | None:
     """Installed distribution version of ``package`` or ``None``."""
     from importlib.metadata import PackageNotFoundError, version
 
-    dist = {"pynvml": "nvidia-ml-py"}.get(package, package)
+    dist = {"pynvml": "nvidia-ml-py", "sklearn": "scikit-learn"}.get(package, package)
     try:
         return version(dist)
     except PackageNotFoundError:

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_mgpu.callbacks import ActivationCheckpointing
 from lightning_mgpu.utilities.imports import is_available
-from tests.callbacks._callbacks_run import launch, matrix_params
+from tests.integration.runners.run_callbacks import launch, matrix_params
 
 IMPLS = ["torch", pytest.param("fairscale", marks=pytest.mark.skipif(not is_available("fairscale"), reason="needs fairscale"))]
 
@@ -129,7 +129,7 @@ def test_gradients_are_exact(impl: str, autocast: bool) -> None:
 
 def test_image_classifier_features_with_inplace_relu() -> None:
     """`--activation-checkpointing 'features.*'` in examples/train.py: conv, BatchNorm2d, ReLU(inplace=True)."""
-    from lightning_mgpu.models import ImageClassifier
+    from lightning_mgpu.demos import ImageClassifier
 
     torch.manual_seed(0)
     plain = ImageClassifier(width=8)

@@ -1,6 +1,6 @@
 """GradSyncToggle: one gradient all-reduce round per optimizer step, under every strategy.
 
-The integration runs (``tests/callbacks/_callbacks_run.py``) train on 2 CPU processes with gloo and count
+The integration runs (``tests/integration/runners/run_callbacks.py``) train on 2 CPU processes with gloo and count
 every gradient-reducing collective per backward pass (torch.distributed reductions, a counting DDP comm
 hook, Horovod's allreduce). The same launches also carry the other three callbacks; their assertions live
 in their own test modules and reuse the launches within a session.
@@ -22,8 +22,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_mgpu.callbacks import GradSyncToggle
-from tests._harness.launch import max_abs_diff
-from tests.callbacks._callbacks_run import launch, matrix_params
+from tests.helpers.launch import max_abs_diff
+from tests.integration.runners.run_callbacks import launch, matrix_params
 
 # --------------------------------------------------------------------------- unit
 

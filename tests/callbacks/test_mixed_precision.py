@@ -1,4 +1,4 @@
-"""AutoMixedPrecision: resolving ``precision="auto"``, conflicts, loss-scale monitoring, sharded scalers.
+"""AutoMixedPrecision: resolving ``precision="auto"``, conflicts, loss-scale monitoring, the shard-aware check.
 
 Lightning turns ``Trainer(accelerator="cpu", precision="16-mixed")`` into ``bf16-mixed``, but a hand-built
 ``MixedPrecision("16-mixed", "cpu")`` plugin runs real float16 autocast with ``torch.amp.GradScaler("cpu")``,
@@ -15,8 +15,6 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import nn
@@ -24,8 +22,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_mgpu.callbacks import AutoMixedPrecision
 from lightning_mgpu.callbacks import mixed_precision as amp_module
-from lightning_mgpu.callbacks.mixed_precision import ShardAwareGradScaler, cpu_has_fast_bf16
-from tests.callbacks._callbacks_run import launch, matrix_params
+from lightning_mgpu.callbacks.mixed_precision import cpu_has_fast_bf16
+from lightning_mgpu.strategies.sharded import ShardAwareGradScaler
+from tests.integration.runners.run_callbacks import launch, matrix_params
 
 # --------------------------------------------------------------------------- resolving "auto"
 
@@ -214,49 +213,18 @@ def test_warns_with_the_fix_when_steps_keep_being_skipped() -> None:
     assert amp.skipped_steps == 8
 
 
-def test_sharded_gets_a_shard_aware_scaler() -> None:
-    from lightning_mgpu.strategies import ShardedStrategy
-
-    plugin = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=7))
-    trainer = types.SimpleNamespace(strategy=ShardedStrategy(backend="torch"), precision_plugin=plugin)
+def test_a_strategy_that_shards_gradients_with_a_plain_scaler_is_refused_with_the_fix() -> None:
+    plugin = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))
+    trainer = types.SimpleNamespace(strategy=types.SimpleNamespace(shards_gradients=True), precision_plugin=plugin)
+    with pytest.raises(MisconfigurationException, match=r"plain GradScaler.*ShardAwareGradScaler"):
+        AutoMixedPrecision().on_fit_start(trainer, None)  # type: ignore[arg-type]
+    # A capability, not a class: the same strategy with a shard-aware scaler, or one that does not shard, passes.
+    plugin.scaler = ShardAwareGradScaler("cpu")
     AutoMixedPrecision().on_fit_start(trainer, None)  # type: ignore[arg-type]
-    assert isinstance(plugin.scaler, ShardAwareGradScaler)
-    assert (plugin.scaler.get_scale(), plugin.scaler.get_growth_interval()) == (1024.0, 7)
-    # A scaler that is already shard-aware is kept.
-    kept = plugin.scaler
+    trainer.strategy = types.SimpleNamespace(shards_gradients=False)
+    plugin.scaler = torch.amp.GradScaler("cpu")
     AutoMixedPrecision().on_fit_start(trainer, None)  # type: ignore[arg-type]
-    assert plugin.scaler is kept
-
-
-def _sharded_scaler_worker(rank: int, port: int, result_dir: str) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        results = {}
-        for name, scaler in (("plain", torch.amp.GradScaler("cpu")), ("shard_aware", ShardAwareGradScaler("cpu"))):
-            param = nn.Parameter(torch.ones(3))
-            opt = torch.optim.SGD([param], lr=1.0)
-            scaler.scale(torch.ones(()))  # starts the scaler (its scale is created lazily)
-            # Rank 1's shard of the gradients overflowed, rank 0's did not.
-            param.grad = torch.full((3,), float("inf") if rank == 1 else 1.0)
-            scaler.step(opt)
-            scaler.update()
-            results[name] = {"param": param.detach().clone(), "scale": scaler.get_scale()}
-        torch.save(results, f"{result_dir}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-
-
-@pytest.mark.integration
-def test_shard_aware_scaler_skips_the_step_on_every_rank(tmp_path: Path) -> None:
-    from lightning.fabric.plugins.environments.lightning import find_free_network_port
-
-    mp.start_processes(_sharded_scaler_worker, args=(find_free_network_port(), str(tmp_path)), nprocs=2, start_method="spawn")
-    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
-    for name in ("plain", "shard_aware"):
-        assert torch.equal(r1[name]["param"], torch.ones(3)) and r1[name]["scale"] == 2.0**15  # the overflowing rank skips
-    # A plain scaler lets rank 0 step: the ranks diverge. The shard-aware one skips on both.
-    assert not torch.equal(r0["plain"]["param"], torch.ones(3)) and r0["plain"]["scale"] == 2.0**16
-    assert torch.equal(r0["shard_aware"]["param"], torch.ones(3)) and r0["shard_aware"]["scale"] == 2.0**15
+    assert type(plugin.scaler) is torch.amp.GradScaler  # the callback never swaps scalers
 
 
 # --------------------------------------------------------------------------- every strategy

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_mgpu.callbacks import ZeroGradSetToNone
-from tests.callbacks._callbacks_run import launch, matrix_params
+from tests.integration.runners.run_callbacks import launch, matrix_params
 
 
 class _ZeroFilling(pl.LightningModule):

@@ -28,7 +28,7 @@ from lightning_mgpu.data import (
     shutdown_process_pool,
 )
 from lightning_mgpu.data import backends
-from tests._harness.launch import run_python
+from tests.helpers.launch import run_python
 from tests.data.conftest import CHUNK, N
 from tests.data.helpers import CALLS, Features, IndexedDataset, NoisyFeatures, UnpicklableInWorkers
 
@@ -92,7 +92,7 @@ def test_rerun_reuses_complete_cache(tmp_path):
 def test_resume_after_kill(tmp_path, reference_cache):
     cache = tmp_path / "c"
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.data._kill_run", str(cache), "70"], cwd=REPO, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "tests.integration.runners.run_data_kill", str(cache), "70"], cwd=REPO, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     # Killed in shard 4 (samples 64..79): shards 0-3 are complete, nothing else is visible.
@@ -306,7 +306,7 @@ def test_progress_modes(capsys, monkeypatch):
 
 @pytest.mark.integration
 def test_ddp_two_ranks_see_every_sample_once_per_epoch(tmp_path):
-    run_python(["-m", "tests.data._ddp_run", str(tmp_path)], timeout=420)
+    run_python(["-m", "tests.integration.runners.run_data_ddp", str(tmp_path)], timeout=420)
     results = [json.loads((tmp_path / f"seen_rank{r}.json").read_text()) for r in range(2)]
     assert all(r["world_size"] == 2 for r in results)
     for epoch in ("0", "1"):

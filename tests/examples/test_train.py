@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_mgpu.models import ImageClassifier
+from lightning_mgpu.demos import ImageClassifier
 from lightning_mgpu.utilities.checkpoint import load_state_dict
-from tests._harness.launch import REPO_ROOT, run_python
+from tests.helpers.launch import REPO_ROOT, run_python
 
 TRAIN = str(REPO_ROOT / "examples" / "train.py")
 

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_mgpu.loggers import NeptuneLogger, NeptuneServerUnreachableError
 from lightning_mgpu.loggers.neptune_layout import from_neptune_path, to_neptune_path
-from tests._harness.launch import run_python
+from tests.helpers.launch import run_python
 
 pytest.importorskip("neptune")
 
@@ -331,7 +331,7 @@ def test_wraps_an_existing_run_and_rejects_mixed_arguments(loggers: list[Neptune
 @pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
 def test_two_process_training_writes_one_run_from_rank_zero(strategy: str, tmp_path: Path, neptune_dir: Path) -> None:
     out = tmp_path / "out"
-    run_python(["-m", "tests.loggers.neptune_ddp_run", "--strategy", strategy, "--out", str(out)], timeout=540, env={"NEPTUNE_DATA_DIRECTORY": str(neptune_dir)})
+    run_python(["-m", "tests.integration.runners.run_neptune_ddp", "--strategy", strategy, "--out", str(out)], timeout=540, env={"NEPTUNE_DATA_DIRECTORY": str(neptune_dir)})
 
     pids = {r: json.loads((out / f"pid_rank{r}.json").read_text())["pid"] for r in (0, 1)}
     runs = list((neptune_dir / "offline").iterdir())

@@ -15,7 +15,7 @@ from lightning_mgpu.strategies import (
     StrategyNameClashError,
     register_bundle_strategies,
 )
-from tests._harness.launch import run_python
+from tests.helpers.launch import run_python
 
 EXPECTED = {
     "dp": DataParallelStrategy,
@@ -57,7 +57,7 @@ def test_registering_again_is_harmless() -> None:
 
 def test_reimport_in_fresh_process_is_harmless() -> None:
     code = (
-        "import importlib, lightning_mgpu, lightning_mgpu.strategies.dp as m;"
+        "import importlib, lightning_mgpu, lightning_mgpu.strategies.dp.strategy as m;"
         "importlib.reload(m); importlib.reload(lightning_mgpu);"
         "from lightning.pytorch.strategies import StrategyRegistry as R;"
         "assert R['dp']['strategy'].__name__ == 'DataParallelStrategy';"

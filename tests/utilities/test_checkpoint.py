@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_mgpu.models import ImageClassifier
+from lightning_mgpu.demos import ImageClassifier
 from lightning_mgpu.utilities.checkpoint import CheckpointKeyMismatchError, extract_state_dict, load_state_dict, strip_prefix
 
 

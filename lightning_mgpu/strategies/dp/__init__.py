@@ -1,0 +1,16 @@
+"""``dp``: ``torch.nn.DataParallel`` for Lightning 2.x, replica-safe, with exact loss reduction.
+
+``strategy.py`` is the Lightning strategy; ``engine.py`` the DataParallel wrapper it drives; ``replica.py``
+what each replica runs; ``reduce.py`` how replica outputs and losses combine; ``emulation.py`` several
+replicas on one CPU device, for tests.
+"""
+
+from lightning_mgpu.strategies.dp.strategy import (
+    BatchSplitError,
+    DataParallelStrategy,
+    LightningDataParallel,
+    SmallBatchError,
+    physical_device_ids,
+)
+
+__all__ = ["BatchSplitError", "DataParallelStrategy", "LightningDataParallel", "SmallBatchError", "physical_device_ids"]

@@ -1,0 +1,344 @@
+"""``dp``: ``torch.nn.DataParallel`` on Lightning 2.x, with exact loss reduction.
+
+``Trainer(strategy="dp", accelerator="gpu", devices=4)`` trains in one process on four GPUs of
+one machine: each batch is split along dim 0, every GPU runs the step on its own replica of the
+LightningModule, and the losses are combined on the first GPU weighted by each replica's share
+of the batch, so loss and gradients equal those of one device on the same batch.
+
+On the CPU or a single GPU the strategy runs as a single-device strategy (with a one-line note),
+so code written for ``dp`` runs everywhere. See ``docs/dp.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Generator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from lightning.fabric.plugins import CheckpointIO
+from lightning.pytorch import LightningModule
+from lightning.pytorch.accelerators import Accelerator
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import ParallelStrategy
+from lightning.pytorch.strategies.strategy import Strategy, TBroadcast
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from torch import Tensor, nn
+from typing_extensions import override
+
+from lightning_mgpu.strategies.dp.engine import LightningDataParallel, SmallBatchError
+from lightning_mgpu.strategies.dp.reduce import LOSS_REDUCTIONS, BatchSplitError, LossReduction
+from lightning_mgpu.strategies._steps import StepRouting
+from lightning_mgpu.utilities.checkpoint import strip_prefix
+
+__all__ = ["BatchSplitError", "DataParallelStrategy", "LightningDataParallel", "SmallBatchError", "physical_device_ids"]
+
+
+def physical_device_ids(indices: list[int], visible: str | None = None) -> list[str]:
+    """Map CUDA device indices (as torch numbers them) to the GPUs they are on the machine.
+
+    With ``CUDA_VISIBLE_DEVICES=4,5,6,7``, ``cuda:2`` is physical GPU ``6``. Entries may also be
+    GPU UUIDs or MIG names, which are returned as written.
+
+    Args:
+        indices: logical CUDA indices.
+        visible: the value of ``CUDA_VISIBLE_DEVICES``; read from the environment when ``None``.
+
+    Returns:
+        One physical id (a string) per index; the index itself when nothing restricts visibility.
+
+    Raises:
+        ValueError: an index is outside the devices ``CUDA_VISIBLE_DEVICES`` lists.
+
+    Example::
+
+        >>> physical_device_ids([2, 3], visible="4,5,6,7")
+        ['6', '7']
+    """
+    if visible is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or visible.strip() == "":
+        return [str(i) for i in indices]
+    listed = [v.strip() for v in visible.split(",") if v.strip()]
+    bad = [i for i in indices if not 0 <= i < len(listed)]
+    if bad:
+        raise ValueError(
+            f"CUDA device index(es) {bad} do not exist: CUDA_VISIBLE_DEVICES={visible!r} makes {len(listed)}"
+            f" device(s) visible, numbered 0..{len(listed) - 1}. Device indices count within CUDA_VISIBLE_DEVICES:"
+            " to use physical GPUs 2 and 3 either pass devices=[2, 3] without CUDA_VISIBLE_DEVICES, or set"
+            " CUDA_VISIBLE_DEVICES=2,3 and pass devices=2."
+        )
+    return [listed[i] for i in indices]
+
+
+class DataParallelStrategy(StepRouting, ParallelStrategy):
+    """One process, several GPUs of one machine: the LightningModule wrapped in ``torch.nn.DataParallel``.
+
+    Training, validation, test and predict steps are split across the devices: the batch is cut
+    along dim 0 (balanced; a batch smaller than the device count runs on fewer devices), each
+    device runs the step on its own replica, and the outputs come back to the first device:
+
+    - the loss (a scalar step output, or the ``"loss"`` entry of a dict) is the sum of the
+      replica losses weighted by each replica's share of the batch, so loss and gradients equal
+      single-device training on the same batch, also on uneven splits (Lightning 1.9 took a
+      plain mean);
+    - other tensors are concatenated along dim 0 (0-d tensors stacked, one entry per replica);
+      non-tensor values come from the first replica;
+    - ``self.log`` inside a step logs one value per step, reduced over the replicas
+      (``reduce_fx="mean"`` weighted by the replicas' batch sizes, ``"sum"``, ``"max"``, ``"min"``);
+    - under manual optimization ``manual_backward``, ``optimizer.step()``/``zero_grad()``,
+      ``clip_gradients``, ``toggle_optimizer`` and ``lr_scheduler.step()`` run once for the whole
+      batch, with every replica waiting at each call (lock-step).
+
+    ``trainer.world_size`` is 1 (one process); ``trainer.num_devices`` is the number of GPUs.
+    Load batches of per-device batch x devices samples. On the CPU or with one GPU the strategy
+    runs as a single-device strategy.
+
+    Limitations of DataParallel itself (use ``strategy="ddp"`` to avoid them):
+
+    - state changed on a replica during a step is lost: attributes set on ``self``, torchmetrics
+      states and BatchNorm running statistics of all but the first device. Running statistics
+      therefore come from the first device's chunk;
+    - BatchNorm normalises each device's chunk separately; ``sync_batchnorm=True`` has no effect
+      (there is no process group to synchronise over);
+    - the replicas are rebuilt on every step and one Python process drives every GPU, so it
+      scales worse than ``ddp``; parameters a step does not use get zero gradients rather
+      than ``None`` (so momentum and weight decay still move them);
+    - ``self.print`` and direct logger calls inside a step run once per replica; ``self.all_gather``
+      returns the replica's own chunk.
+
+    Args:
+        accelerator: set by the Trainer.
+        parallel_devices: set by the Trainer from ``devices=``.
+        checkpoint_io: checkpoint plugin.
+        precision_plugin: set by the Trainer from ``precision=``.
+        loss_reduction: ``"weighted_mean"`` (default; exact for losses that average over samples),
+            ``"sum"`` (exact for losses that sum over samples) or ``"mean"`` (Lightning 1.9).
+
+    Raises:
+        ValueError: unknown ``loss_reduction``, or ``num_nodes > 1``.
+
+    Example::
+
+        trainer = Trainer(strategy="dp", accelerator="gpu", devices=4, precision="bf16-mixed")
+        trainer.fit(model, DataLoader(dataset, batch_size=64 * 4, drop_last=True))
+    """
+
+    strategy_name = "dp"
+    optional_dependency: str | None = None
+    # Device types on which several devices are run by DataParallel (others fall back to one).
+    _data_parallel_device_types: tuple[str, ...] = ("cuda",)
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
+        loss_reduction: LossReduction = "weighted_mean",
+    ) -> None:
+        if loss_reduction not in LOSS_REDUCTIONS:
+            raise ValueError(f"loss_reduction={loss_reduction!r} is not supported; choose one of {LOSS_REDUCTIONS}.")
+        self._requested_devices: list[torch.device] | None = None
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=None,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+        )
+        self.loss_reduction: LossReduction = loss_reduction
+        self._noted = False
+
+    # ------------------------------------------------------------------ topology: one process
+    @property
+    @override
+    def parallel_devices(self) -> list[torch.device] | None:
+        return self._parallel_devices
+
+    @parallel_devices.setter
+    def parallel_devices(self, devices: list[torch.device] | None) -> None:
+        self._requested_devices = list(devices) if devices else devices
+        if devices and len(devices) > 1 and not self._supports_data_parallel(devices):
+            # DataParallel needs several CUDA devices; elsewhere one device does the same work, so
+            # trainer.num_devices (and the loader batch sized from it) must say 1.
+            devices = [devices[0]]
+        self._parallel_devices = devices
+
+    def _supports_data_parallel(self, devices: list[torch.device]) -> bool:
+        return all(torch.device(d).type in self._data_parallel_device_types for d in devices)
+
+    @property
+    def is_data_parallel(self) -> bool:
+        """Whether steps are split across several devices (``False``: single-device mode)."""
+        devices = self.parallel_devices or []
+        return len(devices) > 1 and self._supports_data_parallel(devices)
+
+    @property
+    @override
+    def root_device(self) -> torch.device:
+        devices = self.parallel_devices
+        return torch.device(devices[0]) if devices else torch.device("cpu")
+
+    @property
+    @override
+    def global_rank(self) -> int:
+        return 0
+
+    @property
+    @override
+    def local_rank(self) -> int:
+        return 0
+
+    @property
+    @override
+    def node_rank(self) -> int:
+        return 0
+
+    @property
+    @override
+    def world_size(self) -> int:
+        return 1
+
+    @property
+    def num_nodes(self) -> int:
+        return 1
+
+    @num_nodes.setter
+    def num_nodes(self, num_nodes: int) -> None:
+        if num_nodes != 1:
+            raise ValueError(
+                f"strategy='dp' runs one process on one machine, but num_nodes={num_nodes} was requested."
+                " Use strategy='ddp' (or 'horovod') to train on several machines."
+            )
+
+    @property
+    @override
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        # One process loads the whole batch and splits it itself.
+        return {"num_replicas": 1, "rank": 0}
+
+    # ------------------------------------------------------------------ set-up
+    @override
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        if not self._noted:
+            self._noted = True
+            rank_zero_info(self._topology_note())
+
+    def _topology_note(self) -> str:
+        if not self.is_data_parallel:
+            asked = len(self._requested_devices or [])
+            extra = f" ({asked} {self.root_device.type} devices requested)" if asked > 1 else ""
+            return (
+                f"strategy='dp' on {self.root_device}{extra}: running as a single-device strategy; DataParallel"
+                " needs two or more CUDA GPUs."
+            )
+        assert self.parallel_devices is not None
+        indices = [torch.device(d).index or 0 for d in self.parallel_devices]
+        try:
+            physical = physical_device_ids(indices)
+        except ValueError:  # an odd CUDA_VISIBLE_DEVICES; torch already accepted the indices
+            physical = [str(i) for i in indices]
+        where = ", ".join(f"cuda:{i}" for i in indices)
+        mapped = "" if physical == [str(i) for i in indices] else f" (physical GPUs {', '.join(physical)} via CUDA_VISIBLE_DEVICES)"
+        return (
+            f"strategy='dp': one process drives {where}{mapped} with torch.nn.DataParallel; batches are split on and"
+            f" outputs gathered to cuda:{indices[0]}."
+        )
+
+    @override
+    def model_to_device(self) -> None:
+        assert self.model is not None, "self.model must be set before self.model.to()"
+        self.model.to(self.root_device)
+
+    @override
+    def _setup_model(self, model: nn.Module) -> nn.Module:
+        self._note_layer_sync()
+        if not self.is_data_parallel:
+            return model
+        assert isinstance(model, LightningModule), f"dp wraps a LightningModule, got {type(model).__name__}"
+        return self._wrap(model)
+
+    def _wrap(self, model: LightningModule) -> LightningDataParallel:
+        assert self.parallel_devices is not None
+        device_ids = [torch.device(d).index or 0 for d in self.parallel_devices]
+        return LightningDataParallel(model, device_ids=device_ids, loss_reduction=self.loss_reduction)
+
+    def _note_layer_sync(self) -> None:
+        if self._layer_sync is None:
+            return
+        if self.is_data_parallel:
+            rank_zero_warn(
+                "sync_batchnorm=True has no effect under strategy='dp': DataParallel replicas run in one process"
+                " with no process group to synchronise over, so each device normalises its own chunk of the"
+                " batch and the running statistics come from the first device's chunk. Use strategy='ddp' for"
+                " synchronised BatchNorm."
+            )
+        else:
+            rank_zero_info("sync_batchnorm=True under strategy='dp' on one device: BatchNorm already sees the whole batch.")
+
+    @override
+    def teardown(self) -> None:
+        # Unwrap so that a later fit/validate on the same Trainer starts from the plain module.
+        if self.lightning_module is not None:
+            self.model = self.lightning_module
+        # Skip ParallelStrategy.teardown: it tears down a cluster environment (and deletes WORLD_SIZE
+        # from os.environ) that a single process never set up.
+        Strategy.teardown(self)
+
+    # ------------------------------------------------------------------ steps
+    def _step_runner(self, step_name: str) -> Any:
+        if not isinstance(self.model, LightningDataParallel):
+            return None  # a single device: Lightning's own path
+        return functools.partial(self.model, step_name)
+
+    @contextmanager
+    @override
+    def block_backward_sync(self) -> Generator[None, None, None]:
+        """A no-op: DataParallel has nothing to skip during gradient accumulation.
+
+        Gradients reduce onto the root module's parameters inside ``backward`` itself (the
+        replicas are copies made by an autograd ``Broadcast``), so there is no separate
+        synchronisation step, unlike DDP's all-reduce that ``no_sync()`` postpones.
+        """
+        yield None
+
+    # ------------------------------------------------------------------ collectives: one process
+    @override
+    def reduce(self, tensor: Tensor | Any, group: Any | None = None, reduce_op: Any | None = "mean") -> Tensor | Any:
+        """The identity: one process holds every value (replica outputs are reduced in the step)."""
+        return tensor
+
+    @override
+    def all_gather(self, tensor: Tensor, group: Any | None = None, sync_grads: bool = False) -> Tensor:
+        """The identity: one process."""
+        return tensor
+
+    @override
+    def barrier(self, name: str | None = None) -> None:
+        """A no-op: one process."""
+
+    @override
+    def broadcast(self, obj: TBroadcast, src: int = 0) -> TBroadcast:
+        """The identity: one process."""
+        return obj
+
+    # ------------------------------------------------------------------ checkpoints
+    @override
+    def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
+        """Load into the LightningModule, accepting keys saved from a wrapper (``module.`` prefixes)."""
+        assert self.lightning_module is not None
+        state_dict = checkpoint["state_dict"]
+        own = self.lightning_module.state_dict()
+        if state_dict and not (set(state_dict) & set(own)):
+            state_dict = strip_prefix(state_dict)
+        self.lightning_module.load_state_dict(state_dict, strict=strict)
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> list[str]:
+        strategy_registry.register(cls.strategy_name, cls, description="torch.nn.DataParallel: one process, several GPUs")
+        return [cls.strategy_name]

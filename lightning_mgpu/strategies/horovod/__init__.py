@@ -1,0 +1,11 @@
+"""``horovod``: Horovod ring all-reduce for Lightning 2.x, under ``horovodrun`` or self-launched.
+
+``strategy.py`` is the Lightning strategy; ``environment.py`` Horovod's ranks as a ``ClusterEnvironment``;
+``launcher.py`` the self-launch through ``horovod.run``; ``runtime.py`` the thin layer over ``horovod.torch``
+(lazy import, controller checks, optimizer hooks); ``build.py`` the patched source build of horovod 0.28.1.
+"""
+
+from lightning_mgpu.strategies.horovod.environment import HorovodEnvironment
+from lightning_mgpu.strategies.horovod.strategy import HorovodStrategy
+
+__all__ = ["HorovodEnvironment", "HorovodStrategy"]

@@ -1,0 +1,160 @@
+"""Build horovod 0.28.1 against the installed torch, patched for C++17, and install it (cached).
+
+Why a build of our own: horovod's last release asks CMake for C++14, but torch >= 2.1 headers need C++17,
+so the PyPI sdist does not build as released. This downloads the sdist, patches its two CMake files, builds
+a wheel with Gloo (no MPI, TensorFlow or MXNet) and caches it keyed by horovod, torch and Python versions,
+so only the first run on a machine pays the build (2-10 minutes on 2 cores).
+
+Run it as ``python -m lightning_mgpu build-horovod``; the repository's set-up script is a thin wrapper around it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+HOROVOD_VERSION = "0.28.1"
+_CMAKE_FILES = ("CMakeLists.txt", "horovod/torch/CMakeLists.txt")
+_BUILD_ENV = {
+    "HOROVOD_WITH_PYTORCH": "1",
+    "HOROVOD_WITH_GLOO": "1",
+    "HOROVOD_WITHOUT_MPI": "1",
+    "HOROVOD_WITHOUT_TENSORFLOW": "1",
+    "HOROVOD_WITHOUT_MXNET": "1",
+}
+
+
+class HorovodBuildError(RuntimeError):
+    """The build could not run or failed; the message names the missing tool or the failed step."""
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Where the wheel is cached and what it is built for.
+
+    Args:
+        python: the interpreter whose environment gets horovod (default: this one).
+        cache_dir: the wheel cache root (default ``$HOROVOD_CACHE_DIR`` or ``~/.cache/lightning_mgpu/horovod``).
+        force: rebuild even if horovod with Gloo is already importable.
+    """
+
+    python: str = sys.executable
+    cache_dir: Path | None = None
+    force: bool = False
+
+    def cache_root(self) -> Path:
+        if self.cache_dir is not None:
+            return Path(self.cache_dir)
+        env = os.environ.get("HOROVOD_CACHE_DIR")
+        if env:
+            return Path(env)
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return Path(base) / "lightning_mgpu" / "horovod"
+
+
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None, quiet: bool = True) -> str:
+    proc = subprocess.run(cmd, env={**os.environ, **(env or {})}, capture_output=quiet, text=True)
+    if proc.returncode != 0:
+        tail = ((proc.stdout or "") + (proc.stderr or ""))[-4000:]
+        raise HorovodBuildError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
+    return proc.stdout or ""
+
+
+def _probe(python: str, code: str) -> str | None:
+    proc = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def installed_with_gloo(python: str) -> bool:
+    """Whether ``python`` imports ``horovod.torch`` built with Gloo (i.e. usable here)."""
+    return _probe(python, "import horovod.torch as h, sys; sys.exit(0 if h.gloo_built() else 1)") is not None
+
+
+def cache_key(python: str) -> str:
+    """``hvd<version>-torch<version>-cp<XY>``: a wheel is tied to the torch it was built against."""
+    torch_version = _probe(python, "import torch; print(torch.__version__.replace('+', '_'))")
+    if torch_version is None:
+        raise HorovodBuildError(f"{python} cannot import torch; install torch first (horovod builds against it).")
+    tag = _probe(python, "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')")
+    return f"hvd{HOROVOD_VERSION}-torch{torch_version}-{tag}"
+
+
+def patch_cxx17(source: Path) -> None:
+    """Ask CMake for C++17 instead of C++14 in horovod's two CMake files.
+
+    Raises:
+        HorovodBuildError: a file is missing or no longer holds the line to patch (another horovod version).
+    """
+    for rel in _CMAKE_FILES:
+        path = source / rel
+        text = path.read_text() if path.is_file() else ""
+        if "set(CMAKE_CXX_STANDARD 14)" not in text and "set(CMAKE_CXX_STANDARD 17)" not in text:
+            raise HorovodBuildError(f"could not patch {path} for C++17: the CMAKE_CXX_STANDARD line is not there")
+        path.write_text(text.replace("set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)"))
+
+
+def _build_wheel(config: BuildConfig, cache: Path) -> Path:
+    if shutil.which("g++") is None:
+        raise HorovodBuildError("g++ is needed to build horovod: install it (Debian/Ubuntu: apt-get install g++).")
+    if shutil.which("cmake") is None:
+        _run([config.python, "-m", "pip", "install", "-q", "cmake<4"], "installing cmake")
+    with tempfile.TemporaryDirectory(prefix="horovod-build-") as work:
+        src = Path(work) / "src"
+        _run([config.python, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+              f"horovod=={HOROVOD_VERSION}", "-d", str(src)], "downloading the horovod sdist")
+        with tarfile.open(src / f"horovod-{HOROVOD_VERSION}.tar.gz") as archive:
+            archive.extractall(src, filter="data")
+        tree = src / f"horovod-{HOROVOD_VERSION}"
+        patch_cxx17(tree)
+        log.warning("building horovod %s for %s (2-10 minutes on 2 cores)...", HOROVOD_VERSION, cache.name)
+        out = Path(work) / "wheel"
+        # The build imports torch, so it must see the target environment's torch: no build isolation.
+        _run([config.python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(tree), "-w", str(out)],
+             "building the horovod wheel", env={**_BUILD_ENV, "MAKEFLAGS": f"-j{os.cpu_count() or 1}"})
+        built = next(out.glob("horovod-*.whl"))
+        # Copy, then rename: an interrupted build never leaves a half-written wheel in the cache.
+        partial = cache / ".partial.whl"
+        shutil.copyfile(built, partial)
+        final = cache / built.name
+        os.replace(partial, final)
+        return final
+
+
+def build_horovod(config: BuildConfig | None = None) -> Path | None:
+    """Build (or take from the cache) and install horovod into ``config.python``'s environment.
+
+    Returns:
+        The wheel installed, or ``None`` when a Gloo-enabled horovod was already importable.
+
+    Raises:
+        HorovodBuildError: torch, g++ or the network (PyPI) is missing, or a build step failed.
+
+    Example::
+
+        python -m lightning_mgpu build-horovod
+    """
+    config = config or BuildConfig()
+    if not config.force and installed_with_gloo(config.python):
+        log.warning("horovod is already installed with Gloo")
+        return None
+    cache = config.cache_root() / cache_key(config.python)
+    cache.mkdir(parents=True, exist_ok=True)
+    wheel = next(iter(sorted(cache.glob("horovod-*.whl"))), None) or _build_wheel(config, cache)
+    # --force-reinstall: after a torch upgrade the environment still holds horovod built against the old torch,
+    # and pip skips a wheel of an installed version; --no-deps keeps pip away from torch.
+    _run([config.python, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", str(wheel)], "installing the wheel")
+    # horovod's runtime needs (cloudpickle, psutil, pyyaml, packaging) come from PyPI as usual.
+    _run([config.python, "-m", "pip", "install", "-q", str(wheel)], "installing horovod's dependencies")
+    if not installed_with_gloo(config.python):
+        raise HorovodBuildError(f"horovod from {wheel} was installed but does not import with Gloo; remove {cache} and rebuild.")
+    log.warning("horovod %s installed from %s (gloo)", HOROVOD_VERSION, wheel)
+    return wheel

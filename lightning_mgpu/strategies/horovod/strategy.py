@@ -1,0 +1,599 @@
+"""``horovod``: Horovod data parallelism for Lightning 2.x, under ``horovodrun`` or self-launched.
+
+Every worker holds a full replica and trains on its shard of the data; ``hvd.DistributedOptimizer``
+averages gradients with ring all-reduce. Launch it either way:
+
+    $ horovodrun -np 2 --gloo python examples/train.py --strategy horovod      # one machine, CPU
+    $ horovodrun -np 16 -H node0:8,node1:8 python train.py --devices 8 ...     # two machines
+    $ python examples/train.py --strategy horovod --devices 2                  # self-launch (Gloo, localhost)
+
+What the strategy does in each worker, in order: ``hvd.init()``; pin the worker to device
+``local_rank``; point Lightning's rank-zero utilities, samplers, loggers and checkpointing at the
+Horovod rank and size; broadcast rank 0's weights (and any optimizer state) to everyone; wrap each
+optimizer in ``hvd.DistributedOptimizer`` over its own parameters with
+``backward_passes_per_step = accumulate_grad_batches``.
+
+Gradient sync, precisely (see ``docs/horovod.md``):
+
+- A backward pass outside :meth:`HorovodStrategy.block_backward_sync` ends an accumulation window:
+  the strategy calls ``optimizer.synchronize()`` right after it, before ``on_after_backward``, so
+  hooks, gradient clipping (norm and value) and ``optimizer.step()`` all see averaged gradients.
+  The step itself runs under ``optimizer.skip_synchronize()``, so nothing is reduced twice.
+- Inside ``block_backward_sync()`` (Lightning uses it on non-final accumulation micro-batches, and
+  ``LightningOptimizer.toggle_model(sync_grad=False)`` / the ``GradSyncToggle`` callback use it in
+  manual optimization) no allreduce is launched; gradients accumulate locally and are reduced once
+  by the next unblocked backward pass. One allreduce round per optimizer step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from contextlib import contextmanager
+from typing import Any, Callable, Optional, Union
+
+import torch
+from lightning.fabric.plugins import CheckpointIO
+from lightning.fabric.utilities.optimizer import _optimizers_to_device
+from lightning.fabric.utilities.seed import reset_seed
+from lightning.fabric.utilities.types import ReduceOp
+from lightning.pytorch.core.optimizer import LightningOptimizer
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies.parallel import ParallelStrategy
+from lightning.pytorch.strategies.strategy import TBroadcast
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
+from lightning_utilities.core.rank_zero import rank_zero_only as utils_rank_zero_only
+from torch import Tensor
+from torch.nn import Module
+from torch.optim import Optimizer
+from typing_extensions import override
+
+import lightning.pytorch as pl
+from lightning_mgpu.strategies._optim import rebind_schedulers
+from lightning_mgpu.strategies.horovod import runtime
+from lightning_mgpu.strategies.horovod.environment import HorovodEnvironment
+
+__all__ = ["HorovodStrategy"]
+
+
+class HorovodStrategy(ParallelStrategy):
+    """Horovod ring all-reduce data parallelism, registered as ``strategy="horovod"``.
+
+    Args:
+        accelerator: set by the Trainer.
+        parallel_devices: set by the Trainer from ``devices``. Under ``horovodrun``, ``devices``
+            must be ``hvd.local_size()`` (the workers on this host) or ``1`` (Lightning 1.x's
+            "one device per worker"); outside it, ``devices=N > 1`` self-launches N workers.
+        checkpoint_io: set by the Trainer or passed by the user.
+        precision_plugin: set by the Trainer from ``precision``.
+        scale_lr: multiply every learning rate (and LR schedulers' base rates) by ``hvd.size()``,
+            the linear scaling rule for the larger effective batch. Off by default. It stays
+            correct across resumes at a different number of workers.
+        compression: ``"none"`` or ``"fp16"`` (halves gradient traffic), or a
+            ``horovod.torch.Compression`` member.
+        gradient_predivide_factor: averaging is split into ``1/factor`` before the sum and
+            ``factor/size`` after it (horovod's option, useful against fp16 overflow).
+        start_timeout: seconds the self-launch may take to start the workers (default: Horovod's, 30 s
+            or ``HOROVOD_START_TIMEOUT``).
+
+    Raises:
+        MissingDependencyError: horovod or its PyTorch extension is not installed; the message
+            gives the install command (``python -m lightning_mgpu build-horovod``).
+
+    Example::
+
+        trainer = Trainer(strategy="horovod", accelerator="cpu", devices=2)    # self-launch
+        trainer = Trainer(strategy=HorovodStrategy(scale_lr=True))             # under horovodrun
+    """
+
+    strategy_name = "horovod"
+    # the optional package the registered names need (shown by `python -m lightning_mgpu info`)
+    optional_dependency: Optional[str] = "horovod"
+
+    def __init__(
+        self,
+        accelerator: Optional[pl.accelerators.Accelerator] = None,
+        parallel_devices: Optional[list[torch.device]] = None,
+        checkpoint_io: Optional[CheckpointIO] = None,
+        precision_plugin: Optional[Precision] = None,
+        scale_lr: bool = False,
+        compression: Any = "none",
+        gradient_predivide_factor: float = 1.0,
+        start_timeout: Optional[int] = None,
+    ) -> None:
+        # Fail at Trainer(strategy="horovod"), with the install command, not deep inside fit.
+        runtime.horovod_torch()
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=HorovodEnvironment(),
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+        )
+        if compression not in ("none", "fp16") and not hasattr(compression, "compress"):
+            raise ValueError(f"compression must be 'none', 'fp16' or a horovod.torch.Compression member, got {compression!r}")
+        self._scale_lr = scale_lr
+        self._compression = compression
+        self._gradient_predivide_factor = gradient_predivide_factor
+        self._start_timeout = start_timeout
+        self._num_nodes = 1
+        self._sync_blocked = 0
+        self._failed = False
+        self._collective_seq = 0
+        # ids of optimizers synchronized since their last step; optimizer steps taken by this worker.
+        self._synchronized: set[int] = set()
+        self._optimizer_steps = 0
+
+    # ------------------------------------------------------------------ topology
+
+    @property
+    def _initialized(self) -> bool:
+        return runtime.is_initialized()
+
+    # global_rank, local_rank and node_rank come from ParallelStrategy, which asks HorovodEnvironment.
+
+    @property
+    @override
+    def world_size(self) -> int:
+        if self._initialized:
+            return runtime.horovod_torch().size()
+        # The main process of a self-launch: report the job it is about to start.
+        return max(1, self.num_processes * self._num_nodes)
+
+    @property
+    def num_nodes(self) -> int:
+        return runtime.horovod_torch().cross_size() if self._initialized else self._num_nodes
+
+    @num_nodes.setter
+    def num_nodes(self, num_nodes: int) -> None:
+        self._num_nodes = num_nodes
+
+    @property
+    def num_processes(self) -> int:
+        return len(self.parallel_devices) if self.parallel_devices is not None else 0
+
+    @property
+    def is_distributed(self) -> bool:
+        # Lightning injects DistributedSamplers and honours sync_dist only for "distributed" strategies.
+        return True
+
+    @property
+    @override
+    def root_device(self) -> torch.device:
+        assert self.parallel_devices is not None
+        return self.parallel_devices[self.local_rank]
+
+    @property
+    @override
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+    @property
+    @override
+    def handles_gradient_accumulation(self) -> bool:
+        # Lightning keeps calling optimizer_step only on the last micro-batch and wraps the others
+        # in block_backward_sync(); horovod's own backward_passes_per_step does the rest.
+        return False
+
+    # ------------------------------------------------------------------ launch and init
+
+    @override
+    def _configure_launcher(self) -> None:
+        if runtime.launched_by_horovod():
+            self._init_horovod()
+            self._adopt_launcher_topology()
+            return
+        if self._num_nodes > 1:
+            raise ValueError(
+                f"Trainer(num_nodes={self._num_nodes}, strategy='horovod') needs horovodrun to start the workers"
+                " on every machine, e.g. `horovodrun -np 16 -H node0:8,node1:8 python train.py`; the self-launch"
+                " (plain `python train.py`) only starts workers on this machine. Drop num_nodes or use horovodrun."
+            )
+        if self.num_processes > 1:
+            from lightning_mgpu.strategies.horovod.launcher import _HorovodLauncher
+
+            self._launcher = _HorovodLauncher(self, start_timeout=self._start_timeout)
+
+    def _init_horovod(self) -> None:
+        hvd = runtime.horovod_torch()
+        if not hvd.is_initialized():
+            runtime.check_controller(hvd, runtime.required_controller())
+            hvd.init()
+        # Loggers, checkpoint writing and rank_zero_* helpers all consult these.
+        rank_zero_only.rank = utils_rank_zero_only.rank = hvd.rank()
+
+    def _adopt_launcher_topology(self) -> None:
+        """Check ``devices``/``num_nodes`` against the workers horovodrun started; map one device per worker."""
+        hvd = runtime.horovod_torch()
+        local, nodes = hvd.local_size(), hvd.cross_size()
+        devices = list(self.parallel_devices or [])
+        if len(devices) not in (1, local):
+            raise ValueError(
+                f"Trainer(devices={len(devices)}) does not match the {local} Horovod workers started on this host"
+                f" (hvd.local_size()={local}). Under horovodrun the launcher decides the workers: pass"
+                f" devices={local} (or devices=1, one device per worker), or start horovodrun so that each host"
+                f" runs {len(devices)} workers (-np / -H host:{len(devices)})."
+            )
+        if self._num_nodes not in (1, nodes):
+            raise ValueError(
+                f"Trainer(num_nodes={self._num_nodes}) does not match the {nodes} host(s) horovodrun started"
+                f" (hvd.cross_size()={nodes}). Pass num_nodes={nodes}, or leave it at 1; horovodrun decides."
+            )
+        if len(devices) == 1 and local > 1:
+            device = devices[0]
+            self.parallel_devices = (
+                [torch.device(device.type, i) for i in range(local)] if device.type == "cuda" else [device] * local
+            )
+
+    @override
+    def setup_environment(self) -> None:
+        self._init_horovod()
+        hvd = runtime.horovod_torch()
+        if self.root_device.type == "cuda" and not (hvd.cuda_built() or hvd.rocm_built()):
+            raise RuntimeError(
+                f"The model is on {self.root_device}, but the installed horovod was built without GPU support"
+                " (hvd.cuda_built() is False). Rebuild it with HOROVOD_GPU_OPERATIONS=NCCL on a machine with"
+                " CUDA and NCCL, or train on CPU (accelerator='cpu')."
+            )
+        super().setup_environment()
+        # Same seed on every worker, as under DDP; rank 0's weights are broadcast anyway.
+        reset_seed()
+
+    # ------------------------------------------------------------------ model and optimizers
+
+    @override
+    def setup(self, trainer: pl.Trainer) -> None:
+        assert self.accelerator is not None
+        self.accelerator.setup(trainer)
+        assert self.model is not None
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        if fitting and self._layer_sync is not None:
+            self.model = self._convert_sync_batchnorm(self.model)
+        self.model = self.precision_plugin.convert_module(self.model)
+        self.model_to_device()
+        # Every worker starts from rank 0's weights and buffers (also for validate/test/predict).
+        self._broadcast_module_state(root=0)
+        if fitting:
+            self.setup_optimizers(trainer)
+        self.setup_precision_plugin()
+        if fitting:
+            _optimizers_to_device(self.optimizers, self.root_device)
+
+    @override
+    def model_to_device(self) -> None:
+        assert self.model is not None
+        self.model.to(self.root_device)
+
+    @override
+    def setup_optimizers(self, trainer: pl.Trainer) -> None:
+        super().setup_optimizers(trainer)
+        self._synchronized.clear()
+        self._optimizer_steps = 0
+        for optimizer in self.optimizers:
+            self._broadcast_optimizer_state(optimizer, root=0)
+        if self._scale_lr:
+            self._apply_lr_scale(announce=True)
+        wrapped = [self._wrap_optimizer(opt, i, trainer.accumulate_grad_batches) for i, opt in enumerate(self.optimizers)]
+        # The wrapper shares the original's param_groups, so schedules apply either way; re-binding keeps
+        # scheduler.optimizer truthful and torch's "step() before lr_scheduler.step()" check quiet.
+        rebind_schedulers(self.lr_scheduler_configs, dict(zip(map(id, self.optimizers), wrapped)))
+        self.optimizers = wrapped
+
+    def _wrap_optimizer(self, optimizer: Optimizer, index: int, accumulate_grad_batches: int) -> Optimizer:
+        hvd = runtime.horovod_torch()
+        if runtime.is_distributed_optimizer(optimizer):
+            return runtime.make_lightning_safe(optimizer)  # the user wrapped it already
+        assert self.lightning_module is not None
+        compression = self._compression
+        if isinstance(compression, str):
+            compression = hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
+        wrapped = hvd.DistributedOptimizer(
+            optimizer,
+            named_parameters=runtime.named_parameters_for(self.lightning_module, optimizer, prefix=f"opt{index}"),
+            compression=compression,
+            backward_passes_per_step=accumulate_grad_batches,
+            gradient_predivide_factor=self._gradient_predivide_factor,
+        )
+        runtime.make_lightning_safe(wrapped)
+        if optimizer.state:
+            wrapped.load_state_dict(optimizer.state_dict())
+        return wrapped
+
+    # ------------------------------------------------------------------ gradient sync
+
+    def _distributed_optimizers(self) -> list[Any]:
+        return [opt for opt in self.optimizers if runtime.is_distributed_optimizer(opt)]
+
+    @contextmanager
+    @override
+    def block_backward_sync(self) -> Generator[None, None, None]:
+        """Accumulate gradients locally: backward passes inside launch no allreduce.
+
+        The next backward pass outside the context (or the optimizer step) averages everything
+        accumulated, in one allreduce round. Nested use is fine; only the outermost level acts.
+        """
+        optimizers = self._distributed_optimizers()
+        if self._sync_blocked or not optimizers:
+            self._sync_blocked += 1
+            try:
+                yield None
+            finally:
+                self._sync_blocked -= 1
+            return
+        self._sync_blocked += 1
+        try:
+            with runtime.blocked_gradient_hooks(optimizers):
+                yield None
+        finally:
+            self._sync_blocked -= 1
+
+    @override
+    def backward(self, closure_loss: Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Tensor:
+        self.pre_backward(closure_loss)
+        assert self.lightning_module is not None
+        closure_loss = self.precision_plugin.pre_backward(closure_loss, self.lightning_module)
+        self.precision_plugin.backward(closure_loss, self.lightning_module, optimizer, *args, **kwargs)
+        if not self._sync_blocked:
+            # Before on_after_backward: hooks, clipping and the step see averaged gradients, as under DDP.
+            # Only optimizers whose allreduces this pass launched: another optimizer that is still
+            # accumulating (blocked micro-batches of a GAN's other network) is reduced by its own pass.
+            for opt in self._distributed_optimizers():
+                if runtime.has_launched_allreduce(opt):
+                    self._synchronize(opt)
+        closure_loss = self.precision_plugin.post_backward(closure_loss, self.lightning_module)
+        self.post_backward(closure_loss)
+        return closure_loss
+
+    @override
+    def optimizer_step(
+        self,
+        optimizer: Optimizer,
+        closure: Callable[[], Any],
+        model: Optional[Union[pl.LightningModule, Module]] = None,
+        **kwargs: Any,
+    ) -> Any:
+        if isinstance(optimizer, LightningOptimizer):
+            optimizer = optimizer._optimizer
+        if not runtime.is_distributed_optimizer(optimizer):
+            return super().optimizer_step(optimizer, closure, model, **kwargs)
+
+        def closure_then_synchronize() -> Any:
+            # The precision plugin clips right after this closure returns, so reduce first. Also when no
+            # backward ran here: every worker must join the allreduce another worker may have started.
+            result = closure()
+            if runtime.has_pending_gradients(optimizer) or id(optimizer) not in self._synchronized:
+                self._synchronize(optimizer)
+            return result
+
+        # horovod's step() would synchronize *before* running the closure (i.e. before backward).
+        with optimizer.skip_synchronize():
+            output = super().optimizer_step(optimizer, closure_then_synchronize, model, **kwargs)
+        self._synchronized.discard(id(optimizer))
+        self._optimizer_steps += 1
+        return output
+
+    def _synchronize(self, optimizer: Any) -> None:
+        optimizer.synchronize()
+        self._synchronized.add(id(optimizer))
+
+    # ------------------------------------------------------------------ collectives
+
+    def _name(self, kind: str) -> str:
+        # Horovod pairs collectives across ranks by name. Unnamed ones get per-process counters
+        # that drift apart once ranks ran different numbers of ops (uneven data), so name them here.
+        self._collective_seq += 1
+        return f"lightning_mgpu.{kind}.{self._collective_seq}"
+
+    def _collectives_enabled(self) -> bool:
+        return self._initialized and runtime.horovod_torch().size() > 1
+
+    @override
+    def barrier(self, name: Optional[str] = None) -> None:
+        if self._collectives_enabled():
+            self._join()
+
+    @override
+    def broadcast(self, obj: TBroadcast, src: int = 0) -> TBroadcast:
+        if not self._collectives_enabled():
+            return obj
+        self._join()
+        return runtime.horovod_torch().broadcast_object(obj, root_rank=src, name=self._name("broadcast"))
+
+    @override
+    def reduce(
+        self,
+        tensor: Union[Tensor, Any],
+        group: Optional[Any] = None,
+        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
+    ) -> Union[Tensor, Any]:
+        """Reduce ``tensor`` over all workers with ``hvd.allreduce``; non-tensors pass through.
+
+        Raises:
+            ValueError: ``group`` is given (Horovod has no sub-communicators here) or the op is unknown.
+        """
+        if group is not None:
+            raise ValueError("HorovodStrategy.reduce does not support `group`; Horovod reduces over all workers.")
+        if not isinstance(tensor, Tensor):
+            return tensor
+        hvd = runtime.horovod_torch()
+        op = runtime.horovod_op(hvd, reduce_op)
+        if not self._collectives_enabled():
+            return tensor
+        self._join()
+        if op == hvd.Average and not (tensor.is_floating_point() or tensor.is_complex()):
+            return hvd.allreduce(tensor, op=hvd.Sum, name=self._name("reduce")) / hvd.size()
+        return hvd.allreduce(tensor, op=op, name=self._name("reduce"))
+
+    @override
+    def all_gather(self, tensor: Tensor, group: Optional[Any] = None, sync_grads: bool = False) -> Tensor:
+        """Gather ``tensor`` from every worker into a new leading dimension of size ``world_size``.
+
+        Raises:
+            ValueError: ``group`` is given.
+        """
+        if group is not None and group != torch.distributed.group.WORLD:
+            raise ValueError("HorovodStrategy.all_gather does not support `group`; Horovod gathers from all workers.")
+        if not self._collectives_enabled():
+            return tensor
+        self._join()
+        hvd = runtime.horovod_torch()
+        with torch.enable_grad() if sync_grads else torch.no_grad():
+            return hvd.allgather(tensor.unsqueeze(0), name=self._name("all_gather"))
+
+    @override
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        if not self._collectives_enabled():
+            return decision
+        total = self.reduce(torch.tensor(int(decision), device=self.root_device), reduce_op="sum")
+        return bool(total == self.world_size) if all else bool(total)
+
+    def _join(self) -> None:
+        """Wait for every worker with ``hvd.join()``: the cure for uneven data.
+
+        A worker that runs out of batches first waits here and contributes zeros to the
+        gradient allreduces of the workers still training, instead of deadlocking. Afterwards,
+        if the workers took different numbers of optimizer steps, the one that joined last
+        (which trained longest) broadcasts its weights and optimizer state to the others.
+        """
+        hvd = runtime.horovod_torch()
+        # Where the joined worker creates the zero tensors it contributes: its GPU, or -1 for the CPU.
+        device = -1
+        if self.root_device.type == "cuda":
+            device = self.root_device.index if self.root_device.index is not None else torch.cuda.current_device()
+        last = hvd.join(device)
+        trainer = self.lightning_module.trainer if self.lightning_module is not None else None
+        if trainer is None or trainer.state.fn != TrainerFn.FITTING or not self.optimizers:
+            return
+        steps = torch.tensor([self._optimizer_steps, -self._optimizer_steps], dtype=torch.float64)
+        most, least = hvd.allreduce(steps, op=hvd.Max, name=self._name("join.steps")).tolist()
+        if most != -least:
+            rank_zero_warn(
+                f"Horovod workers ran different numbers of training steps ({-least:.0f} to {most:.0f}); their data was"
+                f" uneven. Weights and optimizer state were re-synchronised from rank {last}, the last to finish."
+            )
+            self._broadcast_module_state(root=last)
+            for optimizer in self.optimizers:
+                self._broadcast_optimizer_state(optimizer, root=last)
+            self._optimizer_steps = int(most)
+
+    def _broadcast_module_state(self, root: int) -> None:
+        if not self._collectives_enabled():
+            return
+        assert self.model is not None
+        hvd = runtime.horovod_torch()
+        state = {f"lightning_mgpu.state.{k}": v for k, v in self.model.state_dict().items() if isinstance(v, Tensor)}
+        hvd.broadcast_parameters(state, root_rank=root)
+
+    def _broadcast_optimizer_state(self, optimizer: Optimizer, root: int) -> None:
+        """Give every worker ``root``'s optimizer state and hyper-parameters.
+
+        Not ``hvd.broadcast_optimizer_state``: on a fresh optimizer it takes a zero-gradient
+        ``step()`` to create the state, which moves weights under weight decay and counts a step
+        for Adam. A fresh optimizer has no state to send; only its hyper-parameters travel then.
+        """
+        if not self._collectives_enabled():
+            return
+        hvd = runtime.horovod_torch()
+        state = optimizer.state_dict()
+        has_state = hvd.broadcast_object(bool(state["state"]), root_rank=root, name=self._name("opt.has_state"))
+        if has_state:
+            state = hvd.broadcast_object(state, root_rank=root, name=self._name("opt.state"))
+            optimizer.load_state_dict(state)
+            return
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in state["param_groups"]]
+        groups = hvd.broadcast_object(groups, root_rank=root, name=self._name("opt.groups"))
+        for group, options in zip(optimizer.param_groups, groups):
+            group.update(options)
+
+    # ------------------------------------------------------------------ learning rate
+
+    def _apply_lr_scale(self, announce: bool = False) -> None:
+        """Scale learning rates by ``hvd.size()``, relative to any scale a checkpoint carried in.
+
+        The factor is stored in each param group (``horovod_lr_scale``) and on each scheduler, both of
+        which checkpoints save; a resume at a different number of workers rescales instead of compounding.
+        """
+        factor = float(self.world_size)
+        changes = []
+        for optimizer in self.optimizers:
+            for group in optimizer.param_groups:
+                ratio = factor / float(group.get("horovod_lr_scale", 1.0))
+                if ratio != 1.0:
+                    changes.append((group["lr"], group["lr"] * ratio))
+                    group["lr"] *= ratio
+                    if "initial_lr" in group:
+                        group["initial_lr"] *= ratio
+                group["horovod_lr_scale"] = factor
+        for config in self.lr_scheduler_configs:
+            scheduler = config.scheduler
+            ratio = factor / float(getattr(scheduler, "horovod_lr_scale", 1.0))
+            if hasattr(scheduler, "base_lrs") and ratio != 1.0:
+                scheduler.base_lrs = [lr * ratio for lr in scheduler.base_lrs]
+            scheduler.horovod_lr_scale = factor
+        if announce or changes:
+            rates = ", ".join(f"{a:g} -> {b:g}" for a, b in changes) or "already scaled"
+            rank_zero_info(f"HorovodStrategy(scale_lr=True): learning rates x {factor:g} (hvd.size()): {rates}")
+
+    @override
+    def on_train_start(self) -> None:
+        if self._scale_lr:
+            # A restored checkpoint may carry rates scaled for another number of workers.
+            self._apply_lr_scale()
+        self._log_effective_batch()
+
+    def _log_effective_batch(self) -> None:
+        assert self.lightning_module is not None
+        trainer = self.lightning_module.trainer
+        loader = trainer.train_dataloader
+        batch = getattr(loader, "batch_size", None)
+        accumulate = trainer.accumulate_grad_batches
+        per_worker = str(batch) if batch else "per-worker batch"
+        total = f" = {batch * self.world_size * accumulate}" if batch else ""
+        rank_zero_info(
+            f"HorovodStrategy: effective batch size = {per_worker} per worker x {self.world_size} workers"
+            f" x {accumulate} accumulation{total}"
+        )
+
+    # ------------------------------------------------------------------ misc hooks
+
+    def _convert_sync_batchnorm(self, model: Module) -> Module:
+        """``Trainer(sync_batchnorm=True)``: Horovod's SyncBatchNorm (torch's needs torch.distributed)."""
+        hvd = runtime.horovod_torch()
+        if self.root_device.type != "cuda":
+            raise ValueError(
+                "Trainer(sync_batchnorm=True) with strategy='horovod' uses horovod.torch.SyncBatchNorm, which runs on"
+                " GPUs only. Drop sync_batchnorm on CPU, or use strategy='ddp' whose SyncBatchNorm runs on CPU (gloo)."
+            )
+        return _replace_batchnorm(model, hvd.SyncBatchNorm)
+
+    @override
+    def on_exception(self, exception: BaseException) -> None:
+        # Teardown must not wait for the other workers: they may be stuck waiting for this one.
+        self._failed = True
+
+    @override
+    def teardown(self) -> None:
+        if self._collectives_enabled() and not self._failed:
+            # Workers with fewer batches wait here for the others (see _join).
+            self._join()
+        for optimizer in self._distributed_optimizers():
+            runtime.disarm(optimizer)
+        super().teardown()
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> list[str]:
+        strategy_registry.register(cls.strategy_name, cls, description="Horovod ring all-reduce (horovodrun or self-launch)")
+        return [cls.strategy_name]
+
+
+def _replace_batchnorm(module: Module, sync_cls: type) -> Module:
+    """Swap every ``BatchNorm*d`` for ``sync_cls``, keeping weights and running statistics."""
+    if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and not isinstance(module, sync_cls):
+        new = sync_cls(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats)
+        new.load_state_dict(module.state_dict())
+        new.train(module.training)
+        return new
+    for name, child in module.named_children():
+        setattr(module, name, _replace_batchnorm(child, sync_cls))
+    return module

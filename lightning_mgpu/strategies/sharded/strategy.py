@@ -1,0 +1,490 @@
+"""``sharded``: sharded data parallelism (ZeRO-2 with FairScale, ZeRO-1 with torch) on Lightning 2.x.
+
+Lightning 2.0 removed ``ddp_sharded`` and ``ddp_sharded_spawn``. :class:`ShardedStrategy` brings them back:
+each rank keeps only its shard of the optimizer state (and, with FairScale, of the reduced gradients), so
+a model whose Adam state does not fit with plain DDP can fit.
+
+Names registered with Lightning::
+
+    Trainer(strategy="sharded")            # launched like "ddp" (one script per rank)
+    Trainer(strategy="sharded_spawn")      # launched like "ddp_spawn"
+    Trainer(strategy="ddp_sharded")        # Lightning 1.x alias of "sharded"
+    Trainer(strategy="ddp_sharded_spawn")  # Lightning 1.x alias of "sharded_spawn"
+    Trainer(strategy=ShardedStrategy(backend="torch"))  # torch's ZeroRedundancyOptimizer + DDP
+
+Backends:
+
+- ``"fairscale"`` (default): each optimizer becomes ``fairscale.optim.OSS`` and the module is wrapped in
+  ``ShardedDataParallel``, which reduces every gradient only to the rank that owns it (ZeRO stage 2).
+- ``"torch"``: each optimizer becomes ``torch.distributed.optim.ZeroRedundancyOptimizer`` and the module
+  is wrapped in ``DistributedDataParallel`` (ZeRO stage 1: the optimizer state is sharded, gradients are
+  all-reduced in full). FairScale has had no release since 2022; this keeps a path that works with
+  future torch releases.
+
+Checkpoints hold plain model keys and the ordinary, unsharded optimizer state (consolidated on rank 0), so
+they load into ``ddp``, ``dp``, ``horovod``, a plain ``nn.Module``, and ``sharded`` on any number of ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal, Optional
+
+import torch
+from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
+from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
+from lightning.fabric.utilities.optimizer import _optimizer_to_device, _optimizers_to_device
+from lightning.pytorch.core.optimizer import _MockOptimizer
+from lightning.pytorch.overrides.distributed import _sync_module_states
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from torch import Tensor
+from torch.optim import Optimizer
+from typing_extensions import override
+
+from lightning_mgpu.strategies._optim import rebind_schedulers, unwrap_optimizer
+from lightning_mgpu.strategies._steps import StepRouting
+from lightning_mgpu.strategies.sharded.optim import (
+    is_sharded_optimizer,
+    local_optimizer,
+    local_optimizer_state_bytes,
+    rebuild_optimizer,
+)
+from lightning_mgpu.strategies.sharded.precision import (
+    ShardAwareGradScaler,
+    ShardedDoublePrecision,
+    ShardedHalfPrecision,
+    ShardedMixedPrecision,
+    ShardedPrecision,
+    shard_aware_precision,
+)
+from lightning_mgpu.utilities.imports import require
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+Backend = Literal["fairscale", "torch"]
+_BACKENDS = ("fairscale", "torch")
+# FairScale's bucket for small gradients, used by default across nodes (Lightning 1.x's choice: 8M elements).
+_MULTI_NODE_REDUCE_BUFFER_SIZE = 2**23
+
+__all__ = [
+    "ShardAwareGradScaler",
+    "ShardedDoublePrecision",
+    "ShardedHalfPrecision",
+    "ShardedMixedPrecision",
+    "ShardedPrecision",
+    "ShardedStrategy",
+    "local_optimizer",
+    "local_optimizer_state_bytes",
+]
+
+
+class ShardedStrategy(StepRouting, DDPStrategy):
+    """Sharded data parallelism: each rank keeps its shard of the optimizer state (and gradients).
+
+    Args:
+        accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin: as for
+            Lightning's ``DDPStrategy``; the Trainer normally fills them in.
+        backend: ``"fairscale"`` (FairScale OSS + ShardedDataParallel, ZeRO-2; the default) or ``"torch"``
+            (``ZeroRedundancyOptimizer`` + ``DistributedDataParallel``, ZeRO-1).
+        reduce_buffer_size: FairScale only. Elements in the bucket that batches small gradient reductions;
+            ``None`` picks 0 on one node and ``2**23`` on several (bucketed gradients are not sharded).
+        find_unused_parameters: allow parameters that receive no gradient on some rank. torch: passed to
+            DDP. FairScale has no such option; the strategy then reduces all gradients after the backward
+            pass, in a fixed order, counting a missing gradient as zero (DDP leaves ``None`` for a parameter
+            no rank used). This gives up overlapping the reduction with the backward pass. Off by default,
+            as in DDP.
+        broadcast_fp16: FairScale only. Broadcast the updated parameter shards in fp16. ``None`` turns it on
+            for ``16-mixed`` across several nodes.
+        process_group_backend, timeout, start_method: as for ``DDPStrategy``.
+        **kwargs: passed to ``ShardedDataParallel`` (FairScale; e.g. ``reduce_fp16``,
+            ``auto_refresh_trainable``) or to ``DistributedDataParallel`` (torch; e.g. ``static_graph``).
+
+    Raises:
+        MissingDependencyError: ``backend="fairscale"`` and FairScale is not installed.
+        ValueError: an unknown backend, or an option the backend does not accept.
+
+    Example::
+
+        import lightning.pytorch as pl
+        import lightning_mgpu  # registers "sharded", "sharded_spawn", "ddp_sharded", "ddp_sharded_spawn"
+        from lightning_mgpu.strategies import ShardedStrategy
+
+        trainer = pl.Trainer(strategy="sharded", accelerator="gpu", devices=4, precision="16-mixed")
+        trainer = pl.Trainer(strategy=ShardedStrategy(backend="torch"), accelerator="gpu", devices=4)
+    """
+
+    strategy_name = "sharded"
+    # the optional package the registered names need (shown by `python -m lightning_mgpu info`)
+    optional_dependency: Optional[str] = "fairscale"
+
+    def __init__(
+        self,
+        accelerator: Optional[pl.accelerators.Accelerator] = None,
+        parallel_devices: Optional[list[torch.device]] = None,
+        cluster_environment: Optional[ClusterEnvironment] = None,
+        checkpoint_io: Optional[CheckpointIO] = None,
+        precision_plugin: Optional[Precision] = None,
+        backend: Backend = "fairscale",
+        reduce_buffer_size: Optional[int] = None,
+        find_unused_parameters: bool = False,
+        broadcast_fp16: Optional[bool] = None,
+        process_group_backend: Optional[str] = None,
+        timeout: Optional[timedelta] = default_pg_timeout,
+        start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
+        **kwargs: Any,
+    ) -> None:
+        if backend not in _BACKENDS:
+            raise ValueError(f"ShardedStrategy(backend={backend!r}) is not supported; choose one of {_BACKENDS}.")
+        if backend == "fairscale":
+            require("fairscale", "strategy='sharded' (backend='fairscale')")
+        # Set before the parent constructor, which assigns the precision plugin through our setter.
+        self._backend: Backend = backend
+        self._find_unused_parameters = bool(find_unused_parameters)
+        self._reduce_buffer_size = reduce_buffer_size
+        self._broadcast_fp16 = broadcast_fp16
+        _check_backend_options(backend, reduce_buffer_size, broadcast_fp16, kwargs)
+        if backend == "torch":
+            kwargs["find_unused_parameters"] = self._find_unused_parameters
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
+            start_method=start_method,
+            **kwargs,
+        )
+
+    @property
+    def backend(self) -> Backend:
+        """``"fairscale"`` or ``"torch"``."""
+        return self._backend
+
+    @property
+    def shards_gradients(self) -> bool:
+        """Whether each rank holds only its shard of the reduced gradients (ZeRO-2: FairScale).
+
+        Callbacks ask this capability instead of checking the class: with sharded gradients, loss scaling and
+        clipping by norm must agree across ranks. torch's ZeRO-1 all-reduces full gradients, so no.
+        """
+        return self._backend == "fairscale"
+
+    # ------------------------------------------------------------------ precision
+    @property  # type: ignore[override]
+    @override
+    def precision_plugin(self) -> Precision:
+        if self._precision_plugin is None:
+            self._precision_plugin = self._shard_aware(Precision())
+        return self._precision_plugin
+
+    @precision_plugin.setter
+    @override
+    def precision_plugin(self, precision_plugin: Optional[Precision]) -> None:
+        self._precision_plugin = None if precision_plugin is None else self._shard_aware(precision_plugin)
+
+    def _shard_aware(self, plugin: Precision) -> Precision:
+        return shard_aware_precision(plugin, shards_gradients=self.shards_gradients)
+
+    # ------------------------------------------------------------------ setup
+    @override
+    def setup(self, trainer: pl.Trainer) -> None:
+        assert self.accelerator is not None
+        assert self.model is not None
+        self.accelerator.setup(trainer)
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        if fitting and self._layer_sync:
+            self.model = self._layer_sync.apply(self.model)
+        self.model = self.precision_plugin.convert_module(self.model)
+        self.model_to_device()
+        if fitting:
+            self._note_single_process()
+            if self._backend == "fairscale":
+                # OSS must exist before ShardedDataParallel, which reduces each gradient to its OSS owner.
+                self.setup_optimizers(trainer)
+                self._shard_optimizers()
+                self._wrap_sharded_data_parallel()
+            else:
+                self.configure_ddp()
+                self.setup_optimizers(trainer)
+                self._shard_optimizers()
+        else:
+            # Validation, test and predict run on the bare module; only the states need to agree.
+            _sync_module_states(self.model)
+        self.setup_precision_plugin()
+        if fitting:
+            _optimizers_to_device(self.optimizers, self.root_device)
+
+    def _note_single_process(self) -> None:
+        if self.world_size == 1:
+            rank_zero_info(
+                "strategy='sharded' on a single process: there is nothing to shard, the one rank holds the whole"
+                " optimizer state. Training runs normally; use devices > 1 (or several nodes) to save memory."
+            )
+
+    def _shard_optimizers(self) -> None:
+        """Rebuild every optimizer as OSS/ZeRO and re-bind the LR schedulers to the new optimizers."""
+        replacements: dict[int, Optimizer] = {}
+        optimizers = []
+        for optimizer in self.optimizers:
+            optimizer = unwrap_optimizer(optimizer)
+            if isinstance(optimizer, _MockOptimizer) or is_sharded_optimizer(optimizer):
+                optimizers.append(optimizer)
+                continue
+            sharded = rebuild_optimizer(optimizer, self._optimizer_factory(), self._backend)
+            replacements[id(optimizer)] = sharded
+            optimizers.append(sharded)
+        rebind_schedulers(self.lr_scheduler_configs, replacements)
+        self.optimizers = optimizers
+
+    def _optimizer_factory(self) -> Any:
+        if self._backend == "fairscale":
+            from lightning_mgpu.strategies.sharded.fairscale import make_oss
+
+            return make_oss(broadcast_fp16=self._resolved_broadcast_fp16())
+        from lightning_mgpu.strategies.sharded.zero import make_zero
+
+        return make_zero()
+
+    def _resolved_broadcast_fp16(self) -> bool:
+        if self._broadcast_fp16 is not None:
+            return self._broadcast_fp16
+        # fp16 parameter broadcasts halve the inter-node traffic and are safe under AMP (Lightning 1.x default).
+        return getattr(self.precision_plugin, "precision", None) == "16-mixed" and self.num_nodes > 1
+
+    def _resolved_reduce_buffer_size(self) -> int:
+        if self._reduce_buffer_size is not None:
+            return self._reduce_buffer_size
+        # Buckets help across nodes; on one node they only cost memory (bucketed grads are not sharded).
+        return _MULTI_NODE_REDUCE_BUFFER_SIZE if self.num_nodes > 1 else 0
+
+    def _wrap_sharded_data_parallel(self) -> None:
+        from lightning_mgpu.strategies.sharded.fairscale import wrap_module
+
+        kwargs = {**self._ddp_kwargs, "reduce_buffer_size": self._resolved_reduce_buffer_size()}
+        oss = [opt for opt in self.optimizers if is_sharded_optimizer(opt)]
+        if not oss:
+            return
+        self.model = wrap_module(self.model, oss, **kwargs)
+        self._point_lightning_optimizers_at_zero_grad()
+
+    @property  # type: ignore[override]
+    @override
+    def optimizers(self) -> list[Optimizer]:
+        return self._optimizers
+
+    @optimizers.setter
+    @override
+    def optimizers(self, optimizers: list[Optimizer]) -> None:
+        # The parent setter rebuilds the LightningOptimizer wrappers; they need the bucket-safe zero_grad again.
+        DDPStrategy.optimizers.fset(self, optimizers)  # type: ignore[attr-defined]
+        self._point_lightning_optimizers_at_zero_grad()
+
+    def _point_lightning_optimizers_at_zero_grad(self) -> None:
+        """Make ``self.optimizers().zero_grad()`` (manual optimization) the bucket-safe one of the OSS it wraps.
+
+        LightningOptimizer subclasses the wrapped optimizer's class and forwards only missing attributes, so it
+        finds OSS's class ``zero_grad`` before the instance attribute ``wrap_module`` installed on the OSS. That
+        ``zero_grad`` frees the bucketed gradients and the ranks silently diverge (``reduce_buffer_size > 0``).
+        """
+        if self._backend != "fairscale":
+            return
+        from lightning_mgpu.strategies.sharded.fairscale import bucket_safe_zero_grad
+
+        for lightning_optimizer in self._lightning_optimizers:
+            zero_grad = bucket_safe_zero_grad(unwrap_optimizer(lightning_optimizer))
+            if zero_grad is not None:
+                lightning_optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
+
+    def _sharded_data_parallel(self) -> Any:
+        """The ShardedDataParallel wrapper, or ``None`` (torch backend, not fitting, FairScale not loaded)."""
+        if self._backend != "fairscale":
+            return None
+        from lightning_mgpu.strategies.sharded.fairscale import ShardedDataParallel
+
+        return self.model if isinstance(self.model, ShardedDataParallel) else None
+
+    # ------------------------------------------------------------------ training
+    @contextmanager
+    @override
+    def block_backward_sync(self) -> Generator:
+        """Skip gradient reduction inside the context (non-final micro-batches of gradient accumulation).
+
+        Lightning's automatic loop and ``LightningOptimizer.toggle_model(sync_grad=False)`` call this.
+        """
+        sdp = self._sharded_data_parallel()
+        if sdp is not None:
+            with sdp.no_sync():
+                yield None
+        else:
+            with super().block_backward_sync():
+                yield None
+
+    @override
+    def backward(self, closure_loss: Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Tensor:
+        sdp = self._sharded_data_parallel()
+        if sdp is None or not sdp.training:
+            return super().backward(closure_loss, optimizer, *args, **kwargs)
+        from lightning_mgpu.strategies.sharded.fairscale import arm_reduction, reduce_in_fixed_order
+
+        # Each backward reduces what requires grad now: manual optimization may run several per forward, e.g.
+        # one per optimizer of a GAN, with toggle_model() freezing the other optimizers' parameters.
+        partial = arm_reduction(sdp)
+        if not partial and not self._find_unused_parameters:
+            # FairScale's hooks reduce each gradient as autograd finishes it, overlapping the backward pass.
+            return super().backward(closure_loss, optimizer, *args, **kwargs)
+        # Strategy.backward, with the reduction moved out of the autograd hooks, for two reasons. Ranks that use
+        # different parameters finish their gradients in different orders, so reduce afterwards in a fixed
+        # order. A partial backward must not reduce the buckets, which also hold the frozen gradients.
+        assert self.lightning_module is not None
+        self.pre_backward(closure_loss)
+        closure_loss = self.precision_plugin.pre_backward(closure_loss, self.lightning_module)
+        accumulating = sdp._should_accumulate_grads
+        with sdp.no_sync():
+            self.precision_plugin.backward(closure_loss, self.lightning_module, optimizer, *args, **kwargs)
+        if not accumulating:
+            reduce_in_fixed_order(sdp, missing_as_zero=self._find_unused_parameters)
+        closure_loss = self.precision_plugin.post_backward(closure_loss, self.lightning_module)
+        self.post_backward(closure_loss)
+        return closure_loss
+
+    @override
+    def post_backward(self, closure_loss: Tensor) -> None:
+        super().post_backward(closure_loss)
+        sdp = self._sharded_data_parallel()
+        if sdp is None:
+            return
+        from lightning_mgpu.strategies.sharded.fairscale import params_not_reduced
+
+        missing = params_not_reduced(sdp)
+        if missing:
+            # Fail now, on this rank: the other ranks wait in a reduce that this rank never issues, and this
+            # process exiting is what releases them (instead of a hang until the collective timeout).
+            raise RuntimeError(self._unused_parameters_message(missing))
+
+    def _unused_parameters_message(self, missing: list[Tensor]) -> str:
+        assert self.lightning_module is not None
+        names = {id(p): n for n, p in self.lightning_module.named_parameters()}
+        listed = [names.get(id(p), f"<unnamed {tuple(p.shape)}>") for p in missing]
+        shown = ", ".join(listed[:10]) + (f", ... ({len(listed) - 10} more)" if len(listed) > 10 else "")
+        return (
+            f"strategy='sharded': {len(missing)} parameter(s) that require grad received no gradient in this backward"
+            f" pass on rank {self.global_rank}: [{shown}]. ShardedDataParallel reduces each gradient with its own"
+            " collective, so ranks that skip different parameters fall out of step and hang. Pass"
+            " `Trainer(strategy=ShardedStrategy(find_unused_parameters=True))`, or freeze the parameters that do"
+            " not take part in the loss with `requires_grad_(False)`."
+        )
+
+    def _step_runner(self, step_name: str) -> Any:
+        # Validation, test and predict run on the bare module: no gradients to reduce, and ShardedDataParallel
+        # would rebuild its hooks and buckets each time it sees the module switch between train and eval.
+        if step_name == "training_step":
+            return None
+        assert self.lightning_module is not None
+        return getattr(self.lightning_module, step_name)
+
+    # ------------------------------------------------------------------ checkpoints
+    @override
+    def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
+        """The full, unsharded optimizer state on rank 0 and ``{}`` elsewhere.
+
+        Consolidation is a collective: every rank must call this (Lightning's ``dump_checkpoint`` does, on
+        every rank); only rank 0 then writes the checkpoint.
+        """
+        optimizer = unwrap_optimizer(optimizer)
+        if not is_sharded_optimizer(optimizer):
+            return optimizer.state_dict()
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        if isinstance(optimizer, ZeroRedundancyOptimizer):
+            optimizer.consolidate_state_dict(to=0)
+            store = "_all_state_dicts"
+        else:
+            optimizer.consolidate_state_dict(recipient_rank=0)
+            store = "_all_states"
+        if not self.is_global_zero:
+            return {}
+        state = optimizer.state_dict()
+        # The consolidated copy of every rank's shard would otherwise stay on rank 0 until the next save.
+        setattr(optimizer, store, [])
+        return state
+
+    @override
+    def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
+        """Load the ordinary (unsharded) optimizer states; each rank keeps only its shard."""
+        for optimizer, opt_state in zip(self.optimizers, checkpoint["optimizer_states"]):
+            optimizer = unwrap_optimizer(optimizer)
+            if not is_sharded_optimizer(optimizer):
+                optimizer.load_state_dict(opt_state)
+                _optimizer_to_device(optimizer, self.root_device)
+                continue
+            # OSS/ZeRO blank the entries of other ranks in the dict they are given: give them a copy, so the
+            # loaded checkpoint stays whole for anything else that reads it.
+            optimizer.load_state_dict({**opt_state, "state": dict(opt_state["state"])})
+            # Their wrapper's own `state` is unused (the shard's optimizer holds the state) but now references
+            # the loaded shard; on GPU it is a second copy. Drop it to keep the 1/N memory saving.
+            optimizer.state.clear()
+            _optimizer_to_device(optimizer.optim, self.root_device)
+
+    # ------------------------------------------------------------------ teardown
+    @override
+    def teardown(self) -> None:
+        sdp = self._sharded_data_parallel()
+        if sdp is not None:
+            from lightning_mgpu.strategies.sharded.fairscale import remove_grad_hooks
+
+            remove_grad_hooks(sdp)
+            self.model = self.lightning_module
+        super().teardown()
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> list[str]:
+        presets = {
+            cls.strategy_name: ("popen", "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2), launched like ddp"),
+            "sharded_spawn": ("spawn", "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2), launched like ddp_spawn"),
+            "ddp_sharded": ("popen", "Alias of `sharded` (the Lightning 1.x name)"),
+            "ddp_sharded_spawn": ("spawn", "Alias of `sharded_spawn` (the Lightning 1.x name)"),
+        }
+        for name, (start_method, description) in presets.items():
+            strategy_registry.register(name, cls, description=description, start_method=start_method)
+        return list(presets)
+
+
+def _check_backend_options(backend: str, reduce_buffer_size: Optional[int], broadcast_fp16: Optional[bool], kwargs: dict[str, Any]) -> None:
+    """Reject options the chosen backend would ignore or fail on late, naming the fix."""
+    if reduce_buffer_size is not None and reduce_buffer_size < 0:
+        raise ValueError(f"ShardedStrategy(reduce_buffer_size={reduce_buffer_size}) must be >= 0 (0 disables bucketing).")
+    if backend == "torch":
+        if reduce_buffer_size is not None:
+            raise ValueError(
+                "ShardedStrategy(reduce_buffer_size=...) is a FairScale option; with backend='torch' DDP buckets the"
+                " gradients: pass `bucket_cap_mb=...` instead."
+            )
+        if broadcast_fp16:
+            raise ValueError("ShardedStrategy(broadcast_fp16=True) is a FairScale option; remove it with backend='torch'.")
+        if kwargs.get("model_averaging_period") is not None:
+            raise ValueError("ShardedStrategy does not support post-local SGD model averaging; use strategy='ddp' for it.")
+        from lightning_mgpu.strategies.sharded.zero import DDP_OPTIONS
+
+        allowed = set(DDP_OPTIONS)
+        where = "torch.nn.parallel.DistributedDataParallel"
+    else:
+        from lightning_mgpu.strategies.sharded.fairscale import SDP_OPTIONS
+
+        allowed = set(SDP_OPTIONS) - {"reduce_buffer_size"}
+        where = "fairscale's ShardedDataParallel"
+    unknown = sorted(set(kwargs) - allowed)
+    if unknown:
+        raise ValueError(
+            f"ShardedStrategy(backend={backend!r}) got option(s) {unknown} that {where} does not accept. Accepted:"
+            f" {sorted(allowed)}."
+            + (" For DDP's options use backend='torch'." if backend == "fairscale" else "")
+        )

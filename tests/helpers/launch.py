@@ -1,0 +1,64 @@
+"""Helpers to run scripts in fresh processes with a hard timeout and readable failures."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_python(args: list[str], timeout: float = 300, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` from the repo root; raise with the captured output on failure or timeout."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
+    cmd = [sys.executable, *args]
+    try:
+        proc = subprocess.run(cmd, cwd=cwd or REPO_ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        raise AssertionError(f"{cmd} timed out after {timeout}s\n--- stdout\n{err.stdout}\n--- stderr\n{err.stderr}") from None
+    if proc.returncode != 0:
+        raise AssertionError(f"{cmd} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def run_parity(out: Path, *extra: str, timeout: float = 300, env: dict[str, str] | None = None) -> dict[int, dict[str, torch.Tensor]]:
+    """Run ``tests.integration.runners.run_parity`` and return each rank's final parameters."""
+    run_python(["-m", "tests.integration.runners.run_parity", "--out", str(out), *extra], timeout=timeout, env=env)
+    return {int(p.stem.removeprefix("params_rank")): torch.load(p) for p in sorted(out.glob("params_rank*.pt"))}
+
+
+def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys(), (sorted(a), sorted(b))
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+
+
+def run_command(cmd: list[str], timeout: float, expect_ok: bool = True) -> tuple[int, str, float]:
+    """Run ``cmd`` from the repo root in its own session; on timeout stop its whole process group and fail.
+
+    Returns ``(exit code, stdout+stderr, seconds)``. Launchers (horovodrun, torchrun) stop their workers on
+    SIGTERM; SIGKILL follows after 20 s so that nothing is left behind.
+    """
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+        raise AssertionError(f"{cmd} did not finish within {timeout}s (a hang)\n{out[-8000:]}") from None
+    elapsed = time.monotonic() - start
+    if expect_ok and proc.returncode != 0:
+        raise AssertionError(f"{cmd} exited {proc.returncode}\n{out[-8000:]}")
+    return proc.returncode, out, elapsed

@@ -1,0 +1,26 @@
+"""One quiet ``Trainer`` for tests: no progress bar, summary, logger or checkpoints unless asked for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+
+QUIET = {
+    "accelerator": "cpu",
+    "devices": 1,
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+}
+
+
+def quiet_trainer(**kwargs: Any) -> pl.Trainer:
+    """``pl.Trainer(**QUIET | kwargs)``: keyword arguments override the quiet defaults.
+
+    Example::
+
+        trainer = quiet_trainer(strategy="ddp_spawn", devices=2, max_steps=4)
+    """
+    return pl.Trainer(**{**QUIET, **kwargs})

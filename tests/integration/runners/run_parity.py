@@ -1,0 +1,90 @@
+"""A deterministic training run used by parity and checkpoint tests across strategies.
+
+Run as ``python -m tests.integration.runners.run_parity --strategy ddp --devices 2 --out DIR``. Every
+configuration sees the same global batches in the same order, so a strategy's final
+parameters can be compared with single-process training on the global batch:
+
+- the data is a fixed tensor; loaders do not shuffle;
+- each process loads ``global_batch // world`` samples per step through its own
+  ``DistributedSampler(shuffle=False)`` (Lightning's injected training sampler always
+  shuffles), so rank r gets the samples r, r+N, ... and the ranks together cover exactly
+  the global batch;
+- the model (an MLP without dropout or BatchNorm) is initialised from a fixed seed.
+
+Outputs in ``--out``: ``params_rank{r}.pt`` (each rank's final state dict, plain keys),
+``optimizer_rank{r}.pt`` (each rank's optimizer state as held in memory), ``result.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+
+import lightning_mgpu  # noqa: F401
+from lightning_mgpu.strategies.sharded.strategy import local_optimizer
+from tests.helpers.models import IN, OUT, ParityModule, make_data  # noqa: F401
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--strategy", default="auto")
+    p.add_argument("--devices", default=1, type=int)
+    p.add_argument("--steps", default=5, type=int, help="optimizer steps")
+    p.add_argument("--global-batch", default=32, type=int, help="samples per micro-batch over all ranks")
+    p.add_argument("--accumulate", default=1, type=int)
+    p.add_argument("--optimizer", default="sgd", choices=("sgd", "adam"))
+    p.add_argument("--lr", default=0.1, type=float)
+    p.add_argument("--clip-val", default=None, type=float)
+    p.add_argument("--clip-algo", default="norm", choices=("norm", "value"))
+    p.add_argument("--precision", default="32-true")
+    p.add_argument("--manual", action="store_true")
+    p.add_argument("--resume", default=None, help="checkpoint to resume from")
+    p.add_argument("--sharded-backend", default=None, choices=("fairscale", "torch"), help="ShardedStrategy(backend=...) for --strategy sharded*")
+    p.add_argument("--out", required=True, type=Path)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    strategy = args.strategy
+    if args.sharded_backend:
+        start_method = "spawn" if args.strategy.endswith("_spawn") else "popen"
+        strategy = lightning_mgpu.ShardedStrategy(backend=args.sharded_backend, start_method=start_method)
+    trainer = pl.Trainer(
+        strategy=strategy,
+        accelerator="cpu",
+        devices=args.devices,
+        max_steps=args.steps,
+        accumulate_grad_batches=args.accumulate,
+        gradient_clip_val=args.clip_val,
+        gradient_clip_algorithm=args.clip_algo if args.clip_val else None,
+        precision=args.precision,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+    )
+    n = args.global_batch * args.accumulate * args.steps
+    model = ParityModule(optimizer=args.optimizer, lr=args.lr, manual=args.manual, global_batch=args.global_batch, num_samples=n)
+    trainer.fit(model, ckpt_path=args.resume)
+    world = trainer.world_size
+    rank = trainer.global_rank
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, args.out / f"params_rank{rank}.pt")
+    opt = trainer.optimizers[0] if trainer.optimizers else None
+    if opt is not None:
+        # A sharded optimizer (OSS/ZeRO) holds its rank's shard in a local optimizer.
+        torch.save(local_optimizer(opt).state_dict(), args.out / f"optimizer_rank{rank}.pt")
+    ckpt = args.out / "final.ckpt"
+    trainer.save_checkpoint(ckpt)
+    if trainer.is_global_zero:
+        (args.out / "result.json").write_text(json.dumps({"world_size": world, "global_step": trainer.global_step}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""The package's shape: no import circles, imports run one way, old private paths are gone.
+
+Every ``import`` and ``from ... import`` in ``lightning_mgpu/`` is read with ``ast`` (lazy, function-level
+imports included: a lazy import that closes a loop is still a loop a reader has to untangle).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import lightning_mgpu
+
+ROOT = Path(lightning_mgpu.__file__).parent
+PKG = "lightning_mgpu"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def _resolve(name: str) -> str:
+    """The module an imported name lives in: the longest prefix that is a module of the package."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _imports(module: str) -> set[str]:
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    # Imports under `if TYPE_CHECKING:` never run; they are annotations, not dependencies.
+    typing_only = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for child in ast.walk(stmt)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}".rstrip(".")
+            # `from pkg import sub` imports the submodule; `from pkg import name` takes a name from pkg itself.
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name == PKG or name.startswith(PKG + "."):
+                target = _resolve(name)
+                if target and target != module:
+                    found.add(target)
+    return found
+
+
+GRAPH = {module: _imports(module) for module in MODULES}
+
+
+def _cycles() -> list[list[str]]:
+    """Every strongly connected component with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in GRAPH[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(GRAPH):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_graph_is_read() -> None:
+    # Guards the test itself: a parser that found nothing would pass every rule below.
+    assert "lightning_mgpu.strategies.registry" in GRAPH["lightning_mgpu.strategies"]
+    assert "lightning_mgpu.utilities.imports" in GRAPH["lightning_mgpu.strategies.sharded.strategy"]
+    assert len(MODULES) > 40
+
+
+def test_no_import_circles() -> None:
+    assert _cycles() == []
+
+
+def test_cycle_detection_finds_a_planted_circle(monkeypatch: pytest.MonkeyPatch) -> None:
+    # cli imports utilities.imports; make utilities.imports import cli back.
+    assert "lightning_mgpu.utilities.imports" in GRAPH["lightning_mgpu.cli"]
+    monkeypatch.setitem(GRAPH, "lightning_mgpu.utilities.imports", {"lightning_mgpu.cli"})
+    assert any({"lightning_mgpu.utilities.imports", "lightning_mgpu.cli"} <= set(c) for c in _cycles())
+
+
+def _importers_of(prefix: str) -> dict[str, set[str]]:
+    return {m: {t for t in targets if t == prefix or t.startswith(prefix + ".")} for m, targets in GRAPH.items()}
+
+
+# (who, must not import): the one-way direction of the layout
+RULES = [
+    ("lightning_mgpu.utilities", ["lightning_mgpu"]),  # the bottom floor imports nothing above it
+    ("lightning_mgpu.strategies", ["lightning_mgpu.dashboard", "lightning_mgpu.callbacks", "lightning_mgpu.monitoring",
+                                   "lightning_mgpu.loggers", "lightning_mgpu.demos", "lightning_mgpu.cli"]),
+    ("lightning_mgpu.callbacks", ["lightning_mgpu.dashboard", "lightning_mgpu.strategies", "lightning_mgpu.loggers",
+                                  "lightning_mgpu.demos", "lightning_mgpu.cli"]),
+    ("lightning_mgpu.monitoring", ["lightning_mgpu.dashboard", "lightning_mgpu.loggers", "lightning_mgpu.strategies",
+                                   "lightning_mgpu.callbacks", "lightning_mgpu.demos"]),
+    ("lightning_mgpu.loggers", ["lightning_mgpu.dashboard", "lightning_mgpu.strategies", "lightning_mgpu.demos"]),
+    ("lightning_mgpu.data", ["lightning_mgpu.dashboard", "lightning_mgpu.strategies", "lightning_mgpu.monitoring",
+                             "lightning_mgpu.demos"]),
+    ("lightning_mgpu.dashboard", ["lightning_mgpu.strategies", "lightning_mgpu.callbacks"]),
+]
+
+
+@pytest.mark.parametrize(("who", "forbidden"), RULES, ids=[r[0].rpartition(".")[2] for r in RULES])
+def test_imports_run_one_way(who: str, forbidden: list[str]) -> None:
+    bad = []
+    for module, targets in GRAPH.items():
+        if not (module == who or module.startswith(who + ".")):
+            continue
+        for target in targets:
+            inside = target == who or target.startswith(who + ".")
+            if not inside and any(target == f or target.startswith(f + ".") for f in forbidden):
+                bad.append(f"{module} -> {target}")
+    assert bad == []
+
+
+def test_strategy_packages_never_import_the_registry() -> None:
+    registry = "lightning_mgpu.strategies.registry"
+    importers = {m for m, targets in GRAPH.items() if registry in targets}
+    assert importers <= {"lightning_mgpu.strategies", "lightning_mgpu.cli"}, importers
+
+
+def test_old_private_paths_are_gone() -> None:
+    old = ["strategies/_dp_engine.py", "strategies/_horovod_runtime.py", "strategies/_sharded_fairscale.py",
+           "callbacks/gpu_monitor.py", "utilities/dashboard.py", "utilities/samplers.py", "utilities/info.py", "models"]
+    assert [p for p in old if (ROOT / p).exists()] == []
+
+
+def test_public_paths_users_import_still_work() -> None:
+    from lightning_mgpu.callbacks import GPUUtilizationMonitor
+    from lightning_mgpu.monitoring import GPUUtilizationMonitor as Home
+    from lightning_mgpu.strategies import DataParallelStrategy, HorovodStrategy, ShardedStrategy  # noqa: F401
+    from lightning_mgpu.utilities.checkpoint import load_state_dict  # noqa: F401
+
+    assert GPUUtilizationMonitor is Home
