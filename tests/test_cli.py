@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES
 from lightning_mgpu import cli as info
+from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES
 from tests.helpers.launch import run_python
 
 

@@ -171,7 +171,11 @@ def test_old_private_paths_are_gone() -> None:
 def test_public_paths_users_import_still_work() -> None:
     from lightning_mgpu.callbacks import GPUUtilizationMonitor
     from lightning_mgpu.monitoring import GPUUtilizationMonitor as Home
-    from lightning_mgpu.strategies import DataParallelStrategy, HorovodStrategy, ShardedStrategy  # noqa: F401
+    from lightning_mgpu.strategies import (  # noqa: F401
+        DataParallelStrategy,
+        HorovodStrategy,
+        ShardedStrategy,
+    )
     from lightning_mgpu.utilities.checkpoint import load_state_dict  # noqa: F401
 
     assert GPUUtilizationMonitor is Home

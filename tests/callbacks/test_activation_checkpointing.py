@@ -15,10 +15,10 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_mgpu.callbacks import ActivationCheckpointing
-from lightning_mgpu.utilities.imports import is_available
+from tests.helpers.runif import RunIf
 from tests.integration.runners.run_callbacks import launch, matrix_params
 
-IMPLS = ["torch", pytest.param("fairscale", marks=pytest.mark.skipif(not is_available("fairscale"), reason="needs fairscale"))]
+IMPLS = ["torch", pytest.param("fairscale", marks=RunIf(fairscale=True).marks)]
 
 
 class Block(nn.Module):
@@ -357,7 +357,7 @@ def test_checkpointing_under_every_strategy(strategy: str, mode: str, precision:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@RunIf(min_cuda_gpus=1)
 def test_checkpointing_saves_cuda_memory() -> None:
     torch.manual_seed(0)
     net = Net(depth=8, width=256).cuda()

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_mgpu.callbacks import GradSyncToggle
 from tests.helpers.launch import max_abs_diff
+from tests.helpers.trainer import quiet_trainer
 from tests.integration.runners.run_callbacks import launch, matrix_params
 
 # --------------------------------------------------------------------------- unit
@@ -60,10 +61,7 @@ class _Tiny(pl.LightningModule):
 
 
 def _trainer(**kwargs: Any) -> pl.Trainer:
-    return pl.Trainer(
-        accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, **kwargs,
-    )  # fmt: skip
+    return quiet_trainer(max_epochs=1, **kwargs)
 
 
 def test_conflicting_accumulation_in_automatic_optimization_is_an_error() -> None:
@@ -148,7 +146,11 @@ def test_bundle_strategies_implement_block_backward_sync() -> None:
     """The design contract: every bundle strategy overrides ParallelStrategy.block_backward_sync()."""
     from lightning.pytorch.strategies import ParallelStrategy
 
-    from lightning_mgpu.strategies import DataParallelStrategy, HorovodStrategy, ShardedStrategy
+    from lightning_mgpu.strategies import (
+        DataParallelStrategy,
+        HorovodStrategy,
+        ShardedStrategy,
+    )
 
     for cls in (DataParallelStrategy, HorovodStrategy, ShardedStrategy):
         assert cls.block_backward_sync is not ParallelStrategy.block_backward_sync, cls

@@ -24,6 +24,8 @@ from lightning_mgpu.callbacks import AutoMixedPrecision
 from lightning_mgpu.callbacks import mixed_precision as amp_module
 from lightning_mgpu.callbacks.mixed_precision import cpu_has_fast_bf16
 from lightning_mgpu.strategies.sharded import ShardAwareGradScaler
+from tests.helpers.runif import RunIf
+from tests.helpers.trainer import quiet_trainer
 from tests.integration.runners.run_callbacks import launch, matrix_params
 
 # --------------------------------------------------------------------------- resolving "auto"
@@ -108,10 +110,7 @@ class _Model(pl.LightningModule):
 
 
 def _trainer(callbacks: list[pl.Callback], **kwargs: Any) -> pl.Trainer:
-    return pl.Trainer(
-        accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks, **kwargs,
-    )  # fmt: skip
+    return quiet_trainer(max_epochs=1, callbacks=callbacks, **kwargs)
 
 
 def test_conflicting_explicit_precision_is_an_error(hardware: Any) -> None:
@@ -252,7 +251,7 @@ def test_bf16_mixed_on_cpu_under_every_strategy(strategy: str, mode: str, precis
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@RunIf(min_cuda_gpus=1)
 def test_resolves_and_monitors_on_a_real_gpu() -> None:
     amp = AutoMixedPrecision()
     precision = amp.resolve_precision("gpu")

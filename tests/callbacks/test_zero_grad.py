@@ -12,6 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_mgpu.callbacks import ZeroGradSetToNone
+from tests.helpers.trainer import quiet_trainer
 from tests.integration.runners.run_callbacks import launch, matrix_params
 
 
@@ -64,10 +65,7 @@ class _GradState(pl.Callback):
 
 
 def _fit(model: pl.LightningModule, callbacks: list[pl.Callback], **kwargs: Any) -> pl.Trainer:
-    trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks, **kwargs,
-    )  # fmt: skip
+    trainer = quiet_trainer(max_epochs=1, callbacks=callbacks, **kwargs)
     trainer.fit(model)
     return trainer
 

@@ -23,11 +23,17 @@ import pytest
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_mgpu.cli import main as cli_main
-from lightning_mgpu.dashboard.reader import CSV_KIND, NEPTUNE_KIND, TENSORBOARD_KIND, RunFormatError, read_run
+from lightning_mgpu.dashboard.reader import (
+    CSV_KIND,
+    NEPTUNE_KIND,
+    TENSORBOARD_KIND,
+    RunFormatError,
+    read_run,
+)
 from lightning_mgpu.dashboard.render import render_dashboard
 from lightning_mgpu.monitoring.diagnosis import Diagnosis, write_diagnoses
 from tests.helpers.browser import Browser
-from tests.helpers.runif import RunIf
+from tests.helpers.runif import RunIf, require_or_skip
 
 DEVICES = ("rank0", "rank1", "rank2")
 STEPS = list(range(0, 200, 10))
@@ -87,7 +93,7 @@ def csv_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def neptune_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("neptune")
+    require_or_skip("neptune")
     from lightning_mgpu.loggers import NeptuneLogger
 
     data_dir = tmp_path_factory.mktemp("neptune")
@@ -445,7 +451,7 @@ def test_serve_refuses_a_folder_without_a_run_before_binding(tmp_path: Path, cap
 
 
 def test_monitor_diagnosis_recorded_in_a_neptune_run_reaches_the_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("neptune")
+    require_or_skip("neptune")
     from lightning_mgpu.loggers import NeptuneLogger
 
     monkeypatch.setenv("NEPTUNE_DATA_DIRECTORY", str(tmp_path / "nd"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.data.helpers import Features, IndexedDataset
+from tests.helpers.runif import require_or_skip
 
 N, CHUNK = 200, 16
 
@@ -12,7 +13,7 @@ N, CHUNK = 200, 16
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray with 2 CPUs, started once per test session (``ray.init`` takes ~20 s here)."""
-    ray = pytest.importorskip("ray")
+    ray = require_or_skip("ray")
     if ray.is_initialized():
         yield ray
         return

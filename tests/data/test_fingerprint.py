@@ -11,7 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from lightning_mgpu.data import compute_fingerprint, fingerprint_dataset, fingerprint_transform
+from lightning_mgpu.data import (
+    compute_fingerprint,
+    fingerprint_dataset,
+    fingerprint_transform,
+)
 from tests.data.helpers import Features, IndexedDataset, tuple_transform
 
 

@@ -22,15 +22,21 @@ from lightning_mgpu.data import (
     CorruptCacheError,
     PreprocessedDataset,
     PreprocessingError,
+    backends,
     compute_fingerprint,
     preprocess,
     process_pool_scope,
     shutdown_process_pool,
 )
-from lightning_mgpu.data import backends
-from tests.helpers.launch import run_python
 from tests.data.conftest import CHUNK, N
-from tests.data.helpers import CALLS, Features, IndexedDataset, NoisyFeatures, UnpicklableInWorkers
+from tests.data.helpers import (
+    CALLS,
+    Features,
+    IndexedDataset,
+    NoisyFeatures,
+    UnpicklableInWorkers,
+)
+from tests.helpers.launch import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 FIELDS = ("feat", "index", "y")

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_mgpu.demos import DigitsDataModule, ImageClassifier, SyntheticImageDataModule, make_synthetic_images
+from lightning_mgpu.demos import (
+    DigitsDataModule,
+    ImageClassifier,
+    SyntheticImageDataModule,
+    make_synthetic_images,
+)
 
 
 def test_digits_split_is_fixed_and_complete() -> None:

@@ -8,7 +8,11 @@ import torch
 
 from lightning_mgpu.data import fingerprint_transform
 from lightning_mgpu.demos import ImageClassifier
-from lightning_mgpu.demos.digits_preprocessed import DigitsFeatures, digits_preprocessed_datamodule, digits_splits
+from lightning_mgpu.demos.digits_preprocessed import (
+    DigitsFeatures,
+    digits_preprocessed_datamodule,
+    digits_splits,
+)
 
 
 def test_features_are_deterministic_orientation_maps():

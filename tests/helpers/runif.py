@@ -86,3 +86,12 @@ def RunIf(  # noqa: N802  (reads like a decorator, as Lightning's does)
     if reasons:
         marks.append(pytest.mark.skip(reason="; ".join(reasons)))
     return Requirements(marks)
+
+
+def require_or_skip(package: str) -> object:
+    """``pytest.importorskip`` for a developer machine; on CI a plain import, so a missing package fails."""
+    if os.environ.get("CI"):
+        import importlib
+
+        return importlib.import_module(package)
+    return pytest.importorskip(package)

@@ -23,8 +23,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from lightning_mgpu.loggers import NeptuneLogger, NeptuneServerUnreachableError
 from lightning_mgpu.loggers.neptune_layout import from_neptune_path, to_neptune_path
 from tests.helpers.launch import run_python
+from tests.helpers.runif import require_or_skip
 
-pytest.importorskip("neptune")
+require_or_skip("neptune")
 
 
 @pytest.fixture(autouse=True)

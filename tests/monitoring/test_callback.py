@@ -24,9 +24,14 @@ from lightning_mgpu.callbacks import GPUUtilizationMonitor
 from lightning_mgpu.monitoring import callback as gpu_monitor
 from lightning_mgpu.monitoring.callback import local_devices, local_labels
 from lightning_mgpu.monitoring.diagnosis import load_diagnoses
-from lightning_mgpu.monitoring.samplers import BackgroundSampler, NvmlSource, match_nvml_handles
+from lightning_mgpu.monitoring.samplers import (
+    BackgroundSampler,
+    NvmlSource,
+    match_nvml_handles,
+)
 from lightning_mgpu.monitoring.step_timing import SYNC_WARNING, StepTimer, SyncDetector
 from tests.helpers.launch import REPO_ROOT, run_python
+from tests.helpers.runif import RunIf, require_or_skip
 
 RUN = str(REPO_ROOT / "tests" / "integration" / "runners" / "run_gpu_monitor.py")
 
@@ -491,9 +496,9 @@ def test_other_strategies_gather_every_rank(strategy: str, tmp_path: Path) -> No
 
 # --------------------------------------------------------------------------- real GPU (skipped without CUDA)
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@RunIf(min_cuda_gpus=1)
 def test_real_nvml_reads_this_process_gpu() -> None:
-    pynvml = pytest.importorskip("pynvml")
+    pynvml = require_or_skip("pynvml")
     pynvml.nvmlInit()
     try:
         handles = match_nvml_handles(pynvml, [0])
@@ -517,7 +522,7 @@ def test_real_nvml_reads_this_process_gpu() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@RunIf(min_cuda_gpus=1)
 def test_real_sync_detection_names_item_call(tmp_path: Path) -> None:
     import lightning.pytorch as pl
     from torch import nn

@@ -11,7 +11,11 @@ import torch
 from lightning.pytorch.core.optimizer import LightningOptimizer
 from torch import nn
 
-from lightning_mgpu.strategies._optim import mark_step_calls, rebind_scheduler, unwrap_optimizer
+from lightning_mgpu.strategies._optim import (
+    mark_step_calls,
+    rebind_scheduler,
+    unwrap_optimizer,
+)
 
 
 def _sgd(model: nn.Module, lr: float = 1.0) -> torch.optim.SGD:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 from lightning.fabric.strategies.registry import _StrategyRegistry
-from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy, StrategyRegistry
+from lightning.pytorch.strategies import (
+    DDPStrategy,
+    SingleDeviceStrategy,
+    StrategyRegistry,
+)
 
 import lightning_mgpu
 from lightning_mgpu.strategies import (

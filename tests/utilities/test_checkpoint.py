@@ -9,7 +9,12 @@ import torch
 from torch import nn
 
 from lightning_mgpu.demos import ImageClassifier
-from lightning_mgpu.utilities.checkpoint import CheckpointKeyMismatchError, extract_state_dict, load_state_dict, strip_prefix
+from lightning_mgpu.utilities.checkpoint import (
+    CheckpointKeyMismatchError,
+    extract_state_dict,
+    load_state_dict,
+    strip_prefix,
+)
 
 
 def _assert_same(a: nn.Module, b: nn.Module) -> None:

@@ -2,7 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_mgpu.utilities.imports import MissingDependencyError, is_available, require
+from lightning_mgpu.utilities.imports import (
+    MissingDependencyError,
+    is_available,
+    require,
+)
 
 
 def test_require_names_the_extra() -> None:

@@ -4,7 +4,11 @@ import socket
 
 import pytest
 
-from lightning_mgpu.utilities.ports import PortInUseError, check_master_port, port_is_free
+from lightning_mgpu.utilities.ports import (
+    PortInUseError,
+    check_master_port,
+    port_is_free,
+)
 
 
 def test_busy_port_is_explained() -> None:

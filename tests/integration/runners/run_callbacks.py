@@ -27,9 +27,9 @@ import argparse
 import json
 import os
 from collections import defaultdict
-from unittest import mock
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import lightning.pytorch as pl
 import torch
@@ -38,7 +38,14 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import lightning_mgpu  # noqa: F401  (registers the bundle strategies)
-from lightning_mgpu.callbacks import ActivationCheckpointing, AutoMixedPrecision, GradSyncToggle, ZeroGradSetToNone, mixed_precision
+from lightning_mgpu.callbacks import (
+    ActivationCheckpointing,
+    AutoMixedPrecision,
+    GradSyncToggle,
+    ZeroGradSetToNone,
+    mixed_precision,
+)
+from tests.helpers.runif import RunIf
 
 IN, HIDDEN, OUT, DEPTH = 8, 32, 4, 3
 LR = 0.1
@@ -443,7 +450,6 @@ def matrix_params(modes: tuple[str, ...] = ("auto", "manual", "gan"), known_bugs
     """
     import pytest
 
-    from lightning_mgpu.utilities.imports import is_available
 
     params = []
     for strategy, mode, precision in MATRIX:
@@ -451,9 +457,9 @@ def matrix_params(modes: tuple[str, ...] = ("auto", "manual", "gan"), known_bugs
             continue
         marks = [] if strategy == "dp" else [pytest.mark.integration]
         if strategy.startswith("sharded"):
-            marks.append(pytest.mark.skipif(not is_available("fairscale"), reason="needs fairscale"))
+            marks += RunIf(fairscale=True).marks
         if strategy == "horovod":
-            marks += [pytest.mark.horovod, pytest.mark.skipif(not is_available("horovod"), reason="needs horovod")]
+            marks += RunIf(horovod=True).marks
         if (known_bugs or {}).get((strategy, mode)):
             marks.append(pytest.mark.xfail(strict=True, reason=known_bugs[(strategy, mode)]))  # type: ignore[index]
         params.append(pytest.param(strategy, mode, precision, marks=marks, id=f"{strategy}-{mode}"))

@@ -28,6 +28,7 @@ import lightning_mgpu  # noqa: F401
 from lightning_mgpu.strategies.sharded.strategy import local_optimizer
 from tests.helpers.models import IN, OUT, ParityModule, make_data  # noqa: F401
 
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--strategy", default="auto")

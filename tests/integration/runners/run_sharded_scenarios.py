@@ -31,7 +31,10 @@ from torch.utils.data import DataLoader
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.callbacks import ZeroGradSetToNone
 from lightning_mgpu.strategies import ShardedStrategy
-from lightning_mgpu.strategies.sharded.strategy import local_optimizer, local_optimizer_state_bytes
+from lightning_mgpu.strategies.sharded.strategy import (
+    local_optimizer,
+    local_optimizer_state_bytes,
+)
 from tests.helpers.models import IN, OUT, ParityModule, make_data
 
 GLOBAL_BATCH = 32

@@ -41,27 +41,22 @@ from lightning_mgpu.strategies.dp.reduce import (
     reduce_step_outputs,
     scatter_batch,
 )
-from lightning_mgpu.strategies.dp.replica import ReplicaDivergenceError, StepCall, StepModule
+from lightning_mgpu.strategies.dp.replica import (
+    ReplicaDivergenceError,
+    StepCall,
+    StepModule,
+)
 from lightning_mgpu.strategies.dp.strategy import SmallBatchError, physical_device_ids
 from lightning_mgpu.utilities.checkpoint import load_state_dict
 from tests.helpers.models import ParityModule, make_data
+from tests.helpers.trainer import quiet_trainer
 
 CPU = torch.device("cpu")
 
 
 # --------------------------------------------------------------------------- helpers
 def _trainer(strategy: Any, devices: int = 1, **kwargs: Any) -> pl.Trainer:
-    defaults: dict[str, Any] = dict(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        use_distributed_sampler=False,
-    )
-    defaults.update(kwargs)
-    return pl.Trainer(strategy=strategy, devices=devices, **defaults)
+    return quiet_trainer(strategy=strategy, devices=devices, **{"num_sanity_val_steps": 0, "use_distributed_sampler": False, **kwargs})
 
 
 def _fit_parity(strategy: Any, devices: int, steps: int = 5, global_batch: int = 32, **kwargs: Any) -> tuple[ParityModule, pl.Trainer]:

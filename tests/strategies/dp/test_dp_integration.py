@@ -19,6 +19,7 @@ import lightning_mgpu  # noqa: F401
 from lightning_mgpu.utilities.imports import is_available
 from tests.helpers.launch import max_abs_diff, run_parity
 from tests.helpers.models import ParityModule
+from tests.helpers.runif import RunIf
 
 
 def _resume_in_process(ckpt: Path, steps: int, strategy: Any = "auto", accelerator: str = "cpu", devices: int = 1) -> dict[str, torch.Tensor]:
@@ -80,7 +81,7 @@ def _fit_on_gpus(devices: int, steps: int = 5) -> tuple[dict[str, torch.Tensor],
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@RunIf(min_cuda_gpus=1)
 def test_dp_on_one_gpu_runs_single_device() -> None:
     params, trainer = _fit_on_gpus(1)
     assert trainer.num_devices == 1 and not trainer.strategy.is_data_parallel
@@ -88,7 +89,7 @@ def test_dp_on_one_gpu_runs_single_device() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two or more GPUs")
+@RunIf(min_cuda_gpus=2)
 def test_dp_on_several_gpus_matches_one_gpu(record_property: Any) -> None:
     n = torch.cuda.device_count()
     one, _ = _fit_on_gpus(1)
@@ -108,7 +109,7 @@ def test_dp_on_several_gpus_matches_one_gpu(record_property: Any) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two or more GPUs")
+@RunIf(min_cuda_gpus=2)
 @pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed"])
 def test_dp_mixed_precision_on_gpus(precision: str) -> None:
     if precision == "bf16-mixed" and not torch.cuda.is_bf16_supported():

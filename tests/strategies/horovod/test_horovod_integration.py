@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.launch import max_abs_diff, run_command as _run
+from tests.helpers.launch import max_abs_diff
+from tests.helpers.launch import run_command as _run
 from tests.helpers.runif import RunIf
 
 pytestmark = [*RunIf(horovod=True).marks, pytest.mark.integration]

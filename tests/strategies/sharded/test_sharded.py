@@ -19,15 +19,21 @@ import torch
 import torch.distributed as dist
 from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.accelerators import CPUAccelerator
-from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+from lightning.pytorch.plugins.precision import MixedPrecision
 from torch import nn
 
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.strategies import ShardedStrategy
 from lightning_mgpu.strategies._optim import rebind_scheduler
 from lightning_mgpu.strategies.sharded.optim import rebuild_optimizer
-from lightning_mgpu.strategies.sharded.precision import ShardedMixedPrecision, ShardedPrecision
-from lightning_mgpu.strategies.sharded.strategy import local_optimizer, local_optimizer_state_bytes
+from lightning_mgpu.strategies.sharded.precision import (
+    ShardedMixedPrecision,
+    ShardedPrecision,
+)
+from lightning_mgpu.strategies.sharded.strategy import (
+    local_optimizer,
+    local_optimizer_state_bytes,
+)
 from lightning_mgpu.utilities.imports import MissingDependencyError
 
 
@@ -219,7 +225,10 @@ def test_find_unused_parameters_reduces_everything(one_rank_group: None) -> None
     strategy = ShardedStrategy(find_unused_parameters=True)
     module = _TwoHeads()
     sdp, _ = _sharded_setup(strategy, module)
-    from lightning_mgpu.strategies.sharded.fairscale import params_not_reduced, reduce_in_fixed_order
+    from lightning_mgpu.strategies.sharded.fairscale import (
+        params_not_reduced,
+        reduce_in_fixed_order,
+    )
 
     with sdp.no_sync():
         sdp(torch.randn(2, 4)).sum().backward()

@@ -23,7 +23,14 @@ from lightning_mgpu.demos import ImageClassifier
 from lightning_mgpu.utilities.checkpoint import load_state_dict
 from tests.helpers.launch import REPO_ROOT, max_abs_diff, run_python
 from tests.helpers.models import ParityModule
-from tests.integration.runners.run_sharded_scenarios import CLIP_NORM, GAN_ACCUMULATE, GLOBAL_BATCH, NUM_SAMPLES, RESUMED_STEPS
+from tests.helpers.runif import RunIf
+from tests.integration.runners.run_sharded_scenarios import (
+    CLIP_NORM,
+    GAN_ACCUMULATE,
+    GLOBAL_BATCH,
+    NUM_SAMPLES,
+    RESUMED_STEPS,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -268,7 +275,7 @@ def test_train_py_under_sharded_spawn_then_resume_under_the_ddp_sharded_alias(tm
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@RunIf(min_cuda_gpus=2)
 def test_fp16_mixed_on_two_gpus_uses_the_sharded_grad_scaler(tmp_path: Path) -> None:
     out = tmp_path / "gpu"
     args = ["--accelerator", "gpu", "--devices", "2", "--strategy", "sharded", "--precision", "16-mixed"]
