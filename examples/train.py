@@ -47,8 +47,17 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 
 import lightning_mgpu  # noqa: F401  (registers dp, horovod, sharded, ... with Lightning)
-from lightning_mgpu.demos import DigitsDataModule, ImageClassifier, SyntheticImageDataModule
+from lightning_mgpu.callbacks import FailedRankReporter
+from lightning_mgpu.demos import (
+    DigitsDataModule,
+    ImageClassifier,
+    SyntheticImageDataModule,
+)
 from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES
+from lightning_mgpu.utilities.checkpoint import (
+    AtomicCheckpointIO,
+    check_checkpoint_matches,
+)
 from lightning_mgpu.utilities.ports import check_master_port
 
 # Lightning's own launch-style names, then every name the bundle registers (declared once, by each class).
@@ -131,7 +140,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--ckpt-path {str(args.ckpt_path)!r} does not exist; pass the path of a .ckpt written by an earlier run")
     if args.preprocess != "none" and args.data != "digits":
         p.error("--preprocess demonstrates the cache on the digits data; use it with --data digits")
+    for flag, path in (("--cache-dir", args.cache_dir), ("--output-dir", args.output_dir)):
+        if path is not None and path.exists() and not path.is_dir():
+            p.error(f"{flag} {str(path)!r} is a file, not a folder; pass a folder (it is created if missing)")
+    on_cpu = args.accelerator == "cpu" or (args.accelerator == "auto" and not _cuda_available())
+    if on_cpu and args.precision in ("16-mixed", "16-true", "16"):
+        p.error(
+            f"--precision {args.precision} needs a CUDA GPU (float16 autocast on CPU is slow and unscaled); on CPU use"
+            " --precision bf16-mixed or 32-true, or --precision auto to pick for the hardware"
+        )
+    if on_cpu and isinstance(args.devices, int) and args.devices > (os.cpu_count() or 1):
+        p.error(
+            f"--devices {args.devices} asks for {args.devices} CPU training processes, but this machine has"
+            f" {os.cpu_count()} cores; pass --devices {os.cpu_count()} or fewer (each process needs at least a core)"
+        )
     return args
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 class TrainingThroughput(Callback):
@@ -207,6 +236,8 @@ def build_callbacks(args: argparse.Namespace) -> list[Callback]:
             save_last=True,
         ),
         TrainingThroughput(),
+        # Under ddp a killed rank shows on rank 0 as "Connection reset by peer"; this names it and its signal.
+        FailedRankReporter(),
     ]
     if args.activation_checkpointing or args.zero_grad_set_to_none or args.grad_sync_toggle or args.gpu_monitor:
         from lightning_mgpu import callbacks as mgpu_callbacks
@@ -236,7 +267,9 @@ def build_datamodule(args: argparse.Namespace, loader_batch_size: int) -> pl.Lig
     if args.data == "synthetic":
         return SyntheticImageDataModule(batch_size=loader_batch_size, num_workers=args.num_workers, seed=args.seed)
     if args.preprocess != "none":
-        from lightning_mgpu.demos.digits_preprocessed import digits_preprocessed_datamodule
+        from lightning_mgpu.demos.digits_preprocessed import (
+            digits_preprocessed_datamodule,
+        )
 
         cache_dir = args.cache_dir or args.output_dir / "cache"
         return digits_preprocessed_datamodule(
@@ -271,6 +304,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         gradient_clip_val=args.gradient_clip_val,
         deterministic=False,
         enable_model_summary=False,
+        # Atomic saves (temporary file, fsync, rename) and safe loads, for Lightning's own strategies too.
+        plugins=[AtomicCheckpointIO()],
     )
     degree = data_parallel_degree(trainer)
     # dp runs one process whose loader batch is split across its devices; everyone else
@@ -295,6 +330,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         weight_decay=args.weight_decay,
         optimizer=args.optimizer,
     )
+    if args.ckpt_path is not None:
+        # Refuse a truncated, unsafe or foreign checkpoint here, before any worker starts, with the keys listed.
+        check_checkpoint_matches(model, args.ckpt_path)
     # A pinned MASTER_PORT still held by a killed run fails deep in torch; say so up front.
     check_master_port()
     start = time.perf_counter()

@@ -6,11 +6,11 @@
 
 from __future__ import annotations
 
+import argparse
+import logging
 import os
 import platform
 import sys
-import argparse
-import logging
 from dataclasses import dataclass
 
 from lightning_mgpu.utilities.imports import is_available, package_version
@@ -76,10 +76,13 @@ def _readiness(dependency: str | None) -> str:
 
 
 def render() -> str:
-    import lightning_mgpu  # noqa: F401  (registers the names)
     from lightning.pytorch.strategies import StrategyRegistry
 
-    from lightning_mgpu.strategies.registry import BUNDLE_STRATEGY_NAMES, strategy_dependency
+    import lightning_mgpu  # noqa: F401  (registers the names)
+    from lightning_mgpu.strategies.registry import (
+        BUNDLE_STRATEGY_NAMES,
+        strategy_dependency,
+    )
 
     lines = [f"lightning_mgpu {lightning_mgpu.__version__}  (python {platform.python_version()}, {sys.platform})", "", "Packages:"]
     for pkg in _PACKAGES:
@@ -118,7 +121,11 @@ def info_main() -> int:
 
 
 def build_horovod_main(args: argparse.Namespace) -> int:
-    from lightning_mgpu.strategies.horovod.build import BuildConfig, HorovodBuildError, build_horovod
+    from lightning_mgpu.strategies.horovod.build import (
+        BuildConfig,
+        HorovodBuildError,
+        build_horovod,
+    )
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:

@@ -39,8 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from lightning_mgpu.monitoring.diagnosis import Diagnosis, diagnose, load_diagnoses, per_device_from_metrics
-from lightning_mgpu.utilities.imports import MissingDependencyError, require
+from lightning_mgpu.dashboard.reader import NEPTUNE_KIND, Point, RunData, read_run
+from lightning_mgpu.monitoring.diagnosis import (
+    Diagnosis,
+    diagnose,
+    load_diagnoses,
+    per_device_from_metrics,
+)
 from lightning_mgpu.monitoring.keys import (
     COMM_PCT,
     CPU,
@@ -61,7 +66,7 @@ from lightning_mgpu.monitoring.keys import (
     parse_device_label,
     parse_metric_key,
 )
-from lightning_mgpu.dashboard.reader import NEPTUNE_KIND, Point, RunData, read_run
+from lightning_mgpu.utilities.imports import MissingDependencyError, require
 
 log = logging.getLogger(__name__)
 

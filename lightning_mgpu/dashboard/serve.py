@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from lightning_mgpu.dashboard.reader import RunFormatError, locate_run, read_run
-from lightning_mgpu.dashboard.render import build_sections, page_state, render_html, run_diagnoses
+from lightning_mgpu.dashboard.render import (
+    build_sections,
+    page_state,
+    render_html,
+    run_diagnoses,
+)
 
 log = logging.getLogger(__name__)
 

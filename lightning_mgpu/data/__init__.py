@@ -16,7 +16,13 @@ Example::
 See ``docs/data.md``.
 """
 
-from lightning_mgpu.data.backends import BACKENDS, PreprocessingError, process_pool_scope, ray_session, shutdown_process_pool
+from lightning_mgpu.data.backends import (
+    BACKENDS,
+    PreprocessingError,
+    process_pool_scope,
+    ray_session,
+    shutdown_process_pool,
+)
 from lightning_mgpu.data.cache import (
     CacheError,
     CacheMismatchError,

@@ -14,7 +14,14 @@ from torch.utils.data import Dataset
 
 from lightning_mgpu.data import cache
 from lightning_mgpu.data._worker import sample_to_fields
-from lightning_mgpu.data.cache import CacheMismatchError, CacheNotFoundError, CorruptCacheError, Fingerprint, Manifest, Verify
+from lightning_mgpu.data.cache import (
+    CacheMismatchError,
+    CacheNotFoundError,
+    CorruptCacheError,
+    Fingerprint,
+    Manifest,
+    Verify,
+)
 
 _readonly_warning_consumed = False
 

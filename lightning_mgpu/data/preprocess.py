@@ -13,9 +13,28 @@ from typing import Any, Callable, Literal
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 from lightning_mgpu.data import _worker, cache
-from lightning_mgpu.data.backends import BACKENDS, Backend, PreprocessingError, Task, run_backend, start_process_pool_server
-from lightning_mgpu.data.cache import VERIFY_MODES, CacheMismatchError, Fingerprint, Manifest, Verify
-from lightning_mgpu.data.fingerprint import combine_fingerprints, fingerprint_dataset, fingerprint_transform, hash_sample, qualified_name
+from lightning_mgpu.data.backends import (
+    BACKENDS,
+    Backend,
+    PreprocessingError,
+    Task,
+    run_backend,
+    start_process_pool_server,
+)
+from lightning_mgpu.data.cache import (
+    VERIFY_MODES,
+    CacheMismatchError,
+    Fingerprint,
+    Manifest,
+    Verify,
+)
+from lightning_mgpu.data.fingerprint import (
+    combine_fingerprints,
+    fingerprint_dataset,
+    fingerprint_transform,
+    hash_sample,
+    qualified_name,
+)
 from lightning_mgpu.data.progress import Progress, ProgressMode
 
 OnMismatch = Literal["rebuild", "error"]

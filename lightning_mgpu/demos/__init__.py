@@ -2,7 +2,10 @@
 
 from lightning_mgpu.demos.classifier import ImageClassifier
 from lightning_mgpu.demos.digits import DigitsDataModule, load_digits_tensors
-from lightning_mgpu.demos.synthetic import SyntheticImageDataModule, make_synthetic_images
+from lightning_mgpu.demos.synthetic import (
+    SyntheticImageDataModule,
+    make_synthetic_images,
+)
 
 __all__ = [
     "DigitsDataModule",

@@ -43,18 +43,22 @@ from typing import TYPE_CHECKING, Any
 
 from lightning.fabric.utilities.logger import _convert_params, _sanitize_callable_params
 from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
-from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import (
+    rank_zero_info,
+    rank_zero_only,
+    rank_zero_warn,
+)
 from typing_extensions import override
 
 from lightning_mgpu.loggers.neptune_layout import (
     BUNDLE_VERSION_PATH,
     DEFAULT_PREFIX,
+    DIAGNOSIS_FILE,
+    DIAGNOSIS_KEY,
     HYPERPARAMS_KEY,
     LIGHTNING_VERSION_PATH,
     MONITORING_NAMESPACE,
     MONITORING_RECORD_PATH,
-    DIAGNOSIS_FILE,
-    DIAGNOSIS_KEY,
     PREFIX_RECORD_PATH,
     STATUS_KEY,
     to_neptune_path,

@@ -36,7 +36,12 @@ Example::
 
 from __future__ import annotations
 
-from lightning_mgpu.monitoring.keys import GLOBAL_NAMES, GROUPS, parse_device_label, parse_metric_key
+from lightning_mgpu.monitoring.keys import (
+    GLOBAL_NAMES,
+    GROUPS,
+    parse_device_label,
+    parse_metric_key,
+)
 
 DEFAULT_PREFIX = "training"
 MONITORING_NAMESPACE = "monitoring"

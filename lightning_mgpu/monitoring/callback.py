@@ -27,8 +27,22 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_mgpu.monitoring import keys as K
-from lightning_mgpu.monitoring.diagnosis import Diagnosis, DiagnosisThresholds, diagnose, format_table, write_diagnoses
-from lightning_mgpu.monitoring.samplers import BackgroundSampler, NvmlSource, ProcessCpuSource, Stat, StatSet, match_nvml_handles, merge_stat_sets
+from lightning_mgpu.monitoring.diagnosis import (
+    Diagnosis,
+    DiagnosisThresholds,
+    diagnose,
+    format_table,
+    write_diagnoses,
+)
+from lightning_mgpu.monitoring.samplers import (
+    BackgroundSampler,
+    NvmlSource,
+    ProcessCpuSource,
+    Stat,
+    StatSet,
+    match_nvml_handles,
+    merge_stat_sets,
+)
 from lightning_mgpu.monitoring.step_timing import StepTimer, SyncDetector, TimingAcc
 from lightning_mgpu.utilities.imports import is_available, require
 
@@ -300,7 +314,9 @@ class GPUUtilizationMonitor(Callback):
             )
             return None
         from lightning.fabric.utilities.throughput import get_available_flops
-        from lightning.pytorch.callbacks.throughput_monitor import _plugin_to_compute_dtype
+        from lightning.pytorch.callbacks.throughput_monitor import (
+            _plugin_to_compute_dtype,
+        )
 
         peak = get_available_flops(device, _plugin_to_compute_dtype(trainer.precision_plugin))
         return float(peak) if peak else None

@@ -1,28 +1,248 @@
-"""Loading checkpoints into plain modules, whatever strategy wrote them.
+"""Checkpoint I/O for every strategy: safe loading, atomic saving, and loading into plain modules.
 
-The classic DDP/DP pitfall is a state dict whose keys start with ``module.`` (saved from the
-wrapper instead of the module), which then fails to load into the plain model. The bundle's
-strategies always save plain keys; :func:`load_state_dict` also repairs checkpoints written
-elsewhere.
+- **Untrusted files.** Every load here uses ``torch.load(weights_only=True)``: a checkpoint is data, and
+  unpickling arbitrary objects runs code. The few non-tensor types Lightning checkpoints carry are named in
+  :data:`SAFE_GLOBALS`. There is no silent fallback: ``trusted=True`` allows a full unpickle, with a warning.
+- **Atomic saves.** :class:`AtomicCheckpointIO` streams the checkpoint to a temporary file in the target
+  folder, fsyncs it, renames it over the target and fsyncs the folder, so a kill at any moment leaves either
+  the previous checkpoint or the new one under the name, never a torn file. A full disk or an unwritable
+  folder raises :class:`CheckpointSaveError` naming the path; the previous checkpoint stays whole.
+- **``module.`` keys.** The classic DDP/DP pitfall is a state dict whose keys start with ``module.`` (saved
+  from the wrapper); :func:`load_state_dict` strips or adds the prefix and lists mismatched keys.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import pickle
-from collections.abc import Mapping
+import warnings
+import zipfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from torch import nn
+from typing_extensions import override
 
 _WRAPPER_PREFIX = "module."
 _MAX_LISTED_KEYS = 20
 
 
+def _safe_globals() -> list[Any]:
+    """Types a Lightning checkpoint may carry besides tensors and builtins: hyper-parameter containers."""
+    import argparse
+    import pathlib
+
+    from lightning.fabric.utilities.data import AttributeDict
+
+    return [AttributeDict, argparse.Namespace, pathlib.PosixPath, pathlib.PurePosixPath, torch.torch_version.TorchVersion]
+
+
+#: The allow-list for ``weights_only`` loads, beyond what torch allows itself.
+SAFE_GLOBALS: list[Any] = _safe_globals()
+
+
 class CheckpointKeyMismatchError(RuntimeError):
     """The checkpoint's keys do not match the model's."""
+
+
+class UnsafeCheckpointError(pickle.UnpicklingError):
+    """The checkpoint holds an object outside the allow-list; it was not unpickled (no code ran)."""
+
+
+class CheckpointReadError(RuntimeError):
+    """The checkpoint is missing, truncated, or not a torch checkpoint."""
+
+
+class CheckpointSaveError(OSError):
+    """A checkpoint could not be written (full disk, unwritable folder); the previous one is intact."""
+
+
+def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False) -> Any:
+    """Read a checkpoint file safely: ``weights_only=True`` with :data:`SAFE_GLOBALS` allowed.
+
+    Args:
+        path: the file.
+        map_location: as for ``torch.load``; the CPU by default, so a file saved on GPU 0 never lands there.
+        trusted: unpickle everything (``weights_only=False``). Only for files you made yourself: unpickling
+            can run arbitrary code. A warning says so.
+
+    Raises:
+        CheckpointReadError: the file is missing, truncated or not a torch checkpoint.
+        UnsafeCheckpointError: the file holds a type outside the allow-list (nothing was executed).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointReadError(f"Checkpoint {str(path)!r} does not exist or is not a file.")
+    if trusted:
+        warnings.warn(
+            f"Loading {path} with trusted=True: unpickling can run arbitrary code. Only do this for checkpoints"
+            " you wrote yourself.",
+            UserWarning,
+            stacklevel=2,
+        )
+        return torch.load(path, map_location=map_location, weights_only=False)
+    try:
+        with torch.serialization.safe_globals(SAFE_GLOBALS):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise UnsafeCheckpointError(
+            f"Refused to load {path}: it holds an object that is not plain data ({_refused_global(err)}), and"
+            " unpickling it could run code. Nothing was executed. If you made this file yourself, load it with"
+            " `trusted=True`, or allow the type with `torch.serialization.add_safe_globals([...])`."
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as err:
+        raise CheckpointReadError(
+            f"Checkpoint {path} cannot be read ({_first_line(err)}): it is truncated or not a torch checkpoint,"
+            " e.g. cut short by a kill or a full disk during a save. Use an earlier checkpoint (last.ckpt is only"
+            " ever replaced by a complete one when saved with lightning_mgpu's AtomicCheckpointIO)."
+        ) from None
+
+
+def _refused_global(err: BaseException) -> str:
+    import re
+
+    found = re.search(r"(?:Unsupported global|GLOBAL)[: ]+(?:GLOBAL )?([\w.]+)", str(err))
+    return f"refused type: {found.group(1)}" if found else _first_line(err)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+@contextlib.contextmanager
+def _temporary_beside(path: Path) -> Iterator[Path]:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+class _RecordingFile:
+    """A file wrapper that remembers the OS error of a failed write: torch.save reports a full disk only as
+    "unexpected pos ...", so the errno must be caught where the write happens."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
+    """Write ``path`` atomically: ``write(file)`` into a temporary file beside it, fsync, rename, fsync the folder.
+
+    Raises:
+        CheckpointSaveError: the disk is full or the folder is not writable; ``path`` is unchanged.
+    """
+    path = Path(path)
+    recorder: _RecordingFile | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(path)
+        with _temporary_beside(path) as tmp:
+            with open(tmp, "wb") as f:
+                recorder = _RecordingFile(f)
+                write(recorder)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)  # atomic on POSIX within one filesystem: the temporary file is beside the target
+            _fsync_dir(path.parent)
+    except CheckpointSaveError:
+        raise
+    except (OSError, RuntimeError) as err:
+        cause = recorder.error if recorder is not None and recorder.error is not None else err
+        raise _save_error(path, cause) from err
+
+
+def _save_error(path: Path, err: BaseException) -> CheckpointSaveError:
+    error = CheckpointSaveError(_save_message(path, err))
+    error.errno = getattr(err, "errno", None) or errno.EIO
+    return error
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Delete temporary files of ``path`` left by saves that were killed (their process is gone)."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 : -len(".tmp")]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_dir(folder: Path) -> None:
+    # The rename is durable only once the folder's entry is on disk.
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _save_message(path: Path, err: BaseException) -> str:
+    reason = getattr(err, "strerror", None) or _first_line(err)
+    fixes = {
+        errno.ENOSPC: "free space on that disk or choose another --output-dir / dirpath",
+        errno.EDQUOT: "free space in your quota or choose another --output-dir / dirpath",
+        errno.EACCES: "make the folder writable or choose another --output-dir / dirpath",
+        errno.EROFS: "the filesystem is read-only: choose another --output-dir / dirpath",
+        errno.EPERM: "make the folder writable or choose another --output-dir / dirpath",
+    }
+    fix = fixes.get(getattr(err, "errno", None) or 0, "check the folder and the disk")
+    previous = " The previous checkpoint at that path is intact." if path.exists() else ""
+    return f"Could not save the checkpoint {path}: {reason}. {fix[0].upper() + fix[1:]}.{previous}"
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning ``CheckpointIO`` that saves atomically (see :func:`atomic_write`) and loads safely.
+
+    Every bundle strategy uses it unless given another ``checkpoint_io``; use it with Lightning's own
+    strategies through ``Trainer(plugins=[AtomicCheckpointIO()])``.
+
+    Raises:
+        CheckpointSaveError: on save, a full disk or an unwritable folder (the previous checkpoint is intact).
+        CheckpointReadError, UnsafeCheckpointError: on load, see :func:`load_checkpoint_file`.
+
+    Example::
+
+        trainer = Trainer(strategy="ddp", plugins=[AtomicCheckpointIO()])
+    """
+
+    @override
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"AtomicCheckpointIO.save_checkpoint does not take storage_options, got {storage_options!r}.")
+        atomic_write(path, lambda f: torch.save(checkpoint, f))
+
+    @override
+    def load_checkpoint(self, path: Any, map_location: Any = lambda storage, loc: storage, weights_only: bool | None = None) -> dict[str, Any]:
+        # weights_only=False is how Lightning asks for a full unpickle; honour it only as an explicit choice.
+        return load_checkpoint_file(path, map_location=map_location, trusted=weights_only is False)
 
 
 def strip_prefix(state_dict: Mapping[str, Any], prefix: str = _WRAPPER_PREFIX) -> dict[str, Any]:
@@ -35,18 +255,13 @@ def strip_prefix(state_dict: Mapping[str, Any], prefix: str = _WRAPPER_PREFIX) -
     return out
 
 
-def _read(path_or_state_dict: str | os.PathLike | Mapping[str, Any]) -> Mapping[str, Any]:
+def _read(path_or_state_dict: str | os.PathLike | Mapping[str, Any], trusted: bool = False) -> Mapping[str, Any]:
     if isinstance(path_or_state_dict, Mapping):
         return path_or_state_dict
     path = Path(path_or_state_dict)
     if not path.is_file():
         raise FileNotFoundError(f"Checkpoint {str(path)!r} does not exist or is not a file.")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        # Lightning checkpoints can carry hyper-parameters as arbitrary Python objects, which
-        # the safe loader refuses. Only do this for files you trust, as with Lightning itself.
-        return torch.load(path, map_location="cpu", weights_only=False)
+    return load_checkpoint_file(path, map_location="cpu", trusted=trusted)
 
 
 def extract_state_dict(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
@@ -89,6 +304,7 @@ def load_state_dict(
     path_or_state_dict: str | os.PathLike | Mapping[str, Any],
     strict: bool = True,
     map_location: str | torch.device | None = None,
+    trusted: bool = False,
 ) -> nn.Module:
     """Load weights from any bundle or Lightning checkpoint into a plain ``nn.Module``.
 
@@ -100,12 +316,16 @@ def load_state_dict(
         map_location: where to put the tensors; defaults to the model's device (the CPU for a
             model without parameters). The file itself is always read onto the CPU first, so a
             checkpoint saved on GPU 0 never lands on GPU 0 of a different process.
+        trusted: unpickle arbitrary objects (``weights_only=False``), with a warning. Off: a checkpoint is
+            read as data only, and one that holds anything else is refused before any of it runs.
 
     Returns:
         The model, for chaining.
 
     Raises:
         FileNotFoundError: the path does not exist.
+        CheckpointReadError: the file is truncated or not a torch checkpoint.
+        UnsafeCheckpointError: the file holds non-data objects and ``trusted`` is off (nothing was executed).
         ValueError: no weights could be found in the checkpoint.
         CheckpointKeyMismatchError: with ``strict=True``, keys are missing or unexpected; the
             message lists both.
@@ -115,7 +335,7 @@ def load_state_dict(
         model = ImageClassifier()
         load_state_dict(model, "outputs/checkpoints/last.ckpt")
     """
-    state_dict = extract_state_dict(_read(path_or_state_dict))
+    state_dict = extract_state_dict(_read(path_or_state_dict, trusted=trusted))
     model_keys = set(model.state_dict())
     state_dict = _align_keys(state_dict, model_keys)
     if map_location is None:
@@ -135,3 +355,37 @@ def load_state_dict(
         )
     model.load_state_dict(state_dict, strict=strict)
     return model
+
+
+def check_checkpoint_matches(model: nn.Module, path: str | os.PathLike, trusted: bool = False) -> None:
+    """Refuse, before any training starts, a checkpoint that cannot be resumed into ``model``.
+
+    Reads the file the safe way (memory-mapped, so a large checkpoint costs little) and compares its model keys
+    with ``model``'s, ``module.`` prefixes aside. The file is never modified.
+
+    Raises:
+        CheckpointReadError: missing, truncated or not a torch checkpoint.
+        UnsafeCheckpointError: holds non-data objects (nothing was executed).
+        CheckpointKeyMismatchError: from another model; missing and unexpected keys are listed.
+
+    Example::
+
+        check_checkpoint_matches(model, args.ckpt_path)  # then trainer.fit(model, ckpt_path=args.ckpt_path)
+    """
+    path = Path(path)
+    try:
+        with torch.serialization.safe_globals(SAFE_GLOBALS):
+            checkpoint = torch.load(path, map_location="cpu", weights_only=not trusted, mmap=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, OSError):
+        checkpoint = load_checkpoint_file(path, trusted=trusted)  # raises the explanatory error
+    state_dict = extract_state_dict(checkpoint)
+    model_keys = set(model.state_dict())
+    aligned = _align_keys(state_dict, model_keys)
+    missing = sorted(model_keys - set(aligned))
+    unexpected = sorted(set(aligned) - model_keys)
+    if missing or unexpected:
+        raise CheckpointKeyMismatchError(
+            f"--ckpt-path {path} was not written by this model ({type(model).__name__}): {len(missing)} missing key(s)"
+            f" [{_format_keys(missing)}] and {len(unexpected)} unexpected key(s) [{_format_keys(unexpected)}]. The file"
+            " was left untouched. Pass a checkpoint of the same model and options, or start without --ckpt-path."
+        )

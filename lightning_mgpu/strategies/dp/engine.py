@@ -28,7 +28,11 @@ from lightning_mgpu.strategies.dp.reduce import (
     reduce_step_outputs,
     scatter_batch,
 )
-from lightning_mgpu.strategies.dp.replica import ReplicaAbortedError, StepCall, StepModule
+from lightning_mgpu.strategies.dp.replica import (
+    ReplicaAbortedError,
+    StepCall,
+    StepModule,
+)
 
 STEP_NAMES = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
 

@@ -28,10 +28,14 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lightning_mgpu.strategies.dp.engine import LightningDataParallel, SmallBatchError
-from lightning_mgpu.strategies.dp.reduce import LOSS_REDUCTIONS, BatchSplitError, LossReduction
 from lightning_mgpu.strategies._steps import StepRouting
-from lightning_mgpu.utilities.checkpoint import strip_prefix
+from lightning_mgpu.strategies.dp.engine import LightningDataParallel, SmallBatchError
+from lightning_mgpu.strategies.dp.reduce import (
+    LOSS_REDUCTIONS,
+    BatchSplitError,
+    LossReduction,
+)
+from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO, strip_prefix
 
 __all__ = ["BatchSplitError", "DataParallelStrategy", "LightningDataParallel", "SmallBatchError", "physical_device_ids"]
 
@@ -146,7 +150,8 @@ class DataParallelStrategy(StepRouting, ParallelStrategy):
             accelerator=accelerator,
             parallel_devices=parallel_devices,
             cluster_environment=None,
-            checkpoint_io=checkpoint_io,
+            # Atomic saves and safe loads by default (a kill mid-save never leaves a torn .ckpt).
+            checkpoint_io=checkpoint_io if checkpoint_io is not None else AtomicCheckpointIO(),
             precision_plugin=precision_plugin,
         )
         self.loss_reduction: LossReduction = loss_reduction

@@ -31,6 +31,7 @@ from collections.abc import Generator
 from contextlib import contextmanager
 from typing import Any, Callable, Optional, Union
 
+import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins import CheckpointIO
 from lightning.fabric.utilities.optimizer import _optimizers_to_device
@@ -41,17 +42,21 @@ from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies.parallel import ParallelStrategy
 from lightning.pytorch.strategies.strategy import TBroadcast
 from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import (
+    rank_zero_info,
+    rank_zero_only,
+    rank_zero_warn,
+)
 from lightning_utilities.core.rank_zero import rank_zero_only as utils_rank_zero_only
 from torch import Tensor
 from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
-import lightning.pytorch as pl
 from lightning_mgpu.strategies._optim import rebind_schedulers
 from lightning_mgpu.strategies.horovod import runtime
 from lightning_mgpu.strategies.horovod.environment import HorovodEnvironment
+from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
 
 __all__ = ["HorovodStrategy"]
 
@@ -107,7 +112,8 @@ class HorovodStrategy(ParallelStrategy):
             accelerator=accelerator,
             parallel_devices=parallel_devices,
             cluster_environment=HorovodEnvironment(),
-            checkpoint_io=checkpoint_io,
+            # Atomic saves and safe loads by default (a kill mid-save never leaves a torn .ckpt).
+            checkpoint_io=checkpoint_io if checkpoint_io is not None else AtomicCheckpointIO(),
             precision_plugin=precision_plugin,
         )
         if compression not in ("none", "fp16") and not hasattr(compression, "compress"):

@@ -4,7 +4,10 @@
 backend; ``optim.py`` rebuilding optimizers as sharded ones; ``precision.py`` shard-aware clipping and scaling.
 """
 
-from lightning_mgpu.strategies.sharded.optim import local_optimizer, local_optimizer_state_bytes
+from lightning_mgpu.strategies.sharded.optim import (
+    local_optimizer,
+    local_optimizer_state_bytes,
+)
 from lightning_mgpu.strategies.sharded.precision import (
     ShardAwareGradScaler,
     ShardedDoublePrecision,

@@ -20,8 +20,12 @@ from typing import Any, Union
 
 import torch
 import torch.distributed as dist
-
-from lightning.pytorch.plugins.precision import DoublePrecision, HalfPrecision, MixedPrecision, Precision
+from lightning.pytorch.plugins.precision import (
+    DoublePrecision,
+    HalfPrecision,
+    MixedPrecision,
+    Precision,
+)
 from torch.optim import Optimizer
 from typing_extensions import override
 

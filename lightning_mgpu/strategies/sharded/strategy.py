@@ -27,6 +27,7 @@ they load into ``ddp``, ``dp``, ``horovod``, a plain ``nn.Module``, and ``sharde
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Generator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
@@ -35,7 +36,10 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 import torch
 from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
-from lightning.fabric.utilities.optimizer import _optimizer_to_device, _optimizers_to_device
+from lightning.fabric.utilities.optimizer import (
+    _optimizer_to_device,
+    _optimizers_to_device,
+)
 from lightning.pytorch.core.optimizer import _MockOptimizer
 from lightning.pytorch.overrides.distributed import _sync_module_states
 from lightning.pytorch.plugins.precision import Precision
@@ -62,10 +66,14 @@ from lightning_mgpu.strategies.sharded.precision import (
     ShardedPrecision,
     shard_aware_precision,
 )
+from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
+from lightning_mgpu.utilities.failures import failed_rank_report
 from lightning_mgpu.utilities.imports import require
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
+
+log = logging.getLogger(__name__)
 
 Backend = Literal["fairscale", "torch"]
 _BACKENDS = ("fairscale", "torch")
@@ -155,7 +163,8 @@ class ShardedStrategy(StepRouting, DDPStrategy):
             accelerator=accelerator,
             parallel_devices=parallel_devices,
             cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
+            # Atomic saves and safe loads by default (a kill mid-save never leaves a torn .ckpt).
+            checkpoint_io=checkpoint_io if checkpoint_io is not None else AtomicCheckpointIO(),
             precision_plugin=precision_plugin,
             process_group_backend=process_group_backend,
             timeout=timeout,
@@ -332,7 +341,10 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         sdp = self._sharded_data_parallel()
         if sdp is None or not sdp.training:
             return super().backward(closure_loss, optimizer, *args, **kwargs)
-        from lightning_mgpu.strategies.sharded.fairscale import arm_reduction, reduce_in_fixed_order
+        from lightning_mgpu.strategies.sharded.fairscale import (
+            arm_reduction,
+            reduce_in_fixed_order,
+        )
 
         # Each backward reduces what requires grad now: manual optimization may run several per forward, e.g.
         # one per optimizer of a GAN, with toggle_model() freezing the other optimizers' parameters.
@@ -434,6 +446,14 @@ class ShardedStrategy(StepRouting, DDPStrategy):
             _optimizer_to_device(optimizer.optim, self.root_device)
 
     # ------------------------------------------------------------------ teardown
+    @override
+    def on_exception(self, exception: BaseException) -> None:
+        super().on_exception(exception)
+        # Rank 0 of a script launch sees only a broken collective when another rank dies: name it.
+        report = failed_rank_report(self)
+        if report:
+            log.error(report)
+
     @override
     def teardown(self) -> None:
         sdp = self._sharded_data_parallel()

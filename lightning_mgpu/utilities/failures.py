@@ -1,0 +1,56 @@
+"""Say which rank failed and how, when rank 0 only sees a collective break.
+
+Under Lightning's script launcher (``ddp``, ``sharded``: rank 0 starts the other ranks as child processes), a
+rank killed by the OOM killer or a pre-emption shows up on rank 0 as gloo's "Connection reset by peer" or
+NCCL's timeout, which names neither the rank nor the cause. Rank 0 holds the children's ``Popen`` objects:
+their exit status says it.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from typing import Any
+
+_SIGNAL_CAUSES = {
+    signal.SIGKILL: "the kernel's OOM killer, a scheduler's pre-emption or `kill -9`",
+    signal.SIGTERM: "a scheduler or a user stopping it",
+    signal.SIGSEGV: "a crash in native code",
+    signal.SIGABRT: "an abort in native code",
+    signal.SIGINT: "Ctrl-C",
+}
+
+
+def describe_exit(code: int) -> str:
+    """``-9`` -> "was killed by SIGKILL (...)"; ``1`` -> "exited with code 1"."""
+    if code < 0:
+        sig = signal.Signals(-code)
+        cause = _SIGNAL_CAUSES.get(sig)
+        return f"was killed by {sig.name}" + (f" ({cause})" if cause else "")
+    return f"exited with code {code} (its own error is printed above)"
+
+
+def failed_rank_report(strategy: Any, wait_s: float = 3.0) -> str | None:
+    """Which child ranks of this process have failed, or ``None`` (no child failed, or not a script launch).
+
+    Waits up to ``wait_s`` in total for children to finish exiting: a rank that just died may not be reaped yet.
+    """
+    launcher = getattr(strategy, "launcher", None)
+    procs: list[subprocess.Popen] = list(getattr(launcher, "procs", None) or [])
+    if not procs:
+        return None
+    per_node = len(procs) + 1  # the children are local ranks 1..N-1; this process is local rank 0
+    node = int(getattr(strategy, "node_rank", 0) or 0)
+    deadline = time.monotonic() + wait_s
+    failed = []
+    for local_rank, proc in enumerate(procs, start=1):
+        try:
+            code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            continue
+        if code:
+            failed.append(f"rank {node * per_node + local_rank} (pid {proc.pid}) {describe_exit(code)}")
+    if not failed:
+        return None
+    return "A training process failed: " + "; ".join(failed) + ". The errors of the other ranks follow from it."

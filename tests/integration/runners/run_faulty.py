@@ -1,0 +1,61 @@
+"""Train the parity model under a strategy and inject one fault: ``python -m tests.integration.runners.run_faulty``.
+
+    --strategy ddp|ddp_spawn|sharded|sharded_spawn|horovod --fault raise|kill --rank R --step S --out DIR
+
+``raise`` makes rank R raise at training step S; ``kill`` makes rank R SIGKILL itself there (an OOM killer, a
+pre-empted node). Every process writes ``pid_rank{r}`` first, so the test can check that none is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from pathlib import Path
+
+import lightning.pytorch as pl
+
+import lightning_mgpu  # noqa: F401  (registers the bundle's strategy names)
+from lightning_mgpu.callbacks import FailedRankReporter
+from tests.helpers.models import ParityModule
+from tests.helpers.trainer import quiet_trainer
+
+
+class InjectedFault(RuntimeError):
+    """The fault this harness raises on purpose."""
+
+
+class FaultInjector(pl.Callback):
+    def __init__(self, fault: str, rank: int, step: int, out: Path) -> None:
+        self.fault, self.rank, self.step, self.out = fault, rank, step, out
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        (self.out / f"pid_rank{trainer.global_rank}").write_text(str(os.getpid()))
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int) -> None:
+        if trainer.global_rank != self.rank or trainer.global_step != self.step:
+            return
+        if self.fault == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise InjectedFault(f"injected fault on rank {self.rank} at step {self.step}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--strategy", required=True)
+    p.add_argument("--fault", choices=("raise", "kill"), required=True)
+    p.add_argument("--rank", type=int, default=1)
+    p.add_argument("--step", type=int, default=3)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "pid_launcher").write_text(str(os.getpid()))
+    trainer = quiet_trainer(
+        strategy=args.strategy, devices=2, max_steps=40, use_distributed_sampler=False,
+        callbacks=[FaultInjector(args.fault, args.rank, args.step, args.out), FailedRankReporter()],
+    )
+    trainer.fit(ParityModule(global_batch=8, num_samples=8 * 40))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Promise 7: bad input to ``examples/train.py`` is refused before any work, naming the problem and the fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_mgpu.demos import ImageClassifier
+from tests.helpers.launch import REPO_ROOT
+
+TRAIN = str(REPO_ROOT / "examples" / "train.py")
+REFUSAL_BOUND_S = 60.0
+
+
+def _train(*argv: str, tmp_path: Path) -> tuple[int, str, float]:
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, TRAIN, "--output-dir", str(tmp_path / "out"), *argv],
+                          capture_output=True, text=True, timeout=180, cwd=REPO_ROOT)
+    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start
+
+
+def _truncated(tmp_path: Path) -> Path:
+    path = tmp_path / "last.ckpt"
+    torch.save({"state_dict": ImageClassifier().state_dict(), "epoch": 1}, path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # what a kill in the middle of a non-atomic save leaves
+    return path
+
+
+def _foreign(tmp_path: Path) -> Path:
+    path = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {"encoder.weight": torch.zeros(2, 2), "features.0.weight": torch.zeros(1)}}, path)
+    return path
+
+
+CASES = {
+    "too many CPU processes": (lambda t: ["--accelerator", "cpu", "--devices", "64"], "this machine has"),
+    "16-mixed on CPU": (lambda t: ["--accelerator", "cpu", "--precision", "16-mixed"], "needs a CUDA GPU"),
+    "unknown strategy": (lambda t: ["--strategy", "ddp3"], "invalid choice: 'ddp3' (choose from"),
+    "zero accumulation": (lambda t: ["--accumulate-grad-batches", "0"], "expected a positive integer"),
+    "negative lr": (lambda t: ["--lr", "-1"], "expected a positive number"),
+    "zero batch": (lambda t: ["--batch-size", "0"], "expected a positive integer"),
+    "cache dir is a file": (lambda t: ["--cache-dir", str(_file(t))], "is a file, not a folder"),
+    "truncated checkpoint": (lambda t: ["--ckpt-path", str(_truncated(t))], "truncated or not a torch checkpoint"),
+    "foreign checkpoint": (lambda t: ["--ckpt-path", str(_foreign(t))], "missing key(s)"),
+}
+
+
+def _file(tmp_path: Path) -> Path:
+    path = tmp_path / "not_a_folder"
+    path.write_text("x")
+    return path
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", list(CASES))
+def test_refused_before_any_work(case: str, tmp_path: Path) -> None:
+    argv, message = CASES[case]
+    args = argv(tmp_path)
+    code, text, seconds = _train(*args, tmp_path=tmp_path)
+    assert code != 0 and message in text, text[-3000:]
+    assert "Initializing distributed" not in text and "Epoch 0" not in text  # no rank, no step
+    assert seconds < REFUSAL_BOUND_S
+    if case == "foreign checkpoint":
+        assert "encoder.weight" in text and "was left untouched" in text
+    if case in ("truncated checkpoint", "foreign checkpoint"):
+        assert Path(args[-1]).is_file()  # the user's file is kept as it was
