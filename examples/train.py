@@ -47,7 +47,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 
 import lightning_mgpu  # noqa: F401  (registers dp, horovod, sharded, ... with Lightning)
-from lightning_mgpu.callbacks import FailedRankReporter
+from lightning_mgpu.callbacks import CleanExit
 from lightning_mgpu.demos import (
     DigitsDataModule,
     ImageClassifier,
@@ -236,8 +236,9 @@ def build_callbacks(args: argparse.Namespace) -> list[Callback]:
             save_last=True,
         ),
         TrainingThroughput(),
-        # Under ddp a killed rank shows on rank 0 as "Connection reset by peer"; this names it and its signal.
-        FailedRankReporter(),
+        # Releases the process group after success (a gloo worker can otherwise abort at exit), and under ddp
+        # names a rank that died (rank 0 otherwise sees only "Connection reset by peer").
+        CleanExit(),
     ]
     if args.activation_checkpointing or args.zero_grad_set_to_none or args.grad_sync_toggle or args.gpu_monitor:
         from lightning_mgpu import callbacks as mgpu_callbacks

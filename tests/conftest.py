@@ -21,3 +21,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+
+
+# What an in-process fit leaves behind in os.environ: Lightning exports these for its process group.
+RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "WORLD_SIZE",
+                   "LOCAL_WORLD_SIZE", "PL_GLOBAL_SEED", "PL_SEED_WORKERS")
+
+
+@pytest.fixture(autouse=True)
+def _isolate_process_groups():
+    """Each test starts and ends without a stale process group or rendezvous variables.
+
+    A fit in the test process (``devices=1`` under ddp/sharded) keeps its process group, whose store still holds
+    MASTER_PORT, and leaves MASTER_PORT in os.environ. Every later subprocess would inherit that busy port and
+    fail with "address already in use" (the classic pitfall, between tests), and later tests would find a group
+    that is not theirs.
+    """
+    import torch.distributed as dist
+
+    saved = {k: os.environ.get(k) for k in RENDEZVOUS_VARS}
+    had_group = dist.is_available() and dist.is_initialized()
+    yield
+    if not had_group and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

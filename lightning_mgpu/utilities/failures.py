@@ -37,7 +37,8 @@ def failed_rank_report(strategy: Any, wait_s: float = 3.0) -> str | None:
     Waits up to ``wait_s`` in total for children to finish exiting: a rank that just died may not be reaped yet.
     """
     launcher = getattr(strategy, "launcher", None)
-    procs: list[subprocess.Popen] = list(getattr(launcher, "procs", None) or [])
+    # Only the script launcher's children (Popen); the spawn launcher's processes report their own exit codes.
+    procs = [p for p in getattr(launcher, "procs", None) or [] if isinstance(p, subprocess.Popen)]
     if not procs:
         return None
     per_node = len(procs) + 1  # the children are local ranks 1..N-1; this process is local rank 0

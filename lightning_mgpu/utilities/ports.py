@@ -8,8 +8,12 @@ turns that into an error that says what is wrong and how to fix it.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class PortInUseError(RuntimeError):
@@ -61,3 +65,37 @@ def check_master_port(env: dict[str, str] | None = None) -> None:
             f" that did not exit. Free it (`fuser -k {port}/tcp`, or find the process with `lsof -i :{port}`), choose"
             " another MASTER_PORT, or unset MASTER_PORT so that Lightning picks a free port."
         )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the system considers free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def release_for_spawn(cluster_environment: Any, num_nodes: int = 1) -> None:
+    """Make ``MASTER_PORT`` usable by the workers a spawn launcher is about to start from this process.
+
+    A fit that ran in this process before (``devices=1``, or any in-process strategy) leaves its process group,
+    and its rendezvous store bound to ``MASTER_PORT``, alive (destroying the group does not close the store);
+    Lightning left that port in ``os.environ``, and the spawned workers then fail with "address already in use".
+    On one machine a free port is chosen instead, with a one-line notice; the earlier group is left as it is.
+
+    Raises:
+        PortInUseError: the port is taken and the job spans several nodes, which must agree on it.
+    """
+    text = os.environ.get("MASTER_PORT")
+    if not text or not text.isdigit() or port_is_free(int(text)):
+        return
+    if num_nodes > 1:
+        raise PortInUseError(
+            f"MASTER_PORT={text} is already in use on this node, and the other nodes expect it. Free it (`fuser -k"
+            f" {text}/tcp`) or set another MASTER_PORT on every node."
+        )
+    port = free_port()
+    os.environ["MASTER_PORT"] = str(port)
+    # LightningEnvironment caches the port it first read; it is what the spawn launcher exports to the workers.
+    if hasattr(cluster_environment, "_main_port"):
+        cluster_environment._main_port = port
+    log.warning("MASTER_PORT=%s is in use (an earlier run in this process, or another program); using %d.", text, port)

@@ -14,9 +14,18 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+# Rendezvous variables a launched job must choose for itself, never inherit from the test process.
+_RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+
+
+def clean_environ() -> dict[str, str]:
+    """``os.environ`` without rendezvous variables (a test that wants one passes it explicitly)."""
+    return {k: v for k, v in os.environ.items() if k not in _RENDEZVOUS}
+
+
 def run_python(args: list[str], timeout: float = 300, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run ``python ARGS`` from the repo root; raise with the captured output on failure or timeout."""
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = {**clean_environ(), "PYTHONUNBUFFERED": "1", **(env or {})}
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
     cmd = [sys.executable, *args]
     try:
@@ -45,7 +54,7 @@ def run_command(cmd: list[str], timeout: float, expect_ok: bool = True) -> tuple
     Returns ``(exit code, stdout+stderr, seconds)``. Launchers (horovodrun, torchrun) stop their workers on
     SIGTERM; SIGKILL follows after 20 s so that nothing is left behind.
     """
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {**clean_environ(), "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

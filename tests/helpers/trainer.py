@@ -23,4 +23,8 @@ def quiet_trainer(**kwargs: Any) -> pl.Trainer:
 
         trainer = quiet_trainer(strategy="ddp_spawn", devices=2, max_steps=4)
     """
+    # CleanExit as a user of the bundle would add it: spawned workers release their process group after success.
+    from lightning_mgpu.callbacks import CleanExit
+
+    kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), CleanExit()]
     return pl.Trainer(**{**QUIET, **kwargs})

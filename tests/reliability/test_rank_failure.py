@@ -28,7 +28,7 @@ STRATEGIES = [
 ]
 # What the launcher must print: the failed rank's exception, or the rank and the signal that ended it
 # (torch.multiprocessing: "process 1 terminated with signal SIGKILL"; horovodrun: "Process 1 exit with status
-# code 137"; Lightning's script launcher, through FailedRankReporter/ShardedStrategy: "rank 1 ... SIGKILL").
+# code 137"; Lightning's script launcher, through CleanExit/ShardedStrategy: "rank 1 ... SIGKILL").
 FAULTS = {
     "raise": r"injected fault on rank 1 at step 3",
     "kill": r"process 1 terminated with signal SIGKILL|Process 1 exit with status code 137|rank 1 \(pid \d+\) was killed by SIGKILL",

@@ -51,6 +51,7 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_mgpu.strategies._optim import rebind_schedulers, unwrap_optimizer
+from lightning_mgpu.strategies._spawn import CleanExitSpawnLauncher
 from lightning_mgpu.strategies._steps import StepRouting
 from lightning_mgpu.strategies.sharded.optim import (
     is_sharded_optimizer,
@@ -69,6 +70,11 @@ from lightning_mgpu.strategies.sharded.precision import (
 from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
 from lightning_mgpu.utilities.failures import failed_rank_report
 from lightning_mgpu.utilities.imports import require
+from lightning_mgpu.utilities.ports import release_for_spawn
+from lightning_mgpu.utilities.process_group import (
+    destroy_at_exit,
+    mark_failed,
+)
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -185,6 +191,16 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         clipping by norm must agree across ranks. torch's ZeRO-1 all-reduces full gradients, so no.
         """
         return self._backend == "fairscale"
+
+    # ------------------------------------------------------------------ launch
+    @override
+    def _configure_launcher(self) -> None:
+        if self._start_method != "popen" and self.cluster_environment is not None:
+            # A notebook's earlier in-process fit holds MASTER_PORT: the workers about to be spawned need a free one.
+            release_for_spawn(self.cluster_environment, self.num_nodes)
+        super()._configure_launcher()
+        if self._start_method != "popen":
+            self._launcher = CleanExitSpawnLauncher(self, start_method=self._start_method)
 
     # ------------------------------------------------------------------ precision
     @property  # type: ignore[override]
@@ -447,8 +463,15 @@ class ShardedStrategy(StepRouting, DDPStrategy):
 
     # ------------------------------------------------------------------ teardown
     @override
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        # Destroy the process group at exit after success: a gloo worker can abort at shutdown otherwise.
+        destroy_at_exit()
+
+    @override
     def on_exception(self, exception: BaseException) -> None:
         super().on_exception(exception)
+        mark_failed()  # never destroy the group while other ranks may be inside a collective
         # Rank 0 of a script launch sees only a broken collective when another rank dies: name it.
         report = failed_rank_report(self)
         if report:

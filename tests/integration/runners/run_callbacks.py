@@ -41,6 +41,7 @@ import lightning_mgpu  # noqa: F401  (registers the bundle strategies)
 from lightning_mgpu.callbacks import (
     ActivationCheckpointing,
     AutoMixedPrecision,
+    CleanExit,
     GradSyncToggle,
     ZeroGradSetToNone,
     mixed_precision,
@@ -353,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
         max_epochs=1,
         accumulate_grad_batches=args.accumulate if args.mode == "auto" else 1,
         precision=precision,
-        callbacks=callbacks,
+        callbacks=[*callbacks, CleanExit()],
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,

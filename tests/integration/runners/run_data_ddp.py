@@ -19,6 +19,7 @@ from torch import nn
 
 from lightning_mgpu.data import PreprocessedDataModule
 from tests.data.helpers import Features, IndexedDataset
+from tests.helpers.trainer import quiet_trainer
 
 N = 64
 
@@ -50,10 +51,7 @@ def main(out: Path) -> None:
         IndexedDataset(N), out / "cache", Features(), backend="serial", batch_size=8, num_workers=1, augment=InPlaceAugment(), progress=False
     )
     model = Recorder()
-    trainer = pl.Trainer(
-        strategy="ddp", accelerator="cpu", devices=2, max_epochs=2, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False,
-    )  # fmt: skip
+    trainer = quiet_trainer(strategy="ddp", devices=2, max_epochs=2)
     trainer.fit(model, dm)
     # Samples were read in the DataLoader worker, so this is this process's first read of the map.
     with warnings.catch_warnings(record=True) as caught:

@@ -16,7 +16,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 
 import lightning_mgpu  # noqa: F401  (registers the bundle's strategy names)
-from lightning_mgpu.callbacks import FailedRankReporter
+from lightning_mgpu.callbacks import CleanExit
 from tests.helpers.models import ParityModule
 from tests.helpers.trainer import quiet_trainer
 
@@ -52,7 +52,7 @@ def main() -> None:
     (args.out / "pid_launcher").write_text(str(os.getpid()))
     trainer = quiet_trainer(
         strategy=args.strategy, devices=2, max_steps=40, use_distributed_sampler=False,
-        callbacks=[FaultInjector(args.fault, args.rank, args.step, args.out), FailedRankReporter()],
+        callbacks=[FaultInjector(args.fault, args.rank, args.step, args.out), CleanExit()],
     )
     trainer.fit(ParityModule(global_batch=8, num_samples=8 * 40))
 

@@ -25,7 +25,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import lightning_mgpu  # noqa: F401  (registers the bundle's strategies)
-from lightning_mgpu.callbacks import GPUUtilizationMonitor
+from lightning_mgpu.callbacks import CleanExit, GPUUtilizationMonitor
 
 
 class SlowDataset(Dataset):
@@ -89,7 +89,7 @@ def fit(scenario: str, args: argparse.Namespace) -> dict:
         max_steps=args.max_steps,
         accumulate_grad_batches=accumulate,
         logger=CSVLogger(args.out, name=scenario, version=0),
-        callbacks=[monitor],
+        callbacks=[monitor, CleanExit()],
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=False,

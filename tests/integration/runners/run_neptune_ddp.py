@@ -22,6 +22,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_mgpu.callbacks import CleanExit
 from lightning_mgpu.loggers import NeptuneLogger
 
 STEPS = 6
@@ -83,7 +84,7 @@ def main() -> None:
         log_every_n_steps=1,
         num_sanity_val_steps=0,
         enable_progress_bar=False,
-        callbacks=[ModelCheckpoint(dirpath=args.out / "ckpt", monitor="val_loss", save_last=True)],
+        callbacks=[ModelCheckpoint(dirpath=args.out / "ckpt", monitor="val_loss", save_last=True), CleanExit()],
     )
     trainer.fit(TinyModel(str(args.out)))
 

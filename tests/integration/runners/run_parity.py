@@ -21,12 +21,12 @@ import argparse
 import json
 from pathlib import Path
 
-import lightning.pytorch as pl
 import torch
 
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.strategies.sharded.strategy import local_optimizer
 from tests.helpers.models import IN, OUT, ParityModule, make_data  # noqa: F401
+from tests.helpers.trainer import quiet_trainer
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.sharded_backend:
         start_method = "spawn" if args.strategy.endswith("_spawn") else "popen"
         strategy = lightning_mgpu.ShardedStrategy(backend=args.sharded_backend, start_method=start_method)
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         strategy=strategy,
         accelerator="cpu",
         devices=args.devices,

@@ -7,6 +7,7 @@ tensors filled with that counter, so a reader can tell a complete checkpoint of 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -21,7 +22,9 @@ def main() -> None:
     version = 0
     while True:
         version += 1
-        (out / "saving").write_text(str(version))
+        # The marker itself by rename, so a kill never leaves it empty.
+        (out / ".saving").write_text(str(version))
+        os.replace(out / ".saving", out / "saving")
         state = {f"w{i}": torch.full((256, 1024), float(version)) for i in range(8)}
         io.save_checkpoint({"version": version, "state_dict": state}, out / "last.ckpt")
 

@@ -29,7 +29,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 import lightning_mgpu  # noqa: F401
-from lightning_mgpu.callbacks import ZeroGradSetToNone
+from lightning_mgpu.callbacks import CleanExit, ZeroGradSetToNone
 from lightning_mgpu.strategies import ShardedStrategy
 from lightning_mgpu.strategies.sharded.strategy import (
     local_optimizer,
@@ -93,7 +93,7 @@ def fit(
         enable_model_summary=False,
         num_sanity_val_steps=0,
         use_distributed_sampler=False,
-        callbacks=list(callbacks),
+        callbacks=[*callbacks, CleanExit()],
     )
     trainer.fit(module, ckpt_path=resume)
     if save is not None:

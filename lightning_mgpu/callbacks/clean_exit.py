@@ -1,0 +1,52 @@
+"""End a distributed job cleanly: on success, release the process group; on failure, name the rank that failed."""
+
+from __future__ import annotations
+
+import logging
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
+
+from lightning_mgpu.utilities.failures import failed_rank_report
+from lightning_mgpu.utilities.process_group import (
+    destroy_at_exit,
+    destroy_process_group_if_done,
+    in_spawned_worker,
+    mark_failed,
+)
+
+log = logging.getLogger(__name__)
+
+
+class CleanExit(Callback):
+    """Make Lightning's own ``ddp``/``ddp_spawn`` end the way the bundle's strategies do.
+
+    - **Success:** the process group is destroyed before the process exits (at the end of fit in a spawned worker,
+      at interpreter exit otherwise). Without it a gloo worker can abort at shutdown with "terminate called
+      without an active exception" (SIGABRT), and a job that finished reports a failure.
+    - **Failure:** the group is left alone (other ranks may be inside a collective; destroying it could hang), and
+      rank 0 says which other rank died first and how: under ``ddp`` a rank killed by the OOM killer otherwise
+      shows only as "Connection reset by peer" ("rank 1 (pid 1234) was killed by SIGKILL (...)").
+
+    Example::
+
+        trainer = Trainer(strategy="ddp", devices=4, callbacks=[CleanExit()])
+    """
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        destroy_at_exit()
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # A spawned worker exits right after this; nothing collective follows in Lightning's spawn launcher.
+        if in_spawned_worker() and trainer.state.status != "interrupted":
+            destroy_process_group_if_done()
+
+    @override
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        mark_failed()
+        report = failed_rank_report(trainer.strategy)
+        if report:
+            log.error(report)

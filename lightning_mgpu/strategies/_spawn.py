@@ -1,0 +1,34 @@
+"""The spawn launcher of the bundle's ``*_spawn`` strategies: Lightning's, ending workers without a late abort.
+
+With torch 2.13 and gloo, a spawned worker that finished its fit and handed its results back can still abort
+at interpreter exit ("terminate called without an active exception", SIGABRT, with no Python frame left: C++
+static destructors running while gloo's threads are alive; pytorch#179291). The job then reports a failure
+although training finished. Once a worker's results are in the return queue there is nothing left to do, so
+it exits right there with ``os._exit(0)``, after flushing its output. A worker that raised exits the usual way,
+and torch.multiprocessing reports its error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from lightning.pytorch.strategies.launchers.multiprocessing import (
+    _MultiProcessingLauncher,
+)
+from typing_extensions import override
+
+from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
+
+
+class CleanExitSpawnLauncher(_MultiProcessingLauncher):
+    """``_MultiProcessingLauncher`` whose workers end with ``os._exit(0)`` once their results are delivered."""
+
+    @override
+    def _wrapping_function(self, *args: Any, **kwargs: Any) -> None:
+        super()._wrapping_function(*args, **kwargs)
+        destroy_process_group_if_done()  # let the other ranks see an orderly goodbye, not a reset connection
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

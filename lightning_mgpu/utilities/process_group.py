@@ -1,0 +1,44 @@
+"""How a training process leaves its process group: destroyed after success, never during a failure.
+
+A process that exits with its gloo group alive can abort at interpreter shutdown ("terminate called without
+an active exception", SIGABRT) while gloo's threads still hold work: a finished job then reports a failure.
+torch documents that each trainer process should call ``destroy_process_group()`` when done (pytorch#122358);
+torchtitan does it only after success, since destroying while other ranks are inside a collective can hang.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+
+_state = {"failed": False, "registered": False}
+
+
+def in_spawned_worker() -> bool:
+    """Whether this process was started by ``multiprocessing``/``torch.multiprocessing`` (a ``*_spawn`` worker)."""
+    return multiprocessing.parent_process() is not None
+
+
+def mark_failed() -> None:
+    """This process failed: leave the group alone at exit (other ranks may be inside a collective)."""
+    _state["failed"] = True
+
+
+def destroy_process_group_if_done() -> bool:
+    """Destroy the default process group if it exists and this process has not failed; whether it did."""
+    import torch.distributed as dist
+
+    if _state["failed"] or not (dist.is_available() and dist.is_initialized()):
+        return False
+    dist.destroy_process_group()
+    return True
+
+
+def destroy_at_exit() -> None:
+    """Register (once per process) an exit handler that runs :func:`destroy_process_group_if_done`.
+
+    It runs while the interpreter is still whole, before the module teardown that aborts.
+    """
+    if not _state["registered"]:
+        _state["registered"] = True
+        atexit.register(destroy_process_group_if_done)

@@ -1,0 +1,76 @@
+"""Promise 6: ports. Fits in any order in one process; a busy MASTER_PORT; two jobs started at once."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lightning.fabric.plugins.environments import LightningEnvironment
+
+from lightning_mgpu.utilities.ports import PortInUseError, release_for_spawn
+from tests.helpers.launch import REPO_ROOT, run_python
+from tests.helpers.runif import RunIf
+
+SEQUENCES = [
+    ["sharded", "sharded_spawn"],  # failed with EADDRINUSE before: the first fit's store kept MASTER_PORT
+    ["ddp_sharded", "ddp_sharded_spawn"],
+    ["ddp", "sharded_spawn"],
+    ["dp", "sharded_spawn", "sharded", "sharded_spawn"],
+]
+
+
+@RunIf(fairscale=True)
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("names", SEQUENCES, ids=["-".join(s) for s in SEQUENCES])
+def test_fits_in_one_process_in_any_order(names: list[str]) -> None:
+    out = run_python(["-m", "tests.integration.runners.run_fit_sequence", *names], timeout=240).stdout
+    assert [line for line in out.splitlines() if line.startswith("FIT ")] == [f"FIT {n} OK" for n in names]
+
+
+@RunIf(fairscale=True)
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_pinned_port_held_by_another_program_is_replaced_with_a_notice() -> None:
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        proc = run_python(["-m", "tests.integration.runners.run_fit_sequence", "sharded_spawn"], timeout=240,
+                          env={"MASTER_PORT": str(port)})
+    assert "FIT sharded_spawn OK" in proc.stdout
+    assert f"MASTER_PORT={port} is in use" in proc.stderr  # one line, naming the port it left
+
+
+def test_several_nodes_must_agree_so_a_busy_port_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        monkeypatch.setenv("MASTER_PORT", str(port))
+        with pytest.raises(PortInUseError, match=rf"MASTER_PORT={port} is already in use.*other nodes"):
+            release_for_spawn(LightningEnvironment(), num_nodes=2)
+    assert os.environ["MASTER_PORT"] == str(port)  # left alone
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(400)
+def test_two_jobs_started_at_the_same_moment_both_finish(tmp_path: Path) -> None:
+    train = str(REPO_ROOT / "examples" / "train.py")
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "MASTER_ADDR")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    jobs = [
+        subprocess.Popen([sys.executable, train, "--max-steps", "5", "--logger", "none", "--output-dir", str(tmp_path / f"job{i}")],
+                         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(2)
+    ]
+    for i, job in enumerate(jobs):
+        out, _ = job.communicate(timeout=300)
+        assert job.returncode == 0, out[-3000:]
+        assert (tmp_path / f"job{i}" / "summary.json").is_file()
+
+
