@@ -7,6 +7,7 @@ import callbacks from.
 from lightning_mgpu.callbacks.activation_checkpointing import ActivationCheckpointing  # noqa: F401
 from lightning_mgpu.callbacks.clean_exit import CleanExit  # noqa: F401
 from lightning_mgpu.callbacks.grad_sync import GradSyncToggle  # noqa: F401
+from lightning_mgpu.callbacks.launcher_guard import LauncherGuard  # noqa: F401
 from lightning_mgpu.callbacks.mixed_precision import AutoMixedPrecision  # noqa: F401
 from lightning_mgpu.callbacks.zero_grad import ZeroGradSetToNone  # noqa: F401
 from lightning_mgpu.monitoring.callback import GPUUtilizationMonitor  # noqa: F401

@@ -28,6 +28,10 @@ EXPECTED = {
     "sharded_spawn": ShardedStrategy,
     "ddp_sharded": ShardedStrategy,
     "ddp_sharded_spawn": ShardedStrategy,
+    "ddp_sharded_find_unused_parameters_false": ShardedStrategy,
+    "ddp_sharded_spawn_find_unused_parameters_false": ShardedStrategy,
+    "sharded_find_unused_parameters_true": ShardedStrategy,
+    "sharded_spawn_find_unused_parameters_true": ShardedStrategy,
 }
 
 
@@ -43,6 +47,30 @@ def test_spawn_variants_are_launched_like_ddp_spawn() -> None:
     assert StrategyRegistry["ddp_sharded"]["init_params"] == StrategyRegistry["sharded"]["init_params"]
     assert StrategyRegistry["sharded_spawn"]["init_params"]["start_method"] == "spawn"
     assert StrategyRegistry["ddp_sharded_spawn"]["init_params"] == StrategyRegistry["sharded_spawn"]["init_params"]
+
+
+@pytest.mark.parametrize(
+    ("name", "start_method", "find_unused"),
+    [
+        ("ddp_sharded_find_unused_parameters_false", "popen", False),  # Lightning 1.9's spellings
+        ("ddp_sharded_spawn_find_unused_parameters_false", "spawn", False),
+        ("sharded_find_unused_parameters_true", "popen", True),  # Lightning 2.x's pattern
+        ("sharded_spawn_find_unused_parameters_true", "spawn", True),
+    ],
+)
+def test_find_unused_parameters_spellings_build_the_strategy_they_name(name: str, start_method: str, find_unused: bool) -> None:
+    from lightning.pytorch import Trainer
+
+    strategy = Trainer(strategy=name, accelerator="cpu", devices=2, logger=False).strategy
+    assert isinstance(strategy, ShardedStrategy)
+    assert strategy._start_method == start_method and strategy._find_unused_parameters is find_unused
+
+
+def test_lightning_1_9_names_for_dp_horovod_and_sharded_are_all_registered() -> None:
+    # The 1.9 registry's entries for these families (its test_available_strategies_in_registry and strategy files).
+    lightning_1_9 = {"dp", "horovod", "ddp_sharded", "ddp_sharded_spawn", "ddp_sharded_find_unused_parameters_false",
+                     "ddp_sharded_spawn_find_unused_parameters_false"}
+    assert lightning_1_9 <= set(StrategyRegistry.available_strategies())
 
 
 def test_lightning_own_names_are_untouched() -> None:

@@ -491,13 +491,19 @@ class ShardedStrategy(StepRouting, DDPStrategy):
     @override
     def register_strategies(cls, strategy_registry: Any) -> list[str]:
         presets = {
-            cls.strategy_name: ("popen", "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2), launched like ddp"),
-            "sharded_spawn": ("spawn", "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2), launched like ddp_spawn"),
-            "ddp_sharded": ("popen", "Alias of `sharded` (the Lightning 1.x name)"),
-            "ddp_sharded_spawn": ("spawn", "Alias of `sharded_spawn` (the Lightning 1.x name)"),
+            cls.strategy_name: ("popen", "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2), launched like ddp", {}),
+            "sharded_spawn": ("spawn", "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2), launched like ddp_spawn", {}),
+            "ddp_sharded": ("popen", "Alias of `sharded` (the Lightning 1.x name)", {}),
+            "ddp_sharded_spawn": ("spawn", "Alias of `sharded_spawn` (the Lightning 1.x name)", {}),
+            # Lightning 1.9's explicit spellings (its tests checked that they set find_unused_parameters=False).
+            "ddp_sharded_find_unused_parameters_false": ("popen", "`sharded` with find_unused_parameters=False (Lightning 1.x name)", {"find_unused_parameters": False}),
+            "ddp_sharded_spawn_find_unused_parameters_false": ("spawn", "`sharded_spawn` with find_unused_parameters=False (Lightning 1.x name)", {"find_unused_parameters": False}),
+            # Lightning 2.x's pattern (`ddp_find_unused_parameters_true`) for the opt-in.
+            "sharded_find_unused_parameters_true": ("popen", "`sharded` with find_unused_parameters=True", {"find_unused_parameters": True}),
+            "sharded_spawn_find_unused_parameters_true": ("spawn", "`sharded_spawn` with find_unused_parameters=True", {"find_unused_parameters": True}),
         }
-        for name, (start_method, description) in presets.items():
-            strategy_registry.register(name, cls, description=description, start_method=start_method)
+        for name, (start_method, description, extra) in presets.items():
+            strategy_registry.register(name, cls, description=description, start_method=start_method, **extra)
         return list(presets)
 
 

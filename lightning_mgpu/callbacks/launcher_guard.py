@@ -1,0 +1,65 @@
+"""Refuse, before training, a strategy that contradicts the launcher that started the job.
+
+Lightning 1.x chose Horovod by itself under ``horovodrun``. Lightning 2.x does not: with no ``strategy`` each
+``horovodrun`` worker trains alone (world size 1, unsynchronised models, every worker writing the same
+checkpoints). And ``strategy="dp"`` under ``torchrun`` makes every process drive every GPU. Lightning offers no
+hook to pick a strategy from the environment, but it loads callbacks from the ``lightning.pytorch.callbacks_factory``
+entry point into every Trainer: lightning_mgpu registers :func:`callbacks_factory` there, which adds
+:class:`LauncherGuard` only when a launcher's environment is present.
+"""
+
+from __future__ import annotations
+
+import os
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from typing_extensions import override
+
+
+def _horovodrun_size() -> int:
+    """Workers that horovodrun (or horovod.run) started, from its environment; 0 outside it."""
+    size = os.environ.get("HOROVOD_SIZE")
+    return int(size) if size and size.isdigit() and "HOROVOD_RANK" in os.environ else 0
+
+
+def _under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def _name(strategy: object) -> str:
+    # By the registered name each bundle class declares: callbacks never import strategies.
+    return getattr(type(strategy), "strategy_name", None) or type(strategy).__name__
+
+
+class LauncherGuard(Callback):
+    """Fails ``setup`` with the fix when the strategy contradicts the launcher (see the module docstring).
+
+    Raises:
+        MisconfigurationException: under horovodrun with a strategy other than ``horovod``; under torchrun with ``dp``.
+    """
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        name = _name(trainer.strategy)
+        workers = _horovodrun_size()
+        if workers > 1 and name != "horovod":
+            raise MisconfigurationException(
+                f"This process is one of {workers} workers started by horovodrun, but the Trainer uses {name}"
+                f" (world size {trainer.world_size}): each worker would train alone on its own copy of the model and"
+                " all of them would write the same checkpoints. Pass `Trainer(strategy=\"horovod\")` (with"
+                " `import lightning_mgpu`), or launch without horovodrun."
+            )
+        if _under_torchrun() and name == "dp":
+            local = os.environ.get("LOCAL_WORLD_SIZE", "?")
+            raise MisconfigurationException(
+                f"strategy='dp' under torchrun ({local} process(es) on this node): DataParallel drives every GPU from"
+                " one process, so torchrun's processes would each drive all of them. Use `strategy=\"ddp\"` (one GPU per"
+                " process) under torchrun, or run `python train.py --strategy dp` without torchrun."
+            )
+
+
+def callbacks_factory() -> list[Callback]:
+    """Entry point of ``lightning.pytorch.callbacks_factory``: the guard, only where a launcher's environment is."""
+    return [LauncherGuard()] if _horovodrun_size() > 1 or _under_torchrun() else []
