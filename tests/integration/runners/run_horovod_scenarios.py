@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.callbacks import GradSyncToggle
 from lightning_mgpu.strategies import HorovodStrategy
+from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
 from tests.helpers.models import IN, OUT, ParityModule, make_data
 
 GLOBAL_BATCH = 32
@@ -214,14 +215,20 @@ class SaveRecorder:
         self.paths: list[str] = []
 
     def install(self) -> None:
-        original = TorchCheckpointIO.save_checkpoint
+        # The bundle's strategies save through AtomicCheckpointIO; Lightning's own through TorchCheckpointIO.
+        for cls in (AtomicCheckpointIO, TorchCheckpointIO):
+            self._wrap(cls)
+
+    def _wrap(self, cls: type) -> None:
+        original = cls.__dict__["save_checkpoint"]
         recorder = self
 
         def recording(io: Any, checkpoint: Any, path: Any, storage_options: Any = None) -> None:
-            recorder.paths.append(str(path))
+            if type(io).save_checkpoint is recording:  # count each save once, at the class that does it
+                recorder.paths.append(str(path))
             original(io, checkpoint, path, storage_options=storage_options)
 
-        TorchCheckpointIO.save_checkpoint = recording  # type: ignore[method-assign]
+        cls.save_checkpoint = recording  # type: ignore[method-assign]
 
 
 COUNTER = AllreduceCounter()
