@@ -18,11 +18,17 @@ One node, 4 GPUs
     $ python examples/train.py --accelerator gpu --devices 4 --strategy sharded --precision 16-mixed
     $ horovodrun -np 4 python examples/train.py --accelerator gpu --devices 4 --strategy horovod   # --devices: workers per host
 
-Two nodes, 8 GPUs each (run on every node; Lightning reads MASTER_ADDR/MASTER_PORT/NODE_RANK)
-    node0$ MASTER_ADDR=node0 MASTER_PORT=29500 NODE_RANK=0 python examples/train.py \\
-             --accelerator gpu --devices 8 --num-nodes 2 --strategy ddp
-    node1$ MASTER_ADDR=node0 MASTER_PORT=29500 NODE_RANK=1 python examples/train.py \\
-             --accelerator gpu --devices 8 --num-nodes 2 --strategy ddp
+Two nodes, 8 GPUs each, with torchrun (run on every node; rendezvous on node0; docs/multinode.md)
+    $ torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint node0:29400 \\
+          examples/train.py --strategy ddp --num-nodes 2 --devices 8 --accelerator gpu
+    (the same with --strategy sharded; tests/examples/test_multinode.py runs these lines on two network
+    namespaces, 1 process each. Where node0's host name does not resolve to its address, add
+    `--rdzv-conf is_host=1` on node0 and `--local-addr <this node's address>` on every node.)
+
+Two nodes under SLURM: examples/slurm.sbatch (srun, one task per GPU; --devices = --ntasks-per-node)
+    $ sbatch examples/slurm.sbatch
+
+Two nodes with Horovod
     any$   horovodrun -np 16 -H node0:8,node1:8 python examples/train.py --accelerator gpu --devices 8 --strategy horovod
 
 Resume from a checkpoint
@@ -203,6 +209,23 @@ class TrainingThroughput(Callback):
         pl_module.log("global_step", float(trainer.global_step), rank_zero_only=True)
 
 
+def check_world_size(trainer: pl.Trainer, args: argparse.Namespace) -> None:
+    """Refuse ``--devices``/``--num-nodes`` that disagree with the processes the launcher started.
+
+    Under torchrun or SLURM the launcher decides the world; Lightning trusts its environment, so a mismatch would
+    otherwise train with a wrong effective batch and rank layout (or hang in the rendezvous).
+    """
+    if args.strategy == "dp":
+        return  # one process drives its devices
+    expected = trainer.num_devices * trainer.num_nodes
+    if trainer.world_size != expected:
+        raise SystemExit(
+            f"error: the launcher started {trainer.world_size} training processes, but --devices {trainer.num_devices} x"
+            f" --num-nodes {trainer.num_nodes} = {expected}. Make them agree: --devices must equal the processes per"
+            " node (SLURM: --ntasks-per-node; torchrun: --nproc-per-node) and --num-nodes the nodes (--nodes/--nnodes)."
+        )
+
+
 def data_parallel_degree(trainer: pl.Trainer) -> int:
     """How many model replicas share each optimizer step (dp: devices of one process)."""
     return max(trainer.world_size, trainer.num_devices * trainer.num_nodes)
@@ -308,6 +331,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         # Atomic saves (temporary file, fsync, rename) and safe loads, for Lightning's own strategies too.
         plugins=[AtomicCheckpointIO()],
     )
+    check_world_size(trainer, args)
     degree = data_parallel_degree(trainer)
     # dp runs one process whose loader batch is split across its devices; everyone else
     # loads one per-device batch per process.

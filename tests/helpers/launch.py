@@ -23,8 +23,10 @@ def clean_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in _RENDEZVOUS}
 
 
-def run_python(args: list[str], timeout: float = 300, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run ``python ARGS`` from the repo root; raise with the captured output on failure or timeout."""
+def run_python(
+    args: list[str], timeout: float = 300, env: dict[str, str] | None = None, cwd: Path | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` from the repo root; raise with the captured output on a timeout, or a failure if ``check``."""
     full_env = {**clean_environ(), "PYTHONUNBUFFERED": "1", **(env or {})}
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
     cmd = [sys.executable, *args]
@@ -32,7 +34,7 @@ def run_python(args: list[str], timeout: float = 300, env: dict[str, str] | None
         proc = subprocess.run(cmd, cwd=cwd or REPO_ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as err:
         raise AssertionError(f"{cmd} timed out after {timeout}s\n--- stdout\n{err.stdout}\n--- stderr\n{err.stderr}") from None
-    if proc.returncode != 0:
+    if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}")
     return proc
 
