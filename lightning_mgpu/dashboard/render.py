@@ -66,6 +66,7 @@ from lightning_mgpu.monitoring.keys import (
     parse_device_label,
     parse_metric_key,
 )
+from lightning_mgpu.utilities.files import atomic_write
 from lightning_mgpu.utilities.imports import MissingDependencyError, require
 
 log = logging.getLogger(__name__)
@@ -674,7 +675,7 @@ def render_pngs(sections: Sequence[Section], out_dir: Path) -> dict[str, Path]:
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
         fig.tight_layout()
         path = out_dir / f"{chart.id}.png"
-        _atomic_write(path, lambda tmp, fig=fig: fig.savefig(tmp, format="png"))
+        atomic_write(path, lambda f, fig=fig: fig.savefig(f, format="png"))
         written[chart.id] = path
     return written
 
@@ -713,17 +714,6 @@ def _mpl_bars(ax: Any, chart: StackedBarChart) -> None:
 
 
 # ============================================================================ entry points
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    """Write via a temporary file and rename, so an interrupted render never leaves half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        tmp.replace(path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def default_out_dir(run: RunData) -> Path:
@@ -769,7 +759,7 @@ def render_dashboard(run_path: str | os.PathLike, out_dir: str | os.PathLike | N
             run.notes.append(f"PNG images skipped: {err}")
     page = render_html(run, sections, diagnoses, source, {k: p.name for k, p in pngs.items()})
     html_path = out / "index.html"
-    _atomic_write(html_path, lambda tmp: tmp.write_text(page, encoding="utf-8"))
+    atomic_write(html_path, lambda f: f.write(page.encode("utf-8")))
     return DashboardResult(html=html_path, pngs=list(pngs.values()), run=run, diagnoses=diagnoses)
 
 

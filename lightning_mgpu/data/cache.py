@@ -31,6 +31,7 @@ from typing import Any, Iterable, Iterator, Literal
 
 from lightning_mgpu.data._worker import SHARD_FILE_RE, TMP_FILE_RE, file_sha256
 from lightning_mgpu.data.fingerprint import FORMAT_VERSION
+from lightning_mgpu.utilities.files import atomic_write
 
 MANIFEST_NAME = "manifest.json"
 JOURNAL_NAME = ".progress.jsonl"
@@ -156,23 +157,8 @@ def read_manifest(cache_dir: Path) -> Manifest | None:
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    # Makes the rename itself durable across a power loss (POSIX only; harmless to skip elsewhere).
-    with contextlib.suppress(OSError, AttributeError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    # The cache's own temporary naming (TMP_FILE_RE), which its repair step recognises.
+    atomic_write(path, lambda f: f.write(json.dumps(data, indent=1).encode()), tmp=path.with_name(f".{path.name}.tmp.{os.getpid()}"))
 
 
 def write_manifest(cache_dir: Path, manifest: Manifest) -> None:
@@ -187,11 +173,7 @@ def start_journal(cache_dir: Path, header: Manifest, records: Iterable[dict[str,
     data.pop("shards")
     lines = [json.dumps(data), *(json.dumps(r) for r in records)]
     tmp = cache_dir / f".{JOURNAL_NAME.lstrip('.')}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, cache_dir / JOURNAL_NAME)
+    atomic_write(cache_dir / JOURNAL_NAME, lambda f: f.write(("\n".join(lines) + "\n").encode()), tmp=tmp)
 
 
 def append_journal(cache_dir: Path, record: dict[str, Any]) -> None:

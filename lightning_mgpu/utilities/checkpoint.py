@@ -19,7 +19,7 @@ import os
 import pickle
 import warnings
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,6 +27,8 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from torch import nn
 from typing_extensions import override
+
+from lightning_mgpu.utilities import files
 
 _WRAPPER_PREFIX = "module."
 _MAX_LISTED_KEYS = 20
@@ -115,16 +117,6 @@ def _first_line(err: BaseException) -> str:
     return text[0] if text else type(err).__name__
 
 
-@contextlib.contextmanager
-def _temporary_beside(path: Path) -> Iterator[Path]:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        yield tmp
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-
-
 class _RecordingFile:
     """A file wrapper that remembers the OS error of a failed write: torch.save reports a full disk only as
     "unexpected pos ...", so the errno must be caught where the write happens."""
@@ -152,17 +144,16 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
     """
     path = Path(path)
     recorder: _RecordingFile | None = None
+
+    def recording_write(f: Any) -> None:
+        nonlocal recorder
+        recorder = _RecordingFile(f)
+        write(recorder)
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temporaries(path)
-        with _temporary_beside(path) as tmp:
-            with open(tmp, "wb") as f:
-                recorder = _RecordingFile(f)
-                write(recorder)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)  # atomic on POSIX within one filesystem: the temporary file is beside the target
-            _fsync_dir(path.parent)
+        files.atomic_write(path, recording_write)
     except CheckpointSaveError:
         raise
     except (OSError, RuntimeError) as err:
@@ -178,7 +169,7 @@ def _save_error(path: Path, err: BaseException) -> CheckpointSaveError:
 
 def _remove_stale_temporaries(path: Path) -> None:
     """Delete temporary files of ``path`` left by saves that were killed (their process is gone)."""
-    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+    for tmp in path.parent.glob(files.temporary_name(path).name.replace(str(os.getpid()), "*")):
         pid = tmp.name[len(path.name) + 2 : -len(".tmp")]
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
             with contextlib.suppress(FileNotFoundError):
@@ -193,15 +184,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _fsync_dir(folder: Path) -> None:
-    # The rename is durable only once the folder's entry is on disk.
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _save_message(path: Path, err: BaseException) -> str:
