@@ -1,6 +1,6 @@
 """Save checkpoints in a loop until killed: ``python -m tests.integration.runners.run_save_loop DIR``.
 
-Each save writes ``DIR/last.ckpt`` through :class:`AtomicCheckpointIO` with a ``version`` counter and ~8 MB of
+Each save writes ``DIR/ckpt/last.ckpt`` through :class:`AtomicCheckpointIO` with a ``version`` counter and ~8 MB of
 tensors filled with that counter, so a reader can tell a complete checkpoint of any version from a torn one.
 ``DIR/saving`` holds the version being written, so the test can kill the process while a save is under way.
 """
@@ -26,7 +26,7 @@ def main() -> None:
         (out / ".saving").write_text(str(version))
         os.replace(out / ".saving", out / "saving")
         state = {f"w{i}": torch.full((256, 1024), float(version)) for i in range(8)}
-        io.save_checkpoint({"version": version, "state_dict": state}, out / "last.ckpt")
+        io.save_checkpoint({"version": version, "state_dict": state}, out / "ckpt" / "last.ckpt")
 
 
 if __name__ == "__main__":
