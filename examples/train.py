@@ -127,6 +127,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--logger", default="csv", choices=("none", "csv", "tensorboard", "neptune"))
     p.add_argument("--output-dir", default="outputs", type=Path)
     p.add_argument("--ckpt-path", default=None, type=Path, help="resume from this checkpoint")
+    p.add_argument(
+        "--resume", default="auto", choices=("auto", "never"),
+        help="auto: when the launcher restarts the job (torchrun --max-restarts), resume from OUTPUT_DIR/checkpoints/last.ckpt",
+    )
     p.add_argument("--sync-batchnorm", action="store_true", help="synchronise BatchNorm statistics across processes")
     p.add_argument("--gradient-clip-val", default=None, type=float)
     # Callbacks (lightning_mgpu.callbacks)
@@ -207,6 +211,24 @@ class TrainingThroughput(Callback):
         pl_module.log("train_samples_per_sec", float(rate), rank_zero_only=True)
         # ddp_spawn hands callback_metrics (not the trainer's counters) back to the main process.
         pl_module.log("global_step", float(trainer.global_step), rank_zero_only=True)
+
+
+def restart_checkpoint(args: argparse.Namespace) -> Path | None:
+    """Under ``--resume auto``, the checkpoint a restarted job resumes from: ``OUTPUT_DIR/checkpoints/last.ckpt``.
+
+    torchrun sets ``TORCHELASTIC_RESTART_COUNT`` > 0 when it restarts the workers after a failure. Checkpoints land
+    atomically, so ``last.ckpt`` is always a complete one; a first run (count 0) starts fresh even if an old
+    ``last.ckpt`` is there (pass ``--ckpt-path`` to continue an earlier job on purpose).
+    """
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    last = args.output_dir / "checkpoints" / "last.ckpt"
+    if args.resume != "auto" or restarts == 0:
+        return None
+    if not last.is_file():
+        say(f"restart {restarts}: no {last} yet, starting from the beginning")
+        return None
+    say(f"restart {restarts}: resuming from {last}")
+    return last
 
 
 def check_world_size(trainer: pl.Trainer, args: argparse.Namespace) -> None:
@@ -355,13 +377,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         weight_decay=args.weight_decay,
         optimizer=args.optimizer,
     )
-    if args.ckpt_path is not None:
+    ckpt_path = args.ckpt_path or restart_checkpoint(args)
+    if ckpt_path is not None:
         # Refuse a truncated, unsafe or foreign checkpoint here, before any worker starts, with the keys listed.
-        check_checkpoint_matches(model, args.ckpt_path)
+        check_checkpoint_matches(model, ckpt_path)
     # A pinned MASTER_PORT still held by a killed run fails deep in torch; say so up front.
     check_master_port()
     start = time.perf_counter()
-    trainer.fit(model, datamodule=dm, ckpt_path=args.ckpt_path)
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
     wall = time.perf_counter() - start
     if not trainer.is_global_zero:
         return None

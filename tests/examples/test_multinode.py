@@ -11,6 +11,7 @@ rank 0 to whichever agent joins first; the trainable parameters do not depend on
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -54,7 +55,8 @@ def _two_node_run(strategy: str, out: Path) -> tuple[str, float]:
                    # ...and workers would get MASTER_ADDR from the host name too: give each agent its address.
                    *(["--local-addr", node.address] if node.prefix else []), TRAIN, "--strategy", strategy, "--num-nodes", "2",
                    "--devices", "1", "--output-dir", str(out), *COMMON]
-            procs.append(subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            procs.append(subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                          start_new_session=True))  # its own group: a failure kills the agent and its workers
         logs = []
         try:
             for proc in procs:
@@ -62,7 +64,7 @@ def _two_node_run(strategy: str, out: Path) -> tuple[str, float]:
         finally:
             for proc in procs:
                 if proc.poll() is None:
-                    proc.kill()
+                    os.killpg(proc.pid, signal.SIGKILL)  # the agent and its workers, never an orphan
         elapsed = time.monotonic() - start
         for proc, log in zip(procs, logs):
             assert proc.returncode == 0, f"{how}\n{log[-4000:]}"
