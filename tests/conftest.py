@@ -10,6 +10,8 @@ import os
 
 import pytest
 
+from tests.helpers.launch import RENDEZVOUS
+
 # Keep every test off the network and quiet.
 os.environ.setdefault("NEPTUNE_MODE", "debug")
 
@@ -24,8 +26,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # What an in-process fit leaves behind in os.environ: Lightning exports these for its process group.
-RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "WORLD_SIZE",
-                   "LOCAL_WORLD_SIZE", "PL_GLOBAL_SEED", "PL_SEED_WORKERS")
+RENDEZVOUS_VARS = (*RENDEZVOUS, "PL_GLOBAL_SEED", "PL_SEED_WORKERS")
 
 
 @pytest.fixture(autouse=True)

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import logging
-
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from lightning_mgpu.utilities.failures import failed_rank_report
+from lightning_mgpu.utilities.failures import on_training_failure
 from lightning_mgpu.utilities.process_group import (
     destroy_at_exit,
     destroy_process_group_if_done,
     in_spawned_worker,
-    mark_failed,
 )
-
-log = logging.getLogger(__name__)
 
 
 class CleanExit(Callback):
@@ -46,7 +41,4 @@ class CleanExit(Callback):
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        mark_failed()
-        report = failed_rank_report(trainer.strategy)
-        if report:
-            log.error(report)
+        on_training_failure(trainer.strategy)

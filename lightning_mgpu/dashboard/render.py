@@ -550,6 +550,11 @@ def _last_step(run: RunData) -> float:
     return max(steps) if steps else 0.0
 
 
+def _diagnosis_position(sections: Sequence[Section]) -> int:
+    """Where the diagnosis table goes: after the monitor's charts, before the training curves."""
+    return next((i for i, s in enumerate(sections) if s.id == "training"), len(sections))
+
+
 def page_state(
     run: RunData, sections: Sequence[Section], diagnoses: Sequence[Diagnosis], diagnosis_source: str,
     pngs: dict[str, str] | None = None, version: int = 0,
@@ -564,8 +569,7 @@ def page_state(
         "diagnosis": _diagnosis_html(diagnoses, diagnosis_source),
         "details": _details_html(run, sections),
     }
-    # The diagnosis table follows the monitor's charts and precedes the training curves.
-    split = next((i for i, s in enumerate(sections) if s.id == "training"), len(sections))
+    split = _diagnosis_position(sections)
 
     def section_html(s: Section) -> str:
         body = "".join(_figure(c, pngs.get(c.id)) for c in s.charts)
@@ -605,7 +609,7 @@ def render_html(
     state = state or page_state(run, sections, diagnoses, diagnosis_source, pngs)
     name = run.info.get("name")
     title = name if name and name != "Untitled" else run.info.get("run") or run.path.name
-    split = next((i for i, s in enumerate(sections) if s.id == "training"), len(sections))
+    split = _diagnosis_position(sections)
     nav = [(s.id, s.title) for s in sections[:split]] + [("diagnosis", "Diagnosis")] + [(s.id, s.title) for s in sections[split:]] + [("details", "Run details")]
     live = f' data-live="{live_interval:g}"' if live_interval else ""
     badge = ' <span class="live">live</span>' if live_interval else ""

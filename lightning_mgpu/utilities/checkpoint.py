@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import pickle
@@ -64,7 +63,7 @@ class CheckpointSaveError(OSError):
     """A checkpoint could not be written (full disk, unwritable folder); the previous one is intact."""
 
 
-def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False) -> Any:
+def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False, mmap: bool = False) -> Any:
     """Read a checkpoint file safely: ``weights_only=True`` with :data:`SAFE_GLOBALS` allowed.
 
     Args:
@@ -72,6 +71,7 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
         map_location: as for ``torch.load``; the CPU by default, so a file saved on GPU 0 never lands there.
         trusted: unpickle everything (``weights_only=False``). Only for files you made yourself: unpickling
             can run arbitrary code. A warning says so.
+        mmap: map the file instead of reading it (cheap for a check of a large checkpoint's keys).
 
     Raises:
         CheckpointReadError: the file is missing, truncated or not a torch checkpoint.
@@ -87,10 +87,10 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
             UserWarning,
             stacklevel=2,
         )
-        return torch.load(path, map_location=map_location, weights_only=False)
+        return torch.load(path, map_location=map_location, weights_only=False, mmap=mmap)
     try:
         with torch.serialization.safe_globals(SAFE_GLOBALS):
-            return torch.load(path, map_location=map_location, weights_only=True)
+            return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
         raise UnsafeCheckpointError(
             f"Refused to load {path}: it holds an object that is not plain data ({_refused_global(err)}), and"
@@ -152,7 +152,6 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temporaries(path)
         files.atomic_write(path, recording_write)
     except CheckpointSaveError:
         raise
@@ -165,25 +164,6 @@ def _save_error(path: Path, err: BaseException) -> CheckpointSaveError:
     error = CheckpointSaveError(_save_message(path, err))
     error.errno = getattr(err, "errno", None) or errno.EIO
     return error
-
-
-def _remove_stale_temporaries(path: Path) -> None:
-    """Delete temporary files of ``path`` left by saves that were killed (their process is gone)."""
-    for tmp in path.parent.glob(files.temporary_name(path).name.replace(str(os.getpid()), "*")):
-        pid = tmp.name[len(path.name) + 2 : -len(".tmp")]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _save_message(path: Path, err: BaseException) -> str:
@@ -275,6 +255,11 @@ def _align_keys(state_dict: dict[str, Any], model_keys: set[str]) -> dict[str, A
     return max(candidates, key=lambda sd: len(model_keys & set(sd)))
 
 
+def _key_mismatch(model_keys: set[str], state_dict: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """``(missing, unexpected)`` keys of ``state_dict`` against the model's, sorted."""
+    return sorted(model_keys - set(state_dict)), sorted(set(state_dict) - model_keys)
+
+
 def _format_keys(keys: list[str]) -> str:
     shown = ", ".join(keys[:_MAX_LISTED_KEYS])
     more = len(keys) - _MAX_LISTED_KEYS
@@ -326,8 +311,7 @@ def load_state_dict(
             first = next(iter(model.buffers()), None)
         map_location = first.device if first is not None else torch.device("cpu")
     state_dict = {k: v.to(map_location) if isinstance(v, torch.Tensor) else v for k, v in state_dict.items()}
-    missing = sorted(model_keys - set(state_dict))
-    unexpected = sorted(set(state_dict) - model_keys)
+    missing, unexpected = _key_mismatch(model_keys, state_dict)
     if strict and (missing or unexpected):
         raise CheckpointKeyMismatchError(
             f"The checkpoint does not match {type(model).__name__}: {len(missing)} missing key(s)"
@@ -355,16 +339,9 @@ def check_checkpoint_matches(model: nn.Module, path: str | os.PathLike, trusted:
         check_checkpoint_matches(model, args.ckpt_path)  # then trainer.fit(model, ckpt_path=args.ckpt_path)
     """
     path = Path(path)
-    try:
-        with torch.serialization.safe_globals(SAFE_GLOBALS):
-            checkpoint = torch.load(path, map_location="cpu", weights_only=not trusted, mmap=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, OSError):
-        checkpoint = load_checkpoint_file(path, trusted=trusted)  # raises the explanatory error
-    state_dict = extract_state_dict(checkpoint)
+    state_dict = extract_state_dict(load_checkpoint_file(path, trusted=trusted, mmap=True))
     model_keys = set(model.state_dict())
-    aligned = _align_keys(state_dict, model_keys)
-    missing = sorted(model_keys - set(aligned))
-    unexpected = sorted(set(aligned) - model_keys)
+    missing, unexpected = _key_mismatch(model_keys, _align_keys(state_dict, model_keys))
     if missing or unexpected:
         raise CheckpointKeyMismatchError(
             f"--ckpt-path {path} was not written by this model ({type(model).__name__}): {len(missing)} missing key(s)"

@@ -8,10 +8,15 @@ their exit status says it.
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import time
 from typing import Any
+
+from lightning_mgpu.utilities.process_group import mark_failed
+
+log = logging.getLogger(__name__)
 
 _SIGNAL_CAUSES = {
     signal.SIGKILL: "the kernel's OOM killer, a scheduler's pre-emption or `kill -9`",
@@ -55,3 +60,12 @@ def failed_rank_report(strategy: Any, wait_s: float = 3.0) -> str | None:
     if not failed:
         return None
     return "A training process failed: " + "; ".join(failed) + ". The errors of the other ranks follow from it."
+
+
+def on_training_failure(strategy: Any) -> None:
+    """What a rank does when training failed: keep its process group (others may be inside a collective) and, on
+    rank 0 of a script launch, name the other rank that died first."""
+    mark_failed()
+    report = failed_rank_report(strategy)
+    if report:
+        log.error(report)

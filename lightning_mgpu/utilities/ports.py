@@ -67,13 +67,6 @@ def check_master_port(env: dict[str, str] | None = None) -> None:
         )
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the system considers free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def release_for_spawn(cluster_environment: Any, num_nodes: int = 1) -> None:
     """Make ``MASTER_PORT`` usable by the workers a spawn launcher is about to start from this process.
 
@@ -93,7 +86,9 @@ def release_for_spawn(cluster_environment: Any, num_nodes: int = 1) -> None:
             f"MASTER_PORT={text} is already in use on this node, and the other nodes expect it. Free it (`fuser -k"
             f" {text}/tcp`) or set another MASTER_PORT on every node."
         )
-    port = free_port()
+    from lightning.fabric.plugins.environments.lightning import find_free_network_port
+
+    port = find_free_network_port()
     os.environ["MASTER_PORT"] = str(port)
     # LightningEnvironment caches the port it first read; it is what the spawn launcher exports to the workers.
     if hasattr(cluster_environment, "_main_port"):

@@ -15,12 +15,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # Rendezvous variables a launched job must choose for itself, never inherit from the test process.
-_RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
 
 def clean_environ() -> dict[str, str]:
     """``os.environ`` without rendezvous variables (a test that wants one passes it explicitly)."""
-    return {k: v for k, v in os.environ.items() if k not in _RENDEZVOUS}
+    return {k: v for k, v in os.environ.items() if k not in RENDEZVOUS}
 
 
 def run_python(

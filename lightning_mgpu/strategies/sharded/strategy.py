@@ -27,7 +27,6 @@ they load into ``ddp``, ``dp``, ``horovod``, a plain ``nn.Module``, and ``sharde
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Generator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
@@ -68,18 +67,15 @@ from lightning_mgpu.strategies.sharded.precision import (
     shard_aware_precision,
 )
 from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
-from lightning_mgpu.utilities.failures import failed_rank_report
+from lightning_mgpu.utilities.failures import on_training_failure
 from lightning_mgpu.utilities.imports import require
 from lightning_mgpu.utilities.ports import release_for_spawn
 from lightning_mgpu.utilities.process_group import (
     destroy_at_exit,
-    mark_failed,
 )
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
-
-log = logging.getLogger(__name__)
 
 Backend = Literal["fairscale", "torch"]
 _BACKENDS = ("fairscale", "torch")
@@ -195,12 +191,13 @@ class ShardedStrategy(StepRouting, DDPStrategy):
     # ------------------------------------------------------------------ launch
     @override
     def _configure_launcher(self) -> None:
-        if self._start_method != "popen" and self.cluster_environment is not None:
-            # A notebook's earlier in-process fit holds MASTER_PORT: the workers about to be spawned need a free one.
-            release_for_spawn(self.cluster_environment, self.num_nodes)
-        super()._configure_launcher()
-        if self._start_method != "popen":
-            self._launcher = CleanExitSpawnLauncher(self, start_method=self._start_method)
+        if self._start_method == "popen":
+            super()._configure_launcher()
+            return
+        assert self.cluster_environment is not None
+        # A notebook's earlier in-process fit holds MASTER_PORT: the workers about to be spawned need a free one.
+        release_for_spawn(self.cluster_environment, self.num_nodes)
+        self._launcher = CleanExitSpawnLauncher(self, start_method=self._start_method)
 
     # ------------------------------------------------------------------ precision
     @property  # type: ignore[override]
@@ -471,11 +468,8 @@ class ShardedStrategy(StepRouting, DDPStrategy):
     @override
     def on_exception(self, exception: BaseException) -> None:
         super().on_exception(exception)
-        mark_failed()  # never destroy the group while other ranks may be inside a collective
-        # Rank 0 of a script launch sees only a broken collective when another rank dies: name it.
-        report = failed_rank_report(self)
-        if report:
-            log.error(report)
+        # Keep the group (other ranks may be inside a collective); under the script launcher, name a dead rank.
+        on_training_failure(self)
 
     @override
     def teardown(self) -> None:

@@ -57,17 +57,12 @@ def main(argv: list[str] | None = None) -> None:
         strategy = lightning_mgpu.ShardedStrategy(backend=args.sharded_backend, start_method=start_method)
     trainer = quiet_trainer(
         strategy=strategy,
-        accelerator="cpu",
         devices=args.devices,
         max_steps=args.steps,
         accumulate_grad_batches=args.accumulate,
         gradient_clip_val=args.clip_val,
         gradient_clip_algorithm=args.clip_algo if args.clip_val else None,
         precision=args.precision,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         num_sanity_val_steps=0,
         use_distributed_sampler=False,
     )

@@ -14,10 +14,8 @@ initialised (``hvd.init()`` runs only in the launched workers).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -26,19 +24,6 @@ from lightning_mgpu.utilities.imports import MissingDependencyError
 from tests.helpers.runif import RunIf
 
 pytestmark = RunIf(horovod=True).marks
-
-HOROVODRUN = str(Path(sys.executable).with_name("horovodrun"))
-SCENARIOS = "tests.integration.runners.run_horovod_scenarios"
-PARITY_ATOL = 1e-5
-
-
-def _params(folder: Path, rank: int = 0) -> dict[str, torch.Tensor]:
-    return torch.load(folder / f"params_rank{rank}.pt")
-
-
-def _info(folder: Path, rank: int = 0) -> dict:
-    return json.loads((folder / f"info_rank{rank}.json").read_text())
-
 
 # ----------------------------------------------------------------------------- unit (no launch)
 
