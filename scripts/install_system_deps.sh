@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# System packages the test suite needs beyond Python: Chromium, to check that the dashboard
-# renders. Idempotent; a no-op when chromium is already on PATH.
+# System packages the test suite needs beyond Python: Chromium (the dashboard renders in a real browser) and
+# iproute2 (`ip netns`: the two-node tests run torchrun agents in two network namespaces). Idempotent: installs
+# only what is missing.
 set -euo pipefail
-if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
-  exit 0
-fi
+missing=()
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+[ ${#missing[@]} -eq 0 ] && exit 0
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
 if command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq >/dev/null && $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null \
-    || echo "warning: could not install chromium; the dashboard browser test will be skipped" >&2
+  $SUDO apt-get update -qq >/dev/null && $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    || echo "warning: could not install ${missing[*]}; on CI the tests that need them fail" >&2
 else
-  echo "warning: no apt-get; install chromium yourself or the dashboard browser test is skipped" >&2
+  echo "warning: no apt-get; install ${missing[*]} yourself (on CI the tests that need them fail)" >&2
 fi
