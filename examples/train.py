@@ -33,6 +33,8 @@ Two nodes with Horovod
 
 Resume from a checkpoint
     $ python examples/train.py --ckpt-path outputs/checkpoints/last.ckpt --max-epochs 20
+    Ctrl-C finishes the current step, saves outputs/checkpoints/last.ckpt and exits with 130 (--no-save-on-interrupt:
+    stop without saving). Resuming from it, even mid-epoch, ends with the parameters of a run never interrupted.
 
 At the end, rank 0 writes OUTPUT_DIR/summary.json (strategy, world size, effective batch,
 final val_acc/val_loss, training samples/s, wall seconds, checkpoint path).
@@ -41,6 +43,7 @@ final val_acc/val_loss, training samples/s, wall seconds, checkpoint path).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -50,10 +53,12 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from lightning.pytorch.utilities import rank_zero_only
+from torch.multiprocessing import ProcessExitedException
 
 import lightning_mgpu  # noqa: F401  (registers dp, horovod, sharded, ... with Lightning)
-from lightning_mgpu.callbacks import CleanExit
+from lightning_mgpu.callbacks import CleanExit, RNGStates, SaveOnInterrupt
 from lightning_mgpu.demos import (
     DigitsDataModule,
     ImageClassifier,
@@ -65,6 +70,7 @@ from lightning_mgpu.utilities.checkpoint import (
     check_checkpoint_matches,
 )
 from lightning_mgpu.utilities.ports import check_master_port
+from lightning_mgpu.utilities.signals import interrupts_to_workers
 
 # Lightning's own launch-style names, then every name the bundle registers (declared once, by each class).
 STRATEGIES = ("auto", "ddp", "ddp_spawn", *BUNDLE_STRATEGY_NAMES)
@@ -130,6 +136,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--resume", default="auto", choices=("auto", "never"),
         help="auto: when the launcher restarts the job (torchrun --max-restarts), resume from OUTPUT_DIR/checkpoints/last.ckpt",
+    )
+    p.add_argument(
+        "--save-on-interrupt", default=True, action=argparse.BooleanOptionalAction,
+        help="on Ctrl-C, finish the step, save OUTPUT_DIR/checkpoints/last.ckpt and stop (a second Ctrl-C stops at once)",
     )
     p.add_argument("--sync-batchnorm", action="store_true", help="synchronise BatchNorm statistics across processes")
     p.add_argument("--gradient-clip-val", default=None, type=float)
@@ -272,19 +282,25 @@ def build_logger(args: argparse.Namespace) -> Any:
 
 def build_callbacks(args: argparse.Namespace) -> list[Callback]:
     callbacks: list[Callback] = [
-        ModelCheckpoint(
+        ModelCheckpoint(  # the best epoch
             dirpath=args.output_dir / "checkpoints",
             filename="epoch{epoch:02d}-val_acc{val_acc:.4f}",
             auto_insert_metric_name=False,
             monitor="val_acc",
             mode="max",
-            save_last=True,
         ),
+        # last.ckpt after every epoch. Not `save_last=True` above: Lightning 2.6 then writes last.ckpt only when the
+        # epoch is also a new best, and a restart would resume from an older epoch and train it again.
+        ModelCheckpoint(dirpath=args.output_dir / "checkpoints", filename="last", enable_version_counter=False),
         TrainingThroughput(),
         # Releases the process group after success (a gloo worker can otherwise abort at exit), and under ddp
         # names a rank that died (rank 0 otherwise sees only "Connection reset by peer").
         CleanExit(),
+        # Every rank's RNGs go into each checkpoint: a resumed run draws what the first run would have.
+        RNGStates(),
     ]
+    if args.save_on_interrupt:
+        callbacks.append(SaveOnInterrupt())  # into ModelCheckpoint's folder, as last.ckpt
     if args.activation_checkpointing or args.zero_grad_set_to_none or args.grad_sync_toggle or args.gpu_monitor:
         from lightning_mgpu import callbacks as mgpu_callbacks
 
@@ -321,7 +337,30 @@ def build_datamodule(args: argparse.Namespace, loader_batch_size: int) -> pl.Lig
         return digits_preprocessed_datamodule(
             cache_dir=cache_dir, backend=args.preprocess, batch_size=loader_batch_size, num_workers=args.num_workers
         )
-    return DigitsDataModule(batch_size=loader_batch_size, num_workers=args.num_workers)
+    return DigitsDataModule(batch_size=loader_batch_size, num_workers=args.num_workers, seed=args.seed)
+
+
+def fit(trainer: pl.Trainer, model: pl.LightningModule, dm: pl.LightningDataModule, ckpt_path: Path | None) -> None:
+    """``trainer.fit``, turning Ctrl-C into exit code 130 with the checkpoint to resume from."""
+    # A spawn launcher only waits for its workers: let them handle Ctrl-C (save, then stop) instead of dying first.
+    spawn = isinstance(trainer.strategy.launcher, _MultiProcessingLauncher)
+    with interrupts_to_workers() if spawn else contextlib.nullcontext():
+        try:
+            trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+            return
+        except ProcessExitedException as exc:  # a spawned worker stopped; 130 is SaveOnInterrupt's Ctrl-C exit
+            if exc.exit_code != 130:
+                raise
+        except SystemExit:  # Lightning's exit after a KeyboardInterrupt
+            if trainer.state.status != "interrupted":
+                raise
+    saver = next((c for c in trainer.callbacks if isinstance(c, SaveOnInterrupt)), None)
+    path = saver.checkpoint_path(trainer) if saver else None
+    if path is not None and (saver.saved_path or spawn) and path.is_file():
+        say(f"Interrupted: saved {path}. Resume with: python examples/train.py ... --ckpt-path {path}")
+    else:
+        say("Interrupted without saving the current step (--no-save-on-interrupt, or a second Ctrl-C).")
+    raise SystemExit(130)
 
 
 @rank_zero_only
@@ -384,7 +423,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # A pinned MASTER_PORT still held by a killed run fails deep in torch; say so up front.
     check_master_port()
     start = time.perf_counter()
-    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    fit(trainer, model, dm, ckpt_path)
     wall = time.perf_counter() - start
     if not trainer.is_global_zero:
         return None

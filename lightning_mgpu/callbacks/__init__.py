@@ -9,5 +9,7 @@ from lightning_mgpu.callbacks.clean_exit import CleanExit  # noqa: F401
 from lightning_mgpu.callbacks.grad_sync import GradSyncToggle  # noqa: F401
 from lightning_mgpu.callbacks.launcher_guard import LauncherGuard  # noqa: F401
 from lightning_mgpu.callbacks.mixed_precision import AutoMixedPrecision  # noqa: F401
+from lightning_mgpu.callbacks.rng_states import RNGStates  # noqa: F401
+from lightning_mgpu.callbacks.save_on_interrupt import SaveOnInterrupt  # noqa: F401
 from lightning_mgpu.callbacks.zero_grad import ZeroGradSetToNone  # noqa: F401
 from lightning_mgpu.monitoring.callback import GPUUtilizationMonitor  # noqa: F401

@@ -41,4 +41,5 @@ class CleanExit(Callback):
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        on_training_failure(trainer.strategy)
+        # After Ctrl-C every rank stops on purpose; naming "the rank that failed" would mislead.
+        on_training_failure(trainer.strategy, report=not isinstance(exception, KeyboardInterrupt))

@@ -8,6 +8,8 @@ from typing import Any, Callable, Mapping
 
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
+
+from lightning_mgpu.data.loader import resumable_loader
 from typing_extensions import override
 
 from lightning_mgpu.data.backends import Backend, process_pool_scope, ray_session
@@ -51,6 +53,7 @@ class PreprocessedDataModule(LightningDataModule):
         shuffle: shuffle the training loader.
         drop_last: drop the last incomplete training batch.
         pin_memory: pin loader memory (for GPU training).
+        seed: seed of the loaders' own generators (shuffle order, worker seeds); the global RNG is left alone.
 
     Example::
 
@@ -84,6 +87,7 @@ class PreprocessedDataModule(LightningDataModule):
         shuffle: bool = True,
         drop_last: bool = False,
         pin_memory: bool = False,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -101,7 +105,7 @@ class PreprocessedDataModule(LightningDataModule):
         self.cache_dir = Path(cache_dir)
         self.transform, self.augment, self.use_cache = transform, augment, cache
         self.batch_size, self.num_workers = batch_size, num_workers
-        self.shuffle, self.drop_last, self.pin_memory = shuffle, drop_last, pin_memory
+        self.shuffle, self.drop_last, self.pin_memory, self.seed = shuffle, drop_last, pin_memory, seed
         self.dataset_fingerprints = dict(dataset_fingerprints or {})
         self.transform_version, self.transform_fingerprint = transform_version, transform_fingerprint
         self.verify = verify
@@ -164,13 +168,14 @@ class PreprocessedDataModule(LightningDataModule):
             if train:
                 raise RuntimeError("No training data: pass train_dataset= to PreprocessedDataModule.")
             return []  # no such split: Lightning skips the loop
-        return DataLoader(
+        # Stateful and seeded: a mid-epoch checkpoint resumes at the same batch (lightning_mgpu.data.loader).
+        return resumable_loader(
             self.datasets[split],
             batch_size=self.batch_size,
             shuffle=self.shuffle and train,
+            seed=self.seed,
             drop_last=self.drop_last and train,
             num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
             pin_memory=self.pin_memory,
         )
 

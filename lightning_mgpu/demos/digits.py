@@ -6,6 +6,8 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_mgpu.data.loader import resumable_loader
+
 
 def load_digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
     """All 1797 digits as ``(N, 1, 8, 8)`` float32 images in [0, 1] and int64 labels."""
@@ -30,6 +32,7 @@ class DigitsDataModule(LightningDataModule):
         num_workers: DataLoader workers.
         split_seed: seed of the permutation.
         drop_last: drop the last incomplete training batch (useful for ``dp`` with tiny last batches).
+        seed: seed of the loaders' own generators (shuffle order); the global RNG is left to the model.
 
     Example::
 
@@ -47,6 +50,7 @@ class DigitsDataModule(LightningDataModule):
         num_workers: int = 0,
         split_seed: int = 0,
         drop_last: bool = False,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -68,13 +72,14 @@ class DigitsDataModule(LightningDataModule):
         self.val_set = TensorDataset(x[val_idx], y[val_idx])
 
     def _loader(self, dataset: TensorDataset, shuffle: bool, drop_last: bool) -> DataLoader:
-        return DataLoader(
+        # Stateful and seeded, so that a mid-epoch checkpoint resumes exactly (lightning_mgpu.data.loader).
+        return resumable_loader(
             dataset,
             batch_size=self.hparams.batch_size,
             shuffle=shuffle,
+            seed=self.hparams.seed,
             drop_last=drop_last,
             num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
         )
 
     def train_dataloader(self) -> DataLoader:

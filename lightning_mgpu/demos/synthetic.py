@@ -6,6 +6,8 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_mgpu.data.loader import resumable_loader
+
 
 def make_synthetic_images(
     size: int, image_shape: tuple[int, int, int], num_classes: int, seed: int
@@ -78,15 +80,16 @@ class SyntheticImageDataModule(LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None
-        return DataLoader(
+        # Stateful and seeded, so that a mid-epoch checkpoint resumes exactly (lightning_mgpu.data.loader).
+        return resumable_loader(
             self.train_set,
             batch_size=self.hparams.batch_size,
             shuffle=True,
+            seed=self.hparams.seed,
             drop_last=self.hparams.drop_last,
             num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
         )
 
     def val_dataloader(self) -> DataLoader:
         assert self.val_set is not None
-        return DataLoader(self.val_set, batch_size=self.hparams.batch_size, num_workers=self.hparams.num_workers)
+        return resumable_loader(self.val_set, batch_size=self.hparams.batch_size, seed=self.hparams.seed, num_workers=self.hparams.num_workers)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from lightning.pytorch.strategies.launchers.multiprocessing import (
     _MultiProcessingLauncher,
@@ -20,10 +20,17 @@ from lightning.pytorch.strategies.launchers.multiprocessing import (
 from typing_extensions import override
 
 from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
+from lightning_mgpu.utilities.signals import interrupts_to_workers
 
 
 class CleanExitSpawnLauncher(_MultiProcessingLauncher):
-    """``_MultiProcessingLauncher`` whose workers end with ``os._exit(0)`` once their results are delivered."""
+    """``_MultiProcessingLauncher`` whose workers end with ``os._exit(0)`` once their results are delivered, and
+    whose launching process leaves a first Ctrl-C to the workers (they save and stop: ``SaveOnInterrupt``)."""
+
+    @override
+    def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
+        with interrupts_to_workers():
+            return super().launch(function, *args, trainer=trainer, **kwargs)
 
     @override
     def _wrapping_function(self, *args: Any, **kwargs: Any) -> None:

@@ -62,10 +62,12 @@ def failed_rank_report(strategy: Any, wait_s: float = 3.0) -> str | None:
     return "A training process failed: " + "; ".join(failed) + ". The errors of the other ranks follow from it."
 
 
-def on_training_failure(strategy: Any) -> None:
+def on_training_failure(strategy: Any, report: bool = True) -> None:
     """What a rank does when training failed: keep its process group (others may be inside a collective) and, on
-    rank 0 of a script launch, name the other rank that died first."""
+    rank 0 of a script launch, name the other rank that died first (unless ``report`` is False)."""
     mark_failed()
-    report = failed_rank_report(strategy)
-    if report:
-        log.error(report)
+    if not report:
+        return
+    report_text = failed_rank_report(strategy)
+    if report_text:
+        log.error(report_text)

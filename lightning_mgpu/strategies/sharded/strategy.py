@@ -468,8 +468,9 @@ class ShardedStrategy(StepRouting, DDPStrategy):
     @override
     def on_exception(self, exception: BaseException) -> None:
         super().on_exception(exception)
-        # Keep the group (other ranks may be inside a collective); under the script launcher, name a dead rank.
-        on_training_failure(self)
+        # Keep the group (other ranks may be inside a collective); under the script launcher, name a dead rank
+        # (not after Ctrl-C, where every rank stops on purpose).
+        on_training_failure(self, report=not isinstance(exception, KeyboardInterrupt))
 
     @override
     def teardown(self) -> None:

@@ -1,0 +1,124 @@
+"""Ctrl-C saves the interrupted step, then stops every rank; resuming from that checkpoint is exact.
+
+A terminal's Ctrl-C sends SIGINT to the whole foreground process group, so every rank gets it, each at a different
+point of its step: one inside a backward all-reduce, another already waiting for the next batch. Saving from the
+signal (Lightning's ``OnExceptionCheckpoint``) would start a checkpoint's collectives while other ranks are inside
+the step's, and can hang or write a torn state. Here the signal only sets a flag; at the next optimizer-step boundary
+the ranks agree (one all-reduce), save together as ``ModelCheckpoint`` would, and stop through Lightning's
+KeyboardInterrupt shutdown. A second Ctrl-C stops at once, without saving.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from typing_extensions import override
+
+from lightning_mgpu.utilities.process_group import in_spawned_worker
+
+_SAME_CTRL_C_S = 1.0  # signals closer than this are one Ctrl-C
+
+
+class SaveOnInterrupt(Callback):
+    """On Ctrl-C (SIGINT), finish the current optimizer step on every rank, save a checkpoint, then stop.
+
+    The checkpoint is a complete mid-epoch one: with a stateful training loader
+    (:func:`lightning_mgpu.data.loader.resumable_loader`) and :class:`RNGStates`, ``fit(ckpt_path=...)`` from it ends
+    with the same parameters as a run that was never interrupted. With gradient accumulation the stop waits for the
+    step that completes the accumulation (partial gradients are not checkpointed).
+
+    Args:
+        dirpath: folder of the checkpoint; default: the ``ModelCheckpoint``'s folder, else
+            ``default_root_dir/checkpoints``.
+        filename: its name. The default, ``last.ckpt``, is what ``ModelCheckpoint(save_last=True)`` and
+            ``train.py --resume auto`` resume from.
+        check_every_n_steps: how often the ranks agree on whether one of them was interrupted (one all-reduce of one
+            element). Raise it if a step is shorter than a few milliseconds.
+
+    Raises:
+        ValueError: ``check_every_n_steps`` < 1.
+
+    Example::
+
+        trainer = Trainer(strategy="ddp", devices=2, callbacks=[SaveOnInterrupt(), RNGStates()])
+        trainer.fit(model, dm)  # Ctrl-C: "Interrupted at step 37; saved checkpoints/last.ckpt"
+    """
+
+    def __init__(self, dirpath: str | Path | None = None, filename: str = "last.ckpt", check_every_n_steps: int = 1) -> None:
+        if check_every_n_steps < 1:
+            raise ValueError(f"check_every_n_steps must be >= 1, got {check_every_n_steps}.")
+        self.dirpath = Path(dirpath) if dirpath is not None else None
+        self.filename = filename
+        self.check_every_n_steps = check_every_n_steps
+        self.saved_path: Path | None = None
+        self._signalled: float | None = None  # when the first SIGINT came
+        self._previous: Any = None
+
+    def checkpoint_path(self, trainer: pl.Trainer) -> Path:
+        """Where the interrupted step is saved."""
+        folder = self.dirpath
+        if folder is None:
+            dirpath = getattr(trainer.checkpoint_callback, "dirpath", None)
+            folder = Path(dirpath) if dirpath else Path(trainer.default_root_dir) / "checkpoints"
+        return folder / self.filename
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if self._signalled is None:
+            self._signalled = now
+        elif now - self._signalled > _SAME_CTRL_C_S:  # a second Ctrl-C: stop now, as if we were not here
+            self._restore_handler()
+            raise KeyboardInterrupt
+        # else: the same Ctrl-C twice (from the terminal, and passed on by a spawn launcher)
+
+    def _restore_handler(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._signalled, self.saved_path = None, None
+        if threading.current_thread() is not threading.main_thread():
+            rank_zero_warn("SaveOnInterrupt: training runs outside the main thread, where Python cannot catch Ctrl-C.")
+            return
+        self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+
+    @override
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # Only where an optimizer step just completed: accumulated gradients are not part of a checkpoint.
+        if trainer.fit_loop.epoch_loop._should_accumulate():
+            return
+        if trainer.global_step % self.check_every_n_steps:
+            return  # the same on every rank (global_step agrees), so the all-reduce below always has every rank
+        if not trainer.strategy.reduce_boolean_decision(self._signalled is not None, all=False):
+            return
+        path = self.checkpoint_path(trainer)
+        trainer.save_checkpoint(path)  # every rank, as ModelCheckpoint does; rank 0 writes, atomically
+        self.saved_path = path
+        rank_zero_info(
+            f"Interrupted at step {trainer.global_step} (epoch {trainer.current_epoch}, batch {batch_idx + 1});"
+            f" saved {path}. Resume with `fit(..., ckpt_path={str(path)!r})` (train.py: --ckpt-path {path})."
+        )
+        self._restore_handler()
+        if in_spawned_worker():
+            # torch.multiprocessing swallows KeyboardInterrupt in a worker, which then exits 0 without results, and
+            # the launcher waits for them forever. An exit code reaches it: 130, as a shell reports Ctrl-C.
+            raise SystemExit(130)
+        raise KeyboardInterrupt  # Lightning's graceful shutdown: on_exception hooks, teardown, exit
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore_handler()
+
+    @override
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._restore_handler()

@@ -1,0 +1,130 @@
+"""Promises 3 and 4: Ctrl-C saves the interrupted step and stops every rank; resuming from it is exact.
+
+Each case runs ``examples/train.py`` three times with the same arguments: uninterrupted; interrupted by SIGINT to
+its whole process group (what a terminal's Ctrl-C sends) at a random moment after the first epoch; resumed from
+the checkpoint that the interrupt saved. The resumed run must end with parameters and optimizer state
+``torch.equal`` to the uninterrupted one's, and the interrupted run must exit 130 within ``STOP_BOUND_S`` of the
+signal with no process of the job left.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers.launch import REPO_ROOT, clean_environ, run_python
+from tests.helpers.runif import RunIf
+
+STOP_BOUND_S = 30.0
+STRATEGIES = [
+    pytest.param("ddp", "2", id="ddp"),
+    pytest.param("ddp_spawn", "2", id="ddp_spawn"),
+    # sharded/sharded_spawn: not yet. A validation pass between training steps changes sharded's following steps
+    # (it then differs from ddp; tests/strategies/sharded/test_validation_parity.py), and the resumed run validates
+    # at other points than the uninterrupted one. Their epoch-end resume is exact.
+    # dp: passed 4 of 5 runs here; the fifth (2026-11-25) failed and was not yet diagnosed (issue 13 note).
+]
+# Adam: its state (moments, step count) must come back exactly as well; one thread per rank for bitwise repeatability.
+ARGS = ["--max-epochs", "3", "--logger", "none", "--optimizer", "adam", "--lr", "0.01"]
+ENV = {"OMP_NUM_THREADS": "1"}
+
+
+def _train(out: Path, strategy: str, devices: str, *extra: str) -> list[str]:
+    return [str(REPO_ROOT / "examples" / "train.py"), "--strategy", strategy, "--devices", devices,
+            "--output-dir", str(out), *ARGS, *extra]  # fmt: skip
+
+
+def _final_state(out: Path) -> dict[str, torch.Tensor]:
+    ckpt = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    state = {f"param.{k}": v for k, v in ckpt["state_dict"].items()}
+    for i, opt in enumerate(ckpt["optimizer_states"]):
+        for pid, slots in opt["state"].items():
+            state.update({f"opt{i}.{pid}.{k}": torch.as_tensor(v) for k, v in slots.items()})
+    return state
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    # Zombies keep the group alive until reaped; only a running member counts.
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _interrupt(cmd: list[str], out: Path, seed: int) -> tuple[int, str, float]:
+    """Start ``cmd`` in its own process group; once the first epoch's checkpoint exists, SIGINT the group."""
+    env = {**clean_environ(), "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO_ROOT), **ENV}
+    proc = subprocess.Popen([sys.executable, *cmd], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not list((out / "checkpoints").glob("epoch00-*.ckpt")):
+            assert proc.poll() is None, f"seed {seed}: the run ended before its first epoch\n{proc.communicate()[0][-4000:]}"
+            assert time.monotonic() < deadline, f"seed {seed}: no first-epoch checkpoint within 120 s"
+            time.sleep(0.02)
+        time.sleep(random.Random(seed).uniform(0.0, 0.4))  # somewhere in the second epoch
+        os.killpg(proc.pid, signal.SIGINT)
+        sent = time.monotonic()
+        output, _ = proc.communicate(timeout=STOP_BOUND_S + 30)
+        return proc.returncode, output, time.monotonic() - sent
+    finally:
+        if proc.poll() is None or _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(360)
+@pytest.mark.parametrize("strategy,devices", STRATEGIES)
+def test_ctrl_c_saves_the_step_and_resume_is_exact(strategy: str, devices: str, tmp_path: Path, record_property) -> None:
+    seed = random.SystemRandom().randrange(10**6)
+    run_python(_train(tmp_path / "reference", strategy, devices), timeout=240, env=ENV)
+
+    out = tmp_path / "interrupted"
+    code, log, stop_s = _interrupt(_train(out, strategy, devices), out, seed)
+    assert code == 130, f"seed {seed}: exit {code}\n{log[-6000:]}"
+    assert stop_s <= STOP_BOUND_S, f"seed {seed}: {stop_s:.1f} s to stop"
+    assert f"Interrupted: saved {out / 'checkpoints' / 'last.ckpt'}" in log, log[-4000:]
+    assert not _group_alive_after(out), "a process of the interrupted job is still running"
+    saved = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    step, per_epoch = saved["global_step"], 23  # 1437 training digits / (32 x 2) -> 23 steps an epoch
+    record_property("interrupted_at_step", step)
+
+    run_python(_train(out, strategy, devices, "--ckpt-path", str(out / "checkpoints" / "last.ckpt")), timeout=240, env=ENV)
+    reference, resumed = _final_state(tmp_path / "reference"), _final_state(out)
+    assert reference.keys() == resumed.keys()
+    differ = [k for k in reference if not torch.equal(reference[k], resumed[k])]
+    assert not differ, f"seed {seed}, interrupted at step {step} ({step % per_epoch} into an epoch): {differ[:5]} differ"
+
+
+def _group_alive_after(out: Path) -> bool:
+    """Any process whose command line names this run's output folder (workers re-exec the script with it)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(out) in text and "pytest" not in text:
+            stat = cmdline.parent / "stat"
+            try:
+                if stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    return True
+            except (OSError, IndexError):
+                continue
+    return False
