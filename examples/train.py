@@ -344,19 +344,21 @@ def fit(trainer: pl.Trainer, model: pl.LightningModule, dm: pl.LightningDataModu
     """``trainer.fit``, turning Ctrl-C into exit code 130 with the checkpoint to resume from."""
     # A spawn launcher only waits for its workers: let them handle Ctrl-C (save, then stop) instead of dying first.
     spawn = isinstance(trainer.strategy.launcher, _MultiProcessingLauncher)
+    saver = next((c for c in trainer.callbacks if isinstance(c, SaveOnInterrupt)), None)
     with interrupts_to_workers() if spawn else contextlib.nullcontext():
         try:
             trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
             return
-        except ProcessExitedException as exc:  # a spawned worker stopped; 130 is SaveOnInterrupt's Ctrl-C exit
+        except ProcessExitedException as exc:
             if exc.exit_code != 130:
                 raise
+            saved = True  # a spawned worker exits 130 only after SaveOnInterrupt's save
         except SystemExit:  # Lightning's exit after a KeyboardInterrupt
             if trainer.state.status != "interrupted":
                 raise
-    saver = next((c for c in trainer.callbacks if isinstance(c, SaveOnInterrupt)), None)
-    path = saver.checkpoint_path(trainer) if saver else None
-    if path is not None and (saver.saved_path or spawn) and path.is_file():
+            saved = saver is not None and saver.saved_path is not None  # set in this process when it saved
+    if saved and saver is not None:
+        path = saver.checkpoint_path(trainer)
         say(f"Interrupted: saved {path}. Resume with: python examples/train.py ... --ckpt-path {path}")
     else:
         say("Interrupted without saving the current step (--no-save-on-interrupt, or a second Ctrl-C).")

@@ -18,6 +18,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
+from lightning_mgpu.utilities.collectives import gather_rows
+
 KEY = "rng_states"
 
 
@@ -69,7 +71,7 @@ class RNGStates(Callback):
         device = trainer.strategy.root_device
         gathered = {}
         for name, tensor in local.items():
-            gathered[name] = _gather_rows(trainer, tensor.to(device)).cpu()
+            gathered[name] = gather_rows(trainer.strategy, tensor.to(device)).cpu()
         checkpoint[KEY] = gathered
 
     @override
@@ -85,15 +87,3 @@ class RNGStates(Callback):
         # clone: a row is a view into the stacked tensor, and torch.set_rng_state reads its storage from the start.
         set_rng_states({name: rows[rank].clone() for name, rows in saved.items()})
 
-
-def _gather_rows(trainer: pl.Trainer, tensor: torch.Tensor) -> torch.Tensor:
-    """``(world_size, *tensor.shape)``: every rank's ``tensor``, in rank order."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        # Not strategy.all_gather: for torch.distributed Lightning goes through torch.distributed.nn.functional,
-        # which torch 2.13 deprecates (a warning on every save), and nothing here needs gradients.
-        rows = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-        dist.all_gather(rows, tensor.contiguous())
-        return torch.stack(rows)
-    rows = trainer.strategy.all_gather(tensor)  # horovod, or a single process (dp): the tensor itself
-    return rows if rows.dim() > tensor.dim() else rows.unsqueeze(0)

@@ -45,6 +45,7 @@ from lightning_mgpu.monitoring.samplers import (
 )
 from lightning_mgpu.monitoring.step_timing import StepTimer, SyncDetector, TimingAcc
 from lightning_mgpu.utilities.imports import is_available, require
+from lightning_mgpu.utilities.collectives import gather_rows
 
 # What each device sends to rank 0, in this order. (group, name); MFU is per device here and
 # logged as the all-rank mean only.
@@ -73,12 +74,6 @@ def local_labels(rank: int, devices: Sequence[torch.device]) -> list[str]:
     if len(devices) == 1:
         return [K.device_label(rank)]
     return [K.device_label(rank, d.index if d.index is not None else i) for i, d in enumerate(devices)]
-
-
-def _torch_distributed_world() -> int:
-    """The size of torch.distributed's default group, or 0 when it is not initialised (dp, Horovod)."""
-    dist = torch.distributed
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 0
 
 
 def _finite(x: float) -> bool:
@@ -509,18 +504,8 @@ class GPUUtilizationMonitor(Callback):
         """Every rank's row, on every rank: one small all_gather (none with one process)."""
         if trainer.world_size == 1:
             return [row]
-        t = torch.tensor(row, dtype=torch.float32, device=trainer.strategy.root_device).reshape(1, -1)
-        if _torch_distributed_world() == trainer.world_size:
-            # torch.distributed directly: Lightning's all_gather goes through the autograd-aware
-            # torch.distributed.nn.functional.all_gather, deprecated in torch 2.13 (a warning on every run),
-            # and these numbers need no gradient.
-            parts = [torch.empty_like(t) for _ in range(trainer.world_size)]
-            torch.distributed.all_gather(parts, t)
-            gathered = torch.cat(parts)
-        else:  # Horovod and other strategies with their own collectives
-            gathered = trainer.strategy.all_gather(t)
-        # DDP stacks to (world, 1, n); Horovod-style allgather concatenates to (world, n).
-        return gathered.reshape(-1, t.shape[1]).cpu().double().tolist()
+        t = torch.tensor(row, dtype=torch.float32, device=trainer.strategy.root_device)
+        return gather_rows(trainer.strategy, t).cpu().double().tolist()
 
     def _per_device(self, rows: list[list[float]]) -> dict[str, dict[tuple[str, str], float]]:
         per_device: dict[str, dict[tuple[str, str], float]] = {}
