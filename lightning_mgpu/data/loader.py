@@ -146,3 +146,12 @@ class _EpochIterator(Iterator[int]):
         if int(state["yielded"]) >= self.sampler.num_samples:
             return  # saved at the end of an epoch: the next one starts afresh, with the epoch set_epoch gives
         self._start(int(state["epoch"]), int(state["yielded"]))
+
+
+def loader_batch_size(loader: Any) -> int | None:
+    """Samples per batch of ``loader``, also when it is built around a batch sampler (``batch_size`` is then None).
+
+    Lightning builds a ``StatefulDataLoader`` that way when it swaps in its ``DistributedSampler`` (Horovod).
+    """
+    size = getattr(loader, "batch_size", None)
+    return size if size is not None else getattr(getattr(loader, "batch_sampler", None), "batch_size", None)

@@ -26,6 +26,7 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
+from lightning_mgpu.data.loader import loader_batch_size
 from lightning_mgpu.monitoring import keys as K
 from lightning_mgpu.monitoring.diagnosis import (
     Diagnosis,
@@ -333,7 +334,7 @@ class GPUUtilizationMonitor(Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loader = getattr(trainer, "train_dataloader", None)
         if isinstance(loader, torch.utils.data.DataLoader):
-            self._context.update(num_workers=loader.num_workers, pin_memory=bool(loader.pin_memory), batch_size=loader.batch_size)
+            self._context.update(num_workers=loader.num_workers, pin_memory=bool(loader.pin_memory), batch_size=loader_batch_size(loader))
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

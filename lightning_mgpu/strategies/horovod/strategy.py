@@ -53,6 +53,7 @@ from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
+from lightning_mgpu.data.loader import loader_batch_size
 from lightning_mgpu.strategies._optim import rebind_schedulers
 from lightning_mgpu.strategies.horovod import runtime
 from lightning_mgpu.strategies.horovod.environment import HorovodEnvironment
@@ -551,7 +552,7 @@ class HorovodStrategy(ParallelStrategy):
         assert self.lightning_module is not None
         trainer = self.lightning_module.trainer
         loader = trainer.train_dataloader
-        batch = getattr(loader, "batch_size", None)
+        batch = loader_batch_size(loader)
         accumulate = trainer.accumulate_grad_batches
         per_worker = str(batch) if batch else "per-worker batch"
         total = f" = {batch * self.world_size * accumulate}" if batch else ""
