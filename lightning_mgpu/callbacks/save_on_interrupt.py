@@ -6,6 +6,9 @@ signal (Lightning's ``OnExceptionCheckpoint``) would start a checkpoint's collec
 the step's, and can hang or write a torn state. Here the signal only sets a flag; at the next optimizer-step boundary
 the ranks agree (one all-reduce), save together as ``ModelCheckpoint`` would, and stop through Lightning's
 KeyboardInterrupt shutdown. A second Ctrl-C stops at once, without saving.
+
+SIGTERM is handled the same way: launchers pass a Ctrl-C on to their workers as SIGTERM (horovodrun, with 5 s before
+SIGKILL), and SLURM pre-emption and ``scancel`` send it too. Lightning's own SIGTERM handling stops without saving.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -28,7 +32,7 @@ _SAME_CTRL_C_S = 1.0  # signals closer than this are one Ctrl-C
 
 
 class SaveOnInterrupt(Callback):
-    """On Ctrl-C (SIGINT), finish the current optimizer step on every rank, save a checkpoint, then stop.
+    """On Ctrl-C (SIGINT) or SIGTERM, finish the current optimizer step on every rank, save a checkpoint, then stop.
 
     The checkpoint is a complete mid-epoch one: with a stateful training loader
     (:func:`lightning_mgpu.data.loader.resumable_loader`) and :class:`RNGStates`, ``fit(ckpt_path=...)`` from it ends
@@ -42,9 +46,11 @@ class SaveOnInterrupt(Callback):
             ``train.py --resume auto`` resume from.
         check_every_n_steps: how often the ranks agree on whether one of them was interrupted (one all-reduce of one
             element). Raise it if a step is shorter than a few milliseconds.
+        signals: the signals that ask for a save and a stop. A step must end within the launcher's grace period:
+            torchrun waits 30 s before SIGKILL, horovodrun 5 s, SLURM ``KillWait`` (30 s by default).
 
     Raises:
-        ValueError: ``check_every_n_steps`` < 1.
+        ValueError: ``check_every_n_steps`` < 1, or no signals.
 
     Example::
 
@@ -52,15 +58,24 @@ class SaveOnInterrupt(Callback):
         trainer.fit(model, dm)  # Ctrl-C: "Interrupted at step 37; saved checkpoints/last.ckpt"
     """
 
-    def __init__(self, dirpath: str | Path | None = None, filename: str = "last.ckpt", check_every_n_steps: int = 1) -> None:
+    def __init__(
+        self,
+        dirpath: str | Path | None = None,
+        filename: str = "last.ckpt",
+        check_every_n_steps: int = 1,
+        signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
+    ) -> None:
         if check_every_n_steps < 1:
             raise ValueError(f"check_every_n_steps must be >= 1, got {check_every_n_steps}.")
+        if not signals:
+            raise ValueError("SaveOnInterrupt(signals=()) handles nothing; leave the callback out instead.")
+        self.signals = tuple(signal.Signals(s) for s in signals)
         self.dirpath = Path(dirpath) if dirpath is not None else None
         self.filename = filename
         self.check_every_n_steps = check_every_n_steps
         self.saved_path: Path | None = None
-        self._signalled: float | None = None  # when the first SIGINT came
-        self._previous: Any = None
+        self._signalled: float | None = None  # when the first signal came
+        self._previous: dict[signal.Signals, Any] = {}
 
     def checkpoint_path(self, trainer: pl.Trainer) -> Path:
         """Where the interrupted step is saved."""
@@ -70,19 +85,19 @@ class SaveOnInterrupt(Callback):
             folder = Path(dirpath) if dirpath else Path(trainer.default_root_dir) / "checkpoints"
         return folder / self.filename
 
-    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         now = time.monotonic()
         if self._signalled is None:
             self._signalled = now
         elif now - self._signalled > _SAME_CTRL_C_S:  # a second Ctrl-C: stop now, as if we were not here
             self._restore_handler()
             raise KeyboardInterrupt
-        # else: the same Ctrl-C twice (from the terminal, and passed on by a spawn launcher)
+        # else: the same Ctrl-C twice (from the terminal, and passed on by a launcher)
 
     def _restore_handler(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -90,7 +105,8 @@ class SaveOnInterrupt(Callback):
         if threading.current_thread() is not threading.main_thread():
             rank_zero_warn("SaveOnInterrupt: training runs outside the main thread, where Python cannot catch Ctrl-C.")
             return
-        self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        # Installed after Lightning's own SIGTERM handler (registered when fit starts), which it replaces until the end.
+        self._previous = {signum: signal.signal(signum, self._on_signal) for signum in self.signals}
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -102,7 +118,7 @@ class SaveOnInterrupt(Callback):
         if not trainer.strategy.reduce_boolean_decision(self._signalled is not None, all=False):
             return
         path = self.checkpoint_path(trainer)
-        trainer.save_checkpoint(path)  # every rank, as ModelCheckpoint does; rank 0 writes, atomically
+        trainer.save_checkpoint(path, weights_only=False)  # a full checkpoint; every rank, as ModelCheckpoint does; rank 0 writes, atomically
         self.saved_path = path
         rank_zero_info(
             f"Interrupted at step {trainer.global_step} (epoch {trainer.current_epoch}, batch {batch_idx + 1});"

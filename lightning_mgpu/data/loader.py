@@ -25,6 +25,8 @@ from typing import Any, Iterator
 import torch
 from torch.utils.data import Dataset, DistributedSampler, RandomSampler
 
+from lightning_mgpu.utilities.process_group import data_parallel_rank_and_size
+
 # torchdata 0.11 calls torch.set_vital, which torch >= 2.9 deprecates, each time a loader is built; nothing of ours
 # or the user's can act on it.
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning, module="torchdata")
@@ -55,8 +57,8 @@ def resumable_loader(
     Args:
         dataset: the map-style dataset.
         batch_size: samples per batch (per process; Lightning adds a ``DistributedSampler`` under ddp).
-        shuffle: shuffle each epoch. Under a ``torch.distributed`` process group (ddp, sharded) the loader gets a
-            :class:`ResumableDistributedSampler`, seeded with ``seed`` and the epoch.
+        shuffle: shuffle each epoch. In a multi-process job (a ``torch.distributed`` group: ddp, sharded; or
+            Horovod) the loader gets a :class:`ResumableDistributedSampler`, seeded with ``seed`` and the epoch.
         seed: seed of the loader's own generator (shuffling order, worker base seeds).
         num_workers: worker processes; ``persistent_workers`` is on when there are any.
         drop_last: drop the last incomplete batch.
@@ -70,9 +72,12 @@ def resumable_loader(
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     kwargs.setdefault("worker_init_fn", ignore_sigint_worker_init if num_workers > 0 else None)
-    if shuffle and torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-        # Lightning keeps a DistributedSampler it is given (and still calls set_epoch on it).
-        kwargs["sampler"] = ResumableDistributedSampler(dataset, shuffle=True, seed=seed)
+    group = data_parallel_rank_and_size() if shuffle else None
+    if group is not None:
+        # Lightning keeps a DistributedSampler it is given (and still calls set_epoch on it); a plain one it would put
+        # in its place replays epoch 0 on resume. Horovod has no torch.distributed group: give the ranks explicitly.
+        rank, world = group
+        kwargs["sampler"] = ResumableDistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed)
     elif shuffle:
         kwargs["sampler"] = ResumableRandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
     return StatefulDataLoader(

@@ -1,4 +1,5 @@
-"""How a training process leaves its process group: destroyed after success, never during a failure.
+"""The job's process group: which data-parallel rank this process is, and how it leaves the group (destroyed
+after success, never during a failure).
 
 A process that exits with its gloo group alive can abort at interpreter shutdown ("terminate called without
 an active exception", SIGABRT) while gloo's threads still hold work: a finished job then reports a failure.
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing
+import sys
+
+import torch
 
 _state = {"failed": False, "registered": False}
 
@@ -42,3 +46,18 @@ def destroy_at_exit() -> None:
     if not _state["registered"]:
         _state["registered"] = True
         atexit.register(destroy_process_group_if_done)
+
+
+def data_parallel_rank_and_size() -> tuple[int, int] | None:
+    """This process's rank and the number of data-parallel processes, or ``None`` outside a multi-process job.
+
+    torch.distributed's default group (ddp, sharded) or an initialized Horovod (which runs without torch.distributed).
+    Horovod is consulted only if something already imported it, so this never imports it.
+    """
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return (dist.get_rank(), dist.get_world_size()) if dist.get_world_size() > 1 else None
+    hvd = sys.modules.get("horovod.torch")
+    if hvd is not None and hvd.is_initialized() and hvd.size() > 1:
+        return hvd.rank(), hvd.size()
+    return None

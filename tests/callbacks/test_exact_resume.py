@@ -47,14 +47,14 @@ class DropoutModule(pl.LightningModule):
 
 
 class CtrlCAt(pl.Callback):
-    """Sends this process a real SIGINT when the given optimizer step starts."""
+    """Sends this process a real signal (SIGINT: Ctrl-C) when the given optimizer step starts."""
 
-    def __init__(self, step: int) -> None:
-        self.step = step
+    def __init__(self, step: int, signum: signal.Signals = signal.SIGINT) -> None:
+        self.step, self.signum = step, signum
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), self.signum)
 
 
 def _fit(root: Path, callbacks: list, ckpt_path: Path | None = None) -> tuple[pl.Trainer, DropoutModule]:
@@ -86,6 +86,22 @@ def test_interrupt_then_resume_equals_an_uninterrupted_run(tmp_path: Path, with_
     assert equal is with_rng  # dropout masks after the resume come from the restored RNG, and only from it
 
 
-def test_check_every_n_steps_is_validated() -> None:
+def test_sigterm_saves_and_stops_like_ctrl_c(tmp_path: Path) -> None:
+    """horovodrun passes Ctrl-C on as SIGTERM, and SLURM pre-emption sends it: the same save, then the same stop."""
+    _, reference = _fit(tmp_path / "ref", [RNGStates()])
+    before = signal.getsignal(signal.SIGTERM)
+    saver = SaveOnInterrupt(dirpath=tmp_path / "ckpt")
+    with pytest.raises(SystemExit):
+        _fit(tmp_path / "int", [saver, CtrlCAt(17, signal.SIGTERM), RNGStates()])
+    assert saver.saved_path is not None and torch.load(saver.saved_path, weights_only=False)["global_step"] == 18
+    assert signal.getsignal(signal.SIGTERM) == before  # Lightning's and ours both given back
+
+    _, resumed = _fit(tmp_path / "res", [RNGStates()], ckpt_path=saver.saved_path)
+    assert all(torch.equal(a, b) for a, b in zip(reference.state_dict().values(), resumed.state_dict().values()))
+
+
+def test_arguments_are_validated() -> None:
     with pytest.raises(ValueError, match="check_every_n_steps must be >= 1"):
         SaveOnInterrupt(check_every_n_steps=0)
+    with pytest.raises(ValueError, match="handles nothing"):
+        SaveOnInterrupt(signals=())

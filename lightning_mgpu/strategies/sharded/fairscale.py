@@ -28,6 +28,7 @@ __all__ = [
     "ShardedGradScaler",
     "arm_reduction",
     "bucket_safe_zero_grad",
+    "follow_module_mode",
     "make_oss",
     "params_not_reduced",
     "reduce_in_fixed_order",
@@ -88,6 +89,17 @@ def wrap_module(module: nn.Module, optimizers: list[OSS], **kwargs: Any) -> Shar
         for optimizer in optimizers:
             _keep_bucketed_grads_on_zero_grad(optimizer, wrapped)
     return wrapped
+
+
+def follow_module_mode(module: ShardedDataParallel) -> None:
+    """Give the wrapper the train/eval mode of the module it wraps (the flag only, not the submodules').
+
+    Lightning's validation loop calls ``trainer.model.eval()`` (this wrapper) but afterwards restores the modes of
+    the LightningModule's submodules only, so the wrapper stays in eval mode. ShardedDataParallel in eval mode
+    removes its gradient hooks and reduces nothing: every later step would use local gradients, and the ranks'
+    models drift apart without an error. Called before each training step.
+    """
+    module.training = module.module.training
 
 
 def remove_grad_hooks(module: ShardedDataParallel) -> None:

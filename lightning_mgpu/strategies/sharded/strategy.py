@@ -407,6 +407,15 @@ class ShardedStrategy(StepRouting, DDPStrategy):
             " not take part in the loss with `requires_grad_(False)`."
         )
 
+    @override
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        sdp = self._sharded_data_parallel()
+        if sdp is not None:
+            from lightning_mgpu.strategies.sharded.fairscale import follow_module_mode
+
+            follow_module_mode(sdp)
+        return super().training_step(*args, **kwargs)
+
     def _step_runner(self, step_name: str) -> Any:
         # Validation, test and predict run on the bare module: no gradients to reduce, and ShardedDataParallel
         # would rebuild its hooks and buckets each time it sees the module switch between train and eval.

@@ -1,7 +1,8 @@
-"""A known defect, kept visible: under ``sharded`` (FairScale), a validation pass between training steps changes the
-steps that follow, so a fit with validation no longer matches ``ddp`` (SGD, 2 ranks: max |diff| about 0.03 after
-14 steps). Without validation the two are bitwise equal. Found on 2026-11-25 while testing exact resume (issue 13);
-the xfail is strict, so the fix must remove it.
+"""Under ``sharded`` (FairScale), a validation pass between training steps must not change the steps that follow.
+
+Lightning's validation loop leaves the ShardedDataParallel wrapper in eval mode, where it reduces no gradient: the
+ranks then stepped on local gradients (max |diff| against ``ddp`` about 0.03 after 14 SGD steps on 2 ranks).
+Found on 2026-11-25 while testing exact resume (issue 13); fixed by ``fairscale.follow_module_mode``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,5 @@ def test_without_validation_sharded_equals_ddp(tmp_path: Path) -> None:
 @RunIf(fairscale=True)
 @pytest.mark.integration
 @pytest.mark.timeout(400)
-@pytest.mark.xfail(strict=True, reason="sharded (FairScale) diverges from ddp after a validation pass; issue 13 note")
 def test_with_validation_sharded_equals_ddp(tmp_path: Path) -> None:
     assert _equal(_final(tmp_path, "ddp", 3), _final(tmp_path, "sharded", 3))

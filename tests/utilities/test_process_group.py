@@ -1,0 +1,39 @@
+"""``data_parallel_rank_and_size``: the data-parallel rank and size, from torch.distributed or Horovod."""
+
+from __future__ import annotations
+
+import pytest
+import torch.distributed as dist
+
+from lightning_mgpu.utilities.process_group import data_parallel_rank_and_size
+from tests.helpers.runif import RunIf
+
+
+def test_one_process_is_not_a_group() -> None:
+    assert not dist.is_initialized()
+    assert data_parallel_rank_and_size() is None
+
+
+def _under_horovod() -> tuple:
+    import horovod.torch as hvd
+
+    hvd.init()
+    from lightning_mgpu.data.loader import ResumableDistributedSampler, resumable_loader
+
+    loader = resumable_loader(list(range(10)), batch_size=2, shuffle=True, seed=3)
+    sampler = loader.sampler
+    return data_parallel_rank_and_size(), isinstance(sampler, ResumableDistributedSampler), list(sampler)
+
+
+@RunIf(horovod=True)
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_horovod_ranks_and_the_loader_shards_by_them() -> None:
+    """Horovod has no torch.distributed group; the loader must still shard (else Lightning swaps in a sampler that
+    replays epoch 0 on resume)."""
+    import horovod
+
+    results = horovod.run(_under_horovod, np=2, use_gloo=True, hosts="localhost:2")
+    assert [r[0] for r in results] == [(0, 2), (1, 2)]
+    assert all(r[1] for r in results)
+    assert sorted(results[0][2] + results[1][2]) == list(range(10))  # each sample once across the ranks
