@@ -1,8 +1,8 @@
 """Promise 1: a rank that raises or is SIGKILLed mid-epoch fails the whole job promptly, leaving no process.
 
 Each case starts ``run_faulty`` (2 ranks, gloo) with the fault planted on rank 1 at step 3, and checks: the
-launcher exits non-zero within ``EXIT_BOUND_S`` of the fault; its output names the failure; no process of the
-job is alive afterwards.
+launcher exits non-zero within ``EXIT_BOUND_S`` of the fault; its output names the failure; afterwards no process of
+the job is alive, nothing listens on its rendezvous port, and no shared-memory segment it made is left in /dev/shm.
 """
 
 from __future__ import annotations
@@ -43,6 +43,31 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # a zombie has exited; only its parent's bookkeeping is left
 
 
+def _listening_ports() -> set[int]:
+    """TCP ports in LISTEN state on this machine (IPv4 and IPv6), from /proc/net."""
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":  # 0A: TCP_LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _shm() -> set[str]:
+    return {p.name for p in Path("/dev/shm").iterdir()} if Path("/dev/shm").is_dir() else set()
+
+
+def _made_by(names: set[str], pids: set[int]) -> set[str]:
+    """The segments among ``names`` that these processes made: torch names its ``torch_<pid>_...``; Python's
+    multiprocessing uses ``psm_``/``wnsm_`` (shared_memory) and ``sem.mp-`` (semaphores). Other programs' are ignored."""
+    return {n for n in names if any(f"torch_{pid}_" in n for pid in pids) or n.startswith(("psm_", "wnsm_", "sem.mp-"))}
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fault", list(FAULTS))
@@ -51,6 +76,7 @@ def test_a_failed_rank_fails_the_job_promptly_and_leaves_nothing(strategy: str, 
     import re
 
     out = tmp_path / "run"
+    shm_before = _shm()
     start = time.monotonic()
     code, log, elapsed = run_command(
         [sys.executable, "-m", "tests.integration.runners.run_faulty", "--strategy", strategy, "--fault", fault,
@@ -69,3 +95,8 @@ def test_a_failed_rank_fails_the_job_promptly_and_leaves_nothing(strategy: str, 
     pids = {p.name: int(p.read_text()) for p in out.glob("pid_*")}
     left = {name: pid for name, pid in pids.items() if _alive(pid) and pid != os.getpid()}
     assert left == {}, f"processes left behind: {left}"
+    ports = {int(p.read_text()) for p in out.glob("port_rank*")}
+    assert ports, "the job recorded no rendezvous port"
+    assert not ports & _listening_ports(), f"still listening on the job's port(s) {sorted(ports & _listening_ports())}"
+    leaked = _made_by(_shm() - shm_before, set(pids.values()))
+    assert not leaked, f"shared memory left in /dev/shm: {sorted(leaked)}"

@@ -3,7 +3,8 @@
     --strategy ddp|ddp_spawn|sharded|sharded_spawn|horovod --fault raise|kill --rank R --step S --out DIR
 
 ``raise`` makes rank R raise at training step S; ``kill`` makes rank R SIGKILL itself there (an OOM killer, a
-pre-empted node). Every process writes ``pid_rank{r}`` first, so the test can check that none is left behind.
+pre-empted node). Every process writes ``pid_rank{r}`` and ``port_rank{r}`` first, so the test can check that no
+process and no listening port is left behind.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class FaultInjector(pl.Callback):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         (self.out / f"pid_rank{trainer.global_rank}").write_text(str(os.getpid()))
+        # The rendezvous port the job listens on (torch.distributed's store, or Horovod's gloo rendezvous server).
+        port = os.environ.get("MASTER_PORT") or os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
+        if port:
+            (self.out / f"port_rank{trainer.global_rank}").write_text(port)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int) -> None:
         if trainer.global_rank != self.rank or trainer.global_step != self.step:
