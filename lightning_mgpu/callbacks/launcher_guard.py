@@ -4,7 +4,7 @@ Lightning 1.x chose Horovod by itself under ``horovodrun``. Lightning 2.x does n
 ``horovodrun`` worker trains alone (world size 1, unsynchronised models, every worker writing the same
 checkpoints). And ``strategy="dp"`` under ``torchrun`` makes every process drive every GPU. Lightning offers no
 hook to pick a strategy from the environment, but it loads callbacks from the ``lightning.pytorch.callbacks_factory``
-entry point into every Trainer: lightning_mgpu registers :func:`callbacks_factory` there, which adds
+entry point into every Trainer: lightning_mgpu's factory (:mod:`lightning_mgpu.callbacks.factory`) adds
 :class:`LauncherGuard` only when a launcher's environment is present.
 """
 
@@ -60,6 +60,6 @@ class LauncherGuard(Callback):
             )
 
 
-def callbacks_factory() -> list[Callback]:
-    """Entry point of ``lightning.pytorch.callbacks_factory``: the guard, only where a launcher's environment is."""
-    return [LauncherGuard()] if _horovodrun_size() > 1 or _under_torchrun() else []
+def launcher_environment_present() -> bool:
+    """Whether horovodrun (several workers) or torchrun started this process: only then is the guard added."""
+    return _horovodrun_size() > 1 or _under_torchrun()

@@ -94,3 +94,19 @@ def release_for_spawn(cluster_environment: Any, num_nodes: int = 1) -> None:
     if hasattr(cluster_environment, "_main_port"):
         cluster_environment._main_port = port
     log.warning("MASTER_PORT=%s is in use (an earlier run in this process, or another program); using %d.", text, port)
+
+
+def release_port_of_earlier_fit() -> None:
+    """Before a Trainer is built: if an earlier in-process fit left its one-process group bound to ``MASTER_PORT``,
+    move ``MASTER_PORT`` to a free port (with the notice of :func:`release_for_spawn`).
+
+    This covers Lightning's own strategies, whose spawn launcher we do not own: ``Trainer(strategy="ddp", devices=1)``
+    then ``Trainer(strategy="ddp_spawn", devices=2)`` in one notebook fails in the workers with "address already in
+    use" on plain Lightning 2.6. Nothing happens inside a multi-process job (a group of more than one process): there
+    the port is the job's and must stay.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() != 1:
+        return
+    release_for_spawn(None)

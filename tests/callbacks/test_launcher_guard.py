@@ -11,7 +11,7 @@ import pytest
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from lightning_mgpu.callbacks import LauncherGuard
-from lightning_mgpu.callbacks.launcher_guard import callbacks_factory
+from lightning_mgpu.callbacks.factory import callbacks_factory
 from tests.helpers.launch import run_command
 from tests.helpers.runif import RunIf
 from tests.helpers.trainer import quiet_trainer

@@ -20,6 +20,10 @@ SEQUENCES = [
     ["ddp_sharded", "ddp_sharded_spawn"],
     ["ddp", "sharded_spawn"],
     ["dp", "sharded_spawn", "sharded", "sharded_spawn"],
+    # Lightning's own strategies: plain Lightning 2.6 fails the same way; the bundle's callbacks_factory entry point
+    # (run for every Trainer) moves MASTER_PORT off the earlier fit's store.
+    ["ddp", "ddp_spawn"],
+    ["ddp_spawn", "ddp", "ddp_spawn"],
 ]
 
 
