@@ -70,3 +70,23 @@ def test_refused_before_any_work(case: str, tmp_path: Path) -> None:
         assert "encoder.weight" in text and "was left untouched" in text
     if case in ("truncated checkpoint", "foreign checkpoint"):
         assert Path(args[-1]).is_file()  # the user's file is kept as it was
+
+
+_WITHOUT_FAIRSCALE = """
+import runpy, sys
+sys.modules["fairscale"] = None  # Python's own way to make an import fail as if the package were not installed
+sys.argv = [{train!r}, "--strategy", "sharded", "--output-dir", {out!r}]
+runpy.run_path({train!r}, run_name="__main__")
+"""
+
+
+@pytest.mark.integration
+def test_a_missing_optional_dependency_names_the_extra(tmp_path: Path) -> None:
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _WITHOUT_FAIRSCALE.format(train=TRAIN, out=str(tmp_path / "out"))],
+                          capture_output=True, text=True, timeout=180, cwd=REPO_ROOT)  # fmt: skip
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text[-3000:]
+    assert "needs `fairscale`" in text and "pip install 'lightning_mgpu[sharded]'" in text, text[-3000:]
+    assert "Initializing distributed" not in text and "Epoch 0" not in text
+    assert time.monotonic() - start < REFUSAL_BOUND_S

@@ -24,10 +24,12 @@ from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import ParallelStrategy
 from lightning.pytorch.strategies.strategy import Strategy, TBroadcast
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lightning_mgpu.data.loader import loader_batch_size
 from lightning_mgpu.strategies._steps import StepRouting
 from lightning_mgpu.strategies.dp.engine import LightningDataParallel, SmallBatchError
 from lightning_mgpu.strategies.dp.reduce import (
@@ -253,6 +255,28 @@ class DataParallelStrategy(StepRouting, ParallelStrategy):
             f"strategy='dp': one process drives {where}{mapped} with torch.nn.DataParallel; batches are split on and"
             f" outputs gathered to cuda:{indices[0]}."
         )
+
+    @override
+    def process_dataloader(self, dataloader: object) -> object:
+        """Refuse a training batch smaller than the device count before the first step.
+
+        DataParallel would run with idle devices on every step (a replica needs at least one sample), and
+        BatchNorm statistics over one sample per device are meaningless. An uneven *last* batch is fine.
+
+        Raises:
+            MisconfigurationException: the training loader's batch size is smaller than the number of devices.
+        """
+        dataloader = super().process_dataloader(dataloader)
+        trainer = self.lightning_module.trainer if self.lightning_module is not None else None
+        devices = len(self.parallel_devices or [])
+        size = loader_batch_size(dataloader)
+        if self.is_data_parallel and trainer is not None and trainer.training and size is not None and size < devices:
+            raise MisconfigurationException(
+                f"strategy='dp' splits each batch across {devices} devices, but the training batch size is {size}:"
+                f" {devices - size} device(s) would idle on every step. Use a batch size of at least {devices} (the"
+                " whole batch is split across the devices, so it is the global batch), or fewer devices."
+            )
+        return dataloader
 
     @override
     def model_to_device(self) -> None:

@@ -480,6 +480,17 @@ def test_small_last_batch_runs_on_fewer_replicas() -> None:
     assert trainer.global_step == 2
 
 
+def test_a_training_batch_smaller_than_the_device_count_is_refused_before_training() -> None:
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    model = ParityModule(global_batch=2, num_samples=8)
+    trainer = _trainer(EmulatedDataParallelStrategy(), 4, max_epochs=1)
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(MisconfigurationException, match=r"across 4 devices, but the training batch size is 2.*at least 4"):
+        trainer.fit(model)
+    assert trainer.global_step == 0 and all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
 def test_small_batch_failure_names_the_fix() -> None:
     trainer = _trainer(EmulatedDataParallelStrategy(), 4, max_epochs=1)
     with pytest.raises(SmallBatchError, match=r"batch of 1 samples split over 4 devices.*drop_last=True") as info:
