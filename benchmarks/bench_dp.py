@@ -46,6 +46,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import lightning_mgpu  # noqa: F401  (registers "dp")
+from harness.result import ratio, write_result
 from lightning_mgpu.demos import ImageClassifier
 from lightning_mgpu.demos.synthetic import make_synthetic_images
 
@@ -61,6 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--image-size", default=16, type=int)
     p.add_argument("--threads", default=1, type=int, help="torch CPU threads (1 keeps CPU timings steady)")
     p.add_argument("--json", default=None, type=Path, help="also write the results here")
+    p.add_argument("--result", default=None, type=Path, help="write every round for benchmarks/run.py here")
     # Internal: one DDP measurement in processes launched by Lightning.
     p.add_argument("--worker", default=None, choices=("ddp",), help=argparse.SUPPRESS)
     p.add_argument("--devices", default=1, type=int, help=argparse.SUPPRESS)
@@ -201,6 +203,7 @@ def single_device(args: argparse.Namespace) -> dict[str, Any]:
             arms[name].append(runners[name]())
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1] * 1e3:.2f} ms" for k, v in arms.items()), flush=True)
     return {
+        "arms": arms,
         "median_step_ms": {k: round(statistics.median(v) * 1e3, 3) for k, v in arms.items()},
         "dp_vs_bare_model": ratio_summary(arms["dp"], arms["lightning"]),
         "dp_vs_torch_loop": ratio_summary(arms["dp"], arms["torch"]),
@@ -224,6 +227,7 @@ def multi_gpu(args: argparse.Namespace, n: int) -> dict[str, Any]:
     samples = args.batch_size * n
     mib = [round(p / 2**20, 1) for p in dp_peaks]
     return {
+        "arms": {"dp": dp_times, "ddp": ddp_times},
         "gpus": n,
         "samples_per_step": samples,
         "dp_samples_per_s": round(samples / statistics.median(dp_times), 1),
@@ -249,6 +253,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     n = torch.cuda.device_count() if args.accelerator == "gpu" else 0
     if n >= 2:
         results["multi_gpu"] = multi_gpu(args, n)
+    arms = {f"{k}": {"step_s": v} for k, v in results["single_device"].pop("arms").items()}
+    ratios = [ratio("dp / bare LightningModule (1 device)", "dp", "lightning", goal=1.02),
+              ratio("dp / raw torch loop (1 device)", "dp", "torch")]
+    if "multi_gpu" in results:
+        multi = results["multi_gpu"].pop("arms")
+        arms.update({f"{k}_{n}gpu": {"step_s": v} for k, v in multi.items()})
+        ratios.append(ratio(f"dp / ddp step time ({n} GPUs)", f"dp_{n}gpu", f"ddp_{n}gpu"))
+    config = {k: getattr(args, k) for k in ("accelerator", "rounds", "steps", "warmup", "batch_size", "width", "image_size", "threads")}
+    write_result(args.result, name="dp", arms=arms, ratios=ratios, config=config)
     print(json.dumps(results, indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -31,14 +31,18 @@ import shutil
 import statistics
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, DeviceStatsMonitor
+from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from harness.result import progress, write_result
+from harness.result import ratio as ratio_spec
 from lightning_mgpu.callbacks import GPUUtilizationMonitor
 
 
@@ -125,7 +129,7 @@ class EmptyCallback(Callback):
     """A callback that does nothing: what Lightning's per-callback hook dispatch costs by itself."""
 
 
-ARMS = ("off", "empty", "on")
+ARMS = ("off", "empty", "on", "devicestats")  # devicestats: Lightning's DeviceStatsMonitor, the built-in peer
 
 
 def run(args: argparse.Namespace, arm: str, data: TensorDataset) -> dict[str, float]:
@@ -140,9 +144,13 @@ def run(args: argparse.Namespace, arm: str, data: TensorDataset) -> dict[str, fl
         callbacks.append(GPUUtilizationMonitor())
     elif arm == "empty":
         callbacks.append(EmptyCallback())
+    elif arm == "devicestats":
+        callbacks.append(DeviceStatsMonitor())
     trainer = pl.Trainer(
         default_root_dir=args.root_dir,  # where the monitor's diagnosis.json goes (no logger here)
-        strategy=args.strategy, devices=args.devices, max_steps=args.warmup + args.steps, callbacks=callbacks, logger=False,
+        strategy=args.strategy, devices=args.devices, max_steps=args.warmup + args.steps, callbacks=callbacks,
+        # Every arm logs to the same kind of logger: DeviceStatsMonitor needs one, and the monitor logs through it.
+        logger=CSVLogger(args.root_dir, name=arm), log_every_n_steps=50,
         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False, limit_val_batches=0,
     )
     torch.manual_seed(0)
@@ -168,6 +176,7 @@ def main() -> None:
     p.add_argument("--strategy", default="auto")
     p.add_argument("--devices", default="1")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 steadies timings on a shared machine)")
+    p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -184,19 +193,20 @@ def main() -> None:
     per_arm: dict[str, list[dict[str, float]]] = {arm: [] for arm in (*ARMS, "timed")}
     for r in range(args.rounds):
         # Every arm runs in every position over the rounds, so drift in machine load hits them alike.
-        order = ARMS[r % 3 :] + ARMS[: r % 3]
+        order = ARMS[r % len(ARMS) :] + ARMS[: r % len(ARMS)]
         res = {arm: run(args, arm, data) for arm in (order if r % 2 == 0 else order[::-1])}
         res["timed"] = run(args, "timed", data)
         for arm in per_arm:
             per_arm[arm].append(res[arm])
         if res["on"]["rank0"]:
-            off, empty, on = (res[a]["per_batch_s"] for a in ARMS)
+            off, empty, on, _ = (res[a]["per_batch_s"] for a in ARMS)
             med = [res[a]["median_batch_s"] for a in ARMS]
             print(
                 f"round {r + 1}/{args.rounds}: off {off * 1e3:7.3f}  empty callback {empty * 1e3:7.3f}  on {on * 1e3:7.3f} ms/batch"
                 f"  on/off {on / off:.4f}  on/empty {on / empty:.4f}  median batch on/off {med[2] / med[0]:.4f}",
                 flush=True,
             )
+            progress(r + 1, args.rounds)
     if not per_arm["on"][-1]["rank0"]:
         return
 
@@ -235,6 +245,19 @@ def main() -> None:
         "hook_cpu_us_per_batch": round(statistics.median(x["hook_cpu_s_per_batch"] for x in timed) * 1e6, 1),
     }
     print(json.dumps(summary, indent=2))
+    write_result(
+        args.result, name="gpu_monitor", unit="s/batch",
+        arms={arm: {"step_s": [x["per_batch_s"] for x in per_arm[arm]], "median_batch_s": [x["median_batch_s"] for x in per_arm[arm]],
+                    "cpu_s": [x["process_cpu_per_batch_s"] for x in per_arm[arm]]} for arm in ARMS},
+        ratios=[ratio_spec("monitor / no callback", "on", "off", goal=1.01),
+                ratio_spec("monitor / no callback (median batch)", "on", "off", "median_batch_s", goal=1.01),
+                ratio_spec("monitor / DeviceStatsMonitor", "on", "devicestats"),
+                ratio_spec("empty callback / no callback", "empty", "off")],
+        figures={"monitor's training-thread hooks, % of batch time": {"value": summary["hook_time_pct_of_batch"], "goal": 1.0,
+                 "verdict": "met" if summary["hook_time_pct_of_batch"] < 1.0 else "not met"}},
+        config={k: v for k, v in summary.items() if k in ("device", "strategy", "devices", "rounds", "batches_per_run")}
+        | {"width": args.width, "batch_size": args.batch_size, "median_ms_per_batch_off": summary["median_ms_per_batch_off"]},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

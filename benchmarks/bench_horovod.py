@@ -31,6 +31,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from harness.result import progress, ratio, write_result
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -43,6 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker (2 workers on 2 cores: 1)")
+    p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     return p.parse_args(argv)
 
 
@@ -122,6 +125,9 @@ def lightning_run(args: argparse.Namespace, strategy: str, env: dict[str, str]) 
     clock = StepClock()
     # DDP's teardown deletes WORLD_SIZE; restore the external-launch variables before every run.
     os.environ.update(env)
+    # The ddp arm shares horovodrun's workers on purpose; LauncherGuard would (rightly, elsewhere) refuse a non-horovod
+    # strategy under horovodrun, so horovodrun's variables are hidden from it for that arm (Horovod is initialised).
+    hidden = {k: os.environ.pop(k) for k in ("HOROVOD_SIZE", "HOROVOD_RANK") if strategy != "horovod" and k in os.environ}
     trainer = pl.Trainer(
         strategy=strategy,
         accelerator="cpu",
@@ -134,7 +140,10 @@ def lightning_run(args: argparse.Namespace, strategy: str, env: dict[str, str]) 
         enable_model_summary=False,
         num_sanity_val_steps=0,
     )
-    trainer.fit(Module())
+    try:
+        trainer.fit(Module())
+    finally:
+        os.environ.update(hidden)
     return _median_step(clock.marks, args)
 
 
@@ -171,6 +180,8 @@ def worker(args: argparse.Namespace) -> None:
             seconds = runs[name]()
             # Every worker steps in lockstep; take the slowest worker's figure.
             times[name].append(float(hvd.allreduce(torch.tensor(seconds), op=hvd.Max, name=f"bench.{name}.{r}")))
+        if hvd.rank() == 0:
+            progress(r + 1, args.rounds)
     if hvd.rank() == 0:
         report(args, times, hvd.size())
 
@@ -189,6 +200,13 @@ def report(args: argparse.Namespace, times: dict[str, list[float]], world: int) 
     print(f"median step: raw horovod {med['raw']:.2f} ms, strategy='horovod' {med['horovod']:.2f} ms, ddp {med['ddp']:.2f} ms")
     print(f"median ratio horovod/raw-horovod = {vs_raw:.3f} (goal <= 1.05: {'met' if vs_raw <= 1.05 else 'NOT met'})")
     print(f"median ratio horovod/ddp = {vs_ddp:.3f}")
+    config = {k: getattr(args, k) for k in ("np", "rounds", "warmup", "steps", "batch_size", "in_features", "hidden", "layers", "threads")}
+    write_result(
+        args.result, name="horovod", arms={k: {"step_s": v} for k, v in times.items()},
+        ratios=[ratio("horovod / raw Horovod loop", "horovod", "raw", goal=1.03), ratio("horovod / ddp", "horovod", "ddp"),
+                ratio("ddp / raw Horovod loop", "ddp", "raw")],
+        config={**config, "params": params, "world_size": world},
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,95 @@
+"""Every benchmark of the suite: its script, suite, arguments at each size, and what it needs to run."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+
+SUITES = ("strategies", "memory", "callbacks", "data", "launchers")
+SIZES = ("full", "quick", "dry")  # full: the committed report; quick: CI-sized (< 3 min here); dry: tests the harness
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark script, run in its own process with ``--result PATH`` added.
+
+    Attributes:
+        name: unique, short; the report's section.
+        suites: the suites it belongs to (``--suite``).
+        script: file under ``benchmarks/``.
+        what: one line for ``--list`` and the report.
+        args: extra arguments per size (``full``, ``quick``, ``dry``).
+        needs: importable modules it needs; without them it is skipped, saying so.
+        timeout_s: per size, a hard bound on the run.
+    """
+
+    name: str
+    suites: tuple[str, ...]
+    script: str
+    what: str
+    args: dict[str, list[str]] = field(default_factory=dict)
+    needs: tuple[str, ...] = ()
+    timeout_s: dict[str, float] = field(default_factory=lambda: {"full": 1800.0, "quick": 300.0, "dry": 240.0})
+
+    def missing(self) -> list[str]:
+        """The needed modules that cannot be imported here."""
+        return [m for m in self.needs if importlib.util.find_spec(m) is None]
+
+
+BENCHMARKS: tuple[Benchmark, ...] = (
+    Benchmark(
+        "ddp", ("strategies",), "bench_ddp.py",
+        "ddp and ddp_spawn (Lightning) against a raw torch DDP loop, 2 ranks",
+        {"full": ["--rounds", "7", "--steps", "20"], "quick": ["--rounds", "3", "--steps", "10"],
+         "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64"]},
+    ),
+    Benchmark(
+        "sharded", ("strategies", "memory"), "bench_sharded.py",
+        "sharded (FairScale) against ddp, a raw FairScale loop and raw FSDP2 (ZeRO-2): step time, model state, peak memory",
+        {"full": ["--rounds", "7"], "quick": ["--rounds", "3", "--steps", "5", "--hidden", "768"],
+         "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64"]},
+        needs=("fairscale",),
+    ),
+    Benchmark(
+        "horovod", ("strategies",), "bench_horovod.py",
+        "horovod against a raw Horovod loop and ddp, 2 Gloo workers under horovodrun",
+        {"full": ["--rounds", "11", "--steps", "30"], "quick": ["--rounds", "3", "--steps", "10"],
+         "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64"]},
+        needs=("horovod",),
+    ),
+    Benchmark(
+        "dp", ("strategies",), "bench_dp.py",
+        "dp on one device against the bare LightningModule and a raw torch loop",
+        {"full": ["--rounds", "9"], "quick": ["--rounds", "3", "--steps", "10"],
+         "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1"]},
+    ),
+    Benchmark(
+        "gpu_monitor", ("callbacks",), "bench_gpu_monitor.py",
+        "GPUUtilizationMonitor against no callback and Lightning's DeviceStatsMonitor",
+        {"full": ["--rounds", "9"], "quick": ["--rounds", "3", "--steps", "60"],
+         "dry": ["--rounds", "1", "--steps", "5", "--warmup", "2"]},
+    ),
+    Benchmark(
+        "preprocess", ("data",), "bench_preprocess.py",
+        "preprocess with processes (and Ray, litdata) against serial; cached epoch against on-the-fly",
+        {"full": [], "quick": ["--samples", "400", "--repeats", "2", "--skip-ray", "--skip-litdata-fork", "--skip-epochs"],
+         "dry": ["--samples", "40", "--repeats", "1", "--skip-ray", "--skip-litdata", "--skip-epochs"]},
+    ),
+)
+
+
+def select(suites: list[str] | None = None, only: list[str] | None = None) -> list[Benchmark]:
+    """The benchmarks in any of ``suites`` (all when empty), narrowed to the names in ``only``.
+
+    Raises:
+        ValueError: an unknown suite or benchmark name (the message lists the valid ones).
+    """
+    unknown = sorted(set(suites or []) - set(SUITES))
+    if unknown:
+        raise ValueError(f"unknown suite(s) {unknown}; choose from {list(SUITES)}")
+    names = {b.name for b in BENCHMARKS}
+    unknown = sorted(set(only or []) - names)
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; choose from {sorted(names)}")
+    chosen = [b for b in BENCHMARKS if not suites or set(b.suites) & set(suites)]
+    return [b for b in chosen if not only or b.name in only]

@@ -1,0 +1,188 @@
+"""The suite's report: a Markdown summary, the raw figures as JSON, and PNG plots (matplotlib)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from .stats import RatioSummary, summarize
+
+
+@dataclass
+class BenchRun:
+    """One benchmark's outcome: ``status`` is ``ok``, ``failed`` (``error`` says why) or ``skipped`` (``error``: why)."""
+
+    name: str
+    what: str
+    status: str
+    seconds: float = 0.0
+    command: list[str] = field(default_factory=list)
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+    def summaries(self) -> list[RatioSummary | tuple[str, str]]:
+        """Each requested ratio, or ``(label, error)`` for one whose arm failed or has no rounds."""
+        out: list[RatioSummary | tuple[str, str]] = []
+        arms, failed = self.result.get("arms", {}), self.result.get("failed", {})
+        for spec in self.result.get("ratios", []):
+            label, metric = spec["label"], spec.get("metric", "step_s")
+            bad = [a for a in (spec["num"], spec["den"]) if a in failed]
+            if bad:
+                out.append((label, f"arm {bad[0]!r} failed: {failed[bad[0]]}"))
+                continue
+            try:
+                num, den = arms[spec["num"]][metric], arms[spec["den"]][metric]
+                out.append(summarize(label, num, den, spec.get("goal"), spec.get("higher_is_better", False)))
+            except (KeyError, ValueError) as err:
+                out.append((label, f"no figure: {err}"))
+        return out
+
+
+def _fmt_goal(goal: Optional[float], higher: bool) -> str:
+    return "" if goal is None else f"{'≥' if higher else '≤'} {goal:g}"
+
+
+def _verdict(s: RatioSummary) -> str:
+    met = {True: "met", False: "**not met**", None: ""}[s.met]
+    return f"{met}{' (within noise: rounds straddle 1.0)' if s.straddles_one else ''}".strip()
+
+
+def markdown(runs: list[BenchRun], machine: dict[str, Any], command: str, plots: dict[str, list[str]]) -> str:
+    """The report's text."""
+    v = machine["versions"]
+    lines = [
+        f"# lightning_mgpu benchmark report ({machine['date']})",
+        "",
+        f"- **Command:** `{command}`",
+        f"- **Machine:** {machine['cpu']}, {machine['cores']} cores; GPUs: {', '.join(machine['gpus']) or 'none'};"
+        f" interconnect: {machine['interconnect']}; {machine['os']}",
+        "- **Versions:** " + ", ".join(f"{k} {val}" for k, val in v.items() if val) + f", Python {machine['python']}",
+        "- **Method:** arms run side by side in interleaved rounds (the order rotates); a figure is the median of the"
+        " per-round ratios, with the smallest and largest round. Rounds that straddle 1.0 mean the difference is"
+        " within the noise. Absolute times are context only.",
+        "",
+        "## Summary",
+        "",
+        "| benchmark | comparison | median | min – max | rounds | goal | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        if run.status != "ok":
+            lines.append(f"| {run.name} | — | {run.status} | | | | {run.error.splitlines()[-1][:160] if run.error else ''} |")
+            continue
+        for s in run.summaries():
+            if isinstance(s, tuple):
+                lines.append(f"| {run.name} | {s[0]} | failed | | | | {s[1][:160]} |")
+            else:
+                lines.append(f"| {run.name} | {s.label} | {s.median:.3f} | {s.low:.3f} – {s.high:.3f} | {s.pairs} |"
+                             f" {_fmt_goal(s.goal, s.higher_is_better)} | {_verdict(s)} |")  # fmt: skip
+        for label, fig in run.result.get("figures", {}).items():
+            goal = _fmt_goal(fig.get("goal"), fig.get("higher_is_better", False))
+            lines.append(f"| {run.name} | {label} | {fig['value']:.3f} | | | {goal} | {fig.get('verdict', '')} |")
+    for run in runs:
+        lines += ["", f"## {run.name}", "", f"{run.what}. Status: **{run.status}** ({run.seconds:.0f} s)."]
+        if run.command:
+            lines += ["", f"`{' '.join(run.command)}`"]
+        if run.status != "ok":
+            lines += ["", "```", run.error[-2000:], "```"]
+            continue
+        arms = run.result.get("arms", {})
+        if arms:
+            lines += ["", f"| arm | metric | median ({run.result.get('unit', '')}) | rounds |", "|---|---|---|---|"]
+            for arm, metrics in arms.items():
+                for metric, values in metrics.items():
+                    vals = [x for x in values if x is not None]
+                    if vals:
+                        lines.append(f"| {arm} | {metric} | {statistics.median(vals):.6g} | {len(vals)} |")
+        for arm, err in run.result.get("failed", {}).items():
+            lines.append(f"\nArm `{arm}` failed: {err}")
+        for note in run.result.get("notes", []):
+            lines += ["", f"- {note}"]
+        if run.result.get("config"):
+            lines += ["", "Configuration: `" + json.dumps(run.result["config"], sort_keys=True) + "`"]
+        for png in plots.get(run.name, []):
+            lines += ["", f"![{run.name}]({png})"]
+    return "\n".join(lines) + "\n"
+
+
+def plot(runs: list[BenchRun], folder: Path) -> dict[str, list[str]]:
+    """Step-time distributions per arm and memory per rank, one PNG each; returns the file names per benchmark."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    made: dict[str, list[str]] = {}
+    for run in runs:
+        if run.status != "ok":
+            continue
+        arms = {a: [x for x in m.get("step_s", []) if x is not None] for a, m in run.result.get("arms", {}).items()}
+        arms = {a: v for a, v in arms.items() if v}
+        if arms:
+            fig, ax = plt.subplots(figsize=(max(4, 1.4 * len(arms)), 3.2))
+            ax.boxplot([[x * 1e3 for x in v] for v in arms.values()], tick_labels=list(arms))
+            ax.set_ylabel("step time per round (ms)")
+            ax.set_title(f"{run.name}: step time per arm")
+            fig.tight_layout()
+            name = f"{run.name}_step_times.png"
+            fig.savefig(folder / name, dpi=110)
+            plt.close(fig)
+            made.setdefault(run.name, []).append(name)
+        memory = run.result.get("memory", {})
+        if memory:
+            fig, ax = plt.subplots(figsize=(max(4, 1.4 * len(memory)), 3.2))
+            width = 0.8 / max(len(v) for v in memory.values())
+            for rank in range(max(len(v) for v in memory.values())):
+                xs = [i + rank * width for i in range(len(memory))]
+                ax.bar(xs, [v[rank] / 2**20 if rank < len(v) else 0 for v in memory.values()], width, label=f"rank {rank}")
+            ax.set_xticks([i + width * (len(next(iter(memory.values()))) - 1) / 2 for i in range(len(memory))], list(memory))
+            ax.set_ylabel("MiB")
+            ax.set_title(f"{run.name}: model state per rank")
+            ax.legend()
+            fig.tight_layout()
+            name = f"{run.name}_memory.png"
+            fig.savefig(folder / name, dpi=110)
+            plt.close(fig)
+            made.setdefault(run.name, []).append(name)
+    return made
+
+
+def write(runs: list[BenchRun], machine: dict[str, Any], command: str, folder: Path) -> Path:
+    """Write ``report.md``, ``results.json`` and the plots into ``folder``; returns the report's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    plots = plot(runs, folder)
+    raw = {
+        "machine": machine, "command": command,
+        "benchmarks": [
+            {"name": r.name, "status": r.status, "seconds": r.seconds, "command": r.command, "error": r.error,
+             "result": r.result, "summaries": [s.as_dict() if isinstance(s, RatioSummary) else {"label": s[0], "error": s[1]}
+                                               for s in (r.summaries() if r.status == "ok" else [])]}
+            for r in runs
+        ],
+    }  # fmt: skip
+    (folder / "results.json").write_text(json.dumps(raw, indent=1, default=str))
+    report = folder / "report.md"
+    report.write_text(markdown(runs, machine, command, plots))
+    return report
+
+
+def terminal_table(runs: list[BenchRun]) -> str:
+    """The final table printed on the terminal."""
+    rows = [("benchmark", "comparison", "median", "min-max", "goal", "verdict")]
+    for run in runs:
+        if run.status != "ok":
+            rows.append((run.name, "-", run.status, "", "", (run.error.splitlines() or [""])[-1][:60]))
+            continue
+        for s in run.summaries():
+            if isinstance(s, tuple):
+                rows.append((run.name, s[0], "failed", "", "", s[1][:60]))
+            else:
+                rows.append((run.name, s.label, f"{s.median:.3f}", f"{s.low:.3f}-{s.high:.3f}",
+                             _fmt_goal(s.goal, s.higher_is_better), _verdict(s).replace("**", "")))  # fmt: skip
+        for label, fig in run.result.get("figures", {}).items():
+            rows.append((run.name, label, f"{fig['value']:.3f}", "", _fmt_goal(fig.get("goal"), fig.get("higher_is_better", False)), fig.get("verdict", "")))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

@@ -1,0 +1,58 @@
+"""What one benchmark writes for the suite (``--result PATH``): every round of every arm, and the ratios to take.
+
+Schema (JSON)::
+
+    {"name": "horovod", "unit": "s/step",
+     "arms": {"raw": {"step_s": [...per round...]}, "horovod": {"step_s": [...]}},
+     "ratios": [{"label": "horovod / raw Horovod", "num": "horovod", "den": "raw", "metric": "step_s", "goal": 1.03}],
+     "figures": {"sharded / ddp model state (rank 0)": {"value": 0.625, "goal": 0.625, "higher_is_better": false}},
+     "memory": {"ddp": [bytes per rank], ...}, "failed": {"arm": "error"}, "config": {...}, "notes": [...]}
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional, TypedDict
+
+
+class RatioSpec(TypedDict, total=False):
+    label: str
+    num: str
+    den: str
+    metric: str
+    goal: Optional[float]
+    higher_is_better: bool
+
+
+def ratio(label: str, num: str, den: str, metric: str = "step_s", goal: Optional[float] = None, higher_is_better: bool = False) -> RatioSpec:
+    """A ratio for the suite to take over the rounds of two arms."""
+    return RatioSpec(label=label, num=num, den=den, metric=metric, goal=goal, higher_is_better=higher_is_better)
+
+
+def write_result(
+    path: Optional[Path],
+    *,
+    name: str,
+    arms: dict[str, dict[str, list[float]]],
+    ratios: list[RatioSpec],
+    unit: str = "s/step",
+    figures: Optional[dict[str, dict[str, Any]]] = None,
+    memory: Optional[dict[str, list[float]]] = None,
+    failed: Optional[dict[str, str]] = None,
+    config: Optional[dict[str, Any]] = None,
+    notes: Optional[list[str]] = None,
+) -> None:
+    """Write a benchmark's raw figures for ``benchmarks/run.py``; nothing when ``path`` is ``None`` (run by hand)."""
+    if path is None:
+        return
+    payload = {
+        "name": name, "unit": unit, "arms": arms, "ratios": list(ratios), "figures": figures or {},
+        "memory": memory or {}, "failed": failed or {}, "config": config or {}, "notes": notes or [],
+    }  # fmt: skip
+    Path(path).write_text(json.dumps(payload, indent=1, default=str))
+
+
+def progress(done: int, total: int) -> None:
+    """One line the suite's progress bar follows (``round i/N``)."""
+    print(f"round {done}/{total}", flush=True)

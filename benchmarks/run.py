@@ -1,0 +1,122 @@
+"""The benchmark suite: every strategy, callback and data path against its raw loop and its peers, in one command.
+
+    $ python benchmarks/run.py                       # every benchmark that applies here (about 15 min on 2 cores)
+    $ python benchmarks/run.py --quick               # CI-sized (under 3 min here)
+    $ python benchmarks/run.py --suite strategies --suite memory
+    $ python benchmarks/run.py --only horovod,sharded
+    $ python benchmarks/run.py --list
+
+Each benchmark runs in its own process (``benchmarks/bench_*.py --result PATH``) and reports every round of every
+arm; the suite takes the median of the per-round ratios, with their min and max. A benchmark or an arm that fails is
+reported as failed, with its error, never as a number. The report, the raw figures and the plots are written to
+``benchmarks/results/<date>_<hardware>/`` (``--out`` to choose).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # `harness`, as the bench scripts import it
+
+from harness import machine as machine_info  # noqa: E402
+from harness import report as reporting  # noqa: E402
+from harness.registry import SUITES, Benchmark, select  # noqa: E402
+
+_ROUND = re.compile(r"round (\d+)/(\d+)")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", action="append", choices=SUITES, help="run only this suite (repeatable)")
+    p.add_argument("--only", type=lambda s: [x for x in s.split(",") if x], help="comma-separated benchmark names")
+    p.add_argument("--quick", action="store_true", help="CI-sized runs: fewer rounds and steps")
+    p.add_argument("--dry-run", action="store_true", help="one tiny round of each: checks the suite, not the figures")
+    p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    p.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results/<date>_<hardware>)")
+    return p.parse_args(argv)
+
+
+def run_one(bench: Benchmark, size: str, workdir: Path, bar_position: int) -> reporting.BenchRun:
+    """Run one benchmark in its own process, following its ``round i/N`` lines with a progress bar."""
+    from tqdm import tqdm
+
+    missing = bench.missing()
+    if missing:
+        return reporting.BenchRun(bench.name, bench.what, "skipped", error=f"needs {', '.join(missing)}, not installed here")
+    result_path = workdir / f"{bench.name}.json"
+    cmd = [sys.executable, str(HERE / bench.script), *bench.args.get(size, []), "--result", str(result_path)]
+    shown = ["python", f"benchmarks/{bench.script}", *bench.args.get(size, [])]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
+    start, tail = time.monotonic(), []
+    bar = tqdm(total=None, desc=f"{bench.name:12s}", unit="round", position=bar_position, leave=True, file=sys.stderr)
+    proc = subprocess.Popen(cmd, cwd=HERE.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        deadline = start + bench.timeout_s[size]
+        for line in proc.stdout:
+            tail = (tail + [line])[-200:]
+            found = _ROUND.search(line)
+            if found:
+                bar.total = int(found.group(2))
+                bar.n = int(found.group(1))
+                bar.refresh()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ran past its {bench.timeout_s[size]:.0f} s bound")
+        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except (TimeoutError, subprocess.TimeoutExpired) as err:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        bar.close()
+        return reporting.BenchRun(bench.name, bench.what, "failed", time.monotonic() - start, shown, error=f"{err}\n{''.join(tail[-40:])}")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    bar.close()
+    seconds = time.monotonic() - start
+    if proc.returncode != 0 or not result_path.is_file():
+        why = f"exit code {proc.returncode}" + ("" if result_path.is_file() else ", no result written")
+        return reporting.BenchRun(bench.name, bench.what, "failed", seconds, shown, error=f"{why}\n{''.join(tail[-40:])}")
+    import json
+
+    return reporting.BenchRun(bench.name, bench.what, "ok", seconds, shown, result=json.loads(result_path.read_text()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        chosen = select(args.suite, args.only)
+    except ValueError as err:
+        raise SystemExit(f"benchmarks/run.py: {err}") from None
+    if args.list:
+        for b in chosen:
+            missing = b.missing()
+            state = f"  (skipped here: needs {', '.join(missing)})" if missing else ""
+            print(f"{b.name:12s} [{', '.join(b.suites)}] {b.what}{state}")
+        return 0
+    size = "dry" if args.dry_run else "quick" if args.quick else "full"
+    machine = machine_info.describe()
+    out = args.out or HERE / "results" / (machine_info.slug(machine) + ("" if size == "full" else f"_{size}"))
+    command = "python benchmarks/run.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, bench in enumerate(chosen):
+            runs.append(run_one(bench, size, Path(tmp), i))
+    report = reporting.write(runs, machine, command.strip(), out)
+    print("\n" + reporting.terminal_table(runs))
+    print(f"\nreport: {report}")
+    return 1 if any(r.status == "failed" for r in runs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
