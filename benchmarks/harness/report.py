@@ -119,13 +119,15 @@ def plot(runs: list[BenchRun], folder: Path) -> dict[str, list[str]]:
     for run in runs:
         if run.status != "ok":
             continue
-        arms = {a: [x for x in m.get("step_s", []) if x is not None] for a, m in run.result.get("arms", {}).items()}
+        raw = run.result.get("arms", {})
+        metric = "step_s" if any("step_s" in m for m in raw.values()) else next((k for m in raw.values() for k in m), None)
+        arms = {a: [x for x in m.get(metric, []) if x is not None] for a, m in raw.items()} if metric else {}
         arms = {a: v for a, v in arms.items() if v}
         if arms:
             fig, ax = plt.subplots(figsize=(max(4, 1.4 * len(arms)), 3.2))
             ax.boxplot([[x * 1e3 for x in v] for v in arms.values()], tick_labels=list(arms))
-            ax.set_ylabel("step time per round (ms)")
-            ax.set_title(f"{run.name}: step time per arm")
+            ax.set_ylabel(f"{metric} per round (ms)")
+            ax.set_title(f"{run.name}: {metric} per arm")
             fig.tight_layout()
             name = f"{run.name}_step_times.png"
             fig.savefig(folder / name, dpi=110)

@@ -1,0 +1,200 @@
+"""Step time of Lightning's ``ddp`` (with the bundle's callbacks' defaults: none) against a raw torch DDP loop.
+
+Two ranks (gloo on CPU, NCCL on 2 GPUs) run both arms in interleaved rounds in the same pair of processes (the order
+alternates each round): Lightning sees an external launch (``LOCAL_RANK``/``WORLD_SIZE`` set) and starts nothing
+itself. A run's figure is the median step time over its timed steps; the ratio is the median of per-round ratios.
+The raw loop is the one from torch's DDP tutorial: same model, data, sampler, batch, optimizer and seed.
+
+    $ python benchmarks/bench_ddp.py                       # about a minute on 2 idle cores
+    $ python benchmarks/bench_ddp.py --rounds 9 --steps 30 --hidden 2048
+
+Goal: ddp / raw DDP <= 1.03. ``ddp_spawn`` runs the same DDP step in spawned workers; its start-up, not its step,
+is what differs, and this benchmark does not measure it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness.result import progress, ratio, write_result  # noqa: E402
+
+WORLD = 2
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--steps", type=int, default=20, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per run")
+    p.add_argument("--batch-size", type=int, default=64, help="per rank")
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank on CPU")
+    p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
+    p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def build_model(hidden: int) -> Any:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(256, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+
+
+def make_loader(args: argparse.Namespace, rank: int) -> Any:
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    n = args.batch_size * WORLD * (args.warmup + args.steps + 2)
+    g = torch.Generator().manual_seed(1)
+    data = TensorDataset(torch.randn(n, 256, generator=g), torch.randint(0, 10, (n,), generator=g))
+    return DataLoader(data, batch_size=args.batch_size, sampler=DistributedSampler(data, WORLD, rank, shuffle=True, seed=0))
+
+
+def _median_step(marks: list[float], args: argparse.Namespace) -> float:
+    timed = marks[args.warmup : args.warmup + args.steps + 1]
+    return statistics.median(b - a for a, b in zip(timed[:-1], timed[1:]))
+
+
+def raw_ddp(args: argparse.Namespace, device: Any) -> float:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = build_model(args.hidden).to(device)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    marks: list[float] = []
+    for x, y in make_loader(args, dist.get_rank()):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        marks.append(time.perf_counter())
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        optimizer.step()
+        if len(marks) > args.warmup + args.steps:
+            break
+    return _median_step(marks, args)
+
+
+def lightning_ddp(args: argparse.Namespace) -> float:
+    import lightning.pytorch as pl
+    import torch
+    from torch import nn
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = build_model(args.hidden)
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            return nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
+
+        def train_dataloader(self) -> Any:
+            return make_loader(args, self.global_rank)
+
+    class Clock(pl.Callback):
+        def __init__(self) -> None:
+            self.marks: list[float] = []
+
+        def on_train_batch_start(self, *_: Any) -> None:
+            if torch.cuda.is_available() and args.accelerator == "gpu":
+                torch.cuda.synchronize()
+            self.marks.append(time.perf_counter())
+
+    clock = Clock()
+    os.environ["WORLD_SIZE"] = str(WORLD)  # Lightning's teardown of the previous run removes it
+    trainer = pl.Trainer(
+        strategy="ddp", accelerator=args.accelerator, devices=WORLD, max_steps=args.warmup + args.steps + 1,
+        callbacks=[clock], logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
+    )  # fmt: skip
+    trainer.fit(Module())
+    return _median_step(clock.marks, args)
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ["LOCAL_RANK"])
+    if args.accelerator == "cpu":
+        torch.set_num_threads(args.threads)
+    device = torch.device("cuda", rank) if args.accelerator == "gpu" else torch.device("cpu")
+    times: dict[str, list[float]] = {"ddp": [], "raw": []}
+    for r in range(args.rounds):
+        for name in ("ddp", "raw") if r % 2 == 0 else ("raw", "ddp"):
+            # The first Lightning run creates the process group; a raw run before it makes it alike.
+            if name == "raw" and not dist.is_initialized():
+                dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=WORLD)
+            seconds = lightning_ddp(args) if name == "ddp" else raw_ddp(args, device)
+            slowest = torch.tensor([seconds], device=device)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the ranks step in lockstep: the slower one's figure
+            times[name].append(float(slowest))
+        if rank == 0:
+            progress(r + 1, args.rounds)
+    if rank == 0:
+        assert args.worker_out is not None
+        args.worker_out.write_text(json.dumps(times))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.worker_out is not None and "LOCAL_RANK" in os.environ:
+        worker(args)
+        return
+    import tempfile
+
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "times.json"
+        procs = []
+        for rank in range(WORLD):
+            env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": "0", "LOCAL_RANK": str(rank),
+                   "WORLD_SIZE": str(WORLD), "PYTHONWARNINGS": "ignore"}  # fmt: skip
+            cmd = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--worker-out", str(out)]
+            pipe = subprocess.DEVNULL if rank else None  # rank 0 writes through (progress, errors)
+            procs.append(subprocess.Popen(cmd, env=env, stdout=pipe, stderr=pipe))
+        while any(p.poll() is None for p in procs):
+            if any(p.returncode not in (None, 0) for p in procs):
+                for p in procs:
+                    p.kill()
+            time.sleep(0.2)
+        if any(p.returncode for p in procs) or not out.is_file():
+            raise SystemExit(f"bench_ddp: a rank failed (exit codes {[p.returncode for p in procs]})")
+        times = json.loads(out.read_text())
+    vs_raw = statistics.median(a / b for a, b in zip(times["ddp"], times["raw"]))
+    print(f"bench_ddp: {WORLD} ranks, {args.accelerator}; median step ddp {statistics.median(times['ddp']) * 1e3:.2f} ms,"
+          f" raw DDP {statistics.median(times['raw']) * 1e3:.2f} ms; ddp / raw = {vs_raw:.3f} (goal <= 1.03)")  # fmt: skip
+    write_result(
+        args.result, name="ddp", arms={k: {"step_s": v} for k, v in times.items()},
+        ratios=[ratio("ddp (Lightning) / raw torch DDP loop", "ddp", "raw", goal=1.03)],
+        config={k: getattr(args, k) for k in ("accelerator", "rounds", "steps", "warmup", "batch_size", "hidden", "threads")} | {"world_size": WORLD},
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""``benchmarks/run.py`` end to end, on real benchmark processes at their dry-run size (timings are not checked)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.launch import REPO_ROOT, run_python
+
+RUN = str(REPO_ROOT / "benchmarks" / "run.py")
+
+
+def test_list_names_every_benchmark_and_its_suites() -> None:
+    out = run_python([RUN, "--list"], timeout=60).stdout
+    for name in ("ddp", "sharded", "horovod", "dp", "gpu_monitor", "preprocess"):
+        assert name in out
+    assert "[strategies, memory]" in out
+
+
+def test_an_unknown_suite_is_refused_with_the_choices() -> None:
+    proc = run_python([RUN, "--suite", "speed"], timeout=60, check=False)
+    assert proc.returncode != 0 and "invalid choice: 'speed'" in proc.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    proc = run_python([RUN, "--quick", "--dry-run", "--only", "dp,ddp", "--out", str(out)], timeout=500)
+    assert "ddp (Lightning) / raw torch DDP loop" in proc.stdout  # the terminal table
+    raw = json.loads((out / "results.json").read_text())
+    assert {b["name"]: b["status"] for b in raw["benchmarks"]} == {"ddp": "ok", "dp": "ok"}
+    for bench in raw["benchmarks"]:
+        assert bench["summaries"] and all("median" in s for s in bench["summaries"])
+    text = (out / "report.md").read_text()
+    assert "## ddp" in text and "## dp" in text and "Versions:" in text
+    assert (out / "ddp_step_times.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_benchmark_that_fails_is_reported_as_failed(tmp_path: Path) -> None:
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    try:
+        from harness.registry import Benchmark
+        from run import run_one
+    finally:
+        sys.path.pop(0)
+    broken = Benchmark("broken", ("strategies",), "bench_dp.py", "a benchmark given a bad argument", {"dry": ["--rounds", "x"]})
+    run = run_one(broken, "dry", tmp_path, 0)
+    assert run.status == "failed" and "exit code 2" in run.error and "invalid int value: 'x'" in run.error
