@@ -15,13 +15,10 @@ bound method of the original module, and so compute on the wrong device.
 from __future__ import annotations
 
 import contextlib
-import difflib
-import fnmatch
-import inspect
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -33,10 +30,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from typing_extensions import override
 
 from lightning_mgpu.utilities.imports import require
-
-ModuleSpec = Union[type[nn.Module], str, Callable[..., bool]]
-"""A module class (``nn.TransformerEncoderLayer``), an fnmatch pattern over qualified names
-(``"net.blocks.*"``), or a predicate ``fn(module)`` / ``fn(name, module)``."""
+from lightning_mgpu.utilities.modules import ModuleMatcher, ModuleSpec
 
 Impl = Literal["torch", "fairscale"]
 
@@ -94,7 +88,7 @@ class ActivationCheckpointing(Callback):
     def __init__(self, modules: Sequence[ModuleSpec], every_k: int = 1, impl: Impl = "torch") -> None:
         if isinstance(modules, (str, type)) or callable(modules):
             modules = [modules]  # a single spec is a common slip; accept it
-        self.specs: list[_Spec] = [_Spec.parse(spec) for spec in modules]
+        self.specs: list[ModuleMatcher] = [ModuleMatcher.parse(spec, owner="ActivationCheckpointing") for spec in modules]
         if not self.specs:
             raise ValueError(
                 "ActivationCheckpointing(modules=[]) checkpoints nothing. Pass at least one module class,"
@@ -260,73 +254,6 @@ class ActivationCheckpointing(Callback):
             self._deferred_module = None
 
 
-class _Spec:
-    """One entry of ``modules``: a class, a name pattern or a predicate."""
-
-    def __init__(self, kind: str, value: Any, label: str, arity: int = 1) -> None:
-        self.kind, self.value, self.label, self.arity = kind, value, label, arity
-
-    @classmethod
-    def parse(cls, spec: Any) -> _Spec:
-        if isinstance(spec, type):
-            if not issubclass(spec, nn.Module):
-                raise TypeError(f"ActivationCheckpointing: {spec.__name__} is not an nn.Module subclass.")
-            return cls("class", spec, spec.__qualname__)
-        if isinstance(spec, str):
-            if not spec.strip():
-                raise ValueError("ActivationCheckpointing: an empty pattern matches nothing; use e.g. 'net.blocks.*'.")
-            return cls("pattern", spec, repr(spec))
-        if callable(spec):
-            return cls("predicate", spec, getattr(spec, "__qualname__", repr(spec)), _arity(spec))
-        raise TypeError(
-            f"ActivationCheckpointing: cannot select modules with {spec!r} ({type(spec).__name__}). Pass a module"
-            " class, a name pattern such as 'net.blocks.*', or a predicate fn(module) / fn(name, module)."
-        )
-
-    def matches(self, name: str, module: nn.Module) -> bool:
-        if self.kind == "class":
-            return isinstance(module, self.value)
-        if self.kind == "pattern":
-            return fnmatch.fnmatchcase(name, self.value)
-        return bool(self.value(name, module) if self.arity == 2 else self.value(module))
-
-    def no_match_message(self, root_name: str, named: list[tuple[str, nn.Module]]) -> str:
-        if self.kind == "pattern":
-            names = [n for n, _ in named]
-            probe = self.value.replace("*", "").replace("?", "")
-            close = difflib.get_close_matches(self.value, names, n=5, cutoff=0.5) or difflib.get_close_matches(
-                probe, names, n=5, cutoff=0.3
-            )
-            hint = f" Close names: {', '.join(map(repr, close))}." if close else f" Top-level names: {_top_level(names)}."
-            return (
-                f"ActivationCheckpointing: pattern {self.value!r} matched no submodule of {root_name}.{hint}"
-                " Patterns are fnmatch-style over qualified names from `model.named_modules()`, e.g. 'net.blocks.*'."
-            )
-        if self.kind == "class":
-            present = sorted({type(m).__name__ for _, m in named})
-            close = difflib.get_close_matches(self.value.__name__, present, n=5, cutoff=0.4)
-            shown = ", ".join(close or present[:12])
-            return (
-                f"ActivationCheckpointing: no submodule of {root_name} is an instance of {self.value.__qualname__}."
-                f" {'Close' if close else 'Present'} classes: {shown}."
-            )
-        return (
-            f"ActivationCheckpointing: predicate {self.label} returned False for every submodule of {root_name}"
-            f" (it was called with {'(name, module)' if self.arity == 2 else '(module)'})."
-        )
-
-
-def _arity(fn: Callable[..., Any]) -> int:
-    """2 if ``fn`` accepts ``(name, module)``, else 1."""
-    try:
-        inspect.signature(fn).bind("name", None)
-        return 2
-    except TypeError:
-        return 1
-    except ValueError:  # builtins without a signature
-        return 1
-
-
 def _outermost(matches: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
     """Drop matches nested inside an earlier match: checkpointing both would recompute twice."""
     kept: list[tuple[str, nn.Module]] = []
@@ -338,11 +265,6 @@ def _outermost(matches: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Modul
         kept.append((name, module))
         kept_names.add(name)
     return kept
-
-
-def _top_level(names: list[str]) -> str:
-    tops = sorted({n.split(".")[0] for n in names})
-    return ", ".join(map(repr, tops[:12])) + (" ..." if len(tops) > 12 else "")
 
 
 def _checkpointed_class(cls: type[nn.Module], impl: str) -> type[nn.Module]:

@@ -34,6 +34,7 @@ STRATEGIES = [
     pytest.param("ddp_spawn", "2", (), id="ddp_spawn"),
     pytest.param("sharded", "2", (), id="sharded", marks=RunIf(fairscale=True).marks),
     pytest.param("sharded_spawn", "2", (), id="sharded_spawn", marks=RunIf(fairscale=True).marks),
+    pytest.param("sharded_fsdp2", "2", (), id="sharded_fsdp2"),
     pytest.param("dp", "2", (), id="dp"),
     pytest.param("ddp", "2", TORCHRUN, id="ddp-torchrun"),
     pytest.param("horovod", "2", HOROVODRUN, id="horovod-horovodrun", marks=RunIf(horovod=True).marks),

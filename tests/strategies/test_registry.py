@@ -32,6 +32,8 @@ EXPECTED = {
     "ddp_sharded_spawn_find_unused_parameters_false": ShardedStrategy,
     "sharded_find_unused_parameters_true": ShardedStrategy,
     "sharded_spawn_find_unused_parameters_true": ShardedStrategy,
+    "sharded_fsdp2": ShardedStrategy,
+    "sharded_fsdp2_spawn": ShardedStrategy,
 }
 
 
@@ -137,3 +139,12 @@ def test_unknown_strategy_name_is_rejected_by_lightning() -> None:
     with pytest.raises(ValueError, match="invalid strategy name"):
         Trainer(strategy="not_a_strategy", accelerator="cpu", devices=1, logger=False)
     assert lightning_mgpu.__version__
+
+
+@pytest.mark.parametrize(("name", "start_method"), [("sharded_fsdp2", "popen"), ("sharded_fsdp2_spawn", "spawn")])
+def test_fsdp2_names_build_the_fsdp2_backend(name: str, start_method: str) -> None:
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    strategy = StrategyRegistry.get(name)
+    assert isinstance(strategy, ShardedStrategy) and strategy.backend == "fsdp2"
+    assert strategy._start_method == start_method

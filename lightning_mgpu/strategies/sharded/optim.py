@@ -42,7 +42,8 @@ def local_optimizer(optimizer: Any) -> Optimizer:
 
 def _tensors(value: Any) -> Iterable[torch.Tensor]:
     if isinstance(value, torch.Tensor):
-        yield value
+        # A DTensor (FSDP2's optimizer state) reports its global size; this process holds only the local shard.
+        yield value.to_local() if hasattr(value, "to_local") else value
     elif isinstance(value, Mapping):
         for v in value.values():
             yield from _tensors(v)

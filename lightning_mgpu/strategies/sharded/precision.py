@@ -43,6 +43,14 @@ class _OSSGradClipping:
             # A collective: every rank reaches this point in the same step (the automatic loop clips on all).
             inner.clip_grad_norm(clip_val)
             return
+        grads = [p.grad for group in inner.param_groups for p in group["params"] if p.grad is not None]
+        if any(hasattr(g, "full_tensor") for g in grads):
+            # FSDP2: DTensor gradient shards. The norm of the shards is a partial DTensor; full_tensor() all-reduces
+            # it into the global norm (a collective), as torchtitan does, and every rank scales by the same factor.
+            norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+            norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+            torch.nn.utils.clip_grads_with_norm_([p for g in inner.param_groups for p in g["params"]], clip_val, norm)
+            return
         super().clip_grad_by_norm(optimizer, clip_val)  # type: ignore[misc]
 
 

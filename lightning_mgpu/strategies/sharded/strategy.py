@@ -20,6 +20,9 @@ Backends:
   is wrapped in ``DistributedDataParallel`` (ZeRO stage 1: the optimizer state is sharded, gradients are
   all-reduced in full). FairScale has had no release since 2022; this keeps a path that works with
   future torch releases.
+- ``"fsdp2"``: torch's ``fully_shard`` on each block, then the root (ZeRO-2 by default; ``reshard_after_forward=True``
+  for ZeRO-3). Parameters, gradients and optimizer state are all sharded; the optimizer stays the user's own.
+  Registered as ``sharded_fsdp2`` and ``sharded_fsdp2_spawn``.
 
 Checkpoints hold plain model keys and the ordinary, unsharded optimizer state (consolidated on rank 0), so
 they load into ``ddp``, ``dp``, ``horovod``, a plain ``nn.Module``, and ``sharded`` on any number of ranks.
@@ -27,7 +30,7 @@ they load into ``ddp``, ``dp``, ``horovod``, a plain ``nn.Module``, and ``sharde
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, Optional
@@ -69,6 +72,7 @@ from lightning_mgpu.strategies.sharded.precision import (
 from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
 from lightning_mgpu.utilities.failures import on_training_failure
 from lightning_mgpu.utilities.imports import require
+from lightning_mgpu.utilities.modules import ModuleSpec
 from lightning_mgpu.utilities.ports import release_for_spawn
 from lightning_mgpu.utilities.process_group import (
     destroy_at_exit,
@@ -77,8 +81,8 @@ from lightning_mgpu.utilities.process_group import (
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-Backend = Literal["fairscale", "torch"]
-_BACKENDS = ("fairscale", "torch")
+Backend = Literal["fairscale", "torch", "fsdp2"]
+_BACKENDS = ("fairscale", "torch", "fsdp2")
 # FairScale's bucket for small gradients, used by default across nodes (Lightning 1.x's choice: 8M elements).
 _MULTI_NODE_REDUCE_BUFFER_SIZE = 2**23
 
@@ -111,13 +115,19 @@ class ShardedStrategy(StepRouting, DDPStrategy):
             as in DDP.
         broadcast_fp16: FairScale only. Broadcast the updated parameter shards in fp16. ``None`` turns it on
             for ``16-mixed`` across several nodes.
+        reshard_after_forward: fsdp2 only. ``False`` (default, ZeRO-2) keeps each block's gathered parameters from its
+            forward to its backward; ``True`` (ZeRO-3) frees them after forward and gathers them again in backward.
+        fsdp_modules: fsdp2 only. The blocks that get their own ``fully_shard``, as ``ActivationCheckpointing`` chooses
+            modules: classes, qualified-name patterns (``"net.blocks.*"``) or predicates. ``None``: every submodule
+            holding parameters of its own. Whole blocks (a transformer layer) overlap communication best.
         process_group_backend, timeout, start_method: as for ``DDPStrategy``.
         **kwargs: passed to ``ShardedDataParallel`` (FairScale; e.g. ``reduce_fp16``,
             ``auto_refresh_trainable``) or to ``DistributedDataParallel`` (torch; e.g. ``static_graph``).
 
     Raises:
         MissingDependencyError: ``backend="fairscale"`` and FairScale is not installed.
-        ValueError: an unknown backend, or an option the backend does not accept.
+        ValueError: an unknown backend, an option the backend does not accept, or (fsdp2) ``fsdp_modules`` matching
+            nothing.
 
     Example::
 
@@ -127,6 +137,7 @@ class ShardedStrategy(StepRouting, DDPStrategy):
 
         trainer = pl.Trainer(strategy="sharded", accelerator="gpu", devices=4, precision="16-mixed")
         trainer = pl.Trainer(strategy=ShardedStrategy(backend="torch"), accelerator="gpu", devices=4)
+        trainer = pl.Trainer(strategy=ShardedStrategy(backend="fsdp2", fsdp_modules=[nn.TransformerEncoderLayer]), devices=4)
     """
 
     strategy_name = "sharded"
@@ -144,6 +155,8 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         reduce_buffer_size: Optional[int] = None,
         find_unused_parameters: bool = False,
         broadcast_fp16: Optional[bool] = None,
+        reshard_after_forward: Optional[bool] = None,
+        fsdp_modules: Optional[Sequence[ModuleSpec]] = None,
         process_group_backend: Optional[str] = None,
         timeout: Optional[timedelta] = default_pg_timeout,
         start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
@@ -158,7 +171,12 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         self._find_unused_parameters = bool(find_unused_parameters)
         self._reduce_buffer_size = reduce_buffer_size
         self._broadcast_fp16 = broadcast_fp16
+        self._reshard_after_forward = bool(reshard_after_forward)
+        self._fsdp_modules = None if fsdp_modules is None else list(
+            [fsdp_modules] if isinstance(fsdp_modules, (str, type)) or callable(fsdp_modules) else fsdp_modules
+        )
         _check_backend_options(backend, reduce_buffer_size, broadcast_fp16, kwargs)
+        _check_fsdp2_options(backend, reshard_after_forward, fsdp_modules, self._find_unused_parameters)
         if backend == "torch":
             kwargs["find_unused_parameters"] = self._find_unused_parameters
         super().__init__(
@@ -176,7 +194,7 @@ class ShardedStrategy(StepRouting, DDPStrategy):
 
     @property
     def backend(self) -> Backend:
-        """``"fairscale"`` or ``"torch"``."""
+        """``"fairscale"``, ``"torch"`` or ``"fsdp2"``."""
         return self._backend
 
     @property
@@ -186,7 +204,7 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         Callbacks ask this capability instead of checking the class: with sharded gradients, loss scaling and
         clipping by norm must agree across ranks. torch's ZeRO-1 all-reduces full gradients, so no.
         """
-        return self._backend == "fairscale"
+        return self._backend in ("fairscale", "fsdp2")
 
     # ------------------------------------------------------------------ launch
     @override
@@ -233,16 +251,41 @@ class ShardedStrategy(StepRouting, DDPStrategy):
                 self.setup_optimizers(trainer)
                 self._shard_optimizers()
                 self._wrap_sharded_data_parallel()
+            elif self._backend == "fsdp2":
+                # The optimizers must be built on the sharded (DTensor) parameters: fully_shard first.
+                self._fully_shard()
+                self.setup_optimizers(trainer)
             else:
                 self.configure_ddp()
                 self.setup_optimizers(trainer)
                 self._shard_optimizers()
-        else:
+        elif not self._is_fully_sharded():
             # Validation, test and predict run on the bare module; only the states need to agree.
             _sync_module_states(self.model)
         self.setup_precision_plugin()
         if fitting:
             _optimizers_to_device(self.optimizers, self.root_device)
+
+    def _fully_shard(self) -> None:
+        from lightning_mgpu.strategies.sharded.fsdp2 import apply_fully_shard
+
+        assert self.model is not None
+        # fully_shard keeps each rank's own slice of the weights it is given: start from rank 0's, as DDP does.
+        _sync_module_states(self.model)
+        blocks = apply_fully_shard(
+            self.model, self.world_size, self.root_device.type, self._reshard_after_forward, self._fsdp_modules
+        )
+        rank_zero_info(
+            f"strategy='sharded' (fsdp2): {len(blocks)} block(s) and the root sharded over {self.world_size} rank(s),"
+            f" reshard_after_forward={self._reshard_after_forward} ({'ZeRO-3' if self._reshard_after_forward else 'ZeRO-2'})."
+        )
+
+    def _is_fully_sharded(self) -> bool:
+        if self._backend != "fsdp2" or self.model is None:
+            return False
+        from lightning_mgpu.strategies.sharded.fsdp2 import is_fully_sharded
+
+        return is_fully_sharded(self.model)
 
     def _note_single_process(self) -> None:
         if self.world_size == 1:
@@ -345,6 +388,12 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         if sdp is not None:
             with sdp.no_sync():
                 yield None
+        elif self._is_fully_sharded():
+            from lightning_mgpu.strategies.sharded.fsdp2 import no_sync
+
+            assert self.model is not None
+            with no_sync(self.model):
+                yield None
         else:
             with super().block_backward_sync():
                 yield None
@@ -419,8 +468,8 @@ class ShardedStrategy(StepRouting, DDPStrategy):
     def _step_runner(self, step_name: str) -> Any:
         # Validation, test and predict run on the bare module: no gradients to reduce, and ShardedDataParallel
         # would rebuild its hooks and buckets each time it sees the module switch between train and eval.
-        if step_name == "training_step":
-            return None
+        if step_name == "training_step" or self._is_fully_sharded():
+            return None  # Lightning's path; under fsdp2 the step methods are registered with FSDP to gather parameters
         assert self.lightning_module is not None
         return getattr(self.lightning_module, step_name)
 
@@ -433,6 +482,12 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         every rank); only rank 0 then writes the checkpoint.
         """
         optimizer = unwrap_optimizer(optimizer)
+        if self._is_fully_sharded():
+            from lightning_mgpu.strategies.sharded.fsdp2 import full_optimizer_state
+
+            assert self.lightning_module is not None
+            state = full_optimizer_state(self.lightning_module, optimizer)
+            return state if self.is_global_zero else {}
         if not is_sharded_optimizer(optimizer):
             return optimizer.state_dict()
         from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -455,6 +510,12 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         """Load the ordinary (unsharded) optimizer states; each rank keeps only its shard."""
         for optimizer, opt_state in zip(self.optimizers, checkpoint["optimizer_states"]):
             optimizer = unwrap_optimizer(optimizer)
+            if self._is_fully_sharded():
+                from lightning_mgpu.strategies.sharded.fsdp2 import load_full_optimizer_state
+
+                assert self.lightning_module is not None
+                load_full_optimizer_state(self.lightning_module, optimizer, opt_state)
+                continue
             if not is_sharded_optimizer(optimizer):
                 optimizer.load_state_dict(opt_state)
                 _optimizer_to_device(optimizer, self.root_device)
@@ -466,6 +527,26 @@ class ShardedStrategy(StepRouting, DDPStrategy):
             # the loaded shard; on GPU it is a second copy. Drop it to keep the 1/N memory saving.
             optimizer.state.clear()
             _optimizer_to_device(optimizer.optim, self.root_device)
+
+    @override
+    def lightning_module_state_dict(self) -> dict[str, Any]:
+        """Plain keys; under fsdp2 the whole model gathered to rank 0 (a collective; ``{}`` on other ranks)."""
+        if self._is_fully_sharded():
+            from lightning_mgpu.strategies.sharded.fsdp2 import full_model_state
+
+            assert self.lightning_module is not None
+            return full_model_state(self.lightning_module)
+        return super().lightning_module_state_dict()
+
+    @override
+    def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
+        if self._is_fully_sharded():  # loaded after fully_shard (e.g. by a callback): scatter the whole state
+            from lightning_mgpu.strategies.sharded.fsdp2 import load_full_model_state
+
+            assert self.lightning_module is not None
+            load_full_model_state(self.lightning_module, dict(checkpoint["state_dict"]), strict=strict)
+            return
+        super().load_model_state_dict(checkpoint, strict=strict)
 
     # ------------------------------------------------------------------ teardown
     @override
@@ -505,16 +586,44 @@ class ShardedStrategy(StepRouting, DDPStrategy):
             # Lightning 2.x's pattern (`ddp_find_unused_parameters_true`) for the opt-in.
             "sharded_find_unused_parameters_true": ("popen", "`sharded` with find_unused_parameters=True", {"find_unused_parameters": True}),
             "sharded_spawn_find_unused_parameters_true": ("spawn", "`sharded_spawn` with find_unused_parameters=True", {"find_unused_parameters": True}),
+            # torch FSDP2 (maintained; no FairScale needed): ZeRO-2 by default.
+            "sharded_fsdp2": ("popen", "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2), launched like ddp", {"backend": "fsdp2"}),
+            "sharded_fsdp2_spawn": ("spawn", "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2), launched like ddp_spawn", {"backend": "fsdp2"}),
         }
         for name, (start_method, description, extra) in presets.items():
             strategy_registry.register(name, cls, description=description, start_method=start_method, **extra)
         return list(presets)
 
 
+def _check_fsdp2_options(backend: str, reshard_after_forward: Optional[bool], fsdp_modules: Any, find_unused: bool) -> None:
+    if backend != "fsdp2":
+        if reshard_after_forward is not None or fsdp_modules is not None:
+            raise ValueError(
+                "ShardedStrategy(reshard_after_forward=..., fsdp_modules=...) are options of backend='fsdp2'; pass"
+                " backend='fsdp2' or remove them."
+            )
+        return
+    if find_unused:
+        raise ValueError(
+            "ShardedStrategy(backend='fsdp2', find_unused_parameters=True) is not supported: FSDP2 reduce-scatters per"
+            " block, and ranks that skip different parameters would fall out of step. Use backend='torch' (DDP's"
+            " find_unused_parameters) or backend='fairscale'."
+        )
+
+
 def _check_backend_options(backend: str, reduce_buffer_size: Optional[int], broadcast_fp16: Optional[bool], kwargs: dict[str, Any]) -> None:
     """Reject options the chosen backend would ignore or fail on late, naming the fix."""
     if reduce_buffer_size is not None and reduce_buffer_size < 0:
         raise ValueError(f"ShardedStrategy(reduce_buffer_size={reduce_buffer_size}) must be >= 0 (0 disables bucketing).")
+    if backend == "fsdp2":
+        given = [n for n, v in (("reduce_buffer_size", reduce_buffer_size), ("broadcast_fp16", broadcast_fp16)) if v is not None]
+        given += sorted(kwargs)
+        if given:
+            raise ValueError(
+                f"ShardedStrategy(backend='fsdp2') does not take {given}: those are FairScale's or DDP's options. FSDP2's"
+                " are reshard_after_forward and fsdp_modules."
+            )
+        return
     if backend == "torch":
         if reduce_buffer_size is not None:
             raise ValueError(

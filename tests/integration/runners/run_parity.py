@@ -43,7 +43,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--precision", default="32-true")
     p.add_argument("--manual", action="store_true")
     p.add_argument("--resume", default=None, help="checkpoint to resume from")
-    p.add_argument("--sharded-backend", default=None, choices=("fairscale", "torch"), help="ShardedStrategy(backend=...) for --strategy sharded*")
+    p.add_argument("--sharded-backend", default=None, choices=("fairscale", "torch", "fsdp2"), help="ShardedStrategy(backend=...) for --strategy sharded*")
     p.add_argument("--out", required=True, type=Path)
     return p.parse_args(argv)
 
@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> None:
     trainer.fit(model, ckpt_path=args.resume)
     world = trainer.world_size
     rank = trainer.global_rank
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, args.out / f"params_rank{rank}.pt")
+    # FSDP2 holds DTensor shards: gather each whole tensor (a collective, on every rank) to compare with other strategies.
+    full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
+    torch.save({k: v.detach().cpu() for k, v in full.items()}, args.out / f"params_rank{rank}.pt")
     opt = trainer.optimizers[0] if trainer.optimizers else None
     if opt is not None:
         # A sharded optimizer (OSS/ZeRO) holds its rank's shard in a local optimizer.
