@@ -5,6 +5,7 @@
     $ python benchmarks/run.py --suite strategies --suite memory
     $ python benchmarks/run.py --only horovod,sharded
     $ python benchmarks/run.py --list
+    $ python benchmarks/run.py --gpu                 # the GPU variants (benchmarks/gpu_check.sh runs this)
 
 Each benchmark runs in its own process (``benchmarks/bench_*.py --result PATH``) and reports every round of every
 arm; the suite takes the median of the per-round ratios, with their min and max. A benchmark or an arm that fails is
@@ -41,20 +42,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="CI-sized runs: fewer rounds and steps")
     p.add_argument("--dry-run", action="store_true", help="one tiny round of each: checks the suite, not the figures")
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    p.add_argument("--gpu", action="store_true", help="run the GPU variant of each benchmark that has one (needs CUDA)")
     p.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results/<date>_<hardware>)")
     return p.parse_args(argv)
 
 
-def run_one(bench: Benchmark, size: str, workdir: Path, bar_position: int) -> reporting.BenchRun:
+def run_one(bench: Benchmark, size: str, workdir: Path, bar_position: int, gpu: bool = False) -> reporting.BenchRun:
     """Run one benchmark in its own process, following its ``round i/N`` lines with a progress bar."""
     from tqdm import tqdm
 
     missing = bench.missing()
     if missing:
         return reporting.BenchRun(bench.name, bench.what, "skipped", error=f"needs {', '.join(missing)}, not installed here")
+    if gpu and bench.gpu_args is None:
+        return reporting.BenchRun(bench.name, bench.what, "skipped", error="no GPU variant")
     result_path = workdir / f"{bench.name}.json"
-    cmd = [sys.executable, str(HERE / bench.script), *bench.args.get(size, []), "--result", str(result_path)]
-    shown = ["python", f"benchmarks/{bench.script}", *bench.args.get(size, [])]
+    extra = [*bench.args.get(size, []), *((bench.gpu_args or []) if gpu else [])]
+    cmd = [sys.executable, str(HERE / bench.script), *extra, "--result", str(result_path)]
+    shown = ["python", f"benchmarks/{bench.script}", *extra]
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
     start, tail = time.monotonic(), []
@@ -106,12 +111,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     size = "dry" if args.dry_run else "quick" if args.quick else "full"
     machine = machine_info.describe()
+    if args.gpu and not machine["gpus"]:
+        raise SystemExit("benchmarks/run.py --gpu: no CUDA GPU is visible here; run without --gpu for the CPU suite.")
     out = args.out or HERE / "results" / (machine_info.slug(machine) + ("" if size == "full" else f"_{size}"))
     command = "python benchmarks/run.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, bench in enumerate(chosen):
-            runs.append(run_one(bench, size, Path(tmp), i))
+            runs.append(run_one(bench, size, Path(tmp), i, gpu=args.gpu))
     report = reporting.write(runs, machine, command.strip(), out)
     print("\n" + reporting.terminal_table(runs))
     print(f"\nreport: {report}")

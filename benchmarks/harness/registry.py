@@ -21,6 +21,7 @@ class Benchmark:
         args: extra arguments per size (``full``, ``quick``, ``dry``).
         needs: importable modules it needs; without them it is skipped, saying so.
         timeout_s: per size, a hard bound on the run.
+        gpu_args: added with ``run.py --gpu`` (its GPU variant); ``None``: the benchmark has none and is skipped there.
     """
 
     name: str
@@ -30,6 +31,7 @@ class Benchmark:
     args: dict[str, list[str]] = field(default_factory=dict)
     needs: tuple[str, ...] = ()
     timeout_s: dict[str, float] = field(default_factory=lambda: {"full": 1800.0, "quick": 300.0, "dry": 240.0})
+    gpu_args: list[str] | None = None
 
     def missing(self) -> list[str]:
         """The needed modules that cannot be imported here."""
@@ -42,6 +44,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "ddp and ddp_spawn (Lightning) against a raw torch DDP loop, 2 ranks",
         {"full": ["--rounds", "7", "--steps", "20"], "quick": ["--rounds", "3", "--steps", "10"],
          "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64"]},
+        gpu_args=["--accelerator", "gpu"],
     ),
     Benchmark(
         "sharded", ("strategies", "memory"), "bench_sharded.py",
@@ -49,6 +52,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         {"full": ["--rounds", "7"], "quick": ["--rounds", "3", "--steps", "5", "--hidden", "768"],
          "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64"]},
         needs=("fairscale",),
+        gpu_args=["--accelerator", "gpu"],
     ),
     Benchmark(
         "horovod", ("strategies",), "bench_horovod.py",
@@ -62,12 +66,14 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "dp on one device against the bare LightningModule and a raw torch loop",
         {"full": ["--rounds", "9"], "quick": ["--rounds", "3", "--steps", "10"],
          "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1"]},
+        gpu_args=["--accelerator", "gpu"],  # one GPU: dp against the bare model; two or more: dp against ddp, memory per GPU
     ),
     Benchmark(
         "gpu_monitor", ("callbacks",), "bench_gpu_monitor.py",
         "GPUUtilizationMonitor against no callback and Lightning's DeviceStatsMonitor, at a step of about 4 ms",
         {"full": ["--rounds", "9", "--width", "1024", "--batch-size", "64"], "quick": ["--rounds", "3", "--steps", "60"],
          "dry": ["--rounds", "1", "--steps", "5", "--warmup", "2"]},
+        gpu_args=[],  # it trains on the GPU when there is one, with real NVML
     ),
     Benchmark(
         "preprocess", ("data",), "bench_preprocess.py",

@@ -52,3 +52,19 @@ def test_a_benchmark_that_fails_is_reported_as_failed(tmp_path: Path) -> None:
     broken = Benchmark("broken", ("strategies",), "bench_dp.py", "a benchmark given a bad argument", {"dry": ["--rounds", "x"]})
     run = run_one(broken, "dry", tmp_path, 0)
     assert run.status == "failed" and "exit code 2" in run.error and "invalid int value: 'x'" in run.error
+
+
+def test_gpu_check_without_a_gpu_says_what_it_skipped() -> None:
+    import os
+    import subprocess
+
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(["bash", str(REPO_ROOT / "benchmarks" / "gpu_check.sh")], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "skipped: the gpu-marked tests and the GPU suite" in proc.stdout
+
+
+def test_gpu_variants_need_a_gpu() -> None:
+    proc = run_python([RUN, "--gpu", "--only", "dp"], timeout=60, check=False, env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode != 0 and "no CUDA GPU is visible here" in proc.stderr
