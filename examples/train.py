@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     ckpt = trainer.checkpoint_callback
     # Spawn launchers return only the best path to this process; last.ckpt is on disk all the same.
     last = (ckpt.last_model_path if ckpt else "") or str(args.output_dir / "checkpoints" / "last.ckpt")
-    last = last if Path(last).is_file() else None
+    last = str(Path(last).resolve()) if Path(last).is_file() else None  # absolute, as Lightning's best_model_path
     summary = {
         "strategy": args.strategy,
         "world_size": trainer.world_size,
