@@ -314,8 +314,9 @@ def _run_pool(pool: ProcessPool, dataset: Any, transform: Callable[[Any], Any] |
 
 def _worker_died() -> PreprocessingError:
     return PreprocessingError(
-        "a preprocessing worker died (killed, out of memory, or a crash in native code); finished shards are kept - rerun "
-        "preprocess to resume."
+        "a preprocessing worker died (killed, out of memory, a crash in native code, or - right at start - a script that"
+        " calls preprocess without an `if __name__ == \"__main__\":` guard, which each worker re-runs on import); finished"
+        " shards are kept - rerun preprocess to resume."
     )
 
 

@@ -109,6 +109,12 @@ def _validate_args(backend: str, num_workers: int | None, chunk_size: int | None
         raise ValueError(f"verify={verify!r} is not supported; use one of {', '.join(map(repr, VERIFY_MODES))}.")
     if start_method is not None and start_method not in multiprocessing.get_all_start_methods():
         raise ValueError(f"start_method={start_method!r} is not available here; use one of {multiprocessing.get_all_start_methods()}.")
+    if backend == "processes" and getattr(multiprocessing.current_process(), "_inheriting", False):
+        # A forkserver/spawn worker re-imports the main script; unguarded module-level code calls preprocess again there.
+        raise RuntimeError(
+            "preprocess(backend='processes') was called while a worker process was importing the main script: put the"
+            " script's top-level code under `if __name__ == \"__main__\":` (workers start by importing the main module)."
+        )
 
 
 def _probe(dataset: Any, transform: Callable[[Any], Any] | None) -> tuple[str, dict[str, dict[str, Any]], int]:

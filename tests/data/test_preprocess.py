@@ -324,3 +324,17 @@ def test_ddp_two_ranks_see_every_sample_once_per_epoch(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert len(PreprocessedDataset(tmp_path / "cache" / "train")) == 64
+
+
+def test_an_unguarded_script_re_run_by_a_worker_is_told_to_add_the_main_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forkserver/spawn worker imports the main script; unguarded module-level code would call preprocess again there.
+
+    multiprocessing marks that import with ``current_process()._inheriting``; the call must name the fix, not die.
+    """
+    import multiprocessing
+
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    data = torch.utils.data.TensorDataset(torch.arange(8.0))
+    with pytest.raises(RuntimeError, match=r'importing the main script: put .* under `if __name__ == "__main__":`'):
+        preprocess(data, tmp_path / "cache", backend="processes", num_workers=2, progress=False)
+    assert not (tmp_path / "cache").exists()  # refused before any work
