@@ -15,6 +15,7 @@ import multiprocessing.connection
 import os
 import pickle
 import threading
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Sequence
@@ -30,6 +31,8 @@ BACKENDS = ("serial", "processes", "ray")
 Task = tuple[int, int, int]  # (shard_index, start, stop)
 #: How long the driver waits for pool workers before it starts computing chunks itself.
 _WARM_START_S = 0.5
+#: What starting the pool cold costs (a forkserver importing torch and Lightning, then forking): 2-2.5 s on 2 cores.
+_COLD_START_S = [2.0]
 
 
 class PreprocessingError(CacheError):
@@ -232,8 +235,28 @@ def run_processes(
     them while the driver computes chunks itself, until a worker is up.
     """
     global _POOL
+    try:
+        # Before any work, as the driver may finish a small job before the workers would have needed the transform.
+        pickle.dumps(transform)
+    except (TypeError, AttributeError, ValueError, pickle.PicklingError) as err:
+        raise _unpicklable(err) from err
     ctx = _process_context(start_method)
     queue = deque(tasks)
+    warm = _POOL is not None and _POOL.usable(ctx.get_start_method(), num_workers)
+    if not warm and len(queue) > 1 and ctx.get_start_method() != "fork":
+        # Time one chunk here first: work shorter than a cold start of the workers is faster done in this process (the
+        # driver would finish it, then wait for workers it no longer needs).
+        started = time.perf_counter()
+        yield from _driver_chunk(dataset, transform, shard_dir, queue.popleft())
+        remaining = (time.perf_counter() - started) * len(queue)
+        if remaining < _COLD_START_S[0]:
+            rank_zero_info(
+                f"preprocess: the remaining work (~{remaining:.1f} s) is shorter than starting worker processes"
+                f" (~{_COLD_START_S[0]:.1f} s), so it runs in this process."
+            )
+            while queue:
+                yield from _driver_chunk(dataset, transform, shard_dir, queue.popleft())
+            return
     shared = ctx.get_start_method() != "fork" and _POOL_LOCK.acquire(blocking=False)
     got: dict[str, Any] = {}
 
@@ -247,7 +270,8 @@ def run_processes(
     starter.start()
     clean = False
     try:
-        starter.join(_WARM_START_S)  # a running pool is there at once, a warm forkserver forks within this
+        # A running pool is there at once; a cold one takes seconds, during which the driver computes chunks itself.
+        starter.join(_WARM_START_S if warm else 0.0)
         while starter.is_alive() and queue:
             yield from _driver_chunk(dataset, transform, shard_dir, queue.popleft())
         starter.join()

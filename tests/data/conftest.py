@@ -39,3 +39,13 @@ def reference_cache(tmp_path_factory):
     path = tmp_path_factory.mktemp("reference")
     preprocess(IndexedDataset(N), path, Features(), backend="serial", chunk_size=CHUNK, progress=False)
     return path
+
+
+@pytest.fixture(autouse=True)
+def workers_even_for_small_jobs(monkeypatch):
+    """The data tests exercise the worker pool on small data, which ``preprocess`` would otherwise compute in-process
+    (work shorter than a cold start of the workers); ``test_work_shorter_than_a_cold_start_runs_in_process`` covers
+    that decision."""
+    from lightning_mgpu.data import backends
+
+    monkeypatch.setattr(backends, "_COLD_START_S", [0.0])

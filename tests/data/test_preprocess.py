@@ -338,3 +338,24 @@ def test_an_unguarded_script_re_run_by_a_worker_is_told_to_add_the_main_guard(tm
     with pytest.raises(RuntimeError, match=r'importing the main script: put .* under `if __name__ == "__main__":`'):
         preprocess(data, tmp_path / "cache", backend="processes", num_workers=2, progress=False)
     assert not (tmp_path / "cache").exists()  # refused before any work
+
+
+def test_work_shorter_than_a_cold_start_runs_in_process(tmp_path: Path, reference_cache, monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    """A one-shot call on little data must never be slower than serial: after timing one chunk, work that would end
+    before cold workers are up is finished in this process, which says so; longer work goes to the workers."""
+    import logging
+
+    shutdown_process_pool()
+    kwargs = dict(backend="processes", num_workers=2, chunk_size=CHUNK, progress=False)
+    monkeypatch.setattr(backends, "_COLD_START_S", [60.0])  # workers that take a minute to start: never worth it here
+    with caplog.at_level(logging.INFO):
+        preprocess(IndexedDataset(N), tmp_path / "small", Features(), **kwargs)
+    assert backends._POOL is None, "no worker may be started for it"
+    assert "is shorter than starting worker processes" in caplog.text and "runs in this process" in caplog.text
+    assert snapshot(tmp_path / "small") == snapshot(reference_cache)
+
+    monkeypatch.setattr(backends, "_COLD_START_S", [0.0])  # free workers: the pool takes the rest
+    preprocess(IndexedDataset(N), tmp_path / "large", Features(), **kwargs)
+    assert backends._POOL is not None and all(p.is_alive() for p in backends._POOL.procs)
+    assert snapshot(tmp_path / "large") == snapshot(reference_cache)
+    shutdown_process_pool()
