@@ -190,14 +190,21 @@ def raw_fairscale_run(args: argparse.Namespace) -> dict[str, Any]:
     import torch.distributed as dist
     from fairscale.nn.data_parallel import ShardedDataParallel
     from fairscale.optim import OSS
-    from torch import nn
 
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if args.accelerator == "gpu" else torch.device("cpu")
     model = build_model(args.hidden).to(device)
     opt = OSS(model.parameters(), optim=torch.optim.Adam, lr=1e-4)
     model = ShardedDataParallel(model, opt, reduce_buffer_size=0)
+    return _raw_loop(args, model, opt, make_loader(args, dist.get_rank()), device)
+
+
+def _raw_loop(args: argparse.Namespace, model: Any, opt: Any, loader: Any, device: Any) -> dict[str, float]:
+    """The hand-written training loop of the raw arms; median wall and process-CPU time per step after the warm-up."""
+    import torch
+    from torch import nn
+
     times, cpu_times, last = [], [], None
-    for step, (x, y) in enumerate(make_loader(args, dist.get_rank()), start=1):
+    for step, (x, y) in enumerate(loader, start=1):
         x, y = x.to(device), y.to(device)
         opt.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
@@ -242,21 +249,7 @@ def raw_fsdp2_run(args: argparse.Namespace) -> dict[str, Any]:
             fully_shard(layer, mesh=mesh, reshard_after_forward=False)
     fully_shard(model, mesh=mesh, reshard_after_forward=False)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    times, cpu_times, last = [], [], None
-    for step, (x, y) in enumerate(make_loader(args, rank), start=1):
-        x, y = x.to(device), y.to(device)
-        opt.zero_grad()
-        nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        now = (time.perf_counter(), time.process_time())
-        if last is not None and step > args.warmup + 1:
-            times.append(now[0] - last[0])
-            cpu_times.append(now[1] - last[1])
-        last = now
-        if step == args.warmup + args.steps + 1:
-            break
+    timing = _raw_loop(args, model, opt, make_loader(args, rank), device)
     params = [_local(p) for p in model.parameters()]
     grads = [_local(p.grad) for p in model.parameters() if p.grad is not None]
     opt_state = [_local(v) for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
@@ -265,7 +258,7 @@ def raw_fsdp2_run(args: argparse.Namespace) -> dict[str, Any]:
         "grads": sum(t.numel() * t.element_size() for t in grads),
         "optimizer": sum(t.numel() * t.element_size() for t in opt_state),
     }
-    return {"step_s": statistics.median(times), "cpu_s": statistics.median(cpu_times), "state": state}
+    return {**timing, "state": state}
 
 
 RAW = {"raw": "raw_fairscale_run", "fsdp2": "raw_fsdp2_run"}
