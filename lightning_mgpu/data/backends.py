@@ -32,7 +32,7 @@ Task = tuple[int, int, int]  # (shard_index, start, stop)
 #: How long the driver waits for pool workers before it starts computing chunks itself.
 _WARM_START_S = 0.5
 #: What starting the pool cold costs (a forkserver importing torch and Lightning, then forking): 2-2.5 s on 2 cores.
-_COLD_START_S = [2.0]
+_COLD_START_S = 2.0
 
 
 class PreprocessingError(CacheError):
@@ -249,10 +249,10 @@ def run_processes(
         started = time.perf_counter()
         yield from _driver_chunk(dataset, transform, shard_dir, queue.popleft())
         remaining = (time.perf_counter() - started) * len(queue)
-        if remaining < _COLD_START_S[0]:
+        if remaining < _COLD_START_S:
             rank_zero_info(
                 f"preprocess: the remaining work (~{remaining:.1f} s) is shorter than starting worker processes"
-                f" (~{_COLD_START_S[0]:.1f} s), so it runs in this process."
+                f" (~{_COLD_START_S:.1f} s), so it runs in this process."
             )
             while queue:
                 yield from _driver_chunk(dataset, transform, shard_dir, queue.popleft())

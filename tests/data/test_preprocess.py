@@ -347,14 +347,14 @@ def test_work_shorter_than_a_cold_start_runs_in_process(tmp_path: Path, referenc
 
     shutdown_process_pool()
     kwargs = dict(backend="processes", num_workers=2, chunk_size=CHUNK, progress=False)
-    monkeypatch.setattr(backends, "_COLD_START_S", [60.0])  # workers that take a minute to start: never worth it here
+    monkeypatch.setattr(backends, "_COLD_START_S", 60.0)  # workers that take a minute to start: never worth it here
     with caplog.at_level(logging.INFO):
         preprocess(IndexedDataset(N), tmp_path / "small", Features(), **kwargs)
     assert backends._POOL is None, "no worker may be started for it"
     assert "is shorter than starting worker processes" in caplog.text and "runs in this process" in caplog.text
     assert snapshot(tmp_path / "small") == snapshot(reference_cache)
 
-    monkeypatch.setattr(backends, "_COLD_START_S", [0.0])  # free workers: the pool takes the rest
+    monkeypatch.setattr(backends, "_COLD_START_S", 0.0)  # free workers: the pool takes the rest
     preprocess(IndexedDataset(N), tmp_path / "large", Features(), **kwargs)
     assert backends._POOL is not None and all(p.is_alive() for p in backends._POOL.procs)
     assert snapshot(tmp_path / "large") == snapshot(reference_cache)
