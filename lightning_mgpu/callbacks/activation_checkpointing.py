@@ -30,7 +30,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from typing_extensions import override
 
 from lightning_mgpu.utilities.imports import require
-from lightning_mgpu.utilities.modules import ModuleMatcher, ModuleSpec
+from lightning_mgpu.utilities.modules import ModuleMatcher, ModuleSpec, as_spec_list
 
 Impl = Literal["torch", "fairscale"]
 
@@ -86,9 +86,9 @@ class ActivationCheckpointing(Callback):
     """
 
     def __init__(self, modules: Sequence[ModuleSpec], every_k: int = 1, impl: Impl = "torch") -> None:
-        if isinstance(modules, (str, type)) or callable(modules):
-            modules = [modules]  # a single spec is a common slip; accept it
-        self.specs: list[ModuleMatcher] = [ModuleMatcher.parse(spec, owner="ActivationCheckpointing") for spec in modules]
+        self.specs: list[ModuleMatcher] = [
+            ModuleMatcher.parse(spec, owner="ActivationCheckpointing") for spec in as_spec_list(modules)
+        ]
         if not self.specs:
             raise ValueError(
                 "ActivationCheckpointing(modules=[]) checkpoints nothing. Pass at least one module class,"

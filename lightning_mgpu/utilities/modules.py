@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import inspect
+from collections.abc import Sequence
 from typing import Any, Callable, Union
 
 from torch import nn
@@ -13,6 +14,11 @@ from torch import nn
 ModuleSpec = Union[type[nn.Module], str, Callable[..., bool]]
 """A module class (``nn.TransformerEncoderLayer``), an fnmatch pattern over qualified names
 (``"net.blocks.*"``), or a predicate ``fn(module)`` / ``fn(name, module)``."""
+
+
+def as_spec_list(modules: Union[ModuleSpec, Sequence[ModuleSpec]]) -> list[ModuleSpec]:
+    """``modules`` as a list: a single class, pattern or predicate (a common slip for a list of one) is accepted."""
+    return [modules] if isinstance(modules, (str, type)) or callable(modules) else list(modules)
 
 
 class ModuleMatcher:

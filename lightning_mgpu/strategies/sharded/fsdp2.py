@@ -11,6 +11,8 @@ rank 0 (torch.distributed.checkpoint's ``get_*_state_dict`` with ``full_state_di
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Optional
 
 import torch
@@ -66,17 +68,14 @@ def is_fully_sharded(module: nn.Module) -> bool:
     return isinstance(module, FSDPModule)
 
 
-class no_sync:  # noqa: N801  (a context manager, named as DDP's)
+@contextmanager
+def no_sync(module: nn.Module) -> Iterator[None]:
     """Accumulate gradients locally: no reduce-scatter in the backward passes inside (non-final micro-batches)."""
-
-    def __init__(self, module: nn.Module) -> None:
-        self.module = module
-
-    def __enter__(self) -> None:
-        self.module.set_requires_gradient_sync(False)  # type: ignore[operator]
-
-    def __exit__(self, *exc: Any) -> None:
-        self.module.set_requires_gradient_sync(True)  # type: ignore[operator]
+    module.set_requires_gradient_sync(False)  # type: ignore[operator]
+    try:
+        yield
+    finally:
+        module.set_requires_gradient_sync(True)  # type: ignore[operator]
 
 
 def _options(**kwargs: Any) -> Any:

@@ -72,7 +72,7 @@ from lightning_mgpu.strategies.sharded.precision import (
 from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
 from lightning_mgpu.utilities.failures import on_training_failure
 from lightning_mgpu.utilities.imports import require
-from lightning_mgpu.utilities.modules import ModuleSpec
+from lightning_mgpu.utilities.modules import ModuleSpec, as_spec_list
 from lightning_mgpu.utilities.ports import release_for_spawn
 from lightning_mgpu.utilities.process_group import (
     destroy_at_exit,
@@ -172,11 +172,8 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         self._reduce_buffer_size = reduce_buffer_size
         self._broadcast_fp16 = broadcast_fp16
         self._reshard_after_forward = bool(reshard_after_forward)
-        self._fsdp_modules = None if fsdp_modules is None else list(
-            [fsdp_modules] if isinstance(fsdp_modules, (str, type)) or callable(fsdp_modules) else fsdp_modules
-        )
-        _check_backend_options(backend, reduce_buffer_size, broadcast_fp16, kwargs)
-        _check_fsdp2_options(backend, reshard_after_forward, fsdp_modules, self._find_unused_parameters)
+        self._fsdp_modules = None if fsdp_modules is None else as_spec_list(fsdp_modules)
+        _check_backend_options(backend, reduce_buffer_size, broadcast_fp16, kwargs, reshard_after_forward, fsdp_modules, self._find_unused_parameters)
         if backend == "torch":
             kwargs["find_unused_parameters"] = self._find_unused_parameters
         super().__init__(
@@ -595,27 +592,30 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         return list(presets)
 
 
-def _check_fsdp2_options(backend: str, reshard_after_forward: Optional[bool], fsdp_modules: Any, find_unused: bool) -> None:
-    if backend != "fsdp2":
-        if reshard_after_forward is not None or fsdp_modules is not None:
-            raise ValueError(
-                "ShardedStrategy(reshard_after_forward=..., fsdp_modules=...) are options of backend='fsdp2'; pass"
-                " backend='fsdp2' or remove them."
-            )
-        return
-    if find_unused:
-        raise ValueError(
-            "ShardedStrategy(backend='fsdp2', find_unused_parameters=True) is not supported: FSDP2 reduce-scatters per"
-            " block, and ranks that skip different parameters would fall out of step. Use backend='torch' (DDP's"
-            " find_unused_parameters) or backend='fairscale'."
-        )
-
-
-def _check_backend_options(backend: str, reduce_buffer_size: Optional[int], broadcast_fp16: Optional[bool], kwargs: dict[str, Any]) -> None:
+def _check_backend_options(
+    backend: str,
+    reduce_buffer_size: Optional[int],
+    broadcast_fp16: Optional[bool],
+    kwargs: dict[str, Any],
+    reshard_after_forward: Optional[bool],
+    fsdp_modules: Any,
+    find_unused: bool,
+) -> None:
     """Reject options the chosen backend would ignore or fail on late, naming the fix."""
     if reduce_buffer_size is not None and reduce_buffer_size < 0:
         raise ValueError(f"ShardedStrategy(reduce_buffer_size={reduce_buffer_size}) must be >= 0 (0 disables bucketing).")
+    if backend != "fsdp2" and (reshard_after_forward is not None or fsdp_modules is not None):
+        raise ValueError(
+            "ShardedStrategy(reshard_after_forward=..., fsdp_modules=...) are options of backend='fsdp2'; pass"
+            " backend='fsdp2' or remove them."
+        )
     if backend == "fsdp2":
+        if find_unused:
+            raise ValueError(
+                "ShardedStrategy(backend='fsdp2', find_unused_parameters=True) is not supported: FSDP2 reduce-scatters"
+                " per block, and ranks that skip different parameters would fall out of step. Use backend='torch' (DDP's"
+                " find_unused_parameters) or backend='fairscale'."
+            )
         given = [n for n, v in (("reduce_buffer_size", reduce_buffer_size), ("broadcast_fp16", broadcast_fp16)) if v is not None]
         given += sorted(kwargs)
         if given:
