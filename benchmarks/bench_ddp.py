@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness.result import progress, ratio, write_result  # noqa: E402
+from harness.stats import median_interval  # noqa: E402
+from lightning.fabric.plugins.environments.lightning import find_free_network_port  # noqa: E402
+from lightning_mgpu.utilities.process_group import destroy_process_group_if_done  # noqa: E402
 
 WORLD = 2
 
@@ -63,11 +65,6 @@ def make_loader(args: argparse.Namespace, rank: int) -> Any:
     return DataLoader(data, batch_size=args.batch_size, sampler=DistributedSampler(data, WORLD, rank, shuffle=True, seed=0))
 
 
-def _median_step(marks: list[float], args: argparse.Namespace) -> float:
-    timed = marks[args.warmup : args.warmup + args.steps + 1]
-    return statistics.median(b - a for a, b in zip(timed[:-1], timed[1:]))
-
-
 def raw_ddp(args: argparse.Namespace, device: Any) -> float:
     import torch
     import torch.distributed as dist
@@ -88,7 +85,7 @@ def raw_ddp(args: argparse.Namespace, device: Any) -> float:
         optimizer.step()
         if len(marks) > args.warmup + args.steps:
             break
-    return _median_step(marks, args)
+    return median_interval(marks, args.warmup, args.steps)
 
 
 def lightning_ddp(args: argparse.Namespace) -> float:
@@ -127,7 +124,7 @@ def lightning_ddp(args: argparse.Namespace) -> float:
         enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
     )  # fmt: skip
     trainer.fit(Module())
-    return _median_step(clock.marks, args)
+    return median_interval(clock.marks, args.warmup, args.steps)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -153,12 +150,8 @@ def worker(args: argparse.Namespace) -> None:
     if rank == 0:
         assert args.worker_out is not None
         args.worker_out.write_text(json.dumps(times))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # A live gloo group at interpreter exit can abort the rank ("terminate called without an active exception").
+    destroy_process_group_if_done()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -168,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     import tempfile
 
-    port = _free_port()
+    port = find_free_network_port()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "times.json"
         procs = []

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,8 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from harness.result import progress, ratio, write_result
+from harness.stats import median_interval
+from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -87,12 +88,7 @@ def raw_horovod(args: argparse.Namespace) -> float:
         optimizer.step()
         if len(marks) > args.warmup + args.steps:
             break
-    return _median_step(marks, args)
-
-
-def _median_step(marks: list[float], args: argparse.Namespace) -> float:
-    timed = marks[args.warmup : args.warmup + args.steps + 1]
-    return statistics.median(b - a for a, b in zip(timed[:-1], timed[1:]))
+    return median_interval(marks, args.warmup, args.steps)
 
 
 def lightning_run(args: argparse.Namespace, strategy: str, env: dict[str, str]) -> float:
@@ -144,16 +140,10 @@ def lightning_run(args: argparse.Namespace, strategy: str, env: dict[str, str]) 
         trainer.fit(Module())
     finally:
         os.environ.update(hidden)
-    return _median_step(clock.marks, args)
+    return median_interval(clock.marks, args.warmup, args.steps)
 
 
 # ----------------------------------------------------------------------------- driver
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -164,7 +154,7 @@ def worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     # The ddp runs reuse these workers: Lightning sees an external launch and starts nothing itself.
     # Named: unnamed broadcast_object calls are named after the object's type, which differs by rank here.
-    port = hvd.broadcast_object(_free_port() if hvd.rank() == 0 else 0, root_rank=0, name="bench.port")
+    port = hvd.broadcast_object(find_free_network_port() if hvd.rank() == 0 else 0, root_rank=0, name="bench.port")
     env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(hvd.size()), LOCAL_RANK=str(hvd.local_rank()), NODE_RANK="0")
     pl.seed_everything(0, verbose=False)
     runs = {

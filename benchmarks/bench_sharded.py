@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `harness` also when this file is a launched worker
 from harness.result import progress, ratio, write_result  # noqa: E402
+from lightning.fabric.plugins.environments.lightning import find_free_network_port  # noqa: E402
+
+from lightning_mgpu.utilities.process_group import destroy_process_group_if_done  # noqa: E402
 
 WORLD = 2
 ARMS = ["ddp", "sharded", "sharded_fsdp2", "raw", "fsdp2"]  # raw: FairScale by hand; fsdp2: torch FSDP2 by hand
@@ -300,18 +302,15 @@ def worker(args: argparse.Namespace) -> None:
     if dist.is_initialized():
         dist.barrier()
     args.out.with_name(f"{args.out.stem}.rank{rank}.json").write_text(json.dumps(result))
+    # A gloo group left alive at exit can abort the process ("terminate called without an active exception"); the raw
+    # FSDP2 arm creates one itself, with nothing to destroy it.
+    destroy_process_group_if_done()
 
 
 # ----------------------------------------------------------------------------- launcher side
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(args: argparse.Namespace, kind: str, config: str, out: Path, timeout: float = 900) -> list[dict[str, Any]]:
     """Run 2 ranks of this script as ``--worker KIND``; kill both if either fails."""
-    port = _free_port()
+    port = find_free_network_port()
     forwarded = ["--accelerator", args.accelerator, "--hidden", str(args.hidden), "--batch-size", str(args.batch_size),
                  "--rounds", str(args.rounds), "--steps", str(args.steps), "--warmup", str(args.warmup),
                  "--threads", str(args.threads)]  # fmt: skip

@@ -66,3 +66,9 @@ def summarize(label: str, num: list[float], den: list[float], goal: Optional[flo
     if not ratios:
         raise ValueError(f"{label}: no round has both figures")
     return RatioSummary(label, statistics.median(ratios), min(ratios), max(ratios), len(ratios), goal, higher_is_better)
+
+
+def median_interval(marks: list[float], warmup: int, steps: int) -> float:
+    """The median time between consecutive step starts ``marks``, over ``steps`` steps after ``warmup`` untimed ones."""
+    timed = marks[warmup : warmup + steps + 1]
+    return statistics.median(b - a for a, b in zip(timed[:-1], timed[1:]))
