@@ -31,6 +31,13 @@ Two nodes under SLURM: examples/slurm.sbatch (srun, one task per GPU; --devices 
 Two nodes with Horovod
     any$   horovodrun -np 16 -H node0:8,node1:8 python examples/train.py --accelerator gpu --devices 8 --strategy horovod
 
+On a Ray cluster with Ray Train (--launcher ray; docs/multinode.md). Ray places the workers and restarts them
+    $ python examples/train.py --launcher ray --ray-workers 2 --strategy ddp            # a local Ray for this run
+    $ python examples/train.py --launcher ray --ray-workers 8 --ray-address auto --accelerator gpu \\
+          --strategy sharded --max-failures 3 --preprocess ray                          # join the cluster; cache on it
+    (`--ray-workers` counts processes, one device each; `--num-workers` stays the DataLoader's workers per process.
+    tests/launchers/test_ray_train_integration.py runs both forms on CPU, joining a two-node Ray cluster by address.)
+
 Resume from a checkpoint
     $ python examples/train.py --ckpt-path outputs/checkpoints/last.ckpt --max-epochs 20
     Ctrl-C finishes the current step, saves outputs/checkpoints/last.ckpt and exits with 130 (--no-save-on-interrupt:
@@ -116,7 +123,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--strategy", default="ddp", choices=STRATEGIES)
     p.add_argument("--accelerator", default="auto", choices=("auto", "cpu", "gpu"))
-    p.add_argument("--devices", default="2", type=_devices, help="per node: a count, 'auto', or indices like '0,1'")
+    p.add_argument("--devices", default=None, type=_devices, help="per node: a count, 'auto', or indices like '0,1' (default 2)")
     p.add_argument("--num-nodes", default=1, type=_positive_int)
     p.add_argument("--precision", default="32-true", choices=PRECISIONS, help="'auto' picks bf16/16-mixed/32 for the hardware")
     p.add_argument("--accumulate-grad-batches", default=1, type=_positive_int)
@@ -148,10 +155,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--zero-grad-set-to-none", action="store_true", help="guarantee .grad is None between steps")
     p.add_argument("--grad-sync-toggle", action="store_true", help="skip gradient sync on non-final accumulation micro-batches")
     p.add_argument("--gpu-monitor", action="store_true", help="log per-rank utilisation and diagnose bottlenecks")
+    # Ray Train (lightning_mgpu.launchers.ray_train)
+    p.add_argument(
+        "--launcher", default="lightning", choices=("lightning", "ray"),
+        help="lightning: Lightning's launcher, or the torchrun/SLURM/horovodrun that started this script; ray: Ray Train workers",
+    )
+    p.add_argument("--ray-workers", default=2, type=_positive_int, help="--launcher ray: training processes, one device each")
+    p.add_argument("--ray-address", default=None, help="--launcher ray: 'auto', HOST:PORT or ray://HOST:PORT (default: a local Ray for this run)")
+    p.add_argument("--max-failures", default=0, type=int, help="--launcher ray: restarts of the worker group after a failure (-1: no limit)")
+    p.add_argument("--ray-cpus-per-worker", default=1.0, type=_positive_float, help="--launcher ray: CPUs reserved per worker")
     # Data preprocessing (lightning_mgpu.data)
     p.add_argument("--preprocess", default="none", choices=("none", "processes", "ray"), help="cache an expensive transform once")
     p.add_argument("--cache-dir", default=None, type=Path, help="preprocessing cache (default: OUTPUT_DIR/cache)")
     args = p.parse_args(argv)
+    _check_launcher_args(p, args)
+    if args.devices is None:
+        args.devices = 1 if args.launcher == "ray" else 2  # under Ray, --ray-workers counts the processes
     if args.num_workers < 0:
         p.error(f"--num-workers must be >= 0, got {args.num_workers}")
     if args.max_steps < -1 or args.max_steps == 0:
@@ -164,6 +183,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if path is not None and path.exists() and not path.is_dir():
             p.error(f"{flag} {str(path)!r} is a file, not a folder; pass a folder (it is created if missing)")
     on_cpu = args.accelerator == "cpu" or (args.accelerator == "auto" and not _cuda_available())
+    if args.launcher == "ray" and on_cpu and args.ray_address is None and args.ray_workers > (os.cpu_count() or 1):
+        p.error(f"--ray-workers {args.ray_workers} asks for more local CPU workers than the {os.cpu_count()} cores here;"
+                f" pass --ray-workers {os.cpu_count()} or fewer, or --ray-address to use a cluster")  # fmt: skip
     if on_cpu and args.precision in ("16-mixed", "16-true", "16"):
         p.error(
             f"--precision {args.precision} needs a CUDA GPU (float16 autocast on CPU is slow and unscaled); on CPU use"
@@ -175,6 +197,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f" {os.cpu_count()} cores; pass --devices {os.cpu_count()} or fewer (each process needs at least a core)"
         )
     return args
+
+
+def _check_launcher_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Ray-only flags without ``--launcher ray``, or flags Ray decides itself, are refused before anything starts."""
+    if args.launcher != "ray":
+        given = [f for f, v in (("--ray-address", args.ray_address), ("--max-failures", args.max_failures or None)) if v is not None]
+        if given:
+            p.error(f"{', '.join(given)} only apply to --launcher ray; add --launcher ray or drop them")
+        return
+    if args.devices is not None or args.num_nodes != 1:
+        p.error(f"under --launcher ray, Ray places the workers: pass --ray-workers N (the total, one device each)"
+                f" instead of --devices/--num-nodes")  # fmt: skip
+    if args.max_failures < -1:
+        p.error(f"--max-failures must be -1 (no limit), 0 or more; got {args.max_failures}")
+    if args.ckpt_path is not None:
+        p.error("--ckpt-path is not supported with --launcher ray yet: Ray resumes a restarted group from its own last"
+                " reported checkpoint; resume an earlier run with the default launcher")  # fmt: skip
+    from lightning_mgpu.launchers.ray_train import RayStrategyError, check_strategy
+    from lightning_mgpu.utilities.imports import MissingDependencyError, require
+
+    try:
+        require("ray.train", "--launcher ray")
+        check_strategy(args.strategy)
+    except (RayStrategyError, MissingDependencyError) as err:
+        p.error(str(err))
 
 
 def _cuda_available() -> bool:
@@ -370,16 +417,31 @@ def say(msg: str) -> None:
     print(msg, flush=True)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any] | None:
-    args = parse_args(argv)
+def train(args: argparse.Namespace, on_ray: bool = False, ckpt_path: Path | None = None) -> tuple[pl.Trainer, dict[str, Any]]:
+    """Build the Trainer, module and data from ``args``, print the topology once, and fit.
+
+    ``on_ray``: this process is a Ray Train worker; Ray's environment, strategy form and report callback are used,
+    and ``ckpt_path`` is the checkpoint Ray handed a restarted worker.
+    """
     pl.seed_everything(args.seed, workers=True, verbose=False)
     callbacks = build_callbacks(args)
     precision = resolve_precision(args, callbacks)
+    placement: dict[str, Any] = {"strategy": args.strategy, "devices": args.devices, "num_nodes": args.num_nodes}
+    if on_ray:
+        from lightning_mgpu.launchers import ray_train
+
+        # The strategy instance carries the checkpoint IO (Lightning refuses it in both the instance and plugins).
+        strategy = ray_train.ray_strategy(args.strategy, checkpoint_io=AtomicCheckpointIO())
+        placement = {"strategy": strategy, **ray_train.ray_trainer_kwargs()}
+        callbacks.append(ray_train.report_callback())  # metrics and a checkpoint to Ray at each epoch end
+        # Ray runs this function outside the main thread, where no signal reaches it: Ctrl-C at the driver ends the
+        # run through Ray, and a restart resumes from the last reported checkpoint.
+        callbacks = [c for c in callbacks if not isinstance(c, SaveOnInterrupt)]
+    # Atomic saves (temporary file, fsync, rename) and safe loads, for Lightning's own strategies too.
+    plugins = [*placement.pop("plugins", []), *([] if on_ray else [AtomicCheckpointIO()])]
     trainer = pl.Trainer(
-        strategy=args.strategy,
+        **placement,
         accelerator=args.accelerator,
-        devices=args.devices,
-        num_nodes=args.num_nodes,
         precision=precision,
         accumulate_grad_batches=args.accumulate_grad_batches,
         max_epochs=args.max_epochs,
@@ -391,10 +453,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         gradient_clip_val=args.gradient_clip_val,
         deterministic=False,
         enable_model_summary=False,
-        # Atomic saves (temporary file, fsync, rename) and safe loads, for Lightning's own strategies too.
-        plugins=[AtomicCheckpointIO()],
+        plugins=plugins,
     )
-    check_world_size(trainer, args)
+    if on_ray:
+        trainer = ray_train.prepare_trainer(trainer)
+    else:
+        check_world_size(trainer, args)
     degree = data_parallel_degree(trainer)
     # dp runs one process whose loader batch is split across its devices; everyone else
     # loads one per-device batch per process.
@@ -402,9 +466,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     effective_batch = args.batch_size * degree * args.accumulate_grad_batches
     factor = degree * args.accumulate_grad_batches
     lr = args.lr * factor if args.scale_lr else args.lr
+    layout = f"{trainer.world_size} Ray workers" if on_ray else f"{trainer.num_devices} devices x {trainer.num_nodes} nodes"
     say(
         f"strategy={args.strategy} world_size={trainer.world_size} devices x nodes={degree}"
-        f" effective batch = {args.batch_size} per device x {trainer.num_devices} devices x {trainer.num_nodes} nodes"
+        f" effective batch = {args.batch_size} per device x {layout}"
         f" x {args.accumulate_grad_batches} accumulation = {effective_batch}; lr={lr:g}"
         + (f" (--lr {args.lr:g} x {factor}, --scale-lr)" if args.scale_lr else "")
     )
@@ -418,15 +483,81 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         weight_decay=args.weight_decay,
         optimizer=args.optimizer,
     )
-    ckpt_path = args.ckpt_path or restart_checkpoint(args)
+    ckpt_path = ckpt_path or args.ckpt_path or (None if on_ray else restart_checkpoint(args))
     if ckpt_path is not None:
         # Refuse a truncated, unsafe or foreign checkpoint here, before any worker starts, with the keys listed.
         check_checkpoint_matches(model, ckpt_path)
-    # A pinned MASTER_PORT still held by a killed run fails deep in torch; say so up front.
-    check_master_port()
+    if not on_ray:
+        # A pinned MASTER_PORT still held by a killed run fails deep in torch; say so up front.
+        check_master_port()
     start = time.perf_counter()
     fit(trainer, model, dm, ckpt_path)
+    facts = {"degree": degree, "effective_batch": effective_batch, "lr": lr, "precision": str(precision),
+             "wall": time.perf_counter() - start}  # fmt: skip
+    return trainer, facts
+
+
+def ray_worker(config: dict[str, Any]) -> None:
+    """One Ray Train worker: train from ``config["args"]``, resuming from Ray's checkpoint after a restart."""
+    from lightning_mgpu.launchers import ray_train
+
+    with ray_train.resume_checkpoint() as ckpt_path:
+        train(config["args"], on_ray=True, ckpt_path=ckpt_path)
+
+
+def main_ray(args: argparse.Namespace) -> dict[str, Any]:
+    """``--launcher ray``: preprocess on the cluster, run the workers through Ray Train, write ``summary.json``."""
+    from lightning_mgpu.launchers import ray_train
+
+    launch = ray_train.RayLaunch(
+        num_workers=args.ray_workers, storage_path=args.output_dir / "ray", address=args.ray_address,
+        max_failures=args.max_failures, cpus_per_worker=args.ray_cpus_per_worker,
+        use_gpu=args.accelerator == "gpu" or (args.accelerator == "auto" and _cuda_available()),
+    )  # fmt: skip
+    start = time.perf_counter()
+    with ray_train.ray_cluster(launch):
+        if args.preprocess != "none":
+            # Build the cache here, once, on this cluster (backend 'ray' reuses it); the workers then only read it.
+            build_datamodule(args, args.batch_size).prepare_data()
+        result = ray_train.fit_on_ray(ray_worker, {"args": args}, launch)
     wall = time.perf_counter() - start
+    m = result.metrics
+    last = str(result.checkpoint_path) if result.checkpoint_path is not None else None
+    summary = {
+        "strategy": args.strategy,
+        "launcher": "ray",
+        "world_size": args.ray_workers,
+        "devices_x_nodes": args.ray_workers,
+        "effective_batch_size": args.batch_size * args.ray_workers * args.accumulate_grad_batches,
+        "lr": args.lr * args.ray_workers * args.accumulate_grad_batches if args.scale_lr else args.lr,
+        "precision": args.precision,
+        "val_acc": m.get("val_acc"),
+        "val_loss": m.get("val_loss"),
+        "train_samples_per_sec": m.get("train_samples_per_sec"),
+        "wall_seconds": round(wall, 3),
+        "checkpoint_path": last,
+        "last_checkpoint_path": last,
+        "global_step": int(m["step"]) if "step" in m else None,
+        "epochs": int(m["epoch"]) + 1 if "epoch" in m else None,
+    }
+    write_summary(args, summary)
+    return summary
+
+
+def write_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    # Write-then-rename: a crash mid-write never leaves a truncated summary behind.
+    tmp = args.output_dir / ".summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2))
+    tmp.replace(args.output_dir / "summary.json")
+    say(json.dumps(summary, indent=2))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    args = parse_args(argv)
+    if args.launcher == "ray":
+        return main_ray(args)
+    trainer, facts = train(args)
     if not trainer.is_global_zero:
         return None
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
@@ -436,25 +567,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     last = str(Path(last).resolve()) if Path(last).is_file() else None  # absolute, as Lightning's best_model_path
     summary = {
         "strategy": args.strategy,
+        "launcher": "lightning",
         "world_size": trainer.world_size,
-        "devices_x_nodes": degree,
-        "effective_batch_size": effective_batch,
-        "lr": lr,
-        "precision": str(precision),
+        "devices_x_nodes": facts["degree"],
+        "effective_batch_size": facts["effective_batch"],
+        "lr": facts["lr"],
+        "precision": facts["precision"],
         "val_acc": metrics.get("val_acc"),
         "val_loss": metrics.get("val_loss"),
         "train_samples_per_sec": metrics.get("train_samples_per_sec"),
-        "wall_seconds": round(wall, 3),
+        "wall_seconds": round(facts["wall"], 3),
         "checkpoint_path": (ckpt.best_model_path if ckpt else None) or last,
         "last_checkpoint_path": last,
         "global_step": int(metrics.get("global_step", trainer.global_step)),
     }
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    # Write-then-rename: a crash mid-write never leaves a truncated summary behind.
-    tmp = args.output_dir / ".summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2))
-    tmp.replace(args.output_dir / "summary.json")
-    say(json.dumps(summary, indent=2))
+    write_summary(args, summary)
     return summary
 
 

@@ -7,6 +7,7 @@ launch real gloo/horovod/ray workers on this CPU machine.
 from __future__ import annotations
 
 import os
+import secrets
 
 import pytest
 
@@ -14,6 +15,11 @@ from tests.helpers.launch import RENDEZVOUS
 
 # Keep every test off the network and quiet.
 os.environ.setdefault("NEPTUNE_MODE", "debug")
+# Ray's token authentication (on by default for `ray start`), with a token made for this session: set before Ray is
+# first imported (it reads these then), and inherited by every Ray process the tests start or connect from.
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -23,6 +29,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One real two-node Ray cluster per test session (``ray start`` twice, 1 CPU per node), stopped at the end.
+
+    Every Ray user in the tests shares it: the data tests connect to it, and ``--launcher ray`` runs join it.
+    """
+    from tests.helpers.runif import require_or_skip
+
+    require_or_skip("ray")
+    from tests.helpers.ray_cluster import two_node_ray_cluster
+
+    with two_node_ray_cluster() as cluster:
+        yield cluster
 
 
 # What an in-process fit leaves behind in os.environ: Lightning exports these for its process group.

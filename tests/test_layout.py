@@ -128,18 +128,22 @@ def _importers_of(prefix: str) -> dict[str, set[str]]:
 
 
 # (who, must not import): the one-way direction of the layout
+_ABOVE_ALL = ["lightning_mgpu.launchers", "lightning_mgpu.cli"]  # glue to the outside; nothing in the library uses it
 RULES = [
     ("lightning_mgpu.utilities", ["lightning_mgpu"]),  # the bottom floor imports nothing above it
     ("lightning_mgpu.strategies", ["lightning_mgpu.dashboard", "lightning_mgpu.callbacks", "lightning_mgpu.monitoring",
-                                   "lightning_mgpu.loggers", "lightning_mgpu.demos", "lightning_mgpu.cli"]),
+                                   "lightning_mgpu.loggers", "lightning_mgpu.demos", *_ABOVE_ALL]),
     ("lightning_mgpu.callbacks", ["lightning_mgpu.dashboard", "lightning_mgpu.strategies", "lightning_mgpu.loggers",
-                                  "lightning_mgpu.demos", "lightning_mgpu.cli"]),
+                                  "lightning_mgpu.demos", *_ABOVE_ALL]),
     ("lightning_mgpu.monitoring", ["lightning_mgpu.dashboard", "lightning_mgpu.loggers", "lightning_mgpu.strategies",
-                                   "lightning_mgpu.callbacks", "lightning_mgpu.demos"]),
-    ("lightning_mgpu.loggers", ["lightning_mgpu.dashboard", "lightning_mgpu.strategies", "lightning_mgpu.demos"]),
+                                   "lightning_mgpu.callbacks", "lightning_mgpu.demos", *_ABOVE_ALL]),
+    ("lightning_mgpu.loggers", ["lightning_mgpu.dashboard", "lightning_mgpu.strategies", "lightning_mgpu.demos", *_ABOVE_ALL]),
     ("lightning_mgpu.data", ["lightning_mgpu.dashboard", "lightning_mgpu.strategies", "lightning_mgpu.monitoring",
-                             "lightning_mgpu.demos"]),
-    ("lightning_mgpu.dashboard", ["lightning_mgpu.strategies", "lightning_mgpu.callbacks"]),
+                             "lightning_mgpu.demos", *_ABOVE_ALL]),
+    ("lightning_mgpu.dashboard", ["lightning_mgpu.strategies", "lightning_mgpu.callbacks", *_ABOVE_ALL]),
+    # The launcher glue maps names onto strategies; it knows no callbacks, loggers, data or demos.
+    ("lightning_mgpu.launchers", ["lightning_mgpu.callbacks", "lightning_mgpu.monitoring", "lightning_mgpu.loggers",
+                                  "lightning_mgpu.data", "lightning_mgpu.dashboard", "lightning_mgpu.demos", "lightning_mgpu.cli"]),
 ]
 
 

@@ -396,7 +396,9 @@ def ray_session(ray_address: str | None = None, num_workers: int | None = None, 
     if not ray.is_initialized():
         if ray_address is None:
             rank_zero_info(f"preprocess: starting a local Ray instance with {num_workers or default_num_workers()} CPUs")
-            ray.init(num_cpus=num_workers or default_num_workers(), include_dashboard=False)
+            # address="local": a new instance even where `ray start` runs on this machine (ray.init() would join it
+            # and then refuse num_cpus).
+            ray.init(address="local", num_cpus=num_workers or default_num_workers(), include_dashboard=False)
         else:
             rank_zero_info(f"preprocess: connecting to the Ray cluster at {ray_address}")
             ray.init(address=ray_address)

@@ -1,4 +1,4 @@
-"""Fixtures of the data tests: one local Ray instance per session, a reference cache."""
+"""Fixtures of the data tests: the session's Ray cluster, a reference cache."""
 
 from __future__ import annotations
 
@@ -11,20 +11,13 @@ N, CHUNK = 200, 16
 
 
 @pytest.fixture(scope="session")
-def ray_session():
-    """A local Ray with 2 CPUs, started once per test session (``ray.init`` takes ~20 s here)."""
+def ray_session(ray_cluster):
+    """This process connected to the session's two-node Ray cluster (2 CPUs in all); its token is in os.environ."""
     ray = require_or_skip("ray")
     if ray.is_initialized():
         yield ray
         return
-    for attempt in range(2):
-        try:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-            break
-        except Exception:  # noqa: BLE001 - Ray's 30 s node start-up timeout, hit on an overloaded machine
-            ray.shutdown()
-            if attempt:
-                raise
+    ray.init(address=ray_cluster.address, log_to_driver=False)
     try:
         yield ray
     finally:

@@ -1,0 +1,7 @@
+"""Glue to the cluster launchers users already run; the bundle has no cluster layer of its own.
+
+- :mod:`~lightning_mgpu.launchers.ray_train`: a Lightning training function on Ray Train's ``TorchTrainer``.
+
+torchrun, SLURM and horovodrun need no glue here: Lightning's ``TorchElasticEnvironment`` and ``SLURMEnvironment``
+and the bundle's ``HorovodEnvironment`` read what they set (docs/multinode.md).
+"""

@@ -1,0 +1,179 @@
+"""``examples/train.py --launcher ray`` on a real two-node Ray cluster (``ray start`` twice, 1 CPU per node).
+
+Each Ray run is compared with the same script launched by Lightning on 2 processes, one thread each (Ray gives
+each 1-CPU worker one thread; another thread count sums matrix products in another order): the trained
+parameters must be equal. That covers the sampler, the effective batch, the process group Ray sets up, and a
+resume from Ray's checkpoint after a worker was killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers.launch import REPO_ROOT, clean_environ, run_python
+from tests.helpers.runif import RunIf
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600), *RunIf(ray=True).marks]
+
+TRAIN = str(REPO_ROOT / "examples" / "train.py")
+COMMON = ["--logger", "none", "--accelerator", "cpu"]
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def _ray_env(cluster) -> dict[str, str]:
+    # RAY_DEDUP_LOGS=0: each worker's lines keep their own pid (the test reads who printed what).
+    return {**clean_environ(), **cluster.env, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0"}
+
+
+def _start_ray_run(cluster, out: Path, *flags: str) -> subprocess.Popen:
+    cmd = [sys.executable, TRAIN, "--launcher", "ray", "--ray-workers", "2", "--ray-address", cluster.address,
+           "--output-dir", str(out), *COMMON, *flags]  # fmt: skip
+    return subprocess.Popen(cmd, cwd=REPO_ROOT, env=_ray_env(cluster), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 400) -> str:
+    try:
+        log = proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"the Ray run did not finish within {timeout}s\n{proc.communicate()[0][-6000:]}") from None
+    assert proc.returncode == 0, log[-8000:]
+    return log
+
+
+def _parameters(ckpt: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    return {k: v for k, v in state.items() if not k.endswith(_BUFFERS)}
+
+
+def _assert_equal(ray: dict[str, torch.Tensor], reference: dict[str, torch.Tensor], tolerance: float = 0.0) -> None:
+    assert ray.keys() == reference.keys()
+    worst = max((ray[k] - reference[k]).abs().max().item() for k in ray)
+    assert worst <= tolerance, f"Ray run differs from the Lightning-launched run by {worst}"
+
+
+def _workers_by_rank(log: str) -> dict[int, str]:
+    """World rank -> pid, from Ray Train's 'Started training worker group' lines (the last group started)."""
+    found = dict(re.findall(r"pid=(\d+)\) world_rank=(\d+)", log))
+    return {int(rank): pid for pid, rank in found.items()}
+
+
+CASES = {
+    "ddp": ["--strategy", "ddp", "--max-epochs", "2"],
+    # The bundle's callbacks inside Ray workers, on the bundle's sharded strategy.
+    "sharded+callbacks": ["--strategy", "sharded", "--max-epochs", "2", "--accumulate-grad-batches", "2", "--grad-sync-toggle",
+                          "--activation-checkpointing", "features.*", "--zero-grad-set-to-none", "--gpu-monitor"],
+    "sharded_fsdp2": ["--strategy", "sharded_fsdp2", "--max-epochs", "2"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_ray_train_run_equals_the_lightning_launched_run(case: str, ray_cluster, tmp_path: Path) -> None:
+    flags = CASES[case]
+    strategy = flags[1]
+    if "sharded" == strategy:
+        pytest.importorskip("fairscale")
+    log = _finish(_start_ray_run(ray_cluster, tmp_path / "ray", *flags))
+    assert "Ray: connecting to the cluster at" in log and "Ray: starting" not in log  # it joined; it started no Ray
+    summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
+    # Metrics and the checkpoint came back to the driver, which wrote the summary.
+    accumulation = int(flags[flags.index("--accumulate-grad-batches") + 1]) if "--accumulate-grad-batches" in flags else 1
+    assert summary["launcher"] == "ray" and summary["world_size"] == 2
+    assert summary["effective_batch_size"] == 32 * 2 * accumulation
+    assert summary["epochs"] == 2 and summary["val_acc"] is not None
+    ckpt = Path(summary["checkpoint_path"])
+    assert ckpt.is_file() and ckpt.is_relative_to(tmp_path / "ray" / "ray")
+    # Only world rank 0 prints the topology.
+    pids = _workers_by_rank(log)
+    printed = set(re.findall(r"RayTrainWorker pid=(\d+)\)\S* strategy=", log))
+    assert printed == {pids[0]}, (printed, pids)
+
+    rest = [f for f in flags if f not in ("--strategy", strategy)]
+    run_python([TRAIN, "--strategy", strategy, "--devices", "2", "--output-dir", str(tmp_path / "local"), *COMMON, *rest],
+               timeout=300, env=ONE_THREAD)  # fmt: skip
+    reference = json.loads((tmp_path / "local" / "summary.json").read_text())
+    assert abs(summary["val_acc"] - reference["val_acc"]) <= 0.01
+    # FSDP2 reduce-scatters where DDP all-reduces: the same sums in another grouping, so ulp-close, not equal.
+    _assert_equal(_parameters(ckpt), _parameters(tmp_path / "local" / "checkpoints" / "last.ckpt"),
+                  tolerance=1e-6 if strategy == "sharded_fsdp2" else 0.0)  # fmt: skip
+
+
+def _registered_checkpoints(storage: Path) -> list[str]:
+    try:
+        snapshot = json.loads((storage / "checkpoint_manager_snapshot.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or caught mid-write
+        return []
+    return [c["checkpoint_dir_name"] for c in snapshot.get("checkpoint_results", [])]
+
+
+def test_a_killed_worker_makes_ray_restart_and_resume_exactly(ray_cluster, tmp_path: Path) -> None:
+    epochs = "10"
+    proc = _start_ray_run(ray_cluster, tmp_path / "ray", "--strategy", "ddp", "--max-epochs", epochs, "--max-failures", "1")
+    storage = tmp_path / "ray" / "ray" / "lightning_mgpu"
+    killed = None
+    try:
+        deadline = time.monotonic() + 300
+        # Kill once Ray's controller has registered a checkpoint (its snapshot lists it). A checkpoint folder alone
+        # is not enough: a kill before the controller collects the report restarts from scratch, which is right
+        # but tests nothing.
+        while not _registered_checkpoints(storage):
+            assert proc.poll() is None, proc.communicate()[0][-6000:]
+            assert time.monotonic() < deadline, "Ray registered no checkpoint within 300 s"
+            time.sleep(0.05)
+        ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+        workers = [int(line.split()[0]) for line in ps.splitlines() if "ray::RayTrainWorker" in line]
+        assert workers, ps
+        killed = workers[-1]
+        os.kill(killed, signal.SIGKILL)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    log = _finish(proc)
+    assert "Ray Train restarted the workers: resuming from" in log, log[-6000:]
+    summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
+    assert summary["epochs"] == int(epochs) and summary["global_step"] == int(epochs) * 23
+
+    run_python([TRAIN, "--strategy", "ddp", "--devices", "2", "--max-epochs", epochs, "--output-dir", str(tmp_path / "local"),
+                *COMMON], timeout=300, env=ONE_THREAD)  # fmt: skip
+    # Resumed from an epoch-end checkpoint with the RNG states and data order: the uninterrupted run's parameters.
+    _assert_equal(_parameters(Path(summary["checkpoint_path"])), _parameters(tmp_path / "local" / "checkpoints" / "last.ckpt"))
+
+
+def test_preprocess_ray_uses_the_training_cluster(ray_cluster, tmp_path: Path) -> None:
+    log = _finish(_start_ray_run(ray_cluster, tmp_path / "ray", "--strategy", "ddp", "--max-epochs", "1", "--preprocess", "ray"))
+    # One connection, the launcher's; preprocessing reused it instead of starting a second Ray.
+    assert log.count("Ray: connecting to the cluster at") == 1 and "starting a local Ray" not in log, log[-4000:]
+    assert (tmp_path / "ray" / "cache").is_dir() and any((tmp_path / "ray" / "cache").rglob("*"))
+    summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
+    assert summary["val_acc"] is not None
+
+
+def _raylets() -> int:
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return sum(1 for line in ps.splitlines() if line.split()[0].endswith("/raylet"))
+
+
+def test_without_an_address_a_local_ray_is_started_and_shut_down(ray_cluster, tmp_path: Path) -> None:
+    before = _raylets()  # the session cluster's two
+    cmd = [TRAIN, "--launcher", "ray", "--ray-workers", "2", "--strategy", "ddp", "--max-epochs", "1",
+           "--output-dir", str(tmp_path), *COMMON]  # fmt: skip
+    proc = run_python(cmd, timeout=400, env={**ray_cluster.env, "RAY_DEDUP_LOGS": "0"})
+    log = proc.stdout + proc.stderr
+    assert "Ray: starting a local instance with 2 CPUs for 2 workers" in log, log[-4000:]
+    assert json.loads((tmp_path / "summary.json").read_text())["val_acc"] is not None
+    deadline = time.monotonic() + 30  # ray.shutdown() has returned; its raylet exits a moment later
+    while _raylets() > before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _raylets() == before, "the local Ray started for the run is still running"
