@@ -207,8 +207,8 @@ def _check_launcher_args(p: argparse.ArgumentParser, args: argparse.Namespace) -
             p.error(f"{', '.join(given)} only apply to --launcher ray; add --launcher ray or drop them")
         return
     if args.devices is not None or args.num_nodes != 1:
-        p.error(f"under --launcher ray, Ray places the workers: pass --ray-workers N (the total, one device each)"
-                f" instead of --devices/--num-nodes")  # fmt: skip
+        p.error("under --launcher ray, Ray places the workers: pass --ray-workers N (the total, one device each)"
+                " instead of --devices/--num-nodes")  # fmt: skip
     if args.max_failures < -1:
         p.error(f"--max-failures must be -1 (no limit), 0 or more; got {args.max_failures}")
     if args.ckpt_path is not None:
