@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -89,3 +90,41 @@ def test_two_nodes_under_torchrun_match_one_node(strategy: str, tmp_path: Path) 
     assert worst == 0.0, f"{strategy} on two nodes differs from one node by {worst}"
     summary = (tmp_path / "two_nodes" / "summary.json").read_text()
     assert '"world_size": 2' in summary
+
+
+def _non_loopback_address() -> str | None:
+    """An IPv4 address of this machine other than loopback: horovodrun treats it as a second, local host."""
+    import psutil
+
+    for addresses in psutil.net_if_addrs().values():
+        for a in addresses:
+            if a.family == socket.AF_INET and not a.address.startswith("127."):
+                return a.address
+    return None
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+@RunIf(horovod=True)
+def test_horovodrun_with_two_host_entries_matches_self_launched_horovod(tmp_path: Path) -> None:
+    # horovodrun runs a host entry without ssh when the name resolves to an address of this machine; 127.0.0.1 and
+    # the machine's own address are two such entries, so horovod sees two hosts of one slot each (cross size 2).
+    # Network namespaces would need ssh into each namespace, which horovodrun has no other way around.
+    second = _non_loopback_address()
+    if second is None:
+        pytest.skip("this machine has no IPv4 address besides loopback, so horovodrun cannot be given a second host")
+    horovodrun = str(Path(sys.executable).with_name("horovodrun"))
+    env = {**clean_environ(), "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", **ONE_THREAD}
+    cmd = [horovodrun, "-np", "2", "-H", f"127.0.0.1:1,{second}:1", "--gloo", sys.executable, TRAIN, "--strategy", "horovod",
+           "--devices", "1", "--num-nodes", "2", "--output-dir", str(tmp_path / "two_hosts"), *COMMON]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=420)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    # Horovod counted two hosts of one worker each, and one rank printed it.
+    assert log.count("effective batch = 32 per device x 1 devices x 2 nodes x 1 accumulation = 64") == 1, log[-4000:]
+    run_python([TRAIN, "--strategy", "horovod", "--devices", "2", "--output-dir", str(tmp_path / "self_launched"), *COMMON],
+               timeout=300, env=ONE_THREAD)  # fmt: skip
+    two, one = _parameters(tmp_path / "two_hosts"), _parameters(tmp_path / "self_launched")
+    assert two.keys() == one.keys()
+    worst = max((two[k] - one[k]).abs().max().item() for k in two)
+    assert worst == 0.0, f"horovodrun on two host entries differs from self-launched horovod by {worst}"
