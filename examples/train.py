@@ -71,6 +71,7 @@ from lightning_mgpu.demos import (
     ImageClassifier,
     SyntheticImageDataModule,
 )
+from lightning_mgpu.launchers.torchrun import init_process_group_for_restart
 from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES
 from lightning_mgpu.utilities.checkpoint import (
     AtomicCheckpointIO,
@@ -490,6 +491,8 @@ def train(args: argparse.Namespace, on_ray: bool = False, ckpt_path: Path | None
     if not on_ray:
         # A pinned MASTER_PORT still held by a killed run fails deep in torch; say so up front.
         check_master_port()
+        # After a torchrun restart: a process group on this round's keys, not the dead round's (launchers/torchrun.py).
+        init_process_group_for_restart(trainer.strategy)
     start = time.perf_counter()
     fit(trainer, model, dm, ckpt_path)
     facts = {"degree": degree, "effective_batch": effective_batch, "lr": lr, "precision": str(precision),

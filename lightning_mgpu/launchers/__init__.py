@@ -1,7 +1,8 @@
 """Glue to the cluster launchers users already run; the bundle has no cluster layer of its own.
 
 - :mod:`~lightning_mgpu.launchers.ray_train`: a Lightning training function on Ray Train's ``TorchTrainer``.
+- :mod:`~lightning_mgpu.launchers.torchrun`: a process group of its own for each round torchrun restarts.
 
-torchrun, SLURM and horovodrun need no glue here: Lightning's ``TorchElasticEnvironment`` and ``SLURMEnvironment``
-and the bundle's ``HorovodEnvironment`` read what they set (docs/multinode.md).
+Otherwise torchrun, SLURM and horovodrun need no glue: Lightning's ``TorchElasticEnvironment`` and
+``SLURMEnvironment`` and the bundle's ``HorovodEnvironment`` read what they set (docs/multinode.md).
 """

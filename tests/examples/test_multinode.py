@@ -11,7 +11,6 @@ rank 0 to whichever agent joins first; the trainable parameters do not depend on
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.launch import REPO_ROOT, clean_environ, run_python
+from tests.helpers.launch import REPO_ROOT, clean_environ, kill_tree, run_python
 from tests.helpers.netns import two_nodes
 from tests.helpers.runif import RunIf
 
@@ -65,7 +64,7 @@ def _two_node_run(strategy: str, out: Path) -> tuple[str, float]:
         finally:
             for proc in procs:
                 if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)  # the agent and its workers, never an orphan
+                    kill_tree(proc.pid)  # the agent and its workers (each in a session of its own), never an orphan
         elapsed = time.monotonic() - start
         for proc, log in zip(procs, logs):
             assert proc.returncode == 0, f"{how}\n{log[-4000:]}"

@@ -23,6 +23,34 @@ def clean_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in RENDEZVOUS}
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``, children first (from /proc; empty once it is gone)."""
+    found: list[int] = []
+    try:
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        return found
+    for child in children:
+        found += [child, *descendants(child)]
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid``, its process group and every descendant.
+
+    torchrun starts each worker in a session of its own, so killing the agent's group alone leaves them orphaned.
+    """
+    for victim in [*descendants(pid), pid]:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def run_python(
     args: list[str], timeout: float = 300, env: dict[str, str] | None = None, cwd: Path | None = None, check: bool = True
 ) -> subprocess.CompletedProcess:
