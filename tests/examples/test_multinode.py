@@ -115,11 +115,12 @@ def test_horovodrun_with_two_host_entries_matches_self_launched_horovod(tmp_path
     horovodrun = str(Path(sys.executable).with_name("horovodrun"))
     env = {**clean_environ(), "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", **ONE_THREAD}
     cmd = [horovodrun, "-np", "2", "-H", f"127.0.0.1:1,{second}:1", "--gloo", sys.executable, TRAIN, "--strategy", "horovod",
-           "--devices", "1", "--num-nodes", "2", "--output-dir", str(tmp_path / "two_hosts"), *COMMON]  # fmt: skip
+           "--devices", "1", "--output-dir", str(tmp_path / "two_hosts"), *COMMON]  # fmt: skip
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=420)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]
-    # Horovod counted two hosts of one worker each, and one rank printed it.
+    # As in train.py's docstring: --devices is the workers per host; Horovod counts the hosts itself (2), and one rank
+    # printed it.
     assert log.count("effective batch = 32 per device x 1 devices x 2 nodes x 1 accumulation = 64") == 1, log[-4000:]
     run_python([TRAIN, "--strategy", "horovod", "--devices", "2", "--output-dir", str(tmp_path / "self_launched"), *COMMON],
                timeout=300, env=ONE_THREAD)  # fmt: skip
