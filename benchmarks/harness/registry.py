@@ -81,6 +81,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         {"full": [], "quick": ["--samples", "400", "--repeats", "2", "--skip-ray", "--skip-litdata-fork", "--skip-epochs"],
          "dry": ["--samples", "40", "--repeats", "1", "--skip-ray", "--skip-litdata", "--skip-epochs"]},
     ),
+    Benchmark(
+        "launchers", ("launchers",), "bench_launchers.py",
+        "examples/train.py under Lightning's launcher, torchrun, Ray Train and horovodrun: cost per sample, start-up",
+        {"full": ["--rounds", "5"], "quick": ["--rounds", "1", "--epochs", "2", "--arms", "lightning,torchrun"],
+         "dry": ["--rounds", "1", "--epochs", "1", "--arms", "lightning,torchrun"]},
+    ),
 )
 
 

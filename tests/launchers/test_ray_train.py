@@ -5,12 +5,13 @@ The multi-process runs on a real two-node Ray cluster are in ``test_ray_train_in
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 
 import lightning_mgpu  # noqa: F401  (registers the bundle's names)
-from tests.helpers.launch import REPO_ROOT, run_python
+from tests.helpers.launch import REPO_ROOT
 from tests.helpers.runif import require_or_skip
 
 TRAIN = str(REPO_ROOT / "examples" / "train.py")
@@ -83,8 +84,14 @@ def test_ray_launch_checks_its_numbers(tmp_path: Path) -> None:
         (["--launcher", "ray", "--ray-workers", "64"], "--ray-workers 64 asks for more local CPU workers"),
     ],
 )
-def test_train_py_refuses_bad_ray_flags_before_starting_ray(flags: list[str], says: str) -> None:
-    proc = run_python([TRAIN, "--accelerator", "cpu", *flags], timeout=120, check=False)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert says in proc.stderr, proc.stderr
-    assert "Ray: starting" not in proc.stdout + proc.stderr
+def test_train_py_refuses_bad_ray_flags_before_starting_ray(flags: list[str], says: str, capsys: pytest.CaptureFixture) -> None:
+    # In-process: parse_args alone decides, and it must decide before anything starts.
+    spec = importlib.util.spec_from_file_location("train_script_under_test", TRAIN)
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    with pytest.raises(SystemExit) as exit_info:
+        train.parse_args(["--accelerator", "cpu", *flags])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err, err
+    assert "Ray: starting" not in err
