@@ -71,6 +71,10 @@ from lightning_mgpu.demos import (
     ImageClassifier,
     SyntheticImageDataModule,
 )
+from lightning_mgpu.launchers.rendezvous import (
+    DEFAULT_RENDEZVOUS_TIMEOUT_S,
+    RendezvousTimeout,
+)
 from lightning_mgpu.launchers.torchrun import init_process_group_for_restart
 from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES
 from lightning_mgpu.utilities.checkpoint import (
@@ -148,6 +152,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--save-on-interrupt", default=True, action=argparse.BooleanOptionalAction,
         help="on Ctrl-C, finish the step, save OUTPUT_DIR/checkpoints/last.ckpt and stop (a second Ctrl-C stops at once)",
+    )
+    p.add_argument(
+        "--rdzv-timeout", default=DEFAULT_RENDEZVOUS_TIMEOUT_S, type=_positive_float, metavar="SECONDS",
+        help=f"seconds to reach MASTER_ADDR:MASTER_PORT and for every process to join (--launcher ray: to reach"
+             f" --ray-address) before failing with the address named (default {DEFAULT_RENDEZVOUS_TIMEOUT_S:g})",
     )
     p.add_argument("--sync-batchnorm", action="store_true", help="synchronise BatchNorm statistics across processes")
     p.add_argument("--gradient-clip-val", default=None, type=float)
@@ -393,10 +402,17 @@ def fit(trainer: pl.Trainer, model: pl.LightningModule, dm: pl.LightningDataModu
     # A spawn launcher only waits for its workers: let them handle Ctrl-C (save, then stop) instead of dying first.
     spawn = isinstance(trainer.strategy.launcher, _MultiProcessingLauncher)
     saver = next((c for c in trainer.callbacks if isinstance(c, SaveOnInterrupt)), None)
+    rendezvous = next((c for c in trainer.callbacks if isinstance(c, RendezvousTimeout)), None)
     with interrupts_to_workers() if spawn else contextlib.nullcontext():
         try:
             trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
             return
+        except RuntimeError as exc:
+            # A node that never came or an address nobody listens on: name it, not torch's socket trace.
+            err = rendezvous.explain(exc, trainer.global_rank) if rendezvous is not None else None
+            if err is None:
+                raise
+            raise SystemExit(f"error: {err}") from exc
         except ProcessExitedException as exc:
             if exc.exit_code != 130:
                 raise
@@ -426,6 +442,9 @@ def train(args: argparse.Namespace, on_ray: bool = False, ckpt_path: Path | None
     """
     pl.seed_everything(args.seed, workers=True, verbose=False)
     callbacks = build_callbacks(args)
+    rendezvous = None if on_ray else RendezvousTimeout(args.rdzv_timeout)
+    if rendezvous is not None:
+        callbacks.append(rendezvous)
     precision = resolve_precision(args, callbacks)
     placement: dict[str, Any] = {"strategy": args.strategy, "devices": args.devices, "num_nodes": args.num_nodes}
     if on_ray:
@@ -491,6 +510,9 @@ def train(args: argparse.Namespace, on_ray: bool = False, ckpt_path: Path | None
     if not on_ray:
         # A pinned MASTER_PORT still held by a killed run fails deep in torch; say so up front.
         check_master_port()
+        # Bound the wait for the main address and the other nodes; collectives keep their own timeout.
+        if rendezvous is not None:
+            rendezvous.apply(trainer.strategy)
         # After a torchrun restart: a process group on this round's keys, not the dead round's (launchers/torchrun.py).
         init_process_group_for_restart(trainer.strategy)
     start = time.perf_counter()
@@ -514,10 +536,15 @@ def main_ray(args: argparse.Namespace) -> dict[str, Any]:
 
     launch = ray_train.RayLaunch(
         num_workers=args.ray_workers, storage_path=args.output_dir / "ray", address=args.ray_address,
-        max_failures=args.max_failures, cpus_per_worker=args.ray_cpus_per_worker,
+        max_failures=args.max_failures, cpus_per_worker=args.ray_cpus_per_worker, connect_timeout_s=args.rdzv_timeout,
         use_gpu=args.accelerator == "gpu" or (args.accelerator == "auto" and _cuda_available()),
     )  # fmt: skip
     start = time.perf_counter()
+    if args.ray_address is not None:
+        try:  # ray.init would retry an address nobody answers at for many minutes, silently
+            ray_train.check_reachable(args.ray_address, launch.connect_timeout_s)
+        except ray_train.RayAddressError as err:
+            raise SystemExit(f"error: {err}") from None
     with ray_train.ray_cluster(launch):
         if args.preprocess != "none":
             # Build the cache here, once, on this cluster (backend 'ray' reuses it); the workers then only read it.

@@ -20,6 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import socket
+import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +49,10 @@ class RayStrategyError(ValueError):
     """A strategy name that cannot run under Ray Train, with the reason and the name to use."""
 
 
+class RayAddressError(ConnectionError):
+    """Nothing answers at the Ray address given; ``ray.init`` would retry it for many minutes without a word."""
+
+
 @dataclass(frozen=True)
 class RayLaunch:
     """Where and how a training function runs on Ray.
@@ -59,6 +67,7 @@ class RayLaunch:
         cpus_per_worker: CPUs Ray reserves for each worker.
         use_gpu: one GPU per worker (backend nccl); otherwise gloo on CPU.
         name: the run's folder under ``storage_path``.
+        connect_timeout_s: how long the address may take to accept a connection before :class:`RayAddressError`.
     """
 
     num_workers: int
@@ -68,6 +77,7 @@ class RayLaunch:
     cpus_per_worker: float = 1.0
     use_gpu: bool = False
     name: str = "lightning_mgpu"
+    connect_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.num_workers < 1:
@@ -201,12 +211,63 @@ def ray_cluster(launch: RayLaunch) -> Iterator[None]:
             started = True
         else:
             rank_zero_info(f"Ray: connecting to the cluster at {launch.address}")
+            check_reachable(launch.address, launch.connect_timeout_s)
             ray.init(address=launch.address)
     try:
         yield
     finally:
         if started:
             ray.shutdown()
+
+
+def _endpoint(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` that ``address`` connects to first; ``None`` where only Ray can tell (no cluster known)."""
+    if address == "auto":
+        # Ray's own order: RAY_ADDRESS, then the cluster `ray start` last recorded on this machine.
+        address = os.environ.get("RAY_ADDRESS") or ""
+        if not address:
+            try:
+                address = Path(tempfile.gettempdir(), "ray", "ray_current_cluster").read_text().strip()
+            except OSError:
+                return None  # ray.init says at once that it found no running instance
+    scheme, _, rest = address.rpartition("://")
+    host, _, port = rest.rpartition(":")
+    default = 10001 if scheme == "ray" else 6379  # the Ray Client server's and the GCS's default ports
+    if not host:
+        host, port = rest, ""
+    try:
+        return host.strip("[]"), int(port) if port else default
+    except ValueError:
+        return None  # not HOST:PORT: let ray.init name what it cannot parse
+
+
+def check_reachable(address: str, timeout_s: float = 30.0) -> None:
+    """Refuse a Ray address where nothing accepts a TCP connection within ``timeout_s``, naming it.
+
+    Raises:
+        RayAddressError: the host does not resolve, or nothing listens at its port in time.
+
+    Example::
+
+        check_reachable("10.0.0.5:6379")  # then ray.init(address="10.0.0.5:6379")
+    """
+    endpoint = _endpoint(address)
+    if endpoint is None:
+        return
+    host, port = endpoint
+    deadline = time.monotonic() + timeout_s
+    while True:  # bounded by the deadline: a head node still starting gets the time to open its port
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
+                return
+        except OSError as err:
+            if time.monotonic() >= deadline or isinstance(err, socket.gaierror):
+                raise RayAddressError(
+                    f"--ray-address {address}: nothing answered at {host}:{port} within {timeout_s:g} s ({err})."
+                    f" Start the cluster's head there (`ray start --head --port {port}`), check the address and that"
+                    " this machine can reach it (firewall), or drop --ray-address to run on a local Ray."
+                ) from err
+            time.sleep(0.5)
 
 
 def fit_on_ray(train_fn: Callable[[dict[str, Any]], None], config: dict[str, Any], launch: RayLaunch) -> RayRunResult:

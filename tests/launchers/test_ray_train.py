@@ -95,3 +95,40 @@ def test_train_py_refuses_bad_ray_flags_before_starting_ray(flags: list[str], sa
     err = capsys.readouterr().err
     assert says in err, err
     assert "Ray: starting" not in err
+
+
+@pytest.mark.parametrize(
+    ("address", "env", "endpoint"),
+    [
+        ("10.0.0.5:6380", {}, ("10.0.0.5", 6380)),
+        ("ray://head.example:10002", {}, ("head.example", 10002)),
+        ("ray://head.example", {}, ("head.example", 10001)),  # the Ray Client server's default port
+        ("head.example", {}, ("head.example", 6379)),  # the GCS's default port
+        ("[::1]:7000", {}, ("::1", 7000)),
+        ("auto", {"RAY_ADDRESS": "192.0.2.7:6390"}, ("192.0.2.7", 6390)),  # Ray's own order: RAY_ADDRESS first
+    ],
+)
+def test_the_endpoint_a_ray_address_connects_to(address: str, env: dict[str, str], endpoint: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lightning_mgpu.launchers.ray_train import _endpoint
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert _endpoint(address) == endpoint
+
+
+def test_an_unreachable_ray_address_is_refused_in_bound_naming_it() -> None:
+    import socket
+    import time
+
+    from lightning_mgpu.launchers.ray_train import RayAddressError, check_reachable
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]  # bound, never listening: every connection is refused
+        start = time.monotonic()
+        with pytest.raises(RayAddressError, match=rf"--ray-address 127.0.0.1:{port}: nothing answered at 127.0.0.1:{port} within 1.5 s"):
+            check_reachable(f"127.0.0.1:{port}", timeout_s=1.5)
+        assert time.monotonic() - start < 10
+        taken.listen()
+        check_reachable(f"127.0.0.1:{port}", timeout_s=1.5)  # a listening head passes
