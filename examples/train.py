@@ -11,6 +11,7 @@ CPU, this machine (gloo), the default: ddp on 2 processes, digits data
     $ python examples/train.py --strategy horovod --devices 2          # self-launches 2 Horovod workers
     $ horovodrun -np 2 --gloo python examples/train.py --strategy horovod
     $ python examples/train.py --strategy dp                           # one process; on CPU: single device
+    $ python examples/train.py --strategy ddp2 --devices 2             # one process per node; on CPU: a device each
 
 One node, 4 GPUs
     $ python examples/train.py --accelerator gpu --devices 4 --strategy ddp --precision bf16-mixed
@@ -21,7 +22,8 @@ One node, 4 GPUs
 Two nodes, 8 GPUs each, with torchrun (run on every node; rendezvous on node0; docs/multinode.md)
     $ torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint node0:29400 \\
           examples/train.py --strategy ddp --num-nodes 2 --devices 8 --accelerator gpu
-    (the same with --strategy sharded; tests/examples/test_multinode.py runs these lines on two network
+    (the same with --strategy sharded; with --strategy ddp2 use --nproc-per-node 1: one process drives the node's
+    GPUs with DataParallel, docs/ddp2.md; tests/examples/test_multinode.py runs these lines on two network
     namespaces, 1 process each. Where node0's host name does not resolve to its address, add
     `--rdzv-conf is_host=1` on node0 and `--local-addr <this node's address>` on every node.)
 
@@ -306,6 +308,8 @@ def check_world_size(trainer: pl.Trainer, args: argparse.Namespace) -> None:
     """
     if args.strategy == "dp":
         return  # one process drives its devices
+    if args.strategy == "ddp2":
+        return  # one process per node drives its devices; DDP2Strategy refuses another count itself
     expected = trainer.num_devices * trainer.num_nodes
     if trainer.world_size != expected:
         raise SystemExit(
@@ -480,9 +484,9 @@ def train(args: argparse.Namespace, on_ray: bool = False, ckpt_path: Path | None
     else:
         check_world_size(trainer, args)
     degree = data_parallel_degree(trainer)
-    # dp runs one process whose loader batch is split across its devices; everyone else
+    # dp (and ddp2, per node) runs one process whose loader batch is split across its devices; everyone else
     # loads one per-device batch per process.
-    loader_batch = args.batch_size * (trainer.num_devices if args.strategy == "dp" else 1)
+    loader_batch = args.batch_size * (trainer.num_devices if args.strategy in ("dp", "ddp2") else 1)
     effective_batch = args.batch_size * degree * args.accumulate_grad_batches
     factor = degree * args.accumulate_grad_batches
     lr = args.lr * factor if args.scale_lr else args.lr

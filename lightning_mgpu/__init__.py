@@ -1,7 +1,7 @@
 """lightning_mgpu: multi-GPU strategies, callbacks, monitoring and data tools for PyTorch Lightning 2.x.
 
-Importing the package registers the strategy names ``dp``, ``horovod``, ``sharded``,
-``sharded_spawn``, ``ddp_sharded`` and ``ddp_sharded_spawn`` in Lightning's ``StrategyRegistry``,
+Importing the package registers the strategy names ``dp``, ``ddp2``, ``horovod``, ``sharded``,
+``sharded_spawn``, ``ddp_sharded``, ``ddp_sharded_spawn`` (and their variants) in Lightning's ``StrategyRegistry``,
 so ``Trainer(strategy="dp")`` works. Lightning's own ``ddp`` and ``ddp_spawn`` are untouched.
 """
 
@@ -9,6 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from lightning_mgpu.strategies import (
     DataParallelStrategy,
+    DDP2Strategy,
     HorovodStrategy,
     ShardedStrategy,
     register_bundle_strategies,
@@ -21,4 +22,4 @@ except PackageNotFoundError:  # a source checkout on PYTHONPATH, not installed
 
 register_bundle_strategies()
 
-__all__ = ["DataParallelStrategy", "HorovodStrategy", "ShardedStrategy", "__version__", "register_bundle_strategies"]
+__all__ = ["DDP2Strategy", "DataParallelStrategy", "HorovodStrategy", "ShardedStrategy", "__version__", "register_bundle_strategies"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 
 import pytest
 
@@ -20,6 +21,10 @@ os.environ.setdefault("NEPTUNE_MODE", "debug")
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# A shell starts background jobs (`cmd &`) with SIGINT ignored, and the children we launch would inherit that:
+# Python then installs no KeyboardInterrupt handler and the Ctrl-C tests would test nothing. Take it back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

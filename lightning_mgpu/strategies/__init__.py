@@ -1,8 +1,9 @@
-"""Strategies that Lightning 2.0 removed, rebuilt for Lightning 2.x: ``dp``, ``horovod`` and ``sharded``.
+"""Strategies that Lightning 2.0 removed, rebuilt for Lightning 2.x: ``dp``, ``ddp2``, ``horovod`` and ``sharded``.
 
 One package per strategy; :mod:`~lightning_mgpu.strategies.registry` imports them and registers their names.
 """
 
+from lightning_mgpu.strategies.ddp2 import DDP2Strategy
 from lightning_mgpu.strategies.dp import DataParallelStrategy
 from lightning_mgpu.strategies.horovod import HorovodEnvironment, HorovodStrategy
 from lightning_mgpu.strategies.registry import (
@@ -15,6 +16,7 @@ from lightning_mgpu.strategies.sharded import ShardedStrategy
 
 __all__ = [
     "BUNDLE_STRATEGY_NAMES",
+    "DDP2Strategy",
     "DataParallelStrategy",
     "HorovodEnvironment",
     "HorovodStrategy",

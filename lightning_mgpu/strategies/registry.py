@@ -14,6 +14,7 @@ from typing import Any
 
 from lightning.pytorch.strategies import Strategy
 
+from lightning_mgpu.strategies.ddp2 import DDP2Strategy
 from lightning_mgpu.strategies.dp import DataParallelStrategy
 from lightning_mgpu.strategies.horovod import HorovodStrategy
 from lightning_mgpu.strategies.sharded import ShardedStrategy
@@ -95,7 +96,7 @@ class _Recorder(dict):
 
 def bundle_strategy_classes() -> list[type[Strategy]]:
     """The bundle's strategy classes, each of which registers its own names."""
-    return [DataParallelStrategy, HorovodStrategy, ShardedStrategy]
+    return [DataParallelStrategy, DDP2Strategy, HorovodStrategy, ShardedStrategy]
 
 
 def register_bundle_strategies(registry: Any = None) -> list[str]:

@@ -13,6 +13,7 @@ from lightning.pytorch.strategies import (
 import lightning_mgpu
 from lightning_mgpu.strategies import (
     BUNDLE_STRATEGY_NAMES,
+    DDP2Strategy,
     DataParallelStrategy,
     HorovodStrategy,
     ShardedStrategy,
@@ -23,6 +24,7 @@ from tests.helpers.launch import run_python
 
 EXPECTED = {
     "dp": DataParallelStrategy,
+    "ddp2": DDP2Strategy,
     "horovod": HorovodStrategy,
     "sharded": ShardedStrategy,
     "sharded_spawn": ShardedStrategy,

@@ -8,7 +8,10 @@ Differences from a plain ``nn.DataParallel`` around a LightningModule:
 - the loss is combined with each replica's share of the batch, so loss and gradients equal
   single-device training on the same batch, also on uneven splits;
 - ``self.log`` logs once per step, and manual optimization runs in lock-step;
-- failures on a batch smaller than the device count say how to fix them.
+- failures on a batch smaller than the device count say how to fix them;
+- a LightningModule that defines ``combine_replica_outputs(step_name, outputs)`` gets the gathered outputs of
+  all replicas (the whole batch of this process) and returns the step output: a loss over the whole batch,
+  such as a contrastive loss, where a per-replica loss would see only a chunk (Lightning 1.x's ``*_step_end``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,41 @@ from lightning_mgpu.strategies.dp.replica import (
 )
 
 STEP_NAMES = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+#: The LightningModule hook that combines the replicas' gathered step outputs (see :func:`combine_hook`).
+COMBINE_HOOK = "combine_replica_outputs"
+
+
+def combine_hook(module: LightningModule) -> Any:
+    """The module's ``combine_replica_outputs(step_name, outputs)``, or ``None`` where it defines none.
+
+    ``outputs`` is what the replicas returned, gathered on the root device: tensors concatenated along dim 0
+    (0-d tensors, a per-replica loss among them, stacked), containers rebuilt, other values from the first
+    replica. The hook's return value is the step output (for ``training_step``, the loss or a dict with
+    ``"loss"``), so gradients flow from a loss over the whole batch back through every replica.
+
+    Example::
+
+        def training_step(self, batch, batch_idx):
+            return {"z": self.encoder(batch)}  # each replica embeds its chunk
+
+        def combine_replica_outputs(self, step_name, outputs):
+            return {"loss": info_nce(outputs["z"])} if step_name == "training_step" else outputs
+    """
+    return getattr(module, COMBINE_HOOK, None)
+
+
+def single_device_step(module: LightningModule, step_name: str) -> Any:
+    """A runner for ``step_name`` on one device that still calls the module's :func:`combine_hook`, or ``None``
+    where the module has none (Lightning's own path then runs the step)."""
+    combine = combine_hook(module)
+    if combine is None:
+        return None
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        output = getattr(module, step_name)(*args, **kwargs)
+        return None if output is None else combine(step_name, output)
+
+    return run
 
 
 class SmallBatchError(RuntimeError):
@@ -106,6 +144,9 @@ class LightningDataParallel(nn.DataParallel):
         devices = self.replica_devices
         plan = plan_split(args, kwargs, len(devices))
         has_loss = step_name not in ("predict_step", "forward")
+        combine = combine_hook(self.lightning_module) if step_name != "forward" else None
+        if combine is not None:
+            has_loss = False  # the hook makes the loss from everything the replicas returned
         if plan.num_replicas == 1:
             if plan.batch_size is None:
                 self._warn_unsplittable(args)
@@ -113,7 +154,8 @@ class LightningDataParallel(nn.DataParallel):
                 output = getattr(self.lightning_module, step_name)(*args, **kwargs)
             except Exception as err:
                 self._raise_explained(err, None, plan, step_name)
-            return reduce_step_outputs([output], plan.sizes, self.root_device, mode=self.loss_reduction, has_loss=has_loss)
+            output = reduce_step_outputs([output], plan.sizes, self.root_device, mode=self.loss_reduction, has_loss=has_loss)
+            return output if combine is None or output is None else combine(step_name, output)
         used = devices[: plan.num_replicas]
         chunks = scatter_batch(args, kwargs, plan, used, self.split_tensor)
         call = StepCall(step_name, self.lightning_module, used, plan.sizes, self.loss_reduction, self.root_device)
@@ -124,7 +166,8 @@ class LightningDataParallel(nn.DataParallel):
         except Exception as err:
             self._raise_explained(err, call, plan, step_name)
         call.replay_logs()
-        return reduce_step_outputs(outputs, plan.sizes, self.root_device, mode=self.loss_reduction, has_loss=has_loss)
+        output = reduce_step_outputs(outputs, plan.sizes, self.root_device, mode=self.loss_reduction, has_loss=has_loss)
+        return output if combine is None or output is None else combine(step_name, output)
 
     def _raise_explained(self, err: Exception, call: StepCall | None, plan: SplitPlan, step_name: str) -> None:
         cause: BaseException = err

@@ -31,7 +31,11 @@ from typing_extensions import override
 
 from lightning_mgpu.data.loader import loader_batch_size
 from lightning_mgpu.strategies._steps import StepRouting
-from lightning_mgpu.strategies.dp.engine import LightningDataParallel, SmallBatchError
+from lightning_mgpu.strategies.dp.engine import (
+    LightningDataParallel,
+    SmallBatchError,
+    single_device_step,
+)
 from lightning_mgpu.strategies.dp.reduce import (
     LOSS_REDUCTIONS,
     BatchSplitError,
@@ -321,7 +325,8 @@ class DataParallelStrategy(StepRouting, ParallelStrategy):
     # ------------------------------------------------------------------ steps
     def _step_runner(self, step_name: str) -> Any:
         if not isinstance(self.model, LightningDataParallel):
-            return None  # a single device: Lightning's own path
+            # One device: Lightning's own path, unless the module combines step outputs itself.
+            return single_device_step(self.lightning_module, step_name) if self.lightning_module is not None else None
         return functools.partial(self.model, step_name)
 
     @contextmanager

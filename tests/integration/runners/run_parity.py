@@ -33,6 +33,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--strategy", default="auto")
     p.add_argument("--devices", default=1, type=int)
+    p.add_argument("--num-nodes", default=1, type=int)
+    p.add_argument("--num-samples", default=None, type=int, help="default: global batch x accumulation x steps (no short last batch)")
     p.add_argument("--steps", default=5, type=int, help="optimizer steps")
     p.add_argument("--global-batch", default=32, type=int, help="samples per micro-batch over all ranks")
     p.add_argument("--accumulate", default=1, type=int)
@@ -52,12 +54,21 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     strategy = args.strategy
+    if args.strategy == "ddp2_emulated":  # ddp2 with CPU threads as each node's devices
+        from lightning_mgpu.strategies.ddp2.emulation import EmulatedDDP2Strategy
+
+        strategy = EmulatedDDP2Strategy()
+    elif args.strategy == "dp_emulated":
+        from lightning_mgpu.strategies.dp.emulation import EmulatedDataParallelStrategy
+
+        strategy = EmulatedDataParallelStrategy()
     if args.sharded_backend:
         start_method = "spawn" if args.strategy.endswith("_spawn") else "popen"
         strategy = lightning_mgpu.ShardedStrategy(backend=args.sharded_backend, start_method=start_method)
     trainer = quiet_trainer(
         strategy=strategy,
         devices=args.devices,
+        num_nodes=args.num_nodes,
         max_steps=args.steps,
         accumulate_grad_batches=args.accumulate,
         gradient_clip_val=args.clip_val,
@@ -66,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         num_sanity_val_steps=0,
         use_distributed_sampler=False,
     )
-    n = args.global_batch * args.accumulate * args.steps
+    n = args.num_samples or args.global_batch * args.accumulate * args.steps
     model = ParityModule(optimizer=args.optimizer, lr=args.lr, manual=args.manual, global_batch=args.global_batch, num_samples=n)
     trainer.fit(model, ckpt_path=args.resume)
     world = trainer.world_size

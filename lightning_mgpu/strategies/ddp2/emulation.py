@@ -1,0 +1,28 @@
+"""``ddp2`` with CPU "devices" per node: the DataParallel-within-DDP path on a machine without GPUs (tests only).
+
+The replicas of each node run as CPU threads through
+:class:`~lightning_mgpu.strategies.dp.emulation.EmulatedDataParallel`; the node processes synchronise with real
+DDP over gloo.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from lightning_mgpu.strategies.ddp2.strategy import DDP2Strategy
+from lightning_mgpu.strategies.dp.emulation import EmulatedDataParallel
+
+
+class EmulatedDDP2Strategy(DDP2Strategy):
+    """``ddp2`` whose node devices are CPU threads.
+
+    Example::
+
+        # on each of 2 "nodes": torchrun --nnodes 2 --nproc-per-node 1 ... with
+        Trainer(strategy=EmulatedDDP2Strategy(), accelerator="cpu", devices=2, num_nodes=2)
+    """
+
+    _data_parallel_device_types = ("cpu",)
+
+    def _wrap_node(self, model: nn.Module) -> EmulatedDataParallel:
+        return EmulatedDataParallel(model, len(self.parallel_devices or []), loss_reduction=self.loss_reduction)
