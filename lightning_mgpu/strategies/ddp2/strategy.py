@@ -10,6 +10,7 @@ See ``docs/ddp2.md``.
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ from typing_extensions import override
 from lightning_mgpu.strategies._steps import StepRouting
 from lightning_mgpu.strategies.dp.engine import LightningDataParallel, combine_hook, single_device_step
 from lightning_mgpu.strategies.dp.reduce import LOSS_REDUCTIONS, BatchSplitError, LossReduction, plan_split
+from lightning_mgpu.strategies.dp.strategy import data_parallel_devices, splits_across
 from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
 
 
@@ -91,9 +93,7 @@ class DDP2Strategy(StepRouting, DDPStrategy):
     @parallel_devices.setter
     def parallel_devices(self, devices: list[torch.device] | None) -> None:
         self._requested_devices = list(devices) if devices else devices
-        if devices and len(devices) > 1 and not all(torch.device(d).type in self._data_parallel_device_types for d in devices):
-            devices = [devices[0]]  # DataParallel needs several CUDA devices; one device does the same work
-        self._parallel_devices = devices
+        self._parallel_devices = data_parallel_devices(devices, self._data_parallel_device_types)
 
     @property
     @override
@@ -115,8 +115,6 @@ class DDP2Strategy(StepRouting, DDPStrategy):
         env = self.cluster_environment
         if env is None or not env.creates_processes_externally:
             return
-        import os
-
         started, per_node = env.world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
         if per_node > 1 or started != self.num_nodes:
             raise DDP2TopologyError(
@@ -141,8 +139,7 @@ class DDP2Strategy(StepRouting, DDPStrategy):
         )
 
     def _node_is_data_parallel(self) -> bool:
-        devices = self.parallel_devices or []
-        return len(devices) > 1 and all(torch.device(d).type in self._data_parallel_device_types for d in devices)
+        return splits_across(self.parallel_devices, self._data_parallel_device_types)
 
     # ------------------------------------------------------------------ the model: DDP around DataParallel
     @override

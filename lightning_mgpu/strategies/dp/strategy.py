@@ -43,7 +43,15 @@ from lightning_mgpu.strategies.dp.reduce import (
 )
 from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO, strip_prefix
 
-__all__ = ["BatchSplitError", "DataParallelStrategy", "LightningDataParallel", "SmallBatchError", "physical_device_ids"]
+__all__ = [
+    "BatchSplitError",
+    "DataParallelStrategy",
+    "LightningDataParallel",
+    "SmallBatchError",
+    "data_parallel_devices",
+    "physical_device_ids",
+    "splits_across",
+]
 
 
 def physical_device_ids(indices: list[int], visible: str | None = None) -> list[str]:
@@ -81,6 +89,22 @@ def physical_device_ids(indices: list[int], visible: str | None = None) -> list[
             " CUDA_VISIBLE_DEVICES=2,3 and pass devices=2."
         )
     return [listed[i] for i in indices]
+
+
+def splits_across(devices: list[torch.device] | None, device_types: tuple[str, ...]) -> bool:
+    """Whether DataParallel splits steps across ``devices``: two or more, each of one of ``device_types``."""
+    return bool(devices) and len(devices) > 1 and all(torch.device(d).type in device_types for d in devices)
+
+
+def data_parallel_devices(devices: list[torch.device] | None, device_types: tuple[str, ...]) -> list[torch.device] | None:
+    """``devices`` where DataParallel can split across them, else the first alone.
+
+    DataParallel needs several CUDA devices; elsewhere one device does the same work, so ``trainer.num_devices``
+    (and the loader batch sized from it) must say 1.
+    """
+    if devices and len(devices) > 1 and not splits_across(devices, device_types):
+        return [devices[0]]
+    return devices
 
 
 class DataParallelStrategy(StepRouting, ParallelStrategy):
@@ -172,20 +196,12 @@ class DataParallelStrategy(StepRouting, ParallelStrategy):
     @parallel_devices.setter
     def parallel_devices(self, devices: list[torch.device] | None) -> None:
         self._requested_devices = list(devices) if devices else devices
-        if devices and len(devices) > 1 and not self._supports_data_parallel(devices):
-            # DataParallel needs several CUDA devices; elsewhere one device does the same work, so
-            # trainer.num_devices (and the loader batch sized from it) must say 1.
-            devices = [devices[0]]
-        self._parallel_devices = devices
-
-    def _supports_data_parallel(self, devices: list[torch.device]) -> bool:
-        return all(torch.device(d).type in self._data_parallel_device_types for d in devices)
+        self._parallel_devices = data_parallel_devices(devices, self._data_parallel_device_types)
 
     @property
     def is_data_parallel(self) -> bool:
         """Whether steps are split across several devices (``False``: single-device mode)."""
-        devices = self.parallel_devices or []
-        return len(devices) > 1 and self._supports_data_parallel(devices)
+        return splits_across(self.parallel_devices, self._data_parallel_device_types)
 
     @property
     @override
