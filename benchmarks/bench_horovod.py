@@ -140,6 +140,10 @@ def lightning_run(args: argparse.Namespace, strategy: str, env: dict[str, str]) 
         trainer.fit(Module())
     finally:
         os.environ.update(hidden)
+        if strategy != "horovod" and torch.distributed.is_initialized():
+            # Left alive, the ddp arm's gloo group would tax the horovod arm: Lightning broadcasts its SIGTERM flag
+            # before every step whenever torch.distributed is initialised, which it never is under horovodrun alone.
+            torch.distributed.destroy_process_group()
     return median_interval(clock.marks, args.warmup, args.steps)
 
 

@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from lightning_mgpu.callbacks import RNGStates, SaveOnInterrupt
+from lightning_mgpu.callbacks.save_on_interrupt import _no_broadcast
 from lightning_mgpu.data.loader import resumable_loader
 
 
@@ -105,3 +106,40 @@ def test_arguments_are_validated() -> None:
         SaveOnInterrupt(check_every_n_steps=0)
     with pytest.raises(ValueError, match="handles nothing"):
         SaveOnInterrupt(signals=())
+
+
+class _SeesTheLoop(pl.Callback):
+    """Records, at each batch, whether Lightning's per-step SIGTERM broadcast is the one SaveOnInterrupt put there."""
+
+    def __init__(self) -> None:
+        self.skipped: list[bool] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        loop = trainer.fit_loop.epoch_loop
+        self.skipped.append(loop._broadcast_sigterm_tensor is _no_broadcast)
+
+
+@pytest.mark.parametrize("signals", [(signal.SIGINT, signal.SIGTERM), (signal.SIGINT,)], ids=["sigterm", "sigint_only"])
+def test_lightning_sigterm_broadcast_is_skipped_while_we_handle_sigterm(tmp_path: Path, signals) -> None:
+    """Lightning broadcasts its SIGTERM flag before every step; our handler replaces Lightning's, so that is waste."""
+    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+
+    assert hasattr(_TrainingEpochLoop, "_broadcast_sigterm_tensor"), "Lightning renamed its per-step broadcast"
+    seen = _SeesTheLoop()
+    trainer, _ = _fit(tmp_path, [SaveOnInterrupt(dirpath=tmp_path / "ckpt", signals=signals), seen])
+    assert len(seen.skipped) == 39 and all(seen.skipped) is (signal.SIGTERM in signals)
+    assert "_broadcast_sigterm_tensor" not in vars(trainer.fit_loop.epoch_loop)  # Lightning's own is back after fit
+
+
+def test_a_sigterm_before_training_is_not_lost(tmp_path: Path) -> None:
+    """A SIGTERM that Lightning's handler caught after the sanity check, before ours was installed, is ours to act on."""
+
+    class SigtermDuringSetup(pl.Callback):
+        def on_sanity_check_end(self, trainer, pl_module) -> None:
+            assert trainer._signal_connector._original_handlers, "Lightning installs its SIGTERM handler later now"
+            os.kill(os.getpid(), signal.SIGTERM)  # Lightning's handler is installed by now, ours not yet
+
+    saver = SaveOnInterrupt(dirpath=tmp_path / "ckpt")
+    with pytest.raises(SystemExit):
+        _fit(tmp_path, [SigtermDuringSetup(), saver])
+    assert saver.saved_path is not None and torch.load(saver.saved_path, weights_only=False)["global_step"] == 1
