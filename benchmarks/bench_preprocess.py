@@ -1,18 +1,19 @@
-"""Preprocessing throughput of every backend (and litdata), and cached vs on-the-fly epoch time.
+"""Preprocessing throughput of every backend against litdata and Hugging Face datasets, and cached vs on-the-fly epoch time.
 
 Side by side in one run, on the digits training split with the example transform
 (``DigitsFeatures``, a few ms per sample in numpy):
 
 1. Throughput of ``preprocess`` with ``serial``, ``processes`` and ``ray``, and of
    ``litdata.optimize`` (default ``spawn`` workers, and ``start_method="fork"``) on the same
-   samples and transform (skipped with a message if litdata is not installed). Rounds are
+   samples and transform, and of Hugging Face ``datasets``' ``Dataset.map(num_proc=...)`` followed by
+   ``save_to_disk`` (each skipped with a message if not installed). Rounds are
    interleaved (the order rotates); each round's ratio to that round's ``serial`` is taken, and
    the median of those paired ratios is reported (and the best round's, the least disturbed
    by other jobs on a shared machine). Start-up costs are printed separately: the one-time
    first call (``ray.init``, the forkserver's imports, Ray workers importing torch) and the
    cost every call pays (a 64-sample call after the warm-up: fingerprinting, sending the kept
-   workers the dataset, the manifest). litdata starts fresh workers on every call, so its
-   start-up is part of each of its rounds, as in normal use.
+   workers the dataset, the manifest). litdata and ``datasets`` start fresh workers on every call,
+   so their start-up is part of each of their rounds, as in normal use.
 2. One training epoch of ``ImageClassifier`` with the transform applied on the fly in
    ``__getitem__`` against one epoch read from the cache (interleaved, median).
 
@@ -51,6 +52,7 @@ from lightning_mgpu.demos.digits_preprocessed import DigitsFeatures, digits_spli
 from lightning_mgpu.utilities.imports import is_available
 
 TRANSFORM = DigitsFeatures()
+PEERS = ("litdata", "litdata-fork", "hf-datasets")  # other libraries' parallel preprocessing, same transform
 _TRAIN: TensorDataset | None = None
 
 
@@ -65,6 +67,12 @@ def litdata_fn(index: int) -> dict[str, Any]:
     """litdata's per-item function (module level, so that its spawned workers can import it)."""
     x, y = TRANSFORM(_train_set()[index])
     return {"x": x, "y": y}
+
+
+def hf_fn(row: dict[str, Any]) -> dict[str, Any]:
+    """``datasets.Dataset.map``'s per-row function: the same transform, into Arrow columns."""
+    x, y = TRANSFORM(_train_set()[row["index"]])
+    return {"x": x, "y": int(y)}
 
 
 def usable_cpus() -> int:
@@ -117,6 +125,12 @@ def run_once(name: str, n: int, root: Path, workers: int) -> float:
         litdata.optimize(
             fn=litdata_fn, inputs=list(range(n)), output_dir=str(out), num_workers=workers, chunk_bytes="64MB", verbose=False, start_method=start_method
         )
+    elif name == "hf-datasets":
+        import datasets
+
+        datasets.disable_progress_bars()
+        mapped = datasets.Dataset.from_dict({"index": list(range(n))}).map(hf_fn, num_proc=workers, remove_columns=["index"])
+        mapped.save_to_disk(str(out))
     else:
         preprocess(subset, out, TRANSFORM, backend=name, num_workers=None if name == "serial" else workers, progress=False)  # type: ignore[arg-type]
     seconds = time.perf_counter() - t0
@@ -157,6 +171,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-ray", action="store_true")
     p.add_argument("--skip-litdata", action="store_true")
     p.add_argument("--skip-litdata-fork", action="store_true", help="skip litdata with start_method='fork' (its fastest, fork-unsafe setting)")
+    p.add_argument("--skip-hf", action="store_true", help="skip Hugging Face datasets' map(num_proc=...)")
     p.add_argument("--skip-epochs", action="store_true")
     p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     args = p.parse_args(argv)
@@ -195,6 +210,11 @@ def throughput(args: argparse.Namespace, root: Path) -> Rounds:
             names += ["litdata"] + ([] if args.skip_litdata_fork else ["litdata-fork"])
         else:
             print("litdata: not installed, skipped (pip install --no-deps litdata obstore tifffile; a plain `pip install litdata` replaces torch)")
+    if not args.skip_hf:
+        if is_available("datasets"):
+            names.append("hf-datasets")
+        else:
+            print("hf-datasets: not installed, skipped (pip install datasets)")
     if "ray" in names and not start_ray(args.workers):
         names.remove("ray")
     for name in ("serial", "processes", "ray"):  # warm-up: start-up costs that a long job pays once
@@ -294,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"  goal {name} speedup >= {goal:.1f}x: {speedup:.2f}x (best rounds {best:.2f}x) -> {'met' if speedup >= goal else 'NOT met'}"
                 f" ({speedup / offered:.0%} of the {offered:.2f}x the machine offered)"
             )
-            for lit in ("litdata", "litdata-fork"):
+            for lit in PEERS:
                 if lit in rates.seconds:
                     ratio = rates.ratio(name, lit)
                     print(f"  goal {name} >= {lit}: {ratio:.2f}x {lit} (best rounds {rates.best_ratio(name, lit):.2f}x) -> {'met' if ratio >= 1 else 'NOT met'}")
@@ -305,7 +325,7 @@ def main(argv: list[str] | None = None) -> None:
     specs = [ratio_spec(f"{n} speedup over serial", "serial", n, "seconds", goal=goal, higher_is_better=True)
              for n in ("processes", "ray") if n in rates.seconds]
     specs += [ratio_spec(f"processes throughput / {lit}", lit, "processes", "seconds", goal=1.0, higher_is_better=True)
-              for lit in ("litdata", "litdata-fork") if lit in rates.seconds]
+              for lit in PEERS if lit in rates.seconds]
     figures = {"machine parallelism offered (2 processes of pure compute vs 1)": {"value": offered}}
     if fly is not None and cached is not None:
         figures["epoch on the fly / from the cache"] = {"value": fly / cached, "goal": 5.0, "higher_is_better": True,

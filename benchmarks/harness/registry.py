@@ -77,9 +77,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     ),
     Benchmark(
         "preprocess", ("data",), "bench_preprocess.py",
-        "preprocess with processes (and Ray, litdata) against serial; cached epoch against on-the-fly",
+        "preprocess with processes (and Ray) against serial, litdata and Hugging Face datasets; cached epoch against on-the-fly",
         {"full": [], "quick": ["--samples", "400", "--repeats", "2", "--skip-ray", "--skip-litdata-fork", "--skip-epochs"],
-         "dry": ["--samples", "40", "--repeats", "1", "--skip-ray", "--skip-litdata", "--skip-epochs"]},
+         "dry": ["--samples", "40", "--repeats", "1", "--skip-ray", "--skip-litdata", "--skip-hf", "--skip-epochs"]},
     ),
     Benchmark(
         "launchers", ("launchers",), "bench_launchers.py",
