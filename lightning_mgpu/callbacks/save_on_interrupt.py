@@ -37,6 +37,22 @@ _SAME_CTRL_C_S = 1.0  # signals closer than this are one Ctrl-C
 _LIGHTNING_SIGTERM_BROADCAST = "_broadcast_sigterm_tensor"  # _TrainingEpochLoop's per-step broadcast (Lightning 2.5+)
 
 
+def _any_rank(trainer: pl.Trainer, flag: bool) -> bool:
+    """Whether ``flag`` is set on any rank: one all-reduce.
+
+    Lightning's ``reduce_boolean_decision`` under DDP runs a barrier before its all-reduce: two collectives per step
+    where one does. Strategies whose ranks are not the default torch.distributed group (horovod) use their own.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if trainer.world_size > 1 and dist.is_available() and dist.is_initialized() and dist.get_world_size() == trainer.world_size:
+        votes = torch.tensor([int(flag)], dtype=torch.int32, device=trainer.strategy.root_device)
+        dist.all_reduce(votes, op=dist.ReduceOp.MAX)
+        return bool(votes.item())
+    return trainer.strategy.reduce_boolean_decision(flag, all=False)
+
+
 def _no_broadcast() -> None:
     """Stands in for Lightning's per-step SIGTERM broadcast while :class:`SaveOnInterrupt` handles SIGTERM."""
 
@@ -141,7 +157,7 @@ class SaveOnInterrupt(Callback):
             return
         if trainer.global_step % self.check_every_n_steps:
             return  # the same on every rank (global_step agrees), so the all-reduce below always has every rank
-        if not trainer.strategy.reduce_boolean_decision(self._signalled is not None, all=False):
+        if not _any_rank(trainer, self._signalled is not None):
             return
         path = self.checkpoint_path(trainer)
         trainer.save_checkpoint(path, weights_only=False)  # a full checkpoint; every rank, as ModelCheckpoint does; rank 0 writes, atomically
