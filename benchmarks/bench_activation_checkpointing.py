@@ -28,6 +28,7 @@ import argparse
 import copy
 import json
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,7 +37,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lightning_mgpu.callbacks import ActivationCheckpointing
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness.result import ratio, write_result  # noqa: E402
+from lightning_mgpu.callbacks import ActivationCheckpointing  # noqa: E402
+
+#: The issue's trade: at least this much less peak activation memory (every_k=1) ...
+GOAL_SAVED_PCT = 40.0
+#: ... for at most this step time against no checkpointing.
+GOAL_TIME_RATIO = 1.35
 
 
 class MLPBlock(nn.Module):
@@ -108,7 +116,7 @@ def timed(step: Callable[[], None], device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
-def run(kind: str, device: torch.device, depth: int, width: int, batch: int, seq: int, repeats: int) -> list[dict]:
+def run(kind: str, device: torch.device, depth: int, width: int, batch: int, seq: int, repeats: int) -> tuple[list[dict], dict[str, list[float]]]:
     torch.manual_seed(0)
     base = Stack(kind, depth, width).to(device)
     x = torch.randn(batch, seq, width, device=device) if kind == "transformer" else torch.randn(batch, width, device=device)
@@ -135,7 +143,7 @@ def run(kind: str, device: torch.device, depth: int, width: int, batch: int, seq
             "step_ms_median": 1e3 * med,
             "time_ratio": med / statistics.median(times["none"]),
         })  # fmt: skip
-    return rows
+    return rows, times
 
 
 def main() -> None:
@@ -146,7 +154,8 @@ def main() -> None:
     p.add_argument("--width", type=int, default=None, help="default: 256 (mlp), 128 (transformer); x4 on cuda")
     p.add_argument("--batch", type=int, default=None, help="default: 128 (mlp), 8 (transformer); x8 on cuda")
     p.add_argument("--seq", type=int, default=64, help="transformer sequence length")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
+    p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     args = p.parse_args()
     devices = [torch.device("cpu")] if args.device in ("cpu", "all") else []
     if args.device in ("cuda", "all") and torch.cuda.is_available():
@@ -154,13 +163,16 @@ def main() -> None:
     elif args.device == "cuda":
         raise SystemExit("--device cuda: no CUDA device is visible")
     kinds = ["mlp", "transformer"] if args.model == "both" else [args.model]
-    rows = []
+    rows, arms, shapes = [], {}, {}
     for device in devices:
         for kind in kinds:
             scale = 4 if device.type == "cuda" else 1
             width = args.width or (256 if kind == "mlp" else 128) * scale
             batch = args.batch or (128 if kind == "mlp" else 8) * (8 if device.type == "cuda" else 1)
-            rows += run(kind, device, args.depth, width, batch, args.seq, args.repeats)
+            new_rows, times = run(kind, device, args.depth, width, batch, args.seq, args.repeats)
+            rows += new_rows
+            arms |= {f"{kind}-{device.type}/{config}": {"step_s": t} for config, t in times.items()}
+            shapes[f"{kind}-{device.type}"] = {"width": width, "batch": batch}
     print(f"{'model':<12}{'device':<8}{'config':<12}{'peak act. MiB':>14}{'saved':>8}{'step ms':>10}{'time x':>8}")
     for r in rows:
         print(
@@ -168,6 +180,25 @@ def main() -> None:
             f"{r['memory_saved_pct']:>7.1f}%{r['step_ms_median']:>10.1f}{r['time_ratio']:>8.2f}"
         )
     print(json.dumps(rows))
+    ratios, figures = [], {}
+    for r in rows:
+        if r["config"] == "none":
+            continue
+        case = f"{r['model']}-{torch.device(r['device']).type}"
+        goal = GOAL_TIME_RATIO if r["config"] == "every_k=1" else None
+        ratios.append(ratio(f"{case}: {r['config']} / no checkpointing, step time", f"{case}/{r['config']}", f"{case}/none", goal=goal))
+        saved_goal = GOAL_SAVED_PCT if r["config"] == "every_k=1" else None
+        figures[f"{case}: {r['config']}, peak activation memory saved (%)"] = {
+            "value": round(r["memory_saved_pct"], 1), "goal": saved_goal, "higher_is_better": True,
+            "verdict": "" if saved_goal is None else ("met" if r["memory_saved_pct"] >= saved_goal else "not met")}  # fmt: skip
+    write_result(
+        args.result, name="activation_checkpointing", arms=arms, ratios=ratios, figures=figures,
+        memory={f"{r['model']}-{torch.device(r['device']).type}/{r['config']}": [r["peak_activation_MiB"] * 2**20] for r in rows},
+        memory_label="peak activation memory per step",
+        config={"depth": args.depth, "seq": args.seq, "repeats": args.repeats, "shapes": shapes},
+        notes=["Peak activation memory: the allocator's peak during one forward + backward + optimizer step above what was allocated"
+               " before it (torch.profiler on CPU, max_memory_allocated on CUDA); gradients are pre-allocated."],
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ The raw loop is the one from torch's DDP tutorial: same model, data, sampler, ba
     $ python benchmarks/bench_ddp.py                       # about a minute on 2 idle cores
     $ python benchmarks/bench_ddp.py --rounds 9 --steps 30 --hidden 2048
 
+Communication efficiency (the raw loop's rounds): (DDP step - the same step under ``no_sync()``) / one all-reduce of
+the gradients' bytes as a flat buffer. At most 1.0: DDP's bucketed all-reduce should cost no more than the same bytes
+in one call, and less where it overlaps with backward.
+
 A third arm adds ``SaveOnInterrupt`` (what ``examples/train.py`` installs): its one-element all-reduce per step
 replaces Lightning's per-step SIGTERM broadcast instead of adding to it, so it should cost nothing over plain ``ddp``.
 
@@ -70,7 +74,11 @@ def make_loader(args: argparse.Namespace, rank: int) -> Any:
     return DataLoader(data, batch_size=args.batch_size, sampler=DistributedSampler(data, WORLD, rank, shuffle=True, seed=0))
 
 
-def raw_ddp(args: argparse.Namespace, device: Any) -> float:
+def raw_ddp(args: argparse.Namespace, device: Any) -> dict[str, float]:
+    """The raw loop's median step, the same steps under ``no_sync()`` (no gradient all-reduce), and one all-reduce of
+    the gradients' bytes as a flat buffer: communication efficiency = (step - no-sync step) / all-reduce."""
+    import contextlib
+
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -79,18 +87,35 @@ def raw_ddp(args: argparse.Namespace, device: Any) -> float:
     model = build_model(args.hidden).to(device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-    marks: list[float] = []
-    for x, y in make_loader(args, dist.get_rank()):
+
+    def run(sync: bool) -> float:
+        marks: list[float] = []
+        for x, y in make_loader(args, dist.get_rank()):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            marks.append(time.perf_counter())
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            with contextlib.nullcontext() if sync else ddp.no_sync():
+                nn.functional.cross_entropy(ddp(x), y).backward()
+            optimizer.step()
+            if len(marks) > args.warmup + args.steps:
+                break
+        return median_interval(marks, args.warmup, args.steps)
+
+    step = run(sync=True)
+    no_sync = run(sync=False)
+    flat = torch.zeros(sum(p.numel() for p in model.parameters()), device=device)
+    marks = []
+    for _ in range(args.warmup + args.steps + 1):
         if device.type == "cuda":
             torch.cuda.synchronize()
         marks.append(time.perf_counter())
-        x, y = x.to(device), y.to(device)
-        optimizer.zero_grad()
-        nn.functional.cross_entropy(ddp(x), y).backward()
-        optimizer.step()
-        if len(marks) > args.warmup + args.steps:
-            break
-    return median_interval(marks, args.warmup, args.steps)
+        dist.all_reduce(flat)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    marks.append(time.perf_counter())
+    return {"raw": step, "raw_no_sync": no_sync, "allreduce": median_interval(marks, args.warmup, args.steps)}
 
 
 def lightning_ddp(args: argparse.Namespace, save_on_interrupt: bool = False) -> float:
@@ -146,19 +171,20 @@ def worker(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda", rank) if args.accelerator == "gpu" else torch.device("cpu")
     arms = ("ddp", "raw", "ddp_save_on_interrupt")
-    times: dict[str, list[float]] = {name: [] for name in arms}
+    times: dict[str, list[float]] = {name: [] for name in (*arms, "raw_no_sync", "allreduce")}
     for r in range(args.rounds):
         for name in arms[r % 3 :] + arms[: r % 3]:  # rotated: no arm always first (cold) or last
             # The first Lightning run creates the process group; a raw run before it makes it alike.
             if name == "raw" and not dist.is_initialized():
                 dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=WORLD)
             if name == "raw":
-                seconds = raw_ddp(args, device)
+                figures = raw_ddp(args, device)
             else:
-                seconds = lightning_ddp(args, save_on_interrupt=name == "ddp_save_on_interrupt")
-            slowest = torch.tensor([seconds], device=device)
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the ranks step in lockstep: the slower one's figure
-            times[name].append(float(slowest))
+                figures = {name: lightning_ddp(args, save_on_interrupt=name == "ddp_save_on_interrupt")}
+            for key, seconds in figures.items():
+                slowest = torch.tensor([seconds], device=device)
+                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the ranks step in lockstep: the slower one's figure
+                times[key].append(float(slowest))
         if rank == 0:
             progress(r + 1, args.rounds)
     if rank == 0:
@@ -196,14 +222,22 @@ def main(argv: list[str] | None = None) -> None:
     vs_raw = statistics.median(a / b for a, b in zip(times["ddp"], times["raw"]))
     with_saver = statistics.median(a / b for a, b in zip(times["ddp_save_on_interrupt"], times["ddp"]))
     fixed_ms = statistics.median(a - b for a, b in zip(times["ddp"], times["raw"])) * 1e3
+    # Exposed communication over the all-reduce it stands for: < 1 when DDP overlaps its buckets with backward.
+    comm = [(s - n) / a for s, n, a in zip(times["raw"], times["raw_no_sync"], times["allreduce"])]
     print(f"bench_ddp: {WORLD} ranks, {args.accelerator}; median step ddp {statistics.median(times['ddp']) * 1e3:.2f} ms,"
           f" raw DDP {statistics.median(times['raw']) * 1e3:.2f} ms; ddp / raw = {vs_raw:.3f} (goal <= 1.03),"
           f" {fixed_ms:.2f} ms per step; ddp + SaveOnInterrupt / ddp = {with_saver:.3f}")  # fmt: skip
+    print(f"communication: step {statistics.median(times['raw']) * 1e3:.2f} ms, no-sync step {statistics.median(times['raw_no_sync']) * 1e3:.2f} ms,"
+          f" all-reduce of the gradients {statistics.median(times['allreduce']) * 1e3:.2f} ms; efficiency (step - no-sync) / all-reduce"
+          f" = {statistics.median(comm):.2f} (min {min(comm):.2f}, max {max(comm):.2f}; limit 1.0)")  # fmt: skip
     write_result(
         args.result, name="ddp", arms={k: {"step_s": v} for k, v in times.items()},
         ratios=[ratio("ddp (Lightning) / raw torch DDP loop", "ddp", "raw", goal=1.03),
                 ratio("ddp + SaveOnInterrupt (train.py's) / ddp", "ddp_save_on_interrupt", "ddp", goal=1.01)],
-        figures={"ddp - raw DDP, fixed cost per step (ms)": {"value": round(fixed_ms, 3), "goal": None, "higher_is_better": False}},
+        figures={"ddp - raw DDP, fixed cost per step (ms)": {"value": round(fixed_ms, 3), "goal": None, "higher_is_better": False},
+                 "communication efficiency: (DDP step - no-sync step) / all-reduce of the gradient bytes": {
+                     "value": round(statistics.median(comm), 3), "goal": 1.0, "higher_is_better": False,
+                     "verdict": "met" if statistics.median(comm) <= 1.0 else "not met"}},
         config={k: getattr(args, k) for k in ("accelerator", "rounds", "steps", "warmup", "batch_size", "hidden", "threads")} | {"world_size": WORLD},
     )  # fmt: skip
 

@@ -62,6 +62,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         needs=("horovod",),
     ),
     Benchmark(
+        "parity", ("strategies",), "bench_parity.py",
+        "every strategy's parameters after k SGD steps against a raw torch DDP loop and one process on the global batch",
+        {"full": ["--steps", "10"], "quick": ["--steps", "3", "--strategies", "ddp", "dp", "sharded"],
+         "dry": ["--steps", "1", "--strategies", "ddp"]},
+    ),
+    Benchmark(
         "dp", ("strategies",), "bench_dp.py",
         "dp on one device against the bare LightningModule and a raw torch loop",
         {"full": ["--rounds", "9"], "quick": ["--rounds", "3", "--steps", "10"],
@@ -76,10 +82,18 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         gpu_args=[],  # it trains on the GPU when there is one, with real NVML
     ),
     Benchmark(
+        "activation_checkpointing", ("callbacks", "memory"), "bench_activation_checkpointing.py",
+        "ActivationCheckpointing (every block, every second block) against none: peak activation memory and step time",
+        {"full": ["--repeats", "9", "--device", "cpu"], "quick": ["--repeats", "3", "--depth", "8", "--device", "cpu"],
+         "dry": ["--repeats", "1", "--depth", "2", "--model", "mlp", "--device", "cpu"]},
+        gpu_args=["--device", "all"],  # later arguments win: the CPU and the CUDA variants
+    ),
+    Benchmark(
         "preprocess", ("data",), "bench_preprocess.py",
-        "preprocess with processes (and Ray) against serial, litdata and Hugging Face datasets; cached epoch against on-the-fly",
-        {"full": [], "quick": ["--samples", "400", "--repeats", "2", "--skip-ray", "--skip-litdata-fork", "--skip-epochs"],
-         "dry": ["--samples", "40", "--repeats", "1", "--skip-ray", "--skip-litdata", "--skip-hf", "--skip-epochs"]},
+        "preprocess with processes (and Ray) against serial, litdata and Hugging Face datasets; cold first calls; cached epoch against on-the-fly",
+        {"full": [], "quick": ["--samples", "400", "--repeats", "2", "--skip-ray", "--skip-litdata-fork", "--skip-epochs",
+                               "--cold-samples", "400", "--cold-repeats", "1"],
+         "dry": ["--samples", "40", "--repeats", "1", "--skip-ray", "--skip-litdata", "--skip-hf", "--skip-epochs", "--cold-samples", ""]},
     ),
     Benchmark(
         "launchers", ("launchers",), "bench_launchers.py",

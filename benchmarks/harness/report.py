@@ -41,6 +41,11 @@ class BenchRun:
         return out
 
 
+def _fmt_value(value: float) -> str:
+    """Three decimals, or scientific notation for small non-zero figures (parity differences of 1e-8)."""
+    return f"{value:.2e}" if value and abs(value) < 1e-3 else f"{value:.3f}"
+
+
 def _fmt_goal(goal: Optional[float], higher: bool) -> str:
     return "" if goal is None else f"{'≥' if higher else '≤'} {goal:g}"
 
@@ -81,7 +86,7 @@ def markdown(runs: list[BenchRun], machine: dict[str, Any], command: str, plots:
                              f" {_fmt_goal(s.goal, s.higher_is_better)} | {_verdict(s)} |")  # fmt: skip
         for label, fig in run.result.get("figures", {}).items():
             goal = _fmt_goal(fig.get("goal"), fig.get("higher_is_better", False))
-            lines.append(f"| {run.name} | {label} | {fig['value']:.3f} | | | {goal} | {fig.get('verdict', '')} |")
+            lines.append(f"| {run.name} | {label} | {_fmt_value(fig['value'])} | | | {goal} | {fig.get('verdict', '')} |")
     for run in runs:
         lines += ["", f"## {run.name}", "", f"{run.what}. Status: **{run.status}** ({run.seconds:.0f} s)."]
         if run.command:
@@ -142,7 +147,7 @@ def plot(runs: list[BenchRun], folder: Path) -> dict[str, list[str]]:
                 ax.bar(xs, [v[rank] / 2**20 if rank < len(v) else 0 for v in memory.values()], width, label=f"rank {rank}")
             ax.set_xticks([i + width * (len(next(iter(memory.values()))) - 1) / 2 for i in range(len(memory))], list(memory))
             ax.set_ylabel("MiB")
-            ax.set_title(f"{run.name}: model state per rank")
+            ax.set_title(f"{run.name}: {run.result.get('memory_label') or 'model state per rank'}")
             ax.legend()
             fig.tight_layout()
             name = f"{run.name}_memory.png"
@@ -185,6 +190,6 @@ def terminal_table(runs: list[BenchRun]) -> str:
                 rows.append((run.name, s.label, f"{s.median:.3f}", f"{s.low:.3f}-{s.high:.3f}",
                              _fmt_goal(s.goal, s.higher_is_better), _verdict(s).replace("**", "")))  # fmt: skip
         for label, fig in run.result.get("figures", {}).items():
-            rows.append((run.name, label, f"{fig['value']:.3f}", "", _fmt_goal(fig.get("goal"), fig.get("higher_is_better", False)), fig.get("verdict", "")))
+            rows.append((run.name, label, _fmt_value(fig["value"]), "", _fmt_goal(fig.get("goal"), fig.get("higher_is_better", False)), fig.get("verdict", "")))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

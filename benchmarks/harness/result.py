@@ -6,7 +6,7 @@ Schema (JSON)::
      "arms": {"raw": {"step_s": [...per round...]}, "horovod": {"step_s": [...]}},
      "ratios": [{"label": "horovod / raw Horovod", "num": "horovod", "den": "raw", "metric": "step_s", "goal": 1.03}],
      "figures": {"sharded / ddp model state (rank 0)": {"value": 0.625, "goal": 0.625, "higher_is_better": false}},
-     "memory": {"ddp": [bytes per rank], ...}, "failed": {"arm": "error"}, "config": {...}, "notes": [...]}
+     "memory": {"ddp": [bytes per rank], ...}, "memory_label": "model state per rank", "failed": {"arm": "error"}, "config": {...}, "notes": [...]}
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def write_result(
     unit: str = "s/step",
     figures: Optional[dict[str, dict[str, Any]]] = None,
     memory: Optional[dict[str, list[float]]] = None,
+    memory_label: Optional[str] = None,
     failed: Optional[dict[str, str]] = None,
     config: Optional[dict[str, Any]] = None,
     notes: Optional[list[str]] = None,
@@ -48,7 +49,7 @@ def write_result(
         return
     payload = {
         "name": name, "unit": unit, "arms": arms, "ratios": list(ratios), "figures": figures or {},
-        "memory": memory or {}, "failed": failed or {}, "config": config or {}, "notes": notes or [],
+        "memory": memory or {}, "memory_label": memory_label, "failed": failed or {}, "config": config or {}, "notes": notes or [],
     }  # fmt: skip
     Path(path).write_text(json.dumps(payload, indent=1, default=str))
 

@@ -22,6 +22,7 @@ from lightning_mgpu.data.backends import (
     process_pool_scope,
     ray_session,
     shutdown_process_pool,
+    start_process_pool,
 )
 from lightning_mgpu.data.cache import (
     CacheError,
@@ -62,4 +63,5 @@ __all__ = [
     "ray_session",
     "read_manifest",
     "shutdown_process_pool",
+    "start_process_pool",
 ]

@@ -193,23 +193,36 @@ def limit_threads(threads: int = 1, include_torch: bool = True) -> Any:
 _STATE: dict[str, Any] = {}
 
 
-def pool_worker(conn: Any) -> None:
-    """Main loop of a long-lived process-pool worker (``backends.ProcessPool``).
+def pool_worker(conn: Any, inherited: tuple[Any, ...] | None = None, close: Sequence[Any] = ()) -> None:
+    """Main loop of a process-pool worker (``backends.ProcessPool``).
 
     Requests arrive over this worker's own pipe and are answered in order:
 
     - ``("load", dataset, transform, shard_dir)`` -> ``("ok", None)``: the call's data, sent
-      once per worker per call, not once per chunk;
+      once per worker per call, not once per chunk (a forked worker gets it as ``inherited``);
     - ``("chunk", shard_index, start, stop)`` -> ``("ok", record)`` once the shard is written;
     - ``("unload",)``, no answer: the call is over, drop its data (an idle worker holds none);
     - ``("exit",)``, or the pipe closing: return.
 
     A failure answers ``("error", message)`` and leaves the worker usable.
+
+    Args:
+        conn: this worker's end of its pipe.
+        inherited: ``(dataset, transform, shard_dir)`` of a worker forked for one call.
+        close: the driver's pipe ends that a forked worker inherited; closed first.
     """
     # Ctrl-C reaches the whole process group: the driver handles it and terminates the workers,
     # so a worker must not die of it with a traceback of its own first.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     state: tuple[Any, ...] | None = None
+    if inherited is not None:
+        for c in close:
+            c.close()
+        # A forked worker inherits the driver's Python handlers (Lightning's, SaveOnInterrupt's), which may only set a
+        # flag: the driver's terminate() must end the worker.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        state = inherited
+        limit_threads(1)
     while True:
         try:
             data = conn.recv_bytes()

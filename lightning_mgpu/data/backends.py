@@ -14,6 +14,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import sys
 import threading
 import time
 from collections import deque
@@ -31,8 +32,14 @@ BACKENDS = ("serial", "processes", "ray")
 Task = tuple[int, int, int]  # (shard_index, start, stop)
 #: How long the driver waits for pool workers before it starts computing chunks itself.
 _WARM_START_S = 0.5
-#: What starting the pool cold costs (a forkserver importing torch and Lightning, then forking): 2-2.5 s on 2 cores.
-_COLD_START_S = 2.0
+#: What starting the workers cold costs, by start method, on 2 cores: ``fork`` copies the driver (about 20 ms
+#: a worker, then copy-on-write faults); a cold forkserver first runs the main script's imports (torch, Lightning
+#: and whatever else the script imports: 3-7 s measured here, on the core the driver is not using); ``spawn``
+#: makes every worker do that.
+COLD_START_S = {"fork": 0.15, "forkserver": 6.0, "spawn": 8.0}
+#: What handing the rest of a call to running workers costs (sending the data, their first samples): work left
+#: below twice this is finished by the driver.
+_HANDOVER_S = 0.5
 
 
 class PreprocessingError(CacheError):
@@ -57,17 +64,56 @@ def run_serial(dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: 
         yield _worker.write_shard(shard_dir, shard_index, start, stop, kind, names, arrays)
 
 
-def _process_context(start_method: str | None) -> multiprocessing.context.BaseContext:
-    """A fork-free context: the parent may run torch/OpenMP threads, which fork can deadlock.
+def fork_unsafe_reason() -> str | None:
+    """Why forking this process for workers is unsafe now, or ``None`` when it is safe.
 
-    ``forkserver`` (the default where available) forks workers from a clean server process that
-    has imported the worker code once, so each worker starts in milliseconds instead of
-    re-importing torch and Lightning like ``spawn`` does.
+    A forked child holds only the forking thread: a lock that another thread held at the fork
+    (logging, I/O buffers, a library's own) stays locked in the child forever. CUDA cannot be
+    used again in a child forked after it was initialised. torch's and the BLAS's own thread
+    pools are not a reason: workers cap them to one thread before computing, as DataLoader
+    workers (forked by default on Linux) do.
     """
-    methods = multiprocessing.get_all_start_methods()
-    method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
-    ctx = multiprocessing.get_context(method)
-    if method == "forkserver":
+    if "fork" not in multiprocessing.get_all_start_methods() or not sys.platform.startswith("linux"):
+        return "fork is not available or not safe on this platform"  # macOS: system frameworks are not fork-safe
+    threads = threading.active_count()
+    if threads > 1:
+        names = ", ".join(sorted({t.name for t in threading.enumerate() if t is not threading.current_thread()}))
+        return f"{threads - 1} other thread(s) run in this process ({names})"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "CUDA is initialised in this process"
+    return None
+
+
+def resolve_start_method(start_method: str | None) -> str:
+    """The start method a ``backend="processes"`` call uses: ``start_method``, or the cheapest safe one.
+
+    Default: ``fork`` where :func:`fork_unsafe_reason` finds nothing (workers in milliseconds,
+    for the call only, with the data inherited rather than pickled: cheaper than even a running
+    pool for a large in-memory dataset); else ``forkserver`` (the shared pool; the server runs the
+    main script's imports once, seconds); else ``spawn``.
+    """
+    if start_method is not None:
+        return start_method
+    if fork_unsafe_reason() is None:
+        return "fork"
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def workers_pay_off(method: str, estimate_s: float | None) -> bool:
+    """Whether work of ``estimate_s`` serial seconds (``None``: unknown) outlasts starting ``method`` workers cold."""
+    return estimate_s is None or estimate_s >= COLD_START_S.get(method, 0.0)
+
+
+def _process_context(start_method: str) -> multiprocessing.context.BaseContext:
+    """The context for ``start_method``; a forkserver also preloads the worker code.
+
+    ``forkserver`` forks workers from a clean server process that has imported the worker code
+    once, so each worker starts in milliseconds instead of re-importing torch and Lightning like
+    ``spawn`` does, and no thread or lock of the driver is copied.
+    """
+    ctx = multiprocessing.get_context(start_method)
+    if start_method == "forkserver":
         from multiprocessing import forkserver
 
         # Add, never replace, the user's preload list; it only matters before the server starts.
@@ -78,11 +124,12 @@ def _process_context(start_method: str | None) -> multiprocessing.context.BaseCo
 
 
 def start_process_pool_server(start_method: str | None = None) -> None:
-    """Start the forkserver now, so that it imports the worker code while the driver works."""
-    ctx = _process_context(start_method)
-    if ctx.get_start_method() == "forkserver":
+    """Start the forkserver now (if ``start_method`` resolves to it), so that it imports the worker code while the driver works."""
+    method = resolve_start_method(start_method)
+    if method == "forkserver":
         from multiprocessing import forkserver
 
+        _process_context(method)
         forkserver.ensure_running()
 
 
@@ -99,16 +146,25 @@ class ProcessPool:
     Every worker has its own pipe, so the driver knows which chunks each one holds and keeps two
     queued per worker. A failure discards the pool (terminating its workers is the only way to
     cancel a chunk in progress); the next call starts a new one.
+
+    With ``inherit=(dataset, transform, shard_dir)`` (``fork`` only) the workers are forked with
+    the call's data already in memory: nothing is pickled, and the pool serves that call only.
     """
 
-    def __init__(self, ctx: multiprocessing.context.BaseContext, size: int) -> None:
+    def __init__(self, ctx: multiprocessing.context.BaseContext, size: int, inherit: tuple[Any, ...] | None = None) -> None:
         self.method, self.size, self.owner = ctx.get_start_method(), size, os.getpid()
+        if inherit is not None and self.method != "fork":
+            raise ValueError(f"only forked workers can inherit the call's data, not {self.method!r} ones")
+        self.preloaded = inherit is not None
         self.procs: list[Any] = []
         self.conns: list[Any] = []
         try:
             for _ in range(size):
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker.pool_worker, args=(child,), name="lightning_mgpu-preprocess")
+                # A forked worker also gets the parent ends of its own and earlier pipes, which it
+                # closes: holding them would hide the driver's exit (no EOF) from the workers.
+                args = (child,) if inherit is None else (child, inherit, [*self.conns, parent])
+                proc = ctx.Process(target=_worker.pool_worker, args=args, name="lightning_mgpu-preprocess")
                 proc.start()
                 child.close()
                 self.procs.append(proc)
@@ -184,6 +240,30 @@ def shutdown_process_pool() -> None:
         pool.close()
 
 
+def start_process_pool(num_workers: int | None = None, start_method: str = "forkserver") -> None:
+    """Start the shared preprocessing workers now, so that the next ``preprocess(backend="processes")`` calls use them.
+
+    Calls fork their own workers where that is safe and need nothing started. A program that runs
+    threads gets the shared forkserver pool instead, whose first start runs the main script's imports
+    (seconds); calls whose work is shorter than that run in-process unless the pool is already up.
+    Start it here, once, when such a program builds several caches. Stop it with
+    :func:`shutdown_process_pool` (or it stops at interpreter exit).
+
+    Raises:
+        ValueError: ``start_method="fork"`` (forked workers serve one call and cannot be kept).
+
+    Example::
+
+        start_process_pool()                       # e.g. in a notebook, where tqdm and others run threads
+        preprocess(train_set, "cache/train", f)     # both calls use the running workers
+        preprocess(val_set, "cache/val", f)
+    """
+    if start_method == "fork":
+        raise ValueError("forked workers serve one call and cannot be kept; use start_method='forkserver' or 'spawn'.")
+    with _POOL_LOCK:
+        _shared_pool(_process_context(start_method), num_workers or default_num_workers())
+
+
 @contextlib.contextmanager
 def process_pool_scope() -> Iterator[None]:
     """Stop, at the end of the block, the shared workers if a call inside the block started them.
@@ -224,40 +304,53 @@ def run_processes(
     tasks: Sequence[Task],
     num_workers: int,
     start_method: str | None = None,
+    estimate_s: float | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Compute chunks in a local process pool; each worker writes its own shard files.
+    """Compute chunks in local worker processes; each worker writes its own shard files.
 
-    The workers are the shared :class:`ProcessPool`, started by the first call and reused by the
-    next ones; a call running while another thread's call holds it, or one with
-    ``start_method="fork"`` (whose workers would keep whatever files and sockets the driver had
-    open), gets a private pool for its duration. Starting workers can take seconds (a cold
-    forkserver, or each spawned worker, imports torch and Lightning), so a helper thread starts
-    them while the driver computes chunks itself, until a worker is up.
+    Which workers (:func:`resolve_start_method`):
+
+    - ``fork`` (the default where it is safe): workers forked for this call with its data in
+      memory, up in milliseconds, stopped at the end of the call; nothing is pickled.
+    - ``forkserver``/``spawn``: the shared :class:`ProcessPool`, started by the first call and
+      reused by the next ones (a call running while another thread's call holds it gets a
+      private pool). Starting it takes seconds (the server, or each spawned worker, imports
+      torch and Lightning), so a helper thread starts it while the driver computes chunks.
+
+    Work that would end before cold workers are up (``estimate_s``, the serial seconds left,
+    or the time of the first chunk, computed here) runs in this process, which says so.
     """
     global _POOL
     try:
-        # Before any work, as the driver may finish a small job before the workers would have needed the transform.
+        # Before any work, as the driver may finish a small job before the workers would have needed the transform; also
+        # under fork, so that a transform that works here works under every start method.
         pickle.dumps(transform)
     except (TypeError, AttributeError, ValueError, pickle.PicklingError) as err:
         raise _unpicklable(err) from err
-    ctx = _process_context(start_method)
+    method = resolve_start_method(start_method)
+    ctx = _process_context(method)
     queue = deque(tasks)
-    warm = _POOL is not None and _POOL.usable(ctx.get_start_method(), num_workers)
-    if not warm and len(queue) > 1 and ctx.get_start_method() != "fork":
-        # Time one chunk here first: work shorter than a cold start of the workers is faster done in this process (the
-        # driver would finish it, then wait for workers it no longer needs).
-        started = time.perf_counter()
-        yield from _driver_chunk(dataset, transform, shard_dir, queue.popleft())
-        remaining = (time.perf_counter() - started) * len(queue)
-        if remaining < _COLD_START_S:
+    warm = _POOL is not None and _POOL.usable(method, num_workers)
+    if not warm and len(queue) > 1:
+        if estimate_s is None and method != "fork":
+            # Time one chunk here: the driver computes chunks while a cold pool starts anyway.
+            started = time.perf_counter()
+            yield from _driver_chunk(dataset, transform, shard_dir, queue.popleft())
+            estimate_s = (time.perf_counter() - started) * len(queue)
+        if not workers_pay_off(method, estimate_s):
             rank_zero_info(
-                f"preprocess: the remaining work (~{remaining:.1f} s) is shorter than starting worker processes"
-                f" (~{_COLD_START_S:.1f} s), so it runs in this process."
+                f"preprocess: the remaining work (~{estimate_s:.2f} s) is shorter than starting {method} worker processes"
+                f" (~{COLD_START_S[method]:.2f} s), so it runs in this process."
             )
             while queue:
                 yield from _driver_chunk(dataset, transform, shard_dir, queue.popleft())
             return
-    shared = ctx.get_start_method() != "fork" and _POOL_LOCK.acquire(blocking=False)
+    if not queue:
+        return
+    if method == "fork":
+        yield from _run_forked(ctx, dataset, transform, shard_dir, queue, num_workers)
+        return
+    shared = _POOL_LOCK.acquire(blocking=False)
     got: dict[str, Any] = {}
 
     def start_pool() -> None:
@@ -277,6 +370,10 @@ def run_processes(
         starter.join()
         if "error" in got:
             raise got["error"]
+        if queue and estimate_s is not None and not warm and estimate_s * len(queue) / len(tasks) < 2 * _HANDOVER_S:
+            # The driver did most of the work while the workers started: the rest is quicker here than handed over.
+            while queue:
+                yield from _driver_chunk(dataset, transform, shard_dir, queue.popleft())
         if queue:
             yield from _run_pool(got["pool"], dataset, transform, shard_dir, queue)
         clean = True
@@ -291,6 +388,19 @@ def run_processes(
             _POOL_LOCK.release()
 
 
+def _run_forked(
+    ctx: multiprocessing.context.BaseContext, dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, queue: deque[Task], num_workers: int
+) -> Iterator[dict[str, Any]]:
+    """Fork workers for this call only (from this thread, before any helper thread exists), run ``queue``, stop them."""
+    pool = ProcessPool(ctx, min(num_workers, len(queue)), inherit=(dataset, transform, str(shard_dir)))
+    clean = False
+    try:
+        yield from _run_pool(pool, dataset, transform, shard_dir, queue)
+        clean = True
+    finally:
+        pool.close(terminate=not clean)
+
+
 def _run_pool(pool: ProcessPool, dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, queue: deque[Task]) -> Iterator[dict[str, Any]]:
     """Hand ``queue`` out to the pool's workers, at most two chunks queued per worker."""
     workers = list(range(min(pool.size, len(queue))))
@@ -303,13 +413,14 @@ def _run_pool(pool: ProcessPool, dataset: Any, transform: Callable[[Any], Any] |
             expected[w].append(task)
 
     for w in workers:
-        try:
-            pool.send(w, ("load", dataset, transform, str(shard_dir)))
-        except (TypeError, AttributeError, ValueError, pickle.PicklingError) as err:
-            raise _unpicklable(err) from err
-        expected[w].append(None)
+        if not pool.preloaded:  # forked workers already hold the call's data
+            try:
+                pool.send(w, ("load", dataset, transform, str(shard_dir)))
+            except (TypeError, AttributeError, ValueError, pickle.PicklingError) as err:
+                raise _unpicklable(err) from err
+            expected[w].append(None)
         feed(w)
-    up = False
+    up = pool.preloaded  # forked workers are computing at once: never compute beside them
     while any(expected.values()):
         answers = pool.replies([w for w in workers if expected[w]], timeout=None if up else _WARM_START_S)
         if not answers and queue:
@@ -329,7 +440,7 @@ def _run_pool(pool: ProcessPool, dataset: Any, transform: Callable[[Any], Any] |
             if task is not None:
                 yield value
             feed(w)
-    for w in workers:
+    for w in workers if not pool.preloaded else ():
         # Every shard is written by now: a worker that died after its last answer is the next
         # call's problem (it checks that every worker is alive), not a reason to fail this one.
         with contextlib.suppress(PreprocessingError):
@@ -472,14 +583,19 @@ def run_backend(
     num_workers: int | None,
     ray_address: str | None = None,
     start_method: str | None = None,
+    estimate_s: float | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Dispatch to :func:`run_serial`, :func:`run_processes` or :func:`run_ray`."""
+    """Dispatch to :func:`run_serial`, :func:`run_processes` or :func:`run_ray`.
+
+    ``estimate_s``: the serial seconds the tasks would take, if known (``processes`` runs small
+    work in this process rather than start workers for it).
+    """
     if not tasks:  # e.g. killed after the last shard was journaled: no pool, no Ray to start
         return iter(())
     if backend == "serial":
         return run_serial(dataset, transform, shard_dir, tasks)
     if backend == "processes":
-        return run_processes(dataset, transform, shard_dir, tasks, num_workers or default_num_workers(), start_method)
+        return run_processes(dataset, transform, shard_dir, tasks, num_workers or default_num_workers(), start_method, estimate_s)
     if backend == "ray":
         return run_ray(dataset, transform, shard_dir, tasks, num_workers, ray_address)
     raise ValueError(f"backend={backend!r} is not supported; choose one of {', '.join(map(repr, BACKENDS))}.")

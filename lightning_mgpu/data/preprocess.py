@@ -18,8 +18,11 @@ from lightning_mgpu.data.backends import (
     Backend,
     PreprocessingError,
     Task,
+    fork_unsafe_reason,
+    resolve_start_method,
     run_backend,
     start_process_pool_server,
+    workers_pay_off,
 )
 from lightning_mgpu.data.cache import (
     VERIFY_MODES,
@@ -117,14 +120,21 @@ def _validate_args(backend: str, num_workers: int | None, chunk_size: int | None
         )
 
 
-def _probe(dataset: Any, transform: Callable[[Any], Any] | None) -> tuple[str, dict[str, dict[str, Any]], int]:
-    """Transform sample 0 in the driver: fail fast with a local traceback, learn the fields.
+def _probe(dataset: Any, transform: Callable[[Any], Any] | None) -> tuple[str, dict[str, dict[str, Any]], int, float]:
+    """Transform sample 0 in the driver: fail fast with a local traceback, learn the fields and the time per sample.
 
     Also transforms it a second time: different outputs mean the transform is random, and
     caching it would freeze one draw of the randomness for every epoch.
+
+    Returns:
+        ``(kind, fields, bytes per sample, seconds per sample)``; the time is the faster of the two runs.
     """
+    out, seconds = [], math.inf
     try:
-        out = [_worker.compute_chunk(dataset, transform, 0, 1) for _ in range(2 if transform is not None else 1)]
+        for _ in range(2 if transform is not None else 1):
+            t0 = time.perf_counter()
+            out.append(_worker.compute_chunk(dataset, transform, 0, 1))
+            seconds = min(seconds, time.perf_counter() - t0)
     except _worker.ChunkError as err:
         raise PreprocessingError(f"{err}. Fix the transform; nothing was written.") from err
     kind, names, arrays = out[0]
@@ -135,7 +145,17 @@ def _probe(dataset: Any, transform: Callable[[Any], Any] | None) -> tuple[str, d
             "transform and pass it as `augment=` to PreprocessedDataset / PreprocessedDataModule."
         )
     fields = {n: {"shape": list(a.shape[1:]), "dtype": a.dtype.str} for n, a in zip(names, arrays)}
-    return kind, fields, sum(a.nbytes for a in arrays)
+    return kind, fields, sum(a.nbytes for a in arrays), seconds
+
+
+def _seconds_per_sample(dataset: Any, transform: Callable[[Any], Any] | None, index: int) -> float | None:
+    """The time of one sample in the driver (for a resumed build, which skips the probe); ``None`` if it fails here."""
+    t0 = time.perf_counter()
+    try:
+        _worker.compute_chunk(dataset, transform, index, index + 1)
+    except _worker.ChunkError:
+        return None  # the backend reports it with its shard
+    return time.perf_counter() - t0
 
 
 def auto_chunk_size(num_samples: int, sample_bytes: int) -> int:
@@ -230,7 +250,7 @@ def preprocess(
         cache_dir: directory of the cache (created). Other files in it are never touched.
         transform: deterministic function of one sample, returning a dict of arrays, a tuple of
             arrays, or one array (tensors and numbers are fine). ``None`` caches the samples.
-        backend: ``"serial"``, ``"processes"`` (local worker processes, kept for the next call) or ``"ray"`` (tasks on a Ray
+        backend: ``"serial"``, ``"processes"`` (local worker processes) or ``"ray"`` (tasks on a Ray
             cluster; an initialised Ray is reused, otherwise one is started and shut down).
         num_workers: parallel workers (default: the usable CPUs; for Ray, the cluster's CPUs).
         chunk_size: samples per shard and per task (default: about 16 shards, at most 64 MiB each).
@@ -245,9 +265,11 @@ def preprocess(
             fingerprint cannot see (another module, a library) changes the output.
         transform_fingerprint: your key for the transform instead of its code hash.
         progress: ``"auto"``/``True``, ``"tqdm"``, ``"log"``, or ``"none"``/``False``.
-        start_method: multiprocessing start method of ``backend="processes"`` (default
-            ``"forkserver"``, else ``"spawn"``; ``"fork"`` is faster to start but can deadlock
-            when the parent runs threads, as torch does).
+        start_method: how ``backend="processes"`` starts its workers. Default: ``"fork"`` where it
+            is safe (Linux, no other thread in this process, CUDA not initialised): workers for
+            this call, up in milliseconds; else ``"forkserver"``: workers kept for the next call,
+            whose server imports torch and Lightning once (seconds). Work shorter than starting
+            the workers runs in this process, which says so.
 
     Returns:
         A :class:`CacheInfo`.
@@ -281,8 +303,9 @@ def preprocess(
             assert header is not None
             rank_zero_info(f"preprocess: reusing the cache in {cache_dir} ({n} samples, {header.num_shards} shards, fingerprint {fp.value[:12]})")
             return CacheInfo(cache_dir, n, header.num_shards, fp.value, header.fields, True, 0, 0, time.perf_counter() - t0)
+        per_sample: float | None = None
         if header is None:
-            kind, fields, sample_bytes = _probe(dataset, transform)
+            kind, fields, sample_bytes, per_sample = _probe(dataset, transform)
             header = Manifest(fp, n, chunk_size or auto_chunk_size(n, sample_bytes), kind, fields)
         header.backend, header.shards = backend, []
         _remove_unfinished(cache_dir, done)
@@ -291,9 +314,14 @@ def preprocess(
         (cache_dir / cache.MANIFEST_NAME).unlink(missing_ok=True)
 
         tasks: list[Task] = [(i, i * header.chunk_size, min(n, (i + 1) * header.chunk_size)) for i in range(header.num_shards) if i not in done]
+        estimate_s = None
         if backend == "processes" and tasks:
-            start_process_pool_server(start_method)  # it imports the worker code while the driver starts
-        computed = _run(cache_dir, dataset, transform, header, done, tasks, backend, num_workers, ray_address, start_method, progress)
+            if per_sample is None:
+                per_sample = _seconds_per_sample(dataset, transform, tasks[0][1])
+            estimate_s = None if per_sample is None else per_sample * sum(stop - start for _, start, stop in tasks)
+            # Decided here, before the progress bar (tqdm runs a thread) and anything else can start a thread.
+            start_method = _choose_start_method(start_method, estimate_s)
+        computed = _run(cache_dir, dataset, transform, header, done, tasks, backend, num_workers, ray_address, start_method, progress, estimate_s)
         header.shards = list(done.values())
         cache.write_manifest(cache_dir, header)
         cache.remove_journal(cache_dir)
@@ -303,6 +331,17 @@ def preprocess(
         f"({computed / max(seconds, 1e-9):.0f} samples/s, backend={backend})"
     )
     return CacheInfo(cache_dir, n, header.num_shards, fp.value, header.fields, False, len(tasks), computed, seconds)
+
+
+def _choose_start_method(start_method: str | None, estimate_s: float | None) -> str:
+    """Resolve the workers' start method; a forkserver that the work will use starts now, importing while the driver starts."""
+    method = resolve_start_method(start_method)
+    if method != "forkserver" or not workers_pay_off(method, estimate_s):
+        return method  # small work runs in this process: no server to start for it
+    if start_method is None and (reason := fork_unsafe_reason()):  # no reason: the shared pool is already up
+        rank_zero_info(f"preprocess: worker processes start from a forkserver (it imports torch and Lightning first, seconds) because {reason}.")
+    start_process_pool_server(method)
+    return method
 
 
 def _remove_unfinished(cache_dir: Path, done: dict[int, dict[str, Any]]) -> None:
@@ -326,12 +365,13 @@ def _run(
     ray_address: str | None,
     start_method: str | None,
     progress: ProgressMode | bool,
+    estimate_s: float | None = None,
 ) -> int:
     """Run the backend over ``tasks``, journaling each finished shard. Returns samples computed."""
     initial = sum(r["stop"] - r["start"] for r in done.values())
     computed = 0
     with Progress(header.num_samples, initial, desc=f"preprocess[{backend}]", mode=progress) as bar:
-        for record in run_backend(backend, dataset, transform, cache.shard_dir(cache_dir), tasks, num_workers, ray_address, start_method):
+        for record in run_backend(backend, dataset, transform, cache.shard_dir(cache_dir), tasks, num_workers, ray_address, start_method, estimate_s):
             problem = _record_matches(record, header)
             if problem is not None:
                 cache.remove_shard_files(cache_dir, record["index"])

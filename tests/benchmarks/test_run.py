@@ -15,7 +15,7 @@ RUN = str(REPO_ROOT / "benchmarks" / "run.py")
 
 def test_list_names_every_benchmark_and_its_suites() -> None:
     out = run_python([RUN, "--list"], timeout=60).stdout
-    for name in ("ddp", "sharded", "horovod", "dp", "gpu_monitor", "preprocess"):
+    for name in ("ddp", "sharded", "horovod", "dp", "parity", "gpu_monitor", "activation_checkpointing", "preprocess", "launchers"):
         assert name in out
     assert "[strategies, memory]" in out
 
@@ -29,15 +29,21 @@ def test_an_unknown_suite_is_refused_with_the_choices() -> None:
 @pytest.mark.timeout(600)
 def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = run_python([RUN, "--quick", "--dry-run", "--only", "dp,ddp", "--out", str(out)], timeout=500)
+    proc = run_python([RUN, "--quick", "--dry-run", "--only", "dp,ddp,parity,activation_checkpointing", "--out", str(out)], timeout=500)
     assert "ddp (Lightning) / raw torch DDP loop" in proc.stdout  # the terminal table
     raw = json.loads((out / "results.json").read_text())
-    assert {b["name"]: b["status"] for b in raw["benchmarks"]} == {"ddp": "ok", "dp": "ok"}
-    for bench in raw["benchmarks"]:
-        assert bench["summaries"] and all("median" in s for s in bench["summaries"])
+    by_name = {b["name"]: b for b in raw["benchmarks"]}
+    assert {n: b["status"] for n, b in by_name.items()} == dict.fromkeys(("ddp", "dp", "parity", "activation_checkpointing"), "ok")
+    for name in ("ddp", "dp", "activation_checkpointing"):
+        assert by_name[name]["summaries"] and all("median" in s for s in by_name[name]["summaries"])
+    figures = {label: f["value"] for b in raw["benchmarks"] for label, f in b["result"]["figures"].items()}
+    assert figures["ddp vs raw DDP: max abs parameter difference"] <= 1e-6  # a dry run trains one real step
+    assert any(label.startswith("communication efficiency") for label in figures)
+    assert any("peak activation memory saved" in label for label in figures)
     text = (out / "report.md").read_text()
-    assert "## ddp" in text and "## dp" in text and "Versions:" in text
+    assert "## ddp" in text and "## dp" in text and "## parity" in text and "Versions:" in text
     assert (out / "ddp_step_times.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "activation_checkpointing_memory.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.integration

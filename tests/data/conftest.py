@@ -41,4 +41,4 @@ def workers_even_for_small_jobs(monkeypatch):
     that decision."""
     from lightning_mgpu.data import backends
 
-    monkeypatch.setattr(backends, "_COLD_START_S", 0.0)
+    monkeypatch.setattr(backends, "COLD_START_S", dict.fromkeys(backends.COLD_START_S, 0.0))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,11 +26,14 @@ class IndexedDataset(Dataset):
     without them resumes the same cache.
     """
 
-    def __init__(self, n: int = 200, seed: int = 0, fail_at: int | None = None, kill_at: int | None = None) -> None:
+    def __init__(
+        self, n: int = 200, seed: int = 0, fail_at: int | None = None, kill_at: int | None = None, delay_s: float = 0.0, pid_dir: str | None = None
+    ) -> None:
         rng = np.random.default_rng(seed)
         self.x = rng.standard_normal((n, 3, 4)).astype(np.float32)
         self.y = rng.integers(0, 10, n)
         self.fail_at, self.kill_at = fail_at, kill_at
+        self.delay_s, self.pid_dir = delay_s, pid_dir  # slow samples; a file per process that read one
 
     def __len__(self) -> int:
         return len(self.x)
@@ -38,6 +43,10 @@ class IndexedDataset(Dataset):
             os.kill(os.getpid(), signal.SIGKILL)
         if i == self.fail_at:
             raise ValueError(f"simulated failure at {i}")
+        if self.pid_dir is not None:
+            (Path(self.pid_dir) / str(os.getpid())).touch()
+        if self.delay_s:
+            time.sleep(self.delay_s)
         return {"x": self.x[i], "y": int(self.y[i]), "index": i}
 
 

@@ -66,10 +66,19 @@ def test_reference_cache_layout(reference_cache):
     assert torch.equal(sample["feat"], torch.from_numpy(expected["feat"])) and sample["y"].item() == expected["y"] and sample["index"].item() == 117
 
 
-def test_processes_backend_identical_to_serial(tmp_path, reference_cache):
-    info = preprocess(IndexedDataset(N), tmp_path / "p", Features(), backend="processes", num_workers=2, chunk_size=CHUNK, progress=False)
+@pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
+def test_processes_backend_identical_to_serial(tmp_path, reference_cache, start_method):
+    CALLS["n"] = 0
+    info = preprocess(
+        IndexedDataset(N), tmp_path / "p", Features(), backend="processes", num_workers=2, chunk_size=CHUNK, progress=False, start_method=start_method
+    )
     assert not info.reused and info.computed_shards == 13
     assert snapshot(tmp_path / "p") == snapshot(reference_cache)
+    if start_method == "fork":  # up at once; the driver computes chunks itself while forkserver/spawn workers import
+        assert CALLS["n"] == 2, "the workers, not this process, computed the shards (the driver only probed)"
+    # Forked workers serve one call; forkserver/spawn ones are kept for the next.
+    assert (backends._POOL is None) == (start_method == "fork")
+    shutdown_process_pool()
 
 
 @pytest.mark.ray
@@ -135,7 +144,7 @@ def test_processes_failure_is_prompt_and_resumable(tmp_path, reference_cache):
 
 def test_process_workers_are_reused_across_calls_and_replaced_when_broken(tmp_path, reference_cache):
     shutdown_process_pool()
-    kwargs = dict(backend="processes", num_workers=2, chunk_size=CHUNK, progress=False)
+    kwargs = dict(backend="processes", num_workers=2, chunk_size=CHUNK, progress=False, start_method="forkserver")
     preprocess(IndexedDataset(N), tmp_path / "a", Features(), **kwargs)
     pool = backends._POOL
     assert pool is not None and all(p.is_alive() for p in pool.procs)
@@ -166,9 +175,17 @@ def test_process_workers_are_reused_across_calls_and_replaced_when_broken(tmp_pa
 
 
 def test_dataset_that_workers_cannot_unpickle_names_the_fix(tmp_path):
+    kwargs = dict(backend="processes", num_workers=2, chunk_size=4, progress=False)
+    # Workers already up (a first call leaves them running): otherwise the driver, computing chunks while a cold pool
+    # starts, could finish this small job before any worker needed the dataset.
+    preprocess(IndexedDataset(40), tmp_path / "warm-up", Features(), start_method="forkserver", **kwargs)
+    assert backends._POOL is not None
     with pytest.raises(PreprocessingError, match=r"could not unpickle the dataset and transform \(ImportError: simulated.*backend='serial'"):
-        preprocess(UnpicklableInWorkers(40), tmp_path, Features(), backend="processes", num_workers=2, chunk_size=4, progress=False)
-    assert not (tmp_path / "manifest.json").exists()
+        preprocess(UnpicklableInWorkers(40), tmp_path / "c", Features(), start_method="forkserver", **kwargs)
+    assert not (tmp_path / "c" / "manifest.json").exists()
+    # Forked workers inherit the dataset: nothing is pickled, so a notebook-defined dataset works there.
+    info = preprocess(UnpicklableInWorkers(40), tmp_path / "c", Features(), start_method="fork", **kwargs)
+    assert info.computed_samples == 40
 
 
 def test_stale_cache_is_detected_and_rebuilt_without_touching_user_files(tmp_path):
@@ -340,22 +357,29 @@ def test_an_unguarded_script_re_run_by_a_worker_is_told_to_add_the_main_guard(tm
     assert not (tmp_path / "cache").exists()  # refused before any work
 
 
-def test_work_shorter_than_a_cold_start_runs_in_process(tmp_path: Path, reference_cache, monkeypatch: pytest.MonkeyPatch, caplog) -> None:
-    """A one-shot call on little data must never be slower than serial: after timing one chunk, work that would end
-    before cold workers are up is finished in this process, which says so; longer work goes to the workers."""
+@pytest.mark.parametrize("start_method", ["fork", "forkserver"])
+def test_work_shorter_than_a_cold_start_runs_in_process(tmp_path: Path, reference_cache, monkeypatch: pytest.MonkeyPatch, caplog, start_method) -> None:
+    """A one-shot call on little data must never be slower than serial: work that would end before cold workers are up
+    (the probe's time per sample x samples) is computed in this process, which says so; longer work goes to the workers."""
     import logging
 
     shutdown_process_pool()
-    kwargs = dict(backend="processes", num_workers=2, chunk_size=CHUNK, progress=False)
-    monkeypatch.setattr(backends, "_COLD_START_S", 60.0)  # workers that take a minute to start: never worth it here
+    kwargs = dict(backend="processes", num_workers=2, chunk_size=CHUNK, progress=False, start_method=start_method)
+    monkeypatch.setattr(backends, "COLD_START_S", dict.fromkeys(backends.COLD_START_S, 60.0))  # workers that take a minute
+    CALLS["n"] = 0
     with caplog.at_level(logging.INFO):
         preprocess(IndexedDataset(N), tmp_path / "small", Features(), **kwargs)
+    assert CALLS["n"] == N + 2, "every sample (and the probe's two) computed here"
     assert backends._POOL is None, "no worker may be started for it"
-    assert "is shorter than starting worker processes" in caplog.text and "runs in this process" in caplog.text
+    assert f"is shorter than starting {start_method} worker processes" in caplog.text and "runs in this process" in caplog.text
     assert snapshot(tmp_path / "small") == snapshot(reference_cache)
 
-    monkeypatch.setattr(backends, "_COLD_START_S", 0.0)  # free workers: the pool takes the rest
+    monkeypatch.setattr(backends, "COLD_START_S", dict.fromkeys(backends.COLD_START_S, 0.0))  # free workers: they take the work
+    CALLS["n"] = 0
     preprocess(IndexedDataset(N), tmp_path / "large", Features(), **kwargs)
-    assert backends._POOL is not None and all(p.is_alive() for p in backends._POOL.procs)
+    if start_method == "fork":
+        assert CALLS["n"] == 2, "forked workers computed every shard (the driver only probed)"
+    else:  # the driver computes chunks while the server starts: here, tiny samples, it may finish them all
+        assert backends._POOL is not None and all(p.is_alive() for p in backends._POOL.procs), "the workers were started"
     assert snapshot(tmp_path / "large") == snapshot(reference_cache)
     shutdown_process_pool()
