@@ -28,6 +28,10 @@ def _under_horovod() -> tuple:
 @RunIf(horovod=True)
 @pytest.mark.integration
 @pytest.mark.timeout(120)
+# Once, in a full CI run (2026-11-25, a slow host), horovod.run's runner terminated both workers (exit 143) within
+# 43 s: it does so when this process gets SIGINT/SIGTERM (its shutdown event) or a worker's parent pipe closes. The
+# cause was not found (the test passes alone and in earlier CI runs); one rerun on exactly that failure.
+@pytest.mark.flaky(reruns=1, only_rerun=["exited with non-zero status"])
 def test_horovod_ranks_and_the_loader_shards_by_them() -> None:
     """Horovod has no torch.distributed group; the loader must still shard (else Lightning swaps in a sampler that
     replays epoch 0 on resume)."""
