@@ -123,9 +123,8 @@ def _process_context(start_method: str) -> multiprocessing.context.BaseContext:
     return ctx
 
 
-def start_process_pool_server(start_method: str | None = None) -> None:
-    """Start the forkserver now (if ``start_method`` resolves to it), so that it imports the worker code while the driver works."""
-    method = resolve_start_method(start_method)
+def start_process_pool_server(method: str) -> None:
+    """Start the forkserver now (if ``method`` is ``"forkserver"``), so that it imports the worker code while the driver works."""
     if method == "forkserver":
         from multiprocessing import forkserver
 
@@ -331,15 +330,17 @@ def run_processes(
     ctx = _process_context(method)
     queue = deque(tasks)
     warm = _POOL is not None and _POOL.usable(method, num_workers)
+    per_task = None if estimate_s is None or not tasks else estimate_s / len(tasks)  # serial seconds per chunk
     if not warm and len(queue) > 1:
-        if estimate_s is None and method != "fork":
+        if per_task is None and method != "fork":
             # Time one chunk here: the driver computes chunks while a cold pool starts anyway.
             started = time.perf_counter()
             yield from _driver_chunk(dataset, transform, shard_dir, queue.popleft())
-            estimate_s = (time.perf_counter() - started) * len(queue)
-        if not workers_pay_off(method, estimate_s):
+            per_task = time.perf_counter() - started
+        remaining = None if per_task is None else per_task * len(queue)
+        if not workers_pay_off(method, remaining):
             rank_zero_info(
-                f"preprocess: the remaining work (~{estimate_s:.2f} s) is shorter than starting {method} worker processes"
+                f"preprocess: the remaining work (~{remaining:.2f} s) is shorter than starting {method} worker processes"
                 f" (~{COLD_START_S[method]:.2f} s), so it runs in this process."
             )
             yield from _driver_chunks(dataset, transform, shard_dir, queue)
@@ -364,12 +365,11 @@ def run_processes(
     try:
         # A running pool is there at once; a cold one takes seconds, during which the driver computes chunks itself.
         starter.join(_WARM_START_S if warm else 0.0)
-        while starter.is_alive() and queue:
-            yield from _driver_chunk(dataset, transform, shard_dir, queue.popleft())
+        yield from _driver_chunks(dataset, transform, shard_dir, queue, while_=starter.is_alive)
         starter.join()
         if "error" in got:
             raise got["error"]
-        if queue and estimate_s is not None and not warm and estimate_s * len(queue) / len(tasks) < 2 * _HANDOVER_S:
+        if queue and per_task is not None and not warm and per_task * len(queue) < 2 * _HANDOVER_S:
             # The driver did most of the work while the workers started: the rest is quicker here than handed over.
             yield from _driver_chunks(dataset, transform, shard_dir, queue)
         if queue:
@@ -458,12 +458,16 @@ def _driver_chunk(dataset: Any, transform: Callable[[Any], Any] | None, shard_di
     yield from _driver_chunks(dataset, transform, shard_dir, deque([task]))
 
 
-def _driver_chunks(dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, queue: deque[Task]) -> Iterator[dict[str, Any]]:
-    """Every chunk of ``queue`` computed by the driver, with one BLAS thread set once (threadpoolctl scans the
-    loaded libraries on each call, 2-15 ms: 10% of a 1.4 s job when it was set per chunk)."""
+def _driver_chunks(
+    dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, queue: deque[Task], while_: Callable[[], bool] = lambda: True
+) -> Iterator[dict[str, Any]]:
+    """Chunks of ``queue`` computed by the driver while ``while_()`` holds, with one BLAS thread set once (threadpoolctl
+    scans the loaded libraries on each call, 2-15 ms: 10% of a 1.4 s job when it was set per chunk)."""
+    if not (queue and while_()):
+        return
     limits = _worker.limit_threads(1, include_torch=False)  # the user's torch setting stays
     try:
-        while queue:
+        while queue and while_():
             yield from run_serial(dataset, transform, shard_dir, [queue.popleft()])
     finally:
         if limits is not None:

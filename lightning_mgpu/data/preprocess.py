@@ -338,7 +338,7 @@ def _choose_start_method(start_method: str | None, estimate_s: float | None) -> 
     method = resolve_start_method(start_method)
     if method != "forkserver" or not workers_pay_off(method, estimate_s):
         return method  # small work runs in this process: no server to start for it
-    if start_method is None and (reason := fork_unsafe_reason()):  # no reason: the shared pool is already up
+    if start_method is None and (reason := fork_unsafe_reason()):  # None only if the threads ended since resolving
         rank_zero_info(f"preprocess: worker processes start from a forkserver (it imports torch and Lightning first, seconds) because {reason}.")
     start_process_pool_server(method)
     return method
