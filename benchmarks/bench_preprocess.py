@@ -122,8 +122,12 @@ class Parallelism:
             seconds = time.perf_counter() - t0
         return self.workers * single / seconds
 
-    def close(self) -> None:
-        pass
+
+def preprocess_arm(name: str) -> tuple[str, dict[str, Any]]:
+    """``preprocess``'s backend and keyword arguments for an arm: ``serial``, ``processes``, ``processes-forkserver``
+    (the shared pool a process with threads gets), ``ray``."""
+    backend, _, method = name.partition("-")
+    return backend, ({"start_method": method} if method else {})
 
 
 def run_once(name: str, n: int, root: Path, workers: int) -> float:
@@ -145,8 +149,7 @@ def run_once(name: str, n: int, root: Path, workers: int) -> float:
         mapped = datasets.Dataset.from_dict({"index": list(range(n))}).map(hf_fn, num_proc=workers, remove_columns=["index"])
         mapped.save_to_disk(str(out))
     else:
-        backend, _, method = name.partition("-")  # processes-forkserver: the shared pool a process with threads gets
-        kwargs = {"start_method": method} if method else {}
+        backend, kwargs = preprocess_arm(name)
         preprocess(subset, out, TRANSFORM, backend=backend, num_workers=None if name == "serial" else workers, progress=False, **kwargs)  # type: ignore[arg-type]
     seconds = time.perf_counter() - t0
     shutil.rmtree(out, ignore_errors=True)
@@ -173,8 +176,7 @@ def cold_child(arm: str, n: int, out: Path, workers: int) -> None:
     threadpool_limits(limits=1)  # as in the warm rounds: serial is one core's throughput
     dataset = CyclicDigits(n)
     _train_set()  # loading the digits is the user's own start-up, not the call's
-    kwargs: dict[str, Any] = {"start_method": "forkserver"} if arm == "processes-forkserver" else {}
-    backend = "serial" if arm == "serial" else "processes"
+    backend, kwargs = preprocess_arm(arm)
     t0 = time.perf_counter()
     preprocess(dataset, out, COLD_TRANSFORM, backend=backend, num_workers=None if backend == "serial" else workers, progress=False, **kwargs)  # type: ignore[arg-type]
     print(json.dumps({"seconds": time.perf_counter() - t0}))
@@ -310,7 +312,6 @@ def throughput(args: argparse.Namespace, root: Path) -> Rounds:
             + f"  (machine parallelism now: {offered[-1]:.2f}x, load {os.getloadavg()[0]:.1f})",
             flush=True,
         )
-    parallelism.close()
     if "ray" in names:
         import ray
 
