@@ -177,7 +177,7 @@ def limit_threads(threads: int = 1, include_torch: bool = True) -> Any:
 
     N workers each running N BLAS threads oversubscribe the cores, and OpenBLAS threads spin
     while waiting: on 2 cores, 2 workers ran 3x slower than one process before this cap.
-    ``threadpoolctl`` comes with scikit-learn; without it only torch is capped.
+    ``threadpoolctl`` is a dependency of the bundle; where it is missing only torch is capped.
     """
     torch = sys.modules.get("torch") if include_torch else None
     if torch is not None:

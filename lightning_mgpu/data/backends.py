@@ -263,6 +263,12 @@ def start_process_pool(num_workers: int | None = None, start_method: str = "fork
         _shared_pool(_process_context(start_method), num_workers or default_num_workers())
 
 
+def process_pool_running(method: str, size: int) -> bool:
+    """Whether the shared pool is up with ``size`` workers of ``method`` (e.g. from :func:`start_process_pool`)."""
+    pool = _POOL
+    return pool is not None and pool.usable(method, size)
+
+
 @contextlib.contextmanager
 def process_pool_scope() -> Iterator[None]:
     """Stop, at the end of the block, the shared workers if a call inside the block started them.
@@ -329,7 +335,7 @@ def run_processes(
     method = resolve_start_method(start_method)
     ctx = _process_context(method)
     queue = deque(tasks)
-    warm = _POOL is not None and _POOL.usable(method, num_workers)
+    warm = process_pool_running(method, num_workers)
     per_task = None if estimate_s is None or not tasks else estimate_s / len(tasks)  # serial seconds per chunk
     if not warm and len(queue) > 1:
         if per_task is None and method != "fork":

@@ -18,7 +18,9 @@ from lightning_mgpu.data.backends import (
     Backend,
     PreprocessingError,
     Task,
+    default_num_workers,
     fork_unsafe_reason,
+    process_pool_running,
     resolve_start_method,
     run_backend,
     start_process_pool_server,
@@ -320,7 +322,7 @@ def preprocess(
                 per_sample = _seconds_per_sample(dataset, transform, tasks[0][1])
             estimate_s = None if per_sample is None else per_sample * sum(stop - start for _, start, stop in tasks)
             # Decided here, before the progress bar (tqdm runs a thread) and anything else can start a thread.
-            start_method = _choose_start_method(start_method, estimate_s)
+            start_method = _choose_start_method(start_method, estimate_s, num_workers)
         computed = _run(cache_dir, dataset, transform, header, done, tasks, backend, num_workers, ray_address, start_method, progress, estimate_s)
         header.shards = list(done.values())
         cache.write_manifest(cache_dir, header)
@@ -333,10 +335,12 @@ def preprocess(
     return CacheInfo(cache_dir, n, header.num_shards, fp.value, header.fields, False, len(tasks), computed, seconds)
 
 
-def _choose_start_method(start_method: str | None, estimate_s: float | None) -> str:
+def _choose_start_method(start_method: str | None, estimate_s: float | None, num_workers: int | None) -> str:
     """Resolve the workers' start method; a forkserver that the work will use starts now, importing while the driver starts."""
     method = resolve_start_method(start_method)
-    if method != "forkserver" or not workers_pay_off(method, estimate_s):
+    if method != "forkserver" or process_pool_running(method, num_workers or default_num_workers()):
+        return method  # fork needs no server; a running pool (start_process_pool) takes the work at once
+    if not workers_pay_off(method, estimate_s):
         return method  # small work runs in this process: no server to start for it
     if start_method is None and (reason := fork_unsafe_reason()):  # None only if the threads ended since resolving
         rank_zero_info(f"preprocess: worker processes start from a forkserver (it imports torch and Lightning first, seconds) because {reason}.")

@@ -23,7 +23,6 @@ _EXTRAS: dict[str, tuple[str, str]] = {
     "plotly": ("dashboard", "pip install 'lightning_mgpu[dashboard]'"),
     "tensorboard": ("dashboard", "pip install 'lightning_mgpu[dashboard]'"),
     "psutil": ("monitor", "pip install 'lightning_mgpu[monitor]'"),
-    "sklearn": ("demos", "pip install 'lightning_mgpu[demos]'"),
     "ray.train": ("ray", "pip install 'lightning_mgpu[ray]'"),
 }
 
@@ -69,7 +68,7 @@ def package_version(package: str) -> str | None:
     """Installed distribution version of ``package`` or ``None``."""
     from importlib.metadata import PackageNotFoundError, version
 
-    dist = {"pynvml": "nvidia-ml-py", "sklearn": "scikit-learn"}.get(package, package)
+    dist = {"pynvml": "nvidia-ml-py"}.get(package, package)
     try:
         return version(dist)
     except PackageNotFoundError:

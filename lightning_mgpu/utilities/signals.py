@@ -72,3 +72,22 @@ def interrupts_to_workers() -> Iterator[Interrupts]:
     finally:
         if signal.getsignal(signal.SIGINT) is on_sigint:
             signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def restored_signal_handlers(signums: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """Put this process's handlers of ``signums`` back as they were, after a block that replaces them for good.
+
+    ``horovod.run`` and ``ray.init`` both install SIGINT/SIGTERM handlers in the calling process and leave them there.
+    Example::
+
+        with restored_signal_handlers():
+            horovod.run(fn, np=2, use_gloo=True)
+    """
+    saved = {s: signal.getsignal(s) for s in signums}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            if handler is not None:  # None: installed outside Python, cannot be put back
+                signal.signal(s, handler)

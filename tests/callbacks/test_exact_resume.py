@@ -140,6 +140,12 @@ def test_a_sigterm_before_training_is_not_lost(tmp_path: Path) -> None:
             os.kill(os.getpid(), signal.SIGTERM)  # Lightning's handler is installed by now, ours not yet
 
     saver = SaveOnInterrupt(dirpath=tmp_path / "ckpt")
-    with pytest.raises(SystemExit):
-        _fit(tmp_path, [SigtermDuringSetup(), saver])
+    # From Python's default, as in a fresh script: a handler left by an earlier test (ray.init's exits at once) would
+    # run inside Lightning's and end the fit before ours is installed.
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with pytest.raises(SystemExit):
+            _fit(tmp_path, [SigtermDuringSetup(), saver])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     assert saver.saved_path is not None and torch.load(saver.saved_path, weights_only=False)["global_step"] == 1

@@ -17,7 +17,12 @@ def ray_session(ray_cluster):
     if ray.is_initialized():
         yield ray
         return
-    ray.init(address=ray_cluster.address, log_to_driver=False)
+    from lightning_mgpu.utilities.signals import restored_signal_handlers
+
+    # ray.init installs a SIGTERM handler that calls sys.exit, for the rest of the session: later tests that send
+    # SIGTERM to this process expect Python's default (Lightning then installs its own handler alone).
+    with restored_signal_handlers():
+        ray.init(address=ray_cluster.address, log_to_driver=False)
     try:
         yield ray
     finally:

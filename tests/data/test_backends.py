@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -70,9 +72,6 @@ def test_a_default_call_forks_workers_for_the_call_and_starts_no_forkserver(tmp_
 
 
 def test_a_thread_in_the_driver_makes_the_call_use_the_forkserver_and_say_why(tmp_path: Path, reference_cache, caplog) -> None:
-    import logging
-    import threading
-
     from tests.data.test_preprocess import snapshot
 
     backends.shutdown_process_pool()
@@ -149,7 +148,7 @@ def test_forked_workers_end_on_terminate_even_under_the_drivers_sigterm_handler(
     assert len(exits) == 2 and -signal.SIGTERM in exits, f"worker exit codes {exits}: the busy one must end on SIGTERM"
 
 
-def test_start_process_pool_starts_the_shared_workers_that_later_calls_use(tmp_path: Path, reference_cache) -> None:
+def test_start_process_pool_starts_the_shared_workers_that_later_calls_use(tmp_path: Path, reference_cache, caplog) -> None:
     from lightning_mgpu.data import start_process_pool
     from tests.data.helpers import CALLS
     from tests.data.test_preprocess import snapshot
@@ -166,5 +165,61 @@ def test_start_process_pool_starts_the_shared_workers_that_later_calls_use(tmp_p
     assert backends._POOL is pool and [p.pid for p in pool.procs] == pids
     assert CALLS["n"] < N / 2, "the running workers, not this process, computed the shards"
     assert snapshot(tmp_path / "c") == snapshot(reference_cache)
+    # A default call from a process with a thread uses the running workers too, and says nothing of starting any.
+    release = threading.Event()
+    user = threading.Thread(target=release.wait, name="user-thread")
+    user.start()
+    CALLS["n"] = 0
+    try:
+        with caplog.at_level(logging.INFO):
+            preprocess(IndexedDataset(N), tmp_path / "d", Features(), num_workers=2, chunk_size=CHUNK, progress=False)
+    finally:
+        release.set()
+        user.join()
+    assert backends._POOL is pool and CALLS["n"] < N / 2
+    assert "start from a forkserver" not in caplog.text, caplog.text
     backends.shutdown_process_pool()
     assert not any(p.is_alive() for p in pool.procs)
+
+
+@pytest.mark.parametrize("per_chunk_s,driver_finishes", [(0.1, True), (1.0, False)], ids=["little-left", "much-left"])
+def test_workers_that_come_up_late_get_the_rest_only_if_it_outlasts_the_handover(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_chunk_s: float, driver_finishes: bool
+) -> None:
+    """The driver computes chunks while a cold forkserver pool starts. When the pool comes up with less than
+    ``2 * _HANDOVER_S`` of (estimated) work left, the driver finishes it: handing it over costs more than it saves.
+
+    The pool's start is held until the driver has done 10 of the 13 chunks (3 left): 0.3 s of estimated work with 0.1 s
+    chunks, which the driver keeps; 3 s with 1 s chunks, which goes to the workers.
+    """
+    from tests.data.helpers import CALLS
+
+    backends.shutdown_process_pool()
+    ready = backends.ProcessPool(backends._process_context("forkserver"), 2)  # the workers, already up
+    held, released = 10 * CHUNK, threading.Event()
+
+    def late_pool(ctx, size):
+        deadline = time.monotonic() + 60
+        while CALLS["n"] < held and time.monotonic() < deadline:
+            time.sleep(0.001)
+        released.set()
+        backends._POOL = ready
+        return ready
+
+    monkeypatch.setattr(backends, "_shared_pool", late_pool)
+    CALLS["n"] = 0
+    tasks = [(i, start, min(start + CHUNK, N)) for i, start in enumerate(range(0, N, CHUNK))]
+    shard_dir = tmp_path / "shards"
+    shard_dir.mkdir()
+    # 5 ms a sample (80 ms a chunk): the driver is still inside the 11th chunk when the pool is handed back.
+    dataset = IndexedDataset(N, delay_s=0.005)
+    try:
+        records = list(backends.run_processes(dataset, Features(), shard_dir, tasks, 2, "forkserver", per_chunk_s * len(tasks)))
+    finally:
+        backends.shutdown_process_pool()
+    assert released.is_set() and sorted(r["index"] for r in records) == list(range(len(tasks)))
+    if driver_finishes:
+        assert CALLS["n"] == N, "the last chunks went to the workers although less than the handover was left"
+    else:
+        assert held <= CALLS["n"] <= N - CHUNK, f"the driver computed {CALLS['n']} of {N} samples: the workers got none"
+    assert not any(p.is_alive() for p in ready.procs)

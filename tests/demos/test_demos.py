@@ -9,6 +9,7 @@ from lightning_mgpu.demos import (
     DigitsDataModule,
     ImageClassifier,
     SyntheticImageDataModule,
+    load_digits_tensors,
     make_synthetic_images,
 )
 
@@ -21,6 +22,27 @@ def test_digits_split_is_fixed_and_complete() -> None:
     x, y = next(iter(a.val_dataloader()))
     assert x.shape == (16, 1, 8, 8) and x.dtype == torch.float32 and 0 <= x.min() and x.max() <= 1
     assert y.dtype == torch.int64 and set(y.tolist()) <= set(range(10))
+
+
+def test_the_packaged_digits_are_scikit_learns() -> None:
+    """The figures of ``sklearn.datasets.load_digits()`` (scikit-learn 1.9.1): per-class counts and the pixel sum."""
+    x, y = load_digits_tensors()
+    assert x.shape == (1797, 1, 8, 8) and y.shape == (1797,)
+    assert torch.bincount(y).tolist() == [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
+    assert float((x.double() * 16).sum()) == 35107.375 * 16 and y[:10].tolist() == list(range(10))
+
+
+def test_an_altered_digits_file_is_refused(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lightning_mgpu.demos import digits
+
+    altered = tmp_path / "digits.csv.gz"
+    altered.write_bytes(digits.DIGITS_FILE.read_bytes()[:-10])
+    monkeypatch.setattr(digits, "DIGITS_FILE", altered)
+    with pytest.raises(RuntimeError, match="is altered.*reinstall lightning_mgpu"):
+        load_digits_tensors()
+    monkeypatch.setattr(digits, "DIGITS_FILE", tmp_path / "missing.csv.gz")
+    with pytest.raises(RuntimeError, match="is missing.*reinstall lightning_mgpu"):
+        load_digits_tensors()
 
 
 def test_synthetic_is_deterministic_per_seed() -> None:

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+TRAIN = str(REPO_ROOT / "examples" / "train.py")
+
+
+def import_train_script() -> ModuleType:
+    """``examples/train.py`` imported as a module, for in-process checks of its argument parsing (its ``main`` runs
+    only under ``__main__``): a fresh interpreter per case cost 6 s of imports for what ``parse_args`` decides alone."""
+    spec = importlib.util.spec_from_file_location("train_script_under_test", TRAIN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # Rendezvous variables a launched job must choose for itself, never inherit from the test process.

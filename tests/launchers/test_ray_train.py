@@ -5,16 +5,14 @@ The multi-process runs on a real two-node Ray cluster are in ``test_ray_train_in
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 import lightning_mgpu  # noqa: F401  (registers the bundle's names)
-from tests.helpers.launch import REPO_ROOT
+from tests.helpers.launch import import_train_script
 from tests.helpers.runif import require_or_skip
 
-TRAIN = str(REPO_ROOT / "examples" / "train.py")
 
 
 @pytest.mark.parametrize(
@@ -86,9 +84,7 @@ def test_ray_launch_checks_its_numbers(tmp_path: Path) -> None:
 )
 def test_train_py_refuses_bad_ray_flags_before_starting_ray(flags: list[str], says: str, capsys: pytest.CaptureFixture) -> None:
     # In-process: parse_args alone decides, and it must decide before anything starts.
-    spec = importlib.util.spec_from_file_location("train_script_under_test", TRAIN)
-    train = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train)
+    train = import_train_script()
     with pytest.raises(SystemExit) as exit_info:
         train.parse_args(["--accelerator", "cpu", *flags])
     assert exit_info.value.code == 2

@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from lightning_mgpu.demos import ImageClassifier
-from tests.helpers.launch import REPO_ROOT
+from tests.helpers.launch import REPO_ROOT, TRAIN, import_train_script
 
-TRAIN = str(REPO_ROOT / "examples" / "train.py")
 REFUSAL_BOUND_S = 60.0
 
 
@@ -38,7 +37,9 @@ def _foreign(tmp_path: Path) -> Path:
     return path
 
 
-CASES = {
+#: Refused by the argument parser, the first thing ``main`` runs: checked in-process (a fresh interpreter per case cost
+#: 6 s of imports), and the script's own exit through the parser once (``test_a_bad_flag_exits_the_script_with_status_2``).
+PARSER_CASES = {
     "too many CPU processes": (lambda t: ["--accelerator", "cpu", "--devices", "64"], "this machine has"),
     "16-mixed on CPU": (lambda t: ["--accelerator", "cpu", "--precision", "16-mixed"], "needs a CUDA GPU"),
     "unknown strategy": (lambda t: ["--strategy", "ddp3"], "invalid choice: 'ddp3' (choose from"),
@@ -46,6 +47,9 @@ CASES = {
     "negative lr": (lambda t: ["--lr", "-1"], "expected a positive number"),
     "zero batch": (lambda t: ["--batch-size", "0"], "expected a positive integer"),
     "cache dir is a file": (lambda t: ["--cache-dir", str(_file(t))], "is a file, not a folder"),
+}
+#: Refused after the Trainer is built, before its processes start: run as a user runs them.
+SCRIPT_CASES = {
     "truncated checkpoint": (lambda t: ["--ckpt-path", str(_truncated(t))], "truncated or not a torch checkpoint"),
     "foreign checkpoint": (lambda t: ["--ckpt-path", str(_foreign(t))], "missing key(s)"),
 }
@@ -57,10 +61,20 @@ def _file(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("case", list(PARSER_CASES))
+def test_refused_by_the_argument_parser(case: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    argv, message = PARSER_CASES[case]
+    with pytest.raises(SystemExit) as exit_info:
+        import_train_script().parse_args(["--output-dir", str(tmp_path / "out"), *argv(tmp_path)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err, err
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
 @pytest.mark.integration
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", list(SCRIPT_CASES))
 def test_refused_before_any_work(case: str, tmp_path: Path) -> None:
-    argv, message = CASES[case]
+    argv, message = SCRIPT_CASES[case]
     args = argv(tmp_path)
     code, text, seconds = _train(*args, tmp_path=tmp_path)
     assert code != 0 and message in text, text[-3000:]
@@ -68,8 +82,7 @@ def test_refused_before_any_work(case: str, tmp_path: Path) -> None:
     assert seconds < REFUSAL_BOUND_S
     if case == "foreign checkpoint":
         assert "encoder.weight" in text and "was left untouched" in text
-    if case in ("truncated checkpoint", "foreign checkpoint"):
-        assert Path(args[-1]).is_file()  # the user's file is kept as it was
+    assert Path(args[-1]).is_file()  # the user's file is kept as it was
 
 
 _WITHOUT_FAIRSCALE = """

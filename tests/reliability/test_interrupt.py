@@ -1,8 +1,8 @@
 """Promises 3 and 4: Ctrl-C saves the interrupted step and stops every rank; resuming from it is exact.
 
-Each case runs ``examples/train.py`` three times with the same arguments: uninterrupted; interrupted by SIGINT to
-its whole process group (what a terminal's Ctrl-C sends) at a random moment after the first epoch; resumed from
-the checkpoint that the interrupt saved. The resumed run must end with parameters and optimizer state
+Each case runs ``examples/train.py`` three times with the same arguments: uninterrupted (once per strategy);
+interrupted by SIGINT to its whole process group (what a terminal's Ctrl-C sends) at a random moment after the first
+epoch; resumed from the checkpoint that the interrupt saved. The resumed run must end with parameters and optimizer state
 ``torch.equal`` to the uninterrupted one's, and the interrupted run must exit 130 within ``STOP_BOUND_S`` of the
 signal with no process of the job left.
 """
@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -96,14 +97,29 @@ def _interrupt(cmd: list[str], out: Path, seed: int) -> tuple[int, str, float]:
             proc.communicate()
 
 
+@pytest.fixture(scope="module")
+def references(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], Path]:
+    """The uninterrupted run of a strategy, made once per module: ``ddp`` and ``ddp-torchrun`` share one."""
+    made: dict[tuple[str, str], Path] = {}
+
+    def reference(strategy: str, devices: str) -> Path:
+        if (strategy, devices) not in made:
+            out = tmp_path_factory.mktemp(f"reference_{strategy}")
+            run_python(_train(out, strategy, devices), timeout=240, env=ENV)
+            made[strategy, devices] = out
+        return made[strategy, devices]
+
+    return reference
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(360)
 @pytest.mark.parametrize("strategy,devices,launcher", STRATEGIES)
 def test_ctrl_c_saves_the_step_and_resume_is_exact(
-    strategy: str, devices: str, launcher: tuple[str, ...], tmp_path: Path, record_property
+    strategy: str, devices: str, launcher: tuple[str, ...], tmp_path: Path, references, record_property
 ) -> None:
     seed = random.SystemRandom().randrange(10**6)
-    run_python(_train(tmp_path / "reference", strategy, devices), timeout=240, env=ENV)
+    reference_dir = references(strategy, devices)
 
     out = tmp_path / "interrupted"
     code, log, stop_s = _interrupt(_train(out, strategy, devices, launcher=launcher), out, seed)
@@ -126,7 +142,7 @@ def test_ctrl_c_saves_the_step_and_resume_is_exact(
 
     resume = _train(out, strategy, devices, "--ckpt-path", str(out / "checkpoints" / "last.ckpt"), launcher=launcher)
     run_python(resume, timeout=240, env=ENV)
-    reference, resumed = _final_state(tmp_path / "reference"), _final_state(out)
+    reference, resumed = _final_state(reference_dir), _final_state(out)
     assert reference.keys() == resumed.keys()
     differ = [k for k in reference if not torch.equal(reference[k], resumed[k])]
     assert not differ, f"seed {seed}, interrupted at step {step} ({step % per_epoch} into an epoch): {differ[:5]} differ"

@@ -37,10 +37,10 @@ def test_horovod_ranks_and_the_loader_shards_by_them() -> None:
     replays epoch 0 on resume)."""
     import horovod
 
-    from lightning_mgpu.strategies.horovod.launcher import _restored_signal_handlers
+    from lightning_mgpu.utilities.signals import restored_signal_handlers
 
     # horovod.run installs SIGINT/SIGTERM handlers for good; later tests in this process expect the default ones.
-    with _restored_signal_handlers():
+    with restored_signal_handlers():
         results = horovod.run(_under_horovod, np=2, use_gloo=True, hosts="localhost:2")
     assert [r[0] for r in results] == [(0, 2), (1, 2)]
     assert all(r[1] for r in results)

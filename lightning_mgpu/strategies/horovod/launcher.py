@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import types
 from collections.abc import Iterator
@@ -37,6 +36,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
 from lightning_mgpu.strategies.horovod import runtime
+from lightning_mgpu.utilities.signals import restored_signal_handlers
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -99,7 +99,7 @@ class _HorovodLauncher(_MultiProcessingLauncher):
         payload = cloudpickle.dumps((self, trainer, function, args, kwargs, _GlobalStateSnapshot.capture()))
         rank_zero_info(f"HorovodStrategy: starting {n} workers on localhost with horovod.run (Gloo)")
         try:
-            with _worker_environment(), _restored_signal_handlers(), _main_module_hidden():
+            with _worker_environment(), restored_signal_handlers(), _main_module_hidden():
                 results = horovod_run(
                     _run_worker, args=(payload,), num_proc=n, hosts=f"localhost:{n}", use_gloo=True,
                     start_timeout=self._start_timeout,
@@ -199,16 +199,3 @@ def _main_module_hidden() -> Iterator[None]:
     finally:
         if main is not None:
             sys.modules["__main__"] = main
-
-
-@contextmanager
-def _restored_signal_handlers() -> Iterator[None]:
-    """``horovod.run`` installs SIGINT/SIGTERM handlers for good; put the caller's back afterwards."""
-    signums = (signal.SIGINT, signal.SIGTERM)
-    saved = {s: signal.getsignal(s) for s in signums}
-    try:
-        yield
-    finally:
-        for s, handler in saved.items():
-            if handler is not None:
-                signal.signal(s, handler)
