@@ -58,8 +58,10 @@ def ray_cluster():
         yield cluster
 
 
-# What an in-process fit leaves behind in os.environ: Lightning exports these for its process group.
-RENDEZVOUS_VARS = (*RENDEZVOUS, "PL_GLOBAL_SEED", "PL_SEED_WORKERS")
+# What an in-process fit leaves behind in os.environ: Lightning exports these for its process group, and
+# OMP_NUM_THREADS (the cores per process) under ddp. A later `ray start` inherited that, its 1-CPU workers then
+# ran 2 threads each, and their sums no longer matched the one-thread runs they are compared with.
+RENDEZVOUS_VARS = (*RENDEZVOUS, "PL_GLOBAL_SEED", "PL_SEED_WORKERS", "OMP_NUM_THREADS")
 
 
 @pytest.fixture(autouse=True)

@@ -47,6 +47,9 @@ def _alive_nodes(address: str, env: dict[str, str]) -> int:
 def two_node_ray_cluster() -> Iterator[RayCluster]:
     # tests/conftest.py sets the session's token before Ray is imported; a bare use of this helper makes its own.
     env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_USAGE_STATS_ENABLED": "0", **os.environ}
+    # One thread per 1-CPU worker, as Ray sets when nothing is inherited: the runs on this cluster are compared
+    # bitwise with one-thread runs, and a thread count from the caller's environment would sum in another order.
+    env["OMP_NUM_THREADS"] = "1"
     port = find_free_network_port()
     address = f"127.0.0.1:{port}"
     common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]

@@ -33,7 +33,8 @@ _BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
 def _ray_env(cluster) -> dict[str, str]:
     # RAY_DEDUP_LOGS=0: each worker's lines keep their own pid (the test reads who printed what).
-    return {**clean_environ(), **cluster.env, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0"}
+    # ONE_THREAD: a local Ray started by the run inherits the driver's environment (see ONE_THREAD above).
+    return {**clean_environ(), **cluster.env, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0", **ONE_THREAD}
 
 
 def _start_ray_run(cluster, out: Path, *flags: str, address: str | None = "cluster") -> subprocess.Popen:
