@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,6 +48,19 @@ print(json.dumps({"shards": info.computed_shards, "calls_here": CALLS["n"], "for
 """
 
 
+@contextlib.contextmanager
+def _a_user_thread() -> Iterator[None]:
+    """Another thread ("user-thread") alive in this process for the block: what makes fork unsafe."""
+    release = threading.Event()
+    user = threading.Thread(target=release.wait, name="user-thread")
+    user.start()
+    try:
+        yield
+    finally:
+        release.set()
+        user.join()
+
+
 def _last_json(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
@@ -75,15 +90,8 @@ def test_a_thread_in_the_driver_makes_the_call_use_the_forkserver_and_say_why(tm
     from tests.data.test_preprocess import snapshot
 
     backends.shutdown_process_pool()
-    release = threading.Event()
-    user = threading.Thread(target=release.wait, name="user-thread")
-    user.start()
-    try:
-        with caplog.at_level(logging.INFO):
-            preprocess(IndexedDataset(N), tmp_path / "c", Features(), num_workers=2, chunk_size=CHUNK, progress=False)
-    finally:
-        release.set()
-        user.join()
+    with _a_user_thread(), caplog.at_level(logging.INFO):
+        preprocess(IndexedDataset(N), tmp_path / "c", Features(), num_workers=2, chunk_size=CHUNK, progress=False)
     assert "start from a forkserver" in caplog.text and "user-thread" in caplog.text
     assert backends._POOL is not None and backends._POOL.method == "forkserver"
     assert snapshot(tmp_path / "c") == snapshot(reference_cache)
@@ -166,16 +174,9 @@ def test_start_process_pool_starts_the_shared_workers_that_later_calls_use(tmp_p
     assert CALLS["n"] < N / 2, "the running workers, not this process, computed the shards"
     assert snapshot(tmp_path / "c") == snapshot(reference_cache)
     # A default call from a process with a thread uses the running workers too, and says nothing of starting any.
-    release = threading.Event()
-    user = threading.Thread(target=release.wait, name="user-thread")
-    user.start()
     CALLS["n"] = 0
-    try:
-        with caplog.at_level(logging.INFO):
-            preprocess(IndexedDataset(N), tmp_path / "d", Features(), num_workers=2, chunk_size=CHUNK, progress=False)
-    finally:
-        release.set()
-        user.join()
+    with _a_user_thread(), caplog.at_level(logging.INFO):
+        preprocess(IndexedDataset(N), tmp_path / "d", Features(), num_workers=2, chunk_size=CHUNK, progress=False)
     assert backends._POOL is pool and CALLS["n"] < N / 2
     assert "start from a forkserver" not in caplog.text, caplog.text
     backends.shutdown_process_pool()
