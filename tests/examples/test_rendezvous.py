@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
-from tests.helpers.launch import REPO_ROOT, clean_environ, kill_tree
+from tests.helpers.launch import REPO_ROOT, clean_environ, kill_tree, processes_naming
 from tests.helpers.netns import two_nodes
 from tests.helpers.runif import RunIf
 
@@ -27,22 +26,6 @@ TRAIN = str(REPO_ROOT / "examples" / "train.py")
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 EXIT_BOUND_S = 60.0  # the issue's bound for every process of a failed job
 COMMON = ["--max-epochs", "1", "--logger", "none", "--accelerator", "cpu", "--num-nodes", "2"]
-
-
-def _job_processes(marker: str) -> list[int]:
-    """Live processes whose command line holds ``marker`` (the run's unique output folder)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-            state = (proc / "stat").read_text().split()[2]
-        except (OSError, IndexError):
-            continue
-        if marker in cmdline and state != "Z":
-            found.append(int(proc.name))
-    return found
 
 
 def _run(cmd: list[str], env: dict[str, str], marker: str) -> tuple[int, str, float]:
@@ -57,7 +40,7 @@ def _run(cmd: list[str], env: dict[str, str], marker: str) -> tuple[int, str, fl
             kill_tree(proc.pid)
     elapsed = time.monotonic() - start
     time.sleep(1.0)  # let the kernel reap the last workers
-    assert _job_processes(marker) == [], f"processes of the job left behind:\n{log[-3000:]}"
+    assert processes_naming(marker) == [], f"processes of the job left behind:\n{log[-3000:]}"
     return proc.returncode, log, elapsed
 
 

@@ -47,6 +47,23 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def processes_naming(marker: str) -> list[int]:
+    """Live processes, other than this one, whose command line holds ``marker`` (a run's unique output folder: a job's
+    workers re-exec its command line). Zombies have exited and do not count."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in cmdline and state != "Z":
+            found.append(int(proc.name))
+    return found
+
+
 def kill_tree(pid: int) -> None:
     """SIGKILL ``pid``, its process group and every descendant.
 
@@ -79,10 +96,36 @@ def run_python(
     return proc
 
 
+THEN = "--then"
+
+
+def split_runs(argv: list[str]) -> list[list[str]]:
+    """A runner's command line ``A --then B --then C`` -> ``[A, B, C]``: several runs in one launch, one after the
+    other in the same processes. A launch is mostly imports (5-8 s of CPU a process here), a small run is not."""
+    runs: list[list[str]] = [[]]
+    for arg in argv:
+        if arg == THEN:
+            runs.append([])
+        else:
+            runs[-1].append(arg)
+    return runs
+
+
 def run_parity(out: Path, *extra: str, timeout: float = 300, env: dict[str, str] | None = None) -> dict[int, dict[str, torch.Tensor]]:
     """Run ``tests.integration.runners.run_parity`` and return each rank's final parameters."""
-    run_python(["-m", "tests.integration.runners.run_parity", "--out", str(out), *extra], timeout=timeout, env=env)
-    return {int(p.stem.removeprefix("params_rank")): torch.load(p) for p in sorted(out.glob("params_rank*.pt"))}
+    return run_parity_sequence([(out, *extra)], timeout=timeout, env=env)[0]
+
+
+def run_parity_sequence(
+    runs: list[tuple[Path | str, ...]], timeout: float = 300, env: dict[str, str] | None = None
+) -> list[dict[int, dict[str, torch.Tensor]]]:
+    """Several ``run_parity`` runs, each ``(out, *extra)``, one after the other in one launch (same ``--devices``);
+    returns each run's per-rank final parameters. A later run may resume from an earlier run's ``final.ckpt``."""
+    argv: list[str] = []
+    for out, *extra in runs:
+        argv += [*([THEN] if argv else []), "--out", str(out), *extra]
+    run_python(["-m", "tests.integration.runners.run_parity", *argv], timeout=timeout, env=env)
+    return [{int(p.stem.removeprefix("params_rank")): torch.load(p) for p in sorted(Path(out).glob("params_rank*.pt"))} for out, *_ in runs]
 
 
 def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

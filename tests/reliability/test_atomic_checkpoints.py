@@ -35,39 +35,53 @@ def _consistent(path: Path) -> int:
 @pytest.mark.timeout(300)
 def test_sigkill_during_saves_never_leaves_a_torn_checkpoint(tmp_path: Path) -> None:
     outcomes = []
-    for trial in range(KILL_TRIALS):
-        rng = random.Random(1000 + trial)  # printed below on failure: rerun the one trial with this seed
-        out = tmp_path / f"trial{trial}"
-        out.mkdir()
-        proc = subprocess.Popen([sys.executable, "-m", "tests.integration.runners.run_save_loop", str(out)], cwd=REPO_ROOT,
-                                env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stderr=subprocess.PIPE)
-        try:
-            # Wait until some saves completed, then kill at a random moment of a later save.
-            deadline = time.monotonic() + 60
-            while not (out / "saving").exists() or int((out / "saving").read_text() or 0) < 2 + rng.randrange(3):
-                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-                assert time.monotonic() < deadline, "the save loop made no progress"
-                time.sleep(0.005)
-            time.sleep(rng.uniform(0.0, 0.08))
-            proc.send_signal(signal.SIGKILL)
-        finally:
-            proc.kill()
-            proc.wait(timeout=30)
-        saving = int((out / "saving").read_text())
-        try:
-            version = _consistent(out / "ckpt" / "last.ckpt")
-        except Exception as err:  # noqa: BLE001 - report the seed with any failure
-            raise AssertionError(f"trial {trial} (seed {1000 + trial}): last.ckpt is not a complete checkpoint: {err}") from err
-        # last.ckpt is the save in progress (if its rename happened) or the one before it: never older, never torn.
-        assert version in (saving, saving - 1), f"trial {trial}: last.ckpt holds version {version}, saving {saving}"
-        outcomes.append(version == saving)
-        # The checkpoint folder holds last.ckpt and at most the killed save's hidden temporary; the next save removes it.
-        folder = out / "ckpt"
-        assert {p.name for p in folder.iterdir()} <= {"last.ckpt"} | {p.name for p in folder.glob(".last.ckpt.*.tmp")}
-        AtomicCheckpointIO().save_checkpoint({"version": 0, "state_dict": {}}, folder / "last.ckpt")
-        assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
+    # One server forks each trial's saving process (see run_save_loop): the kill hits a process mid-save as before.
+    server = subprocess.Popen([sys.executable, "-m", "tests.integration.runners.run_save_loop"], cwd=REPO_ROOT,
+                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        for trial in range(KILL_TRIALS):
+            _one_kill_during_a_save(server, tmp_path, trial, outcomes)
+    finally:
+        server.kill()
+        server.communicate(timeout=30)
     # The kills landed both before and after renames: the trials exercised the torn-write window.
     print(f"kill-during-save trials: {len(outcomes)}, in-progress save already renamed in {sum(outcomes)}")
+
+
+def _one_kill_during_a_save(server: subprocess.Popen, tmp_path: Path, trial: int, outcomes: list[bool]) -> None:
+    rng = random.Random(1000 + trial)  # printed below on failure: rerun the one trial with this seed
+    out = tmp_path / f"trial{trial}"
+    out.mkdir()
+    server.stdin.write(f"{out}\n")
+    server.stdin.flush()
+    line = server.stdout.readline()
+    assert line.strip().isdigit(), f"the save server did not fork a child (it said {line!r})"
+    pid = int(line)
+    try:
+        # Wait until some saves completed, then kill at a random moment of a later save.
+        deadline = time.monotonic() + 60
+        while not (out / "saving").exists() or int((out / "saving").read_text() or 0) < 2 + rng.randrange(3):
+            assert server.poll() is None and Path(f"/proc/{pid}").exists(), "the save loop died"
+            assert time.monotonic() < deadline, "the save loop made no progress"
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.08))
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    assert server.stdout.readline().strip() == "reaped"  # the child is gone: what it left on disk is final
+    saving = int((out / "saving").read_text())
+    try:
+        version = _consistent(out / "ckpt" / "last.ckpt")
+    except Exception as err:  # noqa: BLE001 - report the seed with any failure
+        raise AssertionError(f"trial {trial} (seed {1000 + trial}): last.ckpt is not a complete checkpoint: {err}") from err
+    # last.ckpt is the save in progress (if its rename happened) or the one before it: never older, never torn.
+    assert version in (saving, saving - 1), f"trial {trial}: last.ckpt holds version {version}, saving {saving}"
+    outcomes.append(version == saving)
+    # The checkpoint folder holds last.ckpt and at most the killed save's hidden temporary; the next save removes it.
+    folder = out / "ckpt"
+    assert {p.name for p in folder.iterdir()} <= {"last.ckpt"} | {p.name for p in folder.glob(".last.ckpt.*.tmp")}
+    AtomicCheckpointIO().save_checkpoint({"version": 0, "state_dict": {}}, folder / "last.ckpt")
+    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
 
 
 def _state(mb: float) -> dict:

@@ -1,6 +1,7 @@
 """A deterministic multi-process run that exercises the four bundle callbacks under one strategy.
 
-Run as ``python -m tests.integration.runners.run_callbacks --strategy ddp --devices 2 --mode auto --out DIR``.
+Run as ``python -m tests.integration.runners.run_callbacks --strategy ddp --devices 2 --mode auto --out DIR``; several
+configurations of one strategy in one launch with ``... --out A --then --mode gan ... --out B``.
 
 Every rank writes ``DIR/rank{r}.json`` (what the probe saw) and ``DIR/params_rank{r}.pt``. The probe
 counts gradient-reducing collectives per backward pass (``torch.distributed`` reductions, a counting DDP
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -467,29 +469,46 @@ def matrix_params(modes: tuple[str, ...] = ("auto", "manual", "gan"), known_bugs
     return params
 
 
+def _spec(strategy: str, mode: str, precision: str, devices: int) -> tuple[Any, ...]:
+    return (strategy, mode, precision, devices, 2 if mode == "gan" else 4)
+
+
 def launch(strategy: str, mode: str, precision: str = "32-true", devices: int = 2, timeout: float = 300) -> Run:
-    """Run (once per session) this configuration and return its reports; dp runs in this process."""
-    accumulate = 2 if mode == "gan" else 4
-    spec = (strategy, mode, precision, devices, accumulate)
+    """Run (once per session) this configuration and return its reports; dp runs in this process.
+
+    The first request for a strategy runs every ``MATRIX`` configuration of that strategy in the same launch, one
+    after the other (``--then``): under ddp and sharded the two ranks serve them all, which saves a launch (mostly
+    imports) per configuration.
+    """
+    spec = _spec(strategy, mode, precision, devices)
     if spec not in _LAUNCHES:
+        import shutil
         import tempfile
 
-        from tests.helpers.launch import run_python
+        from tests.helpers.launch import THEN, run_python
 
-        out = Path(tempfile.mkdtemp(prefix=f"cb_{strategy}_{mode}_"))
-        argv = ["--strategy", strategy, "--devices", str(devices), "--mode", mode, "--accumulate", str(accumulate)]
-        argv += ["--precision", precision, "--batches", str(BATCHES), "--global-batch", str(GLOBAL_BATCH), "--out", str(out)]
+        specs = [spec] + [s for s in (_spec(*m, devices) for m in MATRIX if m[0] == strategy) if s != spec and s not in _LAUNCHES]
         if strategy == "dp":
-            main(argv)  # one process: no launch needed
+            specs = [spec]  # one process: no launch to share
+        outs = [Path(tempfile.mkdtemp(prefix=f"cb_{s[0]}_{s[1]}_")) for s in specs]
+        argvs = []
+        for (name, run_mode, run_precision, run_devices, accumulate), out in zip(specs, outs):
+            argvs.append(["--strategy", name, "--devices", str(run_devices), "--mode", run_mode, "--accumulate", str(accumulate),
+                          "--precision", run_precision, "--batches", str(BATCHES), "--global-batch", str(GLOBAL_BATCH), "--out", str(out)])  # fmt: skip
+        if strategy == "dp":
+            main(argvs[0])
         else:
-            run_python(["-m", "tests.integration.runners.run_callbacks", *argv], timeout=timeout)
-        _LAUNCHES[spec] = Run(out, spec)
-        import shutil
-
-        shutil.rmtree(out, ignore_errors=True)
+            run_python(["-m", "tests.integration.runners.run_callbacks", *[a for i, argv in enumerate(argvs) for a in ([THEN] if i else []) + argv]],
+                       timeout=timeout * len(specs))  # fmt: skip
+        for s, out in zip(specs, outs):
+            _LAUNCHES[s] = Run(out, s)
+            shutil.rmtree(out, ignore_errors=True)
     return _LAUNCHES[spec]
 
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    main()
+    from tests.helpers.launch import split_runs
+
+    for run in split_runs(sys.argv[1:]):
+        main(run)

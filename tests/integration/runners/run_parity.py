@@ -13,18 +13,24 @@ parameters can be compared with single-process training on the global batch:
 
 Outputs in ``--out``: ``params_rank{r}.pt`` (each rank's final state dict, plain keys),
 ``optimizer_rank{r}.pt`` (each rank's optimizer state as held in memory), ``result.json``.
+
+Several runs in one launch: ``... --out A --steps 5 --then --out B --steps 5 --optimizer adam``. The runs go one after
+the other in the same processes (all on the same number of devices), which saves a launch per run: a launch is mostly
+imports. Under ``ddp`` the second rank re-runs this command line, so it walks the same sequence.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
 
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.strategies.sharded.strategy import local_optimizer
+from tests.helpers.launch import split_runs
 from tests.helpers.models import IN, OUT, ParityModule, make_data  # noqa: F401
 from tests.helpers.trainer import quiet_trainer
 
@@ -96,4 +102,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    runs = split_runs(sys.argv[1:])
+    if len({parse(run).devices for run in runs}) != 1:  # the ranks launched by the first run serve every run
+        raise SystemExit("the runs of one launch must use the same --devices")
+    for run in runs:
+        main(run)

@@ -1,8 +1,13 @@
-"""Save checkpoints in a loop until killed: ``python -m tests.integration.runners.run_save_loop DIR``.
+"""Save checkpoints in a loop until killed, in children forked on request: ``python -m tests.integration.runners.run_save_loop``.
 
-Each save writes ``DIR/ckpt/last.ckpt`` through :class:`AtomicCheckpointIO` with a ``version`` counter and ~8 MB of
-tensors filled with that counter, so a reader can tell a complete checkpoint of any version from a torn one.
-``DIR/saving`` holds the version being written, so the test can kill the process while a save is under way.
+Each line read on stdin names a folder ``DIR``; the server forks a child that saves ``DIR/ckpt/last.ckpt`` in a loop
+through :class:`AtomicCheckpointIO`, prints the child's pid, and prints ``reaped`` once the child has died (the test
+kills it with SIGKILL). Each save holds a ``version`` counter and ~8 MB of tensors filled with it, so a reader can tell
+a complete checkpoint of any version from a torn one. ``DIR/saving`` holds the version being written, so the test can
+kill the child while a save is under way.
+
+Why a fork server: a fresh interpreter per trial spent ~5 s importing torch for a fraction of a second of saving. The
+parent only imports; it runs no torch op, so it has no thread pool that a fork could break.
 """
 
 from __future__ import annotations
@@ -16,8 +21,7 @@ import torch
 from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
 
 
-def main() -> None:
-    out = Path(sys.argv[1])
+def save_forever(out: Path) -> None:
     io = AtomicCheckpointIO()
     version = 0
     while True:
@@ -27,6 +31,19 @@ def main() -> None:
         os.replace(out / ".saving", out / "saving")
         state = {f"w{i}": torch.full((256, 1024), float(version)) for i in range(8)}
         io.save_checkpoint({"version": version, "state_dict": state}, out / "ckpt" / "last.ckpt")
+
+
+def main() -> None:
+    for line in sys.stdin:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                save_forever(Path(line.strip()))
+            finally:
+                os._exit(1)  # only on an error: the loop ends by SIGKILL
+        print(pid, flush=True)
+        os.waitpid(pid, 0)
+        print("reaped", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """``dp`` checkpoints resume under the multi-process strategies, and ``dp`` on real GPUs.
 
-The CPU tests launch the harness (``tests/integration/runners/run_parity.py``) in fresh processes. The GPU
-tests run only where CUDA is available (two of them need two or more GPUs).
+The CPU tests run the harness (``tests/integration/runners/run_parity.py``): on one device in this process, on two in
+fresh processes. The GPU tests run only where CUDA is available (two of them need two or more GPUs).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import torch
 
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.utilities.imports import is_available
-from tests.helpers.launch import max_abs_diff, run_parity
+from tests.helpers.launch import max_abs_diff, run_parity_sequence
 from tests.helpers.models import ParityModule
 from tests.helpers.runif import RunIf
+from tests.integration.runners.run_parity import main as run_parity_main
 
 
 def _resume_in_process(ckpt: Path, steps: int, strategy: Any = "auto", accelerator: str = "cpu", devices: int = 1) -> dict[str, torch.Tensor]:
@@ -41,23 +42,26 @@ def _resume_in_process(ckpt: Path, steps: int, strategy: Any = "auto", accelerat
 
 @pytest.mark.integration
 def test_dp_checkpoint_resumes_under_ddp_and_sharded(tmp_path: Path) -> None:
-    dp_params = run_parity(tmp_path / "dp", "--strategy", "dp", "--devices", "1", "--steps", "4")[0]
+    # dp on one device needs no process group: the harness runs in this process. The resumes share one launch.
+    run_parity_main(["--strategy", "dp", "--devices", "1", "--steps", "4", "--out", str(tmp_path / "dp")])
+    dp_params = torch.load(tmp_path / "dp" / "params_rank0.pt")
     ckpt = tmp_path / "dp" / "final.ckpt"
     state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
     assert not any(k.startswith("module.") for k in state)
     assert max_abs_diff(dp_params, state) == 0.0
 
     expected = _resume_in_process(ckpt, steps=8)
-    ddp = run_parity(tmp_path / "ddp", "--strategy", "ddp", "--devices", "2", "--steps", "8", "--resume", str(ckpt))
+    strategies = ["ddp", *(["sharded"] if is_available("fairscale") else [])]
+    resumed = run_parity_sequence([(tmp_path / s, "--strategy", s, "--devices", "2", "--steps", "8", "--resume", str(ckpt)) for s in strategies])
+    ddp = resumed[0]
     assert json.loads((tmp_path / "ddp" / "result.json").read_text())["global_step"] == 8
     for rank, params in ddp.items():
         assert max_abs_diff(params, expected) < 1e-5, rank
     assert max_abs_diff(ddp[0], dp_params) > 1e-3  # it trained on from the dp weights
 
-    if not is_available("fairscale"):
+    if len(resumed) == 1:
         pytest.skip("fairscale is not installed: the sharded resume needs lightning_mgpu[sharded]")
-    sharded = run_parity(tmp_path / "sharded", "--strategy", "sharded", "--devices", "2", "--steps", "8", "--resume", str(ckpt))
-    for rank, params in sharded.items():
+    for rank, params in resumed[1].items():
         assert max_abs_diff(params, expected) < 1e-5, rank
 
 

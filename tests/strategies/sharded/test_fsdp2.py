@@ -7,14 +7,13 @@ ranks, and each rank holding half the optimizer state. Exact mid-epoch resume af
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from lightning_mgpu.strategies import ShardedStrategy
-from tests.helpers.launch import max_abs_diff, run_parity
+from tests.helpers.launch import max_abs_diff, run_parity_sequence
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 FSDP2 = ("--strategy", "sharded", "--sharded-backend", "fsdp2")
@@ -31,9 +30,11 @@ CONFIGS = {
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("fsdp2")
     out: dict[str, Any] = {"root": root}
-    for name, extra in CONFIGS.items():
-        for label, strategy in (("fsdp2", FSDP2), ("ddp", DDP)):
-            out[f"{label}/{name}"] = run_parity(root / f"{label}_{name}", *strategy, "--devices", "2", *extra)
+    # Four launches of run_parity's sequences instead of twelve single runs (a launch is mostly imports): each
+    # strategy's four configurations, then the 2-rank resumes, then the 1-rank one.
+    for label, strategy in (("fsdp2", FSDP2), ("ddp", DDP)):
+        done = run_parity_sequence([(root / f"{label}_{name}", *strategy, "--devices", "2", *extra) for name, extra in CONFIGS.items()])
+        out.update({f"{label}/{name}": params for name, params in zip(CONFIGS, done)})
     # Resume the 5-step checkpoints for 3 more steps under the other strategy and on 1 rank.
     # The data of a run depends on its length, so the reference is ddp resumed from ddp, not an 8-step run.
     resumes = {
@@ -42,9 +43,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "fsdp2_from_ddp": (FSDP2, "2", root / "ddp_sgd"),
         "fsdp2_1rank_from_fsdp2": (FSDP2, "1", root / "fsdp2_sgd"),
     }
-    for name, (strategy, devices, source) in resumes.items():
-        ckpt = str(source / "final.ckpt")
-        out[name] = run_parity(root / name, *strategy, "--devices", devices, "--steps", "8", "--resume", ckpt)
+    for devices in ("2", "1"):
+        names = [name for name, (_, d, _) in resumes.items() if d == devices]
+        done = run_parity_sequence([(root / name, *resumes[name][0], "--devices", devices, "--steps", "8", "--resume",
+                                     str(resumes[name][2] / "final.ckpt")) for name in names])  # fmt: skip
+        out.update(zip(names, done))
     return out
 
 
