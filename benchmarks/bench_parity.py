@@ -7,7 +7,7 @@ of torch's DDP tutorial on the same module, data, sampler and optimizer, in 2 pr
 
 Figures (the max absolute difference over every parameter element after ``--steps`` steps):
 
-- against raw DDP: strategies that all-reduce gradients in fp32 (ddp, ddp_spawn, dp, sharded, horovod) should end
+- against raw DDP: strategies that all-reduce gradients in fp32 (ddp, ddp_spawn, dp, ddp2, sharded, horovod) should end
   bitwise equal or within float rounding of the reduction order (goal <= 1e-6);
 - against one process on the global batch: the distributed mean of per-rank gradients is the global-batch gradient up
   to rounding, which SGD with momentum carries along (about 1e-6 after a few steps here; goal <= 1e-4).
@@ -15,14 +15,14 @@ Figures (the max absolute difference over every parameter element after ``--step
     python benchmarks/bench_parity.py                  # about 2 minutes on 2 cores
     python benchmarks/bench_parity.py --steps 20 --strategies ddp sharded
 
-``ddp2`` needs two launcher nodes; its parity with ``ddp`` on 4 processes is checked by
-``tests/strategies/ddp2/test_ddp2_integration.py`` (<= 1e-6), not here.
+``ddp2`` runs as a user runs it on two nodes: two torchrun agents on 127.0.0.1 (``--nnodes 2 --nproc-per-node 1``),
+one process per node driving two emulated devices (threads; DataParallel's code path), so 4 devices of 8 samples
+each make the same global batch of 32.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -48,6 +48,9 @@ ARMS: dict[str, list[str] | None] = {
     "sharded_fsdp2": ["--strategy", "sharded_fsdp2", "--devices", "2"],
     "horovod": ["--strategy", "horovod", "--devices", "2"],
 }
+#: Arms launched as two nodes by two torchrun agents (one process per node): ``ddp2``'s one process per node.
+TWO_NODE_ARMS = {"ddp2": ["--strategy", "ddp2_emulated", "--devices", "2", "--num-nodes", "2"]}
+ARMS.update(TWO_NODE_ARMS)
 NEEDS = {"sharded": "fairscale", "horovod": "horovod"}
 GOAL_VS_RAW = 1e-6
 GOAL_VS_SINGLE = 1e-4
@@ -117,6 +120,31 @@ def run_arm(extra: list[str], steps: int, out: Path) -> None:
         raise RuntimeError(f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}")
 
 
+def run_two_nodes(extra: list[str], steps: int, out: Path) -> None:
+    """Two torchrun agents, node ranks 0 and 1, meeting at a free port on 127.0.0.1."""
+    from lightning.fabric.plugins.environments.lightning import find_free_network_port
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), "OMP_NUM_THREADS": "1"}
+    port = str(find_free_network_port())
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank",
+                          str(node), "--master-addr", "127.0.0.1", "--master-port", port, "-m", RUNNER, *extra, "--steps", str(steps),
+                          "--global-batch", "32", "--out", str(out)],
+                         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        for node in (0, 1)
+    ]
+    try:
+        logs = [p.communicate(timeout=600)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, log in zip(procs, logs):
+        if p.returncode != 0:
+            raise RuntimeError(f"a node exited {p.returncode}: {log.strip().splitlines()[-1] if log.strip() else ''}")
+
+
 def load_params(out: Path) -> list[dict[str, Any]]:
     import torch
 
@@ -150,7 +178,12 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 if arm in NEEDS and not is_available(NEEDS[arm]):
                     raise RuntimeError(f"{NEEDS[arm]} is not installed")
-                run_raw(args, out) if ARMS[arm] is None else run_arm(ARMS[arm] or [], args.steps, out)
+                if ARMS[arm] is None:
+                    run_raw(args, out)
+                elif arm in TWO_NODE_ARMS:
+                    run_two_nodes(TWO_NODE_ARMS[arm], args.steps, out)
+                else:
+                    run_arm(ARMS[arm] or [], args.steps, out)
                 params[arm] = load_params(out)
             except Exception as err:  # noqa: BLE001 - a failed arm is reported as failed, with its error
                 failed[arm] = str(err)

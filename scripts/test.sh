@@ -9,4 +9,6 @@ bash scripts/build_horovod.sh
 bash scripts/install_system_deps.sh
 # Ray, Neptune and Lightning all want to phone home; tests never touch the network.
 export RAY_USAGE_STATS_ENABLED=0 NEPTUNE_MODE=debug PYTHONUNBUFFERED=1
-exec .venv/bin/python -m pytest "$@"
+# Two pytest-xdist workers share the suite, a whole file at a time and every Ray-cluster test on one worker
+# (tests/helpers/scheduling.py): its jobs leave the cores idle a third of the time. PYTEST_WORKERS=0: one process.
+exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" "$@"

@@ -13,6 +13,7 @@ import signal
 import pytest
 
 from tests.helpers.launch import RENDEZVOUS
+from tests.helpers.scheduling import make_scheduler, order_for_workers, order_serially
 
 # Keep every test off the network and quiet.
 os.environ.setdefault("NEPTUNE_MODE", "debug")
@@ -34,13 +35,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
-    # The tests that use the session's Ray cluster run last, in their order: the cluster starts with the first of
-    # them, and its idle daemons (4 % of this 2-core machine) then no longer run beside every later test.
-    items.sort(key=lambda item: any(name in getattr(item, "fixturenames", ()) for name in RAY_FIXTURES))
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker
+        order_for_workers(items)
+    else:
+        order_serially(items)
 
 
-#: Fixtures whose tests start or join the session's Ray cluster.
-RAY_FIXTURES = ("ray_cluster", "ray_session")
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, called in its controller
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    return make_scheduler(config, log)
 
 
 @pytest.fixture(scope="session")

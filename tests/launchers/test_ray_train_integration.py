@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,10 +39,10 @@ def _ray_env(cluster) -> dict[str, str]:
     return {**clean_environ(), **cluster.env, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0", **ONE_THREAD}
 
 
-def _start_ray_run(cluster, out: Path, *flags: str, address: str | None = "cluster") -> subprocess.Popen:
+def _start_ray_run(cluster, out: Path, *flags: str, address: str | None = "cluster", env: dict[str, str] | None = None) -> subprocess.Popen:
     where = ["--ray-address", cluster.address] if address == "cluster" else ([] if address is None else ["--ray-address", address])
     cmd = [sys.executable, TRAIN, "--launcher", "ray", "--ray-workers", "2", *where, "--output-dir", str(out), *COMMON, *flags]
-    return subprocess.Popen(cmd, cwd=REPO_ROOT, env=_ray_env(cluster), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    return subprocess.Popen(cmd, cwd=REPO_ROOT, env={**_ray_env(cluster), **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)  # fmt: skip
 
 
@@ -81,9 +83,10 @@ CASES = {
 }  # fmt: skip
 
 
-def _raylets() -> int:
+def _raylets(under: str) -> int:
+    """Raylets whose session lives under ``under``: the run's own, not another Ray on this machine."""
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return sum(1 for line in ps.splitlines() if line and line.split()[0].endswith("/raylet"))
+    return sum(1 for line in ps.splitlines() if line and line.split()[0].endswith("/raylet") and under in line)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -93,15 +96,22 @@ def test_ray_train_run_equals_the_lightning_launched_run(case: str, ray_cluster,
     if strategy == "sharded":
         pytest.importorskip("fairscale")
     local = case.endswith("local-ray")
-    raylets = _raylets()  # the session cluster's two
-    log = _finish(_start_ray_run(ray_cluster, tmp_path / "ray", *flags, address=None if local else ray_cluster.address))
-    if local:
-        assert "Ray: starting a local instance with 2 CPUs for 2 workers" in log, log[-4000:]
-        deadline = time.monotonic() + 30  # ray.shutdown() has returned; its raylet exits a moment later
-        while _raylets() > raylets and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert _raylets() == raylets, "the local Ray started for the run is still running"
-    else:
+    # The local Ray's session goes under a folder of its own (short: Ray's socket paths must fit 107 bytes), so that
+    # its raylet is told apart from the session cluster's and from any other Ray on the machine.
+    ray_tmp = tempfile.mkdtemp(prefix="lmgpu-ray-")
+    env = {"RAY_TMPDIR": ray_tmp} if local else {}
+    try:
+        log = _finish(_start_ray_run(ray_cluster, tmp_path / "ray", *flags, address=None if local else ray_cluster.address, env=env))
+        if local:
+            assert "Ray: starting a local instance with 2 CPUs for 2 workers" in log, log[-4000:]
+            assert any(Path(ray_tmp).glob("ray/session_*")), "the local Ray did not run under RAY_TMPDIR: the check below would see nothing"
+            deadline = time.monotonic() + 30  # ray.shutdown() has returned; its raylet exits a moment later
+            while _raylets(ray_tmp) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert _raylets(ray_tmp) == 0, "the local Ray started for the run is still running"
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    if not local:
         assert "Ray: connecting to the cluster at" in log and "Ray: starting" not in log  # it joined; it started no Ray
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     # Metrics and the checkpoint came back to the driver, which wrote the summary.

@@ -1,0 +1,79 @@
+"""How the suite is ordered, and how ``pytest -n 2`` (pytest-xdist) shares it between two workers.
+
+The suite is mostly launches of 2-rank jobs, and a job spends much of its time in one process (imports, a rank
+waiting for the other, a launcher waiting for its workers): run alone, the jobs leave the 2 cores idle over a third of
+the time (measured with vmstat over a serial run). A second worker fills that. What must not be split:
+
+- a file's tests, which share module fixtures (one reference run, one set of parity launches);
+- the tests of the session's Ray cluster: each worker that needed it would start a cluster of its own.
+
+So the work units are files, plus one unit for all the files that use the Ray cluster. Units are handed out longest
+first, so that no long unit starts last and runs alone at the end: the Ray unit, then files by their number of
+multi-process (``integration``) tests.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: Fixtures whose tests start or join the session's Ray cluster (tests/conftest.py).
+RAY_FIXTURES = ("ray_cluster", "ray_session")
+RAY_UNIT = "ray-cluster"
+_NAMES_A_RAY_FIXTURE = re.compile(r"\b(?:" + "|".join(RAY_FIXTURES) + r")\b")
+
+
+def uses_ray_cluster(item: pytest.Item) -> bool:
+    return any(name in getattr(item, "fixturenames", ()) for name in RAY_FIXTURES)
+
+
+def order_serially(items: list[pytest.Item]) -> None:
+    """One process: the Ray tests last. The cluster starts with the first of them, and its idle daemons (4 % of this
+    2-core machine) then no longer run beside every other test."""
+    items.sort(key=uses_ray_cluster)
+
+
+def order_for_workers(items: list[pytest.Item]) -> None:
+    """Under xdist: the files of the Ray tests first, then files with more multi-process tests before files with fewer.
+
+    Every worker collects this order, and the scheduler hands out its units in it (``make_scheduler``).
+    """
+    ray: set[str] = set()
+    launches: dict[str, int] = {}
+    for item in items:
+        path = _path(item.nodeid)
+        launches[path] = launches.get(path, 0) + bool(item.get_closest_marker("integration"))
+        if uses_ray_cluster(item):
+            ray.add(path)
+    position = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda it: (_path(it.nodeid) not in ray, -launches[_path(it.nodeid)], position[id(it)]))
+
+
+def _path(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+@cache
+def _file_names_a_ray_fixture(path: Path) -> bool:
+    try:
+        return bool(_NAMES_A_RAY_FIXTURE.search(path.read_text()))
+    except OSError:
+        return False
+
+
+def make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The xdist scheduler: ``--dist loadfile`` with the Ray files in one unit, units in collection order."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileAndRayScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            # The controller sees node ids only, not fixtures: a test file that uses the cluster names its fixture.
+            path = _path(nodeid)
+            return RAY_UNIT if _file_names_a_ray_fixture(config.rootpath / path) else path
+
+    config.option.loadscopereorder = False  # keep the order of order_for_workers
+    return FileAndRayScheduling(config, log)
