@@ -65,15 +65,24 @@ def _file_names_a_ray_fixture(path: Path) -> bool:
         return False
 
 
+def unit_of(nodeid: str, root: Path) -> str:
+    """The work unit of a test: its file, or ``RAY_UNIT`` for a file that uses the Ray cluster.
+
+    The xdist controller sees node ids only, not fixtures; a test file that uses the cluster names its fixture (a
+    test's argument). A file that reached it only through another fixture would get a unit, and a cluster, of its own:
+    slower, not wrong.
+    """
+    path = _path(nodeid)
+    return RAY_UNIT if _file_names_a_ray_fixture(root / path) else path
+
+
 def make_scheduler(config: pytest.Config, log: Any) -> Any:
     """The xdist scheduler: ``--dist loadfile`` with the Ray files in one unit, units in collection order."""
     from xdist.scheduler import LoadFileScheduling
 
     class FileAndRayScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            # The controller sees node ids only, not fixtures: a test file that uses the cluster names its fixture.
-            path = _path(nodeid)
-            return RAY_UNIT if _file_names_a_ray_fixture(config.rootpath / path) else path
+            return unit_of(nodeid, config.rootpath)
 
     config.option.loadscopereorder = False  # keep the order of order_for_workers
     return FileAndRayScheduling(config, log)
