@@ -11,4 +11,8 @@ bash scripts/install_system_deps.sh
 export RAY_USAGE_STATS_ENABLED=0 NEPTUNE_MODE=debug PYTHONUNBUFFERED=1
 # Two pytest-xdist workers share the suite, a whole file at a time and every Ray-cluster test on one worker
 # (tests/helpers/scheduling.py): its jobs leave the cores idle a third of the time. PYTEST_WORKERS=0: one process.
-exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" "$@"
+workers=(-n "${PYTEST_WORKERS:-2}")
+for arg in "$@"; do
+  case "$arg" in *no:xdist*) workers=() ;; esac  # -p no:xdist: pytest would not know -n
+done
+exec .venv/bin/python -m pytest "${workers[@]}" "$@"
