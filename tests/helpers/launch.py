@@ -111,6 +111,11 @@ def split_runs(argv: list[str]) -> list[list[str]]:
     return runs
 
 
+def join_runs(runs: list[list[str]]) -> list[str]:
+    """The inverse of :func:`split_runs`: ``[A, B, C]`` -> ``A --then B --then C``."""
+    return [arg for i, run in enumerate(runs) for arg in ([THEN] if i else []) + run]
+
+
 def run_parity(out: Path, *extra: str, timeout: float = 300, env: dict[str, str] | None = None) -> dict[int, dict[str, torch.Tensor]]:
     """Run ``tests.integration.runners.run_parity`` and return each rank's final parameters."""
     return run_parity_sequence([(out, *extra)], timeout=timeout, env=env)[0]
@@ -121,11 +126,21 @@ def run_parity_sequence(
 ) -> list[dict[int, dict[str, torch.Tensor]]]:
     """Several ``run_parity`` runs, each ``(out, *extra)``, one after the other in one launch (same ``--devices``);
     returns each run's per-rank final parameters. A later run may resume from an earlier run's ``final.ckpt``."""
-    argv: list[str] = []
-    for out, *extra in runs:
-        argv += [*([THEN] if argv else []), "--out", str(out), *extra]
+    argv = join_runs([["--out", str(out), *extra] for out, *extra in runs])
     run_python(["-m", "tests.integration.runners.run_parity", *argv], timeout=timeout, env=env)
-    return [{int(p.stem.removeprefix("params_rank")): torch.load(p) for p in sorted(Path(out).glob("params_rank*.pt"))} for out, *_ in runs]
+    return [_parity_params(Path(out)) for out, *_ in runs]
+
+
+def run_parity_here(out: Path, *extra: str) -> dict[int, dict[str, torch.Tensor]]:
+    """``run_parity`` in this process, for runs on one device (no process group): it saves a launch."""
+    from tests.integration.runners.run_parity import main
+
+    main(["--out", str(out), *extra])
+    return _parity_params(out)
+
+
+def _parity_params(out: Path) -> dict[int, dict[str, torch.Tensor]]:
+    return {int(p.stem.removeprefix("params_rank")): torch.load(p) for p in sorted(out.glob("params_rank*.pt"))}
 
 
 def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

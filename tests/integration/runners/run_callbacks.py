@@ -485,21 +485,19 @@ def launch(strategy: str, mode: str, precision: str = "32-true", devices: int = 
         import shutil
         import tempfile
 
-        from tests.helpers.launch import THEN, run_python
+        from tests.helpers.launch import join_runs, run_python
 
-        specs = [spec] + [s for s in (_spec(*m, devices) for m in MATRIX if m[0] == strategy) if s != spec and s not in _LAUNCHES]
-        if strategy == "dp":
-            specs = [spec]  # one process: no launch to share
+        specs = [spec]
+        if strategy != "dp":  # dp runs in this process: no launch to share
+            specs += [s for s in (_spec(*m, devices) for m in MATRIX if m[0] == strategy) if s != spec and s not in _LAUNCHES]
         outs = [Path(tempfile.mkdtemp(prefix=f"cb_{s[0]}_{s[1]}_")) for s in specs]
-        argvs = []
-        for (name, run_mode, run_precision, run_devices, accumulate), out in zip(specs, outs):
-            argvs.append(["--strategy", name, "--devices", str(run_devices), "--mode", run_mode, "--accumulate", str(accumulate),
-                          "--precision", run_precision, "--batches", str(BATCHES), "--global-batch", str(GLOBAL_BATCH), "--out", str(out)])  # fmt: skip
+        argvs = [["--strategy", name, "--devices", str(run_devices), "--mode", run_mode, "--accumulate", str(accumulate),
+                  "--precision", run_precision, "--batches", str(BATCHES), "--global-batch", str(GLOBAL_BATCH), "--out", str(out)]
+                 for (name, run_mode, run_precision, run_devices, accumulate), out in zip(specs, outs)]  # fmt: skip
         if strategy == "dp":
             main(argvs[0])
         else:
-            run_python(["-m", "tests.integration.runners.run_callbacks", *[a for i, argv in enumerate(argvs) for a in ([THEN] if i else []) + argv]],
-                       timeout=timeout * len(specs))  # fmt: skip
+            run_python(["-m", "tests.integration.runners.run_callbacks", *join_runs(argvs)], timeout=timeout * len(specs))
         for s, out in zip(specs, outs):
             _LAUNCHES[s] = Run(out, s)
             shutil.rmtree(out, ignore_errors=True)

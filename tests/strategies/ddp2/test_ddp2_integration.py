@@ -15,9 +15,8 @@ import pytest
 import torch
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
-from tests.helpers.launch import REPO_ROOT, clean_environ, kill_tree, max_abs_diff, run_parity
+from tests.helpers.launch import REPO_ROOT, clean_environ, kill_tree, max_abs_diff, run_parity, run_parity_here
 from tests.helpers.models import ParityModule
-from tests.integration.runners.run_parity import main as run_parity_main
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 # 172 = 5 x 32 + 12: the last global batch has 12 samples (3 per ddp rank, 6 per node, 3 per emulated device).
@@ -75,11 +74,7 @@ def test_a_ddp2_checkpoint_resumes_under_ddp_and_dp(tmp_path: Path) -> None:
     assert state and not any(k.startswith("module.") for k in state)  # plain keys, no wrapper prefix
     for strategy, devices in (("ddp", "2"), ("dp", "1")):
         # Resume one more step elsewhere: Lightning restores the weights, optimizer and loop position.
-        argv = ["--strategy", strategy, "--devices", devices, "--steps", "5", "--resume", str(ckpt)]
-        if devices == "1":  # one device, no process group: in this process, which saves a launch
-            run_parity_main([*argv, "--out", str(tmp_path / strategy)])
-            resumed = {0: torch.load(tmp_path / strategy / "params_rank0.pt")}
-        else:
-            resumed = run_parity(tmp_path / strategy, *argv)
+        run = run_parity_here if devices == "1" else run_parity  # one device: in this process, which saves a launch
+        resumed = run(tmp_path / strategy, "--strategy", strategy, "--devices", devices, "--steps", "5", "--resume", str(ckpt))
         assert set(resumed[0]) == set(state)
         assert max_abs_diff(resumed[0], {k: v for k, v in state.items()}) > 0  # it trained the fifth step from there

@@ -17,10 +17,9 @@ import torch
 
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.utilities.imports import is_available
-from tests.helpers.launch import max_abs_diff, run_parity_sequence
+from tests.helpers.launch import max_abs_diff, run_parity_here, run_parity_sequence
 from tests.helpers.models import ParityModule
 from tests.helpers.runif import RunIf
-from tests.integration.runners.run_parity import main as run_parity_main
 
 
 def _resume_in_process(ckpt: Path, steps: int, strategy: Any = "auto", accelerator: str = "cpu", devices: int = 1) -> dict[str, torch.Tensor]:
@@ -43,8 +42,7 @@ def _resume_in_process(ckpt: Path, steps: int, strategy: Any = "auto", accelerat
 @pytest.mark.integration
 def test_dp_checkpoint_resumes_under_ddp_and_sharded(tmp_path: Path) -> None:
     # dp on one device needs no process group: the harness runs in this process. The resumes share one launch.
-    run_parity_main(["--strategy", "dp", "--devices", "1", "--steps", "4", "--out", str(tmp_path / "dp")])
-    dp_params = torch.load(tmp_path / "dp" / "params_rank0.pt")
+    dp_params = run_parity_here(tmp_path / "dp", "--strategy", "dp", "--devices", "1", "--steps", "4")[0]
     ckpt = tmp_path / "dp" / "final.ckpt"
     state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
     assert not any(k.startswith("module.") for k in state)
