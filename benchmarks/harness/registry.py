@@ -41,7 +41,7 @@ class Benchmark:
 BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "ddp", ("strategies",), "bench_ddp.py",
-        "ddp and ddp_spawn (Lightning) against a raw torch DDP loop, 2 ranks",
+        "ddp (Lightning) against a raw torch DDP loop, 2 ranks, and where DDP's communication time goes",
         {"full": ["--rounds", "7", "--steps", "20"], "quick": ["--rounds", "3", "--steps", "10"],
          "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64"]},
         gpu_args=["--accelerator", "gpu"],
@@ -83,7 +83,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     ),
     Benchmark(
         "activation_checkpointing", ("callbacks", "memory"), "bench_activation_checkpointing.py",
-        "ActivationCheckpointing (every block, every second block) against none: peak activation memory and step time",
+        "ActivationCheckpointing (every block, every second block) against none and against torch.utils.checkpoint by hand:"
+        " peak activation memory and step time",
         {"full": ["--repeats", "9", "--device", "cpu"], "quick": ["--repeats", "3", "--depth", "8", "--device", "cpu"],
          "dry": ["--repeats", "1", "--depth", "2", "--model", "mlp", "--device", "cpu"]},
         gpu_args=["--device", "all"],  # later arguments win: the CPU and the CUDA variants

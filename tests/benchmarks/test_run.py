@@ -39,7 +39,15 @@ def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     figures = {label: f["value"] for b in raw["benchmarks"] for label, f in b["result"]["figures"].items()}
     assert figures["ddp vs raw DDP: max abs parameter difference"] <= 1e-6  # a dry run trains one real step
     assert any(label.startswith("communication efficiency") for label in figures)
+    # bench_ddp's decomposition arms ran (each trained exactly as plain DDP, or the benchmark would have failed).
+    assert {"raw_no_comm", "raw_blocking", "raw_bucket_view"} <= set(by_name["ddp"]["result"]["arms"])
+    assert any(label.startswith("DDP's bookkeeping without communication") for label in figures)
     assert any("peak activation memory saved" in label for label in figures)
+    # The callback checkpoints exactly what torch.utils.checkpoint by hand does: the same peak activation memory.
+    memory = by_name["activation_checkpointing"]["result"]["memory"]
+    assert memory["mlp-cpu/every_k=1"] == memory["mlp-cpu/torch"] < memory["mlp-cpu/none"]
+    labels = [s["label"] for s in by_name["activation_checkpointing"]["summaries"]]
+    assert "mlp-cpu: every_k=1 / torch.utils.checkpoint by hand, step time" in labels
     text = (out / "report.md").read_text()
     assert "## ddp" in text and "## dp" in text and "## parity" in text and "Versions:" in text
     assert (out / "ddp_step_times.png").read_bytes()[:4] == b"\x89PNG"
