@@ -213,10 +213,10 @@ def main() -> None:
     for r in rows:
         if r["config"] == "none":
             continue
+        case = f"{r['model']}-{torch.device(r['device']).type}"
         if r["config"] == "torch":  # the hand-written peer: only every_k=1 against it
             ratios.append(ratio(f"{case}: every_k=1 / torch.utils.checkpoint by hand, step time", f"{case}/every_k=1", f"{case}/torch", goal=GOAL_VS_TORCH))
             continue
-        case = f"{r['model']}-{torch.device(r['device']).type}"
         goal = GOAL_TIME_RATIO if r["config"] == "every_k=1" else None
         ratios.append(ratio(f"{case}: {r['config']} / no checkpointing, step time", f"{case}/{r['config']}", f"{case}/none", goal=goal))
         if r["config"] == "every_k=1":

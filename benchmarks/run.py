@@ -6,6 +6,7 @@
     $ python benchmarks/run.py --only horovod,sharded
     $ python benchmarks/run.py --list
     $ python benchmarks/run.py --gpu                 # the GPU variants (benchmarks/gpu_check.sh runs this)
+    $ python benchmarks/run.py --only ddp --update benchmarks/results/2026-11-25_cpu3   # rerun one section of a report
 
 Each benchmark runs in its own process (``benchmarks/bench_*.py --result PATH``) and reports every round of every
 arm; the suite takes the median of the per-round ratios, with their min and max. A benchmark or an arm that fails is
@@ -24,13 +25,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # `harness`, as the bench scripts import it
 
 from harness import machine as machine_info  # noqa: E402
 from harness import report as reporting  # noqa: E402
-from harness.registry import SUITES, Benchmark, select  # noqa: E402
+from harness.registry import BENCHMARKS, SUITES, Benchmark, select  # noqa: E402
 
 _ROUND = re.compile(r"round (\d+)/(\d+)")
 
@@ -44,7 +46,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     p.add_argument("--gpu", action="store_true", help="run the GPU variant of each benchmark that has one (needs CUDA)")
     p.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results/<date>_<hardware>)")
+    p.add_argument("--update", type=Path, default=None, metavar="FOLDER",
+                   help="rerun the chosen benchmarks and replace their sections in the report in FOLDER (same machine,"
+                        " versions and run size); the report's command line records both runs")
     return p.parse_args(argv)
+
+
+def _size(dry_run: bool, quick: bool) -> str:
+    return "dry" if dry_run else "quick" if quick else "full"
+
+
+def update_refusal(old_machine: dict[str, Any], old_command: str, machine: dict[str, Any], size: str) -> str | None:
+    """Why the report of ``old_machine``/``old_command`` must not take sections from this run, or ``None``.
+
+    A report compares arms measured side by side; sections from another machine, other versions or another run size
+    would sit beside figures they cannot be compared with.
+    """
+    for key in ("cpu", "cores", "gpus", "versions"):
+        if old_machine.get(key) != machine.get(key):
+            return f"its {key} ({old_machine.get(key)}) differs from this machine's ({machine.get(key)})"
+    old_args = old_command.split(";")[0].replace("`", " ").split()  # the first run's command; its flags set the size
+    old_size = _size("--dry-run" in old_args, "--quick" in old_args)
+    if old_size != size:
+        return f"it is a {old_size} run and this one is {size}"
+    return None
+
+
+def merge_runs(old: list[reporting.BenchRun], new: list[reporting.BenchRun]) -> list[reporting.BenchRun]:
+    """``old`` with every benchmark of ``new`` in place of the one of the same name, in the registry's order."""
+    order, what = {b.name: i for i, b in enumerate(BENCHMARKS)}, {b.name: b.what for b in BENCHMARKS}
+    for run in old:
+        run.what = run.what or what.get(run.name, "")  # reports written before results.json kept it
+    by_name = {r.name: r for r in old} | {r.name: r for r in new}
+    return sorted(by_name.values(), key=lambda r: order.get(r.name, len(order)))
 
 
 def run_one(bench: Benchmark, size: str, workdir: Path, bar_position: int, gpu: bool = False) -> reporting.BenchRun:
@@ -109,17 +143,34 @@ def main(argv: list[str] | None = None) -> int:
             state = f"  (skipped here: needs {', '.join(missing)})" if missing else ""
             print(f"{b.name:12s} [{', '.join(b.suites)}] {b.what}{state}")
         return 0
-    size = "dry" if args.dry_run else "quick" if args.quick else "full"
+    size = _size(args.dry_run, args.quick)
     machine = machine_info.describe()
     if args.gpu and not machine["gpus"]:
         raise SystemExit("benchmarks/run.py --gpu: no CUDA GPU is visible here; run without --gpu for the CPU suite.")
-    out = args.out or HERE / "results" / (machine_info.slug(machine) + ("" if size == "full" else f"_{size}"))
-    command = "python benchmarks/run.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = ("python benchmarks/run.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))).strip()
+    if args.update is not None:
+        if args.out is not None:
+            raise SystemExit("benchmarks/run.py: --update writes into the report it updates; leave out --out.")
+        try:
+            old_runs, old_machine, old_command = reporting.read(args.update)
+        except FileNotFoundError:
+            raise SystemExit(f"benchmarks/run.py --update: {args.update} holds no results.json; write a report there first (--out).") from None
+        refusal = update_refusal(old_machine, old_command, machine, size)
+        if refusal is not None:
+            raise SystemExit(f"benchmarks/run.py --update: the report in {args.update} cannot take this run's sections: {refusal}."
+                             " Write a new report instead (--out).")
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, bench in enumerate(chosen):
             runs.append(run_one(bench, size, Path(tmp), i, gpu=args.gpu))
-    report = reporting.write(runs, machine, command.strip(), out)
+    if args.update is not None:
+        out = args.update
+        first = old_command if "`" in old_command else f"`{old_command}`"
+        command = f"{first}; then, on {machine['date']}, `{command}`, whose sections replace the first run's"
+        runs, machine = merge_runs(old_runs, runs), old_machine
+    else:
+        out = args.out or HERE / "results" / (machine_info.slug(machine) + ("" if size == "full" else f"_{size}"))
+    report = reporting.write(runs, machine, command, out)
     print("\n" + reporting.terminal_table(runs))
     print(f"\nreport: {report}")
     return 1 if any(r.status == "failed" for r in runs) else 0

@@ -61,7 +61,7 @@ def markdown(runs: list[BenchRun], machine: dict[str, Any], command: str, plots:
     lines = [
         f"# lightning_mgpu benchmark report ({machine['date']})",
         "",
-        f"- **Command:** `{command}`",
+        f"- **Command:** {command if '`' in command else f'`{command}`'}",  # an updated report's command quotes its parts
         f"- **Machine:** {machine['cpu']}, {machine['cores']} cores; GPUs: {', '.join(machine['gpus']) or 'none'};"
         f" interconnect: {machine['interconnect']}; {machine['os']}",
         "- **Versions:** " + ", ".join(f"{k} {val}" for k, val in v.items() if val) + f", Python {machine['python']}",
@@ -164,7 +164,7 @@ def write(runs: list[BenchRun], machine: dict[str, Any], command: str, folder: P
     raw = {
         "machine": machine, "command": command,
         "benchmarks": [
-            {"name": r.name, "status": r.status, "seconds": r.seconds, "command": r.command, "error": r.error,
+            {"name": r.name, "what": r.what, "status": r.status, "seconds": r.seconds, "command": r.command, "error": r.error,
              "result": r.result, "summaries": [s.as_dict() if isinstance(s, RatioSummary) else {"label": s[0], "error": s[1]}
                                                for s in (r.summaries() if r.status == "ok" else [])]}
             for r in runs
@@ -174,6 +174,18 @@ def write(runs: list[BenchRun], machine: dict[str, Any], command: str, folder: P
     report = folder / "report.md"
     report.write_text(markdown(runs, machine, command, plots))
     return report
+
+
+def read(folder: Path) -> tuple[list[BenchRun], dict[str, Any], str]:
+    """The runs, machine and command of the report that :func:`write` wrote into ``folder``.
+
+    Raises:
+        FileNotFoundError: ``folder`` holds no ``results.json``.
+    """
+    raw = json.loads((folder / "results.json").read_text())
+    runs = [BenchRun(b["name"], b.get("what", ""), b["status"], b.get("seconds", 0.0), b.get("command", []), b.get("result", {}), b.get("error", ""))
+            for b in raw["benchmarks"]]  # fmt: skip
+    return runs, raw["machine"], raw["command"]
 
 
 def terminal_table(runs: list[BenchRun]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,18 +54,25 @@ def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     assert (out / "ddp_step_times.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "activation_checkpointing_memory.png").read_bytes()[:4] == b"\x89PNG"
 
+    # --update reruns one benchmark and replaces its section; the others stay as they were.
+    refused = run_python([RUN, "--only", "dp", "--update", str(out)], timeout=120, check=False)
+    assert refused.returncode != 0 and "it is a dry run and this one is full" in refused.stderr
+    run_python([RUN, "--dry-run", "--only", "dp", "--update", str(out)], timeout=300)
+    updated = json.loads((out / "results.json").read_text())
+    after = {b["name"]: b for b in updated["benchmarks"]}
+    assert list(after) == list(by_name)  # the registry's order: nothing added, nothing lost
+    assert after["dp"]["status"] == "ok" and after["dp"]["result"]["arms"] != by_name["dp"]["result"]["arms"]
+    assert all(after[n] == by_name[n] for n in ("ddp", "parity", "activation_checkpointing"))
+    assert "whose sections replace the first run's" in updated["command"] and "--update" in updated["command"]
+    assert "## dp" in (out / "report.md").read_text()
+
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_a_benchmark_that_fails_is_reported_as_failed(tmp_path: Path) -> None:
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    try:
-        from harness.registry import Benchmark
-        from run import run_one
-    finally:
-        sys.path.pop(0)
-    broken = Benchmark("broken", ("strategies",), "bench_dp.py", "a benchmark given a bad argument", {"dry": ["--rounds", "x"]})
-    run = run_one(broken, "dry", tmp_path, 0)
+    run_module = _run_module()
+    broken = run_module.Benchmark("broken", ("strategies",), "bench_dp.py", "a benchmark given a bad argument", {"dry": ["--rounds", "x"]})
+    run = run_module.run_one(broken, "dry", tmp_path, 0)
     assert run.status == "failed" and "exit code 2" in run.error and "invalid int value: 'x'" in run.error
 
 
@@ -82,3 +90,35 @@ def test_gpu_check_without_a_gpu_says_what_it_skipped() -> None:
 def test_gpu_variants_need_a_gpu() -> None:
     proc = run_python([RUN, "--gpu", "--only", "dp"], timeout=60, check=False, env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode != 0 and "no CUDA GPU is visible here" in proc.stderr
+
+
+def _run_module() -> Any:
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    try:
+        import run
+    finally:
+        sys.path.pop(0)
+    return run
+
+
+def test_update_refuses_another_machine_other_versions_or_run_size() -> None:
+    run = _run_module()
+    here = {"cpu": "AMD EPYC", "cores": 2, "gpus": [], "versions": {"torch": "2.13.0"}}
+    assert run.update_refusal(here, "python benchmarks/run.py --out x", dict(here), "full") is None
+    assert "cores" in run.update_refusal(here, "python benchmarks/run.py", {**here, "cores": 16}, "full")
+    assert "versions" in run.update_refusal(here, "python benchmarks/run.py", {**here, "versions": {"torch": "2.15.0"}}, "full")
+    assert "a quick run and this one is full" in run.update_refusal(here, "python benchmarks/run.py --quick", dict(here), "full")
+    # An updated report's command quotes its parts; its first run sets the size.
+    first_quick = "`python benchmarks/run.py --quick`; then, on 2026-11-26, `python benchmarks/run.py --quick --only dp --update x`"
+    assert run.update_refusal(here, first_quick, dict(here), "quick") is None
+
+
+def test_merge_keeps_the_registry_order_and_replaces_by_name() -> None:
+    run = _run_module()
+    old = [run.reporting.BenchRun(n, "", "ok", 1.0) for n in ("ddp", "dp", "preprocess")]  # no `what`: an old report
+    new = [run.reporting.BenchRun("preprocess", "", "failed", 2.0), run.reporting.BenchRun("ddp", "", "ok", 3.0),
+           run.reporting.BenchRun("sharded", "", "ok", 4.0)]  # fmt: skip
+    merged = run.merge_runs(old, new)
+    assert [(r.name, r.status, r.seconds) for r in merged] == [
+        ("ddp", "ok", 3.0), ("sharded", "ok", 4.0), ("dp", "ok", 1.0), ("preprocess", "failed", 2.0)]  # fmt: skip
+    assert merged[2].what.startswith("dp on one device")  # the registry's description, for the section's heading
