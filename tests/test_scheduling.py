@@ -6,13 +6,21 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.helpers.launch import REPO_ROOT
-from tests.helpers.scheduling import RAY_UNIT, unit_of
+from tests.helpers.scheduling import RAY_UNIT, last_ray_user, unit_of
 
 pytest.importorskip("xdist")
+
+
+def test_the_ray_cluster_stops_after_its_last_test_in_this_process() -> None:
+    ray, ray_data, other = (SimpleNamespace(fixturenames=names) for names in (["ray_cluster"], ["ray_session", "ray_cluster"], ["tmp_path"]))
+    assert not last_ray_user(ray, ray_data)  # another Ray test follows
+    assert last_ray_user(ray_data, other) and last_ray_user(ray, None)  # the next test has no Ray, or none follows
+    assert not last_ray_user(other, None) and not last_ray_user(other, ray)
 
 
 def test_the_suites_ray_files_share_one_unit_and_other_files_are_their_own() -> None:

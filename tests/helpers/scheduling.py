@@ -31,6 +31,12 @@ def uses_ray_cluster(item: pytest.Item) -> bool:
     return any(name in getattr(item, "fixturenames", ()) for name in RAY_FIXTURES)
 
 
+def last_ray_user(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
+    """Whether ``item`` is the last test of this process that uses the Ray cluster: the next one (``None`` at the end)
+    does not. That holds because the Ray tests run together: last when serial, one work unit under xdist."""
+    return uses_ray_cluster(item) and (nextitem is None or not uses_ray_cluster(nextitem))
+
+
 def order_serially(items: list[pytest.Item]) -> None:
     """One process: the Ray tests last. The cluster starts with the first of them, and its idle daemons (4 % of this
     2-core machine) then no longer run beside every other test."""
