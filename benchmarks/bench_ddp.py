@@ -20,6 +20,10 @@ communication hooks (the same reducer, buckets and copies; only what is done wit
 - ``raw_bucket_view``: DDP with ``gradient_as_bucket_view=True`` (gradients live in the buckets: no copy in or out),
   which a user gets with ``Trainer(strategy=DDPStrategy(gradient_as_bucket_view=True))``; its efficiency is reported too.
 
+Where Lightning's extra time goes: both loops time each step's body, the same work in both (zero_grad, forward,
+backward, the optimizer step; in Lightning, from ``training_step`` to the end of ``optimizer_step``), so the
+difference splits into the body and what lies around it (the data fetch, hooks, Lightning's loop and broadcast).
+
 A third arm adds ``SaveOnInterrupt`` (what ``examples/train.py`` installs): its one-element all-reduce per step
 replaces Lightning's per-step SIGTERM broadcast instead of adding to it, so it should cost nothing over plain ``ddp``.
 
@@ -50,6 +54,20 @@ from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
 WORLD = 2
 #: The raw loop's figures besides its step: see the module docstring.
 RAW_PARTS = ("raw_no_sync", "raw_no_comm", "raw_blocking", "raw_bucket_view", "allreduce")
+
+
+IN_BODY = "ddp - raw DDP, per step, in the step's body (zero_grad, forward, backward, optimizer step), ms"
+AROUND_BODY = "ddp - raw DDP, per step, around the body (data, hooks, Lightning's loop), ms"
+
+
+def overhead_figures(times: dict[str, list[float]]) -> dict[str, float]:
+    """Where Lightning's extra time per step goes: the same body in both loops, and everything around it (ms; the
+    median over rounds, each figure taken within one round)."""
+    rounds = list(zip(times["ddp"], times["ddp_body"], times["raw"], times["raw_body"]))
+    return {
+        IN_BODY: statistics.median((db - rb) * 1e3 for _, db, _, rb in rounds),
+        AROUND_BODY: statistics.median(((d - db) - (r - rb)) * 1e3 for d, db, r, rb in rounds),
+    }
 
 
 EFFICIENCY = "communication efficiency: (DDP step - no-sync step) / all-reduce of the gradient bytes"
@@ -90,6 +108,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
+
+
+class Body:
+    """Times each step's body, the same work in both loops: zero_grad, forward, backward and the optimizer step."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def begin(self) -> None:
+        self.sync()
+        self.starts.append(time.perf_counter())
+
+    def end(self) -> None:
+        self.sync()
+        self.ends.append(time.perf_counter())
+
+    def median(self, args: argparse.Namespace) -> float:
+        pairs = list(zip(self.starts, self.ends))[args.warmup : args.warmup + args.steps]
+        return statistics.median(e - s for s, e in pairs)
 
 
 def build_model(hidden: int) -> Any:
@@ -151,28 +196,31 @@ def raw_ddp(args: argparse.Namespace, device: Any) -> dict[str, float]:
             ddp.register_comm_hook(None, hook)
         return ddp, torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
 
-    def run(ddp: Any, optimizer: Any, sync: bool = True) -> float:
+    def run(ddp: Any, optimizer: Any, sync: bool = True) -> tuple[float, float]:
+        """The median step, and the median of its body (zero_grad, forward, backward, optimizer step)."""
         marks: list[float] = []
+        body = Body(device)
         for x, y in make_loader(args, dist.get_rank()):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            body.sync()
             marks.append(time.perf_counter())
             x, y = x.to(device), y.to(device)
+            body.begin()
             optimizer.zero_grad()
             with contextlib.nullcontext() if sync else ddp.no_sync():
                 nn.functional.cross_entropy(ddp(x), y).backward()
             optimizer.step()
+            body.end()
             if len(marks) > args.warmup + args.steps:
                 break
-        return median_interval(marks, args.warmup, args.steps)
+        return median_interval(marks, args.warmup, args.steps), body.median(args)
 
     ddp, optimizer = wrap()
-    step = run(ddp, optimizer)
+    step, body = run(ddp, optimizer)
     trained = [p.detach().clone() for p in ddp.parameters()]
-    no_sync = run(ddp, optimizer, sync=False)
-    no_comm_step = run(*wrap(no_comm_hook))
+    no_sync = run(ddp, optimizer, sync=False)[0]
+    no_comm_step = run(*wrap(no_comm_hook))[0]
     blocking, bucket_view = wrap(blocking_hook), wrap(gradient_as_bucket_view=True)
-    blocking_step, bucket_view_step = run(*blocking), run(*bucket_view)
+    blocking_step, bucket_view_step = run(*blocking)[0], run(*bucket_view)[0]
     # The same work on every arm that all-reduces: both variants must train exactly as plain DDP did.
     for name, (variant, _) in (("blocking hook", blocking), ("gradient_as_bucket_view", bucket_view)):
         if not all(torch.equal(a, b) for a, b in zip(trained, variant.parameters())):
@@ -187,14 +235,17 @@ def raw_ddp(args: argparse.Namespace, device: Any) -> dict[str, float]:
     if device.type == "cuda":
         torch.cuda.synchronize()
     marks.append(time.perf_counter())
-    return {"raw": step, "raw_no_sync": no_sync, "raw_no_comm": no_comm_step, "raw_blocking": blocking_step,
+    return {"raw": step, "raw_body": body, "raw_no_sync": no_sync, "raw_no_comm": no_comm_step, "raw_blocking": blocking_step,
             "raw_bucket_view": bucket_view_step, "allreduce": median_interval(marks, args.warmup, args.steps)}
 
 
-def lightning_ddp(args: argparse.Namespace, save_on_interrupt: bool = False) -> float:
+def lightning_ddp(args: argparse.Namespace, name: str, save_on_interrupt: bool = False) -> dict[str, float]:
+    """Lightning's ``ddp`` run: ``{name: median step, f"{name}_body": median of the same body as the raw loop's}``."""
     import lightning.pytorch as pl
     import torch
     from torch import nn
+
+    body = Body(torch.device("cuda", int(os.environ["LOCAL_RANK"])) if args.accelerator == "gpu" else torch.device("cpu"))
 
     class Module(pl.LightningModule):
         def __init__(self) -> None:
@@ -202,7 +253,12 @@ def lightning_ddp(args: argparse.Namespace, save_on_interrupt: bool = False) -> 
             self.net = build_model(args.hidden)
 
         def training_step(self, batch: Any, batch_idx: int) -> Any:
+            body.begin()  # inside optimizer.step(closure): then zero_grad, backward, the step itself
             return nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+        def optimizer_step(self, *a: Any, **kw: Any) -> None:
+            super().optimizer_step(*a, **kw)
+            body.end()
 
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
@@ -232,7 +288,7 @@ def lightning_ddp(args: argparse.Namespace, save_on_interrupt: bool = False) -> 
         enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
     )  # fmt: skip
     trainer.fit(Module())
-    return median_interval(clock.marks, args.warmup, args.steps)
+    return {name: median_interval(clock.marks, args.warmup, args.steps), f"{name}_body": body.median(args)}
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -244,7 +300,7 @@ def worker(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda", rank) if args.accelerator == "gpu" else torch.device("cpu")
     arms = ("ddp", "raw", "ddp_save_on_interrupt")
-    times: dict[str, list[float]] = {name: [] for name in (*arms, *RAW_PARTS)}
+    times: dict[str, list[float]] = {name: [] for name in (*arms, *RAW_PARTS, *(f"{a}_body" for a in arms))}
     for r in range(args.rounds):
         for name in arms[r % 3 :] + arms[: r % 3]:  # rotated: no arm always first (cold) or last
             # The first Lightning run creates the process group; a raw run before it makes it alike.
@@ -253,7 +309,7 @@ def worker(args: argparse.Namespace) -> None:
             if name == "raw":
                 figures = raw_ddp(args, device)
             else:
-                figures = {name: lightning_ddp(args, save_on_interrupt=name == "ddp_save_on_interrupt")}
+                figures = lightning_ddp(args, name, save_on_interrupt=name == "ddp_save_on_interrupt")
             for key, seconds in figures.items():
                 slowest = torch.tensor([seconds], device=device)
                 dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the ranks step in lockstep: the slower one's figure
@@ -295,11 +351,12 @@ def main(argv: list[str] | None = None) -> None:
     vs_raw = statistics.median(a / b for a, b in zip(times["ddp"], times["raw"]))
     with_saver = statistics.median(a / b for a, b in zip(times["ddp_save_on_interrupt"], times["ddp"]))
     fixed_ms = statistics.median(a - b for a, b in zip(times["ddp"], times["raw"])) * 1e3
-    comm = communication_figures(times)
+    comm, overhead = communication_figures(times), overhead_figures(times)
     ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     print(f"bench_ddp: {WORLD} ranks, {args.accelerator}; median step ddp {ms['ddp']:.2f} ms,"
           f" raw DDP {ms['raw']:.2f} ms; ddp / raw = {vs_raw:.3f} (goal <= 1.03),"
-          f" {fixed_ms:.2f} ms per step; ddp + SaveOnInterrupt / ddp = {with_saver:.3f}")  # fmt: skip
+          f" {fixed_ms:.2f} ms per step ({overhead[IN_BODY]:.2f} in the step's body, {overhead[AROUND_BODY]:.2f} around it);"
+          f" ddp + SaveOnInterrupt / ddp = {with_saver:.3f}")  # fmt: skip
     print(f"communication: step {ms['raw']:.2f} ms, no-sync step {ms['raw_no_sync']:.2f} ms, all-reduce of the gradients"
           f" {ms['allreduce']:.2f} ms; efficiency (step - no-sync) / all-reduce = {comm[EFFICIENCY]:.2f} (limit 1.0). Of the"
           f" difference: DDP's bookkeeping without communication {comm[BOOKKEEPING]:.2f} ms; its all-reduce"
@@ -310,6 +367,7 @@ def main(argv: list[str] | None = None) -> None:
         ratios=[ratio("ddp (Lightning) / raw torch DDP loop", "ddp", "raw", goal=1.03),
                 ratio("ddp + SaveOnInterrupt (train.py's) / ddp", "ddp_save_on_interrupt", "ddp", goal=1.01)],
         figures={"ddp - raw DDP, fixed cost per step (ms)": {"value": round(fixed_ms, 3), "goal": None, "higher_is_better": False},
+                 **{label: {"value": round(value, 3), "goal": None, "higher_is_better": False} for label, value in overhead.items()},
                  EFFICIENCY: {"value": round(comm[EFFICIENCY], 3), "goal": 1.0, "higher_is_better": False,
                               "verdict": "met" if comm[EFFICIENCY] <= 1.0 else "not met"},
                  **{label: {"value": round(comm[label], 3), "goal": None, "higher_is_better": label == HIDDEN} for label in (BOOKKEEPING, BUCKETED, HIDDEN, EFFICIENCY_VIEW)}},

@@ -56,7 +56,7 @@ def _size(dry_run: bool, quick: bool) -> str:
     return "dry" if dry_run else "quick" if quick else "full"
 
 
-def update_refusal(old_machine: dict[str, Any], old_command: str, machine: dict[str, Any], size: str) -> str | None:
+def update_refusal(old_machine: dict[str, Any], old_command: str, machine: dict[str, Any], size: str, gpu: bool = False) -> str | None:
     """Why the report of ``old_machine``/``old_command`` must not take sections from this run, or ``None``.
 
     A report compares arms measured side by side; sections from another machine, other versions or another run size
@@ -69,6 +69,8 @@ def update_refusal(old_machine: dict[str, Any], old_command: str, machine: dict[
     old_size = _size("--dry-run" in old_args, "--quick" in old_args)
     if old_size != size:
         return f"it is a {old_size} run and this one is {size}"
+    if ("--gpu" in old_args) != gpu:
+        return f"it {'ran' if not gpu else 'did not run'} the GPU variants (--gpu) and this run {'does not' if not gpu else 'does'}"
     return None
 
 
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             old_runs, old_machine, old_command = reporting.read(args.update)
         except FileNotFoundError:
             raise SystemExit(f"benchmarks/run.py --update: {args.update} holds no results.json; write a report there first (--out).") from None
-        refusal = update_refusal(old_machine, old_command, machine, size)
+        refusal = update_refusal(old_machine, old_command, machine, size, gpu=args.gpu)
         if refusal is not None:
             raise SystemExit(f"benchmarks/run.py --update: the report in {args.update} cannot take this run's sections: {refusal}."
                              " Write a new report instead (--out).")
@@ -166,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.update is not None:
         out = args.update
         first = old_command if "`" in old_command else f"`{old_command}`"
-        command = f"{first}; then, on {machine['date']}, `{command}`, whose sections replace the first run's"
+        command = f"{first}; then, on {machine['date']}, `{command}`, whose sections replace those of the runs before it"
         runs, machine = merge_runs(old_runs, runs), old_machine
     else:
         out = args.out or HERE / "results" / (machine_info.slug(machine) + ("" if size == "full" else f"_{size}"))

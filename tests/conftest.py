@@ -73,15 +73,14 @@ _STOP_RAY_CLUSTER: list[Callable[[], None]] = []
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
     """Stop the session's Ray cluster once the last test that uses it is done, not at the end of the session.
 
-    Its tests run together (last when serial; one work unit, first on its worker, under xdist), and the cluster's idle
-    daemons would otherwise take 4 % of this 2-core machine from the tests that follow. ``nextitem`` is the test this
-    process runs next, or ``None`` at the end.
+    Its tests run early on one worker under xdist (one work unit, handed out first), and the cluster's idle daemons
+    would otherwise take 4 % of this 2-core machine from the tests that worker runs after them.
     """
     yield
-    if not _STOP_RAY_CLUSTER or not last_ray_user(item, nextitem):
+    if not _STOP_RAY_CLUSTER or not last_ray_user(item, item.session.items):
         return
     import sys
 

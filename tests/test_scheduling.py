@@ -16,11 +16,13 @@ from tests.helpers.scheduling import RAY_UNIT, last_ray_user, unit_of
 pytest.importorskip("xdist")
 
 
-def test_the_ray_cluster_stops_after_its_last_test_in_this_process() -> None:
-    ray, ray_data, other = (SimpleNamespace(fixturenames=names) for names in (["ray_cluster"], ["ray_session", "ray_cluster"], ["tmp_path"]))
-    assert not last_ray_user(ray, ray_data)  # another Ray test follows
-    assert last_ray_user(ray_data, other) and last_ray_user(ray, None)  # the next test has no Ray, or none follows
-    assert not last_ray_user(other, None) and not last_ray_user(other, ray)
+def test_the_ray_cluster_stops_after_the_last_test_that_uses_it() -> None:
+    ray, ray_data, other, other2 = (SimpleNamespace(fixturenames=names) for names in
+                                    (["ray_cluster"], ["ray_session", "ray_cluster"], ["tmp_path"], ["tmp_path"]))  # fmt: skip
+    # A Ray file holds tests without Ray: a Ray test followed by one of those is not the last Ray test.
+    items = [ray, other, ray_data, other2]
+    assert [last_ray_user(it, items) for it in items] == [False, False, True, False]
+    assert last_ray_user(ray, [other, ray]) and not last_ray_user(other, [other])
 
 
 def test_the_suites_ray_files_share_one_unit_and_other_files_are_their_own() -> None:

@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import bench_ddp
-from benchmarks.bench_ddp import BOOKKEEPING, BUCKETED, EFFICIENCY, EFFICIENCY_VIEW, HIDDEN, communication_figures
+from benchmarks.bench_ddp import (
+    AROUND_BODY,
+    BOOKKEEPING,
+    BUCKETED,
+    EFFICIENCY,
+    EFFICIENCY_VIEW,
+    HIDDEN,
+    IN_BODY,
+    communication_figures,
+    overhead_figures,
+)
 
 
 def _rounds(**arms: list[float]) -> dict[str, list[float]]:
@@ -39,3 +49,9 @@ def test_every_raw_part_is_a_figure_input() -> None:
     assert set(communication_figures(times)) == {EFFICIENCY, BOOKKEEPING, BUCKETED, HIDDEN, EFFICIENCY_VIEW}
     with pytest.raises(KeyError):
         communication_figures({k: v for k, v in times.items() if k != "raw_blocking"})
+
+
+def test_lightnings_extra_time_splits_into_the_body_and_what_is_around_it() -> None:
+    # Lightning 25 ms a step with a 22.2 ms body; raw 23.5 ms with a 22 ms body: 0.2 ms in the body, 1.3 ms around it.
+    figures = overhead_figures(_rounds(ddp=[25, 50, 25], ddp_body=[22.2, 44.4, 22.2], raw=[23.5, 47, 23.5], raw_body=[22, 44, 22]))
+    assert figures[IN_BODY] == pytest.approx(0.2) and figures[AROUND_BODY] == pytest.approx(1.3)  # rounds: 0.2, 0.4, 0.2; 1.3, 2.6, 1.3

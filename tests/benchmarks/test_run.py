@@ -43,6 +43,7 @@ def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     # bench_ddp's decomposition arms ran (each trained exactly as plain DDP, or the benchmark would have failed).
     assert {"raw_no_comm", "raw_blocking", "raw_bucket_view"} <= set(by_name["ddp"]["result"]["arms"])
     assert any(label.startswith("DDP's bookkeeping without communication") for label in figures)
+    assert any(label.startswith("ddp - raw DDP, per step, in the step's body") for label in figures)
     assert any("peak activation memory saved" in label for label in figures)
     # The callback checkpoints exactly what torch.utils.checkpoint by hand does: the same peak activation memory.
     memory = by_name["activation_checkpointing"]["result"]["memory"]
@@ -63,7 +64,7 @@ def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     assert list(after) == list(by_name)  # the registry's order: nothing added, nothing lost
     assert after["dp"]["status"] == "ok" and after["dp"]["result"]["arms"] != by_name["dp"]["result"]["arms"]
     assert all(after[n] == by_name[n] for n in ("ddp", "parity", "activation_checkpointing"))
-    assert "whose sections replace the first run's" in updated["command"] and "--update" in updated["command"]
+    assert "whose sections replace those of the runs before it" in updated["command"] and "--update" in updated["command"]
     assert "## dp" in (out / "report.md").read_text()
 
 
@@ -111,6 +112,7 @@ def test_update_refuses_another_machine_other_versions_or_run_size() -> None:
     # An updated report's command quotes its parts; its first run sets the size.
     first_quick = "`python benchmarks/run.py --quick`; then, on 2026-11-26, `python benchmarks/run.py --quick --only dp --update x`"
     assert run.update_refusal(here, first_quick, dict(here), "quick") is None
+    assert "ran the GPU variants (--gpu) and this run does not" in run.update_refusal(here, "python benchmarks/run.py --gpu", dict(here), "full")
 
 
 def test_merge_keeps_the_registry_order_and_replaces_by_name() -> None:

@@ -31,10 +31,14 @@ def uses_ray_cluster(item: pytest.Item) -> bool:
     return any(name in getattr(item, "fixturenames", ()) for name in RAY_FIXTURES)
 
 
-def last_ray_user(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
-    """Whether ``item`` is the last test of this process that uses the Ray cluster: the next one (``None`` at the end)
-    does not. That holds because the Ray tests run together: last when serial, one work unit under xdist."""
-    return uses_ray_cluster(item) and (nextitem is None or not uses_ray_cluster(nextitem))
+def last_ray_user(item: pytest.Item, items: list[pytest.Item]) -> bool:
+    """Whether ``item`` is the last test of ``items`` (this process's collection, in run order) that uses the Ray cluster.
+
+    A Ray file also holds tests without Ray, so the next test alone cannot tell. Under xdist every Ray test is in one
+    unit that one worker runs, and each worker's ``items`` is the whole suite in the order the units are handed out,
+    so the last Ray test of ``items`` is the last one the cluster's worker runs.
+    """
+    return uses_ray_cluster(item) and next((it for it in reversed(items) if uses_ray_cluster(it)), None) is item
 
 
 def order_serially(items: list[pytest.Item]) -> None:
