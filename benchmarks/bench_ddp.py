@@ -111,6 +111,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def synchronize(device: Any) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously), so that a time mark follows it; nothing on CPU."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
 class Body:
     """Times each step's body, the same work in both loops: zero_grad, forward, backward and the optimizer step."""
 
@@ -119,18 +127,12 @@ class Body:
         self.starts: list[float] = []
         self.ends: list[float] = []
 
-    def sync(self) -> None:
-        if self.device.type == "cuda":
-            import torch
-
-            torch.cuda.synchronize(self.device)
-
     def begin(self) -> None:
-        self.sync()
+        synchronize(self.device)
         self.starts.append(time.perf_counter())
 
     def end(self) -> None:
-        self.sync()
+        synchronize(self.device)
         self.ends.append(time.perf_counter())
 
     def median(self, args: argparse.Namespace) -> float:
@@ -202,7 +204,7 @@ def raw_ddp(args: argparse.Namespace, device: Any) -> dict[str, float]:
         marks: list[float] = []
         body = Body(device)
         for x, y in make_loader(args, dist.get_rank()):
-            body.sync()
+            synchronize(device)
             marks.append(time.perf_counter())
             x, y = x.to(device), y.to(device)
             body.begin()
@@ -229,12 +231,10 @@ def raw_ddp(args: argparse.Namespace, device: Any) -> dict[str, float]:
     flat = torch.zeros(sum(p.numel() for p in ddp.parameters()), device=device)
     marks = []
     for _ in range(args.warmup + args.steps + 1):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         marks.append(time.perf_counter())
         dist.all_reduce(flat)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    synchronize(device)
     marks.append(time.perf_counter())
     return {"raw": step, "raw_body": body, "raw_no_sync": no_sync, "raw_no_comm": no_comm_step, "raw_blocking": blocking_step,
             "raw_bucket_view": bucket_view_step, "allreduce": median_interval(marks, args.warmup, args.steps)}
@@ -246,7 +246,8 @@ def lightning_ddp(args: argparse.Namespace, name: str, save_on_interrupt: bool =
     import torch
     from torch import nn
 
-    body = Body(torch.device("cuda", int(os.environ["LOCAL_RANK"])) if args.accelerator == "gpu" else torch.device("cpu"))
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if args.accelerator == "gpu" else torch.device("cpu")
+    body = Body(device)
 
     class Module(pl.LightningModule):
         def __init__(self) -> None:
@@ -272,8 +273,7 @@ def lightning_ddp(args: argparse.Namespace, name: str, save_on_interrupt: bool =
             self.marks: list[float] = []
 
         def on_train_batch_start(self, *_: Any) -> None:
-            if torch.cuda.is_available() and args.accelerator == "gpu":
-                torch.cuda.synchronize()
+            synchronize(device)
             self.marks.append(time.perf_counter())
 
     clock = Clock()

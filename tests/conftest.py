@@ -10,6 +10,7 @@ import contextlib
 import os
 import secrets
 import signal
+import sys
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -82,8 +83,6 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
     yield
     if not _STOP_RAY_CLUSTER or not last_ray_user(item, item.session.items):
         return
-    import sys
-
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()  # this process's connection (ray_session) first; its own finalizer then finds nothing to do
