@@ -4,10 +4,33 @@
 # lands under benchmarks/results/<date>_<N>x<GPU>/. Without a visible GPU it says what it skipped and exits 0.
 #
 #   bash benchmarks/gpu_check.sh                     # extra arguments go to benchmarks/run.py, e.g. --quick
+#
+# A node without network (most cluster compute nodes) cannot run the set-up: point LIGHTNING_MGPU_PYTHON at an
+# interpreter that already has CUDA torch, Lightning and the test tools (a cluster module, a container's python):
+#
+#   LIGHTNING_MGPU_PYTHON=python3 bash benchmarks/gpu_check.sh
+#
+# The repository is then imported from here (PYTHONPATH), and a missing package is named before anything runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_env.sh
-PY=.venv/bin/python
+if [ -n "${LIGHTNING_MGPU_PYTHON:-}" ]; then
+  PY=$LIGHTNING_MGPU_PYTHON
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  "$PY" - <<'EOF'
+import importlib.util, sys
+# What the package and the gpu-marked tests import; pytest's addopts use the rerun and timeout plugins.
+need = {"torch": "torch", "lightning": "lightning", "torchdata": "torchdata", "threadpoolctl": "threadpoolctl",
+        "pytest": "pytest", "pytest_rerunfailures": "pytest-rerunfailures", "pytest_timeout": "pytest-timeout",
+        "tqdm": "tqdm", "matplotlib": "matplotlib", "pynvml": "nvidia-ml-py", "psutil": "psutil"}
+missing = [pkg for mod, pkg in need.items() if importlib.util.find_spec(mod) is None]
+if missing:
+    sys.exit(f"gpu_check: {sys.executable} lacks {', '.join(missing)}. Install them into it"
+             f" (pip install {' '.join(missing)}), or leave LIGHTNING_MGPU_PYTHON unset to set up .venv here.")
+EOF
+else
+  bash scripts/setup_env.sh
+  PY=.venv/bin/python
+fi
 gpus=$("$PY" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)")
 if [ "$gpus" = "0" ]; then
   echo "gpu_check: no CUDA GPU visible (CUDA_VISIBLE_DEVICES='${CUDA_VISIBLE_DEVICES-unset}'); skipped: the gpu-marked tests and the GPU suite."
@@ -15,6 +38,6 @@ if [ "$gpus" = "0" ]; then
 fi
 echo "gpu_check: $gpus GPU(s): $("$PY" -c "import torch; print(', '.join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())))")"
 status=0
-"$PY" -m pytest -m gpu -q -p no:cacheprovider tests || status=$?
+"$PY" -m pytest -m gpu -q -p no:cacheprovider -p no:xdist tests || status=$?
 "$PY" benchmarks/run.py --gpu "$@" || status=$?
 exit "$status"

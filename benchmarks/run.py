@@ -83,15 +83,27 @@ def merge_runs(old: list[reporting.BenchRun], new: list[reporting.BenchRun]) -> 
     return sorted(by_name.values(), key=lambda r: order.get(r.name, len(order)))
 
 
-def run_one(bench: Benchmark, size: str, workdir: Path, bar_position: int, gpu: bool = False) -> reporting.BenchRun:
+def skip_reason(bench: Benchmark, size: str, gpu: bool, gpus: int) -> str | None:
+    """Why ``bench`` does not run at ``size`` here (``gpus`` visible, ``--gpu`` or not), or ``None``."""
+    missing = bench.missing()
+    if missing:
+        return f"needs {', '.join(missing)}, not installed here"
+    if gpu and bench.gpu_args is None:
+        return "no GPU variant"
+    if gpu and gpus < bench.gpus_needed:
+        return f"its GPU variant needs {bench.gpus_needed} GPUs, {gpus} here"
+    if not gpu and size not in bench.cpu_sizes:
+        return "GPU only: its figures mean nothing on a CPU (run.py --gpu); on the CPU it runs at dry size only"
+    return None
+
+
+def run_one(bench: Benchmark, size: str, workdir: Path, bar_position: int, gpu: bool = False, gpus: int = 0) -> reporting.BenchRun:
     """Run one benchmark in its own process, following its ``round i/N`` lines with a progress bar."""
     from tqdm import tqdm
 
-    missing = bench.missing()
-    if missing:
-        return reporting.BenchRun(bench.name, bench.what, "skipped", error=f"needs {', '.join(missing)}, not installed here")
-    if gpu and bench.gpu_args is None:
-        return reporting.BenchRun(bench.name, bench.what, "skipped", error="no GPU variant")
+    skipped = skip_reason(bench, size, gpu, gpus)
+    if skipped is not None:
+        return reporting.BenchRun(bench.name, bench.what, "skipped", error=skipped)
     result_path = workdir / f"{bench.name}.json"
     extra = [*bench.args.get(size, []), *((bench.gpu_args or []) if gpu else [])]
     cmd = [sys.executable, str(HERE / bench.script), *extra, "--result", str(result_path)]
@@ -143,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         for b in chosen:
             missing = b.missing()
             state = f"  (skipped here: needs {', '.join(missing)})" if missing else ""
+            state += "  (GPU only: run.py --gpu)" if "full" not in b.cpu_sizes else ""
             print(f"{b.name:12s} [{', '.join(b.suites)}] {b.what}{state}")
         return 0
     size = _size(args.dry_run, args.quick)
@@ -164,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, bench in enumerate(chosen):
-            runs.append(run_one(bench, size, Path(tmp), i, gpu=args.gpu))
+            runs.append(run_one(bench, size, Path(tmp), i, gpu=args.gpu, gpus=len(machine["gpus"])))
     if args.update is not None:
         out = args.update
         first = old_command if "`" in old_command else f"`{old_command}`"

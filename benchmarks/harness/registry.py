@@ -22,6 +22,9 @@ class Benchmark:
         needs: importable modules it needs; without them it is skipped, saying so.
         timeout_s: per size, a hard bound on the run.
         gpu_args: added with ``run.py --gpu`` (its GPU variant); ``None``: the benchmark has none and is skipped there.
+        gpus_needed: the GPUs its GPU variant needs; with fewer it is skipped, saying so.
+        cpu_sizes: the sizes it runs at without ``--gpu``; a GPU-only benchmark runs on the CPU at dry size only,
+            which tests its script.
     """
 
     name: str
@@ -32,6 +35,8 @@ class Benchmark:
     needs: tuple[str, ...] = ()
     timeout_s: dict[str, float] = field(default_factory=lambda: {"full": 1800.0, "quick": 300.0, "dry": 240.0})
     gpu_args: list[str] | None = None
+    gpus_needed: int = 1
+    cpu_sizes: tuple[str, ...] = SIZES
 
     def missing(self) -> list[str]:
         """The needed modules that cannot be imported here."""
@@ -44,7 +49,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "ddp (Lightning) against a raw torch DDP loop, 2 ranks, and where DDP's communication time goes",
         {"full": ["--rounds", "7", "--steps", "20"], "quick": ["--rounds", "3", "--steps", "10"],
          "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64"]},
-        gpu_args=["--accelerator", "gpu"],
+        gpu_args=["--accelerator", "gpu"], gpus_needed=2,  # two ranks, one GPU each (NCCL refuses a shared GPU)
     ),
     Benchmark(
         "sharded", ("strategies", "memory"), "bench_sharded.py",
@@ -52,7 +57,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         {"full": ["--rounds", "7"], "quick": ["--rounds", "3", "--steps", "5", "--hidden", "768"],
          "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64"]},
         needs=("fairscale",),
-        gpu_args=["--accelerator", "gpu"],
+        gpu_args=["--accelerator", "gpu"], gpus_needed=2,
     ),
     Benchmark(
         "horovod", ("strategies",), "bench_horovod.py",
@@ -79,7 +84,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "GPUUtilizationMonitor against no callback and Lightning's DeviceStatsMonitor, at a step of about 4 ms",
         {"full": ["--rounds", "9", "--width", "1024", "--batch-size", "64"], "quick": ["--rounds", "3", "--steps", "60"],
          "dry": ["--rounds", "1", "--steps", "5", "--warmup", "2"]},
-        gpu_args=[],  # it trains on the GPU when there is one, with real NVML
+        # It trains on the GPU when there is one, with real NVML; these shapes make a step of about 4 ms on an H100.
+        gpu_args=["--width", "2048", "--batch-size", "4096"],
     ),
     Benchmark(
         "activation_checkpointing", ("callbacks", "memory"), "bench_activation_checkpointing.py",
@@ -88,6 +94,15 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         {"full": ["--repeats", "9", "--device", "cpu"], "quick": ["--repeats", "3", "--depth", "8", "--device", "cpu"],
          "dry": ["--repeats", "1", "--depth", "2", "--model", "mlp", "--device", "cpu"]},
         gpu_args=["--device", "all"],  # later arguments win: the CPU and the CUDA variants
+    ),
+    Benchmark(
+        "amp", ("callbacks",), "bench_amp.py",
+        "bf16 and fp16 mixed precision against fp32 and TF32: step time, achieved TFLOPS against the device's peak,"
+        " and Lightning + AutoMixedPrecision against a raw autocast loop",
+        {"full": ["--rounds", "5"], "quick": ["--rounds", "3", "--steps", "5"],
+         "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--width", "64", "--depth", "2", "--tokens", "64",
+                 "--device", "cpu", "--arms", "fp32,bf16,raw_bf16"]},
+        gpu_args=["--device", "cuda"], cpu_sizes=("dry",),  # the figures mean something on a GPU only
     ),
     Benchmark(
         "preprocess", ("data",), "bench_preprocess.py",

@@ -16,9 +16,22 @@ RUN = str(REPO_ROOT / "benchmarks" / "run.py")
 
 def test_list_names_every_benchmark_and_its_suites() -> None:
     out = run_python([RUN, "--list"], timeout=60).stdout
-    for name in ("ddp", "sharded", "horovod", "dp", "parity", "gpu_monitor", "activation_checkpointing", "preprocess", "launchers"):
+    for name in ("ddp", "sharded", "horovod", "dp", "parity", "gpu_monitor", "amp", "activation_checkpointing", "preprocess", "launchers"):
         assert name in out
     assert "[strategies, memory]" in out
+    assert "amp          [callbacks]" in out and "(GPU only: run.py --gpu)" in out.split("amp ")[1].splitlines()[0]
+
+
+def test_skip_reasons_name_what_is_missing() -> None:
+    run = _run_module()
+    by_name = {b.name: b for b in run.BENCHMARKS}
+    assert run.skip_reason(by_name["ddp"], "full", gpu=True, gpus=1) == "its GPU variant needs 2 GPUs, 1 here"
+    assert run.skip_reason(by_name["ddp"], "full", gpu=True, gpus=2) is None
+    assert run.skip_reason(by_name["dp"], "full", gpu=True, gpus=1) is None
+    assert run.skip_reason(by_name["parity"], "full", gpu=True, gpus=8) == "no GPU variant"
+    assert run.skip_reason(by_name["amp"], "full", gpu=False, gpus=0).startswith("GPU only")
+    assert run.skip_reason(by_name["amp"], "dry", gpu=False, gpus=0) is None  # the dry size tests its script on the CPU
+    assert run.skip_reason(by_name["amp"], "quick", gpu=True, gpus=1) is None
 
 
 def test_an_unknown_suite_is_refused_with_the_choices() -> None:
@@ -30,11 +43,11 @@ def test_an_unknown_suite_is_refused_with_the_choices() -> None:
 @pytest.mark.timeout(600)
 def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = run_python([RUN, "--quick", "--dry-run", "--only", "dp,ddp,parity,activation_checkpointing", "--out", str(out)], timeout=500)
+    proc = run_python([RUN, "--quick", "--dry-run", "--only", "dp,ddp,parity,amp,activation_checkpointing", "--out", str(out)], timeout=500)
     assert "ddp (Lightning) / raw torch DDP loop" in proc.stdout  # the terminal table
     raw = json.loads((out / "results.json").read_text())
     by_name = {b["name"]: b for b in raw["benchmarks"]}
-    assert {n: b["status"] for n, b in by_name.items()} == dict.fromkeys(("ddp", "dp", "parity", "activation_checkpointing"), "ok")
+    assert {n: b["status"] for n, b in by_name.items()} == dict.fromkeys(("ddp", "dp", "parity", "amp", "activation_checkpointing"), "ok")
     for name in ("ddp", "dp", "activation_checkpointing"):
         assert by_name[name]["summaries"] and all("median" in s for s in by_name[name]["summaries"])
     figures = {label: f["value"] for b in raw["benchmarks"] for label, f in b["result"]["figures"].items()}
@@ -45,6 +58,9 @@ def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     assert any(label.startswith("DDP's bookkeeping without communication") for label in figures)
     assert any(label.startswith("ddp - raw DDP, per step, in the step's body") for label in figures)
     assert any("peak activation memory saved" in label for label in figures)
+    # bench_amp's script on the CPU: Lightning + AutoMixedPrecision under bf16 against the raw autocast loop.
+    assert "bf16: Lightning + AutoMixedPrecision / raw autocast loop" in [s["label"] for s in by_name["amp"]["summaries"]]
+    assert figures["bf16: achieved TFLOPS"] > 0
     # The callback checkpoints exactly what torch.utils.checkpoint by hand does: the same peak activation memory.
     memory = by_name["activation_checkpointing"]["result"]["memory"]
     assert memory["mlp-cpu/every_k=1"] == memory["mlp-cpu/torch"] < memory["mlp-cpu/none"]
@@ -66,7 +82,7 @@ def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     assert list(after) == list(by_name)  # the registry's order: nothing added, nothing lost
     rerun = after["activation_checkpointing"]
     assert rerun["status"] == "ok" and rerun["result"]["arms"] != by_name["activation_checkpointing"]["result"]["arms"]
-    assert all(after[n] == by_name[n] for n in ("ddp", "dp", "parity"))
+    assert all(after[n] == by_name[n] for n in ("ddp", "dp", "parity", "amp"))
     assert "whose sections replace those of the runs before it" in updated["command"] and "--update" in updated["command"]
     assert "## activation_checkpointing" in (out / "report.md").read_text()
 

@@ -1,0 +1,265 @@
+"""Mixed precision on a GPU: bf16 and fp16 against fp32 (and TF32), achieved TFLOPS, and AutoMixedPrecision's cost.
+
+A stack of transformer MLP blocks (``LayerNorm -> Linear(d, 4d) -> GELU -> Linear(4d, d)``, residual) trains with
+AdamW on batches already on the device, so the matrix units set the pace and not the input pipeline. Arms, run in
+interleaved rounds (the order rotates every round), each a fresh fit of the same seeded model on the same batches:
+
+- ``fp32``: ``Trainer(precision="32-true")`` with torch's default float32 matmuls (no TF32);
+- ``tf32``: the same with ``torch.set_float32_matmul_precision("high")``, which Lightning suggests on Ampere+;
+- ``bf16`` / ``fp16``: ``Trainer(precision="bf16-mixed" / "16-mixed")`` with ``AutoMixedPrecision`` monitoring
+  (under fp16 it reads the GradScaler at every step and logs the loss scale);
+- ``raw_bf16`` / ``raw_fp16``: a hand-written loop with ``torch.autocast`` (and a ``GradScaler`` for fp16), the raw
+  peer of the two mixed arms: Lightning plus the callback against it should cost <= 3 %.
+
+Achieved TFLOPS = the FLOPs of one training step (counted once by torch's FlopCounterMode on the meta device, through
+Lightning's ``measure_flops``) / the median step time. The fraction of the device's dense peak uses the datasheet
+peak for the arm's matmul dtype (see ``DENSE_PEAK``; Lightning's own table lists the H200 with sparsity).
+
+Run::
+
+    python benchmarks/bench_amp.py                                # one CUDA GPU, about a minute on an H100
+    python benchmarks/bench_amp.py --width 4096 --tokens 16384    # larger matmuls: nearer the peak
+    python benchmarks/bench_amp.py --device cpu --arms fp32,bf16 --width 64 --depth 2 --tokens 64   # the script only
+
+On the CPU the figures say nothing about a GPU: the suite runs this benchmark there only at its dry size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness.result import progress, ratio, write_result  # noqa: E402
+from lightning_mgpu.callbacks import AutoMixedPrecision  # noqa: E402
+
+#: Lightning plus the callback against the same autocast loop written by hand, as for every strategy.
+GOAL_VS_RAW = 1.03
+#: The Lightning precision of each arm, and the dtype its matrix products run in (for the peak).
+PRECISION = {"fp32": ("32-true", torch.float32), "tf32": ("32-true", "tfloat32"),
+             "bf16": ("bf16-mixed", torch.bfloat16), "fp16": ("16-mixed", torch.float16)}  # fmt: skip
+ARMS = ("fp32", "tf32", "bf16", "fp16", "raw_bf16", "raw_fp16")
+#: Dense (no sparsity) datasheet peaks in FLOP/s, SXM parts. The H200 is the H100's GH100 at the same clocks.
+DENSE_PEAK: dict[str, dict[Any, float]] = {
+    "h100": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12, torch.float16: 989.4e12},
+    "h200": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12, torch.float16: 989.4e12},
+    "a100": {torch.float32: 19.5e12, "tfloat32": 156e12, torch.bfloat16: 312e12, torch.float16: 312e12},
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--arms", default=",".join(ARMS), type=lambda s: [a for a in s.split(",") if a])
+    p.add_argument("--rounds", default=5, type=int, help="interleaved rounds")
+    p.add_argument("--steps", default=10, type=int, help="timed steps per run")
+    p.add_argument("--warmup", default=3, type=int, help="untimed steps per run (cuBLAS heuristics, the allocator)")
+    p.add_argument("--width", default=2048, type=int, help="d; the hidden layer is 4d")
+    p.add_argument("--depth", default=6, type=int, help="MLP blocks")
+    p.add_argument("--tokens", default=8192, type=int, help="rows per batch")
+    p.add_argument("--result", default=None, type=Path, help="write every round for benchmarks/run.py here")
+    args = p.parse_args(argv)
+    unknown = sorted(set(args.arms) - set(ARMS))
+    if unknown:
+        p.error(f"unknown arm(s) {unknown}; choose from {list(ARMS)}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda needs a CUDA GPU; run with --device cpu to check the script only.")
+    if args.device == "cpu" and {"fp16", "raw_fp16"} & set(args.arms):
+        p.error("fp16 mixed precision needs CUDA; leave fp16 and raw_fp16 out of --arms on the CPU.")
+    return args
+
+
+class Block(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.norm, self.up, self.down = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(nn.functional.gelu(self.up(self.norm(x))))
+
+
+def build_model(args: argparse.Namespace) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(*(Block(args.width) for _ in range(args.depth)))
+
+
+def make_batches(args: argparse.Namespace, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    # Four distinct batches, cycled: on the device already, so both sides time the model, not host-to-device copies.
+    batches = [(torch.randn(args.tokens, args.width, generator=g), torch.randn(args.tokens, args.width, generator=g)) for _ in range(4)]
+    return [(x.to(device), y.to(device)) for x, y in batches]
+
+
+def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return nn.functional.mse_loss(model(x).float(), y)
+
+
+def step_flops(args: argparse.Namespace) -> int:
+    """FLOPs of one forward + backward, counted on the meta device (no memory, no time)."""
+    from lightning.fabric.utilities.throughput import measure_flops
+
+    with torch.device("meta"):
+        model, x, y = build_model(args), torch.empty(args.tokens, args.width), torch.empty(args.tokens, args.width)
+    return int(measure_flops(model, lambda: model(x), lambda out: nn.functional.mse_loss(out, y)))
+
+
+def dense_peak(device: torch.device, dtype: Any) -> float | None:
+    """The device's dense datasheet peak for matmuls in ``dtype``, or ``None`` where it is not known."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device).lower()
+    for chip, peaks in DENSE_PEAK.items():
+        if chip in name:
+            return peaks.get(dtype)
+    from lightning.fabric.utilities.throughput import get_available_flops
+
+    found = get_available_flops(device, dtype)
+    return float(found) if found else None
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class _Module(pl.LightningModule):
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__()
+        self.net = build_model(args)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return loss_of(self.net, *batch)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+
+class _Clock(pl.Callback):
+    """Step boundaries, with the device drained at each, so a mark falls after the step's kernels."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.marks = device, []
+
+    def on_train_batch_start(self, *_: Any) -> None:
+        synchronize(self.device)
+        self.marks.append(time.perf_counter())
+
+
+def median_step(marks: list[float], warmup: int) -> float:
+    return statistics.median(b - a for a, b in zip(marks[warmup:], marks[warmup + 1 :]))
+
+
+def lightning_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.device) -> tuple[float, int, dict[str, Any]]:
+    """One fit: the median step seconds, the peak memory (CUDA) and what the callback counted."""
+    precision = PRECISION[arm][0]
+    torch.set_float32_matmul_precision("high" if arm == "tf32" else "highest")
+    clock = _Clock(device)
+    callbacks: list[pl.Callback] = [clock]
+    amp = None
+    if precision != "32-true":
+        amp = AutoMixedPrecision()  # monitors the explicit plugin: counts fp16's skipped steps, logs the scale
+        callbacks.append(amp)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    steps = args.warmup + args.steps + 1
+    trainer = pl.Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, precision=precision, max_steps=steps,
+        callbacks=callbacks, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+    )  # fmt: skip
+    loader = DataLoader([batches[i % len(batches)] for i in range(steps)], batch_size=None)  # the batches as they are
+    trainer.fit(_Module(args), train_dataloaders=loader)
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+    counted = {"optimizer_steps": amp.optimizer_steps, "skipped_steps": amp.skipped_steps} if amp is not None else {}
+    torch.set_float32_matmul_precision("highest")
+    return median_step(clock.marks, args.warmup), peak, counted
+
+
+def raw_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.device) -> tuple[float, int]:
+    """The same steps in a hand-written autocast loop: Lightning's order (zero_grad, forward, backward, step)."""
+    dtype = PRECISION[arm.removeprefix("raw_")][1]
+    model = build_model(args).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    marks = []
+    for i in range(args.warmup + args.steps + 1):
+        synchronize(device)
+        marks.append(time.perf_counter())
+        x, y = batches[i % len(batches)]
+        optimizer.zero_grad()
+        with torch.autocast(device.type, dtype=dtype):
+            loss = loss_of(model, x, y)
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    synchronize(device)
+    marks.append(time.perf_counter())
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+    return median_step(marks, args.warmup), peak
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    batches = make_batches(args, device)
+    flops = step_flops(args)
+    times: dict[str, list[float]] = {arm: [] for arm in args.arms}
+    peaks: dict[str, int] = {}
+    counted: dict[str, dict[str, Any]] = {}
+    for r in range(args.rounds):
+        order = args.arms[r % len(args.arms) :] + args.arms[: r % len(args.arms)]  # rotated: no arm always first
+        for arm in order:
+            if arm.startswith("raw_"):
+                seconds, peaks[arm] = raw_arm(args, arm, batches, device)
+            else:
+                seconds, peaks[arm], counted[arm] = lightning_arm(args, arm, batches, device)
+            times[arm].append(seconds)
+        progress(r + 1, args.rounds)
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    ratios, figures = [], {}
+    for arm in ("tf32", "bf16", "fp16"):
+        if arm in times and "fp32" in times:
+            ratios.append(ratio(f"{arm} / fp32 step time (Lightning)", arm, "fp32"))
+    for arm in ("bf16", "fp16"):
+        if arm in times and f"raw_{arm}" in times:
+            ratios.append(ratio(f"{arm}: Lightning + AutoMixedPrecision / raw autocast loop", arm, f"raw_{arm}", goal=GOAL_VS_RAW))
+    print(f"bench_amp: {name}, {flops / 1e12:.2f} TFLOP a step ({args.depth} blocks, d={args.width}, {args.tokens} rows)")
+    for arm in args.arms:
+        step = statistics.median(times[arm])
+        achieved = flops / step
+        peak = dense_peak(device, PRECISION[arm.removeprefix("raw_")][1])
+        share = f", {achieved / peak:.1%} of the dense peak {peak / 1e12:.0f}" if peak else ""
+        print(f"  {arm:9s} {step * 1e3:8.2f} ms  {achieved / 1e12:7.1f} TFLOPS{share}  peak memory {peaks[arm] / 2**30:.2f} GiB")
+        figures[f"{arm}: achieved TFLOPS"] = {"value": float(f"{achieved / 1e12:.3g}"), "higher_is_better": True}
+        if peak:
+            figures[f"{arm}: share of {name}'s dense peak ({peak / 1e12:.0f} TFLOPS)"] = {"value": round(achieved / peak, 3), "higher_is_better": True}
+    if "fp16" in counted:
+        figures["fp16: optimizer steps the GradScaler skipped (AutoMixedPrecision's count, last run)"] = {
+            "value": counted["fp16"]["skipped_steps"], "higher_is_better": False}  # fmt: skip
+    write_result(
+        args.result, name="amp", arms={arm: {"step_s": t} for arm, t in times.items()}, ratios=ratios, figures=figures,
+        memory={arm: [float(peaks[arm])] for arm in args.arms} if device.type == "cuda" else None,
+        memory_label="peak memory allocated during the fit", config=vars(args) | {"device_name": name, "flops_per_step": flops},
+        notes=["FLOPs per step from torch's FlopCounterMode (Lightning's measure_flops) on the meta device; the peak is the"
+               " dense datasheet figure for the arm's matmul dtype."],
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
