@@ -7,9 +7,10 @@ interleaved rounds (the order rotates every round), each a fresh fit of the same
 - ``fp32``: ``Trainer(precision="32-true")`` with torch's default float32 matmuls (no TF32);
 - ``tf32``: the same with ``torch.set_float32_matmul_precision("high")``, which Lightning suggests on Ampere+;
 - ``bf16`` / ``fp16``: ``Trainer(precision="bf16-mixed" / "16-mixed")`` with ``AutoMixedPrecision`` monitoring
-  (under fp16 it reads the GradScaler at every step and logs the loss scale);
+  (under fp16 it reads the GradScaler at every step and logs the loss scale on Lightning's logging steps);
+- ``bf16_plain`` / ``fp16_plain``: the same Trainer without the callback, which separates its cost from Lightning's;
 - ``raw_bf16`` / ``raw_fp16``: a hand-written loop with ``torch.autocast`` (and a ``GradScaler`` for fp16), the raw
-  peer of the two mixed arms: Lightning plus the callback against it should cost <= 3 %.
+  peer of the mixed arms: Lightning plus the callback against it should cost <= 3 %.
 
 Achieved TFLOPS = the FLOPs of one training step (counted once by torch's FlopCounterMode on the meta device, through
 Lightning's ``measure_flops``) / the median step time. The fraction of the device's dense peak uses the datasheet
@@ -19,7 +20,7 @@ Run::
 
     python benchmarks/bench_amp.py                                # one CUDA GPU, about a minute on an H100
     python benchmarks/bench_amp.py --width 4096 --tokens 16384    # larger matmuls: nearer the peak
-    python benchmarks/bench_amp.py --device cpu --arms fp32,bf16 --width 64 --depth 2 --tokens 64   # the script only
+    python benchmarks/bench_amp.py --device cpu --arms fp32,fp16,raw_fp16 --width 64 --depth 2 --tokens 64   # the script only
 
 On the CPU the figures say nothing about a GPU: the suite runs this benchmark there only at its dry size.
 """
@@ -47,7 +48,7 @@ GOAL_VS_RAW = 1.03
 #: The Lightning precision of each arm, and the dtype its matrix products run in (for the peak).
 PRECISION = {"fp32": ("32-true", torch.float32), "tf32": ("32-true", "tfloat32"),
              "bf16": ("bf16-mixed", torch.bfloat16), "fp16": ("16-mixed", torch.float16)}  # fmt: skip
-ARMS = ("fp32", "tf32", "bf16", "fp16", "raw_bf16", "raw_fp16")
+ARMS = ("fp32", "tf32", "bf16", "fp16", "bf16_plain", "fp16_plain", "raw_bf16", "raw_fp16")
 #: Dense (no sparsity) datasheet peaks in FLOP/s, SXM parts. The H200 is the H100's GH100 at the same clocks.
 DENSE_PEAK: dict[str, dict[Any, float]] = {
     "h100": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12, torch.float16: 989.4e12},
@@ -73,8 +74,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"unknown arm(s) {unknown}; choose from {list(ARMS)}")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda needs a CUDA GPU; run with --device cpu to check the script only.")
-    if args.device == "cpu" and {"fp16", "raw_fp16"} & set(args.arms):
-        p.error("fp16 mixed precision needs CUDA; leave fp16 and raw_fp16 out of --arms on the CPU.")
     return args
 
 
@@ -160,19 +159,24 @@ def median_step(marks: list[float], warmup: int) -> float:
 
 def lightning_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.device) -> tuple[float, int, dict[str, Any]]:
     """One fit: the median step seconds, the peak memory (CUDA) and what the callback counted."""
-    precision = PRECISION[arm][0]
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    precision = PRECISION[arm.removesuffix("_plain")][0]
     torch.set_float32_matmul_precision("high" if arm == "tf32" else "highest")
     clock = _Clock(device)
     callbacks: list[pl.Callback] = [clock]
     amp = None
-    if precision != "32-true":
+    if precision != "32-true" and not arm.endswith("_plain"):
         amp = AutoMixedPrecision()  # monitors the explicit plugin: counts fp16's skipped steps, logs the scale
         callbacks.append(amp)
+    # fp16 through its plugin, as Lightning builds it on CUDA: Lightning turns precision="16-mixed" into bf16 on a CPU.
+    plugins = [MixedPrecision("16-mixed", device.type, scaler=torch.amp.GradScaler(device.type))] if precision == "16-mixed" else []
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     steps = args.warmup + args.steps + 1
     trainer = pl.Trainer(
-        accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, precision=precision, max_steps=steps,
+        accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, max_steps=steps, plugins=plugins,
+        precision=None if plugins else precision,
         callbacks=callbacks, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
     )  # fmt: skip
@@ -239,13 +243,15 @@ def main(argv: list[str] | None = None) -> None:
     for arm in ("bf16", "fp16"):
         if arm in times and f"raw_{arm}" in times:
             ratios.append(ratio(f"{arm}: Lightning + AutoMixedPrecision / raw autocast loop", arm, f"raw_{arm}", goal=GOAL_VS_RAW))
+        if arm in times and f"{arm}_plain" in times:
+            ratios.append(ratio(f"{arm}: AutoMixedPrecision / the same Trainer without it", arm, f"{arm}_plain"))
     print(f"bench_amp: {name}, {flops / 1e12:.2f} TFLOP a step ({args.depth} blocks, d={args.width}, {args.tokens} rows)")
     for arm in args.arms:
         step = statistics.median(times[arm])
         achieved = flops / step
-        peak = dense_peak(device, PRECISION[arm.removeprefix("raw_")][1])
+        peak = dense_peak(device, PRECISION[arm.removeprefix("raw_").removesuffix("_plain")][1])
         share = f", {achieved / peak:.1%} of the dense peak {peak / 1e12:.0f}" if peak else ""
-        print(f"  {arm:9s} {step * 1e3:8.2f} ms  {achieved / 1e12:7.1f} TFLOPS{share}  peak memory {peaks[arm] / 2**30:.2f} GiB")
+        print(f"  {arm:10s} {step * 1e3:8.2f} ms  {achieved / 1e12:7.1f} TFLOPS{share}  peak memory {peaks[arm] / 2**30:.2f} GiB")
         figures[f"{arm}: achieved TFLOPS"] = {"value": float(f"{achieved / 1e12:.3g}"), "higher_is_better": True}
         if peak:
             figures[f"{arm}: share of {name}'s dense peak ({peak / 1e12:.0f} TFLOPS)"] = {"value": round(achieved / peak, 3), "higher_is_better": True}
@@ -255,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     write_result(
         args.result, name="amp", arms={arm: {"step_s": t} for arm, t in times.items()}, ratios=ratios, figures=figures,
         memory={arm: [float(peaks[arm])] for arm in args.arms} if device.type == "cuda" else None,
-        memory_label="peak memory allocated during the fit", config=vars(args) | {"device_name": name, "flops_per_step": flops},
+        memory_label="peak memory allocated during the fit", config={k: v for k, v in vars(args).items() if k != "result"} | {"device_name": name, "flops_per_step": flops},
         notes=["FLOPs per step from torch's FlopCounterMode (Lightning's measure_flops) on the meta device; the peak is the"
                " dense datasheet figure for the arm's matmul dtype."],
     )  # fmt: skip

@@ -33,9 +33,12 @@ class AutoMixedPrecision(Callback):
       building the ``Trainer`` and pass the result as ``Trainer(precision=...)``.
     - checks at ``setup`` that the Trainer really runs that precision (an explicit conflicting ``precision``
       or precision plugin is an error, not a silent override).
-    - under ``"16-mixed"``: logs ``amp/loss_scale`` (the scale used for the step) and ``amp/skipped_steps``
-      (cumulative optimizer steps skipped for inf/NaN gradients) at every optimizer step, and warns, with the
-      fixes, when ``max_consecutive_skips`` steps in a row are skipped.
+    - under ``"16-mixed"``: counts at every optimizer step the steps skipped for inf/NaN gradients, and warns,
+      with the fixes, when ``max_consecutive_skips`` steps in a row are skipped. It logs ``amp/loss_scale`` (the
+      scale used for the step) and ``amp/skipped_steps`` (cumulative) on the steps Lightning hands to the loggers
+      (every ``log_every_n_steps``) and on the last step of an epoch or of the fit: each ``self.log`` costs about
+      a millisecond of Python in Lightning 2.6, 4-5 % of a 24 ms step on an H200, and a value logged between
+      those steps would only be overwritten.
     - under ``"16-mixed"`` with a strategy that shards gradients (``strategy.shards_gradients``, e.g.
       ``sharded`` on FairScale): checks that the strategy's scaler is shard-aware, so every rank skips the
       same steps, and refuses a plain one with the fix. The strategy installs that scaler itself.
@@ -130,7 +133,7 @@ class AutoMixedPrecision(Callback):
         else:
             self.consecutive_skips, self._warned_streak = 0, False
         scale = float(scaler.get_scale())
-        if self.log_scale:
+        if self.log_scale and _is_logging_step(trainer):
             pl_module.log("amp/loss_scale", scale, on_step=True, on_epoch=False)
             pl_module.log("amp/skipped_steps", float(self.skipped_steps), on_step=True, on_epoch=False)
         if self.consecutive_skips >= self.max_consecutive_skips and not self._warned_streak:
@@ -194,6 +197,20 @@ def cpu_has_fast_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
 
 def _mps_available() -> bool:
     return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+
+
+def _is_logging_step(trainer: pl.Trainer) -> bool:
+    """Whether the step about to be taken is one whose ``on_step`` values reach the loggers, or the last one.
+
+    Lightning's rule (``_LoggerConnector.should_update_logs``) counts batches that stepped; with automatic
+    optimization that is ``global_step``. The last batch of an epoch and the last step of the fit are added, so
+    ``trainer.logged_metrics`` ends with the final scale.
+    """
+    n = trainer.log_every_n_steps
+    if n <= 0:
+        return False
+    last_step = 0 < trainer.max_steps <= trainer.global_step + 1
+    return (trainer.global_step + 1) % n == 0 or trainer.is_last_batch or trainer.should_stop or last_step
 
 
 def _scaler_of(trainer: pl.Trainer) -> torch.amp.GradScaler | None:
