@@ -15,6 +15,8 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
+from lightning_mgpu.utilities.logging_steps import is_logging_step
+
 _SUPPORTED_ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
 
 
@@ -133,7 +135,7 @@ class AutoMixedPrecision(Callback):
         else:
             self.consecutive_skips, self._warned_streak = 0, False
         scale = float(scaler.get_scale())
-        if self.log_scale and _is_logging_step(trainer):
+        if self.log_scale and is_logging_step(trainer):
             pl_module.log("amp/loss_scale", scale, on_step=True, on_epoch=False)
             pl_module.log("amp/skipped_steps", float(self.skipped_steps), on_step=True, on_epoch=False)
         if self.consecutive_skips >= self.max_consecutive_skips and not self._warned_streak:
@@ -197,20 +199,6 @@ def cpu_has_fast_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
 
 def _mps_available() -> bool:
     return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
-
-
-def _is_logging_step(trainer: pl.Trainer) -> bool:
-    """Whether the step about to be taken is one whose ``on_step`` values reach the loggers, or the last one.
-
-    Lightning's rule (``_LoggerConnector.should_update_logs``) counts batches that stepped; with automatic
-    optimization that is ``global_step``. The last batch of an epoch and the last step of the fit are added, so
-    ``trainer.logged_metrics`` ends with the final scale.
-    """
-    n = trainer.log_every_n_steps
-    if n <= 0:
-        return False
-    last_step = 0 < trainer.max_steps <= trainer.global_step + 1
-    return (trainer.global_step + 1) % n == 0 or trainer.is_last_batch or trainer.should_stop or last_step
 
 
 def _scaler_of(trainer: pl.Trainer) -> torch.amp.GradScaler | None:

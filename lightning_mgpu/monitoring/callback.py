@@ -47,6 +47,7 @@ from lightning_mgpu.monitoring.samplers import (
 from lightning_mgpu.monitoring.step_timing import StepTimer, SyncDetector, TimingAcc
 from lightning_mgpu.utilities.imports import is_available, require
 from lightning_mgpu.utilities.collectives import gather_rows
+from lightning_mgpu.utilities.logging_steps import batches_that_stepped
 
 # What each device sends to rank 0, in this order. (group, name); MFU is per device here and
 # logged as the all-rank mean only.
@@ -82,15 +83,12 @@ def _finite(x: float) -> bool:
 
 
 def _logging_step(trainer: pl.Trainer) -> int:
-    """Lightning's logging step: the batches that stepped so far, not counting the current one.
+    """Lightning's logging step (see :func:`batches_that_stepped`).
 
     ``LoggerConnector.log_metrics`` logs a batch's metrics at this value (read before the batch's own
     increment, which comes after ``on_train_batch_end``), and epoch-end metrics at the last batch's.
-
-    Not ``trainer.global_step``: that counts ``optimizer.step()`` calls, so with two optimizers (a GAN) it
-    runs twice as fast as Lightning's x-axis, and the monitor's rows would not line up with ``train_loss``.
     """
-    return int(trainer.fit_loop.epoch_loop._batches_that_stepped)
+    return batches_that_stepped(trainer)
 
 
 class GPUUtilizationMonitor(Callback):

@@ -93,6 +93,22 @@ def test_gradients_are_none_after_every_step_despite_zero_filling_override() -> 
     assert trainer.logged_metrics["grad_memory_released_mb"] == pytest.approx(_param_bytes(model) / 2**20)
 
 
+def test_logs_only_on_the_batches_lightning_hands_to_the_loggers() -> None:
+    batches: list[int] = []
+
+    class Counting(_ZeroFilling):
+        def log(self, name: str, *args: Any, **kwargs: Any) -> None:
+            if name == "grad_memory_released_mb":
+                batches.append(self.trainer.global_step)
+            super().log(name, *args, **kwargs)
+
+    model = Counting()
+    trainer = _fit(model, [ZeroGradSetToNone()], accumulate_grad_batches=2, log_every_n_steps=3)
+    # Four batches step (global steps 1-4 after them); Lightning logs after the third, and the epoch's last is added.
+    assert batches == [3, 4]
+    assert trainer.logged_metrics["grad_memory_released_mb"] == pytest.approx(_param_bytes(model) / 2**20)
+
+
 def test_manual_optimization() -> None:
     model = _ZeroFilling(manual=True, accumulate=2)
     _fit(model, [ZeroGradSetToNone()])
