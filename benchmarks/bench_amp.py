@@ -14,7 +14,8 @@ interleaved rounds (the order rotates every round), each a fresh fit of the same
 
 Achieved TFLOPS = the FLOPs of one training step (counted once by torch's FlopCounterMode on the meta device, through
 Lightning's ``measure_flops``) / the median step time. The fraction of the device's dense peak uses the datasheet
-peak for the arm's matmul dtype (see ``DENSE_PEAK``; Lightning's own table lists the H200 with sparsity).
+peak for the arm's matmul dtype (``lightning_mgpu.monitoring.peak_flops``: Lightning's own table lists the H200 with
+sparsity, under names CUDA does not report).
 
 Run::
 
@@ -42,6 +43,7 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness.result import progress, ratio, write_result  # noqa: E402
 from lightning_mgpu.callbacks import AutoMixedPrecision  # noqa: E402
+from lightning_mgpu.monitoring.peak_flops import dense_peak_flops  # noqa: E402
 
 #: Lightning plus the callback against the same autocast loop written by hand, as for every strategy.
 GOAL_VS_RAW = 1.03
@@ -49,14 +51,6 @@ GOAL_VS_RAW = 1.03
 PRECISION = {"fp32": ("32-true", torch.float32), "tf32": ("32-true", "tfloat32"),
              "bf16": ("bf16-mixed", torch.bfloat16), "fp16": ("16-mixed", torch.float16)}  # fmt: skip
 ARMS = ("fp32", "tf32", "bf16", "fp16", "bf16_plain", "fp16_plain", "raw_bf16", "raw_fp16")
-#: Dense (no sparsity) datasheet peaks in FLOP/s, SXM parts. The H200 is the H100's GH100 at the same clocks.
-DENSE_PEAK: dict[str, dict[Any, float]] = {
-    "h100": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12, torch.float16: 989.4e12},
-    "h200": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12, torch.float16: 989.4e12},
-    "a100": {torch.float32: 19.5e12, "tfloat32": 156e12, torch.bfloat16: 312e12, torch.float16: 312e12},
-}
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -109,20 +103,6 @@ def step_flops(args: argparse.Namespace) -> int:
     with torch.device("meta"):
         model, x, y = build_model(args), torch.empty(args.tokens, args.width), torch.empty(args.tokens, args.width)
     return int(measure_flops(model, lambda: model(x), lambda out: nn.functional.mse_loss(out, y)))
-
-
-def dense_peak(device: torch.device, dtype: Any) -> float | None:
-    """The device's dense datasheet peak for matmuls in ``dtype``, or ``None`` where it is not known."""
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device).lower()
-    for chip, peaks in DENSE_PEAK.items():
-        if chip in name:
-            return peaks.get(dtype)
-    from lightning.fabric.utilities.throughput import get_available_flops
-
-    found = get_available_flops(device, dtype)
-    return float(found) if found else None
 
 
 def synchronize(device: torch.device) -> None:
@@ -249,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     for arm in args.arms:
         step = statistics.median(times[arm])
         achieved = flops / step
-        peak = dense_peak(device, PRECISION[arm.removeprefix("raw_").removesuffix("_plain")][1])
+        peak = dense_peak_flops(device, PRECISION[arm.removeprefix("raw_").removesuffix("_plain")][1])
         share = f", {achieved / peak:.1%} of the dense peak {peak / 1e12:.0f}" if peak else ""
         print(f"  {arm:10s} {step * 1e3:8.2f} ms  {achieved / 1e12:7.1f} TFLOPS{share}  peak memory {peaks[arm] / 2**30:.2f} GiB")
         figures[f"{arm}: achieved TFLOPS"] = {"value": float(f"{achieved / 1e12:.3g}"), "higher_is_better": True}

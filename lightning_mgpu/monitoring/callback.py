@@ -44,6 +44,7 @@ from lightning_mgpu.monitoring.samplers import (
     match_nvml_handles,
     merge_stat_sets,
 )
+from lightning_mgpu.monitoring.peak_flops import dense_peak_flops
 from lightning_mgpu.monitoring.step_timing import StepTimer, SyncDetector, TimingAcc
 from lightning_mgpu.utilities.imports import is_available, require
 from lightning_mgpu.utilities.collectives import gather_rows
@@ -118,8 +119,9 @@ class GPUUtilizationMonitor(Callback):
         thresholds: where each verdict starts (:class:`~lightning_mgpu.monitoring.diagnosis.DiagnosisThresholds`).
         flops_per_sample: training FLOPs (forward + backward) per sample, for MFU. ``"auto"``
             measures the forward of one sample on the first batch (``measure_flops``) and takes 3x.
-        peak_flops_per_device: the device's peak FLOP/s; default Lightning's
-            ``get_available_flops`` table (CUDA only; set it on CPU).
+        peak_flops_per_device: the device's peak FLOP/s; default its dense peak
+            (:func:`~lightning_mgpu.monitoring.peak_flops.dense_peak_flops`: Lightning's table, with the H200's
+            dense figures; CUDA only; set it on CPU).
         detect_sync: count implicit host-device synchronisations per step and name their call
             sites (CUDA only; uses ``torch.cuda.set_sync_debug_mode("warn")`` during steps, which
             costs a little: leave it off for production runs).
@@ -307,13 +309,11 @@ class GPUUtilizationMonitor(Callback):
                 " pass GPUUtilizationMonitor(peak_flops_per_device=...) to log throughput/mfu on this device."
             )
             return None
-        from lightning.fabric.utilities.throughput import get_available_flops
         from lightning.pytorch.callbacks.throughput_monitor import (
             _plugin_to_compute_dtype,
         )
 
-        peak = get_available_flops(device, _plugin_to_compute_dtype(trainer.precision_plugin))
-        return float(peak) if peak else None
+        return dense_peak_flops(device, _plugin_to_compute_dtype(trainer.precision_plugin))
 
     @staticmethod
     def _run_context(trainer: pl.Trainer) -> dict[str, Any]:
