@@ -29,6 +29,7 @@ On the CPU the figures say nothing about a GPU: the suite runs this benchmark th
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -105,6 +106,20 @@ def step_flops(args: argparse.Namespace) -> int:
     return int(measure_flops(model, lambda: model(x), lambda out: nn.functional.mse_loss(out, y)))
 
 
+def start_peak(device: torch.device) -> int:
+    """Free what earlier arms left (a Trainer holds reference cycles) and start a peak; returns what is allocated.
+
+    Without the collection, a previous fit's model and optimizer state can still be allocated during the next arm
+    and count in its peak.
+    """
+    gc.collect()
+    if device.type != "cuda":
+        return 0
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -151,8 +166,7 @@ def lightning_arm(args: argparse.Namespace, arm: str, batches: list, device: tor
         callbacks.append(amp)
     # fp16 through its plugin, as Lightning builds it on CUDA: Lightning turns precision="16-mixed" into bf16 on a CPU.
     plugins = [MixedPrecision("16-mixed", device.type, scaler=torch.amp.GradScaler(device.type))] if precision == "16-mixed" else []
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    base = start_peak(device)
     steps = args.warmup + args.steps + 1
     trainer = pl.Trainer(
         accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, max_steps=steps, plugins=plugins,
@@ -162,7 +176,7 @@ def lightning_arm(args: argparse.Namespace, arm: str, batches: list, device: tor
     )  # fmt: skip
     loader = DataLoader([batches[i % len(batches)] for i in range(steps)], batch_size=None)  # the batches as they are
     trainer.fit(_Module(args), train_dataloaders=loader)
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+    peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
     counted = {"optimizer_steps": amp.optimizer_steps, "skipped_steps": amp.skipped_steps} if amp is not None else {}
     torch.set_float32_matmul_precision("highest")
     return median_step(clock.marks, args.warmup), peak, counted
@@ -171,11 +185,10 @@ def lightning_arm(args: argparse.Namespace, arm: str, batches: list, device: tor
 def raw_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.device) -> tuple[float, int]:
     """The same steps in a hand-written autocast loop: Lightning's order (zero_grad, forward, backward, step)."""
     dtype = PRECISION[arm.removeprefix("raw_")][1]
+    base = start_peak(device)  # before the model, as the Lightning arm's fit moves its model within the peak
     model = build_model(args).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
     marks = []
     for i in range(args.warmup + args.steps + 1):
         synchronize(device)
@@ -193,7 +206,7 @@ def raw_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.dev
             scaler.update()
     synchronize(device)
     marks.append(time.perf_counter())
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+    peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
     return median_step(marks, args.warmup), peak
 
 
@@ -241,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     write_result(
         args.result, name="amp", arms={arm: {"step_s": t} for arm, t in times.items()}, ratios=ratios, figures=figures,
         memory={arm: [float(peaks[arm])] for arm in args.arms} if device.type == "cuda" else None,
-        memory_label="peak memory allocated during the fit", config={k: v for k, v in vars(args).items() if k != "result"} | {"device_name": name, "flops_per_step": flops},
+        memory_label="peak memory allocated during the fit, above what was allocated before it (the batches)", config={k: v for k, v in vars(args).items() if k != "result"} | {"device_name": name, "flops_per_step": flops},
         notes=["FLOPs per step from torch's FlopCounterMode (Lightning's measure_flops) on the meta device; the peak is the"
                " dense datasheet figure for the arm's matmul dtype."],
     )  # fmt: skip
