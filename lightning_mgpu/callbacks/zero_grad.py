@@ -28,7 +28,9 @@ class ZeroGradSetToNone(Callback):
 
     It logs ``grad_memory_released_mb``: the gradient memory (MiB, this rank) released at the optimizer steps
     of a batch, on the batches whose values reach the loggers (every ``log_every_n_steps``, and the last one):
-    each ``self.log`` costs about a millisecond of Python in Lightning 2.6. Gradients that are views into a communication buffer (``DDP(gradient_as_bucket_view=True)``,
+    each ``self.log`` costs about a millisecond of Python in Lightning 2.6.
+
+    Gradients that are views into a communication buffer (``DDP(gradient_as_bucket_view=True)``,
     ShardedDataParallel's reduce buckets with ``reduce_buffer_size > 0``) are zero-filled in place instead:
     their memory belongs to the buffer, so ``None`` would free nothing, and ShardedDataParallel would then
     reduce the stale bucket while the next backward wrote fresh gradients elsewhere, and ranks would diverge.
