@@ -76,10 +76,11 @@ def _workers_by_rank(log: str) -> dict[int, str]:
 CASES = {
     # A local Ray started for the run (no --ray-address) and shut down after it.
     "ddp-local-ray": ["--strategy", "ddp", "--max-epochs", "2"],
-    # Joining the two-node cluster; the bundle's sharded strategy with its callbacks inside the Ray workers.
+    # Joining the two-node cluster; the bundle's sharded strategy with its callbacks inside the Ray workers, on data
+    # preprocessed on the same cluster (the reference run preprocesses with local processes: the cache is the same).
     "sharded+callbacks-cluster": ["--strategy", "sharded", "--max-epochs", "2", "--accumulate-grad-batches", "2",
                                   "--grad-sync-toggle", "--activation-checkpointing", "features.*", "--zero-grad-set-to-none",
-                                  "--gpu-monitor"],
+                                  "--gpu-monitor", "--preprocess", "ray"],
 }  # fmt: skip
 
 
@@ -112,7 +113,10 @@ def test_ray_train_run_equals_the_lightning_launched_run(case: str, ray_cluster,
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     if not local:
-        assert "Ray: connecting to the cluster at" in log and "Ray: starting" not in log  # it joined; it started no Ray
+        # It joined and started no Ray; preprocessing reused the launcher's connection instead of making a second one.
+        assert log.count("Ray: connecting to the cluster at") == 1 and "Ray: starting" not in log, log[-4000:]
+    if "--preprocess" in flags:
+        assert any((tmp_path / "ray" / "cache").rglob("*")), "nothing was cached on the cluster"
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     # Metrics and the checkpoint came back to the driver, which wrote the summary.
     accumulation = int(flags[flags.index("--accumulate-grad-batches") + 1]) if "--accumulate-grad-batches" in flags else 1
@@ -126,7 +130,7 @@ def test_ray_train_run_equals_the_lightning_launched_run(case: str, ray_cluster,
     printed = set(re.findall(r"RayTrainWorker pid=(\d+)\)\S* strategy=", log))
     assert printed == {pids[0]}, (printed, pids)
 
-    rest = [f for f in flags if f not in ("--strategy", strategy)]
+    rest = [("processes" if f == "ray" else f) for f in flags if f not in ("--strategy", strategy)]  # --preprocess ray
     run_python([TRAIN, "--strategy", strategy, "--devices", "2", "--output-dir", str(tmp_path / "local"), *COMMON, *rest],
                timeout=300, env=ONE_THREAD)  # fmt: skip
     reference = json.loads((tmp_path / "local" / "summary.json").read_text())
@@ -173,13 +177,3 @@ def test_a_killed_worker_makes_ray_restart_and_resume_exactly(ray_cluster, tmp_p
                 *COMMON], timeout=300, env=ONE_THREAD)  # fmt: skip
     # Resumed from an epoch-end checkpoint with the RNG states and data order: the uninterrupted run's parameters.
     _assert_equal(_parameters(Path(summary["checkpoint_path"])), _parameters(tmp_path / "local" / "checkpoints" / "last.ckpt"))
-
-
-def test_preprocess_ray_uses_the_training_cluster(ray_cluster, tmp_path: Path) -> None:
-    log = _finish(_start_ray_run(ray_cluster, tmp_path / "ray", "--strategy", "ddp", "--max-epochs", "1", "--preprocess", "ray"))
-    # One connection, the launcher's; preprocessing reused it instead of starting a second Ray.
-    assert log.count("Ray: connecting to the cluster at") == 1 and "starting a local Ray" not in log, log[-4000:]
-    assert (tmp_path / "ray" / "cache").is_dir() and any((tmp_path / "ray" / "cache").rglob("*"))
-    summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
-    assert summary["val_acc"] is not None
-
