@@ -174,17 +174,24 @@ def main(argv: list[str] | None = None) -> int:
         if refusal is not None:
             raise SystemExit(f"benchmarks/run.py --update: the report in {args.update} cannot take this run's sections: {refusal}."
                              " Write a new report instead (--out).")
-    runs = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, bench in enumerate(chosen):
-            runs.append(run_one(bench, size, Path(tmp), i, gpu=args.gpu, gpus=len(machine["gpus"])))
+    base: list[reporting.BenchRun] = []
     if args.update is not None:
         out = args.update
         first = old_command if "`" in old_command else f"`{old_command}`"
         command = f"{first}; then, on {machine['date']}, `{command}`, whose sections replace those of the runs before it"
-        runs, machine = merge_runs(old_runs, runs), old_machine
+        base, machine = old_runs, old_machine
     else:
         out = args.out or HERE / "results" / (machine_info.slug(machine) + ("" if size == "full" else f"_{size}"))
+    runs: list[reporting.BenchRun] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, bench in enumerate(chosen):
+            runs.append(run_one(bench, size, Path(tmp), i, gpu=args.gpu, gpus=len(machine["gpus"])))
+            if i + 1 < len(chosen):
+                # A run stopped part-way (a killed job, a machine taken back) keeps the benchmarks that finished; the
+                # plots wait for the end.
+                partial = f"{command} (in progress: {i + 1} of {len(chosen)} benchmarks done)"
+                reporting.write(merge_runs(base, runs), machine, partial, out, with_plots=False)
+    runs = merge_runs(base, runs)
     report = reporting.write(runs, machine, command, out)
     print("\n" + reporting.terminal_table(runs))
     print(f"\nreport: {report}")

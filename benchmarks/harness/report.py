@@ -157,10 +157,10 @@ def plot(runs: list[BenchRun], folder: Path) -> dict[str, list[str]]:
     return made
 
 
-def write(runs: list[BenchRun], machine: dict[str, Any], command: str, folder: Path) -> Path:
-    """Write ``report.md``, ``results.json`` and the plots into ``folder``; returns the report's path."""
+def write(runs: list[BenchRun], machine: dict[str, Any], command: str, folder: Path, with_plots: bool = True) -> Path:
+    """Write ``report.md``, ``results.json`` and (``with_plots``) the plots into ``folder``; returns the report's path."""
     folder.mkdir(parents=True, exist_ok=True)
-    plots = plot(runs, folder)
+    plots = plot(runs, folder) if with_plots else {}
     raw = {
         "machine": machine, "command": command,
         "benchmarks": [

@@ -121,6 +121,22 @@ def _run_module() -> Any:
     return run
 
 
+def test_a_run_stopped_part_way_keeps_the_benchmarks_that_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _run_module()
+
+    def run_one(bench: Any, *args: Any, **kwargs: Any) -> Any:
+        if bench.name == "parity":
+            raise KeyboardInterrupt  # the job killed during its second benchmark
+        return run.reporting.BenchRun(bench.name, bench.what, "failed", 1.0, ["python", "x"], error="stood in for a real run")
+
+    monkeypatch.setattr(run, "run_one", run_one)
+    with pytest.raises(KeyboardInterrupt):
+        run.main(["--dry-run", "--only", "ddp,parity,dp", "--out", str(tmp_path)])
+    runs, _, command = run.reporting.read(tmp_path)
+    assert [r.name for r in runs] == ["ddp"] and command.endswith("(in progress: 1 of 3 benchmarks done)")
+    assert "## ddp" in (tmp_path / "report.md").read_text()
+
+
 def test_update_refuses_another_machine_other_versions_or_run_size() -> None:
     run = _run_module()
     here = {"cpu": "AMD EPYC", "cores": 2, "gpus": [], "versions": {"torch": "2.13.0"}}
