@@ -42,7 +42,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness.clock import synchronize  # noqa: E402
 from harness.result import progress, ratio, write_result  # noqa: E402
+from harness.stats import median_interval  # noqa: E402
 from lightning_mgpu.callbacks import AutoMixedPrecision  # noqa: E402
 from lightning_mgpu.monitoring.peak_flops import dense_peak_flops  # noqa: E402
 
@@ -120,11 +122,6 @@ def start_peak(device: torch.device) -> int:
     return torch.cuda.memory_allocated(device)
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 class _Module(pl.LightningModule):
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__()
@@ -146,10 +143,6 @@ class _Clock(pl.Callback):
     def on_train_batch_start(self, *_: Any) -> None:
         synchronize(self.device)
         self.marks.append(time.perf_counter())
-
-
-def median_step(marks: list[float], warmup: int) -> float:
-    return statistics.median(b - a for a, b in zip(marks[warmup:], marks[warmup + 1 :]))
 
 
 def lightning_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.device) -> tuple[float, int, dict[str, Any]]:
@@ -179,7 +172,7 @@ def lightning_arm(args: argparse.Namespace, arm: str, batches: list, device: tor
     peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
     counted = {"optimizer_steps": amp.optimizer_steps, "skipped_steps": amp.skipped_steps} if amp is not None else {}
     torch.set_float32_matmul_precision("highest")
-    return median_step(clock.marks, args.warmup), peak, counted
+    return median_interval(clock.marks, args.warmup, args.steps), peak, counted
 
 
 def raw_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.device) -> tuple[float, int]:
@@ -207,7 +200,7 @@ def raw_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.dev
     synchronize(device)
     marks.append(time.perf_counter())
     peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
-    return median_step(marks, args.warmup), peak
+    return median_interval(marks, args.warmup, args.steps), peak
 
 
 def main(argv: list[str] | None = None) -> None:

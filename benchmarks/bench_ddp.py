@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness.clock import synchronize  # noqa: E402
 from harness.result import progress, ratio, write_result  # noqa: E402
 from harness.stats import median_interval  # noqa: E402
 from lightning.fabric.plugins.environments.lightning import find_free_network_port  # noqa: E402
@@ -109,14 +110,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
-
-
-def synchronize(device: Any) -> None:
-    """Wait for the device's queued work (CUDA runs asynchronously), so that a time mark follows it; nothing on CPU."""
-    if device.type == "cuda":
-        import torch
-
-        torch.cuda.synchronize(device)
 
 
 class Body:
