@@ -84,9 +84,11 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "GPUUtilizationMonitor against no callback and Lightning's DeviceStatsMonitor, at a step of about 4 ms",
         {"full": ["--rounds", "9", "--width", "1024", "--batch-size", "64"], "quick": ["--rounds", "3", "--steps", "60"],
          "dry": ["--rounds", "1", "--steps", "5", "--warmup", "2"]},
-        # It trains on the GPU when there is one, with real NVML, at the CPU's shapes: a wider model at a larger batch
-        # (2048 x 4096) was input-bound on an H200 (TensorDataset collation, 60-80 ms a step) and took 55 s a round.
-        gpu_args=[],
+        # On the GPU, with real NVML, at a step of about 4 ms again: the CPU's shapes take well under 1 ms of GPU work,
+        # so Lightning's own per-step overhead would set the pace. The work grows with the width, not the batch: a
+        # large batch (2048 x 4096) was input-bound on an H200 (TensorDataset collates sample by sample, 60-80 ms a
+        # step) and took 55 s a round. 8192 x 128: ~100 GFLOP of fp32 a step, 1.3 GB of inputs in host memory.
+        gpu_args=["--width", "8192", "--batch-size", "128"],
     ),
     Benchmark(
         "activation_checkpointing", ("callbacks", "memory"), "bench_activation_checkpointing.py",
