@@ -10,7 +10,9 @@ model state. Three things are measured, per rank:
    ``torch.cuda.max_memory_allocated`` on GPU. Measured in a fresh pair of processes per strategy, since a
    process's peak RSS never goes down.
 3. Step time: ``sharded`` vs ``ddp`` (goal <= 1.10) and vs a hand-written FairScale OSS +
-   ShardedDataParallel loop (goal <= 1.05). One pair of processes runs the three in interleaved rounds
+   ShardedDataParallel loop (goal <= 1.05); on GPUs also vs Lightning's own
+   ``FSDPStrategy(sharding_strategy="SHARD_GRAD_OP")``, the ZeRO-2 replacement Lightning recommended (it refuses
+   the CPU). One pair of processes runs the three in interleaved rounds
    (the order alternates each round); each run's step time is the median over its timed steps, and the
    reported ratios are the medians of the per-round ratios.
 
@@ -47,6 +49,13 @@ from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
 
 WORLD = 2
 ARMS = ["ddp", "sharded", "sharded_fsdp2", "raw", "fsdp2"]  # raw: FairScale by hand; fsdp2: torch FSDP2 by hand
+#: On GPUs only (Lightning's FSDPStrategy refuses the CPU): the ZeRO-2 peer Lightning recommends in sharded's place.
+GPU_ARMS = ["lightning_fsdp"]
+
+
+def arms_for(accelerator: str) -> list[str]:
+    """The arms that run on ``accelerator``."""
+    return ARMS + (GPU_ARMS if accelerator == "gpu" else [])
 ZERO2_IDEAL = (4 + 4 / WORLD + 8 / WORLD) / 16
 
 
@@ -148,6 +157,12 @@ def lightning_run(args: argparse.Namespace, strategy: str) -> dict[str, Any]:
 
     import lightning_mgpu  # noqa: F401  (registers "sharded")
 
+    chosen: Any = strategy
+    if strategy == "lightning_fsdp":
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        chosen = FSDPStrategy(sharding_strategy="SHARD_GRAD_OP")  # ZeRO-2: gradients and optimizer state sharded
+
     class Regressor(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
@@ -166,7 +181,7 @@ def lightning_run(args: argparse.Namespace, strategy: str) -> dict[str, Any]:
     os.environ["WORLD_SIZE"] = str(WORLD)  # Lightning's teardown of the previous run removes it
     recorder = _Recorder.make(args.warmup)
     trainer = pl.Trainer(
-        strategy=strategy,
+        strategy=chosen,
         accelerator=args.accelerator,
         devices=WORLD,
         max_steps=args.warmup + args.steps + 1,
@@ -290,7 +305,8 @@ def worker(args: argparse.Namespace) -> None:
     else:
         rounds = []
         for i in range(args.rounds):
-            order = ARMS if i % 2 == 0 else ARMS[::-1]
+            arms = arms_for(args.accelerator)
+            order = arms if i % 2 == 0 else arms[::-1]
             times = {}
             for name in order:
                 times[name] = _run_arm(args, name)
@@ -349,7 +365,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f" batch {args.batch_size}/rank, {args.threads} thread(s)/rank on CPU")  # fmt: skip
     report: dict[str, Any] = {"params": n_params}
     with tempfile.TemporaryDirectory() as tmp:
-        memory = {cfg: launch(args, "memory", cfg, Path(tmp) / f"mem_{cfg}") for cfg in ("ddp", "sharded", "sharded_fsdp2", "fsdp2")}
+        configs = ["ddp", "sharded", "sharded_fsdp2", "fsdp2", *(GPU_ARMS if args.accelerator == "gpu" else [])]
+        memory = {cfg: launch(args, "memory", cfg, Path(tmp) / f"mem_{cfg}") for cfg in configs}
         timing = launch(args, "timing", "all", Path(tmp) / "timing")
 
     print("\nModel state per rank after an optimizer step (params + grads + optimizer state):")
@@ -391,7 +408,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rounds = timing[0]["rounds"]  # rank 0's clocks; the ranks step in lockstep
     print(f"\nStep time (median of {args.steps} steps per run, {args.rounds} interleaved rounds, rank 0):")
     for metric, label in (("step_s", "wall"), ("cpu_s", "process CPU")):
-        for name in ARMS:
+        for name in arms_for(args.accelerator):
             print(f"  {label:11s} {name:8s}: " + ", ".join(f"{r[name][metric] * 1e3:7.1f}" for r in rounds) + " ms")
     for metric, label in (("step_s", "wall"), ("cpu_s", "process CPU")):
         vs_ddp = statistics.median(r["sharded"][metric] / r["ddp"][metric] for r in rounds)
@@ -400,7 +417,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"  {label:11s} sharded / ddp           median ratio {vs_ddp:.3f} (goal <= 1.10)")
         print(f"  {label:11s} sharded / raw FairScale median ratio {vs_raw:.3f} (goal <= 1.05)")
     print("  (wall time is the goal's measure; process CPU time is steadier on a busy machine)")
-    arms = {name: {m: [r[name][m] for r in rounds] for m in ("step_s", "cpu_s")} for name in ARMS}
+    arms = {name: {m: [r[name][m] for r in rounds] for m in ("step_s", "cpu_s")} for name in arms_for(args.accelerator)}
     ours_fsdp2 = [tot(r_f["state"]) / tot(r_ddp["state"]) for r_f, r_ddp in zip(memory["sharded_fsdp2"], memory["ddp"])]
     figures = {
         f"sharded / ddp model state per rank (ZeRO-2 ideal {ZERO2_IDEAL:.3f})": {
@@ -410,11 +427,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "value": max(ours_fsdp2), "goal": 0.51, "verdict": "met" if max(ours_fsdp2) <= 0.51 else "not met"},
         f"sharded / ddp peak {'memory' if args.accelerator == 'gpu' else 'RSS'} per rank": {"value": max(peak_ratio)},
     }  # fmt: skip
+    peers = []
+    if "lightning_fsdp" in memory:
+        lfsdp = [tot(r_l["state"]) / tot(r_ddp["state"]) for r_l, r_ddp in zip(memory["lightning_fsdp"], memory["ddp"])]
+        figures["Lightning FSDPStrategy(SHARD_GRAD_OP) / ddp model state per rank"] = {"value": max(lfsdp)}
+        peers = [ratio("sharded / Lightning FSDPStrategy(SHARD_GRAD_OP)", "sharded", "lightning_fsdp")]
     write_result(
         args.result, name="sharded", arms=arms,
         ratios=[ratio("sharded / ddp", "sharded", "ddp", goal=1.10), ratio("sharded / raw FairScale loop", "sharded", "raw", goal=1.05),
                 ratio("sharded / raw FSDP2 (ZeRO-2)", "sharded", "fsdp2"), ratio("sharded / ddp (process CPU time)", "sharded", "ddp", "cpu_s"),
-                ratio("sharded_fsdp2 / raw FSDP2 loop", "sharded_fsdp2", "fsdp2", goal=1.05), ratio("sharded_fsdp2 / ddp", "sharded_fsdp2", "ddp")],
+                ratio("sharded_fsdp2 / raw FSDP2 loop", "sharded_fsdp2", "fsdp2", goal=1.05), ratio("sharded_fsdp2 / ddp", "sharded_fsdp2", "ddp"),
+                *peers],
         figures=figures, memory={cfg: [tot(r["state"]) for r in ranks] for cfg, ranks in memory.items()},
         config={**{k: getattr(args, k) for k in ("accelerator", "hidden", "batch_size", "rounds", "steps", "warmup", "threads")},
                 "params": n_params, "world_size": WORLD, "optimizer": "Adam fp32"},

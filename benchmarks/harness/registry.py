@@ -80,6 +80,13 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         gpu_args=["--accelerator", "gpu"],  # one GPU: dp against the bare model; two or more: dp against ddp, memory per GPU
     ),
     Benchmark(
+        "scaling", ("strategies",), "bench_scaling.py",
+        "throughput at N devices against N x one device (weak scaling) for ddp, sharded and, on GPUs, dp",
+        {"full": ["--rounds", "5"], "quick": ["--rounds", "2", "--steps", "10"],
+         "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64", "--strategies", "ddp"]},
+        gpu_args=["--accelerator", "gpu"], gpus_needed=2,  # 1, 2, 4, ... GPUs
+    ),
+    Benchmark(
         "gpu_monitor", ("callbacks",), "bench_gpu_monitor.py",
         "GPUUtilizationMonitor against no callback and Lightning's DeviceStatsMonitor, at a step of about 4 ms",
         {"full": ["--rounds", "9", "--width", "1024", "--batch-size", "64"], "quick": ["--rounds", "3", "--steps", "60"],

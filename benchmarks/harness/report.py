@@ -154,7 +154,33 @@ def plot(runs: list[BenchRun], folder: Path) -> dict[str, list[str]]:
             fig.savefig(folder / name, dpi=110)
             plt.close(fig)
             made.setdefault(run.name, []).append(name)
+        scaling = run.result.get("scaling", {}).get("samples_per_s", {})
+        if any(scaling.values()):
+            made.setdefault(run.name, []).append(_plot_scaling(plt, scaling, run.name, folder))
     return made
+
+
+def _plot_scaling(plt: Any, samples_per_s: dict[str, dict[str, list[float]]], name: str, folder: Path) -> str:
+    """Throughput (median over rounds) against the device count per strategy, each beside its linear ideal."""
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    ax.set_xticks(sorted({int(n) for per_n in samples_per_s.values() for n, v in per_n.items() if v}))  # whole devices
+    for strategy, per_n in samples_per_s.items():
+        counts = sorted(int(n) for n, v in per_n.items() if v)
+        if not counts:
+            continue
+        medians = [statistics.median(per_n[str(n)]) for n in counts]
+        (line,) = ax.plot(counts, medians, marker="o", label=strategy)
+        if counts[0] == 1:
+            ax.plot(counts, [medians[0] * n for n in counts], linestyle=":", color=line.get_color(), label=f"{strategy}: linear")
+    ax.set_xlabel("devices")
+    ax.set_ylabel("samples/s")
+    ax.set_title(f"{name}: throughput by device count")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    file = f"{name}_scaling.png"
+    fig.savefig(folder / file, dpi=110)
+    plt.close(fig)
+    return file
 
 
 def write(runs: list[BenchRun], machine: dict[str, Any], command: str, folder: Path, with_plots: bool = True) -> Path:

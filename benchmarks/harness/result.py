@@ -6,7 +6,8 @@ Schema (JSON)::
      "arms": {"raw": {"step_s": [...per round...]}, "horovod": {"step_s": [...]}},
      "ratios": [{"label": "horovod / raw Horovod", "num": "horovod", "den": "raw", "metric": "step_s", "goal": 1.03}],
      "figures": {"sharded / ddp model state (rank 0)": {"value": 0.625, "goal": 0.625, "higher_is_better": false}},
-     "memory": {"ddp": [bytes per rank], ...}, "memory_label": "model state per rank", "failed": {"arm": "error"}, "config": {...}, "notes": [...]}
+     "memory": {"ddp": [bytes per rank], ...}, "memory_label": "model state per rank", "failed": {"arm": "error"}, "config": {...}, "notes": [...],
+     "scaling": {"samples_per_s": {"ddp": {"1": [...per round...], "2": [...]}}}}
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def write_result(
     failed: Optional[dict[str, str]] = None,
     config: Optional[dict[str, Any]] = None,
     notes: Optional[list[str]] = None,
+    scaling: Optional[dict[str, dict[str, dict[str, list[float]]]]] = None,
 ) -> None:
     """Write a benchmark's raw figures for ``benchmarks/run.py``; nothing when ``path`` is ``None`` (run by hand)."""
     if path is None:
@@ -50,6 +52,7 @@ def write_result(
     payload = {
         "name": name, "unit": unit, "arms": arms, "ratios": list(ratios), "figures": figures or {},
         "memory": memory or {}, "memory_label": memory_label, "failed": failed or {}, "config": config or {}, "notes": notes or [],
+        "scaling": scaling or {},
     }  # fmt: skip
     Path(path).write_text(json.dumps(payload, indent=1, default=str))
 

@@ -70,6 +70,20 @@ def test_report_json_and_plots_are_written(tmp_path: Path) -> None:
         assert f"]({png})" in text
 
 
+def test_scaling_curves_are_plotted_beside_their_linear_ideal(tmp_path: Path) -> None:
+    from matplotlib import image
+
+    from benchmarks.harness.report import plot
+
+    result = _result(tmp_path)
+    result["scaling"] = {"samples_per_s": {"ddp": {"1": [1000.0, 1100.0], "2": [1800.0, 1900.0]}, "sharded": {"1": [900.0], "2": []}}}
+    made = plot([BenchRun("scaling", "scales", "ok", 1.0, result=result)], tmp_path)
+    assert made["scaling"][-1] == "scaling_scaling.png"
+    assert image.imread(tmp_path / "scaling_scaling.png").shape[0] > 100
+    # Without scaling figures there is no scaling plot.
+    assert "demo_scaling.png" not in plot([BenchRun("demo", "a demo", "ok", 1.0, result=_result(tmp_path))], tmp_path)["demo"]
+
+
 def test_selection_and_bad_names() -> None:
     assert {b.name for b in registry.select(["data"])} == {"preprocess"}
     assert [b.name for b in registry.select(None, ["dp"])] == ["dp"]

@@ -16,7 +16,7 @@ RUN = str(REPO_ROOT / "benchmarks" / "run.py")
 
 def test_list_names_every_benchmark_and_its_suites() -> None:
     out = run_python([RUN, "--list"], timeout=60).stdout
-    for name in ("ddp", "sharded", "horovod", "dp", "parity", "gpu_monitor", "amp", "activation_checkpointing", "preprocess", "launchers"):
+    for name in ("ddp", "sharded", "horovod", "dp", "parity", "scaling", "gpu_monitor", "amp", "activation_checkpointing", "preprocess", "launchers"):
         assert name in out
     assert "[strategies, memory]" in out
     assert "amp          [callbacks]" in out and "(GPU only: run.py --gpu)" in out.split("amp ")[1].splitlines()[0]
@@ -43,11 +43,11 @@ def test_an_unknown_suite_is_refused_with_the_choices() -> None:
 @pytest.mark.timeout(600)
 def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = run_python([RUN, "--quick", "--dry-run", "--only", "dp,ddp,parity,amp,activation_checkpointing", "--out", str(out)], timeout=500)
+    proc = run_python([RUN, "--quick", "--dry-run", "--only", "dp,ddp,parity,scaling,amp,activation_checkpointing", "--out", str(out)], timeout=500)
     assert "ddp (Lightning) / raw torch DDP loop" in proc.stdout  # the terminal table
     raw = json.loads((out / "results.json").read_text())
     by_name = {b["name"]: b for b in raw["benchmarks"]}
-    assert {n: b["status"] for n, b in by_name.items()} == dict.fromkeys(("ddp", "dp", "parity", "amp", "activation_checkpointing"), "ok")
+    assert {n: b["status"] for n, b in by_name.items()} == dict.fromkeys(("ddp", "dp", "parity", "scaling", "amp", "activation_checkpointing"), "ok")
     for name in ("ddp", "dp", "activation_checkpointing"):
         assert by_name[name]["summaries"] and all("median" in s for s in by_name[name]["summaries"])
     figures = {label: f["value"] for b in raw["benchmarks"] for label, f in b["result"]["figures"].items()}
@@ -70,6 +70,10 @@ def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     assert "## ddp" in text and "## dp" in text and "## parity" in text and "Versions:" in text
     assert (out / "ddp_step_times.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "activation_checkpointing_memory.png").read_bytes()[:4] == b"\x89PNG"
+    # bench_scaling launched one and two real ranks: its efficiency and its scaling curve.
+    assert [s["label"] for s in by_name["scaling"]["summaries"]] == ["ddp: scaling efficiency at 2 devices (step at 1 / step at 2)"]
+    assert set(by_name["scaling"]["result"]["scaling"]["samples_per_s"]["ddp"]) == {"1", "2"}
+    assert (out / "scaling_scaling.png").read_bytes()[:4] == b"\x89PNG"
 
     # --update reruns one benchmark (a real run, from run.py's main in this process) and replaces its section; the
     # others stay as they were.
@@ -82,7 +86,7 @@ def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     assert list(after) == list(by_name)  # the registry's order: nothing added, nothing lost
     rerun = after["activation_checkpointing"]
     assert rerun["status"] == "ok" and rerun["result"]["arms"] != by_name["activation_checkpointing"]["result"]["arms"]
-    assert all(after[n] == by_name[n] for n in ("ddp", "dp", "parity", "amp"))
+    assert all(after[n] == by_name[n] for n in ("ddp", "dp", "parity", "scaling", "amp"))
     assert "whose sections replace those of the runs before it" in updated["command"] and "--update" in updated["command"]
     assert "## activation_checkpointing" in (out / "report.md").read_text()
 

@@ -1,0 +1,257 @@
+"""Scaling: throughput at N devices against N times one device, per strategy (weak scaling: a fixed batch per device).
+
+Every round launches, for each device count N (1, 2, ... up to what is here; the order alternates from round to round),
+N ranks under an external launch (``LOCAL_RANK``/``WORLD_SIZE`` set, as torchrun does) that fit ``ddp`` and then
+``sharded`` (the order rotates), and on GPUs also one process that fits ``dp`` over N devices. A run's figure is its
+slowest rank's median step. Throughput is N x batch / step, and the efficiency at N is (step at 1) / (step at N):
+1.0 is linear scaling, and what is missing is communication and contention. Each strategy is compared with itself at
+one device, so the figure is its scaling, not its overhead (``bench_ddp.py``, ``bench_sharded.py`` and ``bench_dp.py``
+measure that against their raw loops).
+
+    $ python benchmarks/bench_scaling.py                         # CPU: 1 and 2 processes, one thread each, gloo
+    $ python benchmarks/bench_scaling.py --accelerator gpu       # 1, 2, 4, ... GPUs: ddp, sharded (NCCL) and dp
+
+On a CPU the ranks are processes of one thread each on cores of their own (two on this project's machines), so the
+figure is gloo's all-reduce against the step, not a GPU fleet's: it tests the benchmark and shows where
+communication starts to count. ``horovod`` is not here: it runs under horovodrun, and ``bench_horovod.py`` compares it
+with ``ddp`` at two workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness.clock import synchronize  # noqa: E402
+from harness.result import progress, ratio, write_result  # noqa: E402
+from harness.stats import median_interval  # noqa: E402
+
+RANKED = ("ddp", "sharded")  # one process per device
+SINGLE = ("dp",)  # one process driving every device (GPU only)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
+    p.add_argument("--counts", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                   help="device counts, e.g. 1,2,4 (default: 1, 2, 4, ... up to the GPUs here; 1,2 on CPU)")
+    p.add_argument("--strategies", type=lambda s: [x for x in s.split(",") if x], default=None,
+                   help="comma-separated, from ddp, sharded, dp (default: all that apply here)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=20, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per run")
+    p.add_argument("--batch-size", type=int, default=64, help="per device")
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank on CPU")
+    p.add_argument("--launch-timeout", type=float, default=600.0, help="seconds one launch may take before it is killed")
+    p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
+    p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker-strategies", default="", help=argparse.SUPPRESS)
+    p.add_argument("--worker-devices", type=int, default=1, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def fit(args: argparse.Namespace, strategy: str, devices: int) -> float:
+    """One Lightning fit; the median step of this process (its device's work included)."""
+    import lightning.pytorch as pl
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import lightning_mgpu  # noqa: F401  (registers "sharded")
+
+    rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", rank) if args.accelerator == "gpu" else torch.device("cpu")
+    # dp splits one batch over its devices: N x the per-device batch keeps the work per device fixed.
+    batch = args.batch_size * (devices if strategy in SINGLE else 1)
+    n = batch * (args.warmup + args.steps + 2)
+    g = torch.Generator().manual_seed(1 + rank)  # each rank its own data, as a sampler would give it
+    data = TensorDataset(torch.randn(n, 256, generator=g), torch.randint(0, 10, (n,), generator=g))
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Sequential(nn.Linear(256, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10))
+
+        def training_step(self, b: Any, batch_idx: int) -> Any:
+            return nn.functional.cross_entropy(self.net(b[0]), b[1])
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
+
+    class Clock(pl.Callback):
+        def __init__(self) -> None:
+            self.marks: list[float] = []
+
+        def on_train_batch_start(self, *_: Any) -> None:
+            synchronize(device)
+            self.marks.append(time.perf_counter())
+
+    clock = Clock()
+    if strategy in RANKED:
+        os.environ["WORLD_SIZE"] = str(devices)  # Lightning's teardown of the previous fit removes it
+    trainer = pl.Trainer(
+        strategy=strategy, accelerator=args.accelerator, devices=devices, max_steps=args.warmup + args.steps + 1,
+        callbacks=[clock], logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, use_distributed_sampler=False,
+    )  # fmt: skip
+    trainer.fit(Module(), DataLoader(data, batch_size=batch))
+    return median_interval(clock.marks, args.warmup, args.steps)
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One launched process: fits each of ``--worker-strategies`` in turn and writes its median steps."""
+    import torch
+
+    if args.accelerator == "cpu":
+        torch.set_num_threads(args.threads)
+    steps = {name: fit(args, name, args.worker_devices) for name in args.worker_strategies.split(",")}
+    assert args.worker_out is not None
+    rank = int(os.environ.get("LOCAL_RANK", 0))
+    args.worker_out.with_suffix(f".rank{rank}.json").write_text(json.dumps(steps))
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()  # a live gloo group at interpreter exit can abort the rank
+
+
+def launch(args: argparse.Namespace, argv: list[str], strategies: list[str], devices: int, ranks: int) -> dict[str, float]:
+    """Start ``ranks`` processes that fit ``strategies`` on ``devices`` devices; the slowest rank's step per strategy.
+
+    Raises:
+        RuntimeError: a rank failed or the launch ran past ``--launch-timeout`` (every rank is killed; the message
+            carries the failing rank's last lines).
+    """
+    from lightning.fabric.plugins.environments.lightning import find_free_network_port
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "steps"
+        port = find_free_network_port()
+        procs, logs = [], []
+        for rank in range(ranks):
+            env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+            if ranks > 1 or strategies[0] in RANKED:
+                env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": "0", "LOCAL_RANK": str(rank),
+                        "WORLD_SIZE": str(ranks)}  # fmt: skip
+            log = open(Path(tmp) / f"rank{rank}.log", "w+")  # noqa: SIM115  (closed below, after the processes end)
+            cmd = [sys.executable, __file__, *argv, "--worker-out", str(out), "--worker-strategies", ",".join(strategies),
+                   "--worker-devices", str(devices)]  # fmt: skip
+            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
+            logs.append(log)
+        deadline = time.monotonic() + args.launch_timeout
+        try:
+            while any(p.poll() is None for p in procs):
+                if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+                    break  # one rank failed: the others would wait for it in a collective
+                time.sleep(0.2)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+        bad = [r for r, p in enumerate(procs) if p.returncode != 0]
+        if bad:
+            logs[bad[0]].seek(0)
+            tail = "\n".join(logs[bad[0]].read().strip().splitlines()[-8:])
+            for log in logs:
+                log.close()
+            why = "ran past --launch-timeout" if time.monotonic() > deadline else f"rank {bad[0]} exited with {procs[bad[0]].returncode}"
+            raise RuntimeError(f"{','.join(strategies)} on {devices} device(s): {why}\n{tail}")
+        for log in logs:
+            log.close()
+        per_rank = [json.loads(out.with_suffix(f".rank{r}.json").read_text()) for r in range(ranks)]
+    return {name: max(steps[name] for steps in per_rank) for name in strategies}  # ranks step in lockstep
+
+
+def default_counts(accelerator: str) -> list[int]:
+    if accelerator == "cpu":
+        return [1, 2]
+    import torch
+
+    available = torch.cuda.device_count()
+    counts, n = [], 1
+    while n <= available:
+        counts.append(n)
+        n *= 2
+    return counts
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.worker_out is not None:
+        worker(args)
+        return
+    counts = args.counts or default_counts(args.accelerator)
+    if not counts or counts[0] != 1:
+        raise SystemExit(f"bench_scaling: the counts must start at 1 (the baseline each strategy is compared with), got {counts}")
+    if args.accelerator == "gpu":
+        import torch
+
+        if torch.cuda.device_count() < max(counts):
+            raise SystemExit(f"bench_scaling: --counts {counts} needs {max(counts)} GPUs, {torch.cuda.device_count()} here")
+    wanted = args.strategies or [*RANKED, *(SINGLE if args.accelerator == "gpu" else ())]
+    unknown = sorted(set(wanted) - {*RANKED, *SINGLE})
+    if unknown:
+        raise SystemExit(f"bench_scaling: unknown strategies {unknown}; choose from {[*RANKED, *SINGLE]}")
+    if "dp" in wanted and args.accelerator != "gpu":
+        raise SystemExit("bench_scaling: dp drives several GPUs from one process; on CPU it has one device. Drop dp or use --accelerator gpu.")
+    failed: dict[str, str] = {}
+    if "sharded" in wanted and importlib.util.find_spec("fairscale") is None:
+        failed |= {f"sharded@{n}": "needs fairscale (pip install 'lightning_mgpu[sharded]')" for n in counts}
+    ranked = [s for s in wanted if s in RANKED and f"{s}@1" not in failed]
+    single = [s for s in wanted if s in SINGLE]
+    times: dict[str, list[float | None]] = {f"{s}@{n}": [] for s in (*ranked, *single) for n in counts}
+    for r in range(args.rounds):
+        for n in counts if r % 2 == 0 else counts[::-1]:
+            groups = []
+            live = [s for s in ranked if f"{s}@{n}" not in failed]
+            if live:
+                shift = r % len(live)
+                groups.append((live[shift:] + live[:shift], n))  # rotated: no strategy always first
+            groups += [([s], 1) for s in single if f"{s}@{n}" not in failed]
+            for strategies, ranks in groups:
+                try:
+                    steps = launch(args, argv, strategies, n, ranks)
+                except RuntimeError as err:
+                    failed |= {f"{s}@{n}": str(err) for s in strategies}
+                    steps = {}
+                for s in strategies:
+                    times[f"{s}@{n}"].append(steps.get(s))
+        progress(r + 1, args.rounds)
+    arms = {arm: {"step_s": values} for arm, values in times.items() if arm not in failed}
+    ratios, throughput = [], {}
+    for s in wanted:  # a failed arm's ratios stay, reported as failed with its error
+        for n in counts[1:]:
+            ratios.append(ratio(f"{s}: scaling efficiency at {n} devices (step at 1 / step at {n})", f"{s}@1", f"{s}@{n}", higher_is_better=True))
+    for s in (*ranked, *single):
+        rows = {n: [args.batch_size * n / t for t in times[f"{s}@{n}"] if t] for n in counts if f"{s}@{n}" not in failed}
+        throughput[s] = {str(n): v for n, v in rows.items() if v}
+    for s, per_n in throughput.items():
+        line = ", ".join(f"{n}: {statistics.median(v):.0f}" for n, v in per_n.items())
+        print(f"bench_scaling: {s} samples/s by device count: {line}")
+    for arm, err in failed.items():
+        print(f"bench_scaling: {arm} failed: {err.splitlines()[0]}")
+    write_result(
+        args.result, name="scaling", arms=arms, ratios=ratios, failed=failed,
+        config={k: getattr(args, k) for k in ("accelerator", "rounds", "steps", "warmup", "batch_size", "hidden", "threads")}
+        | {"counts": counts, "strategies": [*ranked, *single]},
+        notes=["Weak scaling: the batch per device is fixed, so N devices do N times the work of one; efficiency 1.0 is"
+               " linear. A strategy is compared with itself at one device."],
+        scaling={"samples_per_s": throughput},
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
