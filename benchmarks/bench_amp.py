@@ -42,7 +42,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness.clock import synchronize  # noqa: E402
+from harness.clock import step_clock, synchronize  # noqa: E402
 from harness.result import progress, ratio, write_result  # noqa: E402
 from harness.stats import median_interval  # noqa: E402
 from lightning_mgpu.callbacks import AutoMixedPrecision  # noqa: E402
@@ -134,24 +134,13 @@ class _Module(pl.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=1e-4)
 
 
-class _Clock(pl.Callback):
-    """Step boundaries, with the device drained at each, so a mark falls after the step's kernels."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device, self.marks = device, []
-
-    def on_train_batch_start(self, *_: Any) -> None:
-        synchronize(self.device)
-        self.marks.append(time.perf_counter())
-
-
 def lightning_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.device) -> tuple[float, int, dict[str, Any]]:
     """One fit: the median step seconds, the peak memory (CUDA) and what the callback counted."""
     from lightning.pytorch.plugins.precision import MixedPrecision
 
     precision = PRECISION[arm.removesuffix("_plain")][0]
     torch.set_float32_matmul_precision("high" if arm == "tf32" else "highest")
-    clock = _Clock(device)
+    clock = step_clock(device)
     callbacks: list[pl.Callback] = [clock]
     amp = None
     if precision != "32-true" and not arm.endswith("_plain"):

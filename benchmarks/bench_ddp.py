@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness.clock import synchronize  # noqa: E402
+from harness.clock import step_clock, synchronize  # noqa: E402
 from harness.result import progress, ratio, write_result  # noqa: E402
 from harness.stats import median_interval  # noqa: E402
 from lightning.fabric.plugins.environments.lightning import find_free_network_port  # noqa: E402
@@ -261,15 +261,7 @@ def lightning_ddp(args: argparse.Namespace, name: str, save_on_interrupt: bool =
         def train_dataloader(self) -> Any:
             return make_loader(args, self.global_rank)
 
-    class Clock(pl.Callback):
-        def __init__(self) -> None:
-            self.marks: list[float] = []
-
-        def on_train_batch_start(self, *_: Any) -> None:
-            synchronize(device)
-            self.marks.append(time.perf_counter())
-
-    clock = Clock()
+    clock = step_clock(device)
     callbacks: list[pl.Callback] = [clock]
     if save_on_interrupt:
         from lightning_mgpu.callbacks import SaveOnInterrupt

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from harness.clock import step_clock
 from harness.result import progress, ratio, write_result
 from harness.stats import median_interval
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
@@ -111,14 +112,7 @@ def lightning_run(args: argparse.Namespace, strategy: str, env: dict[str, str]) 
         def train_dataloader(self) -> DataLoader:
             return DataLoader(make_data(args, self.trainer.world_size), batch_size=args.batch_size, shuffle=True)
 
-    class StepClock(pl.Callback):
-        def __init__(self) -> None:
-            self.marks: list[float] = []
-
-        def on_train_batch_start(self, *_: Any) -> None:
-            self.marks.append(time.perf_counter())
-
-    clock = StepClock()
+    clock = step_clock()  # gloo on CPU: nothing queued to wait for
     # DDP's teardown deletes WORLD_SIZE; restore the external-launch variables before every run.
     os.environ.update(env)
     # The ddp arm shares horovodrun's workers on purpose; LauncherGuard would (rightly, elsewhere) refuse a non-horovod

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness.clock import synchronize  # noqa: E402
+from harness.clock import step_clock  # noqa: E402
 from harness.result import progress, ratio, write_result  # noqa: E402
 from harness.stats import median_interval  # noqa: E402
 
@@ -90,15 +90,7 @@ def fit(args: argparse.Namespace, strategy: str, devices: int) -> float:
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
 
-    class Clock(pl.Callback):
-        def __init__(self) -> None:
-            self.marks: list[float] = []
-
-        def on_train_batch_start(self, *_: Any) -> None:
-            synchronize(device)
-            self.marks.append(time.perf_counter())
-
-    clock = Clock()
+    clock = step_clock(device)
     if strategy in RANKED:
         os.environ["WORLD_SIZE"] = str(devices)  # Lightning's teardown of the previous fit removes it
     trainer = pl.Trainer(

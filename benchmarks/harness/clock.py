@@ -1,7 +1,8 @@
-"""Time marks on a device that runs asynchronously."""
+"""Time marks on a device that runs asynchronously, and the step clock every Lightning arm of the suite times with."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 
@@ -11,3 +12,29 @@ def synchronize(device: Any) -> None:
         import torch  # here: the launching process of a benchmark need not import torch
 
         torch.cuda.synchronize(device)
+
+
+def step_clock(device: Any = None) -> Any:
+    """A Lightning callback whose ``marks`` are the start of every training batch, each after ``device``'s queued work.
+
+    ``harness.stats.median_interval(clock.marks, warmup, steps)`` is then the median step, everything Lightning does
+    between batches included. Built on call, so that this module imports without Lightning (a launching process).
+
+    Example::
+
+        clock = step_clock(torch.device("cuda", 0))
+        pl.Trainer(callbacks=[clock], ...).fit(model)
+        step_s = median_interval(clock.marks, warmup=3, steps=20)
+    """
+    import lightning.pytorch as pl
+
+    class StepClock(pl.Callback):
+        def __init__(self) -> None:
+            self.marks: list[float] = []
+
+        def on_train_batch_start(self, *_: Any) -> None:
+            if device is not None:
+                synchronize(device)
+            self.marks.append(time.perf_counter())
+
+    return StepClock()
