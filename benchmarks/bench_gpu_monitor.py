@@ -1,17 +1,18 @@
 """Overhead of GPUUtilizationMonitor at default settings: the same training with and without it.
 
-Three arms run side by side in every round: no callback (off), an empty callback, and the monitor
-(on). The order rotates from round to round so drift in machine load hits every arm alike; the
-figure is the median over rounds of (time per batch with the monitor) / (without). The same
-ratio is also taken in process CPU time (all threads, the monitor's sampler thread included),
-which time taken by other processes on a shared machine does not inflate. The empty-callback arm
-separates what Lightning charges any callback (it dispatches all six per-batch hooks to every
-callback, about 3-5 µs each) from what the monitor itself adds. Two more figures need no
-A/B at all, so load from other processes does not blur them: the time spent inside the monitor's
-own hooks on the training thread as a share of the time per batch, and the same in training-thread
-CPU time (the background sampler thread is not on that path). They come from a fourth run per
-round whose hooks are timed, outside the A/B; they include the timing wrapper's own clock reads
-(about 1 µs per hook), so they overstate slightly.
+Five arms run side by side in every round: no callback (off), an empty callback, the monitor (on), Lightning's
+DeviceStatsMonitor (the built-in peer), and a callback that only logs as many keys as the monitor does, as often
+(logging: the arms without a callback never log, so this separates the cost of logging itself, the logger's
+writes and Lightning's bookkeeping, from the monitor's work). The order rotates from round to round so drift in
+machine load hits every arm alike; the figure is the median over rounds of (time per batch with the monitor) /
+(without). The same ratio is also taken in process CPU time (all threads, the monitor's sampler thread
+included), which time taken by other processes on a shared machine does not inflate. The empty-callback arm
+separates what Lightning charges any callback (it dispatches all six per-batch hooks to every callback, about
+3-5 µs each) from what the monitor itself adds. Two more figures need no A/B at all, so load from other
+processes does not blur them: the time spent inside the monitor's own hooks on the training thread as a share of
+the time per batch, and the same in training-thread CPU time (the background sampler thread is not on that
+path). They come from a further run per round whose hooks are timed, outside the A/B; they include the timing
+wrapper's own clock reads (about 1 µs per hook), so they overstate slightly.
 
     $ python benchmarks/bench_gpu_monitor.py                       # CPU (or the GPU if there is one), ~1 min
     $ python benchmarks/bench_gpu_monitor.py --rounds 11 --steps 300
@@ -44,6 +45,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from harness.result import progress, write_result
 from harness.result import ratio as ratio_spec
 from lightning_mgpu.callbacks import GPUUtilizationMonitor
+from lightning_mgpu.utilities.logging_steps import batches_that_stepped
 
 
 class Model(pl.LightningModule):
@@ -129,10 +131,29 @@ class EmptyCallback(Callback):
     """A callback that does nothing: what Lightning's per-callback hook dispatch costs by itself."""
 
 
-ARMS = ("off", "empty", "on", "devicestats")  # devicestats: Lightning's DeviceStatsMonitor, the built-in peer
+class LoggingOnly(Callback):
+    """Logs ``n_keys`` numbers through the loggers once per logging window, as the monitor does, and nothing else.
+
+    It separates what logging itself costs (the logger's writes, Lightning's bookkeeping) from the monitor's own work:
+    the arms without a callback never log anything.
+    """
+
+    def __init__(self, n_keys: int) -> None:
+        self.n_keys = max(1, n_keys)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        step = batches_that_stepped(trainer) + 1  # Lightning counts this batch after on_train_batch_end
+        if step % trainer.log_every_n_steps == 0:
+            metrics = {f"logging_only/key{i}": float(i) for i in range(self.n_keys)}
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=step)
 
 
-def run(args: argparse.Namespace, arm: str, data: TensorDataset) -> dict[str, float]:
+# devicestats: Lightning's DeviceStatsMonitor, the built-in peer; logging: the monitor's logging alone (LoggingOnly)
+ARMS = ("off", "empty", "on", "devicestats", "logging")
+
+
+def run(args: argparse.Namespace, arm: str, data: TensorDataset, n_keys: int = 1) -> dict[str, float]:
     """One fit. ``arm``: ``off``, ``empty``, ``on`` (the plain monitor), or ``timed`` (the monitor with its
     hooks timed; outside the A/B, since its clock reads, ~6 µs per batch, would count as overhead)."""
     clock = BatchClock(args.warmup)
@@ -146,6 +167,8 @@ def run(args: argparse.Namespace, arm: str, data: TensorDataset) -> dict[str, fl
         callbacks.append(EmptyCallback())
     elif arm == "devicestats":
         callbacks.append(DeviceStatsMonitor())
+    elif arm == "logging":
+        callbacks.append(LoggingOnly(n_keys))
     trainer = pl.Trainer(
         default_root_dir=args.root_dir,  # where the monitor's diagnosis.json goes (no logger here)
         strategy=args.strategy, devices=args.devices, max_steps=args.warmup + args.steps, callbacks=callbacks,
@@ -161,6 +184,7 @@ def run(args: argparse.Namespace, arm: str, data: TensorDataset) -> dict[str, fl
         "rank0": trainer.is_global_zero,
     }  # fmt: skip
     if monitor is not None:
+        out["n_keys"] = len(monitor.last_metrics)  # what the monitor logs per window: the logging arm logs as many
         out["hook_s_per_batch"] = monitor.hook_s / (args.warmup + args.steps)
         out["hook_cpu_s_per_batch"] = monitor.hook_cpu_s / (args.warmup + args.steps)
     return out
@@ -189,18 +213,18 @@ def main() -> None:
     n = args.batch_size * (args.warmup + args.steps + 1) * 2
     data = TensorDataset(torch.randn(n, args.width, generator=g), torch.randint(0, 10, (n,), generator=g))
 
-    run(args, "timed", data)  # warm caches, imports and the allocator once, untimed
+    n_keys = int(run(args, "timed", data)["n_keys"])  # warm caches, imports and the allocator once, untimed
     per_arm: dict[str, list[dict[str, float]]] = {arm: [] for arm in (*ARMS, "timed")}
     for r in range(args.rounds):
         # Every arm runs in every position over the rounds, so drift in machine load hits them alike.
         order = ARMS[r % len(ARMS) :] + ARMS[: r % len(ARMS)]
-        res = {arm: run(args, arm, data) for arm in (order if r % 2 == 0 else order[::-1])}
+        res = {arm: run(args, arm, data, n_keys) for arm in (order if r % 2 == 0 else order[::-1])}
         res["timed"] = run(args, "timed", data)
         for arm in per_arm:
             per_arm[arm].append(res[arm])
         if res["on"]["rank0"]:
-            off, empty, on, _ = (res[a]["per_batch_s"] for a in ARMS)
-            med = [res[a]["median_batch_s"] for a in ARMS]
+            off, empty, on = (res[a]["per_batch_s"] for a in ("off", "empty", "on"))
+            med = [res[a]["median_batch_s"] for a in ("off", "empty", "on")]
             print(
                 f"round {r + 1}/{args.rounds}: off {off * 1e3:7.3f}  empty callback {empty * 1e3:7.3f}  on {on * 1e3:7.3f} ms/batch"
                 f"  on/off {on / off:.4f}  on/empty {on / empty:.4f}  median batch on/off {med[2] / med[0]:.4f}",
@@ -240,6 +264,10 @@ def main() -> None:
         # What the monitor adds beyond that dispatch: its own hooks and its sampler thread.
         "median_ratio_on_over_empty_callback": round(ratio("on", "empty"), 4),
         "median_process_cpu_ratio_on_over_empty_callback": round(ratio("on", "empty", "process_cpu_per_batch_s"), 4),
+        # Logging the monitor's keys, and nothing else: the part of its cost that any logging callback pays.
+        "median_process_cpu_ratio_logging_only_over_off": round(ratio("logging", "off", "process_cpu_per_batch_s"), 4),
+        "median_process_cpu_ratio_on_over_logging_only": round(ratio("on", "logging", "process_cpu_per_batch_s"), 4),
+        "keys_logged_per_window": n_keys,
         "hook_time_pct_of_batch": round(statistics.median(x["hook_s_per_batch"] / x["per_batch_s"] for x in timed) * 100, 3),
         "hook_cpu_pct_of_batch_cpu": round(statistics.median(x["hook_cpu_s_per_batch"] / x["cpu_per_batch_s"] for x in timed) * 100, 3),
         "hook_cpu_us_per_batch": round(statistics.median(x["hook_cpu_s_per_batch"] for x in timed) * 1e6, 1),
@@ -252,7 +280,10 @@ def main() -> None:
         ratios=[ratio_spec("monitor / no callback", "on", "off", goal=1.01),
                 ratio_spec("monitor / no callback (median batch)", "on", "off", "median_batch_s", goal=1.01),
                 ratio_spec("monitor / DeviceStatsMonitor", "on", "devicestats"),
-                ratio_spec("empty callback / no callback", "empty", "off")],
+                ratio_spec("empty callback / no callback", "empty", "off"),
+                ratio_spec("monitor / a callback that only logs its keys", "on", "logging"),
+                ratio_spec("logging its keys only / no callback (process CPU)", "logging", "off", "cpu_s"),
+                ratio_spec("monitor / logging its keys only (process CPU)", "on", "logging", "cpu_s")],
         figures={"monitor's training-thread hooks, % of batch time": {"value": summary["hook_time_pct_of_batch"], "goal": 1.0,
                  "verdict": "met" if summary["hook_time_pct_of_batch"] < 1.0 else "not met"}},
         config={k: v for k, v in summary.items() if k in ("device", "strategy", "devices", "rounds", "batches_per_run")}

@@ -43,15 +43,14 @@ def test_an_unknown_suite_is_refused_with_the_choices() -> None:
 @pytest.mark.timeout(600)
 def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = run_python([RUN, "--quick", "--dry-run", "--only", "dp,ddp,parity,scaling,amp,activation_checkpointing", "--out", str(out)], timeout=500)
+    proc = run_python([RUN, "--quick", "--dry-run", "--only", "dp,ddp,scaling,amp,activation_checkpointing", "--out", str(out)], timeout=500)
     assert "ddp (Lightning) / raw torch DDP loop" in proc.stdout  # the terminal table
     raw = json.loads((out / "results.json").read_text())
     by_name = {b["name"]: b for b in raw["benchmarks"]}
-    assert {n: b["status"] for n, b in by_name.items()} == dict.fromkeys(("ddp", "dp", "parity", "scaling", "amp", "activation_checkpointing"), "ok")
+    assert {n: b["status"] for n, b in by_name.items()} == dict.fromkeys(("ddp", "dp", "scaling", "amp", "activation_checkpointing"), "ok")
     for name in ("ddp", "dp", "activation_checkpointing"):
         assert by_name[name]["summaries"] and all("median" in s for s in by_name[name]["summaries"])
     figures = {label: f["value"] for b in raw["benchmarks"] for label, f in b["result"]["figures"].items()}
-    assert figures["ddp vs raw DDP: max abs parameter difference"] <= 1e-6  # a dry run trains one real step
     assert any(label.startswith("communication efficiency") for label in figures)
     # bench_ddp's decomposition arms ran (each trained exactly as plain DDP, or the benchmark would have failed).
     assert {"raw_no_comm", "raw_blocking", "raw_bucket_view"} <= set(by_name["ddp"]["result"]["arms"])
@@ -67,7 +66,7 @@ def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     labels = [s["label"] for s in by_name["activation_checkpointing"]["summaries"]]
     assert "mlp-cpu: every_k=1 / torch.utils.checkpoint by hand, step time" in labels
     text = (out / "report.md").read_text()
-    assert "## ddp" in text and "## dp" in text and "## parity" in text and "Versions:" in text
+    assert "## ddp" in text and "## dp" in text and "## scaling" in text and "Versions:" in text
     assert (out / "ddp_step_times.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "activation_checkpointing_memory.png").read_bytes()[:4] == b"\x89PNG"
     # bench_scaling launched one and two real ranks: its efficiency and its scaling curve.
@@ -86,7 +85,7 @@ def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     assert list(after) == list(by_name)  # the registry's order: nothing added, nothing lost
     rerun = after["activation_checkpointing"]
     assert rerun["status"] == "ok" and rerun["result"]["arms"] != by_name["activation_checkpointing"]["result"]["arms"]
-    assert all(after[n] == by_name[n] for n in ("ddp", "dp", "parity", "scaling", "amp"))
+    assert all(after[n] == by_name[n] for n in ("ddp", "dp", "scaling", "amp"))
     assert "whose sections replace those of the runs before it" in updated["command"] and "--update" in updated["command"]
     assert "## activation_checkpointing" in (out / "report.md").read_text()
 
