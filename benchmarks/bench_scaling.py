@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness.clock import step_clock  # noqa: E402
 from harness.result import progress, ratio, write_result  # noqa: E402
 from harness.stats import median_interval  # noqa: E402
+from lightning_mgpu.utilities.process_group import destroy_process_group_if_done  # noqa: E402
 
 RANKED = ("ddp", "sharded")  # one process per device
 SINGLE = ("dp",)  # one process driving every device (GPU only)
@@ -78,11 +79,12 @@ def fit(args: argparse.Namespace, strategy: str, devices: int) -> float:
     g = torch.Generator().manual_seed(1 + rank)  # each rank its own data, as a sampler would give it
     data = TensorDataset(torch.randn(n, 256, generator=g), torch.randint(0, 10, (n,), generator=g))
 
+    from bench_ddp import build_model  # the same model as bench_ddp's, whose decomposition explains this one's figure
+
     class Module(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            torch.manual_seed(0)
-            self.net = nn.Sequential(nn.Linear(256, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10))
+            self.net = build_model(args.hidden)
 
         def training_step(self, b: Any, batch_idx: int) -> Any:
             return nn.functional.cross_entropy(self.net(b[0]), b[1])
@@ -112,10 +114,7 @@ def worker(args: argparse.Namespace) -> None:
     assert args.worker_out is not None
     rank = int(os.environ.get("LOCAL_RANK", 0))
     args.worker_out.with_suffix(f".rank{rank}.json").write_text(json.dumps(steps))
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()  # a live gloo group at interpreter exit can abort the rank
+    destroy_process_group_if_done()  # a live gloo group at interpreter exit can abort the rank
 
 
 def launch(args: argparse.Namespace, argv: list[str], strategies: list[str], devices: int, ranks: int) -> dict[str, float]:
