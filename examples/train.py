@@ -23,7 +23,7 @@ Two nodes, 8 GPUs each, with torchrun (run on every node; rendezvous on node0; d
     $ torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint node0:29400 \\
           examples/train.py --strategy ddp --num-nodes 2 --devices 8 --accelerator gpu
     (the same with --strategy sharded; with --strategy ddp2 use --nproc-per-node 1: one process drives the node's
-    GPUs with DataParallel, docs/ddp2.md; tests/examples/test_multinode.py runs these lines on two network
+    GPUs with DataParallel, docs/ddp2.md; tests/integration/examples/test_multinode.py runs these lines on two network
     namespaces, 1 process each. Where node0's host name does not resolve to its address, add
     `--rdzv-conf is_host=1` on node0 and `--local-addr <this node's address>` on every node.)
 
@@ -38,7 +38,7 @@ On a Ray cluster with Ray Train (--launcher ray; docs/multinode.md). Ray places 
     $ python examples/train.py --launcher ray --ray-workers 8 --ray-address auto --accelerator gpu \\
           --strategy sharded --max-failures 3 --preprocess ray                          # join the cluster; cache on it
     (`--ray-workers` counts processes, one device each; `--num-workers` stays the DataLoader's workers per process.
-    tests/launchers/test_ray_train_integration.py runs both forms on CPU, joining a two-node Ray cluster by address.)
+    tests/integration/launchers/test_ray_train.py runs both forms on CPU, joining a two-node Ray cluster by address.)
 
 Resume from a checkpoint
     $ python examples/train.py --ckpt-path outputs/checkpoints/last.ckpt --max-epochs 20

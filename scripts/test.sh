@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the tests need (idempotent: .venv, horovod built against the venv's torch,
 # chromium) and run the test suite. Extra arguments go to pytest, e.g.
-#   bash scripts/test.sh tests/strategies -k dp
+#   bash scripts/test.sh tests/unit/strategies -k dp
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh

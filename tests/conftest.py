@@ -1,7 +1,11 @@
 """Shared pytest configuration.
 
-Unit tests run in-process; multi-process integration tests are marked ``integration`` and
-launch real gloo/horovod/ray workers on this CPU machine.
+Two tiers, as folders that mirror the package:
+
+- ``tests/unit/``: in-process tests. They start no process (``tests/unit/conftest.py`` fails one that does) and run
+  no multi-rank fit: ``bash scripts/test.sh tests/unit`` is the fast loop.
+- ``tests/integration/``: everything that launches: gloo, horovod, Ray, torchrun, Chromium, worker pools. Every test
+  there gets the ``integration`` marker, which the scheduler (``tests/helpers/scheduling.py``) orders by.
 """
 
 from __future__ import annotations
@@ -12,11 +16,16 @@ import secrets
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.helpers.launch import RENDEZVOUS
 from tests.helpers.scheduling import last_ray_user, make_scheduler, order_for_workers, order_serially
+
+# The data tests' session fixtures (the Ray connection, the reference cache), registered once for both tiers: a fixture
+# imported into two conftest files would be two fixtures, and each tier's data tests would build its own.
+pytest_plugins = ["tests.helpers.data_fixtures"]
 
 # Keep every test off the network and quiet.
 os.environ.setdefault("NEPTUNE_MODE", "debug")
@@ -35,9 +44,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     import torch
 
     skip_gpu = pytest.mark.skip(reason="needs CUDA")
+    integration = Path(__file__).parent / "integration"
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+        if item.path.is_relative_to(integration):
+            item.add_marker(pytest.mark.integration)
+        elif item.get_closest_marker("integration"):
+            raise pytest.UsageError(f"{item.nodeid} is marked integration: move it to tests/integration/ (its tier is its folder).")
     if hasattr(config, "workerinput"):  # a pytest-xdist worker
         order_for_workers(items)
     else:

@@ -453,12 +453,11 @@ def matrix_params(modes: tuple[str, ...] = ("auto", "manual", "gan"), known_bugs
     """
     import pytest
 
-
     params = []
     for strategy, mode, precision in MATRIX:
         if mode not in modes:
             continue
-        marks = [] if strategy == "dp" else [pytest.mark.integration]
+        marks: list[Any] = []  # the tests that use these live in tests/integration (marked there)
         if strategy.startswith("sharded"):
             marks += RunIf(fairscale=True).marks
         if strategy == "horovod":

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lightning_mgpu.data import PreprocessedDataModule
-from tests.data.helpers import Features, IndexedDataset
+from tests.helpers.data import Features, IndexedDataset
 from tests.helpers.trainer import quiet_trainer
 
 N = 64

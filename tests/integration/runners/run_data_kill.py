@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from lightning_mgpu.data import preprocess
-from tests.data.helpers import Features, IndexedDataset
+from tests.helpers.data import Features, IndexedDataset
 
 if __name__ == "__main__":
     cache_dir, kill_at = sys.argv[1], int(sys.argv[2])

@@ -1,4 +1,4 @@
-"""Two short fits under one strategy with GPUUtilizationMonitor, for tests/callbacks/test_gpu_monitor.py.
+"""Two short fits under one strategy with GPUUtilizationMonitor, for tests/integration/monitoring/test_callback.py.
 
 Run as ``python tests/integration/runners/run_gpu_monitor.py --strategy ddp --devices 2 --out DIR``.
 

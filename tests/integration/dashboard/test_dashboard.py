@@ -1,0 +1,143 @@
+"""The local dashboard: both run readers, the page's charts carrying the logged values, the PNGs,
+the diagnosis table, headless Chromium rendering, and the errors for folders of neither kind.
+
+The runs are synthetic: per-rank monitor values are logged through a real CSVLogger and a real
+NeptuneLogger(mode="offline"), so these tests do not depend on the GPU monitor's timing.
+
+The tests that launch processes; the in-process ones are in ``tests/unit/dashboard/test_dashboard.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lightning.pytorch.loggers import CSVLogger
+
+from lightning_mgpu.dashboard.render import render_dashboard
+from tests.helpers.browser import Browser
+from tests.helpers.runif import RunIf
+from tests.unit.dashboard.test_dashboard import (  # noqa: F401
+    DEVICES,
+    HPARAMS,
+    STEPS,
+    VAL_STEPS,
+    _Dom,
+    csv_run,
+    log_synthetic,
+    monitor_metrics,
+    parse,
+    wait_pct,
+)
+
+_PROBE = """(function(){
+  var out={};
+  document.querySelectorAll('.js-plotly-plot').forEach(function(el){
+    out[el.id]=el.data.filter(function(t){return t.meta&&t.meta.key;}).map(function(t){return t.meta.key+'='+t.y.length;});
+  });
+  return out;
+})()"""
+
+
+_HOVER = """(function(){
+  var el=document.getElementById('plot-gpu-utilisation');
+  var i=el.data.findIndex(function(t){return t.meta&&t.meta.key==='gpu/rank1/util_pct';});
+  Plotly.Fx.hover(el,[{curveNumber:i,pointNumber:el.data[i].x.length-1}]);
+  return el.querySelector('.hoverlayer').textContent;
+})()"""
+
+
+@RunIf(chromium=True, plotly=True)
+@pytest.mark.timeout(240)
+def test_page_renders_offline_in_headless_chromium(csv_run: Path, tmp_path: Path) -> None:
+    page = render_dashboard(csv_run, out_dir=tmp_path / "page", png=False).html
+    with Browser(tmp_path / "profile") as browser:
+        browser.open(page.as_uri())
+        rendered = int(browser.wait_for("document.body.dataset.rendered", timeout=60))
+        charts = {a["data-chart"] for a in parse(page.read_text()).with_attr("data-chart")}
+        assert rendered == len(charts) == 8
+        # The browser's own network log: the page itself, from disk, and nothing else.
+        assert browser.requests() == [page.as_uri()]
+        assert browser.console_errors() == []
+        # Every rank's series is drawn, with all its points.
+        drawn = browser.evaluate(_PROBE)
+        assert sorted(drawn["plot-gpu-utilisation"]) == [f"gpu/{d}/util_pct={len(STEPS)}" for d in DEVICES]
+        assert sorted(drawn["plot-throughput"])[0].startswith("throughput/rank0/samples_per_sec=")
+        # Hover read-out on rank 1's last point shows its logged value.
+        hover = browser.evaluate(_HOVER)
+        assert f"{monitor_metrics(STEPS[-1])['gpu/rank1/util_pct']:.4g}" in hover and "rank1" in hover, hover
+        shot = browser.screenshot(tmp_path / "shot.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000  # charts, not a blank page
+
+
+def _start_server(run: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lightning_mgpu", "dashboard", str(run), "--serve", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    line = proc.stdout.readline() if proc.stdout else ""
+    match = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+    if not match:
+        proc.kill()
+        raise AssertionError(f"no URL from --serve: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+    return proc, match.group(0)
+
+
+def _stop(proc: subprocess.Popen) -> tuple[int, str]:
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+    try:
+        out, _ = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("--serve did not stop on Ctrl-C") from None
+    return proc.returncode, out
+
+
+@RunIf(chromium=True, plotly=True)
+@pytest.mark.timeout(240)
+def test_serve_shows_a_point_logged_after_the_page_opened(tmp_path: Path) -> None:
+    logger = CSVLogger(tmp_path, name="live")
+    for step in STEPS[:5]:
+        logger.log_metrics(monitor_metrics(step), step=step)
+    logger.save()
+    proc, url = _start_server(Path(logger.log_dir), "--port", "0", "--interval", "0.3")
+    try:
+        with Browser(tmp_path / "profile") as browser:
+            browser.open(url)
+            browser.wait_for("document.body.dataset.rendered", timeout=60)
+            assert float(browser.evaluate("document.body.dataset.lastStep")) == STEPS[4]
+            # Training writes a new point while the page is open.
+            logger.log_metrics(monitor_metrics(STEPS[5]), step=STEPS[5])
+            logger.save()
+            step = browser.wait_for(f"document.body.dataset.lastStep === '{STEPS[5]}' && document.body.dataset.lastStep", timeout=30)
+            assert float(step) == STEPS[5]
+            points = browser.evaluate(
+                "document.getElementById('plot-gpu-utilisation').data.filter(function(t){return t.meta&&t.meta.key;})"
+                ".map(function(t){return t.y.length;})"
+            )
+            assert points == [6, 6, 6]  # every rank's series grew, in place (no reload: the page kept its state)
+            assert browser.evaluate("performance.getEntriesByType('navigation').length") == 1
+            assert all(u.startswith(url) for u in browser.requests()), browser.requests()
+    finally:
+        code, out = _stop(proc)
+    assert code == 0 and "dashboard: stopped" in out
+
+
+def test_serve_on_a_busy_port_names_the_port_and_the_fix(csv_run: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "lightning_mgpu", "dashboard", str(csv_run), "--serve", "--port", str(port)],
+            capture_output=True, text=True, timeout=120,
+        )
+    assert proc.returncode == 2
+    assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr and "--port 0" in proc.stderr
+

@@ -1,0 +1,154 @@
+"""Promises 3 and 4: Ctrl-C saves the interrupted step and stops every rank; resuming from it is exact.
+
+Each case runs ``examples/train.py`` three times with the same arguments: uninterrupted (once per strategy);
+interrupted by SIGINT to its whole process group (what a terminal's Ctrl-C sends) at a random moment after the first
+epoch; resumed from the checkpoint that the interrupt saved. The resumed run must end with parameters and optimizer state
+``torch.equal`` to the uninterrupted one's, and the interrupted run must exit 130 within ``STOP_BOUND_S`` of the
+signal with no process of the job left.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers.launch import REPO_ROOT, clean_environ, processes_naming, run_python
+from tests.helpers.runif import RunIf
+
+STOP_BOUND_S = 30.0
+# (strategy, devices, launcher): the interrupted and the resumed runs go through the launcher; the reference through
+# Lightning's own (horovod: self-launched). torchrun passes the SIGINT on to its workers' sessions; horovodrun sends them
+# SIGTERM, with 5 s before SIGKILL. Both then exit with their own error.
+TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
+HOROVODRUN = (str(Path(sys.executable).with_name("horovodrun")), "-np", "2", "--gloo", sys.executable)
+STRATEGIES = [
+    pytest.param("ddp", "2", (), id="ddp"),
+    pytest.param("ddp_spawn", "2", (), id="ddp_spawn"),
+    pytest.param("sharded", "2", (), id="sharded", marks=RunIf(fairscale=True).marks),
+    pytest.param("sharded_spawn", "2", (), id="sharded_spawn", marks=RunIf(fairscale=True).marks),
+    pytest.param("sharded_fsdp2", "2", (), id="sharded_fsdp2"),
+    pytest.param("dp", "2", (), id="dp"),
+    pytest.param("ddp", "2", TORCHRUN, id="ddp-torchrun"),
+    pytest.param("horovod", "2", HOROVODRUN, id="horovod-horovodrun", marks=RunIf(horovod=True).marks),
+]
+# Adam: its state (moments, step count) must come back exactly as well; one thread per rank for bitwise repeatability.
+ARGS = ["--max-epochs", "3", "--logger", "none", "--optimizer", "adam", "--lr", "0.01"]
+ENV = {"OMP_NUM_THREADS": "1"}
+
+
+def _train(out: Path, strategy: str, devices: str, *extra: str, launcher: tuple[str, ...] = ()) -> list[str]:
+    return [*launcher, str(REPO_ROOT / "examples" / "train.py"), "--strategy", strategy, "--devices", devices,
+            "--output-dir", str(out), *ARGS, *extra]  # fmt: skip
+
+
+def _final_state(out: Path) -> dict[str, torch.Tensor]:
+    ckpt = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    state = {f"param.{k}": v for k, v in ckpt["state_dict"].items()}
+    for i, opt in enumerate(ckpt["optimizer_states"]):
+        for pid, slots in opt["state"].items():
+            state.update({f"opt{i}.{pid}.{k}": torch.as_tensor(v) for k, v in slots.items()})
+    return state
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    # Zombies keep the group alive until reaped; only a running member counts.
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _interrupt(cmd: list[str], out: Path, seed: int) -> tuple[int, str, float]:
+    """Start ``cmd`` in its own process group; once the first epoch's checkpoint exists, SIGINT the group."""
+    env = {**clean_environ(), "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO_ROOT), **ENV}
+    proc = subprocess.Popen([sys.executable, *cmd], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not list((out / "checkpoints").glob("epoch00-*.ckpt")):
+            assert proc.poll() is None, f"seed {seed}: the run ended before its first epoch\n{proc.communicate()[0][-4000:]}"
+            assert time.monotonic() < deadline, f"seed {seed}: no first-epoch checkpoint within 120 s"
+            time.sleep(0.02)
+        time.sleep(random.Random(seed).uniform(0.0, 0.4))  # somewhere in the second epoch
+        os.killpg(proc.pid, signal.SIGINT)
+        sent = time.monotonic()
+        output, _ = proc.communicate(timeout=STOP_BOUND_S + 30)
+        return proc.returncode, output, time.monotonic() - sent
+    finally:
+        if proc.poll() is None or _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+# A *_spawn strategy trains exactly as its in-process twin (the same ranks, data order and arithmetic; only the way
+# the processes start differs), so both are resumed against one uninterrupted run: a spawn run that drifted fails.
+SAME_TRAINING = {"ddp_spawn": "ddp", "sharded_spawn": "sharded"}
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], Path]:
+    """The uninterrupted run of a strategy, made once per module and shared by the cases that train alike: ``ddp``,
+    ``ddp_spawn`` and ``ddp-torchrun`` compare with one run of ``ddp``."""
+    made: dict[tuple[str, str], Path] = {}
+
+    def reference(strategy: str, devices: str) -> Path:
+        strategy = SAME_TRAINING.get(strategy, strategy)
+        if (strategy, devices) not in made:
+            out = tmp_path_factory.mktemp(f"reference_{strategy}")
+            run_python(_train(out, strategy, devices), timeout=240, env=ENV)
+            made[strategy, devices] = out
+        return made[strategy, devices]
+
+    return reference
+
+
+@pytest.mark.timeout(360)
+@pytest.mark.parametrize("strategy,devices,launcher", STRATEGIES)
+def test_ctrl_c_saves_the_step_and_resume_is_exact(
+    strategy: str, devices: str, launcher: tuple[str, ...], tmp_path: Path, references, record_property
+) -> None:
+    seed = random.SystemRandom().randrange(10**6)
+    reference_dir = references(strategy, devices)
+
+    out = tmp_path / "interrupted"
+    code, log, stop_s = _interrupt(_train(out, strategy, devices, launcher=launcher), out, seed)
+    if launcher == HOROVODRUN:
+        # horovodrun's own exit code after it terminates its workers is not reliable: Horovod 0.28.1's safe_shell_exec
+        # reaps a worker's shell with psutil while subprocess waits on it too, and subprocess reads the ECHILD it then
+        # gets as status 0 (reproduced here: 2 of 8 interrupts exited 0, although every worker raised
+        # SystemExit(130)). What is ours is asserted below: the save, the stop in bound, no process left, exact resume.
+        record_property("horovodrun_exit_code", code)
+    elif launcher:
+        assert code != 0, f"seed {seed}: the launcher exited 0 after Ctrl-C\n{log[-6000:]}"
+    else:
+        assert code == 130, f"seed {seed}: exit {code}\n{log[-6000:]}"
+    assert stop_s <= STOP_BOUND_S, f"seed {seed}: {stop_s:.1f} s to stop"
+    assert f"Interrupted: saved {out / 'checkpoints' / 'last.ckpt'}" in log, log[-4000:]
+    assert processes_naming(str(out)) == [], "a process of the interrupted job is still running"
+    saved = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    step, per_epoch = saved["global_step"], 23  # 1437 training digits / (32 x 2) -> 23 steps an epoch
+    record_property("interrupted_at_step", step)
+
+    resume = _train(out, strategy, devices, "--ckpt-path", str(out / "checkpoints" / "last.ckpt"), launcher=launcher)
+    run_python(resume, timeout=240, env=ENV)
+    reference, resumed = _final_state(reference_dir), _final_state(out)
+    assert reference.keys() == resumed.keys()
+    differ = [k for k in reference if not torch.equal(reference[k], resumed[k])]
+    assert not differ, f"seed {seed}, interrupted at step {step} ({step % per_epoch} into an epoch): {differ[:5]} differ"

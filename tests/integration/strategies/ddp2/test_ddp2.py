@@ -1,0 +1,85 @@
+"""``ddp2`` on two "nodes": two torchrun agents on 127.0.0.1, one process each, two emulated devices per node.
+
+Parity with ``ddp`` on 4 processes over the same global batches (``tests/integration/runners/run_parity.py``), with a
+short last batch, with and without gradient accumulation; and the checkpoint it writes resumes under ``ddp``
+and ``dp``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.fabric.plugins.environments.lightning import find_free_network_port
+
+from tests.helpers.launch import (
+    REPO_ROOT,
+    clean_environ,
+    kill_tree,
+    max_abs_diff,
+    run_parity,
+    run_parity_here,
+)
+from tests.helpers.models import ParityModule
+
+TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+# 172 = 5 x 32 + 12: the last global batch has 12 samples (3 per ddp rank, 6 per node, 3 per emulated device).
+SAMPLES = "172"
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+
+def _ddp2_on_two_nodes(out: Path, *extra: str) -> dict[int, dict[str, torch.Tensor]]:
+    port = str(find_free_network_port())
+    env = {**clean_environ(), "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", **ONE_THREAD}
+    procs = [
+        subprocess.Popen(
+            [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+             "--master-port", port, "-m", "tests.integration.runners.run_parity", "--strategy", "ddp2_emulated",
+             "--devices", "2", "--num-nodes", "2", "--num-samples", SAMPLES, "--out", str(out), *extra],
+            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+        for rank in (0, 1)
+    ]
+    logs = []
+    try:
+        for proc in procs:
+            logs.append(proc.communicate(timeout=240)[0])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+    for proc, log in zip(procs, logs):
+        assert proc.returncode == 0, log[-4000:]
+    assert "".join(logs).count("strategy='ddp2': 2 node process(es), each driving 2 device(s) with DataParallel") == 1
+    return {r: torch.load(out / f"params_rank{r}.pt") for r in (0, 1)}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("steps", "accumulate"), [("6", "1"), ("3", "2")], ids=["no-accumulation", "accumulate-2"])
+def test_ddp2_on_two_nodes_equals_ddp_on_four_processes(steps: str, accumulate: str, tmp_path: Path) -> None:
+    common = ("--steps", steps, "--accumulate", accumulate)
+    ddp2 = _ddp2_on_two_nodes(tmp_path / "ddp2", *common)
+    ddp = run_parity(tmp_path / "ddp", "--strategy", "ddp", "--devices", "4", "--num-samples", SAMPLES, *common, env=ONE_THREAD)
+    assert max_abs_diff(ddp2[0], ddp2[1]) == 0.0  # the nodes agree
+    diff = max_abs_diff(ddp2[0], ddp[0])
+    print(f"ddp2 (2 nodes x 2 devices) vs ddp (4 processes), {steps} steps x {accumulate}: max |diff| = {diff:.2e}")
+    assert diff <= 1e-6
+    start = ParityModule().state_dict()  # the initial parameters: run_parity's model depends only on its init seed
+    assert max_abs_diff(ddp2[0], start) > 1e-3  # it trained
+
+
+@pytest.mark.timeout(600)
+def test_a_ddp2_checkpoint_resumes_under_ddp_and_dp(tmp_path: Path) -> None:
+    _ddp2_on_two_nodes(tmp_path / "ddp2", "--steps", "4")
+    ckpt = tmp_path / "ddp2" / "final.ckpt"
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    assert state and not any(k.startswith("module.") for k in state)  # plain keys, no wrapper prefix
+    for strategy, devices in (("ddp", "2"), ("dp", "1")):
+        # Resume one more step elsewhere: Lightning restores the weights, optimizer and loop position.
+        run = run_parity_here if devices == "1" else run_parity  # one device: in this process, which saves a launch
+        resumed = run(tmp_path / strategy, "--strategy", strategy, "--devices", devices, "--steps", "5", "--resume", str(ckpt))
+        assert set(resumed[0]) == set(state)
+        assert max_abs_diff(resumed[0], {k: v for k, v in state.items()}) > 0  # it trained the fifth step from there
