@@ -38,6 +38,11 @@ if [ "$gpus" = "0" ]; then
 fi
 echo "gpu_check: $gpus GPU(s): $("$PY" -c "import torch; print(', '.join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())))")"
 status=0
-"$PY" -m pytest -m gpu -q -p no:cacheprovider -p no:xdist tests || status=$?
+# Tests of several ranks run them on one shared GPU when there are fewer GPUs than ranks (tests/helpers/shared_gpu.py);
+# their parity and memory figures go to this folder's shared_gpu.md.
+report="benchmarks/results/$(date +%Y-%m-%d)_${gpus}x$("$PY" -c "import torch; print(torch.cuda.get_device_name(0).split()[1])")_tests"
+rm -f "$report/shared_gpu.jsonl"
+LIGHTNING_MGPU_REPORT_DIR="$report" "$PY" -m pytest -m gpu -q -p no:cacheprovider -p no:xdist -rA tests || status=$?
+[ -f "$report/shared_gpu.jsonl" ] && "$PY" benchmarks/shared_gpu_report.py "$report"
 "$PY" benchmarks/run.py --gpu "$@" || status=$?
 exit "$status"

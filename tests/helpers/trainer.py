@@ -28,3 +28,17 @@ def quiet_trainer(**kwargs: Any) -> pl.Trainer:
 
     kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), CleanExit()]
     return pl.Trainer(**{**QUIET, **kwargs})
+
+
+class SaveAtTrainEnd(pl.Callback):
+    """``trainer.save_checkpoint(path)`` at the end of training, in the processes that trained.
+
+    Under a ``*_spawn`` strategy the fit runs in spawned workers, and the launching process gets the weights back but
+    not the loops' progress: a checkpoint it saved after ``fit`` would resume from step 0.
+    """
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        trainer.save_checkpoint(self.path)

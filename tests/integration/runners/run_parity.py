@@ -32,7 +32,7 @@ import lightning_mgpu  # noqa: F401
 from lightning_mgpu.strategies.sharded.strategy import local_optimizer
 from tests.helpers.launch import split_runs
 from tests.helpers.models import IN, OUT, ParityModule, make_data  # noqa: F401
-from tests.helpers.trainer import quiet_trainer
+from tests.helpers.trainer import SaveAtTrainEnd, quiet_trainer
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,6 +52,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--manual", action="store_true")
     p.add_argument("--resume", default=None, help="checkpoint to resume from")
     p.add_argument("--sharded-backend", default=None, choices=("fairscale", "torch", "fsdp2"), help="ShardedStrategy(backend=...) for --strategy sharded*")
+    p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
+    p.add_argument("--process-group-backend", default=None, help="e.g. gloo for ranks that share one GPU (tests/helpers/shared_gpu.py)")
     p.add_argument("--out", required=True, type=Path)
     return p.parse_args(argv)
 
@@ -68,10 +70,21 @@ def main(argv: list[str] | None = None) -> None:
         from lightning_mgpu.strategies.dp.emulation import EmulatedDataParallelStrategy
 
         strategy = EmulatedDataParallelStrategy()
+    start_method = "spawn" if args.strategy.endswith("_spawn") else "popen"
+    pg = {"process_group_backend": args.process_group_backend} if args.process_group_backend else {}
     if args.sharded_backend:
-        start_method = "spawn" if args.strategy.endswith("_spawn") else "popen"
-        strategy = lightning_mgpu.ShardedStrategy(backend=args.sharded_backend, start_method=start_method)
+        strategy = lightning_mgpu.ShardedStrategy(backend=args.sharded_backend, start_method=start_method, **pg)
+    elif pg and args.strategy in ("ddp", "ddp_spawn"):
+        from lightning.pytorch.strategies import DDPStrategy
+
+        strategy = DDPStrategy(start_method=start_method, **pg)
+    elif pg and args.strategy == "ddp2":
+        strategy = lightning_mgpu.DDP2Strategy(**pg)
+    ckpt = args.out / "final.ckpt"
+    spawned = start_method == "spawn"  # the fit runs in spawned workers: they save (SaveAtTrainEnd)
     trainer = quiet_trainer(
+        callbacks=[SaveAtTrainEnd(ckpt)] if spawned else None,
+        accelerator=args.accelerator,
         strategy=strategy,
         devices=args.devices,
         num_nodes=args.num_nodes,
@@ -85,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     n = args.num_samples or args.global_batch * args.accumulate * args.steps
     model = ParityModule(optimizer=args.optimizer, lr=args.lr, manual=args.manual, global_batch=args.global_batch, num_samples=n)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats()  # each run of a launch reports its own peak
     trainer.fit(model, ckpt_path=args.resume)
     world = trainer.world_size
     rank = trainer.global_rank
@@ -95,10 +110,28 @@ def main(argv: list[str] | None = None) -> None:
     if opt is not None:
         # A sharded optimizer (OSS/ZeRO) holds its rank's shard in a local optimizer.
         torch.save(local_optimizer(opt).state_dict(), args.out / f"optimizer_rank{rank}.pt")
-    ckpt = args.out / "final.ckpt"
-    trainer.save_checkpoint(ckpt)
+    (args.out / f"memory_rank{rank}.json").write_text(json.dumps(_memory(model, opt)))
+    if not spawned:
+        trainer.save_checkpoint(ckpt)
     if trainer.is_global_zero:
-        (args.out / "result.json").write_text(json.dumps({"world_size": world, "global_step": trainer.global_step}))
+        result = {"world_size": world, "num_nodes": trainer.num_nodes, "global_step": trainer.global_step}
+        (args.out / "result.json").write_text(json.dumps(result))
+
+
+def _memory(model: torch.nn.Module, opt: torch.optim.Optimizer | None) -> dict[str, int]:
+    """What this rank holds: its parameters' bytes (its shard under FSDP2), its optimizer state's bytes (its shard
+    under ZeRO/OSS), and on CUDA the peak allocated memory of the fit."""
+
+    def nbytes(t: torch.Tensor) -> int:
+        local = t.to_local() if hasattr(t, "to_local") else t
+        return local.numel() * local.element_size()
+
+    state = local_optimizer(opt).state if opt is not None else {}
+    optimizer_bytes = sum(nbytes(v) for s in state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
+    memory = {"param_bytes": sum(nbytes(p) for p in model.parameters()), "optimizer_bytes": optimizer_bytes}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        memory["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    return memory
 
 
 if __name__ == "__main__":
