@@ -22,41 +22,74 @@ def make_data(n: int, seed: int = 123) -> TensorDataset:
     return TensorDataset(x, y)
 
 
-class ParityModule(pl.LightningModule):
-    """An MLP regressor whose init depends only on ``init_seed``."""
+def _parity_module(base: type) -> type:
+    """``ParityModule`` on ``base``: ``lightning.pytorch``'s or ``pytorch_lightning``'s LightningModule (the same code,
+    so a fit under either namespace can be compared bit for bit)."""
 
-    def __init__(
-        self, optimizer: str = "sgd", lr: float = 0.1, init_seed: int = 0, manual: bool = False, global_batch: int = 32, num_samples: int = 160
-    ) -> None:
-        super().__init__()
-        self.save_hyperparameters()
-        torch.manual_seed(init_seed)
-        self.net = nn.Sequential(nn.Linear(IN, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, OUT))
-        self.automatic_optimization = not manual
+    class ParityModule(base):  # type: ignore[valid-type,misc]
+        """An MLP regressor whose init depends only on ``init_seed``."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        def __init__(
+            self, optimizer: str = "sgd", lr: float = 0.1, init_seed: int = 0, manual: bool = False, global_batch: int = 32, num_samples: int = 160
+        ) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            torch.manual_seed(init_seed)
+            self.net = nn.Sequential(nn.Linear(IN, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, OUT))
+            self.automatic_optimization = not manual
 
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        loss = nn.functional.mse_loss(self(x), y)
-        if not self.automatic_optimization:
-            opt = self.optimizers()
-            opt.zero_grad()
-            self.manual_backward(loss)
-            opt.step()
-        self.log("train_loss", loss)
-        return loss
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(x)
 
-    def train_dataloader(self) -> DataLoader:
-        world, rank = self.trainer.world_size, self.trainer.global_rank
-        if self.hparams.global_batch % world:
-            raise ValueError(f"global batch {self.hparams.global_batch} must divide by the world size {world}")
-        data = make_data(self.hparams.num_samples)
-        sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False) if world > 1 else None
-        return DataLoader(data, batch_size=self.hparams.global_batch // world, sampler=sampler, shuffle=False)
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = nn.functional.mse_loss(self(x), y)
+            if not self.automatic_optimization:
+                opt = self.optimizers()
+                opt.zero_grad()
+                self.manual_backward(loss)
+                opt.step()
+            self.log("train_loss", loss)
+            return loss
 
-    def configure_optimizers(self):
-        if self.hparams.optimizer == "adam":
-            return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
+        def train_dataloader(self) -> DataLoader:
+            world, rank = self.trainer.world_size, self.trainer.global_rank
+            if self.hparams.global_batch % world:
+                raise ValueError(f"global batch {self.hparams.global_batch} must divide by the world size {world}")
+            data = make_data(self.hparams.num_samples)
+            sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False) if world > 1 else None
+            return DataLoader(data, batch_size=self.hparams.global_batch // world, sampler=sampler, shuffle=False)
+
+        def configure_optimizers(self):
+            if self.hparams.optimizer == "adam":
+                return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
+
+    return ParityModule
+
+
+def _named(cls: type, name: str) -> type:
+    # Picklable by reference (spawned workers): the class is this module's attribute ``name``.
+    cls.__name__ = cls.__qualname__ = name
+    cls.__module__ = __name__
+    return cls
+
+
+ParityModule = _named(_parity_module(pl.LightningModule), "ParityModule")
+"""An MLP regressor whose init depends only on ``init_seed``."""
+
+
+def __getattr__(name: str) -> type:
+    """``PLParityModule``: the same model for ``pytorch_lightning``, built on first use (importing the second Lightning
+    costs seconds, which no test that does not need it should pay)."""
+    if name == "PLParityModule":
+        import pytorch_lightning
+
+        globals()[name] = _named(_parity_module(pytorch_lightning.LightningModule), name)
+        return globals()[name]
+    raise AttributeError(name)
+
+
+def parity_module_for(namespace: str) -> type:
+    """``ParityModule`` for ``"lightning.pytorch"`` or ``PLParityModule`` for ``"pytorch_lightning"``."""
+    return ParityModule if namespace == "lightning.pytorch" else __getattr__("PLParityModule")

@@ -16,18 +16,26 @@ QUIET = {
 }
 
 
-def quiet_trainer(**kwargs: Any) -> pl.Trainer:
+def quiet_trainer(namespace: str = "lightning.pytorch", **kwargs: Any) -> pl.Trainer:
     """``pl.Trainer(**QUIET | kwargs)``: keyword arguments override the quiet defaults.
+
+    ``namespace="pytorch_lightning"`` builds that distribution's Trainer, with the bundle's twin callbacks.
 
     Example::
 
         trainer = quiet_trainer(strategy="ddp_spawn", devices=2, max_steps=4)
     """
     # CleanExit as a user of the bundle would add it: spawned workers release their process group after success.
-    from lightning_mgpu.callbacks import CleanExit
+    if namespace == "pytorch_lightning":
+        import pytorch_lightning as trainer_module
+
+        from lightning_mgpu.pl.callbacks import CleanExit
+    else:
+        trainer_module = pl
+        from lightning_mgpu.callbacks import CleanExit
 
     kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), CleanExit()]
-    return pl.Trainer(**{**QUIET, **kwargs})
+    return trainer_module.Trainer(**{**QUIET, **kwargs})
 
 
 class SaveAtTrainEnd(pl.Callback):

@@ -22,6 +22,7 @@ imports. Under ``ddp`` the second rank re-runs this command line, so it walks th
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ import torch
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.strategies.sharded.strategy import local_optimizer
 from tests.helpers.launch import split_runs
-from tests.helpers.models import IN, OUT, ParityModule, make_data  # noqa: F401
+from tests.helpers.models import IN, OUT, ParityModule, make_data, parity_module_for  # noqa: F401
 from tests.helpers.trainer import SaveAtTrainEnd, quiet_trainer
 
 
@@ -53,6 +54,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--resume", default=None, help="checkpoint to resume from")
     p.add_argument("--sharded-backend", default=None, choices=("fairscale", "torch", "fsdp2"), help="ShardedStrategy(backend=...) for --strategy sharded*")
     p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
+    p.add_argument("--namespace", default="lightning.pytorch", choices=("lightning.pytorch", "pytorch_lightning"))
     p.add_argument("--process-group-backend", default=None, help="e.g. gloo for ranks that share one GPU (tests/helpers/shared_gpu.py)")
     p.add_argument("--out", required=True, type=Path)
     return p.parse_args(argv)
@@ -61,28 +63,26 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    # The bundle for the chosen Lightning distribution: lightning_mgpu, or its pytorch_lightning twin.
+    bundle = importlib.import_module("lightning_mgpu.pl" if args.namespace == "pytorch_lightning" else "lightning_mgpu")
     strategy = args.strategy
     if args.strategy == "ddp2_emulated":  # ddp2 with CPU threads as each node's devices
-        from lightning_mgpu.strategies.ddp2.emulation import EmulatedDDP2Strategy
-
-        strategy = EmulatedDDP2Strategy()
+        strategy = importlib.import_module(f"{bundle.__name__}.strategies.ddp2.emulation").EmulatedDDP2Strategy()
     elif args.strategy == "dp_emulated":
-        from lightning_mgpu.strategies.dp.emulation import EmulatedDataParallelStrategy
-
-        strategy = EmulatedDataParallelStrategy()
+        strategy = importlib.import_module(f"{bundle.__name__}.strategies.dp.emulation").EmulatedDataParallelStrategy()
     start_method = "spawn" if args.strategy.endswith("_spawn") else "popen"
     pg = {"process_group_backend": args.process_group_backend} if args.process_group_backend else {}
     if args.sharded_backend:
-        strategy = lightning_mgpu.ShardedStrategy(backend=args.sharded_backend, start_method=start_method, **pg)
+        strategy = bundle.ShardedStrategy(backend=args.sharded_backend, start_method=start_method, **pg)
     elif pg and args.strategy in ("ddp", "ddp_spawn"):
-        from lightning.pytorch.strategies import DDPStrategy
-
-        strategy = DDPStrategy(start_method=start_method, **pg)
+        strategies = importlib.import_module(f"{args.namespace}.strategies")
+        strategy = strategies.DDPStrategy(start_method=start_method, **pg)
     elif pg and args.strategy == "ddp2":
-        strategy = lightning_mgpu.DDP2Strategy(**pg)
+        strategy = bundle.DDP2Strategy(**pg)
     ckpt = args.out / "final.ckpt"
     spawned = start_method == "spawn"  # the fit runs in spawned workers: they save (SaveAtTrainEnd)
     trainer = quiet_trainer(
+        namespace=args.namespace,
         callbacks=[SaveAtTrainEnd(ckpt)] if spawned else None,
         accelerator=args.accelerator,
         strategy=strategy,
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         use_distributed_sampler=False,
     )
     n = args.num_samples or args.global_batch * args.accumulate * args.steps
-    model = ParityModule(optimizer=args.optimizer, lr=args.lr, manual=args.manual, global_batch=args.global_batch, num_samples=n)
+    model = parity_module_for(args.namespace)(optimizer=args.optimizer, lr=args.lr, manual=args.manual, global_batch=args.global_batch, num_samples=n)
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.reset_peak_memory_stats()  # each run of a launch reports its own peak
     trainer.fit(model, ckpt_path=args.resume)
@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     if not spawned:
         trainer.save_checkpoint(ckpt)
     if trainer.is_global_zero:
-        result = {"world_size": world, "num_nodes": trainer.num_nodes, "global_step": trainer.global_step}
+        result = {"world_size": world, "num_nodes": trainer.num_nodes, "global_step": trainer.global_step,
+                  "trainer": type(trainer).__module__, "strategy": type(trainer.strategy).__module__}  # fmt: skip
         (args.out / "result.json").write_text(json.dumps(result))
 
 

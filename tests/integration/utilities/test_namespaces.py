@@ -1,0 +1,122 @@
+"""``pytorch_lightning`` and ``lightning.pytorch`` in one environment, in fresh processes.
+
+- every import order, and either distribution alone (the other's import blocked), registers the bundle's names where
+  the user's Trainer looks them up;
+- for each strategy, a two-process fit under ``pytorch_lightning`` ends with parameters bitwise equal to the same fit
+  under ``lightning.pytorch``.
+
+The in-process tests are in ``tests/unit/utilities/test_namespaces.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers.launch import join_runs, run_python
+from tests.helpers.runif import RunIf, require_or_skip
+from tests.helpers.shared_gpu import launch_nodes, node_args
+
+require_or_skip("pytorch_lightning")
+
+# Each script prints one line the test reads: the module of the class that pl.Trainer(strategy="dp") built.
+_ORDERS = {
+    "bundle first": "import lightning_mgpu\nimport pytorch_lightning as pl\n",
+    "pytorch_lightning first": "import pytorch_lightning as pl\nimport lightning_mgpu\n",
+    # A user with pytorch_lightning alone: the bundle's top-level names are then the twin's.
+    "pytorch_lightning alone": "import sys\nsys.modules['lightning'] = None\nimport pytorch_lightning as pl\nimport lightning_mgpu\n"
+                               "assert lightning_mgpu.DataParallelStrategy.__module__.startswith('lightning_mgpu.pl.')\n",
+}
+_CHECK = """
+import warnings
+warnings.simplefilter("error", RuntimeWarning)  # a twin that failed to load warns: fail on it
+trainer = pl.Trainer(strategy="dp", accelerator="cpu", logger=False, enable_progress_bar=False)
+assert all(name in pl.strategies.StrategyRegistry for name in ("dp", "ddp2", "horovod", "ddp_sharded", "sharded_fsdp2"))
+print("STRATEGY", type(trainer.strategy).__module__)
+"""
+_LIGHTNING_ALONE = """
+import sys
+sys.modules["pytorch_lightning"] = None
+import lightning_mgpu, lightning.pytorch as lp
+assert "lightning_mgpu.pl" not in sys.modules
+print("STRATEGY", type(lp.Trainer(strategy="dp", accelerator="cpu", logger=False).strategy).__module__)
+"""
+
+
+def _strategy_module(script: str) -> str:
+    out = run_python(["-c", textwrap.dedent(script)], timeout=120).stdout
+    (line,) = [line for line in out.splitlines() if line.startswith("STRATEGY ")]
+    return line.split()[1]
+
+
+@pytest.mark.parametrize("order", list(_ORDERS))
+def test_every_import_order_registers_the_names_for_pytorch_lightning(order: str) -> None:
+    assert _strategy_module(_ORDERS[order] + _CHECK) == "lightning_mgpu.pl.strategies.dp.strategy"
+
+
+def test_lightning_alone_needs_no_twin() -> None:
+    assert _strategy_module(_LIGHTNING_ALONE) == "lightning_mgpu.strategies.dp.strategy"
+
+
+#: Launches per namespace: the popen strategies share one (rank 1 walks the same runs), the others need their own.
+_LAUNCHES: dict[str, list[list[str]]] = {
+    "ddp family": [["--strategy", "ddp"], ["--strategy", "sharded", "--sharded-backend", "fairscale"],
+                   ["--strategy", "sharded", "--sharded-backend", "torch"], ["--strategy", "sharded_fsdp2", "--sharded-backend", "fsdp2"]],
+    "ddp_spawn": [["--strategy", "ddp_spawn"]],
+    "dp": [["--strategy", "dp_emulated"]],  # the multi-replica DataParallel path, on CPU threads
+    "horovod": [["--strategy", "horovod"]],
+}  # fmt: skip
+
+
+def _params(folder: Path) -> dict[int, dict[str, torch.Tensor]]:
+    return {int(p.stem.removeprefix("params_rank")): torch.load(p) for p in sorted(folder.glob("params_rank*.pt"))}
+
+
+def _fit(root: Path, namespace: str, launch: str) -> list[Path]:
+    outs, runs = [], []
+    for flags in _LAUNCHES[launch]:
+        out = root / namespace / "-".join(flags[1::2])
+        outs.append(out)
+        runs.append(["--out", str(out), "--devices", "2", "--steps", "4", "--optimizer", "adam", "--lr", "0.01",
+                     "--namespace", namespace, *flags])  # fmt: skip
+    run_python(["-m", "tests.integration.runners.run_parity", *join_runs(runs)], timeout=300)
+    return outs
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    "launch",
+    [pytest.param(name, marks=(RunIf(horovod=True).marks if name == "horovod" else RunIf(fairscale=True).marks)) for name in _LAUNCHES],
+)
+def test_a_two_process_fit_under_pytorch_lightning_equals_lightning_pytorch(launch: str, tmp_path: Path) -> None:
+    ours = _fit(tmp_path, "pytorch_lightning", launch)
+    theirs = _fit(tmp_path, "lightning.pytorch", launch)
+    for a, b in zip(ours, theirs):
+        ran = json.loads((a / "result.json").read_text())
+        # The run really was pytorch_lightning's Trainer with a pytorch_lightning strategy (the bundle's twin, or its own).
+        assert ran["trainer"].startswith("pytorch_lightning.") and ran["strategy"].startswith(("pytorch_lightning.", "lightning_mgpu.pl.")), ran
+        assert json.loads((b / "result.json").read_text())["trainer"].startswith("lightning.pytorch.")
+        pa, pb = _params(a), _params(b)
+        assert pa and sorted(pa) == sorted(pb), a.name
+        for rank in pa:
+            assert pa[rank].keys() == pb[rank].keys()
+            assert all(torch.equal(pa[rank][k], pb[rank][k]) for k in pa[rank]), f"{a.name} rank {rank}"
+
+
+def test_ddp2_on_two_nodes_under_pytorch_lightning_equals_lightning_pytorch(tmp_path: Path) -> None:
+    """ddp2: one process per node (two nodes here), DataParallel over two CPU-thread devices within each."""
+    params = {}
+    for namespace in ("pytorch_lightning", "lightning.pytorch"):
+        out = tmp_path / namespace
+        argv = ["-m", "tests.integration.runners.run_parity", "--out", str(out), "--strategy", "ddp2_emulated", "--steps", "4",
+                "--namespace", namespace, *node_args(2, "cpu")]  # fmt: skip
+        argv[argv.index("--devices") + 1] = "2"  # two emulated devices per node
+        launch_nodes(argv, 2, timeout=240, env={"OMP_NUM_THREADS": "1"})
+        params[namespace] = _params(out)
+    assert sorted(params["pytorch_lightning"]) == [0, 1]
+    for rank, state in params["pytorch_lightning"].items():
+        assert all(torch.equal(state[k], params["lightning.pytorch"][rank][k]) for k in state), rank
