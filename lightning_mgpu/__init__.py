@@ -14,6 +14,12 @@ from importlib.metadata import PackageNotFoundError, version
 
 from lightning_mgpu.utilities.namespaces import enable_twin, is_installed
 
+if __name__ == "lightning_mgpu" and not (is_installed("lightning") or is_installed("pytorch_lightning")):
+    raise ImportError(
+        "lightning_mgpu needs PyTorch Lightning 2.5.1 or newer, and neither `lightning` nor `pytorch_lightning` is"
+        " installed: pip install 'lightning_mgpu[lightning]' (or 'lightning_mgpu[pytorch-lightning]' for code that"
+        " imports pytorch_lightning)."
+    )
 if __name__ == "lightning_mgpu" and not is_installed("lightning"):
     # pytorch_lightning alone: the top-level names are its twin's (this file also runs as lightning_mgpu.pl).
     enable_twin()

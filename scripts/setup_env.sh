@@ -19,7 +19,7 @@ $VPY -m pip install -q --upgrade pip wheel "setuptools<81"
 # On CPU machines this index serves the CPU build of the pinned torch; on GPU machines the
 # same pin resolves to the CUDA build.
 $VPY -m pip install -q "torch==$(grep "^torch==" constraints.txt | cut -d= -f3)"
-$VPY -m pip install -q -c constraints.txt -e ".[sharded,ray,neptune,dev]"
+$VPY -m pip install -q -c constraints.txt -e ".[lightning,sharded,ray,neptune,dev]"
 # The second Lightning distribution, beside the first as users often have it: the tests run the bundle under both
 # namespaces. Its dependencies are lightning's own, already here.
 $VPY -m pip install -q --no-deps -c constraints.txt pytorch-lightning

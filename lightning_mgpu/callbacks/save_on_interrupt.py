@@ -10,7 +10,7 @@ KeyboardInterrupt shutdown. A second Ctrl-C stops at once, without saving.
 SIGTERM is handled the same way: launchers pass a Ctrl-C on to their workers as SIGTERM (horovodrun, with 5 s before
 SIGKILL), and SLURM pre-emption and ``scancel`` send it too. Lightning's own SIGTERM handling stops without saving.
 
-Lightning (2.5+) also broadcasts its SIGTERM flag from rank 0 before every training step: one blocking collective per
+Lightning (2.5.2+) also broadcasts its SIGTERM flag from rank 0 before every training step: one blocking collective per
 step (0.5 ms here on gloo, and a host-device sync per step under NCCL; Lightning issue 21487). While this callback
 handles SIGTERM, Lightning's flag can no longer be set, so that broadcast is skipped: this callback's own agreement
 replaces it rather than adding a second collective to every step.
@@ -34,7 +34,7 @@ from typing_extensions import override
 from lightning_mgpu.utilities.process_group import in_spawned_worker
 
 _SAME_CTRL_C_S = 1.0  # signals closer than this are one Ctrl-C
-_LIGHTNING_SIGTERM_BROADCAST = "_broadcast_sigterm_tensor"  # _TrainingEpochLoop's per-step broadcast (Lightning 2.5+)
+_LIGHTNING_SIGTERM_BROADCAST = "_broadcast_sigterm_tensor"  # _TrainingEpochLoop's per-step broadcast (Lightning 2.5.2+)
 
 
 def _any_rank(trainer: pl.Trainer, flag: bool) -> bool:
@@ -131,11 +131,12 @@ class SaveOnInterrupt(Callback):
 
     def _skip_lightning_sigterm_broadcast(self, trainer: pl.Trainer) -> None:
         """Skip Lightning's per-step broadcast of its SIGTERM flag, which our SIGTERM handler leaves always False."""
-        loop = trainer.fit_loop.epoch_loop
-        if not hasattr(type(loop), _LIGHTNING_SIGTERM_BROADCAST):
-            return  # a Lightning without it (before 2.5)
+        # First, on every Lightning: a SIGTERM that Lightning's handler caught before ours was installed is ours to act on.
         if getattr(trainer, "received_sigterm", False) and self._signalled is None:
             self._signalled = time.monotonic()  # a SIGTERM before training started: ours to agree on and save
+        loop = trainer.fit_loop.epoch_loop
+        if not hasattr(type(loop), _LIGHTNING_SIGTERM_BROADCAST):
+            return  # a Lightning without it (before 2.5.2)
         setattr(loop, _LIGHTNING_SIGTERM_BROADCAST, _no_broadcast)  # on this instance only, until we restore it
         self._quieted_loop = loop
 

@@ -38,15 +38,42 @@ def quiet_trainer(namespace: str = "lightning.pytorch", **kwargs: Any) -> pl.Tra
     return trainer_module.Trainer(**{**QUIET, **kwargs})
 
 
-class SaveAtTrainEnd(pl.Callback):
-    """``trainer.save_checkpoint(path)`` at the end of training, in the processes that trained.
+def _save_at_train_end(base: type) -> type:
+    class SaveAtTrainEnd(base):  # type: ignore[valid-type,misc]
+        """``trainer.save_checkpoint(path)`` at the end of training, in the processes that trained.
 
-    Under a ``*_spawn`` strategy the fit runs in spawned workers, and the launching process gets the weights back but
-    not the loops' progress: a checkpoint it saved after ``fit`` would resume from step 0.
-    """
+        Under a ``*_spawn`` strategy the fit runs in spawned workers, and the launching process gets the weights back
+        but not the loops' progress: a checkpoint it saved after ``fit`` would resume from step 0.
+        """
 
-    def __init__(self, path: Any) -> None:
-        self.path = path
+        def __init__(self, path: Any) -> None:
+            self.path = path
 
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        trainer.save_checkpoint(self.path)
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            trainer.save_checkpoint(self.path)
+
+    return SaveAtTrainEnd
+
+
+def _named(cls: type, name: str) -> type:
+    cls.__name__ = cls.__qualname__ = name  # picklable by reference, for spawned workers
+    cls.__module__ = __name__
+    return cls
+
+
+SaveAtTrainEnd = _named(_save_at_train_end(pl.Callback), "SaveAtTrainEnd")
+
+
+def __getattr__(name: str) -> type:
+    """``PLSaveAtTrainEnd``: the same callback for ``pytorch_lightning``'s Trainer, built on first use."""
+    if name == "PLSaveAtTrainEnd":
+        import pytorch_lightning
+
+        globals()[name] = _named(_save_at_train_end(pytorch_lightning.Callback), name)
+        return globals()[name]
+    raise AttributeError(name)
+
+
+def save_at_train_end(path: Any, namespace: str = "lightning.pytorch") -> Any:
+    """A :class:`SaveAtTrainEnd` for the Trainer of ``namespace``."""
+    return (SaveAtTrainEnd if namespace == "lightning.pytorch" else __getattr__("PLSaveAtTrainEnd"))(path)

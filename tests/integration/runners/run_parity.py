@@ -33,7 +33,7 @@ import lightning_mgpu  # noqa: F401
 from lightning_mgpu.strategies.sharded.strategy import local_optimizer
 from tests.helpers.launch import split_runs
 from tests.helpers.models import IN, OUT, ParityModule, make_data, parity_module_for  # noqa: F401
-from tests.helpers.trainer import SaveAtTrainEnd, quiet_trainer
+from tests.helpers.trainer import quiet_trainer, save_at_train_end
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     spawned = start_method == "spawn"  # the fit runs in spawned workers: they save (SaveAtTrainEnd)
     trainer = quiet_trainer(
         namespace=args.namespace,
-        callbacks=[SaveAtTrainEnd(ckpt)] if spawned else None,
+        callbacks=[save_at_train_end(ckpt, args.namespace)] if spawned else None,
         accelerator=args.accelerator,
         strategy=strategy,
         devices=args.devices,

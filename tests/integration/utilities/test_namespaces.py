@@ -62,6 +62,13 @@ def test_lightning_alone_needs_no_twin() -> None:
     assert _strategy_module(_LIGHTNING_ALONE) == "lightning_mgpu.strategies.dp.strategy"
 
 
+def test_without_either_lightning_the_import_names_both_extras() -> None:
+    script = "import sys\nsys.modules['lightning'] = sys.modules['pytorch_lightning'] = None\nimport lightning_mgpu\n"
+    proc = run_python(["-c", script], timeout=60, check=False)
+    assert proc.returncode == 1 and "ImportError" in proc.stderr
+    assert "lightning_mgpu[lightning]" in proc.stderr and "lightning_mgpu[pytorch-lightning]" in proc.stderr
+
+
 #: Launches per namespace: the popen strategies share one (rank 1 walks the same runs), the others need their own.
 _LAUNCHES: dict[str, list[list[str]]] = {
     "ddp family": [["--strategy", "ddp"], ["--strategy", "sharded", "--sharded-backend", "fairscale"],

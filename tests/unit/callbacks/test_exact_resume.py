@@ -124,6 +124,10 @@ def test_lightning_sigterm_broadcast_is_skipped_while_we_handle_sigterm(tmp_path
     """Lightning broadcasts its SIGTERM flag before every step; our handler replaces Lightning's, so that is waste."""
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
+    from lightning_mgpu.utilities._compat import SIGTERM_BROADCAST_SINCE, lightning_at_least
+
+    if not lightning_at_least(SIGTERM_BROADCAST_SINCE):
+        pytest.skip(f"Lightning broadcasts its SIGTERM flag each step only from {SIGTERM_BROADCAST_SINCE}")
     assert hasattr(_TrainingEpochLoop, "_broadcast_sigterm_tensor"), "Lightning renamed its per-step broadcast"
     seen = _SeesTheLoop()
     trainer, _ = _fit(tmp_path, [SaveOnInterrupt(dirpath=tmp_path / "ckpt", signals=signals), seen])

@@ -83,3 +83,18 @@ def test_the_callbacks_factory_entry_point_is_declared_for_both_trainers() -> No
         (entry,) = [e for e in entry_points(group=group) if e.name == "lightning_mgpu"]
         assert entry.value == f"{target}:callbacks_factory"
         assert callable(entry.load())
+
+
+def test_the_package_requires_neither_lightning_distribution_and_offers_each_as_an_extra() -> None:
+    """A user with pytorch-lightning alone must not get lightning pulled in by installing the bundle (and the reverse)."""
+    import tomllib
+
+    from lightning_mgpu.utilities._compat import LIGHTNING_MIN
+    from tests.helpers.launch import REPO_ROOT
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    names = [dep.split(">")[0].split("=")[0].split("<")[0].strip().lower() for dep in project["dependencies"]]
+    assert "lightning" not in names and "pytorch-lightning" not in names
+    extras = project["optional-dependencies"]
+    assert extras["lightning"] == [f"lightning>={LIGHTNING_MIN},<2.7"]
+    assert extras["pytorch-lightning"] == [f"pytorch-lightning>={LIGHTNING_MIN},<2.7"]

@@ -9,6 +9,7 @@ replica like ``parallel_apply``).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from collections import namedtuple
@@ -358,10 +359,23 @@ class TwoOptimizerModule(pl.LightningModule):
         self.disc = nn.Linear(4, 1)
         self.gen_grads: list[torch.Tensor] = []
 
+    @contextlib.contextmanager
+    def _toggled(self, optimizer: Any) -> Any:
+        """Lightning 2.6's ``toggled_optimizer`` context; before it (2.5), the toggle and untoggle it wraps."""
+        if hasattr(self, "toggled_optimizer"):
+            with self.toggled_optimizer(optimizer):
+                yield
+            return
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
+
     def training_step(self, batch: Any, batch_idx: int) -> None:
         opt_g, opt_d = self.optimizers()
         (x,) = batch
-        with self.toggled_optimizer(opt_g):
+        with self._toggled(opt_g):
             g_loss = self.disc(torch.tanh(self.gen(x))).pow(2).mean()  # a per-sample mean, like every exact dp loss
             opt_g.zero_grad()
             self.manual_backward(g_loss)

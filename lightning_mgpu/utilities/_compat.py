@@ -1,0 +1,35 @@
+"""The Lightning and torch versions the bundle supports, and the features that need newer ones: the one home of
+version checks.
+
+The range is the one CI tests: the oldest pair (Lightning 2.5.1 with torch 2.13 on CPU, and the oldest torch by
+``scripts/check_compat.sh``) and the newest (``constraints.txt``). A feature that needs more names the version.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+
+from packaging.version import Version
+
+#: The oldest Lightning (either distribution) the bundle supports: the private APIs it touches are unchanged from here.
+LIGHTNING_MIN = "2.5.1"
+#: The oldest torch: ``torch.distributed.fsdp.fully_shard`` (``sharded_fsdp2``) is public from 2.6.
+TORCH_MIN = "2.6"
+#: Lightning's per-step SIGTERM broadcast (``_TrainingEpochLoop._broadcast_sigterm_tensor``) appeared in 2.5.2.
+SIGTERM_BROADCAST_SINCE = "2.5.2"
+
+
+@cache
+def installed_version(distribution: str) -> Version | None:
+    """The installed version of ``distribution`` (``lightning``, ``pytorch-lightning``, ``torch``), or None."""
+    try:
+        return Version(version(distribution))
+    except PackageNotFoundError:
+        return None
+
+
+def lightning_at_least(minimum: str, distribution: str = "lightning") -> bool:
+    """Whether the installed ``distribution`` of Lightning is at least ``minimum``."""
+    found = installed_version(distribution)
+    return found is not None and found >= Version(minimum)

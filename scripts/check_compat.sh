@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The compatibility pass: the unit tier, and a two-process fit per strategy under both Lightning namespaces
+# (tests/integration/utilities/test_namespaces.py), on the oldest Lightning the bundle supports.
+#
+#   bash scripts/check_compat.sh                      # Lightning 2.5.1 (lightning and pytorch-lightning) over .venv
+#   LIGHTNING_COMPAT=2.5.6 bash scripts/check_compat.sh
+#
+# .venv-compat holds only the two Lightning distributions of that version; everything else (torch, fairscale, horovod,
+# the test tools) comes from .venv through a .pth file placed after them, so the older Lightning shadows the newer one
+# and the set-up takes seconds, not a second install of torch. Built once per version, like the horovod wheel.
+# Extra arguments go to both pytest runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_env.sh
+VERSION=${LIGHTNING_COMPAT:-2.5.1}
+CPY=.venv-compat/bin/python
+stamp=.venv-compat/.lightning_compat
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$VERSION" ]; then
+  rm -rf .venv-compat
+  "$(.venv/bin/python -c 'import sys; print(sys._base_executable)')" -m venv --without-pip .venv-compat
+  site=$($CPY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  .venv/bin/python -m pip install -q --no-deps --target "$site" "lightning==$VERSION" "pytorch-lightning==$VERSION"
+  # After .venv-compat's own packages on sys.path: .venv's packages, then the repository (as the editable install does).
+  .venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$site/zz_lightning_mgpu_base.pth"
+  echo "$PWD" >> "$site/zz_lightning_mgpu_base.pth"
+  echo "$VERSION" > "$stamp"
+fi
+$CPY -c "import lightning, pytorch_lightning, torch; print(f'compat pass: lightning {lightning.__version__}, pytorch_lightning {pytorch_lightning.__version__}, torch {torch.__version__}')"
+export RAY_USAGE_STATS_ENABLED=0 NEPTUNE_MODE=debug PYTHONUNBUFFERED=1
+$CPY -m pytest -n "${PYTEST_WORKERS:-2}" tests/unit "$@"
+$CPY -m pytest -n "${PYTEST_WORKERS:-2}" tests/integration/utilities/test_namespaces.py "$@"
