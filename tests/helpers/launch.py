@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -128,7 +129,7 @@ def run_parity_sequence(
     returns each run's per-rank final parameters. A later run may resume from an earlier run's ``final.ckpt``."""
     argv = join_runs([["--out", str(out), *extra] for out, *extra in runs])
     run_python(["-m", "tests.integration.runners.run_parity", *argv], timeout=timeout, env=env)
-    return [_parity_params(Path(out)) for out, *_ in runs]
+    return [parity_params(Path(out)) for out, *_ in runs]
 
 
 def run_parity_here(out: Path, *extra: str) -> dict[int, dict[str, torch.Tensor]]:
@@ -136,11 +137,57 @@ def run_parity_here(out: Path, *extra: str) -> dict[int, dict[str, torch.Tensor]
     from tests.integration.runners.run_parity import main
 
     main(["--out", str(out), *extra])
-    return _parity_params(out)
+    return parity_params(out)
 
 
-def _parity_params(out: Path) -> dict[int, dict[str, torch.Tensor]]:
+def parity_params(out: Path) -> dict[int, dict[str, torch.Tensor]]:
+    """Each rank's final parameters that a ``run_parity`` run wrote into ``out``."""
     return {int(p.stem.removeprefix("params_rank")): torch.load(p) for p in sorted(out.glob("params_rank*.pt"))}
+
+
+def launch_processes(args: list[str], rank_envs: list[dict[str, str]], timeout: float = 300, env: dict[str, str] | None = None) -> list[str]:
+    """Start ``python ARGS`` once per entry of ``rank_envs`` (each on top of ``env`` and a clean environment) and wait
+    for all of them, as a launcher would.
+
+    Each process writes to its own file, so none blocks on a full pipe. The first that fails, or ``timeout`` passing,
+    kills every process group (a surviving rank would wait for the dead one in a collective).
+
+    Returns:
+        Each process's output, in order.
+
+    Raises:
+        AssertionError: a process exited non-zero, or the launch ran past ``timeout``; with the failing one's output.
+    """
+    base = {**clean_environ(), "PYTHONUNBUFFERED": "1", **(env or {})}
+    base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), base.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory() as tmp:
+        procs, logs = [], []
+        for i, rank_env in enumerate(rank_envs):
+            log = open(Path(tmp) / f"process{i}.log", "w+")  # noqa: SIM115  (closed below, after the processes end)
+            procs.append(subprocess.Popen([sys.executable, *args], cwd=REPO_ROOT, env={**base, **rank_env}, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True))  # fmt: skip
+            logs.append(log)
+        deadline = time.monotonic() + timeout
+        try:
+            while any(p.poll() is None for p in procs):
+                if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)  # the process and whatever it started (a spawn launcher's ranks)
+                p.wait()
+        outputs = []
+        for log in logs:
+            log.seek(0)
+            outputs.append(log.read())
+            log.close()
+    bad = [i for i, p in enumerate(procs) if p.returncode != 0]
+    if bad:
+        why = f"ran past {timeout}s" if time.monotonic() > deadline else f"process {bad[0]} exited with {procs[bad[0]].returncode}"
+        raise AssertionError(f"{args} as {len(procs)} processes: {why}\n{outputs[bad[0]][-8000:]}")
+    return outputs
 
 
 def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

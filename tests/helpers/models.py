@@ -11,6 +11,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from tests.helpers.namespaces import picklable, pytorch_lightning_twin
+
 IN, HIDDEN, OUT = 16, 64, 4
 
 
@@ -68,14 +70,7 @@ def _parity_module(base: type) -> type:
     return ParityModule
 
 
-def _named(cls: type, name: str) -> type:
-    # Picklable by reference (spawned workers): the class is this module's attribute ``name``.
-    cls.__name__ = cls.__qualname__ = name
-    cls.__module__ = __name__
-    return cls
-
-
-ParityModule = _named(_parity_module(pl.LightningModule), "ParityModule")
+ParityModule = picklable(_parity_module(pl.LightningModule), "ParityModule", __name__)
 """An MLP regressor whose init depends only on ``init_seed``."""
 
 
@@ -83,10 +78,7 @@ def __getattr__(name: str) -> type:
     """``PLParityModule``: the same model for ``pytorch_lightning``, built on first use (importing the second Lightning
     costs seconds, which no test that does not need it should pay)."""
     if name == "PLParityModule":
-        import pytorch_lightning
-
-        globals()[name] = _named(_parity_module(pytorch_lightning.LightningModule), name)
-        return globals()[name]
+        return pytorch_lightning_twin(globals(), name, lambda lightning: _parity_module(lightning.LightningModule))
     raise AttributeError(name)
 
 

@@ -14,15 +14,10 @@ forces it (e.g. to exercise it on a machine with two GPUs); ``0`` forbids it, an
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
 import torch
 
-from tests.helpers.launch import REPO_ROOT, clean_environ
+from tests.helpers.launch import launch_processes
 
 SHARE_GPU_ENV = "LIGHTNING_MGPU_SHARE_GPU"
 
@@ -43,16 +38,8 @@ def node_args(world: int, accelerator: str) -> list[str]:
 
 
 def launch_nodes(module_args: list[str], world: int, timeout: float = 300, env: dict[str, str] | None = None) -> list[str]:
-    """Start ``python MODULE_ARGS`` once per node (``NODE_RANK`` 0..world-1) and wait for all of them.
-
-    Each node's output goes to its own file. The first node that fails, or the launch passing ``timeout``, kills every
-    node (a surviving rank would wait for the dead one in a collective) and raises with the failing node's last lines.
-
-    Returns:
-        Each node's output, in node order.
-
-    Raises:
-        AssertionError: a node exited non-zero, or the launch ran past ``timeout``.
+    """Start ``python MODULE_ARGS`` once per node (``NODE_RANK`` 0..world-1) and wait for all of them
+    (:func:`~tests.helpers.launch.launch_processes`: the first failure kills every node and raises with its output).
 
     Example::
 
@@ -60,35 +47,5 @@ def launch_nodes(module_args: list[str], world: int, timeout: float = 300, env: 
     """
     from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
-    port = find_free_network_port()
-    base = {**clean_environ(), "PYTHONUNBUFFERED": "1", **(env or {})}
-    base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), base.get("PYTHONPATH")]))
-    with tempfile.TemporaryDirectory() as tmp:
-        procs, logs = [], []
-        for node in range(world):
-            node_env = {**base, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": str(node), "WORLD_SIZE": str(world)}
-            log = open(Path(tmp) / f"node{node}.log", "w+")  # noqa: SIM115  (closed below, after the processes end)
-            cmd = [sys.executable, *module_args]
-            procs.append(subprocess.Popen(cmd, cwd=REPO_ROOT, env=node_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-            logs.append(log)
-        deadline = time.monotonic() + timeout
-        try:
-            while any(p.poll() is None for p in procs):
-                if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, 9)  # the node and the rank its launcher started
-                p.wait()
-        outputs = []
-        for log in logs:
-            log.seek(0)
-            outputs.append(log.read())
-            log.close()
-    bad = [n for n, p in enumerate(procs) if p.returncode != 0]
-    if bad:
-        why = f"ran past {timeout}s" if time.monotonic() > deadline else f"node {bad[0]} exited with {procs[bad[0]].returncode}"
-        raise AssertionError(f"{module_args} on {world} nodes: {why}\n{outputs[bad[0]][-8000:]}")
-    return outputs
+    rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(find_free_network_port()), "WORLD_SIZE": str(world)}
+    return launch_processes(module_args, [{**rendezvous, "NODE_RANK": str(node)} for node in range(world)], timeout, env)

@@ -6,6 +6,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from tests.helpers.namespaces import picklable, pytorch_lightning_twin
+
 QUIET = {
     "accelerator": "cpu",
     "devices": 1,
@@ -55,22 +57,13 @@ def _save_at_train_end(base: type) -> type:
     return SaveAtTrainEnd
 
 
-def _named(cls: type, name: str) -> type:
-    cls.__name__ = cls.__qualname__ = name  # picklable by reference, for spawned workers
-    cls.__module__ = __name__
-    return cls
-
-
-SaveAtTrainEnd = _named(_save_at_train_end(pl.Callback), "SaveAtTrainEnd")
+SaveAtTrainEnd = picklable(_save_at_train_end(pl.Callback), "SaveAtTrainEnd", __name__)
 
 
 def __getattr__(name: str) -> type:
     """``PLSaveAtTrainEnd``: the same callback for ``pytorch_lightning``'s Trainer, built on first use."""
     if name == "PLSaveAtTrainEnd":
-        import pytorch_lightning
-
-        globals()[name] = _named(_save_at_train_end(pytorch_lightning.Callback), name)
-        return globals()[name]
+        return pytorch_lightning_twin(globals(), name, lambda lightning: _save_at_train_end(lightning.Callback))
     raise AttributeError(name)
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers.launch import max_abs_diff, run_parity_here
+from tests.helpers.launch import join_runs, max_abs_diff, parity_params, run_parity_here
 from tests.helpers.runif import RunIf
 from tests.helpers.shared_gpu import launch_nodes, node_args, shares_one_gpu
 
@@ -102,10 +102,6 @@ def _runs(out: Path) -> list[list[str]]:
     ]
 
 
-def _params(folder: Path) -> dict[int, dict[str, torch.Tensor]]:
-    return {int(p.stem.removeprefix("params_rank")): torch.load(p) for p in sorted(folder.glob("params_rank*.pt"))}
-
-
 def _report(row: dict[str, Any]) -> None:
     folder = os.environ.get("LIGHTNING_MGPU_REPORT_DIR")
     if folder:
@@ -115,8 +111,6 @@ def _report(row: dict[str, Any]) -> None:
 
 
 def _launch_on_shared_gpu(case: str, out: Path) -> Path:
-    from tests.helpers.launch import join_runs
-
     # PYTHONFAULTHANDLER: a rank that dies on a signal inside a collective prints where it was.
     env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONFAULTHANDLER": "1"}
     runs = [[*run, *CASES[case], *node_args(WORLD, "gpu")] for run in _runs(out)]
@@ -148,18 +142,19 @@ def test_two_ranks_on_one_gpu(
     row: dict[str, Any] = {"case": case, "world": WORLD, "shared_gpu": True, "device": torch.cuda.get_device_name(0)}
     problems: list[str] = []
     for precision in ("32-true", "16-mixed", "bf16-mixed"):
-        params = _params(out / precision)
+        params = parity_params(out / precision)
         assert sorted(params) == list(range(WORLD)), f"{precision}: a rank wrote no parameters"
         if max_abs_diff(params[0], params[1]) != 0.0:
             problems.append(f"{precision}: the ranks' parameters differ")
         row[f"max_abs_diff_{precision}"] = max_abs_diff(params[0], references[precision])
-        against = references[precision] if precision == "32-true" else _params(ddp_on_shared_gpu / precision)[0]
-        row[f"max_abs_diff_vs_ddp_{precision}"] = max_abs_diff(params[0], _params(ddp_on_shared_gpu / precision)[0])
+        ddp = parity_params(ddp_on_shared_gpu / precision)[0]
+        against = references[precision] if precision == "32-true" else ddp
+        row[f"max_abs_diff_vs_ddp_{precision}"] = max_abs_diff(params[0], ddp)
         if max_abs_diff(params[0], against) > ATOL[precision]:
             problems.append(f"{precision}: {max_abs_diff(params[0], against)} from its reference")
     if case != "ddp_spawn":  # its launching process gets the weights back, not the workers' optimizer state or memory
         row["memory_adam"] = [json.loads((out / "adam" / f"memory_rank{r}.json").read_text()) for r in range(WORLD)]
-    resumed = _params(out / "resumed")
+    resumed = parity_params(out / "resumed")
     if max_abs_diff(resumed[0], resumed[1]) != 0.0:
         problems.append("the resumed ranks' parameters differ")
     row["max_abs_diff_resumed"] = max_abs_diff(resumed[0], references["resumed"])
@@ -180,14 +175,12 @@ def test_nodes_of_one_device_over_gloo_match_one_process_on_cpu(strategy: str, t
     Under ``ddp_spawn`` the checkpoint comes from the spawned workers (a save in the launching process after ``fit``
     has no loop progress, and its resume started over: 0.19 off on the H100)."""
     runs = [[*run, "--strategy", strategy, *node_args(WORLD, "cpu")] for run in _runs(tmp_path)[:3]]
-    from tests.helpers.launch import join_runs
-
     launch_nodes([*RUNNER, *join_runs(runs)], WORLD, timeout=240)
     reference = run_parity_here(tmp_path / "reference", "--steps", str(STEPS), *DATA)[0]
-    params = _params(tmp_path / "32-true")
+    params = parity_params(tmp_path / "32-true")
     assert max_abs_diff(params[0], params[1]) == 0.0
     assert max_abs_diff(params[0], reference) <= ATOL["32-true"]
-    resumed = _params(tmp_path / "resumed")
+    resumed = parity_params(tmp_path / "resumed")
     assert max_abs_diff(resumed[0], resumed[1]) == 0.0
     assert max_abs_diff(resumed[0], _resumed_on_cpu(tmp_path / "cpu")) <= ATOL["32-true"]
     result = json.loads((tmp_path / "32-true" / "result.json").read_text())

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.launch import join_runs, run_python
+from tests.helpers.launch import join_runs, parity_params, run_python
 from tests.helpers.runif import RunIf, require_or_skip
 from tests.helpers.shared_gpu import launch_nodes, node_args
 
@@ -79,10 +79,6 @@ _LAUNCHES: dict[str, list[list[str]]] = {
 }  # fmt: skip
 
 
-def _params(folder: Path) -> dict[int, dict[str, torch.Tensor]]:
-    return {int(p.stem.removeprefix("params_rank")): torch.load(p) for p in sorted(folder.glob("params_rank*.pt"))}
-
-
 def _fit(root: Path, namespace: str, launch: str) -> list[Path]:
     outs, runs = [], []
     for flags in _LAUNCHES[launch]:
@@ -107,7 +103,7 @@ def test_a_two_process_fit_under_pytorch_lightning_equals_lightning_pytorch(laun
         # The run really was pytorch_lightning's Trainer with a pytorch_lightning strategy (the bundle's twin, or its own).
         assert ran["trainer"].startswith("pytorch_lightning.") and ran["strategy"].startswith(("pytorch_lightning.", "lightning_mgpu.pl.")), ran
         assert json.loads((b / "result.json").read_text())["trainer"].startswith("lightning.pytorch.")
-        pa, pb = _params(a), _params(b)
+        pa, pb = parity_params(a), parity_params(b)
         assert pa and sorted(pa) == sorted(pb), a.name
         for rank in pa:
             assert pa[rank].keys() == pb[rank].keys()
@@ -123,7 +119,7 @@ def test_ddp2_on_two_nodes_under_pytorch_lightning_equals_lightning_pytorch(tmp_
                 "--namespace", namespace, *node_args(2, "cpu")]  # fmt: skip
         argv[argv.index("--devices") + 1] = "2"  # two emulated devices per node
         launch_nodes(argv, 2, timeout=240, env={"OMP_NUM_THREADS": "1"})
-        params[namespace] = _params(out)
+        params[namespace] = parity_params(out)
     assert sorted(params["pytorch_lightning"]) == [0, 1]
     for rank, state in params["pytorch_lightning"].items():
         assert all(torch.equal(state[k], params["lightning.pytorch"][rank][k]) for k in state), rank

@@ -8,11 +8,6 @@ launches train ``examples/train.py`` under ``sharded_spawn`` and the 1.x alias `
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +16,7 @@ import torch
 
 from lightning_mgpu.demos import ImageClassifier
 from lightning_mgpu.utilities.checkpoint import load_state_dict
-from tests.helpers.launch import REPO_ROOT, max_abs_diff, run_python
+from tests.helpers.launch import REPO_ROOT, launch_processes, max_abs_diff, run_python
 from tests.helpers.models import ParityModule
 from tests.helpers.runif import RunIf
 from tests.integration.runners.run_sharded_scenarios import (
@@ -37,43 +32,12 @@ TRAIN = str(REPO_ROOT / "examples" / "train.py")
 ATOL = 1e-6
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_ranks(args: list[str], world: int, timeout: float = 300) -> None:
     """Start ``world`` ranks of ``python ARGS`` as a launcher would (env vars); fail fast if any rank fails."""
-    port = _free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": "0"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, *args],
-            cwd=REPO_ROOT,
-            env={**env, "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in range(world)
-    ]
-    deadline = time.monotonic() + timeout
-    try:
-        while any(p.poll() is None for p in procs):
-            if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        logs = [p.communicate()[0] for p in procs]
-    codes = [p.returncode for p in procs]
-    if any(codes):
-        report = "\n".join(f"--- rank {r} (exit {c})\n{log[-5000:]}" for r, (c, log) in enumerate(zip(codes, logs)))
-        raise AssertionError(f"{args} failed or timed out after {timeout}s\n{report}")
+    from lightning.fabric.plugins.environments.lightning import find_free_network_port
+
+    rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(find_free_network_port()), "NODE_RANK": "0", "WORLD_SIZE": str(world)}
+    launch_processes(args, [{**rendezvous, "LOCAL_RANK": str(rank)} for rank in range(world)], timeout)
 
 
 @pytest.fixture(scope="module")
