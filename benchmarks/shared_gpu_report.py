@@ -41,6 +41,8 @@ def render(rows: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|",
     ]
     for case, row in by_case.items():
+        if row.get("memory_only"):  # a peer measured for memory alone (Lightning's FSDP)
+            continue
         diffs = " | ".join(f"{row[f'max_abs_diff_{p}']:.2e}" for p in PRECISIONS)
         lines.append(f"| `{case}` | {diffs} | {row['max_abs_diff_resumed']:.2e} |")
     ddp = by_case.get("ddp")

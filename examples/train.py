@@ -142,6 +142,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--weight-decay", default=0.0, type=float)
     p.add_argument("--scale-lr", action="store_true", help="multiply --lr by devices x nodes x accumulation")
     p.add_argument("--seed", default=42, type=int)
+    # On GPUs, cuDNN's default kernels add in a varying order: an exact resume (bitwise) needs deterministic ones.
+    p.add_argument("--deterministic", action="store_true", help="deterministic kernels (Trainer(deterministic=True)); on GPUs set CUBLAS_WORKSPACE_CONFIG=:4096:8")
     p.add_argument("--data", default="digits", choices=("digits", "synthetic"))
     p.add_argument("--num-workers", default=0, type=int, help="DataLoader workers per process")
     p.add_argument("--logger", default="csv", choices=("none", "csv", "tensorboard", "neptune"))
@@ -475,7 +477,7 @@ def train(args: argparse.Namespace, on_ray: bool = False, ckpt_path: Path | None
         default_root_dir=args.output_dir,
         sync_batchnorm=args.sync_batchnorm,
         gradient_clip_val=args.gradient_clip_val,
-        deterministic=False,
+        deterministic=args.deterministic,
         enable_model_summary=False,
         plugins=plugins,
     )

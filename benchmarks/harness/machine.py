@@ -41,7 +41,8 @@ def describe() -> dict[str, Any]:
         "gpus": gpus,
         # NVLink/PCIe topology needs nvidia-smi; recorded only where CUDA is present and the tool answers.
         "interconnect": _interconnect() if gpus else "none (CPU, gloo on loopback)",
-        "os": platform.platform(),
+        # Not platform.platform(): its uname() runs `uname -p` in a subprocess (once per process).
+        "os": "-".join((os.uname().sysname, os.uname().release, os.uname().machine, *filter(None, platform.libc_ver()))),
         "python": platform.python_version(),
         "versions": {p: _version(p) for p in PACKAGES},
     }

@@ -12,6 +12,24 @@ from torch import nn
 OptimizerName = Literal["sgd", "adam", "adamw"]
 
 
+class GridAvgPool(nn.Module):
+    """Average-pool to a ``size`` x ``size`` grid, as ``nn.AdaptiveAvgPool2d(size)`` does.
+
+    Where the input divides evenly it is a plain ``avg_pool2d``, whose CUDA backward is deterministic; adaptive
+    pooling's CUDA backward is not, and ``Trainer(deterministic=True)`` (an exact resume on a GPU) refuses it.
+    """
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        if h % self.size or w % self.size:
+            return F.adaptive_avg_pool2d(x, self.size)
+        return F.avg_pool2d(x, kernel_size=(h // self.size, w // self.size))
+
+
 class ImageClassifier(LightningModule):
     """A CNN with BatchNorm whose steps compute the loss inside the module.
 
@@ -58,7 +76,7 @@ class ImageClassifier(LightningModule):
             nn.BatchNorm2d(2 * width),
             nn.ReLU(inplace=True),
             # Pool to a fixed 2x2 grid so any input size (8x8 digits, 32x32 synthetic) works.
-            nn.AdaptiveAvgPool2d(2),
+            GridAvgPool(2),
         )
         self.head = nn.Sequential(nn.Flatten(), nn.Linear(8 * width, 128), nn.ReLU(inplace=True), nn.Linear(128, num_classes))
 

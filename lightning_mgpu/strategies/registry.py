@@ -17,6 +17,7 @@ from lightning.pytorch.strategies import Strategy
 from lightning_mgpu.strategies.ddp2 import DDP2Strategy
 from lightning_mgpu.strategies.dp import DataParallelStrategy
 from lightning_mgpu.strategies.horovod import HorovodStrategy
+from lightning_mgpu.strategies.mixed_namespaces import guard_mixed_namespaces
 from lightning_mgpu.strategies.sharded import ShardedStrategy
 
 
@@ -113,6 +114,9 @@ def register_bundle_strategies(registry: Any = None) -> list[str]:
     """
     if registry is None:
         from lightning.pytorch.strategies import StrategyRegistry as registry  # noqa: N811
+
+        # This namespace's Trainer also names the right import when handed the other namespace's classes.
+        guard_mixed_namespaces()
     names = list(_bundle_entries())
     # Lightning's own names (ddp, ddp_spawn, ...) must never be replaced by the bundle: check before touching it.
     if set(names) & _LIGHTNING_OWN:

@@ -43,6 +43,11 @@ _REWRITES = ((re.compile(r"\blightning\.pytorch\b"), "pytorch_lightning"), (re.c
 _LIGHTNING = re.compile(r"^\s*(?:from|import)\s+lightning\.(?:pytorch|fabric)\b", re.MULTILINE)
 
 
+class MixedLightningNamespacesError(TypeError):
+    """A ``lightning.pytorch`` object was handed to a ``pytorch_lightning`` Trainer, or the reverse (raised by
+    ``lightning_mgpu.strategies.mixed_namespaces``; defined here so that both namespaces raise the same class)."""
+
+
 def _module_path(name: str) -> Optional[Path]:
     """The source file of bundle module ``name`` (``lightning_mgpu.x.y``), or None."""
     rel = Path(*name.split(".")[1:])

@@ -84,10 +84,109 @@ def _options(**kwargs: Any) -> Any:
     return StateDictOptions(**kwargs)
 
 
+#: Set to 1 to gather full checkpoints with ``DTensor.full_tensor`` everywhere (0: never; unset: only where needed).
+GATHER_ENV = "LIGHTNING_MGPU_FSDP2_FULL_TENSOR_GATHER"
+
+
+def gathers_by_hand(module: nn.Module) -> bool:
+    """Whether full checkpoints are gathered tensor by tensor with plain ``all_gather`` (:func:`whole_tensor`) instead
+    of torch.distributed.checkpoint's ``full_state_dict`` (``DTensor.redistribute``).
+
+    Two cases need it, both seen on an H100 (torch 2.11), where DCP's gather died with SIGSEGV in ``wait_tensor``:
+
+    - the shards are no longer on the mesh's device: Lightning's ``Strategy.teardown`` moves the model to the CPU
+      after ``fit``, so a ``trainer.save_checkpoint`` after ``fit`` finds CPU shards on a CUDA mesh;
+    - gloo carries the CUDA mesh (several ranks sharing one GPU).
+    """
+    import os
+
+    import torch.distributed as dist
+
+    forced = os.environ.get(GATHER_ENV)
+    if forced in ("0", "1"):
+        return forced == "1"
+    param = next(iter(module.parameters()), None)
+    mesh = getattr(param, "device_mesh", None)
+    if mesh is None or not dist.is_initialized():
+        return False
+    if param.device.type != mesh.device_type:
+        return True
+    return mesh.device_type == "cuda" and cuda_backend(mesh.get_group()) == "gloo"
+
+
+def cuda_backend(group: Any = None) -> str:
+    """The backend that carries CUDA tensors in ``group`` (default: the world): "nccl", "gloo", ...
+
+    ``get_backend`` gives one name ("gloo") or one per device type ("cpu:gloo,cuda:nccl").
+    """
+    import torch.distributed as dist
+
+    backend = str(dist.get_backend(group))
+    if ":" not in backend:
+        return backend
+    per_device = dict(item.split(":", 1) for item in backend.split(","))
+    return per_device.get("cuda", "")
+
+
+def whole_tensor(value: Any) -> torch.Tensor:
+    """The whole tensor of a DTensor sharded over a 1-D mesh (FSDP2's ``Shard(0)``), by a plain ``all_gather`` of the
+    padded local shards; a replicated DTensor's local tensor; anything else through ``full_tensor()``. A collective.
+
+    The shards travel on their own device where the group's backend takes it (gloo: CPU or CUDA), else on the current
+    CUDA device (NCCL), so CPU shards on a CUDA mesh gather too.
+    """
+    import torch.distributed as dist
+
+    mesh, placement = value.device_mesh, value.placements[0]
+    local = value.to_local()
+    if mesh.ndim != 1:
+        return value.full_tensor()
+    if placement.is_replicate():
+        return local
+    if not placement.is_shard():
+        return value.full_tensor()
+    dim, group, world = placement.dim, mesh.get_group(), mesh.size()
+    # DTensor's Shard splits as torch.chunk does: equal chunks, the last ones smaller or absent.
+    sizes = [chunk.size(dim) for chunk in torch.empty(value.shape, device="meta").chunk(world, dim)]
+    sizes += [0] * (world - len(sizes))
+    on_gloo = (cuda_backend(group) if mesh.device_type == "cuda" else str(dist.get_backend(group))) == "gloo"
+    device = local.device if on_gloo or mesh.device_type != "cuda" else torch.device("cuda", torch.cuda.current_device())
+    shape = list(value.shape)
+    shape[dim] = max(sizes)
+    padded = torch.zeros(shape, dtype=local.dtype, device=device)
+    padded.narrow(dim, 0, local.size(dim)).copy_(local)
+    gathered = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(gathered, padded, group=group)
+    return torch.cat([part.narrow(dim, 0, size) for part, size in zip(gathered, sizes)], dim)
+
+
+def _gather_full(state: dict[str, Any]) -> dict[str, Any]:
+    """Every DTensor in ``state`` (nested) made whole, on CPU, on rank 0; ``{}`` elsewhere. A collective per DTensor,
+    in the same order on every rank (dicts keep insertion order); one whole tensor at a time is held."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    rank0 = dist.get_rank() == 0
+
+    def whole(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: whole(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [whole(item) for item in value]
+        if isinstance(value, DTensor):
+            value = whole_tensor(value)
+        return value.detach().cpu() if isinstance(value, torch.Tensor) and rank0 else value
+
+    gathered = whole(state)
+    return gathered if rank0 else {}
+
+
 def full_model_state(module: nn.Module) -> dict[str, torch.Tensor]:
     """The whole model's state with plain keys, on CPU, on rank 0 (``{}`` elsewhere). A collective."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
+    if gathers_by_hand(module):
+        return _gather_full(get_model_state_dict(module, options=_options(full_state_dict=False)))
     return get_model_state_dict(module, options=_options(full_state_dict=True, cpu_offload=True))
 
 
@@ -111,7 +210,10 @@ def full_optimizer_state(module: nn.Module, optimizer: Optimizer) -> dict[str, A
     """
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    by_name = get_optimizer_state_dict(module, optimizer, options=_options(full_state_dict=True, cpu_offload=True))
+    if gathers_by_hand(module):
+        by_name = _gather_full(get_optimizer_state_dict(module, optimizer, options=_options(full_state_dict=False)))
+    else:
+        by_name = get_optimizer_state_dict(module, optimizer, options=_options(full_state_dict=True, cpu_offload=True))
     if not by_name:
         return {}
     index: dict[str, int] = {}

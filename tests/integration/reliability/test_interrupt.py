@@ -75,9 +75,9 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def _interrupt(cmd: list[str], out: Path, seed: int) -> tuple[int, str, float]:
+def _interrupt(cmd: list[str], out: Path, seed: int, env: dict[str, str] = ENV) -> tuple[int, str, float]:
     """Start ``cmd`` in its own process group; once the first epoch's checkpoint exists, SIGINT the group."""
-    env = {**clean_environ(), "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO_ROOT), **ENV}
+    env = {**clean_environ(), "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO_ROOT), **env}
     proc = subprocess.Popen([sys.executable, *cmd], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
     try:
@@ -152,3 +152,33 @@ def test_ctrl_c_saves_the_step_and_resume_is_exact(
     assert reference.keys() == resumed.keys()
     differ = [k for k in reference if not torch.equal(reference[k], resumed[k])]
     assert not differ, f"seed {seed}, interrupted at step {step} ({step % per_epoch} into an epoch): {differ[:5]} differ"
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(360)
+@RunIf(min_cuda_gpus=1)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (H100, torch 2.11, 2026-11-26): Ctrl-C saves and exits 130 on CUDA, and two uninterrupted"
+    " --deterministic runs end bitwise equal, but the resumed run's parameters differ from them (from the first conv"
+    " on); on the CPU the same resume is exact",
+)
+@pytest.mark.parametrize("strategy", ["ddp", "sharded_fsdp2"])
+def test_ctrl_c_and_exact_resume_on_cuda(strategy: str, tmp_path: Path) -> None:
+    """The same promise on one GPU: Ctrl-C saves and exits 130, and the resume ends ``torch.equal`` to a run never
+    interrupted, on CUDA. ``--deterministic``: cuDNN's default convolution backward adds in a varying order, so two
+    uninterrupted runs already differ there; cuBLAS needs its workspace setting for the same reason."""
+    env = {**ENV, "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    gpu = ("--accelerator", "gpu", "--deterministic")
+    seed = random.SystemRandom().randrange(10**6)
+    reference = tmp_path / "reference"
+    run_python(_train(reference, strategy, "1", *gpu), timeout=240, env=env)
+    out = tmp_path / "interrupted"
+    code, log, stop_s = _interrupt(_train(out, strategy, "1", *gpu), out, seed, env)
+    assert code == 130 and stop_s <= STOP_BOUND_S, f"seed {seed}: exit {code} after {stop_s:.1f} s\n{log[-4000:]}"
+    run_python(_train(out, strategy, "1", *gpu, "--ckpt-path", str(out / "checkpoints" / "last.ckpt")), timeout=240, env=env)
+    expected, resumed = _final_state(reference), _final_state(out)
+    assert expected.keys() == resumed.keys()
+    differ = [k for k in expected if not torch.equal(expected[k], resumed[k])]
+    worst = max((float((expected[k].float() - resumed[k].float()).abs().max()) for k in differ), default=0.0)
+    assert not differ, f"seed {seed}: {differ[:5]} differ after the resume on CUDA, by up to {worst:.3e}"

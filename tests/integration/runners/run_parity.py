@@ -56,6 +56,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
     p.add_argument("--namespace", default="lightning.pytorch", choices=("lightning.pytorch", "pytorch_lightning"))
     p.add_argument("--process-group-backend", default=None, help="e.g. gloo for ranks that share one GPU (tests/helpers/shared_gpu.py)")
+    p.add_argument("--hidden", default=None, type=int, help="the MLP's width (default: tests.helpers.models.HIDDEN); wider for memory figures")
     p.add_argument("--out", required=True, type=Path)
     return p.parse_args(argv)
 
@@ -79,6 +80,9 @@ def main(argv: list[str] | None = None) -> None:
         strategy = strategies.DDPStrategy(start_method=start_method, **pg)
     elif pg and args.strategy == "ddp2":
         strategy = bundle.DDP2Strategy(**pg)
+    elif args.strategy == "fsdp_shard_grad_op":  # Lightning's own ZeRO-2, the memory peer of sharded (GPU only)
+        strategies = importlib.import_module(f"{args.namespace}.strategies")
+        strategy = strategies.FSDPStrategy(sharding_strategy="SHARD_GRAD_OP", **pg)
     ckpt = args.out / "final.ckpt"
     spawned = start_method == "spawn"  # the fit runs in spawned workers: they save (SaveAtTrainEnd)
     trainer = quiet_trainer(
@@ -97,12 +101,17 @@ def main(argv: list[str] | None = None) -> None:
         use_distributed_sampler=False,
     )
     n = args.num_samples or args.global_batch * args.accumulate * args.steps
-    model = parity_module_for(args.namespace)(optimizer=args.optimizer, lr=args.lr, manual=args.manual, global_batch=args.global_batch, num_samples=n)
+    model = parity_module_for(args.namespace)(optimizer=args.optimizer, lr=args.lr, manual=args.manual, global_batch=args.global_batch, num_samples=n, **({"hidden": args.hidden} if args.hidden else {}))
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.reset_peak_memory_stats()  # each run of a launch reports its own peak
     trainer.fit(model, ckpt_path=args.resume)
     world = trainer.world_size
     rank = trainer.global_rank
+    if args.strategy == "fsdp_shard_grad_op":
+        # Memory only: FSDP's flat parameters live on its wrapper (the LightningModule's own are views), and its full
+        # gather is not what this peer is run for.
+        (args.out / f"memory_rank{rank}.json").write_text(json.dumps(_memory(trainer.strategy.model, trainer.optimizers[0])))
+        return
     # FSDP2 holds DTensor shards: gather each whole tensor (a collective, on every rank) to compare with other strategies.
     full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
     torch.save({k: v.detach().cpu() for k, v in full.items()}, args.out / f"params_rank{rank}.pt")
@@ -111,6 +120,11 @@ def main(argv: list[str] | None = None) -> None:
         # A sharded optimizer (OSS/ZeRO) holds its rank's shard in a local optimizer.
         torch.save(local_optimizer(opt).state_dict(), args.out / f"optimizer_rank{rank}.pt")
     (args.out / f"memory_rank{rank}.json").write_text(json.dumps(_memory(model, opt)))
+    if args.sharded_backend == "fsdp2":  # which full-checkpoint gather the save below takes, and why
+        from lightning_mgpu.strategies.sharded.fsdp2 import cuda_backend, gathers_by_hand
+
+        gather = {"backend": str(torch.distributed.get_backend()), "cuda_backend": cuda_backend(), "by_hand": gathers_by_hand(model)}
+        (args.out / f"gather_rank{rank}.json").write_text(json.dumps(gather))
     if not spawned:
         trainer.save_checkpoint(ckpt)
     if trainer.is_global_zero:

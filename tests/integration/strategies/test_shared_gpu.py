@@ -50,17 +50,16 @@ CASES: dict[str, list[str]] = {
 #: one process at the same precision (tests/integration/strategies/horovod/test_horovod.py).
 ATOL = {"32-true": 1e-5, "16-mixed": 1e-3, "bf16-mixed": 5e-3}
 STEPS = 6
+ADAM_MEMORY = ("--steps", "3", "--optimizer", "adam", "--hidden", "2048")
 #: One data set for every run (the runner's default sample count depends on the run's length).
 DATA = ("--num-samples", "96")
 
 
-#: Cases that torch refuses on CUDA tensors over gloo, with what it does (seen on an H100, torch 2.11 + CUDA 13.0).
-#: Strict: once torch stops refusing, the test fails until the mark goes.
-REFUSED = {
-    "sharded_fsdp2": "torch: FSDP2 trains over gloo on CUDA, but the full checkpoint's gather (get_model_state_dict("
-    "full_state_dict=True) -> DTensor.redistribute -> wait_tensor) dies with SIGSEGV in the gloo all-gather of CUDA "
-    "shards; DTensor.full_tensor() on the same shards works",
-}
+#: Cases that torch refuses on CUDA tensors over gloo, with what it does. Strict: once torch stops refusing, the test
+#: fails until the mark goes. (Empty now: sharded_fsdp2's full-checkpoint gather, DCP's full_state_dict, died with
+#: SIGSEGV over gloo on CUDA on an H100 with torch 2.11; the bundle now gathers those shards with DTensor.full_tensor,
+#: lightning_mgpu/strategies/sharded/fsdp2.py gathers_by_hand.)
+REFUSED: dict[str, str] = {}
 
 
 def _gpu_case(case: str) -> Any:
@@ -98,7 +97,9 @@ def _runs(out: Path) -> list[list[str]]:
         ["--out", str(out / "resumed"), *steps, "--resume", str(out / "half" / "final.ckpt")],
         ["--out", str(out / "16-mixed"), *steps, "--precision", "16-mixed"],
         ["--out", str(out / "bf16-mixed"), *steps, "--precision", "bf16-mixed"],
-        ["--out", str(out / "adam"), "--steps", "3", "--optimizer", "adam"],  # optimizer state per rank, for the report
+        # Optimizer state per rank for the report, on a wider MLP (4.3M parameters) so that the CUDA peak is more than the
+        # allocator's floor.
+        ["--out", str(out / "adam"), *ADAM_MEMORY],
     ]
 
 
@@ -167,6 +168,23 @@ def test_two_ranks_on_one_gpu(
             problems.append("16-mixed under sharded saved no ShardedGradScaler state")
     _report(row)  # the figures reach the report also when a check fails
     assert not problems, f"{case}: " + "; ".join(problems)
+
+
+@pytest.mark.gpu
+@RunIf(min_cuda_gpus=1)
+def test_memory_peer_lightning_fsdp_shard_grad_op(ddp_on_shared_gpu: Path, tmp_path: Path) -> None:
+    """Lightning's own ZeRO-2, ``FSDPStrategy(sharding_strategy="SHARD_GRAD_OP")``, on the same two ranks, the same wide
+    MLP and 3 Adam steps: the memory peer of ``sharded`` in the report. Lightning's FSDP refuses the CPU, so this peer
+    exists only here. Its optimizer state per rank is a shard, as ZeRO's is."""
+    env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONFAULTHANDLER": "1"}
+    run = ["--out", str(tmp_path / "adam"), *ADAM_MEMORY, "--strategy", "fsdp_shard_grad_op", *node_args(WORLD, "gpu")]
+    launch_nodes([*RUNNER, *run], WORLD, timeout=240, env=env)
+    memory = [json.loads((tmp_path / "adam" / f"memory_rank{r}.json").read_text()) for r in range(WORLD)]
+    _report({"case": "lightning-fsdp-shard_grad_op", "world": WORLD, "shared_gpu": True, "memory_only": True,
+             "device": torch.cuda.get_device_name(0), "memory_adam": memory})  # fmt: skip
+    ddp = [json.loads((ddp_on_shared_gpu / "adam" / f"memory_rank{r}.json").read_text()) for r in range(WORLD)]
+    # Adam keeps two moments per parameter: ddp's state is the whole model's twice, FSDP's this rank's half of it.
+    assert all(m["optimizer_bytes"] <= 0.55 * d["optimizer_bytes"] for m, d in zip(memory, ddp)), (memory, ddp)
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])

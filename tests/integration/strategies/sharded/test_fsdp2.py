@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from lightning_mgpu.strategies import ShardedStrategy
+from lightning_mgpu.strategies.sharded.fsdp2 import GATHER_ENV
 from tests.helpers.launch import max_abs_diff, run_parity_sequence
 
 pytestmark = [pytest.mark.timeout(900)]
@@ -48,6 +49,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         done = run_parity_sequence([(root / name, *resumes[name][0], "--devices", devices, "--steps", "8", "--resume",
                                      str(resumes[name][2] / "final.ckpt")) for name in names])  # fmt: skip
         out.update(zip(names, done))
+    # The same Adam run, its checkpoint gathered with DTensor.full_tensor (the path gloo on CUDA takes) instead of DCP's
+    # full_state_dict: one more launch, because the choice is per process.
+    out["fsdp2/adam_by_hand"] = run_parity_sequence(
+        [(root / "fsdp2_adam_by_hand", *FSDP2, "--devices", "2", *CONFIGS["adam"])], env={GATHER_ENV: "1"}
+    )[0]
     return out
 
 
@@ -68,6 +74,19 @@ def test_checkpoint_holds_plain_keys_and_the_ordinary_optimizer_state(runs: dict
     for pid, slots in b["state"].items():
         for key, value in slots.items():
             assert torch.allclose(torch.as_tensor(a["state"][pid][key]), torch.as_tensor(value), atol=1e-6), (pid, key)
+
+
+def test_full_tensor_gather_writes_the_same_checkpoint_as_dcp(runs: dict[str, Any]) -> None:
+    dcp = torch.load(runs["root"] / "fsdp2_adam" / "final.ckpt", weights_only=False)
+    by_hand = torch.load(runs["root"] / "fsdp2_adam_by_hand" / "final.ckpt", weights_only=False)
+    assert max_abs_diff(runs["fsdp2/adam_by_hand"][0], runs["fsdp2/adam"][0]) == 0.0
+    assert list(by_hand["state_dict"]) == list(dcp["state_dict"])
+    assert all(torch.equal(by_hand["state_dict"][k], v) for k, v in dcp["state_dict"].items())
+    a, b = by_hand["optimizer_states"][0], dcp["optimizer_states"][0]
+    assert a["param_groups"] == b["param_groups"] and a["state"].keys() == b["state"].keys()
+    for pid, slots in b["state"].items():
+        assert slots.keys() == a["state"][pid].keys()
+        assert all(torch.equal(torch.as_tensor(a["state"][pid][k]), torch.as_tensor(v)) for k, v in slots.items()), pid
 
 
 def test_resume_under_ddp_and_from_ddp_continues_like_ddp(runs: dict[str, Any]) -> None:
