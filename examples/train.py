@@ -79,11 +79,17 @@ from lightning_mgpu.launchers.rendezvous import (
 )
 from lightning_mgpu.launchers.torchrun import init_process_group_for_restart
 from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES
+from lightning_mgpu.data.cache import CacheError
 from lightning_mgpu.utilities.checkpoint import (
     AtomicCheckpointIO,
+    CheckpointKeyMismatchError,
+    CheckpointReadError,
+    UnsafeCheckpointError,
     check_checkpoint_matches,
 )
-from lightning_mgpu.utilities.ports import check_master_port
+from lightning_mgpu.utilities._compat import UnsupportedTorchError
+from lightning_mgpu.utilities.imports import MissingDependencyError
+from lightning_mgpu.utilities.ports import PortInUseError, check_master_port
 from lightning_mgpu.utilities.signals import interrupts_to_workers
 
 # Lightning's own launch-style names, then every name the bundle registers (declared once, by each class).
@@ -142,6 +148,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--weight-decay", default=0.0, type=float)
     p.add_argument("--scale-lr", action="store_true", help="multiply --lr by devices x nodes x accumulation")
     p.add_argument("--seed", default=42, type=int)
+    p.add_argument("--debug", action="store_true", help="on bad input, show the traceback under the message")
     # On GPUs, cuDNN's default kernels add in a varying order: an exact resume (bitwise) needs deterministic ones.
     p.add_argument("--deterministic", action="store_true", help="deterministic kernels (Trainer(deterministic=True)); on GPUs set CUBLAS_WORKSPACE_CONFIG=:4096:8")
     p.add_argument("--data", default="digits", choices=("digits", "synthetic"))
@@ -229,7 +236,7 @@ def _check_launcher_args(p: argparse.ArgumentParser, args: argparse.Namespace) -
         p.error("--ckpt-path is not supported with --launcher ray yet: Ray resumes a restarted group from its own last"
                 " reported checkpoint; resume an earlier run with the default launcher")  # fmt: skip
     from lightning_mgpu.launchers.ray_train import RayStrategyError, check_strategy
-    from lightning_mgpu.utilities.imports import MissingDependencyError, require
+    from lightning_mgpu.utilities.imports import require
 
     try:
         require("ray.train", "--launcher ray")
@@ -621,5 +628,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     return summary
 
 
+#: What a user's input can be wrong about, found before training: the message names the problem and the fix, and a
+#: traceback would only bury it (--debug shows it).
+BAD_INPUT = (
+    CheckpointReadError, CheckpointKeyMismatchError, UnsafeCheckpointError, CacheError, MissingDependencyError, PortInUseError,
+    UnsupportedTorchError,
+)  # fmt: skip
+
+
+def run(argv: list[str]) -> None:
+    """``main``, with bad input reported as ``train.py: error: MESSAGE`` and exit status 2, as argparse does."""
+    try:
+        main(argv)
+    except BAD_INPUT as err:
+        if "--debug" in argv:
+            raise
+        print(f"train.py: error: {err}\n(--debug shows the traceback)", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run(sys.argv[1:])

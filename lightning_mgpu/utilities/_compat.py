@@ -33,3 +33,29 @@ def lightning_at_least(minimum: str, distribution: str = "lightning") -> bool:
     """Whether the installed ``distribution`` of Lightning is at least ``minimum``."""
     found = installed_version(distribution)
     return found is not None and found >= Version(minimum)
+
+
+#: FSDP2 on the CPU (gloo) records events on CPU streams, which torch has from 2.7; torch 2.6 fails inside
+#: ``fully_shard``'s first all-gather ("'Stream' object has no attribute 'record_event'", seen with
+#: scripts/check_oldest.sh). On CUDA, 2.6 has them.
+FSDP2_ON_CPU_SINCE = "2.7"
+
+
+class UnsupportedTorchError(RuntimeError):
+    """A feature needs a newer torch than the one installed; the message names the version."""
+
+
+def check_fsdp2_device(device_type: str) -> None:
+    """Refuse FSDP2 on the CPU with a torch that cannot run it, naming the version and the alternatives.
+
+    Raises:
+        UnsupportedTorchError: ``device_type`` is ``"cpu"`` and this torch's CPU streams cannot record events.
+    """
+    import torch
+
+    if device_type == "cpu" and not hasattr(torch.cpu.Stream, "record_event"):
+        raise UnsupportedTorchError(
+            f"sharded_fsdp2 (ShardedStrategy(backend='fsdp2')) on the CPU needs torch {FSDP2_ON_CPU_SINCE} or newer"
+            f" (FSDP2 records events on CPU streams); this is torch {torch.__version__}. Upgrade torch, train on GPUs,"
+            " or use strategy='sharded' (FairScale) or ShardedStrategy(backend='torch') on the CPU."
+        )

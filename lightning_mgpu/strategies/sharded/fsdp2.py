@@ -43,10 +43,14 @@ def apply_fully_shard(
 
     Raises:
         ValueError: an entry of ``blocks`` matches no submodule.
+        UnsupportedTorchError: the CPU, with a torch whose FSDP2 cannot run there (``_compat.FSDP2_ON_CPU_SINCE``).
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
+    from lightning_mgpu.utilities._compat import check_fsdp2_device
+
+    check_fsdp2_device(device_type)
     mesh = init_device_mesh(device_type, (world_size,))
     if blocks is None:
         chosen = [(n, m) for n, m in module.named_modules() if n and any(True for _ in m.parameters(recurse=False))]

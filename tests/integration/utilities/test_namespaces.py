@@ -70,9 +70,13 @@ def test_without_either_lightning_the_import_names_both_extras() -> None:
 
 
 #: Launches per namespace: the popen strategies share one (rank 1 walks the same runs), the others need their own.
+#: FSDP2 runs on the CPU from torch 2.7 (utilities/_compat.py FSDP2_ON_CPU_SINCE; scripts/check_oldest.sh runs torch 2.6,
+#: where the strategy refuses the CPU by name: tests/unit/utilities/test_compat.py).
+_FSDP2_ON_CPU = hasattr(torch.cpu.Stream, "record_event")
 _LAUNCHES: dict[str, list[list[str]]] = {
     "ddp family": [["--strategy", "ddp"], ["--strategy", "sharded", "--sharded-backend", "fairscale"],
-                   ["--strategy", "sharded", "--sharded-backend", "torch"], ["--strategy", "sharded_fsdp2", "--sharded-backend", "fsdp2"]],
+                   ["--strategy", "sharded", "--sharded-backend", "torch"],
+                   *([["--strategy", "sharded_fsdp2", "--sharded-backend", "fsdp2"]] if _FSDP2_ON_CPU else [])],
     "ddp_spawn": [["--strategy", "ddp_spawn"]],
     "dp": [["--strategy", "dp_emulated"]],  # the multi-replica DataParallel path, on CPU threads
     "horovod": [["--strategy", "horovod"]],

@@ -32,3 +32,20 @@ def test_bad_flags_fail_clearly(argv: list[str], message: str, capsys: pytest.Ca
     assert exit_info.value.code == 2, err
     assert message in err, err
 
+
+
+def test_a_truncated_checkpoint_is_one_message_and_status_2(tmp_path, capsys: pytest.CaptureFixture) -> None:
+    """Bad input found after parsing (a checkpoint cut short by a kill) prints its message alone; ``--debug`` raises it
+    with the traceback. In-process: ``dp`` on the CPU fails before anything launches."""
+    bad = tmp_path / "last.ckpt"
+    bad.write_bytes(b"PK\x03\x04 cut short")
+    train = import_train_script()
+    argv = ["--strategy", "dp", "--logger", "none", "--output-dir", str(tmp_path / "out"), "--ckpt-path", str(bad)]
+    with pytest.raises(SystemExit) as exit_info:
+        train.run(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and exit_info.value.__cause__ is None, err
+    assert f"train.py: error: Checkpoint {bad} cannot be read" in err and "Use an earlier checkpoint" in err, err
+    assert "Traceback" not in err
+    with pytest.raises(train.CheckpointReadError):
+        train.run([*argv, "--debug"])
