@@ -1,7 +1,7 @@
-"""Command line: ``python -m lightning_mgpu info | dashboard | build-horovod``.
+"""Command line: ``python -m lightning_mgpu info | dashboard | upgrade | build-horovod`` (also ``lightning-mgpu ...``).
 
 ``info`` says what is installed, what is registered and what to run; ``dashboard`` renders or serves a run;
-``build-horovod`` builds the patched horovod this bundle needs.
+``upgrade`` rewrites Lightning 1.x scripts for 2.x and this bundle; ``build-horovod`` builds the patched horovod.
 """
 
 from __future__ import annotations
@@ -147,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 and refresh it while training writes")
     dash.add_argument("--port", type=int, default=8050, help="port for --serve (default 8050; 0 picks a free one)")
     dash.add_argument("--interval", type=float, default=3.0, help="seconds between re-reads of the run under --serve")
+    upgrade = sub.add_parser("upgrade", help="rewrite Lightning 1.x multi-GPU scripts for Lightning 2.x and lightning_mgpu (a diff; --write applies)")
+    from lightning_mgpu.upgrade.run import add_arguments
+
+    add_arguments(upgrade)
     hvd = sub.add_parser("build-horovod", help="build horovod 0.28.1 against this torch (C++17 patch, Gloo; cached)")
     hvd.add_argument("--python", default=None, help="the interpreter whose environment gets horovod (default: this one)")
     hvd.add_argument("--force", action="store_true", help="rebuild even if horovod with Gloo is already importable")
@@ -159,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         return info_main()
     if args.command == "build-horovod":
         return build_horovod_main(args)
+    if args.command == "upgrade":
+        from lightning_mgpu.upgrade.run import main as upgrade_main
+
+        return upgrade_main(args)
     if args.serve:
         from lightning_mgpu.dashboard.serve import main as serve_main
 

@@ -24,6 +24,7 @@ _EXTRAS: dict[str, tuple[str, str]] = {
     "tensorboard": ("dashboard", "pip install 'lightning_mgpu[dashboard]'"),
     "psutil": ("monitor", "pip install 'lightning_mgpu[monitor]'"),
     "ray.train": ("ray", "pip install 'lightning_mgpu[ray]'"),
+    "libcst": ("upgrade", "pip install 'lightning_mgpu[upgrade]'"),
 }
 
 

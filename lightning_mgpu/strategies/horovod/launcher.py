@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import sys
 import types
 from collections.abc import Iterator
@@ -96,7 +97,17 @@ class _HorovodLauncher(_MultiProcessingLauncher):
 
         n = self._strategy.num_processes
         # Serialized here, while __main__ is the user's script: classes defined there travel by value.
-        payload = cloudpickle.dumps((self, trainer, function, args, kwargs, _GlobalStateSnapshot.capture()))
+        try:
+            payload = cloudpickle.dumps((self, trainer, function, args, kwargs, _GlobalStateSnapshot.capture()))
+        except (TypeError, AttributeError, pickle.PicklingError) as err:
+            model = trainer.lightning_module if trainer is not None else None
+            raise HorovodLaunchError(
+                f"strategy='horovod' without horovodrun sends the Trainer and {type(model).__name__ if model else 'the model'}"
+                f" to its {n} workers by pickling, and they cannot be pickled ({type(err).__name__}: {err}). FairScale's"
+                " checkpoint_wrapper is a known cause. Launch with horovodrun instead, where every worker runs the script"
+                " and nothing is pickled (horovodrun -np N --gloo python train.py), or replace checkpoint_wrapper with"
+                " lightning_mgpu's ActivationCheckpointing callback, which wraps the model inside each worker."
+            ) from err
         rank_zero_info(f"HorovodStrategy: starting {n} workers on localhost with horovod.run (Gloo)")
         try:
             with _worker_environment(), restored_signal_handlers(), _main_module_hidden():

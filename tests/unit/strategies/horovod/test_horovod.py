@@ -139,3 +139,21 @@ def test_invalid_compression_is_refused() -> None:
 
     with pytest.raises(ValueError, match="compression"):
         HorovodStrategy(compression="zstd")
+
+
+@RunIf(fairscale=True)
+def test_self_launch_of_an_unpicklable_model_names_horovodrun_and_the_callback(tmp_path) -> None:
+    """The seed guide's FairScale checkpoint_wrapper cannot be pickled: the self-launched horovod (which pickles the
+    Trainer into its workers) says so before any worker starts, naming horovodrun and ActivationCheckpointing."""
+    from fairscale.nn import checkpoint_wrapper
+    from torch import nn
+
+    from lightning_mgpu.strategies.horovod.launcher import HorovodLaunchError
+    from tests.helpers.models import ParityModule
+    from tests.helpers.trainer import quiet_trainer
+
+    model = ParityModule()
+    model.net[2] = checkpoint_wrapper(nn.Linear(64, 64))
+    trainer = quiet_trainer(strategy="horovod", devices=2, accelerator="cpu", max_steps=1, default_root_dir=tmp_path)
+    with pytest.raises(HorovodLaunchError, match=r"cannot be pickled.*horovodrun -np N --gloo python train\.py.*ActivationCheckpointing"):
+        trainer.fit(model)
