@@ -21,6 +21,13 @@ STRATEGY_STRINGS = {
     "ddp_sharded_spawn": "ddp_sharded_spawn",
 }
 
+#: Strategy names that only exist once lightning_mgpu is imported: a script that passes one gets ``import lightning_mgpu``.
+BUNDLE_STRATEGY_NAMES = frozenset({
+    "dp", "ddp2", "horovod", "ddp_sharded", "ddp_sharded_spawn", "ddp_sharded_find_unused_parameters_false",
+    "ddp_sharded_spawn_find_unused_parameters_false", "sharded", "sharded_spawn", "sharded_fsdp2", "sharded_fsdp2_spawn",
+})  # fmt: skip
+REGISTERS_COMMENT = "# registers dp, ddp2, horovod and ddp_sharded with Lightning"
+
 #: Removed 1.x strategy and plugin classes -> (the bundle's class, extra keyword arguments at call sites).
 REMOVED_CLASSES: dict[str, tuple[str, dict[str, str]]] = {
     "DataParallelStrategy": ("DataParallelStrategy", {}),

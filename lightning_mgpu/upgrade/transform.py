@@ -422,6 +422,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         self.namespace_aliases: dict[str, str] = {}
         self.imports_to_add: dict[tuple[str, str, Optional[str]], None] = {}  # (module, name, asname), in order
         self.fairscale_checkpoint_line: Optional[int] = None
+        self.needs_bundle_import = False  # a bundle strategy name is passed as a string: it must be registered
 
     # -- bookkeeping ---------------------------------------------------------------------------------------------
 
@@ -515,6 +516,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         self.imports_to_add[(module, name, asname)] = None
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        updated = self._import_bundle(original, updated)
         if not self.imports_to_add:
             return updated
         existing = {(_dotted(s.module), a.name.value, a.asname.name.value if a.asname else None) for stmt in updated.body if isinstance(stmt, cst.SimpleStatementLine)
@@ -528,16 +530,42 @@ class UpgradeTransformer(cst.CSTTransformer):
             new_statements.append(cst.SimpleStatementLine(body=[cst.ImportFrom(module=cst.parse_expression(module), names=[alias])]))  # type: ignore[arg-type]
         if not new_statements:
             return updated
-        # After the last top-level import of the file's opening block of imports.
-        body = list(updated.body)
+        return self._insert_after_imports(updated, new_statements)
+
+    def _import_bundle(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        """``import lightning_mgpu`` where a Trainer gets a bundle strategy by name and nothing imports the bundle: the
+        names exist only once it is imported."""
+        if not self.needs_bundle_import:
+            return updated
+        for statement in updated.body:
+            for small in getattr(statement, "body", []) if isinstance(statement, cst.SimpleStatementLine) else []:
+                if isinstance(small, cst.Import) and any(_dotted(a.name) == "lightning_mgpu" for a in small.names):
+                    return updated
+                if isinstance(small, cst.ImportFrom) and small.module is not None and (_dotted(small.module) or "").startswith("lightning_mgpu"):
+                    return updated  # importing any part of the package imports (and registers) the package
+        if any(module.startswith("lightning_mgpu") for module, _, _ in self.imports_to_add):
+            return updated
+        self.findings.append(Finding(1, "import lightning_mgpu added: it registers the bundle's strategy names with Lightning"))
+        line = cst.SimpleStatementLine(
+            body=[cst.Import(names=[cst.ImportAlias(name=cst.Name("lightning_mgpu"))])],
+            trailing_whitespace=cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(rules.REGISTERS_COMMENT)),
+        )
+        return self._insert_after_imports(updated, [line])
+
+    @staticmethod
+    def _insert_after_imports(module: cst.Module, statements: list[cst.SimpleStatementLine]) -> cst.Module:
+        """Insert ``statements`` after the file's opening block of imports (after its docstring when it has none)."""
+        body = list(module.body)
         last_import = -1
         for index, statement in enumerate(body):
             if isinstance(statement, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body):
                 last_import = index
             elif last_import >= 0 and not (isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Expr)):
                 break
-        body[last_import + 1:last_import + 1] = new_statements
-        return updated.with_changes(body=body)
+        if last_import < 0 and body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr):
+            last_import = 0  # the docstring
+        body[last_import + 1:last_import + 1] = statements
+        return module.with_changes(body=body)
 
     # -- attribute chains: pl.loggers.NeptuneLogger, pl.strategies.DDPShardedStrategy --------------------------------
 
@@ -620,12 +648,17 @@ class UpgradeTransformer(cst.CSTTransformer):
                 isinstance(e, cst.DictElement) and _string(e.key) is not None for e in star.value.elements
             ):
                 inner = rewrite_trainer_args(_TrainerArgs([(_string(e.key), e.value, None) for e in star.value.elements]))  # type: ignore[union-attr,misc]
+                if _string(inner.get("strategy") or cst.Name("None")) in rules.BUNDLE_STRATEGY_NAMES:
+                    self.needs_bundle_import = True
                 if inner.changes or inner.todos:
                     trainer.changes += inner.changes
                     trainer.todos += inner.todos
                     elements = [cst.DictElement(key=_quoted(k), value=v) for k, v, _ in inner.items]
                     star = star.with_changes(value=star.value.with_changes(elements=elements))
             new_stars.append(star)
+        strategy = trainer.get("strategy")
+        if strategy is not None and _string(strategy) in rules.BUNDLE_STRATEGY_NAMES:
+            self.needs_bundle_import = True
         for change in trainer.changes:
             self._change(original, change)
         for todo in trainer.todos:

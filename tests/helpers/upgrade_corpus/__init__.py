@@ -3,7 +3,8 @@
 Written for this repository in the shapes of Lightning 1.6/1.9's own examples that used dp, ddp2, horovod and
 ddp_sharded (the GAN with two optimizers, the multi-node ddp2 demo, the sharded plugin) and of the seed guide's
 snippets. Each runs on synthetic data. ``CPU_RUNNABLE`` names those that train on 2 CPU processes once converted,
-with the strategy each names; the others need GPUs and are built with ``accelerator="cpu"`` substituted.
+with the strategy each names (they convert without a TODO: a TODO marks code a person must finish first); the others
+need GPUs, and are built with ``accelerator="cpu"`` substituted.
 """
 
 CPU_RUNNABLE = {

@@ -21,10 +21,6 @@ class Classifier(pl.LightningModule):
         self.log("train_loss", loss)
         return loss
 
-    def training_epoch_end(self, outputs):
-        # 1.x: every step's output, at the end of the epoch
-        self.log("epoch_loss", torch.stack([o["loss"] for o in outputs]).mean())
-
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 

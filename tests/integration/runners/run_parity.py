@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -56,6 +57,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
     p.add_argument("--namespace", default="lightning.pytorch", choices=("lightning.pytorch", "pytorch_lightning"))
     p.add_argument("--process-group-backend", default=None, help="e.g. gloo for ranks that share one GPU (tests/helpers/shared_gpu.py)")
+    p.add_argument("--fsdp2-gather", default=None, choices=("dcp", "by_hand"), help="force FSDP2's full-checkpoint gather for this run")
     p.add_argument("--hidden", default=None, type=int, help="the MLP's width (default: tests.helpers.models.HIDDEN); wider for memory figures")
     p.add_argument("--out", required=True, type=Path)
     return p.parse_args(argv)
@@ -63,6 +65,20 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
+    if args.fsdp2_gather is None:
+        return _main(args)
+    # The choice is read from the environment at each save (strategies/sharded/fsdp2.py gathers_by_hand): set it for
+    # this run only, so one launch can compare both gathers.
+    from lightning_mgpu.strategies.sharded.fsdp2 import GATHER_ENV
+
+    os.environ[GATHER_ENV] = "1" if args.fsdp2_gather == "by_hand" else "0"
+    try:
+        return _main(args)
+    finally:
+        del os.environ[GATHER_ENV]
+
+
+def _main(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     # The bundle for the chosen Lightning distribution: lightning_mgpu, or its pytorch_lightning twin.
     bundle = importlib.import_module("lightning_mgpu.pl" if args.namespace == "pytorch_lightning" else "lightning_mgpu")

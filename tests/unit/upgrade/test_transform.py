@@ -42,7 +42,10 @@ def upgraded(source: str) -> str:
     ],
 )
 def test_trainer_arguments(before: str, after: str) -> None:
-    assert upgraded(f"t = {before}\n") == f"t = {after}\n"
+    out = upgraded(f"t = {before}\n")
+    registers = f"import lightning_mgpu  {rules.REGISTERS_COMMENT}\n"  # where a bundle strategy name is passed
+    bundle_name = any(f'"{name}"' in after for name in ("dp", "ddp2", "horovod", "ddp_sharded"))
+    assert out == (registers if bundle_name else "") + f"t = {after}\n"
 
 
 @pytest.mark.parametrize(
@@ -186,3 +189,20 @@ def test_fairscale_checkpoint_wrapper_stays_with_a_note() -> None:
     result = upgrade_source("from fairscale.nn import checkpoint_wrapper\nblock = checkpoint_wrapper(block)\n")
     assert result.source.startswith("from fairscale.nn import checkpoint_wrapper") and not result.changes
     assert result.notes and "ActivationCheckpointing" in result.notes[0].message
+
+
+def test_a_bundle_strategy_name_brings_the_import_that_registers_it() -> None:
+    out = upgraded('"""A script."""\nfrom pytorch_lightning import Trainer\n\nt = Trainer(gpus=2, accelerator="ddp2")\n')
+    assert out.splitlines()[2] == f"import lightning_mgpu  {rules.REGISTERS_COMMENT}"
+    # Already there, or imported through one of its modules, or a name Lightning has itself: nothing added.
+    for source in ('import lightning_mgpu\nt = Trainer(strategy="dp")\n',
+                   'from lightning_mgpu.callbacks import ActivationCheckpointing\nt = Trainer(strategy="horovod")\n',
+                   't = Trainer(accelerator="ddp")\n'):
+        assert "import lightning_mgpu  #" not in upgraded(source)
+
+
+def test_the_bundle_names_the_tool_knows_are_registered_by_the_bundle() -> None:
+    from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES
+
+    assert rules.BUNDLE_STRATEGY_NAMES <= set(BUNDLE_STRATEGY_NAMES)
+    assert {v for v in rules.STRATEGY_STRINGS.values() if v not in ("ddp", "ddp_spawn")} <= rules.BUNDLE_STRATEGY_NAMES

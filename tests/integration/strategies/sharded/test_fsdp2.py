@@ -7,13 +7,13 @@ ranks, and each rank holding half the optimizer state. Exact mid-epoch resume af
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 import torch
 
 from lightning_mgpu.strategies import ShardedStrategy
-from lightning_mgpu.strategies.sharded.fsdp2 import GATHER_ENV
 from tests.helpers.launch import max_abs_diff, run_parity_sequence
 
 pytestmark = [pytest.mark.timeout(900)]
@@ -33,9 +33,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out: dict[str, Any] = {"root": root}
     # Four launches of run_parity's sequences instead of twelve single runs (a launch is mostly imports): each
     # strategy's four configurations, then the 2-rank resumes, then the 1-rank one.
-    for label, strategy in (("fsdp2", FSDP2), ("ddp", DDP)):
-        done = run_parity_sequence([(root / f"{label}_{name}", *strategy, "--devices", "2", *extra) for name, extra in CONFIGS.items()])
-        out.update({f"{label}/{name}": params for name, params in zip(CONFIGS, done)})
+    # FSDP2's sequence ends with the Adam run again, its checkpoint gathered with a plain all_gather (the path gloo on
+    # CUDA takes) instead of DCP's full_state_dict.
+    by_hand = {"adam_by_hand": (*CONFIGS["adam"], "--fsdp2-gather", "by_hand")}
+    for label, strategy, configs in (("fsdp2", FSDP2, {**CONFIGS, **by_hand}), ("ddp", DDP, CONFIGS)):
+        done = run_parity_sequence([(root / f"{label}_{name}", *strategy, "--devices", "2", *extra) for name, extra in configs.items()])
+        out.update({f"{label}/{name}": params for name, params in zip(configs, done)})
     # Resume the 5-step checkpoints for 3 more steps under the other strategy and on 1 rank.
     # The data of a run depends on its length, so the reference is ddp resumed from ddp, not an 8-step run.
     resumes = {
@@ -49,11 +52,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         done = run_parity_sequence([(root / name, *resumes[name][0], "--devices", devices, "--steps", "8", "--resume",
                                      str(resumes[name][2] / "final.ckpt")) for name in names])  # fmt: skip
         out.update(zip(names, done))
-    # The same Adam run, its checkpoint gathered with DTensor.full_tensor (the path gloo on CUDA takes) instead of DCP's
-    # full_state_dict: one more launch, because the choice is per process.
-    out["fsdp2/adam_by_hand"] = run_parity_sequence(
-        [(root / "fsdp2_adam_by_hand", *FSDP2, "--devices", "2", *CONFIGS["adam"])], env={GATHER_ENV: "1"}
-    )[0]
     return out
 
 
@@ -79,6 +77,10 @@ def test_checkpoint_holds_plain_keys_and_the_ordinary_optimizer_state(runs: dict
 def test_full_tensor_gather_writes_the_same_checkpoint_as_dcp(runs: dict[str, Any]) -> None:
     dcp = torch.load(runs["root"] / "fsdp2_adam" / "final.ckpt", weights_only=False)
     by_hand = torch.load(runs["root"] / "fsdp2_adam_by_hand" / "final.ckpt", weights_only=False)
+    # The two runs really took the two paths (run_parity records the choice at the save).
+    for name, by_hand_expected in (("fsdp2_adam", False), ("fsdp2_adam_by_hand", True)):
+        gather = json.loads((runs["root"] / name / "gather_rank0.json").read_text())
+        assert gather["by_hand"] is by_hand_expected and gather["cuda_backend"] == "gloo", (name, gather)
     assert max_abs_diff(runs["fsdp2/adam_by_hand"][0], runs["fsdp2/adam"][0]) == 0.0
     assert list(by_hand["state_dict"]) == list(dcp["state_dict"])
     assert all(torch.equal(by_hand["state_dict"][k], v) for k, v in dcp["state_dict"].items())
