@@ -121,7 +121,7 @@ def info_main() -> int:
 
 
 def build_horovod_main(args: argparse.Namespace) -> int:
-    from lightning_mgpu.strategies.horovod.build import (
+    from lightning_mgpu.tools.build_horovod import (
         BuildConfig,
         HorovodBuildError,
         build_horovod,

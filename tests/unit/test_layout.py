@@ -128,7 +128,10 @@ def _importers_of(prefix: str) -> dict[str, set[str]]:
 
 
 # (who, must not import): the one-way direction of the layout
-_ABOVE_ALL = ["lightning_mgpu.launchers", "lightning_mgpu.cli"]  # glue to the outside; nothing in the library uses it
+# Glue to the outside and command-line tools: nothing in the library uses them (only cli reaches upgrade and tools).
+_ABOVE_ALL = ["lightning_mgpu.launchers", "lightning_mgpu.cli", "lightning_mgpu.upgrade", "lightning_mgpu.tools"]
+_LIBRARY = ["lightning_mgpu.strategies", "lightning_mgpu.callbacks", "lightning_mgpu.monitoring", "lightning_mgpu.loggers",
+            "lightning_mgpu.data", "lightning_mgpu.dashboard", "lightning_mgpu.demos", "lightning_mgpu.launchers"]
 RULES = [
     ("lightning_mgpu.utilities", ["lightning_mgpu"]),  # the bottom floor imports nothing above it
     ("lightning_mgpu.strategies", ["lightning_mgpu.dashboard", "lightning_mgpu.callbacks", "lightning_mgpu.monitoring",
@@ -144,6 +147,9 @@ RULES = [
     # The launcher glue maps names onto strategies; it knows no callbacks, loggers, data or demos.
     ("lightning_mgpu.launchers", ["lightning_mgpu.callbacks", "lightning_mgpu.monitoring", "lightning_mgpu.loggers",
                                   "lightning_mgpu.data", "lightning_mgpu.dashboard", "lightning_mgpu.demos", "lightning_mgpu.cli"]),
+    # The tools stand beside the library: they read source files or build wheels, and import none of it.
+    ("lightning_mgpu.upgrade", [*_LIBRARY, *_ABOVE_ALL]),
+    ("lightning_mgpu.tools", [*_LIBRARY, *_ABOVE_ALL]),
 ]
 
 
@@ -168,7 +174,8 @@ def test_strategy_packages_never_import_the_registry() -> None:
 
 def test_old_private_paths_are_gone() -> None:
     old = ["strategies/_dp_engine.py", "strategies/_horovod_runtime.py", "strategies/_sharded_fairscale.py",
-           "callbacks/gpu_monitor.py", "utilities/dashboard.py", "utilities/samplers.py", "utilities/info.py", "models"]
+           "callbacks/gpu_monitor.py", "utilities/dashboard.py", "utilities/samplers.py", "utilities/info.py", "models",
+           "strategies/horovod/build.py"]
     assert [p for p in old if (ROOT / p).exists()] == []
 
 

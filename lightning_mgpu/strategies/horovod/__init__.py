@@ -2,7 +2,8 @@
 
 ``strategy.py`` is the Lightning strategy; ``environment.py`` Horovod's ranks as a ``ClusterEnvironment``;
 ``launcher.py`` the self-launch through ``horovod.run``; ``runtime.py`` the thin layer over ``horovod.torch``
-(lazy import, controller checks, optimizer hooks); ``build.py`` the patched source build of horovod 0.28.1.
+(lazy import, controller checks, optimizer hooks). The patched source build of horovod 0.28.1 is a tool:
+:mod:`lightning_mgpu.tools.build_horovod`.
 """
 
 from lightning_mgpu.strategies.horovod.environment import HorovodEnvironment

@@ -129,13 +129,10 @@ def test_ctrl_c_saves_the_step_and_resume_is_exact(
 
     out = tmp_path / "interrupted"
     code, log, stop_s = _interrupt(_train(out, strategy, devices, launcher=launcher), out, seed)
-    if launcher == HOROVODRUN:
-        # horovodrun's own exit code after it terminates its workers is not reliable: Horovod 0.28.1's safe_shell_exec
-        # reaps a worker's shell with psutil while subprocess waits on it too, and subprocess reads the ECHILD it then
-        # gets as status 0 (reproduced here: 2 of 8 interrupts exited 0, although every worker raised
-        # SystemExit(130)). What is ours is asserted below: the save, the stop in bound, no process left, exact resume.
-        record_property("horovodrun_exit_code", code)
-    elif launcher:
+    if launcher:
+        # horovodrun: Horovod 0.28.1's safe_shell_exec reaped a worker's shell with psutil while subprocess waited on it
+        # too, and read the ECHILD as status 0 (2 of 8 interrupts here); the bundle's horovod build patches that
+        # (lightning_mgpu/tools/build_horovod.py patch_exit_status), so a stopped job never reports success.
         assert code != 0, f"seed {seed}: the launcher exited 0 after Ctrl-C\n{log[-6000:]}"
     else:
         assert code == 130, f"seed {seed}: exit {code}\n{log[-6000:]}"

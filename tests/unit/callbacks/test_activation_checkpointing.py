@@ -101,8 +101,11 @@ def test_module_with_a_patched_instance_forward_is_refused() -> None:
 
 def _grads_and_buffers(net: nn.Module, x: torch.Tensor, autocast: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     torch.manual_seed(1234)  # the same dropout masks in both runs
+    # backward outside autocast, as Lightning's precision plugins run it and torch's AMP docs ask (under torch 2.6, a
+    # backward *inside* CPU autocast through FairScale's recompute leaves the checkpointed parameters without .grad).
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        net(x).backward()
+        loss = net(x)
+    loss.backward()
     return [p.grad.clone() for p in net.parameters()], [b.clone() for b in net.buffers()]
 
 

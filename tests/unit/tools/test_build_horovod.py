@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_mgpu.strategies.horovod import build
+from lightning_mgpu.tools import build_horovod as build
 
 
 def _tree(root: Path, standard: int = 14) -> Path:
@@ -41,3 +41,45 @@ def test_cache_root_honours_the_environment(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setenv("HOROVOD_CACHE_DIR", str(tmp_path))
     assert build.BuildConfig().cache_root() == tmp_path
 
+
+
+# The part of horovod 0.28.1's safe_shell_exec.py the exit-status patch touches, as released.
+_SAFE_SHELL_EXEC = '''import subprocess
+import sys
+import threading
+import time
+
+import psutil
+
+GRACEFUL_TERMINATION_TIME_S = 5
+
+
+def terminate_executor_shell_and_children(pid):
+    p = psutil.Process(pid)
+    # Kill shell itself.
+    try:
+        p.terminate()
+    except psutil.NoSuchProcess:
+        pass
+
+''' + build._REAPING_WAIT
+
+
+def test_exit_status_patch_stops_reaping_the_shell_and_marks_the_file(tmp_path: Path) -> None:
+    path = tmp_path / build._SAFE_SHELL_EXEC
+    path.parent.mkdir(parents=True)
+    path.write_text(_SAFE_SHELL_EXEC)
+    build.patch_exit_status(tmp_path)
+    patched = path.read_text()
+    assert "p.wait(" not in patched and "p.status() == psutil.STATUS_ZOMBIE" in patched and build.PATCH_MARKER in patched
+    compile(patched, str(path), "exec")
+    build.patch_exit_status(tmp_path)  # idempotent
+    assert path.read_text() == patched
+    path.write_text("import time\nimport psutil\n")
+    with pytest.raises(build.HorovodBuildError, match="terminate_executor_shell_and_children"):
+        build.patch_exit_status(tmp_path)
+
+
+def test_the_set_up_script_asks_for_the_same_patch_level() -> None:
+    script = (Path(__file__).resolve().parents[3] / "scripts" / "build_horovod.sh").read_text()
+    assert f"\nPATCH_LEVEL={build.PATCH_LEVEL}\n" in script

@@ -23,7 +23,37 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 HOROVOD_VERSION = "0.28.1"
+#: Bumped whenever the patches change, so that a cached or installed wheel without them is rebuilt.
+PATCH_LEVEL = 2
 _CMAKE_FILES = ("CMakeLists.txt", "horovod/torch/CMakeLists.txt")
+_SAFE_SHELL_EXEC = "horovod/runner/common/util/safe_shell_exec.py"
+#: The marker the patched safe_shell_exec carries (installed_with_gloo asks for it).
+PATCH_MARKER = f"LIGHTNING_MGPU_PATCH_LEVEL = {PATCH_LEVEL}"
+_REAPING_WAIT = """    try:
+        p.wait(timeout=GRACEFUL_TERMINATION_TIME_S)
+    except psutil.TimeoutExpired:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+"""
+# The middleman's main thread waits for its shell with subprocess; psutil's wait() here reaped the shell first, and
+# subprocess then read ECHILD as exit status 0: horovodrun reported success for a job stopped by Ctrl-C.
+_POLLING_WAIT = """    # lightning_mgpu: wait without reaping. The shell is this middleman's own child and the main thread waits for it
+    # with subprocess; psutil's wait() would reap it first, and subprocess then reads ECHILD as exit status 0.
+    deadline = time.monotonic() + GRACEFUL_TERMINATION_TIME_S
+    while time.monotonic() < deadline:
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.05)
+    try:
+        p.kill()
+    except psutil.NoSuchProcess:
+        pass
+"""
 _BUILD_ENV = {
     "HOROVOD_WITH_PYTORCH": "1",
     "HOROVOD_WITH_GLOO": "1",
@@ -75,17 +105,22 @@ def _probe(python: str, code: str) -> str | None:
 
 
 def installed_with_gloo(python: str) -> bool:
-    """Whether ``python`` imports ``horovod.torch`` built with Gloo (i.e. usable here)."""
-    return _probe(python, "import horovod.torch as h, sys; sys.exit(0 if h.gloo_built() else 1)") is not None
+    """Whether ``python`` imports ``horovod.torch`` built with Gloo and carrying this version's patches (usable here)."""
+    probe = (
+        "import horovod.torch as h, sys; from horovod.runner.common.util import safe_shell_exec as s;"
+        f" sys.exit(0 if h.gloo_built() and getattr(s, 'LIGHTNING_MGPU_PATCH_LEVEL', 0) >= {PATCH_LEVEL} else 1)"
+    )
+    return _probe(python, probe) is not None
 
 
 def cache_key(python: str) -> str:
-    """``hvd<version>-torch<version>-cp<XY>``: a wheel is tied to the torch it was built against."""
+    """``hvd<version>-p<patch level>-torch<version>-cp<XY>``: a wheel is tied to the torch it was built against, and
+    to the patches it carries."""
     torch_version = _probe(python, "import torch; print(torch.__version__.replace('+', '_'))")
     if torch_version is None:
         raise HorovodBuildError(f"{python} cannot import torch; install torch first (horovod builds against it).")
     tag = _probe(python, "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')")
-    return f"hvd{HOROVOD_VERSION}-torch{torch_version}-{tag}"
+    return f"hvd{HOROVOD_VERSION}-p{PATCH_LEVEL}-torch{torch_version}-{tag}"
 
 
 def patch_cxx17(source: Path) -> None:
@@ -102,6 +137,22 @@ def patch_cxx17(source: Path) -> None:
         path.write_text(text.replace("set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)"))
 
 
+def patch_exit_status(source: Path) -> None:
+    """Make horovodrun report a worker's real exit status after it terminates the workers (Ctrl-C, a failed rank).
+
+    Raises:
+        HorovodBuildError: the file no longer holds the code to patch (another horovod version).
+    """
+    path = source / _SAFE_SHELL_EXEC
+    text = path.read_text() if path.is_file() else ""
+    if PATCH_MARKER in text:
+        return
+    if _REAPING_WAIT not in text or "\nimport time\n" not in text:
+        raise HorovodBuildError(f"could not patch {path}: the shell's wait in terminate_executor_shell_and_children is not there")
+    text = text.replace(_REAPING_WAIT, _POLLING_WAIT).replace("\nimport psutil\n", f"\nimport psutil\n\n{PATCH_MARKER}\n", 1)
+    path.write_text(text)
+
+
 def _build_wheel(config: BuildConfig, cache: Path) -> Path:
     if shutil.which("g++") is None:
         raise HorovodBuildError("g++ is needed to build horovod: install it (Debian/Ubuntu: apt-get install g++).")
@@ -115,6 +166,7 @@ def _build_wheel(config: BuildConfig, cache: Path) -> Path:
             archive.extractall(src, filter="data")
         tree = src / f"horovod-{HOROVOD_VERSION}"
         patch_cxx17(tree)
+        patch_exit_status(tree)
         log.warning("building horovod %s for %s (2-10 minutes on 2 cores)...", HOROVOD_VERSION, cache.name)
         out = Path(work) / "wheel"
         # The build imports torch, so it must see the target environment's torch: no build isolation.

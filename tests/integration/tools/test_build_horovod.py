@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from lightning_mgpu.strategies.horovod import build
+from lightning_mgpu.tools import build_horovod as build
 from tests.helpers.launch import run_python
 from tests.helpers.runif import RunIf
 
@@ -19,7 +19,7 @@ def test_cache_key_names_horovod_torch_and_python() -> None:
     import torch
 
     key = build.cache_key(sys.executable)
-    assert key.startswith(f"hvd{build.HOROVOD_VERSION}-torch{torch.__version__.replace('+', '_')}-cp3")
+    assert key.startswith(f"hvd{build.HOROVOD_VERSION}-p{build.PATCH_LEVEL}-torch{torch.__version__.replace('+', '_')}-cp3")
 
 
 @RunIf(horovod=True)
