@@ -14,6 +14,7 @@ import pytest
 
 from lightning_mgpu.cli import main as cli_main
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.runif import RunIf
 from tests.helpers.upgrade_corpus import CPU_RUNNABLE, GPU_ONLY
 
 CORPUS = Path(__file__).resolve().parents[2] / "helpers" / "upgrade_corpus"
@@ -63,7 +64,11 @@ def test_single_files_and_a_missing_path(scripts: Path, capsys: pytest.CaptureFi
     assert "nope.py does not exist: pass .py files or folders" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", sorted(GPU_ONLY))
+#: What each GPU-only script imports beyond Lightning (the seed guide's Neptune logger and FairScale wrapper).
+NEEDS = {"seed_guide.py": RunIf(neptune=True, fairscale=True).marks}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=NEEDS.get(n, ()), id=n) for n in sorted(GPU_ONLY)])
 def test_gpu_only_scripts_convert_import_and_build_their_trainer_on_the_cpu(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Converted, with accelerator="cpu" substituted, the module imports and its Trainer builds with the strategy it
     named (in this process: building launches nothing)."""
