@@ -25,6 +25,13 @@ class Model(LightningModule):
     def test_step_end(self, outputs):
         return torch.mean(outputs)
 
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        return {"val_loss": nn.functional.cross_entropy(self.layer(x), y)}
+
+    def validation_epoch_end(self, outputs):
+        self.log("val_loss", torch.stack([o["val_loss"] for o in outputs]).mean())
+
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
