@@ -40,3 +40,17 @@ def test_a_converted_1x_script_trains_under_the_strategy_it_named(name: str, tmp
     run_python([str(script)], timeout=240, env={"CORPUS_OUT": str(out)}, cwd=tmp_path)
     strategy, world, steps = (out / "done.txt").read_text().split()
     assert (strategy, int(world)) == EXPECTED[name] and int(steps) > 0
+
+
+@pytest.mark.timeout(300)
+@RunIf(neptune=True, fairscale=True)
+def test_the_seed_guides_script_converted_trains_under_dp(tmp_path: Path, capsys) -> None:
+    """The seed guide's snippets (tests/helpers/upgrade_corpus/seed_guide.py) need no hand edit once converted: no TODO,
+    and with ``accelerator="cpu"`` for this GPU-less machine the script trains under ``dp`` (one CPU device)."""
+    script = tmp_path / "seed_guide.py"
+    shutil.copy(CORPUS / "seed_guide.py", script)
+    assert cli_main(["upgrade", "--write", str(script)]) == 0
+    assert "0 TODO(s)" in capsys.readouterr().err
+    script.write_text(script.read_text().replace('accelerator="gpu"', 'accelerator="cpu"'))
+    proc = run_python([str(script)], timeout=240, env={"NEPTUNE_MODE": "debug"}, cwd=tmp_path)
+    assert "Traceback" not in proc.stderr and "`Trainer.fit` stopped: `max_epochs=1` reached" in proc.stdout + proc.stderr, proc.stderr[-3000:]

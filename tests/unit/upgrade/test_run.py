@@ -84,14 +84,6 @@ def test_gpu_only_scripts_convert_import_and_build_their_trainer_on_the_cpu(name
     assert isinstance(trainer, pl.Trainer)
     registered = pl.strategies.StrategyRegistry[GPU_ONLY[name]]["strategy"]
     assert isinstance(trainer.strategy, registered), (type(trainer.strategy), registered)
-    if GPU_ONLY[name] == "dp" and "TODO(lightning-mgpu)" not in source:
-        # dp runs in this process (on the CPU: one device), so a script that needs no hand edit also trains here.
-        model_class = next(v for v in vars(module).values()
-                           if isinstance(v, type) and issubclass(v, pl.LightningModule) and v.__module__ == module.__name__)  # fmt: skip
-        trainer.fit(model_class())
-        assert trainer.state.finished and trainer.global_step == 2
-
-
 @pytest.mark.parametrize("name", sorted({**CPU_RUNNABLE, **GPU_ONLY}))
 def test_the_corpus_converts_to_code_without_1x_spellings(name: str) -> None:
     result = upgrade_source((CORPUS / name).read_text())
