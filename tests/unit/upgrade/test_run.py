@@ -84,6 +84,8 @@ def test_gpu_only_scripts_convert_import_and_build_their_trainer_on_the_cpu(name
     assert isinstance(trainer, pl.Trainer)
     registered = pl.strategies.StrategyRegistry[GPU_ONLY[name]]["strategy"]
     assert isinstance(trainer.strategy, registered), (type(trainer.strategy), registered)
+
+
 @pytest.mark.parametrize("name", sorted({**CPU_RUNNABLE, **GPU_ONLY}))
 def test_the_corpus_converts_to_code_without_1x_spellings(name: str) -> None:
     result = upgrade_source((CORPUS / name).read_text())
