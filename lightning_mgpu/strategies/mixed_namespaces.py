@@ -22,7 +22,7 @@ from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
 
 # One error class for both namespaces (utilities.namespaces is shared, not twinned), so `except` catches either.
-from lightning_mgpu.utilities.namespaces import MixedLightningNamespacesError
+from lightning_mgpu.utilities.namespaces import PACKAGE, TWIN, MixedLightningNamespacesError
 
 #: Lightning's base classes that a Trainer argument subclasses, by the module path below the namespace's package.
 _BASES = {
@@ -73,8 +73,8 @@ def check_same_namespace(argument: str, obj: Any) -> None:
     cls = type(obj)
     bundle = cls.__module__.startswith("lightning_mgpu")
     if bundle:
-        # (no namespace written out here: the twin's copy of this source has them rewritten)
-        twin = "lightning_mgpu.pl" if _OWN.startswith("pytorch_") else "lightning_mgpu"
+        # (no Lightning namespace written out here: the twin's copy of this source has them rewritten)
+        twin = TWIN if _OWN.startswith("pytorch_") else PACKAGE
         fix = f"`from {twin} import {cls.__name__}`"
         if argument == "strategy":
             fix += " (or pass its registered name as a string, which resolves in either namespace)"

@@ -45,6 +45,13 @@ class UnsupportedTorchError(RuntimeError):
     """A feature needs a newer torch than the one installed; the message names the version."""
 
 
+def fsdp2_runs_on_cpu() -> bool:
+    """Whether this torch's FSDP2 can run on the CPU (its CPU streams record events: torch 2.7 and newer)."""
+    import torch
+
+    return hasattr(torch.cpu.Stream, "record_event")
+
+
 def check_fsdp2_device(device_type: str) -> None:
     """Refuse FSDP2 on the CPU with a torch that cannot run it, naming the version and the alternatives.
 
@@ -53,7 +60,7 @@ def check_fsdp2_device(device_type: str) -> None:
     """
     import torch
 
-    if device_type == "cpu" and not hasattr(torch.cpu.Stream, "record_event"):
+    if device_type == "cpu" and not fsdp2_runs_on_cpu():
         raise UnsupportedTorchError(
             f"sharded_fsdp2 (ShardedStrategy(backend='fsdp2')) on the CPU needs torch {FSDP2_ON_CPU_SINCE} or newer"
             f" (FSDP2 records events on CPU streams); this is torch {torch.__version__}. Upgrade torch, train on GPUs,"

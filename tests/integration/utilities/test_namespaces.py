@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from tests.helpers.launch import join_runs, parity_params, run_python
+from lightning_mgpu.utilities._compat import fsdp2_runs_on_cpu
 from tests.helpers.runif import RunIf, require_or_skip
 from tests.helpers.shared_gpu import launch_nodes, node_args
 
@@ -72,7 +73,7 @@ def test_without_either_lightning_the_import_names_both_extras() -> None:
 #: Launches per namespace: the popen strategies share one (rank 1 walks the same runs), the others need their own.
 #: FSDP2 runs on the CPU from torch 2.7 (utilities/_compat.py FSDP2_ON_CPU_SINCE; scripts/check_oldest.sh runs torch 2.6,
 #: where the strategy refuses the CPU by name: tests/unit/utilities/test_compat.py).
-_FSDP2_ON_CPU = hasattr(torch.cpu.Stream, "record_event")
+_FSDP2_ON_CPU = fsdp2_runs_on_cpu()
 _LAUNCHES: dict[str, list[list[str]]] = {
     "ddp family": [["--strategy", "ddp"], ["--strategy", "sharded", "--sharded-backend", "fairscale"],
                    ["--strategy", "sharded", "--sharded-backend", "torch"],
