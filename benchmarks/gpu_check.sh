@@ -42,7 +42,10 @@ status=0
 # their parity and memory figures go to this folder's shared_gpu.md.
 report="benchmarks/results/$(date +%Y-%m-%d)_${gpus}x$("$PY" -c "import torch; print(torch.cuda.get_device_name(0).split()[1])")_tests"
 rm -f "$report/shared_gpu.jsonl"
-LIGHTNING_MGPU_REPORT_DIR="$report" "$PY" -m pytest -m gpu -q -p no:cacheprovider -p no:xdist -rA tests || status=$?
+# Three test files at a time (xdist, one file per worker): the shared-GPU runs are mostly process start-up.
+parallel=$("$PY" -c "import importlib.util as u; print('-n 3 --dist loadfile' if u.find_spec('xdist') else '-p no:xdist')")
+# shellcheck disable=SC2086
+LIGHTNING_MGPU_REPORT_DIR="$report" "$PY" -m pytest -m gpu -q -p no:cacheprovider $parallel -rA --durations=15 tests || status=$?
 [ -f "$report/shared_gpu.jsonl" ] && "$PY" benchmarks/shared_gpu_report.py "$report"
 "$PY" benchmarks/run.py --gpu "$@" || status=$?
 exit "$status"

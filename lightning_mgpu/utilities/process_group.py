@@ -49,15 +49,17 @@ def destroy_at_exit() -> None:
 
 
 def data_parallel_rank_and_size() -> tuple[int, int] | None:
-    """This process's rank and the number of data-parallel processes, or ``None`` outside a multi-process job.
+    """This process's rank and the number of data-parallel processes, or ``None`` outside a job of processes.
 
     torch.distributed's default group (ddp, sharded) or an initialized Horovod (which runs without torch.distributed).
-    Horovod is consulted only if something already imported it, so this never imports it.
+    A job of one process counts (``(0, 1)``): Lightning still swaps a plain ``DistributedSampler`` into its loaders
+    (ddp on one device), and that one replays epoch 0's order after a resume. Horovod is consulted only if something
+    already imported it, so this never imports it.
     """
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
-        return (dist.get_rank(), dist.get_world_size()) if dist.get_world_size() > 1 else None
+        return dist.get_rank(), dist.get_world_size()
     hvd = sys.modules.get("horovod.torch")
-    if hvd is not None and hvd.is_initialized() and hvd.size() > 1:
+    if hvd is not None and hvd.is_initialized():
         return hvd.rank(), hvd.size()
     return None
