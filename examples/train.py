@@ -62,6 +62,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from lightning.pytorch.utilities import rank_zero_only
 from torch.multiprocessing import ProcessExitedException
@@ -78,7 +79,7 @@ from lightning_mgpu.launchers.rendezvous import (
     RendezvousTimeout,
 )
 from lightning_mgpu.launchers.torchrun import init_process_group_for_restart
-from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES
+from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES, ShardedStrategy
 from lightning_mgpu.data.cache import CacheError
 from lightning_mgpu.utilities.checkpoint import (
     AtomicCheckpointIO,
@@ -87,6 +88,7 @@ from lightning_mgpu.utilities.checkpoint import (
     UnsafeCheckpointError,
     check_checkpoint_matches,
 )
+from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
 from lightning_mgpu.utilities._compat import UnsupportedTorchError
 from lightning_mgpu.utilities.imports import MissingDependencyError
 from lightning_mgpu.utilities.ports import PortInUseError, check_master_port
@@ -95,6 +97,9 @@ from lightning_mgpu.utilities.signals import interrupts_to_workers
 # Lightning's own launch-style names, then every name the bundle registers (declared once, by each class).
 STRATEGIES = ("auto", "ddp", "ddp_spawn", *BUNDLE_STRATEGY_NAMES)
 PRECISIONS = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true")
+# --checkpoint-format applies to the ShardedStrategy presets; "sharded" to those on FSDP2.
+SHARDED_NAMES = {n for n in BUNDLE_STRATEGY_NAMES if StrategyRegistry[n]["strategy"] is ShardedStrategy}
+FSDP2_NAMES = {n for n in SHARDED_NAMES if StrategyRegistry[n]["init_params"].get("backend") == "fsdp2"}
 
 
 def _devices(value: str) -> int | str | list[int]:
@@ -155,7 +160,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-workers", default=0, type=int, help="DataLoader workers per process")
     p.add_argument("--logger", default="csv", choices=("none", "csv", "tensorboard", "neptune"))
     p.add_argument("--output-dir", default="outputs", type=Path)
-    p.add_argument("--ckpt-path", default=None, type=Path, help="resume from this checkpoint")
+    p.add_argument("--ckpt-path", default=None, type=Path, help="resume from this checkpoint (a file or a sharded folder)")
+    p.add_argument("--fsdp2-mp", default="none", choices=("none", "bf16", "fp16"),
+                   help="sharded_fsdp2: gather and compute parameters in this dtype, reduce gradients in fp32 (MixedPrecisionPolicy)")
+    p.add_argument("--fsdp2-offload", action="store_true", help="sharded_fsdp2: shards, gradients and optimizer state in CPU memory (CPUOffloadPolicy)")
+    p.add_argument(
+        "--checkpoint-format", default="auto", choices=("auto", "sharded", "full"),
+        help="sharded strategies: 'sharded' = each rank writes its shards into a folder, nothing gathered (sharded_fsdp2's"
+             " default); 'full' = one file consolidated on rank 0 (the default of sharded/ddp_sharded)",
+    )
     p.add_argument(
         "--resume", default="auto", choices=("auto", "never"),
         help="auto: when the launcher restarts the job (torchrun --max-restarts), resume from OUTPUT_DIR/checkpoints/last.ckpt",
@@ -196,14 +209,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--num-workers must be >= 0, got {args.num_workers}")
     if args.max_steps < -1 or args.max_steps == 0:
         p.error(f"--max-steps must be -1 (no limit) or >= 1, got {args.max_steps}")
-    if args.ckpt_path is not None and not args.ckpt_path.is_file():
-        p.error(f"--ckpt-path {str(args.ckpt_path)!r} does not exist; pass the path of a .ckpt written by an earlier run")
+    if args.ckpt_path is not None and not (args.ckpt_path.is_file() or is_sharded_checkpoint(args.ckpt_path)):
+        p.error(f"--ckpt-path {str(args.ckpt_path)!r} does not exist; pass the path of a .ckpt (a file, or a sharded"
+                " checkpoint's folder) written by an earlier run")  # fmt: skip
+    if args.checkpoint_format != "auto" and args.strategy not in SHARDED_NAMES:
+        p.error(f"--checkpoint-format chooses how a sharded strategy saves; {args.strategy!r} always saves one file."
+                " Use it with --strategy sharded or sharded_fsdp2 (or their _spawn and 1.x names), or leave it out")  # fmt: skip
+    if (args.fsdp2_mp != "none" or args.fsdp2_offload) and args.strategy not in FSDP2_NAMES:
+        p.error(f"--fsdp2-mp and --fsdp2-offload are FSDP2's policies: use --strategy sharded_fsdp2 (not {args.strategy!r});"
+                " other strategies take --precision")  # fmt: skip
+    if args.fsdp2_mp != "none" and args.precision not in ("32-true", "32"):
+        p.error(f"--fsdp2-mp {args.fsdp2_mp} already sets the compute dtype: leave --precision at 32-true (got {args.precision})")
+    if args.checkpoint_format == "sharded" and args.strategy not in FSDP2_NAMES:
+        p.error(f"--checkpoint-format sharded needs FSDP2's sharded state: use --strategy {' or '.join(sorted(FSDP2_NAMES))}"
+                f" ({args.strategy!r} saves one consolidated file: --checkpoint-format full)")  # fmt: skip
     if args.preprocess != "none" and args.data != "digits":
         p.error("--preprocess demonstrates the cache on the digits data; use it with --data digits")
     for flag, path in (("--cache-dir", args.cache_dir), ("--output-dir", args.output_dir)):
         if path is not None and path.exists() and not path.is_dir():
             p.error(f"{flag} {str(path)!r} is a file, not a folder; pass a folder (it is created if missing)")
     on_cpu = args.accelerator == "cpu" or (args.accelerator == "auto" and not _cuda_available())
+    if args.fsdp2_offload and on_cpu:
+        p.error("--fsdp2-offload keeps FSDP2's shards in CPU memory between their uses on a GPU; without a GPU they are"
+                " there already: leave it out")  # fmt: skip
     if args.launcher == "ray" and on_cpu and args.ray_address is None and args.ray_workers > (os.cpu_count() or 1):
         p.error(f"--ray-workers {args.ray_workers} asks for more local CPU workers than the {os.cpu_count()} cores here;"
                 f" pass --ray-workers {os.cpu_count()} or fewer, or --ray-address to use a cluster")  # fmt: skip
@@ -291,6 +319,23 @@ class TrainingThroughput(Callback):
         pl_module.log("global_step", float(trainer.global_step), rank_zero_only=True)
 
 
+def strategy_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The ShardedStrategy options chosen on the command line (checkpoint format, FSDP2's policies)."""
+    overrides: dict[str, Any] = {}
+    if args.checkpoint_format != "auto":
+        overrides["checkpoint_format"] = args.checkpoint_format
+    if args.fsdp2_mp != "none" or args.fsdp2_offload:
+        import torch
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+
+        if args.fsdp2_mp != "none":
+            dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.fsdp2_mp]
+            overrides["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        if args.fsdp2_offload:
+            overrides["offload_policy"] = CPUOffloadPolicy()
+    return overrides
+
+
 def restart_checkpoint(args: argparse.Namespace) -> Path | None:
     """Under ``--resume auto``, the checkpoint a restarted job resumes from: ``OUTPUT_DIR/checkpoints/last.ckpt``.
 
@@ -302,7 +347,7 @@ def restart_checkpoint(args: argparse.Namespace) -> Path | None:
     last = args.output_dir / "checkpoints" / "last.ckpt"
     if args.resume != "auto" or restarts == 0:
         return None
-    if not last.is_file():
+    if not (last.is_file() or is_sharded_checkpoint(last)):
         say(f"restart {restarts}: no {last} yet, starting from the beginning")
         return None
     say(f"restart {restarts}: resuming from {last}")
@@ -460,6 +505,10 @@ def train(args: argparse.Namespace, on_ray: bool = False, ckpt_path: Path | None
         callbacks.append(rendezvous)
     precision = resolve_precision(args, callbacks)
     placement: dict[str, Any] = {"strategy": args.strategy, "devices": args.devices, "num_nodes": args.num_nodes}
+    overrides = strategy_overrides(args)
+    if overrides:  # the registered preset, with these options
+        preset = StrategyRegistry[args.strategy]
+        placement["strategy"] = preset["strategy"](**{**preset["init_params"], **overrides})
     if on_ray:
         from lightning_mgpu.launchers import ray_train
 
@@ -471,7 +520,8 @@ def train(args: argparse.Namespace, on_ray: bool = False, ckpt_path: Path | None
         # run through Ray, and a restart resumes from the last reported checkpoint.
         callbacks = [c for c in callbacks if not isinstance(c, SaveOnInterrupt)]
     # Atomic saves (temporary file, fsync, rename) and safe loads, for Lightning's own strategies too.
-    plugins = [*placement.pop("plugins", []), *([] if on_ray else [AtomicCheckpointIO()])]
+    # (A bundle strategy instance carries it already: Lightning refuses it in both places.)
+    plugins = [*placement.pop("plugins", []), *([] if on_ray or not isinstance(placement["strategy"], str) else [AtomicCheckpointIO()])]
     trainer = pl.Trainer(
         **placement,
         accelerator=args.accelerator,
@@ -607,7 +657,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     ckpt = trainer.checkpoint_callback
     # Spawn launchers return only the best path to this process; last.ckpt is on disk all the same.
     last = (ckpt.last_model_path if ckpt else "") or str(args.output_dir / "checkpoints" / "last.ckpt")
-    last = str(Path(last).resolve()) if Path(last).is_file() else None  # absolute, as Lightning's best_model_path
+    last = str(Path(last).resolve()) if Path(last).exists() else None  # absolute, as Lightning's best_model_path
     summary = {
         "strategy": args.strategy,
         "launcher": "lightning",

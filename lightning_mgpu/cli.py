@@ -1,7 +1,8 @@
-"""Command line: ``python -m lightning_mgpu info | dashboard | upgrade | build-horovod`` (also ``lightning-mgpu ...``).
+"""Command line: ``python -m lightning_mgpu info | dashboard | upgrade | convert | build-horovod`` (also ``lightning-mgpu ...``).
 
 ``info`` says what is installed, what is registered and what to run; ``dashboard`` renders or serves a run;
-``upgrade`` rewrites Lightning 1.x scripts for 2.x and this bundle; ``build-horovod`` builds the patched horovod.
+``upgrade`` rewrites Lightning 1.x scripts for 2.x and this bundle; ``convert`` turns a sharded checkpoint folder into
+one file (or .safetensors) and back; ``build-horovod`` builds the patched horovod.
 """
 
 from __future__ import annotations
@@ -151,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     from lightning_mgpu.upgrade.run import add_arguments
 
     add_arguments(upgrade)
+    convert = sub.add_parser("convert", help="a sharded checkpoint folder <-> one .ckpt file, or -> .safetensors (the weights)")
+    from lightning_mgpu.tools.convert_checkpoint import add_arguments as add_convert_arguments
+
+    add_convert_arguments(convert)
     hvd = sub.add_parser("build-horovod", help="build horovod 0.28.1 against this torch (C++17 patch, Gloo; cached)")
     hvd.add_argument("--python", default=None, help="the interpreter whose environment gets horovod (default: this one)")
     hvd.add_argument("--force", action="store_true", help="rebuild even if horovod with Gloo is already importable")
@@ -163,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         return info_main()
     if args.command == "build-horovod":
         return build_horovod_main(args)
+    if args.command == "convert":
+        from lightning_mgpu.tools.convert_checkpoint import main as convert_main
+
+        return convert_main(args)
     if args.command == "upgrade":
         from lightning_mgpu.upgrade.run import main as upgrade_main
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+import tempfile
+from typing import Any, Callable, Optional
 
 from lightning.pytorch.strategies.launchers.multiprocessing import (
     _MultiProcessingLauncher,
+    _WorkerOutput,
 )
+from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
 from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
@@ -39,3 +42,21 @@ class CleanExitSpawnLauncher(_MultiProcessingLauncher):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+    @override
+    def _collect_rank_zero_results(self, trainer: Any, results: Any) -> Optional[_WorkerOutput]:
+        handoff = getattr(self._strategy, "handoff_state_dict", None)
+        if handoff is None:
+            return super()._collect_rank_zero_results(trainer, results)
+        # Lightning's own steps, with the weights from the strategy: under FSDP2 `module.state_dict()` holds DTensors,
+        # which the launching process has no process group for (torch >= 2.7 refuses to load them there at all).
+        state_dict = handoff()  # a collective under fsdp2: every rank takes part
+        if self._strategy.local_rank != 0:
+            return None
+        callback = trainer.checkpoint_callback
+        best_model_path = getattr(callback, "best_model_path", None) if callback else None
+        weights_path = None
+        if trainer.state.fn == TrainerFn.FITTING and state_dict:  # empty on the first rank of another node
+            weights_path = os.path.join(tempfile.mkdtemp(), ".temp.ckpt")
+            self._strategy.checkpoint_io.save_checkpoint(state_dict, weights_path)
+        return _WorkerOutput(best_model_path, weights_path, trainer.state, results, self.get_extra_results(trainer))

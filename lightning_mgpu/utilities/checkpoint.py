@@ -28,6 +28,12 @@ from torch import nn
 from typing_extensions import override
 
 from lightning_mgpu.utilities import files
+from lightning_mgpu.utilities.sharded_checkpoint import (
+    META_FILENAME,
+    is_sharded_checkpoint,
+    read_sharded_tensors,
+    sharded_model_keys,
+)
 
 _WRAPPER_PREFIX = "module."
 _MAX_LISTED_KEYS = 20
@@ -78,6 +84,11 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
         UnsafeCheckpointError: the file holds a type outside the allow-list (nothing was executed).
     """
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointReadError(
+            f"Checkpoint {str(path)!r} is a folder, not a sharded checkpoint (no .metadata and {META_FILENAME} in it):"
+            " a save into it was cut short, or it is not a checkpoint. Use an earlier checkpoint."
+        )
     if not path.is_file():
         raise CheckpointReadError(f"Checkpoint {str(path)!r} does not exist or is not a file.")
     if trusted:
@@ -204,7 +215,34 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     @override
     def load_checkpoint(self, path: Any, map_location: Any = lambda storage, loc: storage, weights_only: bool | None = None) -> dict[str, Any]:
         # weights_only=False is how Lightning asks for a full unpickle; honour it only as an explicit choice.
-        return load_checkpoint_file(path, map_location=map_location, trusted=weights_only is False)
+        return read_checkpoint(path, map_location=map_location, trusted=weights_only is False)
+
+
+def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False) -> dict[str, Any]:
+    """A whole Lightning checkpoint from a file or from a sharded folder (its shards joined, on the CPU).
+
+    A folder written by ``ShardedStrategy(checkpoint_format="sharded")`` reads back as the dict a full save would
+    have written, so ``ddp``, ``dp``, ``horovod`` or a plain module resume from it unchanged.
+
+    Raises:
+        CheckpointReadError, UnsafeCheckpointError: see :func:`load_checkpoint_file`.
+
+    Example::
+
+        ckpt = read_checkpoint("outputs/checkpoints/last.ckpt")  # a file or a folder
+        model.load_state_dict(ckpt["state_dict"])
+    """
+    path = Path(path)
+    if not is_sharded_checkpoint(path):
+        return load_checkpoint_file(path, map_location=map_location, trusted=trusted)
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, wrapping the rank's error
+
+    checkpoint = load_checkpoint_file(path / META_FILENAME, map_location=map_location, trusted=trusted)
+    try:
+        checkpoint.update(read_sharded_tensors(path))
+    except (RuntimeError, OSError, ValueError, EOFError, CheckpointException) as err:
+        raise CheckpointReadError(f"Sharded checkpoint {path} cannot be read ({_first_line(err)}): a shard is missing or cut short.") from None
+    return checkpoint
 
 
 def strip_prefix(state_dict: Mapping[str, Any], prefix: str = _WRAPPER_PREFIX) -> dict[str, Any]:
@@ -221,9 +259,9 @@ def _read(path_or_state_dict: str | os.PathLike | Mapping[str, Any], trusted: bo
     if isinstance(path_or_state_dict, Mapping):
         return path_or_state_dict
     path = Path(path_or_state_dict)
-    if not path.is_file():
-        raise FileNotFoundError(f"Checkpoint {str(path)!r} does not exist or is not a file.")
-    return load_checkpoint_file(path, map_location="cpu", trusted=trusted)
+    if not path.is_file() and not is_sharded_checkpoint(path):
+        raise FileNotFoundError(f"Checkpoint {str(path)!r} does not exist or is not a file or a sharded folder.")
+    return read_checkpoint(path, map_location="cpu", trusted=trusted)
 
 
 def extract_state_dict(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
@@ -326,8 +364,8 @@ def load_state_dict(
 def check_checkpoint_matches(model: nn.Module, path: str | os.PathLike, trusted: bool = False) -> None:
     """Refuse, before any training starts, a checkpoint that cannot be resumed into ``model``.
 
-    Reads the file the safe way (memory-mapped, so a large checkpoint costs little) and compares its model keys
-    with ``model``'s, ``module.`` prefixes aside. The file is never modified.
+    Reads the file the safe way (memory-mapped, so a large checkpoint costs little), or a sharded folder's metadata,
+    and compares its model keys with ``model``'s, ``module.`` prefixes aside. The checkpoint is never modified.
 
     Raises:
         CheckpointReadError: missing, truncated or not a torch checkpoint.
@@ -339,7 +377,10 @@ def check_checkpoint_matches(model: nn.Module, path: str | os.PathLike, trusted:
         check_checkpoint_matches(model, args.ckpt_path)  # then trainer.fit(model, ckpt_path=args.ckpt_path)
     """
     path = Path(path)
-    state_dict = extract_state_dict(load_checkpoint_file(path, trusted=trusted, mmap=True))
+    if is_sharded_checkpoint(path):  # the keys from the folder's metadata: no shard is read
+        state_dict: Mapping[str, Any] = dict.fromkeys(sharded_model_keys(path))
+    else:
+        state_dict = extract_state_dict(load_checkpoint_file(path, trusted=trusted, mmap=True))
     model_keys = set(model.state_dict())
     missing, unexpected = _key_mismatch(model_keys, _align_keys(state_dict, model_keys))
     if missing or unexpected:

@@ -25,6 +25,7 @@ _EXTRAS: dict[str, tuple[str, str]] = {
     "psutil": ("monitor", "pip install 'lightning_mgpu[monitor]'"),
     "ray.train": ("ray", "pip install 'lightning_mgpu[ray]'"),
     "libcst": ("upgrade", "pip install 'lightning_mgpu[upgrade]'"),
+    "safetensors": ("safetensors", "pip install 'lightning_mgpu[safetensors]'"),
 }
 
 

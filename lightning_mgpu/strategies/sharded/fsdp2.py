@@ -4,9 +4,10 @@
 just before it runs, and its gradients reduce-scattered as soon as its backward finishes. Parameters become DTensors
 sharded over one mesh dimension; the optimizer built after it holds only this rank's shard of its state.
 
-Checkpoints stay the bundle's format: full model keys and the ordinary, index-keyed optimizer state, gathered to
-rank 0 (torch.distributed.checkpoint's ``get_*_state_dict`` with ``full_state_dict``), so they load under ``ddp``,
-``dp``, the other backends and any number of ranks.
+Checkpoints keep the bundle's layout (full model keys, the ordinary index-keyed optimizer state) in either format:
+``"sharded"`` (the default): every rank writes its own shards into a folder (``utilities/sharded_checkpoint.py``),
+nothing is gathered; ``"full"``: gathered to rank 0 (``get_*_state_dict`` with ``full_state_dict``) into one file.
+Both load under ``ddp``, ``dp``, the other backends and any number of ranks.
 """
 
 from __future__ import annotations
@@ -21,14 +22,29 @@ from torch.optim import Optimizer
 
 from lightning_mgpu.utilities.modules import ModuleSpec, select_modules
 
-__all__ = ["apply_fully_shard", "full_optimizer_state", "is_fully_sharded", "load_full_optimizer_state", "no_sync"]
+__all__ = [
+    "apply_fully_shard",
+    "full_optimizer_state",
+    "is_fully_sharded",
+    "load_full_optimizer_state",
+    "load_sharded_checkpoint",
+    "no_sync",
+    "sharded_model_state",
+    "sharded_optimizer_state",
+]
 
 # The LightningModule methods Lightning calls instead of forward: FSDP2 must gather the root's parameters for them.
 _STEP_METHODS = ("training_step", "validation_step", "test_step", "predict_step")
 
 
 def apply_fully_shard(
-    module: nn.Module, world_size: int, device_type: str, reshard_after_forward: bool, blocks: Optional[list[ModuleSpec]]
+    module: nn.Module,
+    world_size: int,
+    device_type: str,
+    reshard_after_forward: bool,
+    blocks: Optional[list[ModuleSpec]],
+    mp_policy: Any = None,
+    offload_policy: Any = None,
 ) -> list[str]:
     """Shard ``module`` in place with FSDP2: each chosen block, then the root. Returns the blocks' names.
 
@@ -40,6 +56,10 @@ def apply_fully_shard(
             them after forward and gathers again in backward (ZeRO-3: less memory, one more all-gather).
         blocks: which submodules get their own ``fully_shard`` (classes, name patterns or predicates). ``None``:
             every submodule that holds parameters of its own (a Linear, a Conv, a norm layer).
+        mp_policy: ``torch.distributed.fsdp.MixedPrecisionPolicy`` (the dtype parameters are gathered and computed
+            in, and the one gradients are reduced in); ``None``: fp32 throughout.
+        offload_policy: ``torch.distributed.fsdp.CPUOffloadPolicy`` (shards, gradients and optimizer state on the
+            CPU; the step runs there); ``None``: kept on the device.
 
     Raises:
         ValueError: an entry of ``blocks`` matches no submodule.
@@ -51,19 +71,44 @@ def apply_fully_shard(
     from lightning_mgpu.utilities._compat import check_fsdp2_device
 
     check_fsdp2_device(device_type)
+    if offload_policy is not None and device_type == "cpu":
+        raise ValueError(
+            "ShardedStrategy(offload_policy=CPUOffloadPolicy()) needs a GPU: it keeps the shards in CPU memory between"
+            " their uses on the device, and on the CPU they are there already. Remove offload_policy (--fsdp2-offload)."
+        )
     mesh = init_device_mesh(device_type, (world_size,))
     if blocks is None:
         chosen = [(n, m) for n, m in module.named_modules() if n and any(True for _ in m.parameters(recurse=False))]
     else:
         chosen = select_modules(module, blocks, owner="ShardedStrategy(fsdp_modules=...)")
     # Innermost first: a block nested in another chosen block must be sharded before its parent.
+    policies: dict[str, Any] = {}
+    if mp_policy is not None:
+        policies["mp_policy"] = mp_policy
+    if offload_policy is not None:
+        policies["offload_policy"] = offload_policy
     for _, block in sorted(chosen, key=lambda item: item[0].count("."), reverse=True):
-        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
-    fully_shard(module, mesh=mesh, reshard_after_forward=reshard_after_forward)
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, **{**policies, **_norm_policy(block, mp_policy)})
+    fully_shard(module, mesh=mesh, reshard_after_forward=reshard_after_forward, **policies)
     for name in _STEP_METHODS:
         if callable(getattr(module, name, None)):
             register_fsdp_forward_method(module, name)
     return [name for name, _ in chosen]
+
+
+def _norm_policy(block: nn.Module, mp_policy: Any) -> dict[str, Any]:
+    """Normalization layers keep fp32 parameters under a low-precision ``mp_policy``: their running statistics are fp32
+    buffers, and batch norm refuses bf16/fp16 weights beside fp32 statistics. Their input is cast up and their output
+    back to the policy's dtype, so the layers around them still compute in it."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    from torch.nn.modules.batchnorm import _NormBase
+
+    if mp_policy is None or mp_policy.param_dtype in (None, torch.float32):
+        return {}
+    if not isinstance(block, (_NormBase, nn.LayerNorm, nn.GroupNorm)):
+        return {}
+    return {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=mp_policy.reduce_dtype,
+                                              output_dtype=mp_policy.param_dtype, cast_forward_inputs=True)}  # fmt: skip
 
 
 def is_fully_sharded(module: nn.Module) -> bool:
@@ -206,6 +251,39 @@ def _param_names(module: nn.Module, optimizer: Optimizer) -> list[list[str]]:
     return [[names[id(p)] for p in group["params"]] for group in optimizer.param_groups]
 
 
+def _ids_from_names(by_name: dict[str, Any]) -> dict[str, Any]:
+    """torch.distributed.checkpoint's name-keyed optimizer state -> torch's ordinary one (ids in param-group order)."""
+    index: dict[str, int] = {}
+    groups = []
+    for group in by_name["param_groups"]:
+        ids = []
+        for name in group["params"]:
+            index.setdefault(name, len(index))
+            ids.append(index[name])
+        groups.append({**group, "params": ids})
+    return {"state": {index[name]: value for name, value in by_name["state"].items()}, "param_groups": groups}
+
+
+def _names_from_ids(module: nn.Module, optimizer: Optimizer, state: dict[str, Any]) -> dict[str, Any]:
+    """The reverse of :func:`_ids_from_names`, for this optimizer's parameters.
+
+    Raises:
+        ValueError: the saved state has a different number of parameters per group than the optimizer.
+    """
+    names = _param_names(module, optimizer)
+    saved_groups = state["param_groups"]
+    if [len(g) for g in names] != [len(g["params"]) for g in saved_groups]:
+        raise ValueError(
+            f"the checkpoint's optimizer has {[len(g['params']) for g in saved_groups]} parameters per group, this one"
+            f" {[len(g) for g in names]}: it was saved for another model or optimizer configuration."
+        )
+    name_of = {pid: name for group, saved in zip(names, saved_groups) for name, pid in zip(group, saved["params"])}
+    return {
+        "state": {name_of[pid]: value for pid, value in state["state"].items() if pid in name_of},
+        "param_groups": [{**saved, "params": group} for group, saved in zip(names, saved_groups)],
+    }
+
+
 def full_optimizer_state(module: nn.Module, optimizer: Optimizer) -> dict[str, Any]:
     """The optimizer's whole state in torch's ordinary format (integer ids, in param-group order), on rank 0.
 
@@ -218,17 +296,7 @@ def full_optimizer_state(module: nn.Module, optimizer: Optimizer) -> dict[str, A
         by_name = _gather_full(get_optimizer_state_dict(module, optimizer, options=_options(full_state_dict=False)))
     else:
         by_name = get_optimizer_state_dict(module, optimizer, options=_options(full_state_dict=True, cpu_offload=True))
-    if not by_name:
-        return {}
-    index: dict[str, int] = {}
-    groups = []
-    for group in by_name["param_groups"]:
-        ids = []
-        for name in group["params"]:
-            index.setdefault(name, len(index))
-            ids.append(index[name])
-        groups.append({**group, "params": ids})
-    return {"state": {index[name]: value for name, value in by_name["state"].items()}, "param_groups": groups}
+    return _ids_from_names(by_name) if by_name else {}
 
 
 def load_full_optimizer_state(module: nn.Module, optimizer: Optimizer, state: dict[str, Any]) -> None:
@@ -239,16 +307,49 @@ def load_full_optimizer_state(module: nn.Module, optimizer: Optimizer, state: di
     """
     from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
-    names = _param_names(module, optimizer)
-    saved_groups = state["param_groups"]
-    if [len(g) for g in names] != [len(g["params"]) for g in saved_groups]:
-        raise ValueError(
-            f"the checkpoint's optimizer has {[len(g['params']) for g in saved_groups]} parameters per group, this one"
-            f" {[len(g) for g in names]}: it was saved for another model or optimizer configuration."
-        )
-    name_of = {pid: name for group, saved in zip(names, saved_groups) for name, pid in zip(group, saved["params"])}
-    by_name = {
-        "state": {name_of[pid]: value for pid, value in state["state"].items() if pid in name_of},
-        "param_groups": [{**saved, "params": group} for group, saved in zip(names, saved_groups)],
-    }
+    by_name = _names_from_ids(module, optimizer, state)
     set_optimizer_state_dict(module, optimizer, by_name, options=_options(full_state_dict=True))
+
+
+# ---------------------------------------------------------------- sharded checkpoints (utilities/sharded_checkpoint.py)
+def sharded_model_state(module: nn.Module) -> dict[str, Any]:
+    """This rank's shards of the model state (DTensors, plain keys): what a sharded folder holds. Nothing is gathered."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return get_model_state_dict(module, options=_options(full_state_dict=False))
+
+
+def sharded_optimizer_state(module: nn.Module, optimizer: Optimizer) -> dict[str, Any]:
+    """This rank's shards of the optimizer state, in the ordinary id-keyed layout (DTensor values). Nothing is
+    gathered; the layout matches a full checkpoint's, so the folder converts to a file without the model."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    return _ids_from_names(get_optimizer_state_dict(module, optimizer, options=_options(full_state_dict=False)))
+
+
+def load_sharded_checkpoint(module: nn.Module, optimizers: list[Optimizer], path: Any) -> None:
+    """Load a sharded folder into the sharded ``module`` and ``optimizers`` in place, on every rank (a collective).
+
+    Each rank reads only the parts of the saved shards that overlap its own, so a folder written by N ranks loads on
+    M (torch.distributed.checkpoint reshards). ``meta.pt`` is not read here.
+
+    Raises:
+        ValueError: the folder holds state for another number of optimizers or parameters.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+    from lightning_mgpu.utilities.sharded_checkpoint import split_checkpoint
+
+    # The target: this rank's shards, which torch.distributed.checkpoint fills in place.
+    target = {"state_dict": sharded_model_state(module), "optimizer_states": [sharded_optimizer_state(module, o) for o in optimizers]}
+    tensors, _ = split_checkpoint(target)
+    saved = dcp.FileSystemReader(str(path)).read_metadata().planner_data or {}
+    saved_optimizers = {where[1] for where in saved.values() if where[0] == "optimizer_states"}
+    if len(saved_optimizers) != len(optimizers):
+        raise ValueError(f"{path} holds the state of {len(saved_optimizers)} optimizer(s), this model has {len(optimizers)}.")
+    dcp.load(tensors, storage_reader=dcp.FileSystemReader(str(path)))
+    set_model_state_dict(module, tensors["state_dict"], options=_options(full_state_dict=False))
+    for optimizer, state in zip(optimizers, tensors["optimizer_states"]):
+        ids = {**state, "state": {int(pid): slots for pid, slots in state["state"].items()}}
+        set_optimizer_state_dict(module, optimizer, _names_from_ids(module, optimizer, ids), options=_options(full_state_dict=False))

@@ -24,8 +24,11 @@ Backends:
   for ZeRO-3). Parameters, gradients and optimizer state are all sharded; the optimizer stays the user's own.
   Registered as ``sharded_fsdp2`` and ``sharded_fsdp2_spawn``.
 
-Checkpoints hold plain model keys and the ordinary, unsharded optimizer state (consolidated on rank 0), so
-they load into ``ddp``, ``dp``, ``horovod``, a plain ``nn.Module``, and ``sharded`` on any number of ranks.
+Checkpoints hold plain model keys and the ordinary optimizer state, so they load into ``ddp``, ``dp``, ``horovod``,
+a plain ``nn.Module``, and ``sharded`` on any number of ranks. ``checkpoint_format="full"`` (the default of the
+FairScale and torch backends, as in Lightning 1.x) consolidates them on rank 0 into one file; ``"sharded"`` (the
+default of fsdp2) has every rank write its own shards into a folder, and nothing is gathered
+(``lightning_mgpu/utilities/sharded_checkpoint.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import torch
@@ -69,7 +73,7 @@ from lightning_mgpu.strategies.sharded.precision import (
     ShardedPrecision,
     shard_aware_precision,
 )
-from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
+from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO, load_checkpoint_file
 from lightning_mgpu.utilities.failures import on_training_failure
 from lightning_mgpu.utilities.imports import require
 from lightning_mgpu.utilities.modules import ModuleSpec, as_spec_list
@@ -77,12 +81,20 @@ from lightning_mgpu.utilities.ports import release_for_spawn
 from lightning_mgpu.utilities.process_group import (
     destroy_at_exit,
 )
+from lightning_mgpu.utilities.sharded_checkpoint import (
+    META_FILENAME,
+    is_sharded_checkpoint,
+    temporary_folder,
+    write_sharded_checkpoint,
+)
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
 Backend = Literal["fairscale", "torch", "fsdp2"]
 _BACKENDS = ("fairscale", "torch", "fsdp2")
+CheckpointFormat = Literal["sharded", "full"]
+_FORMATS = ("sharded", "full")
 # FairScale's bucket for small gradients, used by default across nodes (Lightning 1.x's choice: 8M elements).
 _MULTI_NODE_REDUCE_BUFFER_SIZE = 2**23
 
@@ -120,14 +132,23 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         fsdp_modules: fsdp2 only. The blocks that get their own ``fully_shard``, as ``ActivationCheckpointing`` chooses
             modules: classes, qualified-name patterns (``"net.blocks.*"``) or predicates. ``None``: every submodule
             holding parameters of its own. Whole blocks (a transformer layer) overlap communication best.
+        checkpoint_format: ``"sharded"``: every rank writes its shards into a folder named like the checkpoint file
+            (nothing is gathered; it loads on any number of ranks, and under other strategies through
+            ``AtomicCheckpointIO``); ``"full"``: one file, consolidated on rank 0. ``None``: ``"sharded"`` for fsdp2,
+            ``"full"`` for FairScale and torch (whose sharded format is not built yet).
+        mp_policy: fsdp2 only. ``torch.distributed.fsdp.MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)``:
+            parameters gathered and computed in ``param_dtype`` (the shards and the optimizer stay fp32), gradients
+            reduced in ``reduce_dtype``. Use it instead of ``precision="bf16-mixed"``, not with it.
+        offload_policy: fsdp2 only. ``torch.distributed.fsdp.CPUOffloadPolicy()``: shards, gradients and optimizer
+            state live in CPU memory and the optimizer step runs there; each block is copied to the GPU to run.
         process_group_backend, timeout, start_method: as for ``DDPStrategy``.
         **kwargs: passed to ``ShardedDataParallel`` (FairScale; e.g. ``reduce_fp16``,
             ``auto_refresh_trainable``) or to ``DistributedDataParallel`` (torch; e.g. ``static_graph``).
 
     Raises:
         MissingDependencyError: ``backend="fairscale"`` and FairScale is not installed.
-        ValueError: an unknown backend, an option the backend does not accept, or (fsdp2) ``fsdp_modules`` matching
-            nothing.
+        ValueError: an unknown backend or checkpoint format, an option the backend does not accept, or (fsdp2)
+            ``fsdp_modules`` matching nothing.
 
     Example::
 
@@ -157,6 +178,9 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         broadcast_fp16: Optional[bool] = None,
         reshard_after_forward: Optional[bool] = None,
         fsdp_modules: Optional[Sequence[ModuleSpec]] = None,
+        checkpoint_format: Optional[CheckpointFormat] = None,
+        mp_policy: Optional[Any] = None,
+        offload_policy: Optional[Any] = None,
         process_group_backend: Optional[str] = None,
         timeout: Optional[timedelta] = default_pg_timeout,
         start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
@@ -164,8 +188,19 @@ class ShardedStrategy(StepRouting, DDPStrategy):
     ) -> None:
         if backend not in _BACKENDS:
             raise ValueError(f"ShardedStrategy(backend={backend!r}) is not supported; choose one of {_BACKENDS}.")
+        if checkpoint_format not in (None, *_FORMATS):
+            raise ValueError(f"ShardedStrategy(checkpoint_format={checkpoint_format!r}) is not supported; choose one of {_FORMATS}.")
+        if checkpoint_format == "sharded" and backend != "fsdp2":
+            raise ValueError(
+                f"ShardedStrategy(backend={backend!r}, checkpoint_format='sharded') is not supported yet: only FSDP2's"
+                " state is held as DTensors that every rank can write its own part of. Use backend='fsdp2' for"
+                " sharded checkpoints, or checkpoint_format='full' (one file, consolidated on rank 0)."
+            )
         if backend == "fairscale":
             require("fairscale", "strategy='sharded' (backend='fairscale')")
+        self._checkpoint_format: CheckpointFormat = checkpoint_format or ("sharded" if backend == "fsdp2" else "full")
+        # Set by load_checkpoint when a sharded folder went straight into the sharded model and optimizers.
+        self._restored_in_place = False
         # Set before the parent constructor, which assigns the precision plugin through our setter.
         self._backend: Backend = backend
         self._find_unused_parameters = bool(find_unused_parameters)
@@ -173,6 +208,13 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         self._broadcast_fp16 = broadcast_fp16
         self._reshard_after_forward = bool(reshard_after_forward)
         self._fsdp_modules = None if fsdp_modules is None else as_spec_list(fsdp_modules)
+        if backend != "fsdp2" and (mp_policy is not None or offload_policy is not None):
+            raise ValueError(
+                "ShardedStrategy(mp_policy=..., offload_policy=...) are FSDP2's policies; pass backend='fsdp2' or remove"
+                " them (the other backends take Trainer(precision=...))."
+            )
+        self._mp_policy = mp_policy
+        self._offload_policy = offload_policy
         _check_backend_options(backend, reduce_buffer_size, broadcast_fp16, kwargs, reshard_after_forward, fsdp_modules, self._find_unused_parameters)
         if backend == "torch":
             kwargs["find_unused_parameters"] = self._find_unused_parameters
@@ -193,6 +235,11 @@ class ShardedStrategy(StepRouting, DDPStrategy):
     def backend(self) -> Backend:
         """``"fairscale"``, ``"torch"`` or ``"fsdp2"``."""
         return self._backend
+
+    @property
+    def checkpoint_format(self) -> CheckpointFormat:
+        """``"sharded"`` (a folder of per-rank shards) or ``"full"`` (one file consolidated on rank 0)."""
+        return self._checkpoint_format
 
     @property
     def shards_gradients(self) -> bool:
@@ -270,8 +317,9 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         # fully_shard keeps each rank's own slice of the weights it is given: start from rank 0's, as DDP does.
         _sync_module_states(self.model)
         blocks = apply_fully_shard(
-            self.model, self.world_size, self.root_device.type, self._reshard_after_forward, self._fsdp_modules
-        )
+            self.model, self.world_size, self.root_device.type, self._reshard_after_forward, self._fsdp_modules,
+            mp_policy=self._mp_policy, offload_policy=self._offload_policy,
+        )  # fmt: skip
         rank_zero_info(
             f"strategy='sharded' (fsdp2): {len(blocks)} block(s) and the root sharded over {self.world_size} rank(s),"
             f" reshard_after_forward={self._reshard_after_forward} ({'ZeRO-3' if self._reshard_after_forward else 'ZeRO-2'})."
@@ -471,14 +519,62 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         return getattr(self.lightning_module, step_name)
 
     # ------------------------------------------------------------------ checkpoints
+    def _saves_sharded(self) -> bool:
+        return self._checkpoint_format == "sharded" and self._is_fully_sharded()
+
+    @property
+    @override
+    def restore_checkpoint_after_setup(self) -> bool:
+        # fsdp2: a sharded folder loads into the sharded model and its optimizers, which setup() creates.
+        return self._backend == "fsdp2"
+
+    @property
+    @override
+    def lightning_restore_optimizer(self) -> bool:
+        return not self._restored_in_place
+
+    @override
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Optional[Any] = None) -> None:
+        """One file from rank 0 (``"full"``), or under fsdp2 with ``"sharded"`` a folder that every rank writes its
+        shards into, swapped into place atomically by rank 0. Called on every rank (Lightning's ``save_checkpoint``)."""
+        if not self._saves_sharded():
+            super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+            return
+        if storage_options is not None:
+            raise TypeError(f"ShardedStrategy(checkpoint_format='sharded') saves take no storage_options, got {storage_options!r}.")
+        # One temporary folder for all ranks, named by rank 0: the shards of this save must land together.
+        tmp = Path(self.broadcast(str(temporary_folder(filepath))))
+        write_sharded_checkpoint(checkpoint, filepath, tmp, coordinator=self.is_global_zero)
+
+    @override
+    def load_checkpoint(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """A sharded folder goes straight into the sharded model and optimizers (each rank reads what overlaps its
+        shards, so any number of ranks can load it); anything else is read whole through the checkpoint IO."""
+        self._restored_in_place = False
+        path = Path(checkpoint_path)
+        if not (self._is_fully_sharded() and is_sharded_checkpoint(path)):
+            return super().load_checkpoint(checkpoint_path, *args, **kwargs)
+        from lightning_mgpu.strategies.sharded.fsdp2 import load_sharded_checkpoint
+
+        assert self.lightning_module is not None
+        load_sharded_checkpoint(self.lightning_module, [unwrap_optimizer(o) for o in self.optimizers], path)
+        self._restored_in_place = True
+        return load_checkpoint_file(path / META_FILENAME, trusted=kwargs.get("weights_only") is False)
+
     @override
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
-        """The full, unsharded optimizer state on rank 0 and ``{}`` elsewhere.
+        """The full, unsharded optimizer state on rank 0 and ``{}`` elsewhere (``"sharded"`` under fsdp2: this rank's
+        shards, on every rank).
 
         Consolidation is a collective: every rank must call this (Lightning's ``dump_checkpoint`` does, on
         every rank); only rank 0 then writes the checkpoint.
         """
         optimizer = unwrap_optimizer(optimizer)
+        if self._saves_sharded():
+            from lightning_mgpu.strategies.sharded.fsdp2 import sharded_optimizer_state
+
+            assert self.lightning_module is not None
+            return sharded_optimizer_state(self.lightning_module, optimizer)
         if self._is_fully_sharded():
             from lightning_mgpu.strategies.sharded.fsdp2 import full_optimizer_state
 
@@ -505,6 +601,8 @@ class ShardedStrategy(StepRouting, DDPStrategy):
     @override
     def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
         """Load the ordinary (unsharded) optimizer states; each rank keeps only its shard."""
+        if self._restored_in_place:  # a sharded folder: load_checkpoint has loaded them
+            return
         for optimizer, opt_state in zip(self.optimizers, checkpoint["optimizer_states"]):
             optimizer = unwrap_optimizer(optimizer)
             if self._is_fully_sharded():
@@ -527,7 +625,13 @@ class ShardedStrategy(StepRouting, DDPStrategy):
 
     @override
     def lightning_module_state_dict(self) -> dict[str, Any]:
-        """Plain keys; under fsdp2 the whole model gathered to rank 0 (a collective; ``{}`` on other ranks)."""
+        """Plain keys; under fsdp2 the whole model gathered to rank 0 (a collective; ``{}`` on other ranks), or with
+        ``"sharded"`` this rank's shards (DTensors)."""
+        if self._saves_sharded():
+            from lightning_mgpu.strategies.sharded.fsdp2 import sharded_model_state
+
+            assert self.lightning_module is not None
+            return sharded_model_state(self.lightning_module)
         if self._is_fully_sharded():
             from lightning_mgpu.strategies.sharded.fsdp2 import full_model_state
 
@@ -535,8 +639,21 @@ class ShardedStrategy(StepRouting, DDPStrategy):
             return full_model_state(self.lightning_module)
         return super().lightning_module_state_dict()
 
+    def handoff_state_dict(self) -> dict[str, Any]:
+        """The weights a spawn launcher hands to the launching process after ``fit``: whole plain tensors (rank 0;
+        a collective under fsdp2), never DTensors, which the launching process has no process group for."""
+        if self._is_fully_sharded():
+            from lightning_mgpu.strategies.sharded.fsdp2 import full_model_state
+
+            assert self.lightning_module is not None
+            return full_model_state(self.lightning_module)
+        assert self.lightning_module is not None
+        return self.lightning_module.state_dict()
+
     @override
     def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
+        if self._restored_in_place:  # a sharded folder: load_checkpoint has loaded the model
+            return
         if self._is_fully_sharded():  # loaded after fully_shard (e.g. by a callback): scatter the whole state
             from lightning_mgpu.strategies.sharded.fsdp2 import load_full_model_state
 

@@ -17,7 +17,9 @@ from lightning_mgpu.utilities.checkpoint import (
     AtomicCheckpointIO,
     CheckpointSaveError,
     load_checkpoint_file,
+    read_checkpoint,
 )
+from lightning_mgpu.utilities.sharded_checkpoint import temporary_folder, write_sharded_checkpoint
 from tests.helpers.launch import REPO_ROOT
 
 KILL_TRIALS = 12
@@ -25,14 +27,16 @@ KILL_TRIALS = 12
 
 def _consistent(path: Path) -> int:
     """The version of a complete checkpoint; fails on a torn one."""
-    checkpoint = load_checkpoint_file(path)
+    checkpoint = read_checkpoint(path)  # a file or a sharded folder
     version = checkpoint["version"]
     assert all(torch.equal(t, torch.full_like(t, float(version))) for t in checkpoint["state_dict"].values())
     return version
 
 
 @pytest.mark.timeout(300)
-def test_sigkill_during_saves_never_leaves_a_torn_checkpoint(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", ["file", "sharded"])
+def test_sigkill_during_saves_never_leaves_a_torn_checkpoint(tmp_path: Path, fmt: str) -> None:
+    """Either format: a file renamed into place, or a sharded folder swapped in with RENAME_EXCHANGE."""
     outcomes = []
     # One server forks each trial's saving process (see run_save_loop): the kill hits a process mid-save as before.
     server = subprocess.Popen([sys.executable, "-m", "tests.integration.runners.run_save_loop"], cwd=REPO_ROOT,
@@ -40,7 +44,7 @@ def test_sigkill_during_saves_never_leaves_a_torn_checkpoint(tmp_path: Path) -> 
                               stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         for trial in range(KILL_TRIALS):
-            _one_kill_during_a_save(server, tmp_path, trial, outcomes)
+            _one_kill_during_a_save(server, tmp_path, trial, outcomes, fmt)
     finally:
         server.kill()
         server.communicate(timeout=30)
@@ -48,11 +52,11 @@ def test_sigkill_during_saves_never_leaves_a_torn_checkpoint(tmp_path: Path) -> 
     print(f"kill-during-save trials: {len(outcomes)}, in-progress save already renamed in {sum(outcomes)}")
 
 
-def _one_kill_during_a_save(server: subprocess.Popen, tmp_path: Path, trial: int, outcomes: list[bool]) -> None:
+def _one_kill_during_a_save(server: subprocess.Popen, tmp_path: Path, trial: int, outcomes: list[bool], fmt: str) -> None:
     rng = random.Random(1000 + trial)  # printed below on failure: rerun the one trial with this seed
     out = tmp_path / f"trial{trial}"
     out.mkdir()
-    server.stdin.write(f"{out}\n")
+    server.stdin.write(f"{out} {fmt}\n")
     server.stdin.flush()
     line = server.stdout.readline()
     assert line.strip().isdigit(), f"the save server did not fork a child (it said {line!r})"
@@ -78,8 +82,13 @@ def _one_kill_during_a_save(server: subprocess.Popen, tmp_path: Path, trial: int
     outcomes.append(version == saving)
     # The checkpoint folder holds last.ckpt and at most the killed save's hidden temporary; the next save removes it.
     folder = out / "ckpt"
-    assert {p.name for p in folder.iterdir()} <= {"last.ckpt"} | {p.name for p in folder.glob(".last.ckpt.*.tmp")}
-    AtomicCheckpointIO().save_checkpoint({"version": 0, "state_dict": {}}, folder / "last.ckpt")
+    temporaries = {p.name for p in folder.glob(".last.ckpt.*.tmp")} | {p.name for p in folder.glob(".last.ckpt.*.tmp-dir")}
+    assert {p.name for p in folder.iterdir()} <= {"last.ckpt"} | temporaries
+    if fmt == "sharded":
+        path = folder / "last.ckpt"
+        write_sharded_checkpoint({"version": 0, "state_dict": {"w": torch.zeros(1)}}, path, temporary_folder(path), True, no_dist=True)
+    else:
+        AtomicCheckpointIO().save_checkpoint({"version": 0, "state_dict": {}}, folder / "last.ckpt")
     assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from lightning_mgpu.utilities.checkpoint import read_checkpoint
 from tests.helpers.launch import REPO_ROOT, clean_environ, processes_naming, run_python
 from tests.helpers.runif import RunIf
 
@@ -53,7 +54,7 @@ def _train(out: Path, strategy: str, devices: str, *extra: str, launcher: tuple[
 
 
 def _final_state(out: Path) -> dict[str, torch.Tensor]:
-    ckpt = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    ckpt = read_checkpoint(out / "checkpoints" / "last.ckpt", trusted=True)  # a file, or sharded_fsdp2's folder
     state = {f"param.{k}": v for k, v in ckpt["state_dict"].items()}
     for i, opt in enumerate(ckpt["optimizer_states"]):
         for pid, slots in opt["state"].items():
@@ -141,7 +142,7 @@ def test_ctrl_c_saves_the_step_and_resume_is_exact(
     assert stop_s <= STOP_BOUND_S, f"seed {seed}: {stop_s:.1f} s to stop"
     assert f"Interrupted: saved {out / 'checkpoints' / 'last.ckpt'}" in log, log[-4000:]
     assert processes_naming(str(out)) == [], "a process of the interrupted job is still running"
-    saved = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    saved = read_checkpoint(out / "checkpoints" / "last.ckpt", trusted=True)
     step, per_epoch = saved["global_step"], -(-1437 // (32 * int(devices)))  # 1437 training digits, 32 per device
     record_property("interrupted_at_step", step)
 

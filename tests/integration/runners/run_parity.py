@@ -32,6 +32,7 @@ import torch
 
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.strategies.sharded.strategy import local_optimizer
+from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
 from tests.helpers.launch import split_runs
 from tests.helpers.models import IN, OUT, ParityModule, make_data, parity_module_for  # noqa: F401
 from tests.helpers.trainer import quiet_trainer, save_at_train_end
@@ -57,6 +58,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
     p.add_argument("--namespace", default="lightning.pytorch", choices=("lightning.pytorch", "pytorch_lightning"))
     p.add_argument("--process-group-backend", default=None, help="e.g. gloo for ranks that share one GPU (tests/helpers/shared_gpu.py)")
+    p.add_argument("--fsdp2-mp", default=None, choices=("bf16", "fp16"), help="ShardedStrategy(mp_policy=MixedPrecisionPolicy(param_dtype=...))")
+    p.add_argument("--fsdp2-offload", action="store_true", help="ShardedStrategy(offload_policy=CPUOffloadPolicy())")
+    p.add_argument("--checkpoint-format", default=None, choices=("sharded", "full"), help="ShardedStrategy(checkpoint_format=...)")
     p.add_argument("--fsdp2-gather", default=None, choices=("dcp", "by_hand"), help="force FSDP2's full-checkpoint gather for this run")
     p.add_argument("--hidden", default=None, type=int, help="the MLP's width (default: tests.helpers.models.HIDDEN); wider for memory figures")
     p.add_argument("--out", required=True, type=Path)
@@ -90,7 +94,15 @@ def _main(args: argparse.Namespace) -> None:
     start_method = "spawn" if args.strategy.endswith("_spawn") else "popen"
     pg = {"process_group_backend": args.process_group_backend} if args.process_group_backend else {}
     if args.sharded_backend:
-        strategy = bundle.ShardedStrategy(backend=args.sharded_backend, start_method=start_method, **pg)
+        fmt: dict = {"checkpoint_format": args.checkpoint_format} if args.checkpoint_format else {}
+        if args.fsdp2_mp or args.fsdp2_offload:
+            from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+
+            if args.fsdp2_mp:
+                fmt["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[args.fsdp2_mp]))
+            if args.fsdp2_offload:
+                fmt["offload_policy"] = CPUOffloadPolicy()
+        strategy = bundle.ShardedStrategy(backend=args.sharded_backend, start_method=start_method, **fmt, **pg)
     elif pg and args.strategy in ("ddp", "ddp_spawn"):
         strategies = importlib.import_module(f"{args.namespace}.strategies")
         strategy = strategies.DDPStrategy(start_method=start_method, **pg)
@@ -100,12 +112,17 @@ def _main(args: argparse.Namespace) -> None:
         strategies = importlib.import_module(f"{args.namespace}.strategies")
         strategy = strategies.FSDPStrategy(sharding_strategy="SHARD_GRAD_OP", **pg)
     ckpt = args.out / "final.ckpt"
+    plugins = None
+    if args.resume and is_sharded_checkpoint(args.resume) and isinstance(strategy, str):
+        # Lightning's own ddp reads a sharded folder through the bundle's checkpoint IO (the shards joined).
+        plugins = [importlib.import_module(f"{bundle.__name__}.utilities.checkpoint").AtomicCheckpointIO()]
     spawned = start_method == "spawn"  # the fit runs in spawned workers: they save (SaveAtTrainEnd)
     trainer = quiet_trainer(
         namespace=args.namespace,
         callbacks=[save_at_train_end(ckpt, args.namespace)] if spawned else None,
         accelerator=args.accelerator,
         strategy=strategy,
+        plugins=plugins,
         devices=args.devices,
         num_nodes=args.num_nodes,
         max_steps=args.steps,

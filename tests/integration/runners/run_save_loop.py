@@ -1,7 +1,8 @@
 """Save checkpoints in a loop until killed, in children forked on request: ``python -m tests.integration.runners.run_save_loop``.
 
-Each line read on stdin names a folder ``DIR``; the server forks a child that saves ``DIR/ckpt/last.ckpt`` in a loop
-through :class:`AtomicCheckpointIO`, prints the child's pid, and prints ``reaped`` once the child has died (the test
+Each line read on stdin names a folder ``DIR`` and a format (``file`` or ``sharded``); the server forks a child that
+saves ``DIR/ckpt/last.ckpt`` in a loop, through :class:`AtomicCheckpointIO` (a file) or as a sharded folder
+(:func:`write_sharded_checkpoint`, one process), prints the child's pid, and prints ``reaped`` once the child has died (the test
 kills it with SIGKILL). Each save holds a ``version`` counter and ~8 MB of tensors filled with it, so a reader can tell
 a complete checkpoint of any version from a torn one. ``DIR/saving`` holds the version being written, so the test can
 kill the child while a save is under way.
@@ -19,10 +20,12 @@ from pathlib import Path
 import torch
 
 from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
+from lightning_mgpu.utilities.sharded_checkpoint import temporary_folder, write_sharded_checkpoint
 
 
-def save_forever(out: Path) -> None:
+def save_forever(out: Path, fmt: str) -> None:
     io = AtomicCheckpointIO()
+    path = out / "ckpt" / "last.ckpt"
     version = 0
     while True:
         version += 1
@@ -30,7 +33,11 @@ def save_forever(out: Path) -> None:
         (out / ".saving").write_text(str(version))
         os.replace(out / ".saving", out / "saving")
         state = {f"w{i}": torch.full((256, 1024), float(version)) for i in range(8)}
-        io.save_checkpoint({"version": version, "state_dict": state}, out / "ckpt" / "last.ckpt")
+        checkpoint = {"version": version, "state_dict": state}
+        if fmt == "sharded":
+            write_sharded_checkpoint(checkpoint, path, temporary_folder(path), coordinator=True, no_dist=True)
+        else:
+            io.save_checkpoint(checkpoint, path)
 
 
 def main() -> None:
@@ -38,7 +45,8 @@ def main() -> None:
         pid = os.fork()
         if pid == 0:
             try:
-                save_forever(Path(line.strip()))
+                folder, fmt = line.split()
+                save_forever(Path(folder), fmt)
             finally:
                 os._exit(1)  # only on an error: the loop ends by SIGKILL
         print(pid, flush=True)

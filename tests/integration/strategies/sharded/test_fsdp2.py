@@ -1,7 +1,8 @@
 """``ShardedStrategy(backend="fsdp2")``: torch FSDP2 under the ``sharded`` guarantees, on 2 CPU ranks with gloo.
 
-Parity with ``ddp`` (SGD and Adam, accumulation, clipping), plain checkpoints that resume under ``ddp`` and on 1 or 2
-ranks, and each rank holding half the optimizer state. Exact mid-epoch resume after Ctrl-C is covered in
+Parity with ``ddp`` (SGD and Adam, accumulation, clipping), checkpoints in both formats (a sharded folder, the
+default, and one full file) that hold ddp's keys, resume under ``ddp`` and reshard (2 -> 1 -> 2 ranks, 2 -> 4), and
+each rank holding half the optimizer state. Exact mid-epoch resume after Ctrl-C is covered in
 ``tests/integration/reliability/test_interrupt.py``.
 """
 
@@ -14,7 +15,10 @@ import pytest
 import torch
 
 from lightning_mgpu.strategies import ShardedStrategy
+from lightning_mgpu.utilities.checkpoint import read_checkpoint
+from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
 from tests.helpers.launch import max_abs_diff, run_parity_sequence
+from tests.helpers.runif import RunIf
 
 pytestmark = [pytest.mark.timeout(900)]
 FSDP2 = ("--strategy", "sharded", "--sharded-backend", "fsdp2")
@@ -31,27 +35,31 @@ CONFIGS = {
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("fsdp2")
     out: dict[str, Any] = {"root": root}
-    # Four launches of run_parity's sequences instead of twelve single runs (a launch is mostly imports): each
-    # strategy's four configurations, then the 2-rank resumes, then the 1-rank one.
-    # FSDP2's sequence ends with the Adam run again, its checkpoint gathered with a plain all_gather (the path gloo on
-    # CUDA takes) instead of DCP's full_state_dict.
-    by_hand = {"adam_by_hand": (*CONFIGS["adam"], "--fsdp2-gather", "by_hand")}
-    for label, strategy, configs in (("fsdp2", FSDP2, {**CONFIGS, **by_hand}), ("ddp", DDP, CONFIGS)):
+    # A few launches of run_parity's sequences instead of many single runs (a launch is mostly imports): each
+    # strategy's configurations, then the resumes, grouped by their number of ranks.
+    # FSDP2 saves sharded folders by default; its sequence ends with the Adam run again as one full file, gathered by
+    # DCP's full_state_dict and with a plain all_gather (the path gloo on CUDA takes).
+    # ...and SGD with FSDP2's MixedPrecisionPolicy (bf16 parameters gathered and computed, fp32 shards and reduction).
+    full = {"sgd_bf16": (*CONFIGS["sgd"], "--fsdp2-mp", "bf16"),
+            "adam_full": (*CONFIGS["adam"], "--checkpoint-format", "full", "--fsdp2-gather", "dcp"),
+            "adam_by_hand": (*CONFIGS["adam"], "--checkpoint-format", "full", "--fsdp2-gather", "by_hand")}  # fmt: skip
+    for label, strategy, configs in (("fsdp2", FSDP2, {**CONFIGS, **full}), ("ddp", DDP, CONFIGS)):
         done = run_parity_sequence([(root / f"{label}_{name}", *strategy, "--devices", "2", *extra) for name, extra in configs.items()])
         out.update({f"{label}/{name}": params for name, params in zip(configs, done)})
-    # Resume the 5-step checkpoints for 3 more steps under the other strategy and on 1 rank.
-    # The data of a run depends on its length, so the reference is ddp resumed from ddp, not an 8-step run.
-    resumes = {
-        "ddp_from_ddp": (DDP, "2", root / "ddp_sgd"),
-        "ddp_from_fsdp2": (DDP, "2", root / "fsdp2_sgd"),
-        "fsdp2_from_ddp": (FSDP2, "2", root / "ddp_sgd"),
-        "fsdp2_1rank_from_fsdp2": (FSDP2, "1", root / "fsdp2_sgd"),
-    }
-    for devices in ("2", "1"):
-        names = [name for name, (_, d, _) in resumes.items() if d == devices]
-        done = run_parity_sequence([(root / name, *resumes[name][0], "--devices", devices, "--steps", "8", "--resume",
-                                     str(resumes[name][2] / "final.ckpt")) for name in names])  # fmt: skip
-        out.update(zip(names, done))
+    # Resume the 5-step checkpoints for 3 more steps under the other strategy and on 1, 2 and 4 ranks, then the 1-rank
+    # folder on 2 ranks for 3 more (resharding: saved by N ranks, loaded by M). The data of a run depends on its
+    # length, so the reference is ddp resumed from ddp, not an 8-step run.
+    resumes = [
+        ("2", {"ddp_from_ddp": (DDP, root / "ddp_sgd", 8), "ddp_from_fsdp2": (DDP, root / "fsdp2_sgd", 8),
+               "fsdp2_from_ddp": (FSDP2, root / "ddp_sgd", 8)}),
+        ("1", {"fsdp2_1rank_from_fsdp2": (FSDP2, root / "fsdp2_sgd", 8)}),
+        ("2", {"fsdp2_2ranks_from_1rank": (FSDP2, root / "fsdp2_1rank_from_fsdp2", 11), "ddp_from_ddp_11": (DDP, root / "ddp_from_ddp", 11)}),
+        ("4", {"fsdp2_4ranks_from_fsdp2": (FSDP2, root / "fsdp2_sgd", 8)}),
+    ]  # fmt: skip
+    for devices, group in resumes:
+        done = run_parity_sequence([(root / name, *strategy, "--devices", devices, "--steps", str(steps), "--resume",
+                                     str(source / "final.ckpt")) for name, (strategy, source, steps) in group.items()])  # fmt: skip
+        out.update(zip(group, done))
     return out
 
 
@@ -63,32 +71,39 @@ def test_parameters_match_ddp(runs: dict[str, Any], config: str) -> None:
 
 
 def test_checkpoint_holds_plain_keys_and_the_ordinary_optimizer_state(runs: dict[str, Any]) -> None:
-    mine = torch.load(runs["root"] / "fsdp2_adam" / "final.ckpt", weights_only=False)
-    ddp = torch.load(runs["root"] / "ddp_adam" / "final.ckpt", weights_only=False)
-    assert list(mine["state_dict"]) == list(ddp["state_dict"]) and all(type(v) is torch.Tensor for v in mine["state_dict"].values())
-    a, b = mine["optimizer_states"][0], ddp["optimizer_states"][0]
-    assert [g["params"] for g in a["param_groups"]] == [g["params"] for g in b["param_groups"]]
-    assert a["state"].keys() == b["state"].keys()
-    for pid, slots in b["state"].items():
-        for key, value in slots.items():
-            assert torch.allclose(torch.as_tensor(a["state"][pid][key]), torch.as_tensor(value), atol=1e-6), (pid, key)
+    """Both formats: the sharded folder (the default) read whole, and the full file, hold what ddp's file holds."""
+    folder = runs["root"] / "fsdp2_adam" / "final.ckpt"
+    assert is_sharded_checkpoint(folder) and sorted(p.name for p in folder.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    ddp = read_checkpoint(runs["root"] / "ddp_adam" / "final.ckpt", trusted=True)
+    for mine in (read_checkpoint(folder, trusted=True), read_checkpoint(runs["root"] / "fsdp2_adam_full" / "final.ckpt", trusted=True)):
+        assert list(mine["state_dict"]) == list(ddp["state_dict"]) and all(type(v) is torch.Tensor for v in mine["state_dict"].values())
+        assert mine["global_step"] == ddp["global_step"] and mine["loops"].keys() == ddp["loops"].keys()
+        a, b = mine["optimizer_states"][0], ddp["optimizer_states"][0]
+        assert [g["params"] for g in a["param_groups"]] == [g["params"] for g in b["param_groups"]]
+        assert a["state"].keys() == b["state"].keys()
+        for pid, slots in b["state"].items():
+            for key, value in slots.items():
+                assert torch.allclose(torch.as_tensor(a["state"][pid][key]), torch.as_tensor(value), atol=1e-6), (pid, key)
 
 
 def test_full_tensor_gather_writes_the_same_checkpoint_as_dcp(runs: dict[str, Any]) -> None:
-    dcp = torch.load(runs["root"] / "fsdp2_adam" / "final.ckpt", weights_only=False)
+    dcp = torch.load(runs["root"] / "fsdp2_adam_full" / "final.ckpt", weights_only=False)
     by_hand = torch.load(runs["root"] / "fsdp2_adam_by_hand" / "final.ckpt", weights_only=False)
     # The two runs really took the two paths (run_parity records the choice at the save).
-    for name, by_hand_expected in (("fsdp2_adam", False), ("fsdp2_adam_by_hand", True)):
+    for name, by_hand_expected in (("fsdp2_adam_full", False), ("fsdp2_adam_by_hand", True)):
         gather = json.loads((runs["root"] / name / "gather_rank0.json").read_text())
         assert gather["by_hand"] is by_hand_expected and gather["cuda_backend"] == "gloo", (name, gather)
     assert max_abs_diff(runs["fsdp2/adam_by_hand"][0], runs["fsdp2/adam"][0]) == 0.0
-    assert list(by_hand["state_dict"]) == list(dcp["state_dict"])
-    assert all(torch.equal(by_hand["state_dict"][k], v) for k, v in dcp["state_dict"].items())
-    a, b = by_hand["optimizer_states"][0], dcp["optimizer_states"][0]
-    assert a["param_groups"] == b["param_groups"] and a["state"].keys() == b["state"].keys()
-    for pid, slots in b["state"].items():
-        assert slots.keys() == a["state"][pid].keys()
-        assert all(torch.equal(torch.as_tensor(a["state"][pid][k]), torch.as_tensor(v)) for k, v in slots.items()), pid
+    # ...and the sharded folder of the same training, read whole, is the same checkpoint bit for bit.
+    folder = read_checkpoint(runs["root"] / "fsdp2_adam" / "final.ckpt", trusted=True)
+    for other in (by_hand, folder):
+        assert list(other["state_dict"]) == list(dcp["state_dict"])
+        assert all(torch.equal(other["state_dict"][k], v) for k, v in dcp["state_dict"].items())
+        a, b = other["optimizer_states"][0], dcp["optimizer_states"][0]
+        assert a["param_groups"] == b["param_groups"] and a["state"].keys() == b["state"].keys()
+        for pid, slots in b["state"].items():
+            assert slots.keys() == a["state"][pid].keys()
+            assert all(torch.equal(torch.as_tensor(a["state"][pid][k]), torch.as_tensor(v)) for k, v in slots.items()), pid
 
 
 def test_resume_under_ddp_and_from_ddp_continues_like_ddp(runs: dict[str, Any]) -> None:
@@ -97,9 +112,22 @@ def test_resume_under_ddp_and_from_ddp_continues_like_ddp(runs: dict[str, Any]) 
     assert max_abs_diff(runs["fsdp2_from_ddp"][0], reference) <= 1e-6
 
 
-def test_two_rank_checkpoint_resumes_on_one_rank(runs: dict[str, Any]) -> None:
-    # One process on the global batch continues as the 2-rank run did (up to float reordering).
+def test_mixed_precision_policy_computes_in_bf16_and_keeps_fp32_shards(runs: dict[str, Any]) -> None:
+    bf16, fp32 = runs["fsdp2/sgd_bf16"], runs["ddp/sgd"]
+    assert max_abs_diff(bf16[0], bf16[1]) == 0.0
+    assert 0.0 < max_abs_diff(bf16[0], fp32[0]) <= 5e-3  # bf16-mixed's tolerance elsewhere in the suite; not equal
+    saved = read_checkpoint(runs["root"] / "fsdp2_sgd_bf16" / "final.ckpt", trusted=True)
+    assert {v.dtype for v in saved["state_dict"].values()} == {torch.float32}
+
+
+def test_sharded_folders_reshard_from_2_to_1_to_2_and_to_4_ranks(runs: dict[str, Any]) -> None:
+    """A folder saved by N ranks resumes on M: each continues as ddp does, up to float reordering (1e-5, as 1 process
+    against 2 on the global batch)."""
+    assert is_sharded_checkpoint(runs["root"] / "fsdp2_1rank_from_fsdp2" / "final.ckpt")
     assert max_abs_diff(runs["fsdp2_1rank_from_fsdp2"][0], runs["ddp_from_ddp"][0]) <= 1e-5
+    assert max_abs_diff(runs["fsdp2_4ranks_from_fsdp2"][0], runs["ddp_from_ddp"][0]) <= 1e-5
+    assert max_abs_diff(runs["fsdp2_2ranks_from_1rank"][0], runs["ddp_from_ddp_11"][0]) <= 1e-5
+    assert all(max_abs_diff(runs["fsdp2_4ranks_from_fsdp2"][0], runs["fsdp2_4ranks_from_fsdp2"][r]) == 0.0 for r in (1, 2, 3))
 
 
 def test_each_rank_holds_half_the_optimizer_state(runs: dict[str, Any]) -> None:
@@ -145,3 +173,20 @@ def test_blocks_are_chosen_as_activation_checkpointing_chooses_modules() -> None
     out = run_python(["-c", _BLOCKS], timeout=120, env={"PORT": str(find_free_network_port())}).stdout
     assert "BLOCKS ['0', '1', '1.0', '2']" in out  # a nested block is sharded before its parent
     assert "REFUSED ShardedStrategy(fsdp_modules=...): pattern 'net.blocks.*' matched no submodule" in out
+
+
+@pytest.mark.gpu
+@RunIf(min_cuda_gpus=1)
+@pytest.mark.timeout(300)
+def test_policies_and_sharded_checkpoints_on_a_gpu(tmp_path) -> None:
+    """FSDP2's CPUOffloadPolicy (shards and the Adam step in CPU memory) and MixedPrecisionPolicy on CUDA, each saved
+    as a sharded folder and resumed; one rank, so that it runs on any machine with a GPU."""
+    base = (*FSDP2, "--devices", "1", "--accelerator", "gpu", *CONFIGS["adam"])
+    policies = {"fp32": (), "offload": ("--fsdp2-offload",), "bf16": ("--fsdp2-mp", "bf16")}
+    done = dict(zip(policies, run_parity_sequence([(tmp_path / name, *base, *extra) for name, extra in policies.items()])))
+    resumed = run_parity_sequence([(tmp_path / f"{name}_resumed", *base, *extra, "--steps", "8", "--resume", str(tmp_path / name / "final.ckpt"))
+                                   for name, extra in policies.items()])  # fmt: skip
+    assert all(is_sharded_checkpoint(tmp_path / name / "final.ckpt") for name in policies)
+    assert max_abs_diff(done["offload"][0], done["fp32"][0]) <= 1e-5  # the same step, run by the CPU
+    assert 0.0 < max_abs_diff(done["bf16"][0], done["fp32"][0]) <= 5e-3
+    assert max_abs_diff(resumed[1][0], resumed[0][0]) <= 1e-5 and max_abs_diff(resumed[2][0], resumed[0][0]) <= 1e-2

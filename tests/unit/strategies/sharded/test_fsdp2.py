@@ -16,3 +16,23 @@ def test_the_environment_forces_or_forbids_the_full_tensor_gather(monkeypatch: p
     assert gathers_by_hand(module)
     monkeypatch.setenv(GATHER_ENV, "0")
     assert not gathers_by_hand(module)
+
+
+def test_checkpoint_format_and_policies_are_checked_before_any_work() -> None:
+    import torch
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+
+    from lightning_mgpu.strategies import ShardedStrategy
+    from lightning_mgpu.strategies.sharded.fsdp2 import apply_fully_shard
+
+    assert ShardedStrategy(backend="fsdp2").checkpoint_format == "sharded"
+    assert ShardedStrategy(backend="torch").checkpoint_format == "full"  # Lightning 1.x's one file
+    assert ShardedStrategy(backend="fsdp2", checkpoint_format="full").checkpoint_format == "full"
+    with pytest.raises(ValueError, match="checkpoint_format='zip'\\) is not supported; choose one of"):
+        ShardedStrategy(backend="fsdp2", checkpoint_format="zip")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Use backend='fsdp2' for sharded checkpoints, or checkpoint_format='full'"):
+        ShardedStrategy(backend="torch", checkpoint_format="sharded")
+    with pytest.raises(ValueError, match="are FSDP2's policies; pass backend='fsdp2'"):
+        ShardedStrategy(backend="torch", mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="CPUOffloadPolicy\\(\\)\\) needs a GPU"):
+        apply_fully_shard(nn.Linear(2, 2), 1, "cpu", False, None, offload_policy=CPUOffloadPolicy())

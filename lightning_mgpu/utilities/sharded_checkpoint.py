@@ -1,0 +1,172 @@
+"""Sharded checkpoints: a folder that every rank writes its own shards into, landed atomically.
+
+A sharded checkpoint is the Lightning checkpoint dict split in two, in a folder named like the file it replaces
+(``last.ckpt/``, as Lightning's ``FSDPStrategy`` names its folders)::
+
+    last.ckpt/
+        .metadata, __R_K.distcp   torch.distributed.checkpoint: "state_dict" and "optimizer_states", each rank its shards
+        meta.pt                   the rest (loops, callbacks, RNG states, hyper-parameters), written by rank 0
+
+The tensor part keeps the layout of a full ``.ckpt`` key for key (model keys, torch's ordinary optimizer format with
+integer ids), so a folder converts to a file and back without the model: :func:`read_sharded_tensors` returns what a
+full save would have written. torch.distributed.checkpoint reshards on load: a folder saved by N ranks loads on M.
+
+**Atomic.** Every rank writes into a temporary folder beside the target; once the last shard and ``.metadata`` are
+written (``dcp.save`` returns on the coordinator only then), rank 0 writes ``meta.pt`` and swaps the folder into place
+with one ``renameat2(RENAME_EXCHANGE)``. A kill at any moment leaves the previous checkpoint or the new one under the
+name, never a torn folder; a killed save's temporary folder is removed by the next save.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lightning_mgpu.utilities.files import fsync_dir
+
+#: rank 0's part, beside the shards (the name Lightning's FSDPStrategy uses for the same thing)
+META_FILENAME = "meta.pt"
+#: the checkpoint keys whose tensors are sharded; everything else goes to ``meta.pt``
+SHARDED_KEYS = ("state_dict", "optimizer_states")
+_TMP_SUFFIX = ".tmp-dir"
+
+
+def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a complete sharded checkpoint folder (DCP's ``.metadata`` and rank 0's ``meta.pt``)."""
+    path = Path(path)
+    return path.is_dir() and (path / ".metadata").is_file() and (path / META_FILENAME).is_file()
+
+
+def temporary_folder(path: str | os.PathLike) -> Path:
+    """A fresh ``.NAME.UUID.tmp-dir`` beside ``path`` (same filesystem, so the final swap is atomic). Rank 0 picks
+    it and broadcasts it: every rank must write into the same folder."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}{_TMP_SUFFIX}")
+
+
+def remove_stale_folders(path: str | os.PathLike, keep: Path | None = None) -> None:
+    """Remove the temporary folders of ``path`` that killed saves left behind (and the old content of a swap)."""
+    path = Path(path)
+    for tmp in path.parent.glob(f".{path.name}.*{_TMP_SUFFIX}"):
+        if tmp != keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def split_checkpoint(checkpoint: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(tensors, meta)``: the sharded part and the rest. Optimizer state ids become strings, because
+    torch.distributed.checkpoint reads an integer path component back as a list index."""
+    tensors: dict[str, Any] = {}
+    for key in SHARDED_KEYS:
+        if key in checkpoint:
+            tensors[key] = checkpoint[key]
+    if "optimizer_states" in tensors:
+        tensors["optimizer_states"] = [_with_str_ids(state) for state in tensors["optimizer_states"]]
+    meta = {key: value for key, value in checkpoint.items() if key not in SHARDED_KEYS}
+    return tensors, meta
+
+
+def _with_str_ids(state: Mapping[str, Any]) -> dict[str, Any]:
+    return {**state, "state": {str(pid): slots for pid, slots in state.get("state", {}).items()}}
+
+
+def _with_int_ids(state: Mapping[str, Any]) -> dict[str, Any]:
+    return {**state, "state": {int(pid): slots for pid, slots in state.get("state", {}).items()}}
+
+
+def write_sharded_checkpoint(
+    checkpoint: Mapping[str, Any], path: str | os.PathLike, tmp: Path, coordinator: bool, no_dist: bool = False
+) -> None:
+    """Write ``checkpoint`` as a sharded folder at ``path``. Collective: every rank calls it with the same ``tmp``.
+
+    Each rank writes the shards of its DTensors (plain tensors, the same on every rank, are written once); the
+    coordinator (rank 0) then writes ``meta.pt`` and swaps the folder into place.
+
+    Args:
+        checkpoint: the Lightning checkpoint dict; under FSDP2 its ``state_dict`` and ``optimizer_states`` hold
+            DTensors.
+        path: the target, e.g. ``checkpoints/last.ckpt``; a file or folder already there is replaced atomically.
+        tmp: the temporary folder from :func:`temporary_folder`, the same on every rank.
+        coordinator: whether this is rank 0.
+        no_dist: one process, without a process group (``lightning-mgpu convert``).
+    """
+    import torch.distributed.checkpoint as dcp
+
+    path = Path(path)
+    tensors, meta = split_checkpoint(checkpoint)
+    if coordinator:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_folders(path, keep=tmp)
+    dcp.save(tensors, storage_writer=dcp.FileSystemWriter(str(tmp), sync_files=True), no_dist=no_dist)
+    if not coordinator:
+        return
+    with open(tmp / META_FILENAME, "wb") as f:
+        torch.save(meta, f)
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(tmp)
+    replace_path(tmp, path)
+
+
+def replace_path(new: Path, path: Path) -> None:
+    """Put the folder ``new`` at ``path`` in one atomic step, then delete what was there (a file or a folder)."""
+    if not os.path.lexists(path):
+        os.rename(new, path)
+    elif _exchange(new, path):
+        # `new` now holds the previous checkpoint.
+        shutil.rmtree(new, ignore_errors=True) if new.is_dir() else new.unlink()
+    else:
+        # No RENAME_EXCHANGE on this filesystem: move the old one aside under a temporary name, so that a kill
+        # between the two renames leaves it (removed by the next save) and never half of either.
+        aside = temporary_folder(path)
+        os.rename(path, aside)
+        os.rename(new, path)
+        shutil.rmtree(aside, ignore_errors=True) if aside.is_dir() else aside.unlink()
+    fsync_dir(path.parent)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """``renameat2(a, b, RENAME_EXCHANGE)`` (Linux 3.15+): swap two paths atomically. False where unsupported."""
+    with contextlib.suppress(AttributeError, OSError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        at_fdcwd, rename_exchange = -100, 2
+        if libc.renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise OSError(err, f"renameat2({a}, {b}, RENAME_EXCHANGE): {os.strerror(err)}")
+    return False
+
+
+def read_sharded_tensors(path: str | os.PathLike) -> dict[str, Any]:
+    """The whole tensor part of a sharded folder (every shard joined, on the CPU), in a full checkpoint's layout.
+
+    One process, no process group: what ``lightning-mgpu convert`` and a non-sharded strategy loading a folder use.
+    It holds the whole model and optimizer state, as the full checkpoint it stands for would.
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict[str, Any] = {}
+    # What torch's own dcp_to_torch_save does: an empty target that the planner fills from the metadata.
+    _load_state_dict(state, storage_reader=FileSystemReader(str(path)), planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    if "optimizer_states" in state:
+        state["optimizer_states"] = [_with_int_ids(s) for s in state["optimizer_states"]]
+    return state
+
+
+def sharded_model_keys(path: str | os.PathLike) -> set[str]:
+    """The model keys of a sharded folder, read from its metadata alone (no tensor is loaded)."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    planner_data = FileSystemReader(str(path)).read_metadata().planner_data or {}
+    return {str(where[1]) for where in planner_data.values() if len(where) == 2 and where[0] == "state_dict"}

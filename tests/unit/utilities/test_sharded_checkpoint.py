@@ -1,0 +1,128 @@
+"""Sharded checkpoint folders in one process: the layout, the round trip to a full checkpoint, the atomic swap.
+
+The multi-rank saves and the resharding (2 -> 1 -> 2, 2 -> 4 ranks) are in
+``tests/integration/strategies/sharded/test_fsdp2.py``; a SIGKILL during folder saves in
+``tests/integration/reliability/test_atomic_checkpoints.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from lightning_mgpu.utilities import sharded_checkpoint
+from lightning_mgpu.utilities.checkpoint import (
+    AtomicCheckpointIO,
+    CheckpointKeyMismatchError,
+    CheckpointReadError,
+    check_checkpoint_matches,
+    read_checkpoint,
+)
+from lightning_mgpu.utilities.sharded_checkpoint import (
+    is_sharded_checkpoint,
+    sharded_model_keys,
+    temporary_folder,
+    write_sharded_checkpoint,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch.distributed")
+
+
+def _checkpoint(version: float = 1.0) -> dict:
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(5, 3)).sum().backward()
+    optimizer.step()
+    torch.nn.init.constant_(model[0].weight, version)  # tells the saves apart
+    return {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "global_step": 7,
+            "loops": {"fit_loop": {"epoch": 2}}, "rng": torch.arange(4), "hyper_parameters": {"lr": 0.1}}  # fmt: skip
+
+
+def _save(checkpoint: dict, path: Path) -> None:
+    write_sharded_checkpoint(checkpoint, path, temporary_folder(path), coordinator=True, no_dist=True)
+
+
+def _assert_same(a: object, b: object, where: str = "") -> None:
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), (where, list(a), list(b) if isinstance(b, dict) else b)
+        for key in a:
+            _assert_same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    else:
+        assert a == b, (where, a, b)
+
+
+def test_a_folder_reads_back_as_the_full_checkpoint_it_stands_for(tmp_path: Path) -> None:
+    checkpoint = _checkpoint()
+    path = tmp_path / "last.ckpt"
+    _save(checkpoint, path)
+    assert is_sharded_checkpoint(path) and {p.name for p in path.iterdir()} == {".metadata", "__0_0.distcp", "meta.pt"}
+    back = read_checkpoint(path)
+    # The same keys, integer optimizer ids, param groups and tensors, bit for bit; meta.pt holds the rest.
+    _assert_same(checkpoint, back)
+    assert list(back["optimizer_states"][0]["state"]) == [0, 1, 2, 3]
+    assert "state_dict" not in torch.load(path / "meta.pt", weights_only=True)
+    # Lightning's strategies read it through the bundle's checkpoint IO; the key check reads only the metadata.
+    _assert_same(AtomicCheckpointIO().load_checkpoint(path)["state_dict"], checkpoint["state_dict"])
+    assert sharded_model_keys(path) == set(checkpoint["state_dict"])
+
+
+def test_the_key_check_refuses_a_folder_of_another_model(tmp_path: Path) -> None:
+    path = tmp_path / "last.ckpt"
+    _save(_checkpoint(), path)
+    check_checkpoint_matches(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)), path)
+    with pytest.raises(CheckpointKeyMismatchError, match="2 missing key"):
+        check_checkpoint_matches(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 1)), path)
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "rename-aside"])
+@pytest.mark.parametrize("previous", ["file", "folder"])
+def test_a_save_replaces_what_was_there_and_leaves_no_temporary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool, previous: str) -> None:
+    if not exchange:  # a filesystem without RENAME_EXCHANGE
+        monkeypatch.setattr(sharded_checkpoint, "_exchange", lambda a, b: False)
+    path = tmp_path / "last.ckpt"
+    if previous == "file":
+        AtomicCheckpointIO().save_checkpoint(_checkpoint(1.0), path)
+    else:
+        _save(_checkpoint(1.0), path)
+    _save(_checkpoint(2.0), path)
+    assert torch.equal(read_checkpoint(path)["state_dict"]["0.weight"], torch.full((4, 3), 2.0))
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def test_a_save_that_fails_midway_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "last.ckpt"
+    _save(_checkpoint(1.0), path)
+
+    def dies_after_the_shards(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sharded_checkpoint, "fsync_dir", dies_after_the_shards)  # after every shard and meta.pt
+    with pytest.raises(OSError, match="No space"):
+        _save(_checkpoint(2.0), path)
+    assert torch.equal(read_checkpoint(path)["state_dict"]["0.weight"], torch.full((4, 3), 1.0))
+    stale = [p for p in tmp_path.iterdir() if p.name != "last.ckpt"]
+    assert len(stale) == 1 and stale[0].name.endswith(".tmp-dir")
+    monkeypatch.undo()
+    _save(_checkpoint(3.0), path)  # the next save removes the killed one's temporary folder
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def test_a_folder_cut_short_is_named_not_misread(tmp_path: Path) -> None:
+    path = tmp_path / "last.ckpt"
+    _save(_checkpoint(), path)
+    (path / "meta.pt").unlink()
+    with pytest.raises(CheckpointReadError, match="is a folder, not a sharded checkpoint"):
+        read_checkpoint(path)
+    _save(_checkpoint(), path)
+    next(path.glob("*.distcp")).write_bytes(b"")
+    with pytest.raises(CheckpointReadError, match="a shard is missing or cut short"):
+        read_checkpoint(path)
