@@ -181,12 +181,16 @@ def test_blocks_are_chosen_as_activation_checkpointing_chooses_modules() -> None
 def test_policies_and_sharded_checkpoints_on_a_gpu(tmp_path) -> None:
     """FSDP2's CPUOffloadPolicy (shards and the Adam step in CPU memory) and MixedPrecisionPolicy on CUDA, each saved
     as a sharded folder and resumed; one rank, so that it runs on any machine with a GPU."""
-    base = (*FSDP2, "--devices", "1", "--accelerator", "gpu", *CONFIGS["adam"])
-    policies = {"fp32": (), "offload": ("--fsdp2-offload",), "bf16": ("--fsdp2-mp", "bf16")}
+    base = (*FSDP2, "--devices", "1", "--accelerator", "gpu")
+    # Adam for the offload (its state and step live in CPU memory); SGD for bf16, whose distance from fp32 Adam would
+    # normalise away: an H100 run (2026-11-27) measured 0.020 after 5 Adam steps at lr 0.01, against 5e-3 for SGD.
+    policies = {"fp32": (*CONFIGS["adam"],), "offload": (*CONFIGS["adam"], "--fsdp2-offload"),
+                "fp32_sgd": (*CONFIGS["sgd"],), "bf16": (*CONFIGS["sgd"], "--fsdp2-mp", "bf16")}  # fmt: skip
     done = dict(zip(policies, run_parity_sequence([(tmp_path / name, *base, *extra) for name, extra in policies.items()])))
-    resumed = run_parity_sequence([(tmp_path / f"{name}_resumed", *base, *extra, "--steps", "8", "--resume", str(tmp_path / name / "final.ckpt"))
-                                   for name, extra in policies.items()])  # fmt: skip
+    resumed = dict(zip(policies, run_parity_sequence([(tmp_path / f"{name}_resumed", *base, *extra, "--steps", "8", "--resume",
+                                                       str(tmp_path / name / "final.ckpt")) for name, extra in policies.items()])))  # fmt: skip
     assert all(is_sharded_checkpoint(tmp_path / name / "final.ckpt") for name in policies)
     assert max_abs_diff(done["offload"][0], done["fp32"][0]) <= 1e-5  # the same step, run by the CPU
-    assert 0.0 < max_abs_diff(done["bf16"][0], done["fp32"][0]) <= 5e-3
-    assert max_abs_diff(resumed[1][0], resumed[0][0]) <= 1e-5 and max_abs_diff(resumed[2][0], resumed[0][0]) <= 1e-2
+    assert 0.0 < max_abs_diff(done["bf16"][0], done["fp32_sgd"][0]) <= 5e-3
+    assert max_abs_diff(resumed["offload"][0], resumed["fp32"][0]) <= 1e-5
+    assert max_abs_diff(resumed["bf16"][0], resumed["fp32_sgd"][0]) <= 1e-2
