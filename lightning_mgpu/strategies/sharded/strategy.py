@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 import torch
 from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
+from lightning.fabric.utilities.init import _has_meta_device_parameters_or_buffers, _materialize_distributed_module
 from lightning.fabric.utilities.optimizer import (
     _optimizer_to_device,
     _optimizers_to_device,
@@ -287,7 +288,8 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         if fitting and self._layer_sync:
             self.model = self._layer_sync.apply(self.model)
         self.model = self.precision_plugin.convert_module(self.model)
-        self.model_to_device()
+        if not _has_meta_device_parameters_or_buffers(self.model):  # built on meta: fully_shard, then materialised
+            self.model_to_device()
         if fitting:
             self._note_single_process()
             if self._backend == "fairscale":
@@ -314,16 +316,39 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         from lightning_mgpu.strategies.sharded.fsdp2 import apply_fully_shard
 
         assert self.model is not None
-        # fully_shard keeps each rank's own slice of the weights it is given: start from rank 0's, as DDP does.
-        _sync_module_states(self.model)
+        on_meta = _has_meta_device_parameters_or_buffers(self.model)
+        if not on_meta:
+            # fully_shard keeps each rank's own slice of the weights it is given: start from rank 0's, as DDP does.
+            _sync_module_states(self.model)
         blocks = apply_fully_shard(
             self.model, self.world_size, self.root_device.type, self._reshard_after_forward, self._fsdp_modules,
             mp_policy=self._mp_policy, offload_policy=self._offload_policy,
         )  # fmt: skip
+        if on_meta:
+            # Built in configure_model on the meta device: each rank allocates its shards only, then reset_parameters()
+            # initialises them (DTensor-aware, so the ranks draw one consistent tensor). The whole model never exists.
+            _materialize_distributed_module(self.model, self.root_device)
         rank_zero_info(
             f"strategy='sharded' (fsdp2): {len(blocks)} block(s) and the root sharded over {self.world_size} rank(s),"
-            f" reshard_after_forward={self._reshard_after_forward} ({'ZeRO-3' if self._reshard_after_forward else 'ZeRO-2'})."
+            f" reshard_after_forward={self._reshard_after_forward} ({'ZeRO-3' if self._reshard_after_forward else 'ZeRO-2'})"
+            + (", built on the meta device and materialised shard by shard." if on_meta else ".")
         )
+
+    @contextmanager
+    @override
+    def model_sharded_context(self) -> Generator[None, None, None]:
+        """fsdp2, when fitting: ``configure_model`` builds the layers on the meta device (no memory), and ``setup``
+        materialises only each rank's shards after ``fully_shard``. Elsewhere (other backends, validate/test/predict on
+        the bare module) layers are built as usual."""
+        if self._backend == "fsdp2" and self._fitting():
+            with torch.device("meta"):
+                yield
+        else:
+            yield
+
+    def _fitting(self) -> bool:
+        trainer = getattr(self.lightning_module, "_trainer", None)
+        return trainer is not None and trainer.state.fn == TrainerFn.FITTING
 
     def _is_fully_sharded(self) -> bool:
         if self._backend != "fsdp2" or self.model is None:

@@ -17,7 +17,7 @@ import torch
 from lightning_mgpu.strategies import ShardedStrategy
 from lightning_mgpu.utilities.checkpoint import read_checkpoint
 from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
-from tests.helpers.launch import max_abs_diff, run_parity_sequence
+from tests.helpers.launch import max_abs_diff, run_parity_sequence, run_python
 from tests.helpers.runif import RunIf
 
 pytestmark = [pytest.mark.timeout(900)]
@@ -194,3 +194,20 @@ def test_policies_and_sharded_checkpoints_on_a_gpu(tmp_path) -> None:
     assert 0.0 < max_abs_diff(done["bf16"][0], done["fp32_sgd"][0]) <= 5e-3
     assert max_abs_diff(resumed["offload"][0], resumed["fp32"][0]) <= 1e-5
     assert max_abs_diff(resumed["bf16"][0], resumed["fp32_sgd"][0]) <= 1e-2
+
+
+def test_a_model_built_in_configure_model_is_never_whole_and_resumes_on_fewer_ranks(tmp_path) -> None:
+    """configure_model runs on the meta device under sharded_fsdp2: fully_shard, then each rank materialises only its
+    shards (reset_parameters). The model trains, saves a sharded folder, and resumes from it on one rank."""
+    run = ["-m", "tests.integration.runners.run_configure_model"]
+    run_python([*run, "--out", str(tmp_path / "two"), "--devices", "2"], timeout=240)
+    run_python([*run, "--out", str(tmp_path / "one"), "--devices", "1", "--steps", "16", "--resume", str(tmp_path / "two" / "final.ckpt")], timeout=240)
+    two = [json.loads((tmp_path / "two" / f"result_rank{r}.json").read_text()) for r in (0, 1)]
+    one = json.loads((tmp_path / "one" / "result_rank0.json").read_text())
+    for result in (*two, one):
+        assert result["seen"] == ["meta"] and result["types"] == ["DTensor"] and result["finite"], result
+    assert two[0]["global_step"] == two[1]["global_step"] == 12
+    assert all(sum(r["losses"][-4:]) < sum(r["losses"][:4]) for r in two)  # it learns (each rank on its own batches)
+    saved = read_checkpoint(tmp_path / "two" / "final.ckpt", trusted=True)
+    assert one["first_sum"] == float(sum(v.double().sum() for v in saved["state_dict"].values()))  # resumed, 2 -> 1
+    assert one["global_step"] == 16
