@@ -7,8 +7,10 @@ The range is the one CI tests: the oldest pair (Lightning 2.5.1 with torch 2.13 
 
 from __future__ import annotations
 
+import warnings
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from packaging.version import Version
 
@@ -66,3 +68,22 @@ def check_fsdp2_device(device_type: str) -> None:
             f" (FSDP2 records events on CPU streams); this is torch {torch.__version__}. Upgrade torch, train on GPUs,"
             " or use strategy='sharded' (FairScale) or ShardedStrategy(backend='torch') on the CPU."
         )
+
+
+#: torch.distributed.checkpoint.save(no_dist=...) is new in torch 2.7; before, a process without a process group is
+#: taken for a single-process save on its own (with a warning).
+DCP_NO_DIST_SINCE = "2.7"
+
+
+def dcp_save(state: dict[str, Any], storage_writer: Any, no_dist: bool = False) -> None:
+    """``torch.distributed.checkpoint.save`` across the torch range: ``no_dist`` where torch has it."""
+    import inspect
+
+    import torch.distributed.checkpoint as dcp
+
+    if "no_dist" in inspect.signature(dcp.save).parameters:
+        dcp.save(state, storage_writer=storage_writer, no_dist=no_dist)
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        dcp.save(state, storage_writer=storage_writer)

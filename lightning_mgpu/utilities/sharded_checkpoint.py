@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from lightning_mgpu.utilities._compat import dcp_save
 from lightning_mgpu.utilities.files import fsync_dir
 
 #: rank 0's part, beside the shards (the name Lightning's FSDPStrategy uses for the same thing)
@@ -105,7 +106,7 @@ def write_sharded_checkpoint(
     if coordinator:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_folders(path, keep=tmp)
-    dcp.save(tensors, storage_writer=dcp.FileSystemWriter(str(tmp), sync_files=True), no_dist=no_dist)
+    dcp_save(tensors, dcp.FileSystemWriter(str(tmp), sync_files=True), no_dist=no_dist)
     if not coordinator:
         return
     with open(tmp / META_FILENAME, "wb") as f:

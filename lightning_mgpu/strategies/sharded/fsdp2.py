@@ -70,12 +70,12 @@ def apply_fully_shard(
 
     from lightning_mgpu.utilities._compat import check_fsdp2_device
 
-    check_fsdp2_device(device_type)
     if offload_policy is not None and device_type == "cpu":
         raise ValueError(
             "ShardedStrategy(offload_policy=CPUOffloadPolicy()) needs a GPU: it keeps the shards in CPU memory between"
             " their uses on the device, and on the CPU they are there already. Remove offload_policy (--fsdp2-offload)."
         )
+    check_fsdp2_device(device_type)
     mesh = init_device_mesh(device_type, (world_size,))
     if blocks is None:
         chosen = [(n, m) for n, m in module.named_modules() if n and any(True for _ in m.parameters(recurse=False))]

@@ -1,0 +1,247 @@
+"""Benchmark sharded checkpoints (``sharded_fsdp2``'s default) against full ones and raw torch.distributed.checkpoint.
+
+An MLP with fp32 Adam, built on the meta device and sharded with FSDP2 over 2 CPU ranks (gloo), as ``sharded_fsdp2``
+builds a model from ``configure_model``. Per arm, a fresh pair of processes (a process's peak RSS never goes down):
+
+- ``sharded``: the bundle's save (``write_sharded_checkpoint`` of ``sharded_model_state``/``sharded_optimizer_state``,
+  each rank its shards, swapped into place atomically) and load (``load_sharded_checkpoint``);
+- ``full``: the bundle's ``checkpoint_format="full"``: the whole state gathered to rank 0, one file; every rank reads
+  the file to load;
+- ``raw_dcp``: ``torch.distributed.checkpoint.save``/``load`` of ``get_state_dict`` by hand (the floor);
+- ``ddp``: the same model whole on each rank with its Adam state (the memory reference; no checkpoint).
+
+Figures: save and load seconds (median over rounds), and peak resident memory per rank above the import baseline,
+through the build, one step and the saves, and through the loads. Goals (issue 30): sharded save <= 1.05 x raw DCP;
+sharded's peak <= 0.6 x ddp's.
+
+    python benchmarks/bench_sharded_checkpoint.py                    # ~50M parameters, about 2 minutes on 2 cores
+    python benchmarks/bench_sharded_checkpoint.py --width 1024 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `harness` also when this file is a launched worker
+from harness.result import progress, ratio, write_result  # noqa: E402
+
+WORLD = 2
+ARMS = ("sharded", "full", "raw_dcp", "ddp")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--width", type=int, default=2048, help="MLP width w; 12 layers of w x w (50M parameters at 2048)")
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--rounds", type=int, default=5, help="saves and loads per arm (the first is a warm-up)")
+    p.add_argument("--zero3", default=True, action=argparse.BooleanOptionalAction, help="reshard_after_forward (ZeRO-3)")
+    p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
+    p.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of " + ",".join(ARMS))
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+built_mib: list[float] = []  # peak RSS after the build, after the backward
+
+
+def _build(args: argparse.Namespace, sharded: bool) -> tuple[Any, Any]:
+    import torch
+    from torch import nn
+
+    def layers() -> nn.Module:
+        return nn.Sequential(*[nn.Linear(args.width, args.width, bias=False) for _ in range(args.layers)])
+
+    if not sharded:
+        model = layers()
+    else:
+        from lightning.fabric.utilities.init import _materialize_distributed_module
+
+        from lightning_mgpu.strategies.sharded.fsdp2 import apply_fully_shard
+
+        with torch.device("meta"):
+            model = layers()
+        # ZeRO-3 (reshard_after_forward): one block's parameters gathered at a time, the setting for a model that does
+        # not fit whole; the default ZeRO-2 keeps every gathered block from forward to backward.
+        apply_fully_shard(model, WORLD, "cpu", args.zero3, None)
+        _materialize_distributed_module(model, torch.device("cpu"))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    built_mib.append(_rss_mib())
+    model(torch.randn(4, args.width)).sum().backward()
+    built_mib.append(_rss_mib())
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return model, optimizer
+
+
+def _timed(fn: Any) -> float:
+    import torch.distributed as dist
+
+    dist.barrier()
+    start = time.perf_counter()
+    fn()
+    dist.barrier()
+    return time.perf_counter() - start
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    from lightning_mgpu.strategies.sharded import fsdp2
+    from lightning_mgpu.utilities import files
+    from lightning_mgpu.utilities.checkpoint import load_checkpoint_file
+    from lightning_mgpu.utilities.sharded_checkpoint import temporary_folder, write_sharded_checkpoint
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, arm = dist.get_rank(), args.worker
+    # Every arm imports the same modules before the baseline: the figures are the state, not the code.
+    import torch.distributed.fsdp  # noqa: F401
+    import torch.distributed.tensor  # noqa: F401
+    from lightning.fabric.utilities.init import _materialize_distributed_module  # noqa: F401
+
+    baseline = _rss_mib()
+    model, optimizer = _build(args, sharded=arm != "ddp")
+    out: dict[str, Any] = {"after_build_mib": built_mib[0] - baseline, "after_backward_mib": built_mib[1] - baseline,
+                           "after_step_mib": _rss_mib() - baseline, "save_s": [], "load_s": []}  # fmt: skip
+    target = args.out / "ckpt"
+
+    def save() -> None:
+        if arm == "sharded":
+            checkpoint = {"state_dict": fsdp2.sharded_model_state(model), "optimizer_states": [fsdp2.sharded_optimizer_state(model, optimizer)],
+                          "global_step": 1}  # fmt: skip
+            tmp = [str(temporary_folder(target))]
+            dist.broadcast_object_list(tmp, src=0)
+            write_sharded_checkpoint(checkpoint, target, Path(tmp[0]), coordinator=rank == 0)
+        elif arm == "full":
+            checkpoint = {"state_dict": fsdp2.full_model_state(model), "optimizer_states": [fsdp2.full_optimizer_state(model, optimizer)],
+                          "global_step": 1}  # fmt: skip
+            if rank == 0:
+                files.atomic_write(target, lambda f: torch.save(checkpoint, f))
+        else:
+            model_state, optim_state = get_state_dict(model, optimizer)
+            dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(target) + f".{len(out['save_s'])}")
+
+    def load() -> None:
+        if arm == "sharded":
+            fsdp2.load_sharded_checkpoint(model, [optimizer], target)
+        elif arm == "full":
+            checkpoint = load_checkpoint_file(target)
+            fsdp2.load_full_model_state(model, checkpoint["state_dict"])
+            fsdp2.load_full_optimizer_state(model, optimizer, checkpoint["optimizer_states"][0])
+        else:
+            model_state, optim_state = get_state_dict(model, optimizer)
+            state = {"model": model_state, "optim": optim_state}
+            dcp.load(state, checkpoint_id=str(target) + ".0")
+            set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+    if arm != "ddp":
+        for i in range(args.rounds):
+            out["save_s"].append(_timed(save))
+            if rank == 0:
+                progress(i + 1, 2 * args.rounds)
+        out["after_save_mib"] = _rss_mib() - baseline
+        for i in range(args.rounds):
+            out["load_s"].append(_timed(load))
+            if rank == 0:
+                progress(args.rounds + i + 1, 2 * args.rounds)
+        out["after_load_mib"] = _rss_mib() - baseline
+    (args.out / f"rank{rank}.json").write_text(json.dumps(out))
+    dist.destroy_process_group()
+
+
+def launch(args: argparse.Namespace, arm: str, out: Path, timeout: float = 900) -> list[dict[str, Any]]:
+    """Two ranks of this script as ``--worker ARM``; kill both if either fails."""
+    from lightning.fabric.plugins.environments.lightning import find_free_network_port
+
+    out.mkdir(parents=True, exist_ok=True)
+    port = find_free_network_port()
+    procs = []
+    for rank in range(WORLD):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(WORLD),
+               "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+               # glibc raises its mmap threshold after the first large free, then keeps freed tensors' pages in its
+               # heap: RSS would count memory no tensor holds. A fixed threshold maps and unmaps each large tensor.
+               "MALLOC_MMAP_THRESHOLD_": "65536"}  # fmt: skip
+        cmd = [sys.executable, __file__, "--worker", arm, "--out", str(out), "--width", str(args.width), "--layers", str(args.layers),
+               "--rounds", str(args.rounds), "--zero3" if args.zero3 else "--no-zero3"]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE if rank else None, stderr=subprocess.STDOUT if rank else None, text=True))
+    deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p in procs):
+        if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+            for p in procs:
+                p.kill()
+            break
+        time.sleep(0.2)
+    logs = [p.communicate()[0] or "" for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"arm {arm} failed:\n" + "\n".join(log[-3000:] for log in logs))
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    if args.worker:
+        worker(args)
+        return {}
+    params = args.layers * args.width**2
+    print(f"bench_sharded_checkpoint: {params / 1e6:.1f}M parameters, fp32 Adam, FSDP2 over {WORLD} CPU ranks, {args.rounds} rounds")
+    results: dict[str, list[dict[str, Any]]] = {}
+    failed: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for arm in [a for a in args.arms.split(",") if a]:
+            try:
+                results[arm] = launch(args, arm, Path(tmp) / arm)
+            except RuntimeError as err:
+                failed[arm] = str(err)[-2000:]
+    # Per round, the slower rank's time is the save's time (both ranks wait at the barrier anyway).
+    arms = {arm: {"save_s": [max(r["save_s"][i] for r in ranks) for i in range(1, args.rounds)],
+                  "load_s": [max(r["load_s"][i] for r in ranks) for i in range(1, args.rounds)]}
+            for arm, ranks in results.items() if arm != "ddp"}  # fmt: skip
+    memory = {arm: [max(r.get(k, 0.0) for k in ("after_step_mib", "after_save_mib", "after_load_mib")) * 2**20 for r in ranks]
+              for arm, ranks in results.items()}  # fmt: skip
+    figures: dict[str, dict[str, Any]] = {}
+    if "sharded" in results and "ddp" in results:
+        peak = lambda arm, key: max(r[key] for r in results[arm])  # noqa: E731
+        figures["sharded / ddp peak RSS per rank, build + step + saves"] = {"value": peak("sharded", "after_save_mib") / peak("ddp", "after_step_mib"), "goal": 0.6}
+        if "full" in results:
+            figures["full / ddp peak RSS per rank, build + step + saves"] = {"value": peak("full", "after_save_mib") / peak("ddp", "after_step_mib"), "goal": None}
+            figures["sharded / full peak RSS per rank, through the loads"] = {"value": peak("sharded", "after_load_mib") / peak("full", "after_load_mib"), "goal": None}
+    for arm, ranks in results.items():
+        for r, rank in enumerate(ranks):
+            print(f"  {arm:8s} rank {r}: RSS above baseline {rank['after_build_mib']:.0f} MiB built, {rank['after_backward_mib']:.0f} after a"
+                  f" backward, {rank['after_step_mib']:.0f} after the step,"
+                  f" {rank.get('after_save_mib', 0):.0f} after the saves, {rank.get('after_load_mib', 0):.0f} after the loads")
+    for arm, times in arms.items():
+        print(f"  {arm:8s} save {statistics.median(times['save_s']):.3f} s, load {statistics.median(times['load_s']):.3f} s (median of {len(times['save_s'])})")
+    for label, fig in figures.items():
+        print(f"  {label}: {fig['value']:.3f}" + (f" (goal <= {fig['goal']})" if fig["goal"] else ""))
+    ratios = [ratio("sharded save / raw DCP save", "sharded", "raw_dcp", "save_s", goal=1.05),
+              ratio("sharded load / raw DCP load", "sharded", "raw_dcp", "load_s"),
+              ratio("full save / sharded save", "full", "sharded", "save_s"),
+              ratio("full load / sharded load", "full", "sharded", "load_s")]  # fmt: skip
+    write_result(args.result, name="sharded_checkpoint", unit="s", arms=arms, ratios=ratios, figures=figures, memory=memory,
+                 memory_label="peak RSS per rank above the import baseline (build, step, saves, loads)", failed=failed,
+                 config={"params": params, "width": args.width, "layers": args.layers, "rounds": args.rounds, "world": WORLD, "zero3": args.zero3})  # fmt: skip
+    return {"arms": arms, "figures": figures, "failed": failed}
+
+
+if __name__ == "__main__":
+    main()
