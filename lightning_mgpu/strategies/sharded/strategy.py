@@ -567,7 +567,10 @@ class ShardedStrategy(StepRouting, DDPStrategy):
             return
         if storage_options is not None:
             raise TypeError(f"ShardedStrategy(checkpoint_format='sharded') saves take no storage_options, got {storage_options!r}.")
-        # One temporary folder for all ranks, named by rank 0: the shards of this save must land together.
+        # Rank 0's path and one temporary folder beside it for all ranks: the shards of this save must land together
+        # (a caller may pass each rank its own path, as Ray's report callback does with per-rank temporary folders).
+        # Across nodes this needs a filesystem they share, as Lightning's FSDP sharded checkpoints do.
+        filepath = self.broadcast(str(filepath))
         tmp = Path(self.broadcast(str(temporary_folder(filepath))))
         write_sharded_checkpoint(checkpoint, filepath, tmp, coordinator=self.is_global_zero)
 
