@@ -64,7 +64,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "sharded_fsdp2's sharded checkpoints against one full file and raw torch.distributed.checkpoint: save and load"
         " seconds, peak RSS per rank (a 50M-parameter Adam model built on the meta device) against ddp's",
         {"full": ["--rounds", "7"], "quick": ["--rounds", "3", "--width", "1024"],
-         "dry": ["--rounds", "2", "--width", "128", "--layers", "2"]},
+         "dry": ["--rounds", "2", "--width", "512", "--layers", "2"]},
     ),
     Benchmark(
         "horovod", ("strategies",), "bench_horovod.py",
