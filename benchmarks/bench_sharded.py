@@ -43,6 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `harness` also when this file is a launched worker
 from harness.result import progress, ratio, write_result  # noqa: E402
+from harness.ranks import wait_for_ranks  # noqa: E402
 from lightning.fabric.plugins.environments.lightning import find_free_network_port  # noqa: E402
 
 from lightning_mgpu.utilities.process_group import destroy_process_group_if_done  # noqa: E402
@@ -338,14 +339,7 @@ def launch(args: argparse.Namespace, kind: str, config: str, out: Path, timeout:
         cmd = [sys.executable, __file__, "--worker", kind, "--config", config, "--out", str(out), *forwarded]
         pipe = subprocess.PIPE if rank else None  # rank 0 writes straight through: its progress and its errors
         procs.append(subprocess.Popen(cmd, env=env, stdout=pipe, stderr=subprocess.STDOUT if rank else None, text=True))
-    deadline = time.monotonic() + timeout
-    while any(p.poll() is None for p in procs):
-        if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
-            for p in procs:
-                p.kill()
-            break
-        time.sleep(0.2)
-    logs = [p.communicate()[0] or "" for p in procs]
+    logs = wait_for_ranks(procs, timeout)
     if any(p.returncode for p in procs):
         raise SystemExit(f"worker {kind}/{config} failed:\n" + "\n".join(log[-4000:] for log in logs))
     return [json.loads(out.with_name(f"{out.stem}.rank{r}.json").read_text()) for r in range(WORLD)]

@@ -34,6 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `harness` also when this file is a launched worker
 from harness.result import progress, ratio, write_result  # noqa: E402
+from harness.ranks import wait_for_ranks  # noqa: E402
 
 WORLD = 2
 ARMS = ("sharded", "full", "raw_dcp", "ddp")
@@ -201,14 +202,7 @@ def launch(args: argparse.Namespace, arm: str, out: Path, timeout: float = 900) 
         cmd = [sys.executable, __file__, "--worker", arm, "--out", str(out), "--width", str(args.width), "--layers", str(args.layers),
                "--rounds", str(args.rounds), "--zero3" if args.zero3 else "--no-zero3"]  # fmt: skip
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE if rank else None, stderr=subprocess.STDOUT if rank else None, text=True))
-    deadline = time.monotonic() + timeout
-    while any(p.poll() is None for p in procs):
-        if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
-            for p in procs:
-                p.kill()
-            break
-        time.sleep(0.2)
-    logs = [p.communicate()[0] or "" for p in procs]
+    logs = wait_for_ranks(procs, timeout)
     if any(p.returncode for p in procs):
         raise RuntimeError(f"arm {arm} failed:\n" + "\n".join(log[-3000:] for log in logs))
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
