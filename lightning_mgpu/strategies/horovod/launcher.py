@@ -1,6 +1,7 @@
-"""Self-launch for ``Trainer(strategy="horovod", devices=N)`` run as a plain ``python`` script.
+"""Self-launch for ``Trainer(strategy="horovod", devices=N)`` where there is no script to run again (a notebook).
 
-Outside ``horovodrun``, :class:`_HorovodLauncher` starts the N workers on this machine with
+With ``HorovodStrategy(start_method="run")`` (the default only where :mod:`.script_launcher` cannot run the
+script again), :class:`_HorovodLauncher` starts the N workers on this machine with
 Horovod's Python API (``horovod.run``, Gloo controller), the way ``ddp_spawn`` starts its
 processes: each worker unpickles the Trainer and runs the fit/validate/test function, and rank
 0's results (final weights, ``callback_metrics``, trainer state, the checkpoint callback's
@@ -102,11 +103,12 @@ class _HorovodLauncher(_MultiProcessingLauncher):
         except (TypeError, AttributeError, pickle.PicklingError) as err:
             model = trainer.lightning_module if trainer is not None else None
             raise HorovodLaunchError(
-                f"strategy='horovod' without horovodrun sends the Trainer and {type(model).__name__ if model else 'the model'}"
+                f"HorovodStrategy(start_method='run') sends the Trainer and {type(model).__name__ if model else 'the model'}"
                 f" to its {n} workers by pickling, and they cannot be pickled ({type(err).__name__}: {err}). FairScale's"
-                " checkpoint_wrapper is a known cause. Launch with horovodrun instead, where every worker runs the script"
-                " and nothing is pickled (horovodrun -np N --gloo python train.py), or replace checkpoint_wrapper with"
-                " lightning_mgpu's ActivationCheckpointing callback, which wraps the model inside each worker."
+                " checkpoint_wrapper is a known cause. Run the code as a script, where every worker runs it again and"
+                " nothing is pickled (start_method='script', the default for scripts, or horovodrun -np N --gloo python"
+                " train.py), or replace checkpoint_wrapper with lightning_mgpu's ActivationCheckpointing callback, which"
+                " wraps the model inside each worker."
             ) from err
         rank_zero_info(f"HorovodStrategy: starting {n} workers on localhost with horovod.run (Gloo)")
         try:

@@ -7,6 +7,9 @@ averages gradients with ring all-reduce. Launch it either way:
     $ horovodrun -np 16 -H node0:8,node1:8 python train.py --devices 8 ...     # two machines
     $ python examples/train.py --strategy horovod --devices 2                  # self-launch (Gloo, localhost)
 
+The self-launch runs the script again as each further worker, as ``ddp`` does (``start_method="script"``), or,
+in a notebook, sends the Trainer to ``horovod.run`` workers (``start_method="run"``).
+
 What the strategy does in each worker, in order: ``hvd.init()``; pin the worker to device
 ``local_rank``; point Lightning's rank-zero utilities, samplers, loggers and checkpointing at the
 Horovod rank and size; broadcast rank 0's weights (and any optimizer state) to everyone; wrap each
@@ -27,9 +30,10 @@ Gradient sync, precisely (see ``docs/horovod.md``):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Generator
 from contextlib import contextmanager
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union
 
 import lightning.pytorch as pl
 import torch
@@ -58,8 +62,11 @@ from lightning_mgpu.strategies._optim import rebind_schedulers
 from lightning_mgpu.strategies.horovod import runtime
 from lightning_mgpu.strategies.horovod.environment import HorovodEnvironment
 from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
+from lightning_mgpu.utilities.failures import failed_rank_report
 
 __all__ = ["HorovodStrategy"]
+
+log = logging.getLogger(__name__)
 
 
 class HorovodStrategy(ParallelStrategy):
@@ -79,8 +86,12 @@ class HorovodStrategy(ParallelStrategy):
             ``horovod.torch.Compression`` member.
         gradient_predivide_factor: averaging is split into ``1/factor`` before the sum and
             ``factor/size`` after it (horovod's option, useful against fp16 overflow).
-        start_timeout: seconds the self-launch may take to start the workers (default: Horovod's, 30 s
-            or ``HOROVOD_START_TIMEOUT``).
+        start_timeout: seconds the self-launch may take to start the workers (default: Horovod's, 30 s).
+        start_method: how ``devices=N`` starts its workers outside horovodrun. ``"script"`` runs the script
+            again in each worker, as ``ddp`` does (nothing is pickled; the script needs no ``__main__`` guard
+            beyond what ``ddp`` needs). ``"run"`` uses ``horovod.run``, which pickles the Trainer and model into
+            the workers and returns rank 0's results, as ``ddp_spawn`` does; it is what a notebook or
+            ``python -c`` can use. ``"auto"`` (default): ``"script"`` when there is a script, else ``"run"``.
 
     Raises:
         MissingDependencyError: horovod or its PyTorch extension is not installed; the message
@@ -106,6 +117,7 @@ class HorovodStrategy(ParallelStrategy):
         compression: Any = "none",
         gradient_predivide_factor: float = 1.0,
         start_timeout: Optional[int] = None,
+        start_method: Literal["auto", "script", "run"] = "auto",
     ) -> None:
         # Fail at Trainer(strategy="horovod"), with the install command, not deep inside fit.
         runtime.horovod_torch()
@@ -117,12 +129,15 @@ class HorovodStrategy(ParallelStrategy):
             checkpoint_io=checkpoint_io if checkpoint_io is not None else AtomicCheckpointIO(),
             precision_plugin=precision_plugin,
         )
+        if start_method not in ("auto", "script", "run"):
+            raise ValueError(f"start_method must be 'auto', 'script' or 'run', got {start_method!r}")
         if compression not in ("none", "fp16") and not hasattr(compression, "compress"):
             raise ValueError(f"compression must be 'none', 'fp16' or a horovod.torch.Compression member, got {compression!r}")
         self._scale_lr = scale_lr
         self._compression = compression
         self._gradient_predivide_factor = gradient_predivide_factor
         self._start_timeout = start_timeout
+        self._start_method = start_method
         self._num_nodes = 1
         self._sync_blocked = 0
         self._failed = False
@@ -197,9 +212,23 @@ class HorovodStrategy(ParallelStrategy):
                 " (plain `python train.py`) only starts workers on this machine. Drop num_nodes or use horovodrun."
             )
         if self.num_processes > 1:
-            from lightning_mgpu.strategies.horovod.launcher import _HorovodLauncher
+            from lightning_mgpu.strategies.horovod.script_launcher import can_run_script_again
 
-            self._launcher = _HorovodLauncher(self, start_timeout=self._start_timeout)
+            method = self._start_method
+            if method == "script" and not can_run_script_again():
+                raise ValueError(
+                    "HorovodStrategy(start_method='script') runs the script again in each worker, but this is a"
+                    " notebook or `python -c`, with no script to run. Use start_method='run' (horovod.run, which"
+                    " pickles the Trainer into the workers), or save the code as a script."
+                )
+            if method == "run" or (method == "auto" and not can_run_script_again()):
+                from lightning_mgpu.strategies.horovod.launcher import _HorovodLauncher
+
+                self._launcher = _HorovodLauncher(self, start_timeout=self._start_timeout)
+            else:
+                from lightning_mgpu.strategies.horovod.script_launcher import _HorovodScriptLauncher
+
+                self._launcher = _HorovodScriptLauncher(self, start_timeout=self._start_timeout)
 
     def _init_horovod(self) -> None:
         hvd = runtime.horovod_torch()
@@ -577,6 +606,14 @@ class HorovodStrategy(ParallelStrategy):
     def on_exception(self, exception: BaseException) -> None:
         # Teardown must not wait for the other workers: they may be stuck waiting for this one.
         self._failed = True
+        if isinstance(exception, KeyboardInterrupt):
+            return  # every worker stops on purpose; Lightning stops a self-launch's children after this one
+        report = failed_rank_report(self)  # rank 0 of a self-launch: which worker died first, if one did
+        if report:
+            log.error(report)
+        mark_failed = getattr(self.launcher, "mark_failed", None)
+        if mark_failed is not None:
+            mark_failed()
 
     @override
     def teardown(self) -> None:

@@ -4,6 +4,7 @@ Not a test module by itself (pytest finds no tests here). Modes::
 
     horovodrun -np 2 --gloo python -m tests.integration.runners.run_horovod_scenarios workers OUT
     python -m tests.integration.runners.run_horovod_scenarios self-launch OUT --ckpt CKPT   # Trainer(devices=2), no horovodrun
+    python -m tests.integration.runners.run_horovod_scenarios failing-after-fit OUT        # rank 1 dies after fit
     python -m tests.integration.runners.run_horovod_scenarios elsewhere OUT --ckpt CKPT --scaled-ckpt CKPT2  # other strategies
     python -m tests.integration.runners.run_horovod_scenarios failing OUT                   # rank 1 raises
 
@@ -272,15 +273,24 @@ def build_trainer(spec: Spec, strategy: Any, devices: int, **overrides: Any) -> 
 
 
 def run_scenario(
-    name: str, spec: Spec, out: Path, strategy: Any = "horovod", devices: int = 2, ckpt: Optional[str] = None, **overrides: Any
+    name: str, spec: Spec, out: Path, strategy: Any = "horovod", devices: int = 2, ckpt: Optional[str] = None,
+    checkpoint_wrapped: bool = False, **overrides: Any,
 ) -> pl.Trainer:
-    """Fit ``spec`` and save this process's parameters and facts under ``out/name``."""
+    """Fit ``spec`` and save this process's parameters and facts under ``out/name``.
+
+    ``checkpoint_wrapped``: the middle layer goes through FairScale's ``checkpoint_wrapper``, as the seed guide
+    recommends; the model can then no longer be pickled (the same arithmetic, the same parameter names).
+    """
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
     if spec.scale_lr and strategy == "horovod":
         strategy = HorovodStrategy(scale_lr=True)
     trainer = build_trainer(spec, strategy, devices, **overrides)
     model = build_module(spec)
+    if checkpoint_wrapped:
+        from fairscale.nn import checkpoint_wrapper
+
+        model.net[2] = checkpoint_wrapper(model.net[2])
     COUNTER.calls.clear()
     SAVES.paths.clear()
     trainer.fit(model, ckpt_path=ckpt)
@@ -360,10 +370,16 @@ def self_launch(out: Path, ckpt: str, single_ckpt: Optional[str] = None) -> None
     """``Trainer(strategy="horovod", devices=2)`` in a plain process: resume to RESUMED_STEPS.
 
     From ``ckpt`` (written by 2 workers) and, if given, from ``single_ckpt`` (written by one process).
+    The script runs again in the second worker (``HOROVOD_RANK=1``), which takes the same path through it. The first
+    run's model holds FairScale's ``checkpoint_wrapper``, which cannot be pickled: only a script launch trains it.
     """
+    from lightning_mgpu.strategies.horovod import runtime
+
+    started_here = not runtime.launched_by_horovod()
     spec = replace(SCENARIOS["plain"], steps=RESUMED_STEPS)
-    trainer = run_scenario("self_launch", spec, out, ckpt=ckpt)
-    assert trainer.strategy.launcher is not None, "expected the self-launch"
+    trainer = run_scenario("self_launch", spec, out, ckpt=ckpt, checkpoint_wrapped=True)
+    if started_here:
+        assert trainer.strategy.launcher is not None and trainer.global_rank == 0, "expected the self-launch's rank 0"
     if single_ckpt is not None:
         run_scenario("self_launch_from_one", spec, out, ckpt=single_ckpt)
 
@@ -392,9 +408,18 @@ def failing(out: Path) -> None:
     (out / "unexpected_success").write_text("fit returned")
 
 
+def failing_after_fit(out: Path) -> None:
+    """Rank 1 dies after a fit that every worker finished; rank 0 has nothing left to do and exits normally."""
+    trainer = build_trainer(Spec(steps=2), "horovod", 2)
+    trainer.fit(ParityModule(global_batch=GLOBAL_BATCH, num_samples=NUM_SAMPLES))
+    if trainer.global_rank == 1:
+        os._exit(3)
+    (out / "rank0_finished").write_text("fit returned")
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=("workers", "self-launch", "elsewhere", "failing"))
+    p.add_argument("mode", choices=("workers", "self-launch", "elsewhere", "failing", "failing-after-fit"))
     p.add_argument("out", type=Path)
     p.add_argument("--ckpt", default=None)
     p.add_argument("--scaled-ckpt", default=None)
@@ -407,8 +432,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         self_launch(args.out, args.ckpt, args.single_ckpt)
     elif args.mode == "elsewhere":
         elsewhere(args.out, args.ckpt, args.scaled_ckpt)
-    else:
+    elif args.mode == "failing":
         failing(args.out)
+    else:
+        failing_after_fit(args.out)
 
 
 if __name__ == "__main__":
