@@ -74,10 +74,6 @@ def _workers_by_rank(log: str) -> dict[int, str]:
 
 
 CASES = {
-    # A local Ray started for the run (no --ray-address) and shut down after it.
-    # One epoch each (about 60 s of the suite): the comparison with the Lightning-launched run is per parameter, and
-    # the restart test below covers a run across epochs.
-    "ddp-local-ray": ["--strategy", "ddp", "--max-epochs", "1"],
     # Joining the two-node cluster; the bundle's sharded strategy with its callbacks inside the Ray workers, on data
     # preprocessed on the same cluster (the reference run preprocesses with local processes: the cache is the same).
     "sharded+callbacks-cluster": ["--strategy", "sharded", "--max-epochs", "1", "--accumulate-grad-batches", "2",
@@ -92,31 +88,24 @@ def _raylets(under: str) -> int:
     return sum(1 for line in ps.splitlines() if line and line.split()[0].endswith("/raylet") and under in line)
 
 
+def _assert_local_ray_ran_and_stopped(log: str, ray_tmp: str) -> None:
+    assert "Ray: starting a local instance with 2 CPUs for 2 workers" in log, log[-4000:]
+    assert any(Path(ray_tmp).glob("ray/session_*")), "the local Ray did not run under RAY_TMPDIR: the check below would see nothing"
+    deadline = time.monotonic() + 30  # ray.shutdown() has returned; its raylet exits a moment later
+    while _raylets(ray_tmp) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _raylets(ray_tmp) == 0, "the local Ray started for the run is still running"
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_ray_train_run_equals_the_lightning_launched_run(case: str, ray_cluster, tmp_path: Path) -> None:
     flags = CASES[case]
     strategy = flags[1]
     if strategy == "sharded":
         pytest.importorskip("fairscale")
-    local = case.endswith("local-ray")
-    # The local Ray's session goes under a folder of its own (short: Ray's socket paths must fit 107 bytes), so that
-    # its raylet is told apart from the session cluster's and from any other Ray on the machine.
-    ray_tmp = tempfile.mkdtemp(prefix="lmgpu-ray-")
-    env = {"RAY_TMPDIR": ray_tmp} if local else {}
-    try:
-        log = _finish(_start_ray_run(ray_cluster, tmp_path / "ray", *flags, address=None if local else ray_cluster.address, env=env))
-        if local:
-            assert "Ray: starting a local instance with 2 CPUs for 2 workers" in log, log[-4000:]
-            assert any(Path(ray_tmp).glob("ray/session_*")), "the local Ray did not run under RAY_TMPDIR: the check below would see nothing"
-            deadline = time.monotonic() + 30  # ray.shutdown() has returned; its raylet exits a moment later
-            while _raylets(ray_tmp) and time.monotonic() < deadline:
-                time.sleep(0.5)
-            assert _raylets(ray_tmp) == 0, "the local Ray started for the run is still running"
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    if not local:
-        # It joined and started no Ray; preprocessing reused the launcher's connection instead of making a second one.
-        assert log.count("Ray: connecting to the cluster at") == 1 and "Ray: starting" not in log, log[-4000:]
+    log = _finish(_start_ray_run(ray_cluster, tmp_path / "ray", *flags, address=ray_cluster.address))
+    # It joined and started no Ray; preprocessing reused the launcher's connection instead of making a second one.
+    assert log.count("Ray: connecting to the cluster at") == 1 and "Ray: starting" not in log, log[-4000:]
     if "--preprocess" in flags:
         assert any((tmp_path / "ray" / "cache").rglob("*")), "nothing was cached on the cluster"
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
@@ -148,9 +137,16 @@ def _registered_checkpoints(storage: Path) -> list[str]:
     return [c["checkpoint_dir_name"] for c in snapshot.get("checkpoint_results", [])]
 
 
-def test_a_killed_worker_makes_ray_restart_and_resume_exactly(ray_cluster, tmp_path: Path) -> None:
-    epochs = "6"
-    proc = _start_ray_run(ray_cluster, tmp_path / "ray", "--strategy", "ddp", "--max-epochs", epochs, "--max-failures", "1")
+def test_a_local_ray_run_restarts_a_killed_worker_resumes_exactly_and_stops_its_ray(ray_cluster, tmp_path: Path) -> None:
+    """A Ray started for the run (no ``--ray-address``), a worker killed after Ray registered a checkpoint: Ray Train
+    restarts the workers, they resume, the parameters equal the uninterrupted Lightning-launched ``ddp`` run's, and the
+    local Ray is gone after the run. One launch for the three checks (a local Ray costs about 20 s to start)."""
+    epochs = "4"
+    # The local Ray's session goes under a folder of its own (short: Ray's socket paths must fit 107 bytes), so that
+    # its raylet is told apart from the session cluster's and from any other Ray on the machine.
+    ray_tmp = tempfile.mkdtemp(prefix="lmgpu-ray-")
+    proc = _start_ray_run(ray_cluster, tmp_path / "ray", "--strategy", "ddp", "--max-epochs", epochs, "--max-failures", "1",
+                          address=None, env={"RAY_TMPDIR": ray_tmp})  # fmt: skip
     storage = tmp_path / "ray" / "ray" / "lightning_mgpu"
     killed = None
     try:
@@ -167,10 +163,14 @@ def test_a_killed_worker_makes_ray_restart_and_resume_exactly(ray_cluster, tmp_p
         assert workers, ps
         killed = workers[-1]
         os.kill(killed, signal.SIGKILL)
+        log = _finish(proc)
+        _assert_local_ray_ran_and_stopped(log, ray_tmp)
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
         raise
-    log = _finish(proc)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert "Ray Train restarted the workers: resuming from" in log, log[-6000:]
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     assert summary["epochs"] == int(epochs) and summary["global_step"] == int(epochs) * 23
