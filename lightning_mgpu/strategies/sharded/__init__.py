@@ -1,7 +1,9 @@
-"""``sharded``: ZeRO-style sharded data parallelism (FairScale OSS + ShardedDataParallel, or torch ZeRO-1).
+"""``sharded``: ZeRO-style sharded data parallelism (FairScale OSS + ShardedDataParallel, torch ZeRO-1, or FSDP2).
 
-``strategy.py`` is the Lightning strategy; ``fairscale.py`` the FairScale backend; ``zero.py`` the torch
-backend; ``optim.py`` rebuilding optimizers as sharded ones; ``precision.py`` shard-aware clipping and scaling.
+``strategy.py`` is the Lightning strategy, which delegates every backend-specific step to one backend object
+(``backend.py``, the interface): ``fairscale.py`` the FairScale backend, ``zero.py`` the torch one, ``fsdp2.py``
+torch's ``fully_shard``. ``optim.py`` rebuilds optimizers as sharded ones; ``precision.py`` makes clipping and
+scaling shard-aware.
 """
 
 from lightning_mgpu.strategies.sharded.optim import (

@@ -13,16 +13,22 @@ Both load under ``ddp``, ``dp``, the other backends and any number of ranks.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any, Optional
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
+from typing_extensions import override
 
+from lightning_mgpu.strategies.sharded.backend import ShardedOptions, ShardingBackend
 from lightning_mgpu.utilities.modules import ModuleSpec, select_modules
 
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
 __all__ = [
+    "FSDP2Backend",
     "apply_fully_shard",
     "full_optimizer_state",
     "is_fully_sharded",
@@ -353,3 +359,123 @@ def load_sharded_checkpoint(module: nn.Module, optimizers: list[Optimizer], path
     for optimizer, state in zip(optimizers, tensors["optimizer_states"]):
         ids = {**state, "state": {int(pid): slots for pid, slots in state["state"].items()}}
         set_optimizer_state_dict(module, optimizer, _names_from_ids(module, optimizer, ids), options=_options(full_state_dict=False))
+
+
+class FSDP2Backend(ShardingBackend):
+    """``backend="fsdp2"``: ``fully_shard`` per block, then the root; the optimizers are built on the DTensor shards."""
+
+    name = "fsdp2"
+    shards_gradients = True
+    writes_sharded_checkpoints = True
+    builds_sharded = True
+
+    @classmethod
+    @override
+    def check_options(cls, options: ShardedOptions) -> None:
+        if options.find_unused_parameters:
+            raise ValueError(
+                "ShardedStrategy(backend='fsdp2', find_unused_parameters=True) is not supported: FSDP2 reduce-scatters"
+                " per block, and ranks that skip different parameters would fall out of step. Use backend='torch' (DDP's"
+                " find_unused_parameters) or backend='fairscale'."
+            )
+        given = [n for n, v in (("reduce_buffer_size", options.reduce_buffer_size), ("broadcast_fp16", options.broadcast_fp16)) if v is not None]
+        given += sorted(options.wrapper_kwargs)
+        if given:
+            raise ValueError(
+                f"ShardedStrategy(backend='fsdp2') does not take {given}: those are FairScale's or DDP's options. FSDP2's"
+                " are reshard_after_forward and fsdp_modules."
+            )
+
+    def _module(self) -> nn.Module:
+        module = self.strategy.lightning_module
+        assert module is not None
+        return module
+
+    @override
+    def setup_fit(self, trainer: pl.Trainer) -> None:
+        # The optimizers must be built on the sharded (DTensor) parameters: fully_shard first.
+        self._fully_shard()
+        self.strategy.setup_optimizers(trainer)
+
+    def _fully_shard(self) -> None:
+        from lightning.fabric.utilities.init import _has_meta_device_parameters_or_buffers, _materialize_distributed_module
+        from lightning.pytorch.overrides.distributed import _sync_module_states
+        from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+        strategy, options = self.strategy, self.options
+        model = strategy.model
+        assert model is not None
+        on_meta = _has_meta_device_parameters_or_buffers(model)
+        if not on_meta:
+            # fully_shard keeps each rank's own slice of the weights it is given: start from rank 0's, as DDP does.
+            _sync_module_states(model)
+        reshard = bool(options.reshard_after_forward)
+        blocks = apply_fully_shard(
+            model, strategy.world_size, strategy.root_device.type, reshard,
+            None if options.fsdp_modules is None else list(options.fsdp_modules),
+            mp_policy=options.mp_policy, offload_policy=options.offload_policy,
+        )  # fmt: skip
+        if on_meta:
+            # Built in configure_model on the meta device: each rank allocates its shards only, then reset_parameters()
+            # initialises them (DTensor-aware, so the ranks draw one consistent tensor). The whole model never exists.
+            _materialize_distributed_module(model, strategy.root_device)
+        rank_zero_info(
+            f"strategy='sharded' (fsdp2): {len(blocks)} block(s) and the root sharded over {strategy.world_size} rank(s),"
+            f" reshard_after_forward={reshard} ({'ZeRO-3' if reshard else 'ZeRO-2'})"
+            + (", built on the meta device and materialised shard by shard." if on_meta else ".")
+        )
+
+    @override
+    def model_is_sharded(self) -> bool:
+        model = self.strategy.model
+        return model is not None and is_fully_sharded(model)
+
+    @override
+    def no_sync(self) -> Optional[AbstractContextManager]:
+        return no_sync(self.strategy.model) if self.model_is_sharded() else None  # type: ignore[arg-type]
+
+    @override
+    def sharded_context(self, fitting: bool) -> AbstractContextManager:
+        # When fitting, configure_model builds the layers on the meta device (no memory) and setup materialises only
+        # each rank's shards after fully_shard. Validate/test/predict run on the bare module, built as usual.
+        return torch.device("meta") if fitting else nullcontext()
+
+    @override
+    def model_state(self, sharded: bool) -> Optional[dict[str, Any]]:
+        if not self.model_is_sharded():
+            return None
+        return sharded_model_state(self._module()) if sharded else full_model_state(self._module())
+
+    @override
+    def optimizer_state(self, optimizer: Optimizer, sharded: bool) -> dict[str, Any]:
+        if not self.model_is_sharded():
+            return optimizer.state_dict()
+        if sharded:
+            return sharded_optimizer_state(self._module(), optimizer)
+        state = full_optimizer_state(self._module(), optimizer)  # a collective
+        return state if self.strategy.is_global_zero else {}
+
+    @override
+    def load_model_state(self, state: dict[str, Any], strict: bool) -> bool:
+        if not self.model_is_sharded():
+            return False
+        # Loaded after fully_shard (e.g. by a callback): scatter the whole state.
+        load_full_model_state(self._module(), state, strict=strict)
+        return True
+
+    @override
+    def load_optimizer_state(self, optimizer: Optimizer, state: dict[str, Any]) -> None:
+        if not self.model_is_sharded():
+            super().load_optimizer_state(optimizer, state)
+            return
+        load_full_optimizer_state(self._module(), optimizer, state)
+
+    @override
+    def load_sharded_checkpoint(self, path: Any) -> None:
+        from lightning_mgpu.strategies._optim import unwrap_optimizer
+
+        load_sharded_checkpoint(self._module(), [unwrap_optimizer(o) for o in self.strategy.optimizers], path)
+
+    @override
+    def handoff_state(self) -> dict[str, Any]:
+        return full_model_state(self._module()) if self.model_is_sharded() else super().handoff_state()

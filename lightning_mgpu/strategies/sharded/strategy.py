@@ -33,6 +33,7 @@ default of fsdp2) has every rank write its own shards into a folder, and nothing
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Generator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -42,12 +43,8 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 import torch
 from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
-from lightning.fabric.utilities.init import _has_meta_device_parameters_or_buffers, _materialize_distributed_module
-from lightning.fabric.utilities.optimizer import (
-    _optimizer_to_device,
-    _optimizers_to_device,
-)
-from lightning.pytorch.core.optimizer import _MockOptimizer
+from lightning.fabric.utilities.init import _has_meta_device_parameters_or_buffers
+from lightning.fabric.utilities.optimizer import _optimizers_to_device
 from lightning.pytorch.overrides.distributed import _sync_module_states
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy
@@ -57,14 +54,13 @@ from torch import Tensor
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_mgpu.strategies._optim import rebind_schedulers, unwrap_optimizer
+from lightning_mgpu.strategies._optim import unwrap_optimizer
 from lightning_mgpu.strategies._spawn import CleanExitSpawnLauncher
 from lightning_mgpu.strategies._steps import StepRouting
+from lightning_mgpu.strategies.sharded.backend import CheckpointFormat, ShardedOptions, ShardingBackend
 from lightning_mgpu.strategies.sharded.optim import (
-    is_sharded_optimizer,
     local_optimizer,
     local_optimizer_state_bytes,
-    rebuild_optimizer,
 )
 from lightning_mgpu.strategies.sharded.precision import (
     ShardAwareGradScaler,
@@ -79,9 +75,7 @@ from lightning_mgpu.utilities.failures import on_training_failure
 from lightning_mgpu.utilities.imports import require
 from lightning_mgpu.utilities.modules import ModuleSpec, as_spec_list
 from lightning_mgpu.utilities.ports import release_for_spawn
-from lightning_mgpu.utilities.process_group import (
-    destroy_at_exit,
-)
+from lightning_mgpu.utilities.process_group import destroy_at_exit
 from lightning_mgpu.utilities.sharded_checkpoint import (
     META_FILENAME,
     is_sharded_checkpoint,
@@ -93,11 +87,14 @@ if TYPE_CHECKING:
     import lightning.pytorch as pl
 
 Backend = Literal["fairscale", "torch", "fsdp2"]
-_BACKENDS = ("fairscale", "torch", "fsdp2")
-CheckpointFormat = Literal["sharded", "full"]
+#: Each backend's class, imported when chosen (FairScale's module imports FairScale).
+_BACKEND_CLASSES = {
+    "fairscale": "lightning_mgpu.strategies.sharded.fairscale:FairScaleBackend",
+    "torch": "lightning_mgpu.strategies.sharded.zero:TorchZeroBackend",
+    "fsdp2": "lightning_mgpu.strategies.sharded.fsdp2:FSDP2Backend",
+}
+_BACKENDS = tuple(_BACKEND_CLASSES)
 _FORMATS = ("sharded", "full")
-# FairScale's bucket for small gradients, used by default across nodes (Lightning 1.x's choice: 8M elements).
-_MULTI_NODE_REDUCE_BUFFER_SIZE = 2**23
 
 __all__ = [
     "ShardAwareGradScaler",
@@ -109,6 +106,12 @@ __all__ = [
     "local_optimizer",
     "local_optimizer_state_bytes",
 ]
+
+
+def backend_class(name: str) -> type[ShardingBackend]:
+    """The :class:`~lightning_mgpu.strategies.sharded.backend.ShardingBackend` subclass of backend ``name``."""
+    module, _, cls = _BACKEND_CLASSES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 class ShardedStrategy(StepRouting, DDPStrategy):
@@ -191,34 +194,33 @@ class ShardedStrategy(StepRouting, DDPStrategy):
             raise ValueError(f"ShardedStrategy(backend={backend!r}) is not supported; choose one of {_BACKENDS}.")
         if checkpoint_format not in (None, *_FORMATS):
             raise ValueError(f"ShardedStrategy(checkpoint_format={checkpoint_format!r}) is not supported; choose one of {_FORMATS}.")
-        if checkpoint_format == "sharded" and backend != "fsdp2":
+        if backend == "fairscale":
+            require("fairscale", "strategy='sharded' (backend='fairscale')")
+        impl_cls = backend_class(backend)
+        if checkpoint_format == "sharded" and not impl_cls.writes_sharded_checkpoints:
             raise ValueError(
                 f"ShardedStrategy(backend={backend!r}, checkpoint_format='sharded') is not supported yet: only FSDP2's"
                 " state is held as DTensors that every rank can write its own part of. Use backend='fsdp2' for"
                 " sharded checkpoints, or checkpoint_format='full' (one file, consolidated on rank 0)."
             )
-        if backend == "fairscale":
-            require("fairscale", "strategy='sharded' (backend='fairscale')")
-        self._checkpoint_format: CheckpointFormat = checkpoint_format or ("sharded" if backend == "fsdp2" else "full")
-        # Set by load_checkpoint when a sharded folder went straight into the sharded model and optimizers.
-        self._restored_in_place = False
+        options = ShardedOptions(
+            reduce_buffer_size=reduce_buffer_size,
+            find_unused_parameters=bool(find_unused_parameters),
+            broadcast_fp16=broadcast_fp16,
+            reshard_after_forward=reshard_after_forward,
+            fsdp_modules=None if fsdp_modules is None else as_spec_list(fsdp_modules),
+            mp_policy=mp_policy,
+            offload_policy=offload_policy,
+            wrapper_kwargs=dict(kwargs),
+        )
+        impl_cls.check_options(options)
         # Set before the parent constructor, which assigns the precision plugin through our setter.
         self._backend: Backend = backend
-        self._find_unused_parameters = bool(find_unused_parameters)
-        self._reduce_buffer_size = reduce_buffer_size
-        self._broadcast_fp16 = broadcast_fp16
-        self._reshard_after_forward = bool(reshard_after_forward)
-        self._fsdp_modules = None if fsdp_modules is None else as_spec_list(fsdp_modules)
-        if backend != "fsdp2" and (mp_policy is not None or offload_policy is not None):
-            raise ValueError(
-                "ShardedStrategy(mp_policy=..., offload_policy=...) are FSDP2's policies; pass backend='fsdp2' or remove"
-                " them (the other backends take Trainer(precision=...))."
-            )
-        self._mp_policy = mp_policy
-        self._offload_policy = offload_policy
-        _check_backend_options(backend, reduce_buffer_size, broadcast_fp16, kwargs, reshard_after_forward, fsdp_modules, self._find_unused_parameters)
-        if backend == "torch":
-            kwargs["find_unused_parameters"] = self._find_unused_parameters
+        self._impl: ShardingBackend = impl_cls(self, options)
+        default_format: CheckpointFormat = "sharded" if impl_cls.writes_sharded_checkpoints else "full"
+        self._checkpoint_format: CheckpointFormat = checkpoint_format or default_format
+        # Set by load_checkpoint when a sharded folder went straight into the sharded model and optimizers.
+        self._restored_in_place = False
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -229,7 +231,7 @@ class ShardedStrategy(StepRouting, DDPStrategy):
             process_group_backend=process_group_backend,
             timeout=timeout,
             start_method=start_method,
-            **kwargs,
+            **self._impl.ddp_kwargs(),
         )
 
     @property
@@ -238,18 +240,23 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         return self._backend
 
     @property
+    def options(self) -> ShardedOptions:
+        """The backend options this strategy was built with (checked against the backend)."""
+        return self._impl.options
+
+    @property
     def checkpoint_format(self) -> CheckpointFormat:
         """``"sharded"`` (a folder of per-rank shards) or ``"full"`` (one file consolidated on rank 0)."""
         return self._checkpoint_format
 
     @property
     def shards_gradients(self) -> bool:
-        """Whether each rank holds only its shard of the reduced gradients (ZeRO-2: FairScale).
+        """Whether each rank holds only its shard of the reduced gradients (ZeRO-2: FairScale, FSDP2).
 
         Callbacks ask this capability instead of checking the class: with sharded gradients, loss scaling and
         clipping by norm must agree across ranks. torch's ZeRO-1 all-reduces full gradients, so no.
         """
-        return self._backend in ("fairscale", "fsdp2")
+        return self._impl.shards_gradients
 
     # ------------------------------------------------------------------ launch
     @override
@@ -288,74 +295,29 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         if fitting and self._layer_sync:
             self.model = self._layer_sync.apply(self.model)
         self.model = self.precision_plugin.convert_module(self.model)
-        if not _has_meta_device_parameters_or_buffers(self.model):  # built on meta: fully_shard, then materialised
+        if not _has_meta_device_parameters_or_buffers(self.model):  # built on meta: sharded, then materialised
             self.model_to_device()
         if fitting:
             self._note_single_process()
-            if self._backend == "fairscale":
-                # OSS must exist before ShardedDataParallel, which reduces each gradient to its OSS owner.
-                self.setup_optimizers(trainer)
-                self._shard_optimizers()
-                self._wrap_sharded_data_parallel()
-            elif self._backend == "fsdp2":
-                # The optimizers must be built on the sharded (DTensor) parameters: fully_shard first.
-                self._fully_shard()
-                self.setup_optimizers(trainer)
-            else:
-                self.configure_ddp()
-                self.setup_optimizers(trainer)
-                self._shard_optimizers()
-        elif not self._is_fully_sharded():
+            self._impl.setup_fit(trainer)
+        elif not self._impl.model_is_sharded():
             # Validation, test and predict run on the bare module; only the states need to agree.
             _sync_module_states(self.model)
         self.setup_precision_plugin()
         if fitting:
             _optimizers_to_device(self.optimizers, self.root_device)
 
-    def _fully_shard(self) -> None:
-        from lightning_mgpu.strategies.sharded.fsdp2 import apply_fully_shard
-
-        assert self.model is not None
-        on_meta = _has_meta_device_parameters_or_buffers(self.model)
-        if not on_meta:
-            # fully_shard keeps each rank's own slice of the weights it is given: start from rank 0's, as DDP does.
-            _sync_module_states(self.model)
-        blocks = apply_fully_shard(
-            self.model, self.world_size, self.root_device.type, self._reshard_after_forward, self._fsdp_modules,
-            mp_policy=self._mp_policy, offload_policy=self._offload_policy,
-        )  # fmt: skip
-        if on_meta:
-            # Built in configure_model on the meta device: each rank allocates its shards only, then reset_parameters()
-            # initialises them (DTensor-aware, so the ranks draw one consistent tensor). The whole model never exists.
-            _materialize_distributed_module(self.model, self.root_device)
-        rank_zero_info(
-            f"strategy='sharded' (fsdp2): {len(blocks)} block(s) and the root sharded over {self.world_size} rank(s),"
-            f" reshard_after_forward={self._reshard_after_forward} ({'ZeRO-3' if self._reshard_after_forward else 'ZeRO-2'})"
-            + (", built on the meta device and materialised shard by shard." if on_meta else ".")
-        )
-
     @contextmanager
     @override
     def model_sharded_context(self) -> Generator[None, None, None]:
-        """fsdp2, when fitting: ``configure_model`` builds the layers on the meta device (no memory), and ``setup``
-        materialises only each rank's shards after ``fully_shard``. Elsewhere (other backends, validate/test/predict on
-        the bare module) layers are built as usual."""
-        if self._backend == "fsdp2" and self._fitting():
-            with torch.device("meta"):
-                yield
-        else:
+        """Where ``configure_model`` builds the layers: under fsdp2 while fitting, on the meta device (no memory), and
+        ``setup`` materialises only each rank's shards. Elsewhere layers are built as usual."""
+        with self._impl.sharded_context(self._fitting()):
             yield
 
     def _fitting(self) -> bool:
         trainer = getattr(self.lightning_module, "_trainer", None)
         return trainer is not None and trainer.state.fn == TrainerFn.FITTING
-
-    def _is_fully_sharded(self) -> bool:
-        if self._backend != "fsdp2" or self.model is None:
-            return False
-        from lightning_mgpu.strategies.sharded.fsdp2 import is_fully_sharded
-
-        return is_fully_sharded(self.model)
 
     def _note_single_process(self) -> None:
         if self.world_size == 1:
@@ -363,52 +325,6 @@ class ShardedStrategy(StepRouting, DDPStrategy):
                 "strategy='sharded' on a single process: there is nothing to shard, the one rank holds the whole"
                 " optimizer state. Training runs normally; use devices > 1 (or several nodes) to save memory."
             )
-
-    def _shard_optimizers(self) -> None:
-        """Rebuild every optimizer as OSS/ZeRO and re-bind the LR schedulers to the new optimizers."""
-        replacements: dict[int, Optimizer] = {}
-        optimizers = []
-        for optimizer in self.optimizers:
-            optimizer = unwrap_optimizer(optimizer)
-            if isinstance(optimizer, _MockOptimizer) or is_sharded_optimizer(optimizer):
-                optimizers.append(optimizer)
-                continue
-            sharded = rebuild_optimizer(optimizer, self._optimizer_factory(), self._backend)
-            replacements[id(optimizer)] = sharded
-            optimizers.append(sharded)
-        rebind_schedulers(self.lr_scheduler_configs, replacements)
-        self.optimizers = optimizers
-
-    def _optimizer_factory(self) -> Any:
-        if self._backend == "fairscale":
-            from lightning_mgpu.strategies.sharded.fairscale import make_oss
-
-            return make_oss(broadcast_fp16=self._resolved_broadcast_fp16())
-        from lightning_mgpu.strategies.sharded.zero import make_zero
-
-        return make_zero()
-
-    def _resolved_broadcast_fp16(self) -> bool:
-        if self._broadcast_fp16 is not None:
-            return self._broadcast_fp16
-        # fp16 parameter broadcasts halve the inter-node traffic and are safe under AMP (Lightning 1.x default).
-        return getattr(self.precision_plugin, "precision", None) == "16-mixed" and self.num_nodes > 1
-
-    def _resolved_reduce_buffer_size(self) -> int:
-        if self._reduce_buffer_size is not None:
-            return self._reduce_buffer_size
-        # Buckets help across nodes; on one node they only cost memory (bucketed grads are not sharded).
-        return _MULTI_NODE_REDUCE_BUFFER_SIZE if self.num_nodes > 1 else 0
-
-    def _wrap_sharded_data_parallel(self) -> None:
-        from lightning_mgpu.strategies.sharded.fairscale import wrap_module
-
-        kwargs = {**self._ddp_kwargs, "reduce_buffer_size": self._resolved_reduce_buffer_size()}
-        oss = [opt for opt in self.optimizers if is_sharded_optimizer(opt)]
-        if not oss:
-            return
-        self.model = wrap_module(self.model, oss, **kwargs)
-        self._point_lightning_optimizers_at_zero_grad()
 
     @property  # type: ignore[override]
     @override
@@ -418,33 +334,9 @@ class ShardedStrategy(StepRouting, DDPStrategy):
     @optimizers.setter
     @override
     def optimizers(self, optimizers: list[Optimizer]) -> None:
-        # The parent setter rebuilds the LightningOptimizer wrappers; they need the bucket-safe zero_grad again.
+        # The parent setter rebuilds the LightningOptimizer wrappers; the backend may need to adjust them again.
         DDPStrategy.optimizers.fset(self, optimizers)  # type: ignore[attr-defined]
-        self._point_lightning_optimizers_at_zero_grad()
-
-    def _point_lightning_optimizers_at_zero_grad(self) -> None:
-        """Make ``self.optimizers().zero_grad()`` (manual optimization) the bucket-safe one of the OSS it wraps.
-
-        LightningOptimizer subclasses the wrapped optimizer's class and forwards only missing attributes, so it
-        finds OSS's class ``zero_grad`` before the instance attribute ``wrap_module`` installed on the OSS. That
-        ``zero_grad`` frees the bucketed gradients and the ranks silently diverge (``reduce_buffer_size > 0``).
-        """
-        if self._backend != "fairscale":
-            return
-        from lightning_mgpu.strategies.sharded.fairscale import bucket_safe_zero_grad
-
-        for lightning_optimizer in self._lightning_optimizers:
-            zero_grad = bucket_safe_zero_grad(unwrap_optimizer(lightning_optimizer))
-            if zero_grad is not None:
-                lightning_optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
-
-    def _sharded_data_parallel(self) -> Any:
-        """The ShardedDataParallel wrapper, or ``None`` (torch backend, not fitting, FairScale not loaded)."""
-        if self._backend != "fairscale":
-            return None
-        from lightning_mgpu.strategies.sharded.fairscale import ShardedDataParallel
-
-        return self.model if isinstance(self.model, ShardedDataParallel) else None
+        self._impl.on_optimizers_set()
 
     # ------------------------------------------------------------------ training
     @contextmanager
@@ -454,104 +346,46 @@ class ShardedStrategy(StepRouting, DDPStrategy):
 
         Lightning's automatic loop and ``LightningOptimizer.toggle_model(sync_grad=False)`` call this.
         """
-        sdp = self._sharded_data_parallel()
-        if sdp is not None:
-            with sdp.no_sync():
-                yield None
-        elif self._is_fully_sharded():
-            from lightning_mgpu.strategies.sharded.fsdp2 import no_sync
-
-            assert self.model is not None
-            with no_sync(self.model):
+        context = self._impl.no_sync()
+        if context is None:
+            with super().block_backward_sync():
                 yield None
         else:
-            with super().block_backward_sync():
+            with context:
                 yield None
 
     @override
     def backward(self, closure_loss: Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Tensor:
-        sdp = self._sharded_data_parallel()
-        if sdp is None or not sdp.training:
-            return super().backward(closure_loss, optimizer, *args, **kwargs)
-        from lightning_mgpu.strategies.sharded.fairscale import (
-            arm_reduction,
-            reduce_in_fixed_order,
-        )
-
-        # Each backward reduces what requires grad now: manual optimization may run several per forward, e.g.
-        # one per optimizer of a GAN, with toggle_model() freezing the other optimizers' parameters.
-        partial = arm_reduction(sdp)
-        if not partial and not self._find_unused_parameters:
-            # FairScale's hooks reduce each gradient as autograd finishes it, overlapping the backward pass.
-            return super().backward(closure_loss, optimizer, *args, **kwargs)
-        # Strategy.backward, with the reduction moved out of the autograd hooks, for two reasons. Ranks that use
-        # different parameters finish their gradients in different orders, so reduce afterwards in a fixed
-        # order. A partial backward must not reduce the buckets, which also hold the frozen gradients.
-        assert self.lightning_module is not None
-        self.pre_backward(closure_loss)
-        closure_loss = self.precision_plugin.pre_backward(closure_loss, self.lightning_module)
-        accumulating = sdp._should_accumulate_grads
-        with sdp.no_sync():
-            self.precision_plugin.backward(closure_loss, self.lightning_module, optimizer, *args, **kwargs)
-        if not accumulating:
-            reduce_in_fixed_order(sdp, missing_as_zero=self._find_unused_parameters)
-        closure_loss = self.precision_plugin.post_backward(closure_loss, self.lightning_module)
-        self.post_backward(closure_loss)
-        return closure_loss
+        loss = self._impl.backward(closure_loss, optimizer, *args, **kwargs)
+        return super().backward(closure_loss, optimizer, *args, **kwargs) if loss is None else loss
 
     @override
     def post_backward(self, closure_loss: Tensor) -> None:
         super().post_backward(closure_loss)
-        sdp = self._sharded_data_parallel()
-        if sdp is None:
-            return
-        from lightning_mgpu.strategies.sharded.fairscale import params_not_reduced
-
-        missing = params_not_reduced(sdp)
-        if missing:
-            # Fail now, on this rank: the other ranks wait in a reduce that this rank never issues, and this
-            # process exiting is what releases them (instead of a hang until the collective timeout).
-            raise RuntimeError(self._unused_parameters_message(missing))
-
-    def _unused_parameters_message(self, missing: list[Tensor]) -> str:
-        assert self.lightning_module is not None
-        names = {id(p): n for n, p in self.lightning_module.named_parameters()}
-        listed = [names.get(id(p), f"<unnamed {tuple(p.shape)}>") for p in missing]
-        shown = ", ".join(listed[:10]) + (f", ... ({len(listed) - 10} more)" if len(listed) > 10 else "")
-        return (
-            f"strategy='sharded': {len(missing)} parameter(s) that require grad received no gradient in this backward"
-            f" pass on rank {self.global_rank}: [{shown}]. ShardedDataParallel reduces each gradient with its own"
-            " collective, so ranks that skip different parameters fall out of step and hang. Pass"
-            " `Trainer(strategy=ShardedStrategy(find_unused_parameters=True))`, or freeze the parameters that do"
-            " not take part in the loss with `requires_grad_(False)`."
-        )
+        self._impl.post_backward()
 
     @override
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        sdp = self._sharded_data_parallel()
-        if sdp is not None:
-            from lightning_mgpu.strategies.sharded.fairscale import follow_module_mode
-
-            follow_module_mode(sdp)
+        self._impl.before_training_step()
         return super().training_step(*args, **kwargs)
 
     def _step_runner(self, step_name: str) -> Any:
         # Validation, test and predict run on the bare module: no gradients to reduce, and ShardedDataParallel
         # would rebuild its hooks and buckets each time it sees the module switch between train and eval.
-        if step_name == "training_step" or self._is_fully_sharded():
+        if step_name == "training_step" or self._impl.model_is_sharded():
             return None  # Lightning's path; under fsdp2 the step methods are registered with FSDP to gather parameters
         assert self.lightning_module is not None
         return getattr(self.lightning_module, step_name)
 
     # ------------------------------------------------------------------ checkpoints
     def _saves_sharded(self) -> bool:
-        return self._checkpoint_format == "sharded" and self._is_fully_sharded()
+        return self._checkpoint_format == "sharded" and self._impl.model_is_sharded()
 
     @property
     @override
     def restore_checkpoint_after_setup(self) -> bool:
-        # fsdp2: a sharded folder loads into the sharded model and its optimizers, which setup() creates.
-        return self._backend == "fsdp2"
+        # A sharded folder loads into the sharded model and its optimizers, which setup() creates.
+        return self._impl.writes_sharded_checkpoints
 
     @property
     @override
@@ -560,8 +394,8 @@ class ShardedStrategy(StepRouting, DDPStrategy):
 
     @override
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Optional[Any] = None) -> None:
-        """One file from rank 0 (``"full"``), or under fsdp2 with ``"sharded"`` a folder that every rank writes its
-        shards into, swapped into place atomically by rank 0. Called on every rank (Lightning's ``save_checkpoint``)."""
+        """One file from rank 0 (``"full"``), or with ``"sharded"`` a folder that every rank writes its shards into,
+        swapped into place atomically by rank 0. Called on every rank (Lightning's ``save_checkpoint``)."""
         if not self._saves_sharded():
             super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
             return
@@ -580,51 +414,21 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         shards, so any number of ranks can load it); anything else is read whole through the checkpoint IO."""
         self._restored_in_place = False
         path = Path(checkpoint_path)
-        if not (self._is_fully_sharded() and is_sharded_checkpoint(path)):
+        if not (self._impl.model_is_sharded() and is_sharded_checkpoint(path)):
             return super().load_checkpoint(checkpoint_path, *args, **kwargs)
-        from lightning_mgpu.strategies.sharded.fsdp2 import load_sharded_checkpoint
-
-        assert self.lightning_module is not None
-        load_sharded_checkpoint(self.lightning_module, [unwrap_optimizer(o) for o in self.optimizers], path)
+        self._impl.load_sharded_checkpoint(path)
         self._restored_in_place = True
         return load_checkpoint_file(path / META_FILENAME, trusted=kwargs.get("weights_only") is False)
 
     @override
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
-        """The full, unsharded optimizer state on rank 0 and ``{}`` elsewhere (``"sharded"`` under fsdp2: this rank's
-        shards, on every rank).
+        """The full, unsharded optimizer state on rank 0 and ``{}`` elsewhere (``"sharded"``: this rank's shards, on
+        every rank).
 
         Consolidation is a collective: every rank must call this (Lightning's ``dump_checkpoint`` does, on
         every rank); only rank 0 then writes the checkpoint.
         """
-        optimizer = unwrap_optimizer(optimizer)
-        if self._saves_sharded():
-            from lightning_mgpu.strategies.sharded.fsdp2 import sharded_optimizer_state
-
-            assert self.lightning_module is not None
-            return sharded_optimizer_state(self.lightning_module, optimizer)
-        if self._is_fully_sharded():
-            from lightning_mgpu.strategies.sharded.fsdp2 import full_optimizer_state
-
-            assert self.lightning_module is not None
-            state = full_optimizer_state(self.lightning_module, optimizer)
-            return state if self.is_global_zero else {}
-        if not is_sharded_optimizer(optimizer):
-            return optimizer.state_dict()
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        if isinstance(optimizer, ZeroRedundancyOptimizer):
-            optimizer.consolidate_state_dict(to=0)
-            store = "_all_state_dicts"
-        else:
-            optimizer.consolidate_state_dict(recipient_rank=0)
-            store = "_all_states"
-        if not self.is_global_zero:
-            return {}
-        state = optimizer.state_dict()
-        # The consolidated copy of every rank's shard would otherwise stay on rank 0 until the next save.
-        setattr(optimizer, store, [])
-        return state
+        return self._impl.optimizer_state(unwrap_optimizer(optimizer), sharded=self._saves_sharded())
 
     @override
     def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
@@ -632,63 +436,26 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         if self._restored_in_place:  # a sharded folder: load_checkpoint has loaded them
             return
         for optimizer, opt_state in zip(self.optimizers, checkpoint["optimizer_states"]):
-            optimizer = unwrap_optimizer(optimizer)
-            if self._is_fully_sharded():
-                from lightning_mgpu.strategies.sharded.fsdp2 import load_full_optimizer_state
-
-                assert self.lightning_module is not None
-                load_full_optimizer_state(self.lightning_module, optimizer, opt_state)
-                continue
-            if not is_sharded_optimizer(optimizer):
-                optimizer.load_state_dict(opt_state)
-                _optimizer_to_device(optimizer, self.root_device)
-                continue
-            # OSS/ZeRO blank the entries of other ranks in the dict they are given: give them a copy, so the
-            # loaded checkpoint stays whole for anything else that reads it.
-            optimizer.load_state_dict({**opt_state, "state": dict(opt_state["state"])})
-            # Their wrapper's own `state` is unused (the shard's optimizer holds the state) but now references
-            # the loaded shard; on GPU it is a second copy. Drop it to keep the 1/N memory saving.
-            optimizer.state.clear()
-            _optimizer_to_device(optimizer.optim, self.root_device)
+            self._impl.load_optimizer_state(unwrap_optimizer(optimizer), opt_state)
 
     @override
     def lightning_module_state_dict(self) -> dict[str, Any]:
         """Plain keys; under fsdp2 the whole model gathered to rank 0 (a collective; ``{}`` on other ranks), or with
         ``"sharded"`` this rank's shards (DTensors)."""
-        if self._saves_sharded():
-            from lightning_mgpu.strategies.sharded.fsdp2 import sharded_model_state
-
-            assert self.lightning_module is not None
-            return sharded_model_state(self.lightning_module)
-        if self._is_fully_sharded():
-            from lightning_mgpu.strategies.sharded.fsdp2 import full_model_state
-
-            assert self.lightning_module is not None
-            return full_model_state(self.lightning_module)
-        return super().lightning_module_state_dict()
+        state = self._impl.model_state(sharded=self._saves_sharded())
+        return super().lightning_module_state_dict() if state is None else state
 
     def handoff_state_dict(self) -> dict[str, Any]:
         """The weights a spawn launcher hands to the launching process after ``fit``: whole plain tensors (rank 0;
         a collective under fsdp2), never DTensors, which the launching process has no process group for."""
-        if self._is_fully_sharded():
-            from lightning_mgpu.strategies.sharded.fsdp2 import full_model_state
-
-            assert self.lightning_module is not None
-            return full_model_state(self.lightning_module)
-        assert self.lightning_module is not None
-        return self.lightning_module.state_dict()
+        return self._impl.handoff_state()
 
     @override
     def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
         if self._restored_in_place:  # a sharded folder: load_checkpoint has loaded the model
             return
-        if self._is_fully_sharded():  # loaded after fully_shard (e.g. by a callback): scatter the whole state
-            from lightning_mgpu.strategies.sharded.fsdp2 import load_full_model_state
-
-            assert self.lightning_module is not None
-            load_full_model_state(self.lightning_module, dict(checkpoint["state_dict"]), strict=strict)
-            return
-        super().load_model_state_dict(checkpoint, strict=strict)
+        if not self._impl.load_model_state(dict(checkpoint["state_dict"]), strict=strict):
+            super().load_model_state_dict(checkpoint, strict=strict)
 
     # ------------------------------------------------------------------ teardown
     @override
@@ -706,12 +473,7 @@ class ShardedStrategy(StepRouting, DDPStrategy):
 
     @override
     def teardown(self) -> None:
-        sdp = self._sharded_data_parallel()
-        if sdp is not None:
-            from lightning_mgpu.strategies.sharded.fairscale import remove_grad_hooks
-
-            remove_grad_hooks(sdp)
-            self.model = self.lightning_module
+        self._impl.teardown()
         super().teardown()
 
     @classmethod
@@ -735,63 +497,3 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         for name, (start_method, description, extra) in presets.items():
             strategy_registry.register(name, cls, description=description, start_method=start_method, **extra)
         return list(presets)
-
-
-def _check_backend_options(
-    backend: str,
-    reduce_buffer_size: Optional[int],
-    broadcast_fp16: Optional[bool],
-    kwargs: dict[str, Any],
-    reshard_after_forward: Optional[bool],
-    fsdp_modules: Any,
-    find_unused: bool,
-) -> None:
-    """Reject options the chosen backend would ignore or fail on late, naming the fix."""
-    if reduce_buffer_size is not None and reduce_buffer_size < 0:
-        raise ValueError(f"ShardedStrategy(reduce_buffer_size={reduce_buffer_size}) must be >= 0 (0 disables bucketing).")
-    if backend != "fsdp2" and (reshard_after_forward is not None or fsdp_modules is not None):
-        raise ValueError(
-            "ShardedStrategy(reshard_after_forward=..., fsdp_modules=...) are options of backend='fsdp2'; pass"
-            " backend='fsdp2' or remove them."
-        )
-    if backend == "fsdp2":
-        if find_unused:
-            raise ValueError(
-                "ShardedStrategy(backend='fsdp2', find_unused_parameters=True) is not supported: FSDP2 reduce-scatters"
-                " per block, and ranks that skip different parameters would fall out of step. Use backend='torch' (DDP's"
-                " find_unused_parameters) or backend='fairscale'."
-            )
-        given = [n for n, v in (("reduce_buffer_size", reduce_buffer_size), ("broadcast_fp16", broadcast_fp16)) if v is not None]
-        given += sorted(kwargs)
-        if given:
-            raise ValueError(
-                f"ShardedStrategy(backend='fsdp2') does not take {given}: those are FairScale's or DDP's options. FSDP2's"
-                " are reshard_after_forward and fsdp_modules."
-            )
-        return
-    if backend == "torch":
-        if reduce_buffer_size is not None:
-            raise ValueError(
-                "ShardedStrategy(reduce_buffer_size=...) is a FairScale option; with backend='torch' DDP buckets the"
-                " gradients: pass `bucket_cap_mb=...` instead."
-            )
-        if broadcast_fp16:
-            raise ValueError("ShardedStrategy(broadcast_fp16=True) is a FairScale option; remove it with backend='torch'.")
-        if kwargs.get("model_averaging_period") is not None:
-            raise ValueError("ShardedStrategy does not support post-local SGD model averaging; use strategy='ddp' for it.")
-        from lightning_mgpu.strategies.sharded.zero import DDP_OPTIONS
-
-        allowed = set(DDP_OPTIONS)
-        where = "torch.nn.parallel.DistributedDataParallel"
-    else:
-        from lightning_mgpu.strategies.sharded.fairscale import SDP_OPTIONS
-
-        allowed = set(SDP_OPTIONS) - {"reduce_buffer_size"}
-        where = "fairscale's ShardedDataParallel"
-    unknown = sorted(set(kwargs) - allowed)
-    if unknown:
-        raise ValueError(
-            f"ShardedStrategy(backend={backend!r}) got option(s) {unknown} that {where} does not accept. Accepted:"
-            f" {sorted(allowed)}."
-            + (" For DDP's options use backend='torch'." if backend == "fairscale" else "")
-        )

@@ -52,7 +52,7 @@ def test_ray_forms_keep_the_registered_settings() -> None:
     assert fsdp2.backend == "fsdp2"
     # ShardedStrategy's methods come first: the sharding is the bundle's, only device and ranks are Ray's.
     assert type(fsdp2).configure_ddp is ShardedStrategy.configure_ddp
-    assert ray_strategy("sharded_find_unused_parameters_true")._find_unused_parameters is True
+    assert ray_strategy("sharded_find_unused_parameters_true").options.find_unused_parameters is True
     ddp = ray_strategy("ddp")
     assert type(ddp) is RayDDPStrategy
 

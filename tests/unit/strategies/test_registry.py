@@ -69,7 +69,7 @@ def test_find_unused_parameters_spellings_build_the_strategy_they_name(name: str
 
     strategy = Trainer(strategy=name, accelerator="cpu", devices=2, logger=False).strategy
     assert isinstance(strategy, ShardedStrategy)
-    assert strategy._start_method == start_method and strategy._find_unused_parameters is find_unused
+    assert strategy._start_method == start_method and strategy.options.find_unused_parameters is find_unused
 
 
 def test_lightning_1_9_names_for_dp_horovod_and_sharded_are_all_registered() -> None:

@@ -76,7 +76,9 @@ def test_options_the_backend_does_not_take_are_rejected(kwargs: dict, match: str
 
 
 def test_options_reach_the_wrapper() -> None:
-    assert ShardedStrategy(reduce_fp16=True, broadcast_buffers=False)._ddp_kwargs == {"reduce_fp16": True, "broadcast_buffers": False}
+    # FairScale's options go to ShardedDataParallel (the wrapper backend.wrap_model builds), none to DDP.
+    fairscale = ShardedStrategy(reduce_fp16=True, broadcast_buffers=False)
+    assert fairscale.options.wrapper_kwargs == {"reduce_fp16": True, "broadcast_buffers": False} and fairscale._ddp_kwargs == {}
     torch_backend = ShardedStrategy(backend="torch", find_unused_parameters=True, static_graph=False)
     assert torch_backend._ddp_kwargs == {"find_unused_parameters": True, "static_graph": False}
     assert ShardedStrategy(backend="torch")._ddp_kwargs == {"find_unused_parameters": False}
@@ -253,10 +255,11 @@ def test_knob_defaults_resolve_as_documented(one_rank_group: None, monkeypatch: 
         strategy.num_nodes = num_nodes
         module = _TwoHeads()
         # What setup() does: OSS from the strategy's factory, then ShardedDataParallel with the resolved knobs.
-        strategy.optimizers = [strategy._optimizer_factory()([{"params": list(module.parameters())}], torch.optim.SGD, {"lr": 0.1})]
+        backend = strategy._impl
+        strategy.optimizers = [backend.optimizer_factory()([{"params": list(module.parameters())}], torch.optim.SGD, {"lr": 0.1})]
         strategy.model = module
         wrapped.clear()
-        strategy._wrap_sharded_data_parallel()
+        backend.wrap_model()
         return wrapped["reduce_buffer_size"], strategy.optimizers[0].broadcast_fp16  # type: ignore[attr-defined]
 
     assert resolved(1) == (0, False)
