@@ -87,11 +87,11 @@ if TYPE_CHECKING:
     import lightning.pytorch as pl
 
 Backend = Literal["fairscale", "torch", "fsdp2"]
-#: Each backend's class, imported when chosen (FairScale's module imports FairScale).
+#: Each backend's class, imported when chosen, and the optional package it needs (FairScale's module imports it).
 _BACKEND_CLASSES = {
-    "fairscale": "lightning_mgpu.strategies.sharded.fairscale:FairScaleBackend",
-    "torch": "lightning_mgpu.strategies.sharded.zero:TorchZeroBackend",
-    "fsdp2": "lightning_mgpu.strategies.sharded.fsdp2:FSDP2Backend",
+    "fairscale": ("lightning_mgpu.strategies.sharded.fairscale:FairScaleBackend", "fairscale"),
+    "torch": ("lightning_mgpu.strategies.sharded.zero:TorchZeroBackend", None),
+    "fsdp2": ("lightning_mgpu.strategies.sharded.fsdp2:FSDP2Backend", None),
 }
 _BACKENDS = tuple(_BACKEND_CLASSES)
 _FORMATS = ("sharded", "full")
@@ -109,8 +109,15 @@ __all__ = [
 
 
 def backend_class(name: str) -> type[ShardingBackend]:
-    """The :class:`~lightning_mgpu.strategies.sharded.backend.ShardingBackend` subclass of backend ``name``."""
-    module, _, cls = _BACKEND_CLASSES[name].partition(":")
+    """The :class:`~lightning_mgpu.strategies.sharded.backend.ShardingBackend` subclass of backend ``name``.
+
+    Raises:
+        MissingDependencyError: the backend's optional package is not installed (the message names the extra).
+    """
+    where, package = _BACKEND_CLASSES[name]
+    if package is not None:
+        require(package, f"strategy='sharded' (backend={name!r})")
+    module, _, cls = where.partition(":")
     return getattr(importlib.import_module(module), cls)
 
 
@@ -194,8 +201,6 @@ class ShardedStrategy(StepRouting, DDPStrategy):
             raise ValueError(f"ShardedStrategy(backend={backend!r}) is not supported; choose one of {_BACKENDS}.")
         if checkpoint_format not in (None, *_FORMATS):
             raise ValueError(f"ShardedStrategy(checkpoint_format={checkpoint_format!r}) is not supported; choose one of {_FORMATS}.")
-        if backend == "fairscale":
-            require("fairscale", "strategy='sharded' (backend='fairscale')")
         impl_cls = backend_class(backend)
         if checkpoint_format == "sharded" and not impl_cls.writes_sharded_checkpoints:
             raise ValueError(
