@@ -97,7 +97,7 @@ from lightning_mgpu.utilities.signals import interrupts_to_workers
 # Lightning's own launch-style names, then every name the bundle registers (declared once, by each class).
 STRATEGIES = ("auto", "ddp", "ddp_spawn", *BUNDLE_STRATEGY_NAMES)
 PRECISIONS = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true")
-# --checkpoint-format applies to the ShardedStrategy presets; "sharded" to those on FSDP2.
+# --checkpoint-format applies to the ShardedStrategy presets; --fsdp2-* to those on FSDP2.
 SHARDED_NAMES = {n for n in BUNDLE_STRATEGY_NAMES if StrategyRegistry[n]["strategy"] is ShardedStrategy}
 FSDP2_NAMES = {n for n in SHARDED_NAMES if StrategyRegistry[n]["init_params"].get("backend") == "fsdp2"}
 
@@ -167,7 +167,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--checkpoint-format", default="auto", choices=("auto", "sharded", "full"),
         help="sharded strategies: 'sharded' = each rank writes its shards into a folder, nothing gathered (sharded_fsdp2's"
-             " default); 'full' = one file consolidated on rank 0 (the default of sharded/ddp_sharded)",
+             " default; sharded/ddp_sharded write each rank's optimizer shard); 'full' = one file consolidated on rank 0"
+             " (the default of sharded/ddp_sharded)",
     )
     p.add_argument(
         "--resume", default="auto", choices=("auto", "never"),
@@ -220,9 +221,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                 " other strategies take --precision")  # fmt: skip
     if args.fsdp2_mp != "none" and args.precision not in ("32-true", "32"):
         p.error(f"--fsdp2-mp {args.fsdp2_mp} already sets the compute dtype: leave --precision at 32-true (got {args.precision})")
-    if args.checkpoint_format == "sharded" and args.strategy not in FSDP2_NAMES:
-        p.error(f"--checkpoint-format sharded needs FSDP2's sharded state: use --strategy {' or '.join(sorted(FSDP2_NAMES))}"
-                f" ({args.strategy!r} saves one consolidated file: --checkpoint-format full)")  # fmt: skip
     if args.preprocess != "none" and args.data != "digits":
         p.error("--preprocess demonstrates the cache on the digits data; use it with --data digits")
     for flag, path in (("--cache-dir", args.cache_dir), ("--output-dir", args.output_dir)):

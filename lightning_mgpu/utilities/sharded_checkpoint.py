@@ -171,3 +171,61 @@ def sharded_model_keys(path: str | os.PathLike) -> set[str]:
 
     planner_data = FileSystemReader(str(path)).read_metadata().planner_data or {}
     return {str(where[1]) for where in planner_data.values() if len(where) == 2 and where[0] == "state_dict"}
+
+
+def _saved_entries(path: str | os.PathLike) -> list[tuple[tuple[Any, ...], Any]]:
+    """``(path in the checkpoint dict, storage metadata)`` of every entry of a folder, from its metadata alone."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    metadata = FileSystemReader(str(path)).read_metadata()
+    planner_data = metadata.planner_data or {}
+    return [(tuple(planner_data[key]), md) for key, md in metadata.state_dict_metadata.items() if key in planner_data]
+
+
+def _dcp_load(state: dict[str, Any], path: str | os.PathLike) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    dcp.load(state, storage_reader=dcp.FileSystemReader(str(path)))
+
+
+def read_sharded_model(path: str | os.PathLike, template: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The whole model state of a folder, read into ``template``'s tensors (same keys, this rank's device). Collective
+    under a process group: every rank calls it."""
+    state = {"state_dict": dict(template)}
+    _dcp_load(state, path)
+    return state["state_dict"]
+
+
+def read_owned_optimizer_state(
+    path: str | os.PathLike, index: int, owned: list[int], param_groups: list[dict[str, Any]], num_optimizers: int
+) -> dict[str, Any]:
+    """Optimizer ``index``'s saved state for the parameter indices ``owned`` only, with its saved param groups, in
+    torch's ordinary layout. Each rank reads what it owns now, whatever the number of ranks that wrote the folder.
+    Collective under a process group: every rank calls it (with its own ``owned``).
+
+    Raises:
+        ValueError: the folder holds another number of optimizers, or of parameter groups.
+    """
+    entries = _saved_entries(path)
+    saved_optimizers = {where[1] for where, _ in entries if where[0] == "optimizer_states"}
+    if len(saved_optimizers) != num_optimizers:
+        raise ValueError(f"{path} holds the state of {len(saved_optimizers)} optimizer(s), this model has {num_optimizers}.")
+    wanted = {str(i) for i in owned}
+    slots: dict[str, dict[str, Any]] = {}
+    groups: dict[int, dict[str, Any]] = {}
+    for where, md in entries:
+        if where[:2] != ("optimizer_states", index):
+            continue
+        if where[2] == "state" and where[3] in wanted:
+            # Full-size tensors for what this rank owns; torch.distributed.checkpoint joins them from the saved shards.
+            size, dtype = getattr(md, "size", None), getattr(getattr(md, "properties", None), "dtype", None)
+            slots.setdefault(where[3], {})[where[4]] = torch.empty(size, dtype=dtype) if size is not None else None
+        elif where[2] == "param_groups":
+            groups.setdefault(int(where[3]), {})[where[4]] = None
+    if len(groups) != len(param_groups):
+        raise ValueError(f"{path} holds {len(groups)} parameter group(s) for optimizer {index}, this one has {len(param_groups)}.")
+    target: list[dict[str, Any]] = [{} for _ in range(num_optimizers)]
+    target[index] = {"state": slots, "param_groups": [groups[g] for g in sorted(groups)]}
+    state = {"optimizer_states": target}
+    _dcp_load(state, path)
+    return _with_int_ids(state["optimizer_states"][index])

@@ -64,8 +64,10 @@ class ShardingBackend:
     name: ClassVar[str]
     #: each rank holds only its shard of the reduced gradients (ZeRO-2/3): clipping and scaling must agree across ranks
     shards_gradients: ClassVar[bool] = False
-    #: the state is held as DTensors that every rank can write its own part of (``checkpoint_format="sharded"``)
+    #: every rank can write its own part of the state into a folder (``checkpoint_format="sharded"``)
     writes_sharded_checkpoints: ClassVar[bool] = False
+    #: the format when the user names none
+    default_checkpoint_format: ClassVar[CheckpointFormat] = "full"
     #: ``configure_model`` builds the layers on the meta device and ``setup`` materialises only each rank's shards
     builds_sharded: ClassVar[bool] = False
 
@@ -115,6 +117,10 @@ class ShardingBackend:
         """Undo what ``setup_fit`` installed that outlives the fit."""
 
     # ------------------------------------------------------------------ checkpoints
+    def holds_shards(self) -> bool:
+        """Whether this rank now holds state that only it has (a sharded folder is written and read in place)."""
+        return False
+
     def sharded_context(self, fitting: bool) -> AbstractContextManager:
         """Where ``configure_model`` builds the layers."""
         return nullcontext()
@@ -148,7 +154,14 @@ class ShardingBackend:
 
 
 class OptimizerShardingBackend(ShardingBackend):
-    """ZeRO-style backends: each optimizer is rebuilt as a sharded one; its state is consolidated on rank 0 to save."""
+    """ZeRO-style backends: each optimizer is rebuilt as a sharded one, which owns the whole state of some parameters.
+
+    ``checkpoint_format="full"`` consolidates the state on rank 0. ``"sharded"``: each rank writes the state of the
+    parameters it owns into the folder (the model, the same on every rank, is written once), and on load reads only
+    the state of the parameters it owns now, at any number of ranks.
+    """
+
+    writes_sharded_checkpoints = True
 
     @classmethod
     def check_options(cls, options: ShardedOptions) -> None:
@@ -185,10 +198,18 @@ class OptimizerShardingBackend(ShardingBackend):
         rebind_schedulers(strategy.lr_scheduler_configs, replacements)
         strategy.optimizers = optimizers
 
+    def _sharded_optimizers(self) -> list[Optimizer]:
+        return [o for o in map(unwrap_optimizer, self.strategy.optimizers) if is_sharded_optimizer(o)]
+
+    def holds_shards(self) -> bool:
+        return bool(self._sharded_optimizers())
+
     def optimizer_state(self, optimizer: Optimizer, sharded: bool) -> dict[str, Any]:
-        # Consolidation is a collective: every rank calls this (Lightning's dump_checkpoint does); rank 0 writes.
         if not is_sharded_optimizer(optimizer):
             return optimizer.state_dict()
+        if sharded:
+            return owned_optimizer_state(optimizer)
+        # Consolidation is a collective: every rank calls this (Lightning's dump_checkpoint does); rank 0 writes.
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         if isinstance(optimizer, ZeroRedundancyOptimizer):
@@ -215,3 +236,38 @@ class OptimizerShardingBackend(ShardingBackend):
         # shard; on GPU it is a second copy. Drop it to keep the 1/N memory saving.
         optimizer.state.clear()
         _optimizer_to_device(optimizer.optim, self.strategy.root_device)  # type: ignore[attr-defined]
+
+    def load_sharded_checkpoint(self, path: Any) -> None:
+        from lightning_mgpu.utilities.sharded_checkpoint import read_sharded_model, read_owned_optimizer_state
+
+        module = self.strategy.lightning_module
+        assert module is not None
+        optimizers = [unwrap_optimizer(o) for o in self.strategy.optimizers]
+        # The model is the same on every rank: each reads it whole (it holds it whole anyway).
+        module.load_state_dict(read_sharded_model(path, module.state_dict()))
+        for index, optimizer in enumerate(optimizers):
+            if not is_sharded_optimizer(optimizer):
+                continue
+            ids = param_ids(optimizer)
+            owned = [ids[id(p)] for group in optimizer.optim.param_groups for p in group["params"]]  # type: ignore[attr-defined]
+            state = read_owned_optimizer_state(path, index, owned, param_groups_with_ids(optimizer), len(optimizers))
+            self.load_optimizer_state(optimizer, state)
+
+
+def param_ids(optimizer: Optimizer) -> dict[int, int]:
+    """``id(param)`` -> its index in torch's ordinary optimizer state (param-group order): the same on every rank."""
+    return {id(p): i for i, p in enumerate(p for group in optimizer.param_groups for p in group["params"])}
+
+
+def param_groups_with_ids(optimizer: Optimizer) -> list[dict[str, Any]]:
+    """The optimizer's groups as its ``state_dict()`` writes them (indices for parameters), without consolidating."""
+    ids = param_ids(optimizer)
+    return [{**{k: v for k, v in g.items() if k != "params"}, "params": [ids[id(p)] for p in g["params"]]} for g in optimizer.param_groups]
+
+
+def owned_optimizer_state(optimizer: Optimizer) -> dict[str, Any]:
+    """This rank's part of a sharded (OSS/ZeRO) optimizer's state, in torch's ordinary layout: the state of the
+    parameters this rank owns, under their global indices. The parts of all ranks together are the full state."""
+    ids = param_ids(optimizer)
+    local = optimizer.optim  # type: ignore[attr-defined]
+    return {"state": {ids[id(p)]: dict(slots) for p, slots in local.state.items()}, "param_groups": param_groups_with_ids(optimizer)}

@@ -367,6 +367,7 @@ class FSDP2Backend(ShardingBackend):
     name = "fsdp2"
     shards_gradients = True
     writes_sharded_checkpoints = True
+    default_checkpoint_format = "sharded"
     builds_sharded = True
 
     @classmethod
@@ -433,6 +434,10 @@ class FSDP2Backend(ShardingBackend):
     @override
     def no_sync(self) -> Optional[AbstractContextManager]:
         return no_sync(self.strategy.model) if self.model_is_sharded() else None  # type: ignore[arg-type]
+
+    @override
+    def holds_shards(self) -> bool:
+        return self.model_is_sharded()
 
     @override
     def sharded_context(self, fitting: bool) -> AbstractContextManager:

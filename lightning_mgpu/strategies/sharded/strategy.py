@@ -146,7 +146,8 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         checkpoint_format: ``"sharded"``: every rank writes its shards into a folder named like the checkpoint file
             (nothing is gathered; it loads on any number of ranks, and under other strategies through
             ``AtomicCheckpointIO``); ``"full"``: one file, consolidated on rank 0. ``None``: ``"sharded"`` for fsdp2,
-            ``"full"`` for FairScale and torch (whose sharded format is not built yet).
+            ``"full"`` for FairScale and torch (one file, as in Lightning 1.x; their ``"sharded"`` folder holds each
+            rank's optimizer shard, and the model, the same on every rank, once).
         mp_policy: fsdp2 only. ``torch.distributed.fsdp.MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)``:
             parameters gathered and computed in ``param_dtype`` (the shards and the optimizer stay fp32), gradients
             reduced in ``reduce_dtype``. Use it instead of ``precision="bf16-mixed"``, not with it.
@@ -204,9 +205,8 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         impl_cls = backend_class(backend)
         if checkpoint_format == "sharded" and not impl_cls.writes_sharded_checkpoints:
             raise ValueError(
-                f"ShardedStrategy(backend={backend!r}, checkpoint_format='sharded') is not supported yet: only FSDP2's"
-                " state is held as DTensors that every rank can write its own part of. Use backend='fsdp2' for"
-                " sharded checkpoints, or checkpoint_format='full' (one file, consolidated on rank 0)."
+                f"ShardedStrategy(backend={backend!r}, checkpoint_format='sharded') is not supported: this backend's"
+                " ranks cannot write their own parts. Use checkpoint_format='full' (one file, consolidated on rank 0)."
             )
         options = ShardedOptions(
             reduce_buffer_size=reduce_buffer_size,
@@ -222,8 +222,7 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         # Set before the parent constructor, which assigns the precision plugin through our setter.
         self._backend: Backend = backend
         self._impl: ShardingBackend = impl_cls(self, options)
-        default_format: CheckpointFormat = "sharded" if impl_cls.writes_sharded_checkpoints else "full"
-        self._checkpoint_format: CheckpointFormat = checkpoint_format or default_format
+        self._checkpoint_format: CheckpointFormat = checkpoint_format or impl_cls.default_checkpoint_format
         # Set by load_checkpoint when a sharded folder went straight into the sharded model and optimizers.
         self._restored_in_place = False
         super().__init__(
@@ -384,12 +383,13 @@ class ShardedStrategy(StepRouting, DDPStrategy):
 
     # ------------------------------------------------------------------ checkpoints
     def _saves_sharded(self) -> bool:
-        return self._checkpoint_format == "sharded" and self._impl.model_is_sharded()
+        return self._checkpoint_format == "sharded" and self._impl.holds_shards()
 
     @property
     @override
     def restore_checkpoint_after_setup(self) -> bool:
-        # A sharded folder loads into the sharded model and its optimizers, which setup() creates.
+        # A sharded folder loads into the sharded model and its sharded optimizers, which setup() creates: each rank
+        # reads only what it holds. (A full file loads the same either way.)
         return self._impl.writes_sharded_checkpoints
 
     @property
@@ -419,7 +419,7 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         shards, so any number of ranks can load it); anything else is read whole through the checkpoint IO."""
         self._restored_in_place = False
         path = Path(checkpoint_path)
-        if not (self._impl.model_is_sharded() and is_sharded_checkpoint(path)):
+        if not (self._impl.holds_shards() and is_sharded_checkpoint(path)):
             return super().load_checkpoint(checkpoint_path, *args, **kwargs)
         self._impl.load_sharded_checkpoint(path)
         self._restored_in_place = True

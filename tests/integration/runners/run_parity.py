@@ -162,7 +162,9 @@ def _main(args: argparse.Namespace) -> None:
         trainer.save_checkpoint(ckpt)
     if trainer.is_global_zero:
         result = {"world_size": world, "num_nodes": trainer.num_nodes, "global_step": trainer.global_step,
-                  "trainer": type(trainer).__module__, "strategy": type(trainer.strategy).__module__}  # fmt: skip
+                  "trainer": type(trainer).__module__, "strategy": type(trainer.strategy).__module__,
+                  # a sharded folder read in place, each rank what it holds (ShardedStrategy only)
+                  "restored_in_place": getattr(trainer.strategy, "_restored_in_place", None)}  # fmt: skip
         (args.out / "result.json").write_text(json.dumps(result))
 
 

@@ -30,8 +30,9 @@ def test_checkpoint_format_and_policies_are_checked_before_any_work() -> None:
     assert ShardedStrategy(backend="fsdp2", checkpoint_format="full").checkpoint_format == "full"
     with pytest.raises(ValueError, match="checkpoint_format='zip'\\) is not supported; choose one of"):
         ShardedStrategy(backend="fsdp2", checkpoint_format="zip")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="Use backend='fsdp2' for sharded checkpoints, or checkpoint_format='full'"):
-        ShardedStrategy(backend="torch", checkpoint_format="sharded")
+    # The ZeRO-style backends write their optimizer shards into a folder when asked (not by default).
+    assert ShardedStrategy(backend="torch", checkpoint_format="sharded").checkpoint_format == "sharded"
+    assert ShardedStrategy(backend="torch").restore_checkpoint_after_setup  # a folder loads into the sharded optimizers
     with pytest.raises(ValueError, match="are FSDP2's policies; pass backend='fsdp2'"):
         ShardedStrategy(backend="torch", mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="CPUOffloadPolicy\\(\\)\\) needs a GPU"):

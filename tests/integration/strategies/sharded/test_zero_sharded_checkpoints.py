@@ -1,0 +1,89 @@
+"""``checkpoint_format="sharded"`` with the ZeRO-style backends (FairScale OSS, torch ZeRO-1), on CPU ranks with gloo.
+
+Each rank writes the optimizer state of the parameters it owns into the folder (the model, the same on every rank,
+once); on load each rank reads only the state it owns now. Checked: the folder holds exactly what the full file of the
+same run holds; a resume at the same world size continues exactly as from the full file; resumes at 1 and 4 ranks,
+across backends (into FSDP2 and ``ddp``) continue like ``ddp`` (1e-6 Adam; the folder is exact, only the reduction
+order differs).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch
+
+from lightning_mgpu.utilities.checkpoint import read_checkpoint
+from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
+from tests.helpers.launch import max_abs_diff, run_parity_sequence
+from tests.helpers.runif import RunIf
+
+pytestmark = [pytest.mark.timeout(900), *RunIf(fairscale=True).marks]
+ADAM = ("--optimizer", "adam", "--lr", "0.01")
+FAIRSCALE = ("--strategy", "sharded", "--sharded-backend", "fairscale")
+ZERO = ("--strategy", "sharded", "--sharded-backend", "torch")
+FSDP2 = ("--strategy", "sharded", "--sharded-backend", "fsdp2")
+DDP = ("--strategy", "ddp")
+SHARDED = ("--checkpoint-format", "sharded")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("zero_sharded")
+    out: dict[str, Any] = {"root": root}
+    # One launch per world size (a launch is mostly imports): 5 Adam steps, then resumes to 8.
+    first = {"fairscale": (*FAIRSCALE, *SHARDED), "fairscale_full": FAIRSCALE, "zero": (*ZERO, *SHARDED), "ddp": DDP}
+    done = run_parity_sequence([(root / name, *strategy, "--devices", "2", "--steps", "5", *ADAM) for name, strategy in first.items()])
+    out.update(zip(first, done))
+    resumes = [
+        ("2", {"fairscale_from_folder": (FAIRSCALE, "fairscale"), "fairscale_from_file": (FAIRSCALE, "fairscale_full"),
+               "ddp_from_ddp": (DDP, "ddp"), "fsdp2_from_zero": (FSDP2, "zero"), "ddp_from_fairscale": (DDP, "fairscale")}),
+        ("1", {"zero_1rank_from_fairscale": ((*ZERO, *SHARDED), "fairscale")}),
+        ("4", {"fairscale_4ranks_from_zero": ((*FAIRSCALE, *SHARDED), "zero")}),
+    ]  # fmt: skip
+    for devices, group in resumes:
+        done = run_parity_sequence([(root / name, *strategy, "--devices", devices, "--steps", "8", *ADAM, "--resume",
+                                     str(root / source / "final.ckpt")) for name, (strategy, source) in group.items()])  # fmt: skip
+        out.update(zip(group, done))
+    return out
+
+
+def _tensors(ckpt: dict[str, Any]) -> dict[str, torch.Tensor]:
+    flat = {f"model.{k}": v for k, v in ckpt["state_dict"].items()}
+    for i, opt in enumerate(ckpt["optimizer_states"]):
+        for pid, slots in opt["state"].items():
+            flat.update({f"opt{i}.{pid}.{k}": torch.as_tensor(v) for k, v in slots.items()})
+    return flat
+
+
+def test_the_folder_holds_what_the_full_file_of_the_same_run_holds(runs: dict[str, Any]) -> None:
+    root = runs["root"]
+    folder, file = root / "fairscale" / "final.ckpt", root / "fairscale_full" / "final.ckpt"
+    assert is_sharded_checkpoint(folder) and file.is_file()
+    # Each rank wrote its own part: two shard files, and the optimizer state of every parameter exactly once.
+    assert sorted(p.name for p in folder.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    joined, whole = read_checkpoint(folder, trusted=True), read_checkpoint(file, trusted=True)
+    a, b = _tensors(joined), _tensors(whole)
+    assert a.keys() == b.keys() and any(k.startswith("opt0.") for k in a)
+    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
+    assert joined["optimizer_states"][0]["param_groups"] == whole["optimizer_states"][0]["param_groups"]
+    assert is_sharded_checkpoint(root / "zero" / "final.ckpt")
+
+
+def test_same_world_size_resumes_exactly_as_from_the_full_file(runs: dict[str, Any]) -> None:
+    assert max_abs_diff(runs["fairscale_from_folder"][0], runs["fairscale_from_file"][0]) == 0.0
+    assert max_abs_diff(runs["fairscale_from_folder"][0], runs["fairscale_from_folder"][1]) == 0.0
+
+
+def test_other_world_sizes_and_backends_continue_like_ddp(runs: dict[str, Any]) -> None:
+    reference = runs["ddp_from_ddp"][0]
+    for name in ("fairscale_from_folder", "zero_1rank_from_fairscale", "fairscale_4ranks_from_zero", "fsdp2_from_zero", "ddp_from_fairscale"):
+        assert max_abs_diff(runs[name][0], reference) <= 1e-6, name
+    assert is_sharded_checkpoint(runs["root"] / "fairscale_4ranks_from_zero" / "final.ckpt")
+    # The folders went straight into the sharded optimizers (each rank reading what it owns), not through a whole read.
+    in_place = {name: json.loads((runs["root"] / name / "result.json").read_text())["restored_in_place"]
+                for name in ("fairscale_from_folder", "zero_1rank_from_fairscale", "fairscale_4ranks_from_zero", "fsdp2_from_zero", "fairscale_from_file")}  # fmt: skip
+    assert in_place == {"fairscale_from_folder": True, "zero_1rank_from_fairscale": True, "fairscale_4ranks_from_zero": True,
+                        "fsdp2_from_zero": True, "fairscale_from_file": False}, in_place  # fmt: skip
