@@ -7,6 +7,9 @@ builds a model from ``configure_model``. Per arm, a fresh pair of processes (a p
   each rank its shards, swapped into place atomically) and load (``load_sharded_checkpoint``);
 - ``full``: the bundle's ``checkpoint_format="full"``: the whole state gathered to rank 0, one file; every rank reads
   the file to load;
+- ``sharded_async``: the same folder written in the background (``ShardedStrategy(async_save=True)``: DCP's
+  ``async_save`` over a gloo group of its own); its save time is what training waits for (the copy of the shards to
+  CPU memory), and ``landed_s`` the time until the folder is in place;
 - ``raw_dcp``: ``torch.distributed.checkpoint.save``/``load`` of ``get_state_dict`` by hand (the floor);
 - ``ddp``: the same model whole on each rank with its Adam state (the memory reference; no checkpoint).
 
@@ -37,7 +40,7 @@ from harness.result import progress, ratio, write_result  # noqa: E402
 from harness.ranks import wait_for_ranks  # noqa: E402
 
 WORLD = 2
-ARMS = ("sharded", "full", "raw_dcp", "ddp")
+ARMS = ("sharded", "sharded_async", "full", "raw_dcp", "ddp")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -141,14 +144,18 @@ def worker(args: argparse.Namespace) -> None:
     out: dict[str, Any] = {"after_build_mib": built_mib[0] - baseline, "after_backward_mib": built_mib[1] - baseline,
                            "after_step_mib": _rss_mib() - baseline, "save_s": [], "load_s": []}  # fmt: skip
     target = args.out / "ckpt"
+    pending: list[Any] = []
+    async_group = dist.new_group(backend="gloo") if arm == "sharded_async" else None
+    if async_group is not None:
+        out["landed_s"] = []
 
     def save() -> None:
-        if arm == "sharded":
+        if arm in ("sharded", "sharded_async"):
             checkpoint = {"state_dict": fsdp2.sharded_model_state(model), "optimizer_states": [fsdp2.sharded_optimizer_state(model, optimizer)],
                           "global_step": 1}  # fmt: skip
             tmp = [str(temporary_folder(target))]
             dist.broadcast_object_list(tmp, src=0)
-            write_sharded_checkpoint(checkpoint, target, Path(tmp[0]), coordinator=rank == 0)
+            pending.append(write_sharded_checkpoint(checkpoint, target, Path(tmp[0]), coordinator=rank == 0, async_group=async_group))
         elif arm == "full":
             checkpoint = {"state_dict": fsdp2.full_model_state(model), "optimizer_states": [fsdp2.full_optimizer_state(model, optimizer)],
                           "global_step": 1}  # fmt: skip
@@ -159,7 +166,7 @@ def worker(args: argparse.Namespace) -> None:
             dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(target) + f".{len(out['save_s'])}")
 
     def load() -> None:
-        if arm == "sharded":
+        if arm in ("sharded", "sharded_async"):
             fsdp2.load_sharded_checkpoint(model, [optimizer], target)
         elif arm == "full":
             checkpoint = load_checkpoint_file(target)
@@ -174,6 +181,8 @@ def worker(args: argparse.Namespace) -> None:
     if arm != "ddp":
         for i in range(args.rounds):
             out["save_s"].append(_timed(save))
+            if async_group is not None:  # the folder lands: what a save in flight costs in total
+                out["landed_s"].append(out["save_s"][-1] + _timed(lambda: pending.pop().result()))
             if rank == 0:
                 progress(i + 1, 2 * args.rounds)
         out["after_save_mib"] = _rss_mib() - baseline
@@ -224,8 +233,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             except RuntimeError as err:
                 failed[arm] = str(err)[-2000:]
     # Per round, the slower rank's time is the save's time (both ranks wait at the barrier anyway).
-    arms = {arm: {"save_s": [max(r["save_s"][i] for r in ranks) for i in range(1, args.rounds)],
-                  "load_s": [max(r["load_s"][i] for r in ranks) for i in range(1, args.rounds)]}
+    arms = {arm: {key: [max(r[key][i] for r in ranks) for i in range(1, args.rounds)] for key in ("save_s", "load_s", "landed_s") if key in ranks[0]}
             for arm, ranks in results.items() if arm != "ddp"}  # fmt: skip
     memory = {arm: [max(r.get(k, 0.0) for k in ("after_step_mib", "after_save_mib", "after_load_mib")) * 2**20 for r in ranks]
               for arm, ranks in results.items()}  # fmt: skip
@@ -244,18 +252,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     share("sharded / ddp peak RSS per rank, build + step + saves", ("sharded", "after_save_mib"), ("ddp", "after_step_mib"), goal=0.6)
     share("full / ddp peak RSS per rank, build + step + saves", ("full", "after_save_mib"), ("ddp", "after_step_mib"))
     share("sharded / full peak RSS per rank, through the loads", ("sharded", "after_load_mib"), ("full", "after_load_mib"))
+    if "landed_s" in arms.get("sharded_async", {}) and "sharded" in arms:
+        # The whole background save (copy, writes, the folder's swap) against the synchronous one, medians of the rounds.
+        landed = statistics.median(arms["sharded_async"]["landed_s"]) / statistics.median(arms["sharded"]["save_s"])
+        figures["sharded async save, until landed / sharded save"] = {"value": landed, "goal": None}
     for arm, ranks in results.items():
         for r, rank in enumerate(ranks):
             print(f"  {arm:8s} rank {r}: RSS above baseline {rank['after_build_mib']:.0f} MiB built, {rank['after_backward_mib']:.0f} after a"
                   f" backward, {rank['after_step_mib']:.0f} after the step,"
                   f" {rank.get('after_save_mib', 0):.0f} after the saves, {rank.get('after_load_mib', 0):.0f} after the loads")
     for arm, times in arms.items():
-        print(f"  {arm:8s} save {statistics.median(times['save_s']):.3f} s, load {statistics.median(times['load_s']):.3f} s (median of {len(times['save_s'])})")
+        landed = f", landed after {statistics.median(times['landed_s']):.3f} s" if "landed_s" in times else ""
+        print(f"  {arm:8s} save {statistics.median(times['save_s']):.3f} s{landed}, load {statistics.median(times['load_s']):.3f} s (median of {len(times['save_s'])})")
     for label, fig in figures.items():
         print(f"  {label}: {fig['value']:.3f}" + (f" (goal <= {fig['goal']})" if fig["goal"] else ""))
     ratios = [ratio("sharded save / raw DCP save", "sharded", "raw_dcp", "save_s", goal=1.05),
               ratio("sharded load / raw DCP load", "sharded", "raw_dcp", "load_s"),
               ratio("full save / sharded save", "full", "sharded", "save_s"),
+              # What training waits for with async_save (the shards copied to CPU memory), and the whole background save.
+              ratio("sharded async save, training blocked / sharded save", "sharded_async", "sharded", "save_s"),
+
               ratio("full load / sharded load", "full", "sharded", "load_s")]  # fmt: skip
     write_result(args.result, name="sharded_checkpoint", unit="s", arms=arms, ratios=ratios, figures=figures, memory=memory,
                  memory_label="peak RSS per rank above the import baseline (build, step, saves, loads)", failed=failed, notes=notes,

@@ -170,6 +170,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
              " default; sharded/ddp_sharded write each rank's optimizer shard); 'full' = one file consolidated on rank 0"
              " (the default of sharded/ddp_sharded)",
     )
+    p.add_argument("--async-save", action="store_true",
+                   help="sharded folders: write each checkpoint in the background while training goes on (DCP async_save)")
     p.add_argument(
         "--resume", default="auto", choices=("auto", "never"),
         help="auto: when the launcher restarts the job (torchrun --max-restarts), resume from OUTPUT_DIR/checkpoints/last.ckpt",
@@ -216,6 +218,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.checkpoint_format != "auto" and args.strategy not in SHARDED_NAMES:
         p.error(f"--checkpoint-format chooses how a sharded strategy saves; {args.strategy!r} always saves one file."
                 " Use it with --strategy sharded or sharded_fsdp2 (or their _spawn and 1.x names), or leave it out")  # fmt: skip
+    sharded_folders = args.checkpoint_format == "sharded" or (args.checkpoint_format == "auto" and args.strategy in FSDP2_NAMES)
+    if args.async_save and not (args.strategy in SHARDED_NAMES and sharded_folders):
+        p.error("--async-save writes sharded checkpoint folders in the background: use it with --strategy sharded_fsdp2,"
+                f" or --strategy sharded --checkpoint-format sharded (not --strategy {args.strategy!r}"
+                f"{' --checkpoint-format ' + args.checkpoint_format if args.checkpoint_format != 'auto' else ''})")  # fmt: skip
     if (args.fsdp2_mp != "none" or args.fsdp2_offload) and args.strategy not in FSDP2_NAMES:
         p.error(f"--fsdp2-mp and --fsdp2-offload are FSDP2's policies: use --strategy sharded_fsdp2 (not {args.strategy!r});"
                 " other strategies take --precision")  # fmt: skip
@@ -322,6 +329,8 @@ def strategy_overrides(args: argparse.Namespace) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     if args.checkpoint_format != "auto":
         overrides["checkpoint_format"] = args.checkpoint_format
+    if args.async_save:
+        overrides["async_save"] = True
     if args.fsdp2_mp != "none" or args.fsdp2_offload:
         import torch
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy

@@ -162,6 +162,9 @@ class SaveOnInterrupt(Callback):
             return
         path = self.checkpoint_path(trainer)
         trainer.save_checkpoint(path, weights_only=False)  # a full checkpoint; every rank, as ModelCheckpoint does; rank 0 writes, atomically
+        wait = getattr(trainer.strategy, "wait_for_checkpoint", None)  # a background save (ShardedStrategy(async_save=True))
+        if wait is not None:
+            wait()  # lands before "saved" is said and the process stops
         self.saved_path = path
         rank_zero_info(
             f"Interrupted at step {trainer.global_step} (epoch {trainer.current_epoch}, batch {batch_idx + 1});"

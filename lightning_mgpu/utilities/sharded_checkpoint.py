@@ -22,10 +22,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import io
 import os
 import shutil
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +86,13 @@ def _with_int_ids(state: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_sharded_checkpoint(
-    checkpoint: Mapping[str, Any], path: str | os.PathLike, tmp: Path, coordinator: bool, no_dist: bool = False
-) -> None:
+    checkpoint: Mapping[str, Any],
+    path: str | os.PathLike,
+    tmp: Path,
+    coordinator: bool,
+    no_dist: bool = False,
+    async_group: Any = None,
+) -> Future | None:
     """Write ``checkpoint`` as a sharded folder at ``path``. Collective: every rank calls it with the same ``tmp``.
 
     Each rank writes the shards of its DTensors (plain tensors, the same on every rank, are written once); the
@@ -98,6 +105,13 @@ def write_sharded_checkpoint(
         tmp: the temporary folder from :func:`temporary_folder`, the same on every rank.
         coordinator: whether this is rank 0.
         no_dist: one process, without a process group (``lightning-mgpu convert``).
+        async_group: save in the background (``torch.distributed.checkpoint.async_save``) over this process group,
+            which must not be the one training uses (the save's collectives run in another thread). The tensors are
+            copied to CPU memory before this returns; the folder lands when the returned future completes.
+
+    Returns:
+        With ``async_group``, a future that completes once this rank's part is written (on rank 0: once the folder is
+        in place); otherwise ``None``.
     """
     import torch.distributed.checkpoint as dcp
 
@@ -106,11 +120,41 @@ def write_sharded_checkpoint(
     if coordinator:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_folders(path, keep=tmp)
-    dcp_save(tensors, dcp.FileSystemWriter(str(tmp), sync_files=True), no_dist=no_dist)
-    if not coordinator:
-        return
+    writer = dcp.FileSystemWriter(str(tmp), sync_files=True)
+    if async_group is None:
+        dcp_save(tensors, writer, no_dist=no_dist)
+        if coordinator:
+            _land(_serialized(meta), tmp, path)
+        return None
+    # The rest is serialized now: the loops and callbacks it describes move on while the shards are written.
+    meta_bytes = _serialized(meta) if coordinator else b""
+    saved = dcp.async_save(tensors, storage_writer=writer, process_group=async_group)
+    landed: Future = Future()
+
+    def _finish(done: Future) -> None:
+        try:
+            done.result()  # on rank 0 only after every rank's shards and .metadata are written
+            if coordinator:
+                _land(meta_bytes, tmp, path)
+        except BaseException as err:  # noqa: BLE001  (handed to whoever waits on the future)
+            landed.set_exception(err)
+        else:
+            landed.set_result(None)
+
+    saved.add_done_callback(_finish)  # type: ignore[union-attr]
+    return landed
+
+
+def _serialized(meta: Mapping[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(dict(meta), buffer)
+    return buffer.getvalue()
+
+
+def _land(meta_bytes: bytes, tmp: Path, path: Path) -> None:
+    """Rank 0's end of a save: ``meta.pt`` beside the shards, then the folder swapped into place."""
     with open(tmp / META_FILENAME, "wb") as f:
-        torch.save(meta, f)
+        f.write(meta_bytes)
         f.flush()
         os.fsync(f.fileno())
     fsync_dir(tmp)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Generator, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -148,6 +149,11 @@ class ShardedStrategy(StepRouting, DDPStrategy):
             ``AtomicCheckpointIO``); ``"full"``: one file, consolidated on rank 0. ``None``: ``"sharded"`` for fsdp2,
             ``"full"`` for FairScale and torch (one file, as in Lightning 1.x; their ``"sharded"`` folder holds each
             rank's optimizer shard, and the model, the same on every rank, once).
+        async_save: with ``checkpoint_format="sharded"``, saves made while fitting return once the shards are copied to
+            CPU memory, and each rank writes them in a background thread (``torch.distributed.checkpoint.async_save``,
+            over a gloo group of its own); the folder lands atomically when the last rank is done. The next save, the
+            end of ``fit`` and the interpreter's exit wait for it (:meth:`wait_for_checkpoint`). Costs one copy of the
+            rank's shards in CPU memory while a save is in flight.
         mp_policy: fsdp2 only. ``torch.distributed.fsdp.MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)``:
             parameters gathered and computed in ``param_dtype`` (the shards and the optimizer stay fp32), gradients
             reduced in ``reduce_dtype``. Use it instead of ``precision="bf16-mixed"``, not with it.
@@ -191,6 +197,7 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         reshard_after_forward: Optional[bool] = None,
         fsdp_modules: Optional[Sequence[ModuleSpec]] = None,
         checkpoint_format: Optional[CheckpointFormat] = None,
+        async_save: bool = False,
         mp_policy: Optional[Any] = None,
         offload_policy: Optional[Any] = None,
         process_group_backend: Optional[str] = None,
@@ -223,6 +230,16 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         self._backend: Backend = backend
         self._impl: ShardingBackend = impl_cls(self, options)
         self._checkpoint_format: CheckpointFormat = checkpoint_format or impl_cls.default_checkpoint_format
+        if async_save and self._checkpoint_format != "sharded":
+            raise ValueError(
+                "ShardedStrategy(async_save=True) writes sharded folders in the background; pass"
+                " checkpoint_format='sharded' with it (a full checkpoint is gathered to rank 0 first: use Lightning's"
+                " AsyncCheckpointIO plugin for files)."
+            )
+        self._async_save = async_save
+        self._async_group: Any = None
+        self._pending_save: Optional[Future] = None
+        self._failed = False
         # Set by load_checkpoint when a sharded folder went straight into the sharded model and optimizers.
         self._restored_in_place = False
         super().__init__(
@@ -409,9 +426,32 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         # Rank 0's path and one temporary folder beside it for all ranks: the shards of this save must land together
         # (a caller may pass each rank its own path, as Ray's report callback does with per-rank temporary folders).
         # Across nodes this needs a filesystem they share, as Lightning's FSDP sharded checkpoints do.
+        # The previous background save must land first: this one's start removes stale temporary folders.
+        self.wait_for_checkpoint()
         filepath = self.broadcast(str(filepath))
         tmp = Path(self.broadcast(str(temporary_folder(filepath))))
-        write_sharded_checkpoint(checkpoint, filepath, tmp, coordinator=self.is_global_zero)
+        group = self._checkpoint_group() if self._async_save and self._fitting() else None
+        self._pending_save = write_sharded_checkpoint(checkpoint, filepath, tmp, coordinator=self.is_global_zero, async_group=group)
+
+    def wait_for_checkpoint(self) -> None:
+        """Block until the last background save (``async_save=True``) has landed; raise its error if it failed."""
+        pending, self._pending_save = self._pending_save, None
+        if pending is not None:
+            pending.result()
+
+    def _checkpoint_group(self) -> Any:
+        """A gloo group for the background saves' collectives, apart from training's (made on the first save, a
+        collective: every rank saves)."""
+        if self._async_group is None:
+            import atexit
+
+            import torch.distributed as dist
+
+            self._async_group = dist.new_group(backend="gloo")
+            rank_zero_info("strategy='sharded': checkpoints are written in the background (async_save); each lands when its last rank is done.")
+            # Registered after destroy_at_exit's hook, so it runs first: the save's collectives need the groups.
+            atexit.register(self.wait_for_checkpoint)
+        return self._async_group
 
     @override
     def load_checkpoint(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -472,12 +512,18 @@ class ShardedStrategy(StepRouting, DDPStrategy):
     @override
     def on_exception(self, exception: BaseException) -> None:
         super().on_exception(exception)
+        self._failed = not isinstance(exception, (KeyboardInterrupt, SystemExit))  # Ctrl-C: every rank stops alike
         # Keep the group (other ranks may be inside a collective); under the script launcher, name a dead rank
         # (not after Ctrl-C, where every rank stops on purpose).
         on_training_failure(self, report=not isinstance(exception, KeyboardInterrupt))
 
     @override
     def teardown(self) -> None:
+        if self._failed:
+            # Another rank may never finish its part of a background save: do not wait for it. Its temporary folder
+            # is removed by the next save, and the previous checkpoint stays in place.
+            self._pending_save = None
+        self.wait_for_checkpoint()  # the end of fit: the last checkpoint is in place when fit returns
         self._impl.teardown()
         super().teardown()
 

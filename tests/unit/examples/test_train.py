@@ -23,6 +23,8 @@ from tests.helpers.launch import import_train_script
         (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
         (["--preprocess", "ray", "--data", "synthetic"], "use it with --data digits"),
         (["--strategy", "ddp", "--checkpoint-format", "sharded"], "'ddp' always saves one file"),
+        (["--strategy", "sharded", "--async-save"], "--async-save writes sharded checkpoint folders in the background"),
+        (["--strategy", "sharded_fsdp2", "--checkpoint-format", "full", "--async-save"], "--checkpoint-format full)"),
         (["--strategy", "dp", "--fsdp2-mp", "bf16"], "are FSDP2's policies: use --strategy sharded_fsdp2"),
         (["--strategy", "sharded_fsdp2", "--fsdp2-mp", "bf16", "--precision", "bf16-mixed"], "already sets the compute dtype"),
         (["--strategy", "sharded_fsdp2", "--accelerator", "cpu", "--fsdp2-offload"], "without a GPU they are there already"),

@@ -211,3 +211,28 @@ def test_a_model_built_in_configure_model_is_never_whole_and_resumes_on_fewer_ra
     saved = read_checkpoint(tmp_path / "two" / "final.ckpt", trusted=True)
     assert one["first_sum"] == float(sum(v.double().sum() for v in saved["state_dict"].values()))  # resumed, 2 -> 1
     assert one["global_step"] == 16
+
+
+def test_async_saves_land_the_same_folders_while_training_goes_on(tmp_path) -> None:
+    """``train.py --async-save``: every checkpoint of the run (the epochs' top-k and ``last``) written in the background
+    holds exactly what the synchronous run's does, and the background writes did not change the training."""
+    from tests.helpers.launch import REPO_ROOT
+
+    args = [str(REPO_ROOT / "examples" / "train.py"), "--strategy", "sharded_fsdp2", "--devices", "2", "--accelerator", "cpu",
+            "--max-epochs", "2", "--logger", "none", "--optimizer", "adam", "--lr", "0.01"]  # fmt: skip
+    env = {"OMP_NUM_THREADS": "1"}
+    run_python([*args, "--output-dir", str(tmp_path / "sync")], timeout=300, env=env)
+    proc = run_python([*args, "--output-dir", str(tmp_path / "async"), "--async-save"], timeout=300, env=env)
+    assert "checkpoints are written in the background (async_save)" in proc.stdout + proc.stderr
+    names = sorted(p.name for p in (tmp_path / "sync" / "checkpoints").iterdir() if not p.name.startswith("."))
+    assert names == sorted(p.name for p in (tmp_path / "async" / "checkpoints").iterdir() if not p.name.startswith("."))
+    assert "last.ckpt" in names and len(names) >= 2, names
+    for name in names:
+        a = read_checkpoint(tmp_path / "sync" / "checkpoints" / name, trusted=True)
+        b = read_checkpoint(tmp_path / "async" / "checkpoints" / name, trusted=True)
+        assert is_sharded_checkpoint(tmp_path / "async" / "checkpoints" / name), name
+        assert a["global_step"] == b["global_step"] and a["epoch"] == b["epoch"], name
+        assert max_abs_diff(a["state_dict"], b["state_dict"]) == 0.0, name
+        for sa, sb in zip(a["optimizer_states"], b["optimizer_states"]):
+            assert sa["state"].keys() == sb["state"].keys()
+            assert all(torch.equal(torch.as_tensor(sa["state"][k][n]), torch.as_tensor(v)) for k in sa["state"] for n, v in sb["state"][k].items()), name
