@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
 from tests.helpers.launch import REPO_ROOT, clean_environ, run_python
 from tests.helpers.runif import RunIf
 
@@ -57,7 +58,9 @@ def _finish(proc: subprocess.Popen, timeout: float = 400) -> str:
 
 
 def _parameters(ckpt: Path) -> dict[str, torch.Tensor]:
-    state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    from lightning_mgpu.utilities.checkpoint import read_checkpoint
+
+    state = read_checkpoint(ckpt)["state_dict"]  # a file, or a sharded folder
     return {k: v for k, v in state.items() if not k.endswith(_BUFFERS)}
 
 
@@ -75,8 +78,9 @@ def _workers_by_rank(log: str) -> dict[int, str]:
 
 CASES = {
     # Joining the two-node cluster; the bundle's sharded strategy with its callbacks inside the Ray workers, on data
-    # preprocessed on the same cluster (the reference run preprocesses with local processes: the cache is the same).
-    "sharded+callbacks-cluster": ["--strategy", "sharded", "--max-epochs", "1", "--accumulate-grad-batches", "2",
+    # preprocessed on the same cluster (the reference run preprocesses with local processes: the cache is the same),
+    # saving sharded folders (--checkpoint-format reaches the strategy under Ray too).
+    "sharded+callbacks-cluster": ["--strategy", "sharded", "--checkpoint-format", "sharded", "--max-epochs", "1", "--accumulate-grad-batches", "2",
                                   "--grad-sync-toggle", "--activation-checkpointing", "features.*", "--zero-grad-set-to-none",
                                   "--gpu-monitor", "--preprocess", "ray"],
 }  # fmt: skip
@@ -115,13 +119,15 @@ def test_ray_train_run_equals_the_lightning_launched_run(case: str, ray_cluster,
     assert summary["effective_batch_size"] == 32 * 2 * accumulation
     assert summary["epochs"] == 1 and summary["val_acc"] is not None
     ckpt = Path(summary["checkpoint_path"])
-    assert ckpt.is_file() and ckpt.is_relative_to(tmp_path / "ray" / "ray")
+    assert ckpt.exists() and ckpt.is_relative_to(tmp_path / "ray" / "ray")
+    folder = "--checkpoint-format" in flags and flags[flags.index("--checkpoint-format") + 1] == "sharded"
+    assert is_sharded_checkpoint(ckpt) == folder, ckpt
     # Only world rank 0 prints the topology.
     pids = _workers_by_rank(log)
     printed = set(re.findall(r"RayTrainWorker pid=(\d+)\)\S* strategy=", log))
     assert printed == {pids[0]}, (printed, pids)
 
-    rest = [("processes" if f == "ray" else f) for f in flags if f not in ("--strategy", strategy)]  # --preprocess ray
+    rest = [("processes" if f == "ray" else f) for f in flags[2:]]  # all but --strategy NAME; --preprocess ray -> processes
     run_python([TRAIN, "--strategy", strategy, "--devices", "2", "--output-dir", str(tmp_path / "local"), *COMMON, *rest],
                timeout=300, env=ONE_THREAD)  # fmt: skip
     reference = json.loads((tmp_path / "local" / "summary.json").read_text())

@@ -24,6 +24,7 @@ from tests.helpers.launch import import_train_script
         (["--preprocess", "ray", "--data", "synthetic"], "use it with --data digits"),
         (["--strategy", "ddp", "--checkpoint-format", "sharded"], "'ddp' always saves one file"),
         (["--strategy", "sharded", "--async-save"], "--async-save writes sharded checkpoint folders in the background"),
+        (["--strategy", "sharded_fsdp2", "--async-save", "--launcher", "ray"], "--async-save cannot run under --launcher ray"),
         (["--strategy", "sharded_fsdp2", "--checkpoint-format", "full", "--async-save"], "--checkpoint-format full)"),
         (["--strategy", "dp", "--fsdp2-mp", "bf16"], "are FSDP2's policies: use --strategy sharded_fsdp2"),
         (["--strategy", "sharded_fsdp2", "--fsdp2-mp", "bf16", "--precision", "bf16-mixed"], "already sets the compute dtype"),
