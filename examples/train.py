@@ -88,6 +88,7 @@ from lightning_mgpu.utilities.checkpoint import (
     UnsafeCheckpointError,
     check_checkpoint_matches,
 )
+from lightning_mgpu.utilities.capabilities import capability
 from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
 from lightning_mgpu.utilities._compat import UnsupportedTorchError
 from lightning_mgpu.utilities.imports import MissingDependencyError
@@ -370,10 +371,8 @@ def check_world_size(trainer: pl.Trainer, args: argparse.Namespace) -> None:
     Under torchrun or SLURM the launcher decides the world; Lightning trusts its environment, so a mismatch would
     otherwise train with a wrong effective batch and rank layout (or hang in the rendezvous).
     """
-    if args.strategy == "dp":
-        return  # one process drives its devices
-    if args.strategy == "ddp2":
-        return  # one process per node drives its devices; DDP2Strategy refuses another count itself
+    if capability(trainer.strategy, "loads_node_batch"):
+        return  # one process per node drives its devices (dp, ddp2); those strategies check their own topology
     expected = trainer.num_devices * trainer.num_nodes
     if trainer.world_size != expected:
         raise SystemExit(
@@ -554,9 +553,9 @@ def train(args: argparse.Namespace, on_ray: bool = False, ckpt_path: Path | None
     else:
         check_world_size(trainer, args)
     degree = data_parallel_degree(trainer)
-    # dp (and ddp2, per node) runs one process whose loader batch is split across its devices; everyone else
-    # loads one per-device batch per process.
-    loader_batch = args.batch_size * (trainer.num_devices if args.strategy in ("dp", "ddp2") else 1)
+    # dp and ddp2 run one process per node whose loader batch is split across its devices; everyone else loads one
+    # per-device batch per process.
+    loader_batch = args.batch_size * (trainer.num_devices if capability(trainer.strategy, "loads_node_batch") else 1)
     effective_batch = args.batch_size * degree * args.accumulate_grad_batches
     factor = degree * args.accumulate_grad_batches
     lr = args.lr * factor if args.scale_lr else args.lr

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from lightning_mgpu.utilities.imports import is_available, package_version
+from lightning_mgpu.utilities.capabilities import capability
 
 _PACKAGES = ("torch", "lightning", "fairscale", "horovod", "ray", "neptune", "pynvml")
 
@@ -68,12 +69,10 @@ def launch_commands(dev: DeviceInfo) -> dict[str, str]:
     return cmds
 
 
-def _readiness(dependency: str | None) -> str:
+def _readiness(dependency: str | None, install_hint: str | None) -> str:
     if dependency is None or is_available(dependency):
         return "ready"
-    if dependency == "horovod":
-        return "needs horovod (python -m lightning_mgpu build-horovod)"
-    return f"needs {dependency} (pip install 'lightning_mgpu[sharded]')"
+    return f"needs {dependency}" + (f" ({install_hint})" if install_hint else "")
 
 
 def render() -> str:
@@ -98,10 +97,10 @@ def render() -> str:
     lines += ["", "Strategies (Trainer(strategy=NAME)):"]
     for name in ("ddp", "ddp_spawn", *BUNDLE_STRATEGY_NAMES):
         entry = StrategyRegistry[name] if name in StrategyRegistry else None
-        ready = _readiness(strategy_dependency(name))
         if entry is None:
             lines.append(f"  {name:<18} NOT REGISTERED")
             continue
+        ready = _readiness(strategy_dependency(name), capability(name, "install_hint"))
         cls = entry["strategy"]
         owner = "lightning" if cls.__module__.startswith("lightning.") else "lightning_mgpu"
         lines.append(f"  {name:<18} {cls.__name__:<22} [{owner}] {ready}  - {entry['description'] or ''}".rstrip())

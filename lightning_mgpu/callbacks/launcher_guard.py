@@ -17,6 +17,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
+from lightning_mgpu.utilities.capabilities import capability
+
 
 def _horovodrun_size() -> int:
     """Workers that horovodrun (or horovod.run) started, from its environment; 0 outside it."""
@@ -37,26 +39,28 @@ class LauncherGuard(Callback):
     """Fails ``setup`` with the fix when the strategy contradicts the launcher (see the module docstring).
 
     Raises:
-        MisconfigurationException: under horovodrun with a strategy other than ``horovod``; under torchrun with ``dp``.
+        MisconfigurationException: under horovodrun with a strategy whose ranks are not horovodrun's workers; under
+            torchrun with several processes per node and a strategy whose one process loads the node's batch (``dp``).
     """
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         name = _name(trainer.strategy)
         workers = _horovodrun_size()
-        if workers > 1 and name != "horovod":
+        if workers > 1 and not capability(trainer.strategy, "runs_under_horovodrun"):
             raise MisconfigurationException(
                 f"This process is one of {workers} workers started by horovodrun, but the Trainer uses {name}"
                 f" (world size {trainer.world_size}): each worker would train alone on its own copy of the model and"
                 " all of them would write the same checkpoints. Pass `Trainer(strategy=\"horovod\")` (with"
                 " `import lightning_mgpu`), or launch without horovodrun."
             )
-        if _under_torchrun() and name == "dp":
-            local = os.environ.get("LOCAL_WORLD_SIZE", "?")
+        local = os.environ.get("LOCAL_WORLD_SIZE", "?")
+        if _under_torchrun() and capability(trainer.strategy, "loads_node_batch") and local != "1":
             raise MisconfigurationException(
-                f"strategy='dp' under torchrun ({local} process(es) on this node): DataParallel drives every GPU from"
-                " one process, so torchrun's processes would each drive all of them. Use `strategy=\"ddp\"` (one GPU per"
-                " process) under torchrun, or run `python train.py --strategy dp` without torchrun."
+                f"strategy='{name}' under torchrun ({local} process(es) on this node): one {name} process drives every"
+                " device of its node, so torchrun's processes would each drive all of them. Use `strategy=\"ddp\"` (one"
+                " device per process), start one process per node (torchrun --nproc-per-node 1), or run `python train.py"
+                f" --strategy {name}` without torchrun."
             )
 
 

@@ -33,16 +33,11 @@ from lightning.pytorch.strategies import DDPStrategy, Strategy, StrategyRegistry
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_mgpu.strategies import ShardedStrategy
+from lightning_mgpu.utilities.capabilities import capability
 from lightning_mgpu.utilities.imports import require
 
 #: The file Ray's report callback writes inside each reported checkpoint folder.
 CHECKPOINT_NAME = "checkpoint.ckpt"
-
-_NOT_ON_RAY = {
-    "dp": "one `dp` process drives several devices, while Ray Train runs one process per device; use 'ddp'",
-    "horovod": "Ray runs Horovod through its own HorovodTrainer, which the bundle does not wire; launch"
-    " `--strategy horovod` with horovodrun instead, or use 'ddp' on Ray",
-}
 
 
 class RayStrategyError(ValueError):
@@ -99,10 +94,11 @@ class RayRunResult:
 
 def check_strategy(name: str) -> None:
     """Raise :class:`RayStrategyError` unless ``name`` can run under Ray Train (before any worker starts)."""
-    if name in _NOT_ON_RAY:
-        raise RayStrategyError(f"strategy {name!r} cannot run under Ray Train: {_NOT_ON_RAY[name]}.")
     if name not in StrategyRegistry:
         raise RayStrategyError(f"strategy {name!r} is not registered; under Ray use 'ddp' or 'sharded'")
+    reason = capability(name, "ray_incompatibility")
+    if reason is not None:
+        raise RayStrategyError(f"strategy {name!r} cannot run under Ray Train: {reason}.")
     entry = StrategyRegistry[name]
     params = entry["init_params"]
     if params.get("start_method", "popen") != "popen":

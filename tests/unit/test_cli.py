@@ -17,10 +17,14 @@ def test_launch_commands_follow_the_devices() -> None:
 
 
 def test_missing_dependency_is_explained(monkeypatch) -> None:
+    from lightning_mgpu.utilities.capabilities import capability
+
     monkeypatch.setattr(info, "is_available", lambda pkg: False)
-    assert "python -m lightning_mgpu build-horovod" in info._readiness("horovod")
-    assert "lightning_mgpu[sharded]" in info._readiness("fairscale")
-    assert info._readiness(None) == "ready"
+    # Each strategy class declares how to install what it needs (a capability), asked by the registered name.
+    assert "python -m lightning_mgpu build-horovod" in info._readiness("horovod", capability("horovod", "install_hint"))
+    assert "lightning_mgpu[sharded]" in info._readiness("fairscale", capability("ddp_sharded", "install_hint"))
+    assert info._readiness(None, None) == "ready"
+    assert "needs horovod" in info.render()
 
 
 def test_every_install_hint_names_a_command_a_pip_user_has() -> None:

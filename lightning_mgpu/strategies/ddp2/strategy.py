@@ -70,6 +70,9 @@ class DDP2Strategy(StepRouting, DDPStrategy):
 
     strategy_name = "ddp2"
     optional_dependency: str | None = None
+    # Capabilities (lightning_mgpu/utilities/capabilities.py).
+    loads_node_batch = True
+    ray_incompatibility = "one `ddp2` process per node drives the node's devices, while Ray Train runs one process per device; use 'ddp'"
     # Device types on which a node's devices are run by DataParallel (others fall back to one device per node).
     _data_parallel_device_types: tuple[str, ...] = ("cuda",)
 

@@ -104,6 +104,13 @@ class HorovodStrategy(ParallelStrategy):
     """
 
     strategy_name = "horovod"
+    # Capabilities (lightning_mgpu/utilities/capabilities.py).
+    runs_under_horovodrun = True
+    ray_incompatibility = (
+        "Ray runs Horovod through its own HorovodTrainer, which the bundle does not wire; launch `--strategy horovod` with"
+        " horovodrun instead, or use 'ddp' on Ray"
+    )
+    install_hint = "python -m lightning_mgpu build-horovod"
     # the optional package the registered names need (shown by `python -m lightning_mgpu info`)
     optional_dependency: Optional[str] = "horovod"
 

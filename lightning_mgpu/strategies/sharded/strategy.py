@@ -182,6 +182,7 @@ class ShardedStrategy(StepRouting, DDPStrategy):
     strategy_name = "sharded"
     # the optional package the registered names need (shown by `python -m lightning_mgpu info`)
     optional_dependency: Optional[str] = "fairscale"
+    install_hint = "pip install 'lightning_mgpu[sharded]'"  # a capability (lightning_mgpu/utilities/capabilities.py)
 
     def __init__(
         self,

@@ -32,6 +32,7 @@ def test_lightning_loads_the_guard_through_its_entry_point_under_horovodrun(monk
 def test_horovod_under_horovodrun_and_ddp_under_torchrun_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     class Horovod:
         strategy_name = "horovod"
+        runs_under_horovodrun = True  # the capability the guard asks (lightning_mgpu/utilities/capabilities.py)
 
     class Fake:
         def __init__(self, strategy: object) -> None:
@@ -51,4 +52,24 @@ def test_dp_under_torchrun_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     trainer = quiet_trainer(strategy="dp", max_steps=1)
     with pytest.raises(MisconfigurationException, match=r"strategy='dp' under torchrun.*strategy=\"ddp\""):
         LauncherGuard().setup(trainer, None, "fit")  # type: ignore[arg-type]
+
+
+def test_a_strategy_that_loads_the_node_batch_needs_one_torchrun_process_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked by capability, not by name: ddp2 (one process per node, driving the node's devices) is refused with several
+    torchrun processes per node and passes with one."""
+
+    class NodeBatch:
+        strategy_name = "ddp2"
+        loads_node_batch = True
+
+    class Fake:
+        def __init__(self, strategy: object) -> None:
+            self.strategy, self.world_size = strategy, 2
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(MisconfigurationException, match=r"strategy='ddp2' under torchrun.*--nproc-per-node 1"):
+        LauncherGuard().setup(Fake(NodeBatch()), None, "fit")  # type: ignore[arg-type]
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    LauncherGuard().setup(Fake(NodeBatch()), None, "fit")  # type: ignore[arg-type]
 
