@@ -40,7 +40,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,9 +47,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness.clock import step_clock, synchronize  # noqa: E402
+from harness.ranks import RankFailure, launch_ranks  # noqa: E402
 from harness.result import progress, ratio, write_result  # noqa: E402
 from harness.stats import median_interval  # noqa: E402
-from lightning.fabric.plugins.environments.lightning import find_free_network_port  # noqa: E402
 from lightning_mgpu.utilities.process_group import destroy_process_group_if_done  # noqa: E402
 
 WORLD = 2
@@ -316,23 +315,14 @@ def main(argv: list[str] | None = None) -> None:
         return
     import tempfile
 
-    port = find_free_network_port()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "times.json"
-        procs = []
-        for rank in range(WORLD):
-            env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": "0", "LOCAL_RANK": str(rank),
-                   "WORLD_SIZE": str(WORLD), "PYTHONWARNINGS": "ignore"}  # fmt: skip
-            cmd = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--worker-out", str(out)]
-            pipe = subprocess.DEVNULL if rank else None  # rank 0 writes through (progress, errors)
-            procs.append(subprocess.Popen(cmd, env=env, stdout=pipe, stderr=pipe))
-        while any(p.poll() is None for p in procs):
-            if any(p.returncode not in (None, 0) for p in procs):
-                for p in procs:
-                    p.kill()
-            time.sleep(0.2)
-        if any(p.returncode for p in procs) or not out.is_file():
-            raise SystemExit(f"bench_ddp: a rank failed (exit codes {[p.returncode for p in procs]})")
+        try:
+            launch_ranks([__file__, *(argv if argv is not None else sys.argv[1:]), "--worker-out", str(out)], WORLD, what="bench_ddp")
+        except RankFailure as err:
+            raise SystemExit(str(err)) from err
+        if not out.is_file():
+            raise SystemExit("bench_ddp: the ranks finished without writing their step times")
         times = json.loads(out.read_text())
     vs_raw = statistics.median(a / b for a, b in zip(times["ddp"], times["raw"]))
     with_saver = statistics.median(a / b for a, b in zip(times["ddp_save_on_interrupt"], times["ddp"]))

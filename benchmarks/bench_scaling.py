@@ -24,15 +24,14 @@ import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness.clock import step_clock  # noqa: E402
+from harness.ranks import RankFailure, launch_ranks  # noqa: E402
 from harness.result import progress, ratio, write_result  # noqa: E402
 from harness.stats import median_interval  # noqa: E402
 from lightning_mgpu.utilities.process_group import destroy_process_group_if_done  # noqa: E402
@@ -124,43 +123,15 @@ def launch(args: argparse.Namespace, argv: list[str], strategies: list[str], dev
         RuntimeError: a rank failed or the launch ran past ``--launch-timeout`` (every rank is killed; the message
             carries the failing rank's last lines).
     """
-    from lightning.fabric.plugins.environments.lightning import find_free_network_port
-
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "steps"
-        port = find_free_network_port()
-        procs, logs = [], []
-        for rank in range(ranks):
-            env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-            if ranks > 1 or strategies[0] in RANKED:
-                env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": "0", "LOCAL_RANK": str(rank),
-                        "WORLD_SIZE": str(ranks)}  # fmt: skip
-            log = open(Path(tmp) / f"rank{rank}.log", "w+")  # noqa: SIM115  (closed below, after the processes end)
-            cmd = [sys.executable, __file__, *argv, "--worker-out", str(out), "--worker-strategies", ",".join(strategies),
-                   "--worker-devices", str(devices)]  # fmt: skip
-            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
-            logs.append(log)
-        deadline = time.monotonic() + args.launch_timeout
+        cmd = [__file__, *argv, "--worker-out", str(out), "--worker-strategies", ",".join(strategies), "--worker-devices", str(devices)]
         try:
-            while any(p.poll() is None for p in procs):
-                if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
-                    break  # one rank failed: the others would wait for it in a collective
-                time.sleep(0.2)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                p.wait()
-        bad = [r for r, p in enumerate(procs) if p.returncode != 0]
-        if bad:
-            logs[bad[0]].seek(0)
-            tail = "\n".join(logs[bad[0]].read().strip().splitlines()[-8:])
-            for log in logs:
-                log.close()
-            why = "ran past --launch-timeout" if time.monotonic() > deadline else f"rank {bad[0]} exited with {procs[bad[0]].returncode}"
-            raise RuntimeError(f"{','.join(strategies)} on {devices} device(s): {why}\n{tail}")
-        for log in logs:
-            log.close()
+            # One process and a strategy without ranks (dp, auto) needs no rendezvous.
+            launch_ranks(cmd, ranks, args.launch_timeout, rendezvous=ranks > 1 or strategies[0] in RANKED,
+                         what=f"{','.join(strategies)} on {devices} device(s)", capture_rank0=True)  # fmt: skip
+        except RankFailure as err:
+            raise RuntimeError(str(err)) from err
         per_rank = [json.loads(out.with_suffix(f".rank{r}.json").read_text()) for r in range(ranks)]
     return {name: max(steps[name] for steps in per_rank) for name in strategies}  # ranks step in lockstep
 

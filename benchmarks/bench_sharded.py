@@ -34,7 +34,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,8 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `harness` also when this file is a launched worker
 from harness.result import progress, ratio, write_result  # noqa: E402
-from harness.ranks import wait_for_ranks  # noqa: E402
-from lightning.fabric.plugins.environments.lightning import find_free_network_port  # noqa: E402
+from harness.ranks import RankFailure, launch_ranks  # noqa: E402
 
 from lightning_mgpu.utilities.process_group import destroy_process_group_if_done  # noqa: E402
 
@@ -327,21 +325,13 @@ def worker(args: argparse.Namespace) -> None:
 # ----------------------------------------------------------------------------- launcher side
 def launch(args: argparse.Namespace, kind: str, config: str, out: Path, timeout: float = 900) -> list[dict[str, Any]]:
     """Run 2 ranks of this script as ``--worker KIND``; kill both if either fails."""
-    port = find_free_network_port()
     forwarded = ["--accelerator", args.accelerator, "--hidden", str(args.hidden), "--batch-size", str(args.batch_size),
                  "--rounds", str(args.rounds), "--steps", str(args.steps), "--warmup", str(args.warmup),
                  "--threads", str(args.threads)]  # fmt: skip
-    procs = []
-    # Ranks print "round i/N" lines that benchmarks/run.py follows; rank 0's output is passed through.
-    for rank in range(WORLD):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": "0",
-               "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD), "PYTHONWARNINGS": "ignore"}  # fmt: skip
-        cmd = [sys.executable, __file__, "--worker", kind, "--config", config, "--out", str(out), *forwarded]
-        pipe = subprocess.PIPE if rank else None  # rank 0 writes straight through: its progress and its errors
-        procs.append(subprocess.Popen(cmd, env=env, stdout=pipe, stderr=subprocess.STDOUT if rank else None, text=True))
-    logs = wait_for_ranks(procs, timeout)
-    if any(p.returncode for p in procs):
-        raise SystemExit(f"worker {kind}/{config} failed:\n" + "\n".join(log[-4000:] for log in logs))
+    try:
+        launch_ranks([__file__, "--worker", kind, "--config", config, "--out", str(out), *forwarded], WORLD, timeout, what=f"worker {kind}/{config}")
+    except RankFailure as err:
+        raise SystemExit(str(err)) from err
     return [json.loads(out.with_name(f"{out.stem}.rank{r}.json").read_text()) for r in range(WORLD)]
 
 

@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `harness` also when this file is a launched worker
 from harness.result import progress, ratio, write_result  # noqa: E402
-from harness.ranks import wait_for_ranks  # noqa: E402
+from harness.ranks import RankFailure, launch_ranks  # noqa: E402
 
 WORLD = 2
 ARMS = ("sharded", "sharded_async", "full", "raw_dcp", "ddp")
@@ -196,24 +194,18 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def launch(args: argparse.Namespace, arm: str, out: Path, timeout: float = 900) -> list[dict[str, Any]]:
-    """Two ranks of this script as ``--worker ARM``; kill both if either fails."""
-    from lightning.fabric.plugins.environments.lightning import find_free_network_port
+    """Two ranks of this script as ``--worker ARM``.
 
+    Raises:
+        RankFailure: a rank failed (both were stopped).
+    """
     out.mkdir(parents=True, exist_ok=True)
-    port = find_free_network_port()
-    procs = []
-    for rank in range(WORLD):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(WORLD),
-               "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
-               # glibc raises its mmap threshold after the first large free, then keeps freed tensors' pages in its
-               # heap: RSS would count memory no tensor holds. A fixed threshold maps and unmaps each large tensor.
-               "MALLOC_MMAP_THRESHOLD_": "65536"}  # fmt: skip
-        cmd = [sys.executable, __file__, "--worker", arm, "--out", str(out), "--width", str(args.width), "--layers", str(args.layers),
-               "--rounds", str(args.rounds), "--zero3" if args.zero3 else "--no-zero3"]  # fmt: skip
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE if rank else None, stderr=subprocess.STDOUT if rank else None, text=True))
-    logs = wait_for_ranks(procs, timeout)
-    if any(p.returncode for p in procs):
-        raise RuntimeError(f"arm {arm} failed:\n" + "\n".join(log[-3000:] for log in logs))
+    # glibc raises its mmap threshold after the first large free, then keeps freed tensors' pages in its heap: RSS
+    # would count memory no tensor holds. A fixed threshold maps and unmaps each large tensor.
+    env = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
+    cmd = [__file__, "--worker", arm, "--out", str(out), "--width", str(args.width), "--layers", str(args.layers),
+           "--rounds", str(args.rounds), "--zero3" if args.zero3 else "--no-zero3"]  # fmt: skip
+    launch_ranks(cmd, WORLD, timeout, env=env, what=f"arm {arm}")
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
 
 
@@ -230,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for arm in [a for a in args.arms.split(",") if a]:
             try:
                 results[arm] = launch(args, arm, Path(tmp) / arm)
-            except RuntimeError as err:
+            except RankFailure as err:
                 failed[arm] = str(err)[-2000:]
     # Per round, the slower rank's time is the save's time (both ranks wait at the barrier anyway).
     arms = {arm: {key: [max(r[key][i] for r in ranks) for i in range(1, args.rounds)] for key in ("save_s", "load_s", "landed_s") if key in ranks[0]}

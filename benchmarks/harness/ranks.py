@@ -1,19 +1,85 @@
-"""Waiting for a benchmark's launched ranks: the first failure (or the deadline) stops them all."""
+"""Launching a benchmark's ranks, once for every benchmark: the rendezvous, the output, the first failure stops all."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
+from typing import Optional
 
 
-def wait_for_ranks(procs: list[subprocess.Popen], timeout: float) -> list[str]:
-    """Wait for every rank; kill all of them once one exits non-zero or ``timeout`` seconds pass. Returns each rank's
-    captured output ('' where it was not piped); the caller checks the return codes."""
-    deadline = time.monotonic() + timeout
-    while any(p.poll() is None for p in procs):
-        if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+class RankFailure(RuntimeError):
+    """A launched rank exited non-zero, or the launch ran past its timeout; every rank was stopped."""
+
+
+def launch_ranks(
+    args: list[str],
+    world: int,
+    timeout: float = 900.0,
+    env: Optional[dict[str, str]] = None,
+    rendezvous: bool = True,
+    what: str = "benchmark",
+    capture_rank0: bool = False,
+) -> list[str]:
+    """Run ``python ARGS`` as ``world`` ranks on this machine, as a launcher would, and wait for all of them.
+
+    Each rank gets ``MASTER_ADDR``/``MASTER_PORT`` on a free port, ``RANK``, ``LOCAL_RANK``, ``NODE_RANK=0`` and
+    ``WORLD_SIZE`` (Lightning's and ``init_process_group("env://")``'s variables), unless ``rendezvous`` is False.
+    Rank 0's output passes through (the ``round i/N`` lines ``benchmarks/run.py`` follows, and its errors) unless
+    ``capture_rank0``; the others' goes to files, so no rank blocks on a full pipe. Once one rank fails, or ``timeout`` passes, every rank
+    is killed: the others would wait for it in a collective.
+
+    Returns:
+        Each rank's captured output (rank 0's: ``""`` unless ``capture_rank0``).
+
+    Raises:
+        RankFailure: with the failing rank's last lines.
+    """
+    port = _free_port() if rendezvous else None
+    with tempfile.TemporaryDirectory() as tmp:
+        procs, logs = [], []
+        for rank in range(world):
+            rank_env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
+            if port is not None:
+                rank_env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": "0", "RANK": str(rank),
+                             "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world)}  # fmt: skip
+            log = None if rank == 0 and not capture_rank0 else open(Path(tmp) / f"rank{rank}.log", "w+")  # noqa: SIM115  (closed below)
+            procs.append(subprocess.Popen([sys.executable, *args], env=rank_env, stdout=log, stderr=subprocess.STDOUT if log else None))
+            logs.append(log)
+        deadline = time.monotonic() + timeout
+        try:
+            failed: Optional[int] = None  # the first rank seen failing, before the others are killed
+            while True:
+                codes = [p.poll() for p in procs]  # every rank, each time (any() would stop at the first running one)
+                failed = next((r for r, c in enumerate(codes) if c not in (None, 0)), None)
+                if all(c is not None for c in codes) or failed is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        finally:
             for p in procs:
-                p.kill()
-            break
-        time.sleep(0.2)
-    return [p.communicate()[0] or "" for p in procs]
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+        outputs = []
+        for log in logs:
+            if log is None:
+                outputs.append("")
+                continue
+            log.seek(0)
+            outputs.append(log.read())
+            log.close()
+    if failed is not None or any(p.returncode != 0 for p in procs):
+        rank = failed if failed is not None else 0
+        why = f"rank {rank} exited with {procs[rank].returncode}" if failed is not None else f"ran past {timeout:.0f} s"
+        tail = "\n".join(outputs[rank].strip().splitlines()[-12:]) or "(its output is above)"
+        raise RankFailure(f"{what}: {why}\n{tail}")
+    return outputs
+
+
+def _free_port() -> int:
+    from lightning.fabric.plugins.environments.lightning import find_free_network_port
+
+    return find_free_network_port()

@@ -169,8 +169,11 @@ def launch_processes(args: list[str], rank_envs: list[dict[str, str]], timeout: 
             logs.append(log)
         deadline = time.monotonic() + timeout
         try:
-            while any(p.poll() is None for p in procs):
-                if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+            first_failed = None  # seen failing before the others are killed
+            while True:
+                codes = [p.poll() for p in procs]  # every process, each time (any() would stop at the first running one)
+                first_failed = next((i for i, c in enumerate(codes) if c not in (None, 0)), None)
+                if all(c is not None for c in codes) or first_failed is not None or time.monotonic() > deadline:
                     break
                 time.sleep(0.2)
         finally:
@@ -183,10 +186,10 @@ def launch_processes(args: list[str], rank_envs: list[dict[str, str]], timeout: 
             log.seek(0)
             outputs.append(log.read())
             log.close()
-    bad = [i for i, p in enumerate(procs) if p.returncode != 0]
-    if bad:
-        why = f"ran past {timeout}s" if time.monotonic() > deadline else f"process {bad[0]} exited with {procs[bad[0]].returncode}"
-        raise AssertionError(f"{args} as {len(procs)} processes: {why}\n{outputs[bad[0]][-8000:]}")
+    if first_failed is not None or any(p.returncode != 0 for p in procs):
+        i = first_failed if first_failed is not None else 0
+        why = f"process {i} exited with {procs[i].returncode}" if first_failed is not None else f"ran past {timeout}s"
+        raise AssertionError(f"{args} as {len(procs)} processes: {why}\n{outputs[i][-8000:]}")
     return outputs
 
 
