@@ -25,6 +25,7 @@ from lightning_mgpu.data.backends import (
     start_process_pool,
 )
 from lightning_mgpu.data.cache import (
+    CacheDir,
     CacheError,
     CacheMismatchError,
     CacheNotFoundError,
@@ -41,6 +42,7 @@ from lightning_mgpu.data.preprocess import CacheInfo, compute_fingerprint, prepr
 from lightning_mgpu.data.progress import Progress
 
 __all__ = [
+    "CacheDir",
     "BACKENDS",
     "CacheError",
     "CacheInfo",

@@ -101,6 +101,7 @@ class PreprocessedDataset(Dataset):
         if verify not in cache.VERIFY_MODES:
             raise ValueError(f"verify={verify!r} is not supported; use one of {', '.join(map(repr, cache.VERIFY_MODES))}.")
         self.cache_dir = Path(cache_dir)
+        self._cache = cache.CacheDir(self.cache_dir)
         self.augment = augment
         self.max_open_shards = max(1, max_open_shards)
         self.manifest = self._read_manifest(expected_fingerprint)
@@ -109,9 +110,9 @@ class PreprocessedDataset(Dataset):
         self._maps: OrderedDict[int, list[np.ndarray]] = OrderedDict()
 
     def _read_manifest(self, expected: str | Fingerprint | None) -> Manifest:
-        manifest = cache.read_manifest(self.cache_dir)
+        manifest = self._cache.read_manifest()
         if manifest is None:
-            state = "an interrupted build (a journal but no manifest)" if (self.cache_dir / cache.JOURNAL_NAME).exists() else "no manifest.json"
+            state = "an interrupted build (a journal but no manifest)" if self._cache.journal_path.exists() else "no manifest.json"
             raise CacheNotFoundError(
                 f"No complete preprocessed cache in {self.cache_dir} ({state}). Build or resume it with "
                 f"`preprocess(dataset, {str(self.cache_dir)!r}, transform)`."
@@ -126,14 +127,14 @@ class PreprocessedDataset(Dataset):
                     "transform)` (on_mismatch='rebuild' is the default), or point cache_dir elsewhere."
                 )
         if len(manifest.shards) != manifest.num_shards:
-            raise CorruptCacheError(f"{self.cache_dir / cache.MANIFEST_NAME} lists {len(manifest.shards)} shards, expected {manifest.num_shards}. {cache.rebuild_hint(self.cache_dir)}")
+            raise CorruptCacheError(f"{self._cache.manifest_path} lists {len(manifest.shards)} shards, expected {manifest.num_shards}. {self._cache.rebuild_hint()}")
         return manifest
 
     def _check_shards(self, verify: Verify) -> None:
         for record in self.manifest.shards:
-            reason = cache.check_shard(self.cache_dir, record, verify)
+            reason = self._cache.check_shard(record, verify)
             if reason is not None:
-                raise CorruptCacheError(f"Shard {record['index']} of the cache in {self.cache_dir} is unusable: {reason}. {cache.rebuild_hint(self.cache_dir)}")
+                raise CorruptCacheError(f"Shard {record['index']} of the cache in {self.cache_dir} is unusable: {reason}. {self._cache.rebuild_hint()}")
 
     def __len__(self) -> int:
         return self.manifest.num_samples
@@ -152,16 +153,16 @@ class PreprocessedDataset(Dataset):
         maps = []
         for name in self._names:
             meta = record["fields"][name]
-            path = cache.shard_dir(self.cache_dir) / meta["file"]
+            path = self._cache.shards / meta["file"]
             try:
                 arr = np.load(path, mmap_mode="r", allow_pickle=False)
             except (OSError, ValueError) as err:
-                raise CorruptCacheError(f"Shard file {path} cannot be read as .npy ({err}). {cache.rebuild_hint(self.cache_dir)}") from err
+                raise CorruptCacheError(f"Shard file {path} cannot be read as .npy ({err}). {self._cache.rebuild_hint()}") from err
             expected_shape = (record["stop"] - record["start"], *self.manifest.fields[name]["shape"])
             if arr.shape != expected_shape or arr.dtype.str != self.manifest.fields[name]["dtype"]:
                 raise CorruptCacheError(
                     f"Shard file {path} holds {arr.shape} {arr.dtype.str}, the manifest says {expected_shape} "
-                    f"{self.manifest.fields[name]['dtype']}. {cache.rebuild_hint(self.cache_dir)}"
+                    f"{self.manifest.fields[name]['dtype']}. {self._cache.rebuild_hint()}"
                 )
             maps.append(arr)
         self._maps[shard] = maps

@@ -12,7 +12,7 @@ from typing import Any, Callable, Literal
 
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
-from lightning_mgpu.data import _worker, cache
+from lightning_mgpu.data import _worker
 from lightning_mgpu.data.backends import (
     BACKENDS,
     Backend,
@@ -28,6 +28,7 @@ from lightning_mgpu.data.backends import (
 )
 from lightning_mgpu.data.cache import (
     VERIFY_MODES,
+    CacheDir,
     CacheMismatchError,
     Fingerprint,
     Manifest,
@@ -174,7 +175,7 @@ def _record_matches(record: dict[str, Any], header: Manifest) -> str | None:
     return None
 
 
-def _good_shards(cache_dir: Path, records: list[dict[str, Any]], header: Manifest, verify: Verify) -> dict[int, dict[str, Any]]:
+def _good_shards(store: CacheDir, records: list[dict[str, Any]], header: Manifest, verify: Verify) -> dict[int, dict[str, Any]]:
     """The records whose files pass ``verify`` and fit the layout; damaged ones are reported."""
     good: dict[int, dict[str, Any]] = {}
     for r in records:
@@ -182,7 +183,7 @@ def _good_shards(cache_dir: Path, records: list[dict[str, Any]], header: Manifes
         expected = (i * header.chunk_size, min(header.num_samples, (i + 1) * header.chunk_size))
         if not 0 <= i < header.num_shards or (r.get("start"), r.get("stop")) != expected or _record_matches(r, header):
             continue
-        reason = cache.check_shard(cache_dir, r, verify)
+        reason = store.check_shard(r, verify)
         if reason is None:
             good[i] = r
         else:
@@ -190,10 +191,11 @@ def _good_shards(cache_dir: Path, records: list[dict[str, Any]], header: Manifes
     return good
 
 
-def _plan(cache_dir: Path, fp: Fingerprint, n: int, chunk_size: int | None, on_mismatch: OnMismatch, verify: Verify) -> tuple[Manifest | None, dict[int, dict[str, Any]], bool]:
+def _plan(store: CacheDir, fp: Fingerprint, n: int, chunk_size: int | None, on_mismatch: OnMismatch, verify: Verify) -> tuple[Manifest | None, dict[int, dict[str, Any]], bool]:
     """Decide what to reuse. Returns ``(header or None for a fresh build, good shards, complete)``."""
-    cache.remove_stale_tmp(cache_dir)
-    existing = cache.read_manifest(cache_dir)
+    cache_dir = store.path  # for the messages
+    store.remove_stale_tmp()
+    existing = store.read_manifest()
     if existing is not None and existing.fingerprint.value != fp.value:
         what = fp.difference(existing.fingerprint)
         if on_mismatch == "error":
@@ -203,23 +205,23 @@ def _plan(cache_dir: Path, fp: Fingerprint, n: int, chunk_size: int | None, on_m
                 "alter the output - pass the same transform_fingerprint=/dataset_fingerprint= as the cache was built with."
             )
         rank_zero_warn(f"preprocess: the cache in {cache_dir} is stale ({what} changed); rebuilding it.")
-        cache.clear_cache(cache_dir)
+        store.clear()
         existing = None
     if existing is not None:
-        good = _good_shards(cache_dir, existing.shards, existing, verify)
+        good = _good_shards(store, existing.shards, existing, verify)
         if len(good) == existing.num_shards:
-            cache.remove_journal(cache_dir)
+            store.remove_journal()
             return existing, good, True
         return existing, good, False
-    journal = cache.read_journal(cache_dir)
+    journal = store.read_journal()
     if journal is not None and journal.fingerprint.value == fp.value and journal.num_samples == n and chunk_size in (None, journal.chunk_size):
-        good = _good_shards(cache_dir, journal.shards, journal, verify)
+        good = _good_shards(store, journal.shards, journal, verify)
         rank_zero_info(f"preprocess: resuming an interrupted build in {cache_dir}: {len(good)}/{journal.num_shards} shards already done")
         return journal, good, False
     if journal is not None:
         rank_zero_warn(f"preprocess: discarding an interrupted build in {cache_dir} made from a different input or chunk_size.")
-    cache.remove_journal(cache_dir)
-    cache.remove_shard_files(cache_dir)
+    store.remove_journal()
+    store.remove_shard_files()
     return None, {}, False
 
 
@@ -295,12 +297,13 @@ def preprocess(
     if n == 0:
         raise ValueError("preprocess got an empty dataset; there is nothing to cache.")
     cache_dir = Path(cache_dir)
-    cache.read_manifest(cache_dir)  # refuse a directory holding someone else's manifest.json before writing anything
+    store = CacheDir(cache_dir)  # the folder's layout, manifest, journal and shards, from here on
+    store.read_manifest()  # refuse a directory holding someone else's manifest.json before writing anything
     fp = compute_fingerprint(dataset, transform, dataset_fingerprint, transform_version, transform_fingerprint)
-    cache.shard_dir(cache_dir).mkdir(parents=True, exist_ok=True)
+    store.shards.mkdir(parents=True, exist_ok=True)
 
-    with cache.cache_lock(cache_dir, log=rank_zero_info):
-        header, done, complete = _plan(cache_dir, fp, n, chunk_size, on_mismatch, verify)
+    with store.lock(log=rank_zero_info):
+        header, done, complete = _plan(store, fp, n, chunk_size, on_mismatch, verify)
         if complete:
             assert header is not None
             rank_zero_info(f"preprocess: reusing the cache in {cache_dir} ({n} samples, {header.num_shards} shards, fingerprint {fp.value[:12]})")
@@ -310,10 +313,10 @@ def preprocess(
             kind, fields, sample_bytes, per_sample = _probe(dataset, transform)
             header = Manifest(fp, n, chunk_size or auto_chunk_size(n, sample_bytes), kind, fields)
         header.backend, header.shards = backend, []
-        _remove_unfinished(cache_dir, done)
+        _remove_unfinished(store, done)
         # Journal the reused shards first, then drop the manifest: "complete" must never be visible while shards are missing.
-        cache.start_journal(cache_dir, header, done.values())
-        (cache_dir / cache.MANIFEST_NAME).unlink(missing_ok=True)
+        store.start_journal(header, done.values())
+        store.manifest_path.unlink(missing_ok=True)
 
         tasks: list[Task] = [(i, i * header.chunk_size, min(n, (i + 1) * header.chunk_size)) for i in range(header.num_shards) if i not in done]
         estimate_s = None
@@ -323,10 +326,10 @@ def preprocess(
             estimate_s = None if per_sample is None else per_sample * sum(stop - start for _, start, stop in tasks)
             # Decided here, before the progress bar (tqdm runs a thread) and anything else can start a thread.
             start_method = _choose_start_method(start_method, estimate_s, num_workers)
-        computed = _run(cache_dir, dataset, transform, header, done, tasks, backend, num_workers, ray_address, start_method, progress, estimate_s)
+        computed = _run(store, dataset, transform, header, done, tasks, backend, num_workers, ray_address, start_method, progress, estimate_s)
         header.shards = list(done.values())
-        cache.write_manifest(cache_dir, header)
-        cache.remove_journal(cache_dir)
+        store.write_manifest(header)
+        store.remove_journal()
     seconds = time.perf_counter() - t0
     rank_zero_info(
         f"preprocess: wrote {len(tasks)} shards ({computed} samples) to {cache_dir} in {seconds:.1f}s "
@@ -348,9 +351,9 @@ def _choose_start_method(start_method: str | None, estimate_s: float | None, num
     return method
 
 
-def _remove_unfinished(cache_dir: Path, done: dict[int, dict[str, Any]]) -> None:
+def _remove_unfinished(store: CacheDir, done: dict[int, dict[str, Any]]) -> None:
     """Delete shard files that no journal vouches for (and leftover temporary files)."""
-    sdir = cache.shard_dir(cache_dir)
+    sdir = store.shards
     keep = {meta["file"] for r in done.values() for meta in r["fields"].values()}
     for path in sdir.iterdir():
         if (_worker.SHARD_FILE_RE.match(path.name) and path.name not in keep) or _worker.TMP_FILE_RE.match(path.name):
@@ -358,7 +361,7 @@ def _remove_unfinished(cache_dir: Path, done: dict[int, dict[str, Any]]) -> None
 
 
 def _run(
-    cache_dir: Path,
+    store: CacheDir,
     dataset: Any,
     transform: Callable[[Any], Any] | None,
     header: Manifest,
@@ -375,12 +378,12 @@ def _run(
     initial = sum(r["stop"] - r["start"] for r in done.values())
     computed = 0
     with Progress(header.num_samples, initial, desc=f"preprocess[{backend}]", mode=progress) as bar:
-        for record in run_backend(backend, dataset, transform, cache.shard_dir(cache_dir), tasks, num_workers, ray_address, start_method, estimate_s):
+        for record in run_backend(backend, dataset, transform, store.shards, tasks, num_workers, ray_address, start_method, estimate_s):
             problem = _record_matches(record, header)
             if problem is not None:
-                cache.remove_shard_files(cache_dir, record["index"])
+                store.remove_shard_files(record["index"])
                 raise PreprocessingError(f"{problem}; every sample needs the same fields, shapes and dtypes (pad, resize or cast in the transform).")
-            cache.append_journal(cache_dir, record)
+            store.append_journal(record)
             done[record["index"]] = record
             n = record["stop"] - record["start"]
             computed += n

@@ -132,3 +132,21 @@ def test_datamodule_hashes_the_cache_once_per_run_and_repairs_a_bit_flip(tmp_pat
     dm.setup("fit")
     assert hashed == [] and torch.equal(dm.datasets["train"][80]["feat"], PreprocessedDataset(reference_cache)[80]["feat"])
 
+
+
+def test_cache_dir_owns_the_layout_and_refuses_a_foreign_manifest(tmp_path):
+    """The one object every preprocessing step goes through: the names it writes, and nothing else."""
+    import json
+
+    import pytest
+
+    from lightning_mgpu.data import CacheDir, CacheError
+
+    store = CacheDir(tmp_path)
+    assert (store.shards, store.manifest_path, store.journal_path) == (tmp_path / "shards", tmp_path / "manifest.json", tmp_path / ".progress.jsonl")
+    assert store.read_manifest() is None and store.read_journal() is None
+    assert str(tmp_path) in store.rebuild_hint() and "clear_cache" in store.rebuild_hint()
+    store.manifest_path.write_text(json.dumps({"format": "someone-else"}))
+    with pytest.raises(CacheError, match="not a manifest written by lightning_mgpu.data"):
+        store.clear()
+    assert store.manifest_path.exists()  # refused before deleting anything
