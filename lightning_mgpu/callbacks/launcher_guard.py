@@ -55,6 +55,13 @@ class LauncherGuard(Callback):
                 " `import lightning_mgpu`), or launch without horovodrun."
             )
         local = os.environ.get("LOCAL_WORLD_SIZE", "?")
+        if _under_torchrun() and not capability(trainer.strategy, "syncs_across_processes"):
+            raise MisconfigurationException(
+                f"strategy='{name}' under torchrun ({local} process(es) on this node): {name} trains in one process and"
+                " talks to no other, so every process torchrun starts would train its own copy of the model, each driving"
+                " every GPU of its node. Use `strategy=\"ddp\"` (one GPU per process) under torchrun, or run"
+                f" `python train.py --strategy {name}` without torchrun."
+            )
         if _under_torchrun() and capability(trainer.strategy, "loads_node_batch") and local != "1":
             raise MisconfigurationException(
                 f"strategy='{name}' under torchrun ({local} process(es) on this node): one {name} process drives every"

@@ -8,6 +8,8 @@ Attributes:
     loads_node_batch: one process per node loads the node's whole batch and splits it across that node's devices
         (``dp``, ``ddp2``). Its loader batch is ``devices x`` the per-device batch, and the launcher starts one process
         per node, not one per device.
+    syncs_across_processes: the strategy communicates between processes (every one but ``dp``, which trains in one
+        process): under a launcher that starts several, one that does not would train independent copies.
     runs_under_horovodrun: the workers horovodrun starts are this strategy's ranks (``horovod``). Any other strategy
         under horovodrun would train one independent copy per worker.
     ray_incompatibility: why the strategy cannot run as a Ray Train worker, naming the one to use, or ``None``.
@@ -20,6 +22,7 @@ from typing import Any
 
 DEFAULTS: dict[str, Any] = {
     "loads_node_batch": False,
+    "syncs_across_processes": True,
     "runs_under_horovodrun": False,
     "ray_incompatibility": None,
     "install_hint": None,

@@ -164,6 +164,7 @@ class DataParallelStrategy(StepRouting, ParallelStrategy):
     optional_dependency: str | None = None
     # Capabilities (lightning_mgpu/utilities/capabilities.py).
     loads_node_batch = True
+    syncs_across_processes = False
     ray_incompatibility = "one `dp` process drives several devices, while Ray Train runs one process per device; use 'ddp'"
     # Device types on which several devices are run by DataParallel (others fall back to one).
     _data_parallel_device_types: tuple[str, ...] = ("cuda",)

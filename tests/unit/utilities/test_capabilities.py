@@ -23,6 +23,7 @@ def test_each_strategy_declares_what_it_does(name: str, loads_node_batch: bool, 
     assert capability(name, "loads_node_batch") is loads_node_batch
     assert capability(name, "runs_under_horovodrun") is under_horovodrun
     assert (capability(name, "ray_incompatibility") is None) is on_ray
+    assert capability(name, "syncs_across_processes") is (name != "dp")
 
 
 def test_instances_classes_and_names_agree_and_unknowns_are_refused() -> None:
