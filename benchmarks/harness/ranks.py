@@ -51,13 +51,7 @@ def launch_ranks(
             logs.append(log)
         deadline = time.monotonic() + timeout
         try:
-            failed: Optional[int] = None  # the first rank seen failing, before the others are killed
-            while True:
-                codes = [p.poll() for p in procs]  # every rank, each time (any() would stop at the first running one)
-                failed = next((r for r, c in enumerate(codes) if c not in (None, 0)), None)
-                if all(c is not None for c in codes) or failed is not None or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
+            failed = wait_until_first_failure(procs, deadline)
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -77,6 +71,18 @@ def launch_ranks(
         tail = "\n".join(outputs[rank].strip().splitlines()[-12:]) or "(its output is above)"
         raise RankFailure(f"{what}: {why}\n{tail}")
     return outputs
+
+
+def wait_until_first_failure(procs: list[subprocess.Popen], deadline: float) -> Optional[int]:
+    """Wait until every process has ended, one has failed, or ``time.monotonic()`` passes ``deadline``. Returns the
+    index of the first process seen failing (before the caller stops the others), or ``None``. Every process is polled
+    each time: ``any(p.poll() is None ...)`` would stop at the first running one and miss a later one's death."""
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = next((i for i, c in enumerate(codes) if c not in (None, 0)), None)
+        if failed is not None or all(c is not None for c in codes) or time.monotonic() > deadline:
+            return failed
+        time.sleep(0.2)
 
 
 def _free_port() -> int:

@@ -158,6 +158,8 @@ def launch_processes(args: list[str], rank_envs: list[dict[str, str]], timeout: 
     Raises:
         AssertionError: a process exited non-zero, or the launch ran past ``timeout``; with the failing one's output.
     """
+    from benchmarks.harness.ranks import wait_until_first_failure  # the one wait loop, shared with the benchmarks
+
     base = {**clean_environ(), "PYTHONUNBUFFERED": "1", **(env or {})}
     base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), base.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory() as tmp:
@@ -169,13 +171,7 @@ def launch_processes(args: list[str], rank_envs: list[dict[str, str]], timeout: 
             logs.append(log)
         deadline = time.monotonic() + timeout
         try:
-            first_failed = None  # seen failing before the others are killed
-            while True:
-                codes = [p.poll() for p in procs]  # every process, each time (any() would stop at the first running one)
-                first_failed = next((i for i, c in enumerate(codes) if c not in (None, 0)), None)
-                if all(c is not None for c in codes) or first_failed is not None or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
+            first_failed = wait_until_first_failure(procs, deadline)  # seen failing before the others are killed
         finally:
             for p in procs:
                 if p.poll() is None:
