@@ -17,8 +17,8 @@ count, leaving activations and temporaries):
 
 Run::
 
-    python benchmarks/bench_activation_checkpointing.py                 # MLP and Transformer, CPU (+ CUDA if present)
-    python benchmarks/bench_activation_checkpointing.py --model transformer --device cuda --repeats 20
+    python -m benchmarks.bench_activation_checkpointing                 # MLP and Transformer, CPU (+ CUDA if present)
+    python -m benchmarks.bench_activation_checkpointing --model transformer --device cuda --repeats 20
 
 Goal (issue): >= 40 % less peak activation memory at <= 1.35x step time.
 
@@ -45,7 +45,6 @@ import argparse
 import copy
 import json
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -54,9 +53,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness.result import progress, ratio, write_result  # noqa: E402
-from lightning_mgpu.callbacks import ActivationCheckpointing  # noqa: E402
+from benchmarks.harness import interleave
+from benchmarks.harness.result import figure, ratio, write_result
+from lightning_mgpu.callbacks import ActivationCheckpointing
 
 #: The issue's trade: at least this much less peak activation memory (every_k=1) ...
 GOAL_SAVED_PCT = 40.0
@@ -166,9 +165,7 @@ def timed(step: Callable[[], None], device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
-def run(
-    kind: str, device: torch.device, depth: int, width: int, batch: int, seq: int, repeats: int, on_round: Callable[[], None] = lambda: None
-) -> tuple[list[dict], dict[str, list[float]]]:
+def run(kind: str, device: torch.device, depth: int, width: int, batch: int, seq: int, repeats: int) -> tuple[list[dict], dict[str, list[float]]]:
     torch.manual_seed(0)
     base = Stack(kind, depth, width).to(device)
     x = torch.randn(batch, seq, width, device=device) if kind == "transformer" else torch.randn(batch, width, device=device)
@@ -183,11 +180,8 @@ def run(
     for step in steps.values():  # warm-up
         step()
     peaks = {name: (peak_bytes_cuda(steps[name], device) if device.type == "cuda" else peak_bytes_cpu(steps[name])) for name in configs}
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(repeats):  # interleaved A/B/C
-        for name, step in steps.items():
-            times[name].append(timed(step, device))
-        on_round()
+    # round i/N per case: run.py's progress bar follows the case in hand
+    times = interleave({name: (lambda step=step: timed(step, device)) for name, step in steps.items()}, repeats)
     busy = {name: device_busy_s(steps[name], device) for name in ("none", "every_k=1", "torch")} if device.type == "cuda" else {}
     times["estimate"] = [n + f for n, f in zip(times["none"], times["forward"])]  # a step plus its recomputation, per round
     rows = []
@@ -224,36 +218,20 @@ def main() -> None:
         raise SystemExit("--device cuda: no CUDA device is visible")
     kinds = ["mlp", "transformer"] if args.model == "both" else [args.model]
     rows, arms, shapes = [], {}, {}
-    total, done = len(devices) * len(kinds) * args.repeats, 0
-
-    def on_round() -> None:
-        nonlocal done
-        done += 1
-        progress(done, total)
-
     for device in devices:
         for kind in kinds:
             scale = 4 if device.type == "cuda" else 1
             width = args.width or (256 if kind == "mlp" else 128) * scale
             batch = args.batch or (128 if kind == "mlp" else 8) * (8 if device.type == "cuda" else 1)
-            new_rows, times = run(kind, device, args.depth, width, batch, args.seq, args.repeats, on_round)
+            new_rows, times = run(kind, device, args.depth, width, batch, args.seq, args.repeats)
             rows += new_rows
             arms |= {f"{kind}-{device.type}/{config}": {"step_s": t} for config, t in times.items()}
             shapes[f"{kind}-{device.type}"] = {"width": width, "batch": batch}
-    print(f"{'model':<12}{'device':<8}{'config':<12}{'peak act. MiB':>14}{'saved':>8}{'step ms':>10}{'time x':>8}{'est. x':>8}{'GPU busy':>10}")
-    for r in rows:
-        busy = "" if r["gpu_busy_share"] is None else f"{r['gpu_busy_share']:.2f}"
-        print(
-            f"{r['model']:<12}{r['device']:<8}{r['config']:<12}{r['peak_activation_MiB']:>14.1f}"
-            f"{r['memory_saved_pct']:>7.1f}%{r['step_ms_median']:>10.1f}{r['time_ratio']:>8.2f}{r['estimate_ratio']:>8.2f}{busy:>10}"
-        )
-    print(json.dumps(rows))
     ratios, figures = [], {}
     for r in rows:
         case = f"{r['model']}-{torch.device(r['device']).type}"
         if r["gpu_busy_share"] is not None:
-            figures[f"{case}: {r['config']}, GPU busy share of the step (kernel time / step time)"] = {
-                "value": round(r["gpu_busy_share"], 3), "goal": None, "higher_is_better": True}
+            figures[f"{case}: {r['config']}, GPU busy share of the step (kernel time / step time)"] = figure(round(r["gpu_busy_share"], 3), higher_is_better=True)
         if r["config"] == "none":
             continue
         if r["config"] == "torch":  # the hand-written peer: only every_k=1 against it
@@ -263,16 +241,12 @@ def main() -> None:
         ratios.append(ratio(f"{case}: {r['config']} / no checkpointing, step time", f"{case}/{r['config']}", f"{case}/none", goal=goal))
         if r["config"] == "every_k=1" and r["gpu_kernel_ratio"] is not None:
             # The GPU's side alone: near the recomputation estimate when the rest of the step ratio is host time.
-            figures[f"{case}: every_k=1 / no checkpointing, GPU kernel time (one step each)"] = {
-                "value": round(r["gpu_kernel_ratio"], 3), "goal": None, "higher_is_better": False}
+            figures[f"{case}: every_k=1 / no checkpointing, GPU kernel time (one step each)"] = figure(round(r["gpu_kernel_ratio"], 3))
         if r["config"] == "every_k=1":
-            figures[f"{case}: every_k=1's expected ratio from recomputation alone (1 + forward / step)"] = {
-                "value": round(r["estimate_ratio"], 3), "goal": None, "higher_is_better": False}
+            figures[f"{case}: every_k=1's expected ratio from recomputation alone (1 + forward / step)"] = figure(round(r["estimate_ratio"], 3))
             ratios.append(ratio(f"{case}: every_k=1 / (step + one forward): cost beyond the recomputation", f"{case}/every_k=1", f"{case}/estimate"))
         saved_goal = GOAL_SAVED_PCT if r["config"] == "every_k=1" else None
-        figures[f"{case}: {r['config']}, peak activation memory saved (%)"] = {
-            "value": round(r["memory_saved_pct"], 1), "goal": saved_goal, "higher_is_better": True,
-            "verdict": "" if saved_goal is None else ("met" if r["memory_saved_pct"] >= saved_goal else "not met")}  # fmt: skip
+        figures[f"{case}: {r['config']}, peak activation memory saved (%)"] = figure(round(r["memory_saved_pct"], 1), saved_goal, higher_is_better=True)
     write_result(
         args.result, name="activation_checkpointing", arms=arms, ratios=ratios, figures=figures,
         memory={f"{r['model']}-{torch.device(r['device']).type}/{r['config']}": [r["peak_activation_MiB"] * 2**20] for r in rows},

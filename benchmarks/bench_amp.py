@@ -19,9 +19,9 @@ sparsity, under names CUDA does not report).
 
 Run::
 
-    python benchmarks/bench_amp.py                                # one CUDA GPU, about a minute on an H100
-    python benchmarks/bench_amp.py --width 4096 --tokens 16384    # larger matmuls: nearer the peak
-    python benchmarks/bench_amp.py --device cpu --arms fp32,fp16,raw_fp16 --width 64 --depth 2 --tokens 64   # the script only
+    python -m benchmarks.bench_amp                                # one CUDA GPU, about a minute on an H100
+    python -m benchmarks.bench_amp --width 4096 --tokens 16384    # larger matmuls: nearer the peak
+    python -m benchmarks.bench_amp --device cpu --arms fp32,fp16,raw_fp16 --width 64 --depth 2 --tokens 64   # the script only
 
 On the CPU the figures say nothing about a GPU: the suite runs this benchmark there only at its dry size.
 """
@@ -41,12 +41,13 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness.clock import step_clock, synchronize  # noqa: E402
-from harness.result import progress, ratio, write_result  # noqa: E402
-from harness.stats import median_interval  # noqa: E402
-from lightning_mgpu.callbacks import AutoMixedPrecision  # noqa: E402
-from lightning_mgpu.monitoring.peak_flops import dense_peak_flops  # noqa: E402
+from benchmarks.harness import interleave
+from benchmarks.harness.clock import step_clock, synchronize
+from benchmarks.harness.result import figure, ratio, write_result
+from benchmarks.harness.stats import median_interval
+from benchmarks.harness.trainer import quiet_trainer
+from lightning_mgpu.callbacks import AutoMixedPrecision
+from lightning_mgpu.monitoring.peak_flops import dense_peak_flops
 
 #: Lightning plus the callback against the same autocast loop written by hand, as for every strategy.
 GOAL_VS_RAW = 1.03
@@ -54,6 +55,8 @@ GOAL_VS_RAW = 1.03
 PRECISION = {"fp32": ("32-true", torch.float32), "tf32": ("32-true", "tfloat32"),
              "bf16": ("bf16-mixed", torch.bfloat16), "fp16": ("16-mixed", torch.float16)}  # fmt: skip
 ARMS = ("fp32", "tf32", "bf16", "fp16", "bf16_plain", "fp16_plain", "raw_bf16", "raw_fp16")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -150,12 +153,8 @@ def lightning_arm(args: argparse.Namespace, arm: str, batches: list, device: tor
     plugins = [MixedPrecision("16-mixed", device.type, scaler=torch.amp.GradScaler(device.type))] if precision == "16-mixed" else []
     base = start_peak(device)
     steps = args.warmup + args.steps + 1
-    trainer = pl.Trainer(
-        accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, max_steps=steps, plugins=plugins,
-        precision=None if plugins else precision,
-        callbacks=callbacks, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-    )  # fmt: skip
+    trainer = quiet_trainer(accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, max_steps=steps, plugins=plugins,
+                            precision=None if plugins else precision, callbacks=callbacks)  # fmt: skip
     loader = DataLoader([batches[i % len(batches)] for i in range(steps)], batch_size=None)  # the batches as they are
     trainer.fit(_Module(args), train_dataloaders=loader)
     peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
@@ -197,19 +196,17 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device)
     batches = make_batches(args, device)
     flops = step_flops(args)
-    times: dict[str, list[float]] = {arm: [] for arm in args.arms}
     peaks: dict[str, int] = {}
     counted: dict[str, dict[str, Any]] = {}
-    for r in range(args.rounds):
-        order = args.arms[r % len(args.arms) :] + args.arms[: r % len(args.arms)]  # rotated: no arm always first
-        for arm in order:
-            if arm.startswith("raw_"):
-                seconds, peaks[arm] = raw_arm(args, arm, batches, device)
-            else:
-                seconds, peaks[arm], counted[arm] = lightning_arm(args, arm, batches, device)
-            times[arm].append(seconds)
-        progress(r + 1, args.rounds)
 
+    def run(arm: str) -> float:
+        if arm.startswith("raw_"):
+            seconds, peaks[arm] = raw_arm(args, arm, batches, device)
+        else:
+            seconds, peaks[arm], counted[arm] = lightning_arm(args, arm, batches, device)
+        return seconds
+
+    times = interleave({arm: (lambda arm=arm: run(arm)) for arm in args.arms}, args.rounds)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     ratios, figures = [], {}
     for arm in ("tf32", "bf16", "fp16"):
@@ -220,19 +217,14 @@ def main(argv: list[str] | None = None) -> None:
             ratios.append(ratio(f"{arm}: Lightning + AutoMixedPrecision / raw autocast loop", arm, f"raw_{arm}", goal=GOAL_VS_RAW))
         if arm in times and f"{arm}_plain" in times:
             ratios.append(ratio(f"{arm}: AutoMixedPrecision / the same Trainer without it", arm, f"{arm}_plain"))
-    print(f"bench_amp: {name}, {flops / 1e12:.2f} TFLOP a step ({args.depth} blocks, d={args.width}, {args.tokens} rows)")
     for arm in args.arms:
-        step = statistics.median(times[arm])
-        achieved = flops / step
+        achieved = flops / statistics.median(times[arm])
         peak = dense_peak_flops(device, PRECISION[arm.removeprefix("raw_").removesuffix("_plain")][1])
-        share = f", {achieved / peak:.1%} of the dense peak {peak / 1e12:.0f}" if peak else ""
-        print(f"  {arm:10s} {step * 1e3:8.2f} ms  {achieved / 1e12:7.1f} TFLOPS{share}  peak memory {peaks[arm] / 2**30:.2f} GiB")
-        figures[f"{arm}: achieved TFLOPS"] = {"value": float(f"{achieved / 1e12:.3g}"), "higher_is_better": True}
+        figures[f"{arm}: achieved TFLOPS"] = figure(float(f"{achieved / 1e12:.3g}"), higher_is_better=True)
         if peak:
-            figures[f"{arm}: share of {name}'s dense peak ({peak / 1e12:.0f} TFLOPS)"] = {"value": round(achieved / peak, 3), "higher_is_better": True}
+            figures[f"{arm}: share of {name}'s dense peak ({peak / 1e12:.0f} TFLOPS)"] = figure(round(achieved / peak, 3), higher_is_better=True)
     if "fp16" in counted:
-        figures["fp16: optimizer steps the GradScaler skipped (AutoMixedPrecision's count, last run)"] = {
-            "value": counted["fp16"]["skipped_steps"], "higher_is_better": False}  # fmt: skip
+        figures["fp16: optimizer steps the GradScaler skipped (AutoMixedPrecision's count, last run)"] = figure(counted["fp16"]["skipped_steps"])
     write_result(
         args.result, name="amp", arms={arm: {"step_s": t} for arm, t in times.items()}, ratios=ratios, figures=figures,
         memory={arm: [float(peaks[arm])] for arm in args.arms} if device.type == "cuda" else None,

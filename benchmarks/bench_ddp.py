@@ -5,8 +5,8 @@ alternates each round): Lightning sees an external launch (``LOCAL_RANK``/``WORL
 itself. A run's figure is the median step time over its timed steps; the ratio is the median of per-round ratios.
 The raw loop is the one from torch's DDP tutorial: same model, data, sampler, batch, optimizer and seed.
 
-    $ python benchmarks/bench_ddp.py                       # about a minute on 2 idle cores
-    $ python benchmarks/bench_ddp.py --rounds 9 --steps 30 --hidden 2048
+    $ python -m benchmarks.bench_ddp                       # about a minute on 2 idle cores
+    $ python -m benchmarks.bench_ddp --rounds 9 --steps 30 --hidden 2048
 
 Communication efficiency (the raw loop's rounds): (DDP step - the same step under ``no_sync()``) / one all-reduce of
 the gradients' bytes as a flat buffer. At most 1.0: DDP's bucketed all-reduce should cost no more than the same bytes
@@ -37,7 +37,6 @@ this benchmark does not measure it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -45,12 +44,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness.clock import step_clock, synchronize  # noqa: E402
-from harness.ranks import RankFailure, launch_ranks  # noqa: E402
-from harness.result import progress, ratio, write_result  # noqa: E402
-from harness.stats import median_interval  # noqa: E402
-from lightning_mgpu.utilities.process_group import destroy_process_group_if_done  # noqa: E402
+from benchmarks.harness import RankFailure, interleave, run_ranks, write_rank_result
+from benchmarks.harness.clock import step_clock, synchronize
+from benchmarks.harness.result import figure, ratio, write_result
+from benchmarks.harness.stats import median_interval
+from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
 
 WORLD = 2
 #: The raw loop's figures besides its step: see the module docstring.
@@ -133,20 +131,18 @@ class Body:
 
 
 def build_model(hidden: int) -> Any:
-    import torch
-    from torch import nn
+    """The MLP every rank and arm starts from (``bench_scaling`` measures the same one)."""
+    from benchmarks.harness.models import mlp
 
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(256, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+    return mlp(256, hidden, hidden, 10)
 
 
 def make_loader(args: argparse.Namespace, rank: int) -> Any:
-    import torch
-    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+    from torch.utils.data import DataLoader, DistributedSampler
 
-    n = args.batch_size * WORLD * (args.warmup + args.steps + 2)
-    g = torch.Generator().manual_seed(1)
-    data = TensorDataset(torch.randn(n, 256, generator=g), torch.randint(0, 10, (n,), generator=g))
+    from benchmarks.harness.models import random_data
+
+    data = random_data(args.batch_size * WORLD * (args.warmup + args.steps + 2), 256, classes=10)
     return DataLoader(data, batch_size=args.batch_size, sampler=DistributedSampler(data, WORLD, rank, shuffle=True, seed=0))
 
 
@@ -234,45 +230,33 @@ def raw_ddp(args: argparse.Namespace, device: Any) -> dict[str, float]:
 
 def lightning_ddp(args: argparse.Namespace, name: str, save_on_interrupt: bool = False) -> dict[str, float]:
     """Lightning's ``ddp`` run: ``{name: median step, f"{name}_body": median of the same body as the raw loop's}``."""
-    import lightning.pytorch as pl
     import torch
-    from torch import nn
+
+    from benchmarks.harness.models import Trainable
+    from benchmarks.harness.trainer import quiet_trainer
 
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if args.accelerator == "gpu" else torch.device("cpu")
     body = Body(device)
 
-    class Module(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = build_model(args.hidden)
-
+    class Module(Trainable):
         def training_step(self, batch: Any, batch_idx: int) -> Any:
             body.begin()  # inside optimizer.step(closure): then zero_grad, backward, the step itself
-            return nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+            return super().training_step(batch, batch_idx)
 
         def optimizer_step(self, *a: Any, **kw: Any) -> None:
             super().optimizer_step(*a, **kw)
             body.end()
 
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
-
-        def train_dataloader(self) -> Any:
-            return make_loader(args, self.global_rank)
-
     clock = step_clock(device)
-    callbacks: list[pl.Callback] = [clock]
+    callbacks: list[Any] = [clock]
     if save_on_interrupt:
         from lightning_mgpu.callbacks import SaveOnInterrupt
 
         callbacks.append(SaveOnInterrupt(dirpath=os.devnull))  # never saves here: nothing signals it
     os.environ["WORLD_SIZE"] = str(WORLD)  # Lightning's teardown of the previous run removes it
-    trainer = pl.Trainer(
-        strategy="ddp", accelerator=args.accelerator, devices=WORLD, max_steps=args.warmup + args.steps + 1,
-        callbacks=callbacks, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
-    )  # fmt: skip
-    trainer.fit(Module())
+    quiet_trainer(strategy="ddp", accelerator=args.accelerator, devices=WORLD, max_steps=args.warmup + args.steps + 1,
+                  callbacks=callbacks, use_distributed_sampler=False).fit(
+        Module(build_model(args.hidden), loader=lambda m: make_loader(args, m.global_rank)))  # fmt: skip
     return {name: median_interval(clock.marks, args.warmup, args.steps), f"{name}_body": body.median(args)}
 
 
@@ -284,69 +268,54 @@ def worker(args: argparse.Namespace) -> None:
     if args.accelerator == "cpu":
         torch.set_num_threads(args.threads)
     device = torch.device("cuda", rank) if args.accelerator == "gpu" else torch.device("cpu")
-    arms = ("ddp", "raw", "ddp_save_on_interrupt")
-    times: dict[str, list[float]] = {name: [] for name in (*arms, *RAW_PARTS, *(f"{a}_body" for a in arms))}
-    for r in range(args.rounds):
-        for name in arms[r % 3 :] + arms[: r % 3]:  # rotated: no arm always first (cold) or last
-            # The first Lightning run creates the process group; a raw run before it makes it alike.
-            if name == "raw" and not dist.is_initialized():
-                dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=WORLD)
-            if name == "raw":
-                figures = raw_ddp(args, device)
-            else:
-                figures = lightning_ddp(args, name, save_on_interrupt=name == "ddp_save_on_interrupt")
+
+    def slowest(figures: dict[str, float]) -> dict[str, float]:
+        """The ranks step in lockstep: each figure is the slower rank's."""
+        for key, seconds in figures.items():
+            t = torch.tensor([seconds], device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            figures[key] = float(t)
+        return figures
+
+    def raw() -> dict[str, float]:
+        if not dist.is_initialized():  # the first Lightning run creates the process group; a raw run before it alike
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=WORLD)
+        return slowest(raw_ddp(args, device))
+
+    rounds = interleave({
+        "ddp": lambda: slowest(lightning_ddp(args, "ddp")),
+        "raw": raw,
+        "ddp_save_on_interrupt": lambda: slowest(lightning_ddp(args, "ddp_save_on_interrupt", save_on_interrupt=True)),
+    }, args.rounds, report=rank == 0)  # fmt: skip
+    times: dict[str, list[float]] = {}
+    for per_round in zip(*rounds.values()):
+        for figures in per_round:
             for key, seconds in figures.items():
-                slowest = torch.tensor([seconds], device=device)
-                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the ranks step in lockstep: the slower one's figure
-                times[key].append(float(slowest))
-        if rank == 0:
-            progress(r + 1, args.rounds)
-    if rank == 0:
-        assert args.worker_out is not None
-        args.worker_out.write_text(json.dumps(times))
+                times.setdefault(key, []).append(seconds)
+    write_rank_result(args.worker_out, times)
     # A live gloo group at interpreter exit can abort the rank ("terminate called without an active exception").
     destroy_process_group_if_done()
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.worker_out is not None and "LOCAL_RANK" in os.environ:
+    if args.worker_out is not None:
         worker(args)
         return
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "times.json"
-        try:
-            launch_ranks([__file__, *(argv if argv is not None else sys.argv[1:]), "--worker-out", str(out)], WORLD, what="bench_ddp")
-        except RankFailure as err:
-            raise SystemExit(str(err)) from err
-        if not out.is_file():
-            raise SystemExit("bench_ddp: the ranks finished without writing their step times")
-        times = json.loads(out.read_text())
-    vs_raw = statistics.median(a / b for a, b in zip(times["ddp"], times["raw"]))
-    with_saver = statistics.median(a / b for a, b in zip(times["ddp_save_on_interrupt"], times["ddp"]))
-    fixed_ms = statistics.median(a - b for a, b in zip(times["ddp"], times["raw"])) * 1e3
+    try:
+        times = run_ranks(__spec__.name, list(sys.argv[1:] if argv is None else argv), WORLD, what="bench_ddp")[0]
+    except RankFailure as err:
+        raise SystemExit(str(err)) from err
     comm, overhead = communication_figures(times), overhead_figures(times)
-    ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    print(f"bench_ddp: {WORLD} ranks, {args.accelerator}; median step ddp {ms['ddp']:.2f} ms,"
-          f" raw DDP {ms['raw']:.2f} ms; ddp / raw = {vs_raw:.3f} (goal <= 1.03),"
-          f" {fixed_ms:.2f} ms per step ({overhead[IN_BODY]:.2f} in the step's body, {overhead[AROUND_BODY]:.2f} around it);"
-          f" ddp + SaveOnInterrupt / ddp = {with_saver:.3f}")  # fmt: skip
-    print(f"communication: step {ms['raw']:.2f} ms, no-sync step {ms['raw_no_sync']:.2f} ms, all-reduce of the gradients"
-          f" {ms['allreduce']:.2f} ms; efficiency (step - no-sync) / all-reduce = {comm[EFFICIENCY]:.2f} (limit 1.0). Of the"
-          f" difference: DDP's bookkeeping without communication {comm[BOOKKEEPING]:.2f} ms; its all-reduce"
-          f" {comm[BUCKETED]:.2f}x the flat one; hidden behind backward {comm[HIDDEN]:.2f} of an all-reduce"
-          f" (no-overlap step {ms['raw_blocking']:.2f} ms); with gradient_as_bucket_view=True: efficiency {comm[EFFICIENCY_VIEW]:.2f}")  # fmt: skip
+    fixed_ms = statistics.median(a - b for a, b in zip(times["ddp"], times["raw"])) * 1e3
     write_result(
         args.result, name="ddp", arms={k: {"step_s": v} for k, v in times.items()},
         ratios=[ratio("ddp (Lightning) / raw torch DDP loop", "ddp", "raw", goal=1.03),
                 ratio("ddp + SaveOnInterrupt (train.py's) / ddp", "ddp_save_on_interrupt", "ddp", goal=1.01)],
-        figures={"ddp - raw DDP, fixed cost per step (ms)": {"value": round(fixed_ms, 3), "goal": None, "higher_is_better": False},
-                 **{label: {"value": round(value, 3), "goal": None, "higher_is_better": False} for label, value in overhead.items()},
-                 EFFICIENCY: {"value": round(comm[EFFICIENCY], 3), "goal": 1.0, "higher_is_better": False,
-                              "verdict": "met" if comm[EFFICIENCY] <= 1.0 else "not met"},
-                 **{label: {"value": round(comm[label], 3), "goal": None, "higher_is_better": label == HIDDEN} for label in (BOOKKEEPING, BUCKETED, HIDDEN, EFFICIENCY_VIEW)}},
+        figures={"ddp - raw DDP, fixed cost per step (ms)": figure(round(fixed_ms, 3)),
+                 **{label: figure(round(value, 3)) for label, value in overhead.items()},
+                 EFFICIENCY: figure(round(comm[EFFICIENCY], 3), goal=1.0),
+                 **{label: figure(round(comm[label], 3), higher_is_better=label == HIDDEN) for label in (BOOKKEEPING, BUCKETED, HIDDEN, EFFICIENCY_VIEW)}},
         config={k: getattr(args, k) for k in ("accelerator", "rounds", "steps", "warmup", "batch_size", "hidden", "threads")} | {"world_size": WORLD},
     )  # fmt: skip
 

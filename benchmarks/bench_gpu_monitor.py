@@ -11,12 +11,12 @@ separates what Lightning charges any callback (it dispatches all six per-batch h
 3-5 µs each) from what the monitor itself adds. Two more figures need no A/B at all, so load from other
 processes does not blur them: the time spent inside the monitor's own hooks on the training thread as a share of
 the time per batch, and the same in training-thread CPU time (the background sampler thread is not on that
-path). They come from a further run per round whose hooks are timed, outside the A/B; they include the timing
+path). They come from a further arm whose hooks are timed, outside the ratios; they include the timing
 wrapper's own clock reads (about 1 µs per hook), so they overstate slightly.
 
-    $ python benchmarks/bench_gpu_monitor.py                       # CPU (or the GPU if there is one), ~1 min
-    $ python benchmarks/bench_gpu_monitor.py --rounds 11 --steps 300
-    $ python benchmarks/bench_gpu_monitor.py --strategy ddp --devices 2
+    $ python -m benchmarks.bench_gpu_monitor                       # CPU (or the GPU if there is one), ~1 min
+    $ python -m benchmarks.bench_gpu_monitor --rounds 11 --steps 300
+    $ python -m benchmarks.bench_gpu_monitor --strategy ddp --devices 2
 
 Only the public API is used: Trainer, a LightningModule, and the callback (subclassed to time
 its hooks).
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import json
 import logging
+import os
 import shutil
 import statistics
 import tempfile
@@ -39,29 +39,15 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback, DeviceStatsMonitor
 from lightning.pytorch.loggers import CSVLogger
-from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.result import progress, write_result
-from harness.result import ratio as ratio_spec
+from benchmarks.harness import interleave
+from benchmarks.harness.models import Trainable, mlp
+from benchmarks.harness.result import figure, write_result
+from benchmarks.harness.result import ratio as ratio_spec
+from benchmarks.harness.trainer import quiet_trainer
 from lightning_mgpu.callbacks import GPUUtilizationMonitor
 from lightning_mgpu.utilities.logging_steps import batches_that_stepped
-
-
-class Model(pl.LightningModule):
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return nn.functional.cross_entropy(self(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
 class BatchClock(Callback):
@@ -169,15 +155,15 @@ def run(args: argparse.Namespace, arm: str, data: TensorDataset, n_keys: int = 1
         callbacks.append(DeviceStatsMonitor())
     elif arm == "logging":
         callbacks.append(LoggingOnly(n_keys))
-    trainer = pl.Trainer(
-        default_root_dir=args.root_dir,  # where the monitor's diagnosis.json goes (no logger here)
+    trainer = quiet_trainer(
+        default_root_dir=args.root_dir,  # where the monitor's diagnosis.json goes
         strategy=args.strategy, devices=args.devices, max_steps=args.warmup + args.steps, callbacks=callbacks,
         # Every arm logs to the same kind of logger: DeviceStatsMonitor needs one, and the monitor logs through it.
         logger=CSVLogger(args.root_dir, name=arm), log_every_n_steps=50,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False, limit_val_batches=0,
-    )
+    )  # fmt: skip
+    model = Trainable(mlp(args.width, args.width, args.width, 10), optimizer=lambda params: torch.optim.SGD(params, lr=0.01))
     torch.manual_seed(0)
-    trainer.fit(Model(args.width), DataLoader(data, batch_size=args.batch_size, shuffle=True))
+    trainer.fit(model, DataLoader(data, batch_size=args.batch_size, shuffle=True))
     out = {
         "per_batch_s": clock.per_batch, "cpu_per_batch_s": clock.cpu_per_batch,
         "process_cpu_per_batch_s": clock.process_cpu_per_batch, "median_batch_s": clock.median_interval,
@@ -214,65 +200,13 @@ def main() -> None:
     data = TensorDataset(torch.randn(n, args.width, generator=g), torch.randint(0, 10, (n,), generator=g))
 
     n_keys = int(run(args, "timed", data)["n_keys"])  # warm caches, imports and the allocator once, untimed
-    per_arm: dict[str, list[dict[str, float]]] = {arm: [] for arm in (*ARMS, "timed")}
-    for r in range(args.rounds):
-        # Every arm runs in every position over the rounds, so drift in machine load hits them alike.
-        order = ARMS[r % len(ARMS) :] + ARMS[: r % len(ARMS)]
-        res = {arm: run(args, arm, data, n_keys) for arm in (order if r % 2 == 0 else order[::-1])}
-        res["timed"] = run(args, "timed", data)
-        for arm in per_arm:
-            per_arm[arm].append(res[arm])
-        if res["on"]["rank0"]:
-            off, empty, on = (res[a]["per_batch_s"] for a in ("off", "empty", "on"))
-            med = [res[a]["median_batch_s"] for a in ("off", "empty", "on")]
-            print(
-                f"round {r + 1}/{args.rounds}: off {off * 1e3:7.3f}  empty callback {empty * 1e3:7.3f}  on {on * 1e3:7.3f} ms/batch"
-                f"  on/off {on / off:.4f}  on/empty {on / empty:.4f}  median batch on/off {med[2] / med[0]:.4f}",
-                flush=True,
-            )
-            progress(r + 1, args.rounds)
+    arms = {arm: (lambda arm=arm: run(args, arm, data, n_keys)) for arm in ARMS} | {"timed": lambda: run(args, "timed", data)}
+    per_arm = interleave(arms, args.rounds, report=os.environ.get("LOCAL_RANK", "0") == "0",  # Lightning's other ranks: 1, ...
+                         describe=lambda r: f"on/off {r['on']['per_batch_s'] / r['off']['per_batch_s']:.4f}")  # fmt: skip
     if not per_arm["on"][-1]["rank0"]:
         return
-
-    def median(arm: str, key: str) -> float:
-        return statistics.median(x[key] for x in per_arm[arm])
-
-    def ratio(num: str, den: str, key: str = "per_batch_s") -> float:
-        return statistics.median(a[key] / b[key] for a, b in zip(per_arm[num], per_arm[den]))
-
     timed = per_arm["timed"]
-    ratios = [a["per_batch_s"] / b["per_batch_s"] for a, b in zip(per_arm["on"], per_arm["off"])]
-    summary = {
-        "device": "cuda" if torch.cuda.is_available() else "cpu",
-        "strategy": args.strategy,
-        "devices": args.devices,
-        "rounds": args.rounds,
-        "batches_per_run": args.steps,
-        "median_ms_per_batch_off": round(median("off", "per_batch_s") * 1e3, 3),
-        "median_ms_per_batch_empty_callback": round(median("empty", "per_batch_s") * 1e3, 3),
-        "median_ms_per_batch_on": round(median("on", "per_batch_s") * 1e3, 3),
-        "median_ratio_on_over_off": round(ratio("on", "off"), 4),
-        "median_overhead_pct": round((ratio("on", "off") - 1) * 100, 2),
-        "ratio_min_max": [round(min(ratios), 4), round(max(ratios), 4)],
-        "median_process_cpu_ratio_on_over_off": round(ratio("on", "off", "process_cpu_per_batch_s"), 4),
-        # Robust to other processes: per run the median batch, then the median ratio over rounds.
-        "median_batch_ms_off_on": [round(median("off", "median_batch_s") * 1e3, 4), round(median("on", "median_batch_s") * 1e3, 4)],
-        "median_batch_ratio_on_over_off": round(ratio("on", "off", "median_batch_s"), 4),
-        "median_batch_ratio_empty_callback_over_off": round(ratio("empty", "off", "median_batch_s"), 4),
-        # Lightning calls every per-batch hook of every callback (6 per batch): this part any callback pays.
-        "median_ratio_empty_callback_over_off": round(ratio("empty", "off"), 4),
-        # What the monitor adds beyond that dispatch: its own hooks and its sampler thread.
-        "median_ratio_on_over_empty_callback": round(ratio("on", "empty"), 4),
-        "median_process_cpu_ratio_on_over_empty_callback": round(ratio("on", "empty", "process_cpu_per_batch_s"), 4),
-        # Logging the monitor's keys, and nothing else: the part of its cost that any logging callback pays.
-        "median_process_cpu_ratio_logging_only_over_off": round(ratio("logging", "off", "process_cpu_per_batch_s"), 4),
-        "median_process_cpu_ratio_on_over_logging_only": round(ratio("on", "logging", "process_cpu_per_batch_s"), 4),
-        "keys_logged_per_window": n_keys,
-        "hook_time_pct_of_batch": round(statistics.median(x["hook_s_per_batch"] / x["per_batch_s"] for x in timed) * 100, 3),
-        "hook_cpu_pct_of_batch_cpu": round(statistics.median(x["hook_cpu_s_per_batch"] / x["cpu_per_batch_s"] for x in timed) * 100, 3),
-        "hook_cpu_us_per_batch": round(statistics.median(x["hook_cpu_s_per_batch"] for x in timed) * 1e6, 1),
-    }
-    print(json.dumps(summary, indent=2))
+    hook_pct = statistics.median(x["hook_s_per_batch"] / x["per_batch_s"] for x in timed) * 100
     write_result(
         args.result, name="gpu_monitor", unit="s/batch",
         arms={arm: {"step_s": [x["per_batch_s"] for x in per_arm[arm]], "median_batch_s": [x["median_batch_s"] for x in per_arm[arm]],
@@ -284,10 +218,12 @@ def main() -> None:
                 ratio_spec("monitor / a callback that only logs its keys", "on", "logging"),
                 ratio_spec("logging its keys only / no callback (process CPU)", "logging", "off", "cpu_s"),
                 ratio_spec("monitor / logging its keys only (process CPU)", "on", "logging", "cpu_s")],
-        figures={"monitor's training-thread hooks, % of batch time": {"value": summary["hook_time_pct_of_batch"], "goal": 1.0,
-                 "verdict": "met" if summary["hook_time_pct_of_batch"] < 1.0 else "not met"}},
-        config={k: v for k, v in summary.items() if k in ("device", "strategy", "devices", "rounds", "batches_per_run")}
-        | {"width": args.width, "batch_size": args.batch_size, "median_ms_per_batch_off": summary["median_ms_per_batch_off"]},
+        figures={"monitor's training-thread hooks, % of batch time": figure(round(hook_pct, 3), goal=1.0),
+                 "monitor's training-thread hooks, CPU µs per batch": figure(round(statistics.median(x["hook_cpu_s_per_batch"] for x in timed) * 1e6, 1))},
+        config={"device": "cuda" if torch.cuda.is_available() else "cpu", "strategy": args.strategy, "devices": args.devices,
+                "rounds": args.rounds, "batches_per_run": args.steps, "width": args.width, "batch_size": args.batch_size,
+                "keys_logged_per_window": n_keys,
+                "median_ms_per_batch_off": round(statistics.median(x["per_batch_s"] for x in per_arm["off"]) * 1e3, 3)},
     )  # fmt: skip
 
 

@@ -7,9 +7,9 @@ next (data loading, forward, backward, gradient allreduce, update); a run's figu
 over its ``steps`` timed steps after ``warmup``, which shrugs off other processes' bursts on a
 shared machine.
 
-    $ python benchmarks/bench_horovod.py                 # re-launches itself: horovodrun -np 2 --gloo
-    $ python benchmarks/bench_horovod.py --rounds 7 --steps 50 --hidden 2048
-    $ horovodrun -np 2 --gloo python benchmarks/bench_horovod.py     # the same, launched by hand
+    $ python -m benchmarks.bench_horovod                 # re-launches itself: horovodrun -np 2 --gloo
+    $ python -m benchmarks.bench_horovod --rounds 7 --steps 50 --hidden 2048
+    $ horovodrun -np 2 --gloo python -m benchmarks.bench_horovod     # the same, launched by hand
 
 Goal: horovod / raw horovod <= 1.05. DDP runs under the same horovodrun workers, launched
 "externally" (LOCAL_RANK/WORLD_SIZE/MASTER_ADDR set), so Lightning starts no processes of its own.
@@ -19,21 +19,23 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
+from lightning.fabric.plugins.environments.lightning import find_free_network_port
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from harness.clock import step_clock
-from harness.result import progress, ratio, write_result
-from harness.stats import median_interval
-from lightning.fabric.plugins.environments.lightning import find_free_network_port
+from benchmarks.harness import interleave
+from benchmarks.harness.clock import step_clock
+from benchmarks.harness.models import Trainable, mlp, random_data
+from benchmarks.harness.ranks import REPO_ROOT
+from benchmarks.harness.result import ratio, write_result
+from benchmarks.harness.stats import median_interval
+from benchmarks.harness.trainer import quiet_trainer
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,18 +54,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def make_model(args: argparse.Namespace) -> nn.Module:
-    torch.manual_seed(0)
-    dims = [args.in_features] + [args.hidden] * args.layers
-    layers: list[nn.Module] = []
-    for a, b in zip(dims[:-1], dims[1:]):
-        layers += [nn.Linear(a, b), nn.ReLU()]
-    return nn.Sequential(*layers, nn.Linear(dims[-1], 10))
+    return mlp(args.in_features, *[args.hidden] * args.layers, 10)
 
 
 def make_data(args: argparse.Namespace, world: int) -> TensorDataset:
-    n = args.batch_size * world * (args.warmup + args.steps + 2)
-    g = torch.Generator().manual_seed(1)
-    return TensorDataset(torch.randn(n, args.in_features, generator=g), torch.randn(n, 10, generator=g))
+    return random_data(args.batch_size * world * (args.warmup + args.steps + 2), args.in_features, targets=10)
 
 
 # ----------------------------------------------------------------------------- the three runs
@@ -93,45 +88,16 @@ def raw_horovod(args: argparse.Namespace) -> float:
 
 
 def lightning_run(args: argparse.Namespace, strategy: str, env: dict[str, str]) -> float:
-    import lightning.pytorch as pl
-
-    import lightning_mgpu  # noqa: F401  (registers "horovod")
-
-    class Module(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = make_model(args)
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            return nn.functional.mse_loss(self.net(x), y)
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
-
-        def train_dataloader(self) -> DataLoader:
-            return DataLoader(make_data(args, self.trainer.world_size), batch_size=args.batch_size, shuffle=True)
-
     clock = step_clock()  # gloo on CPU: nothing queued to wait for
     # DDP's teardown deletes WORLD_SIZE; restore the external-launch variables before every run.
     os.environ.update(env)
     # The ddp arm shares horovodrun's workers on purpose; LauncherGuard would (rightly, elsewhere) refuse a non-horovod
     # strategy under horovodrun, so horovodrun's variables are hidden from it for that arm (Horovod is initialised).
     hidden = {k: os.environ.pop(k) for k in ("HOROVOD_SIZE", "HOROVOD_RANK") if strategy != "horovod" and k in os.environ}
-    trainer = pl.Trainer(
-        strategy=strategy,
-        accelerator="cpu",
-        devices=int(os.environ["WORLD_SIZE"]),
-        max_steps=args.warmup + args.steps + 1,
-        callbacks=[clock],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
+    loader = lambda m: DataLoader(make_data(args, m.trainer.world_size), batch_size=args.batch_size, shuffle=True)
     try:
-        trainer.fit(Module())
+        quiet_trainer(strategy=strategy, accelerator="cpu", devices=int(os.environ["WORLD_SIZE"]), max_steps=args.warmup + args.steps + 1,
+                      callbacks=[clock]).fit(Trainable(make_model(args), "mse_loss", loader=loader))  # fmt: skip
     finally:
         os.environ.update(hidden)
         if strategy != "horovod" and torch.distributed.is_initialized():
@@ -155,46 +121,25 @@ def worker(args: argparse.Namespace) -> None:
     port = hvd.broadcast_object(find_free_network_port() if hvd.rank() == 0 else 0, root_rank=0, name="bench.port")
     env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(hvd.size()), LOCAL_RANK=str(hvd.local_rank()), NODE_RANK="0")
     pl.seed_everything(0, verbose=False)
-    runs = {
-        "raw": lambda: raw_horovod(args),
-        "horovod": lambda: lightning_run(args, "horovod", env),
-        "ddp": lambda: lightning_run(args, "ddp", env),
-    }
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    for r in range(args.rounds):
-        # Rotate the order so no configuration always runs first (warm caches) or last.
-        names = list(runs)[r % 3 :] + list(runs)[: r % 3]
-        for name in names:
-            seconds = runs[name]()
-            # Every worker steps in lockstep; take the slowest worker's figure.
-            times[name].append(float(hvd.allreduce(torch.tensor(seconds), op=hvd.Max, name=f"bench.{name}.{r}")))
-        if hvd.rank() == 0:
-            progress(r + 1, args.rounds)
+    calls = iter(range(10**9))  # every worker makes the same calls in the same order: a shared name for each all-reduce
+
+    def slowest(seconds: float) -> float:
+        """Every worker steps in lockstep: the slowest worker's figure."""
+        return float(hvd.allreduce(torch.tensor(seconds), op=hvd.Max, name=f"bench.{next(calls)}"))
+
+    times = interleave({
+        "raw": lambda: slowest(raw_horovod(args)),
+        "horovod": lambda: slowest(lightning_run(args, "horovod", env)),
+        "ddp": lambda: slowest(lightning_run(args, "ddp", env)),
+    }, args.rounds, report=hvd.rank() == 0)  # fmt: skip
     if hvd.rank() == 0:
-        report(args, times, hvd.size())
-
-
-def report(args: argparse.Namespace, times: dict[str, list[float]], world: int) -> None:
-    params = sum(p.numel() for p in make_model(args).parameters())
-    print(f"\nbench_horovod: {world} Gloo workers, MLP {params / 1e6:.2f}M params, batch {args.batch_size}/worker,"
-          f" {args.steps} timed steps x {args.rounds} rounds, torch threads {args.threads}")
-    print(f"{'round':>5} {'raw hvd ms':>11} {'horovod ms':>11} {'ddp ms':>8} {'hvd/raw':>8} {'hvd/ddp':>8}")
-    for r in range(args.rounds):
-        raw, hv, dd = times["raw"][r], times["horovod"][r], times["ddp"][r]
-        print(f"{r:>5} {raw * 1e3:>11.2f} {hv * 1e3:>11.2f} {dd * 1e3:>8.2f} {hv / raw:>8.3f} {hv / dd:>8.3f}")
-    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    vs_raw = statistics.median(h / r for h, r in zip(times["horovod"], times["raw"]))
-    vs_ddp = statistics.median(h / d for h, d in zip(times["horovod"], times["ddp"]))
-    print(f"median step: raw horovod {med['raw']:.2f} ms, strategy='horovod' {med['horovod']:.2f} ms, ddp {med['ddp']:.2f} ms")
-    print(f"median ratio horovod/raw-horovod = {vs_raw:.3f} (goal <= 1.05: {'met' if vs_raw <= 1.05 else 'NOT met'})")
-    print(f"median ratio horovod/ddp = {vs_ddp:.3f}")
-    config = {k: getattr(args, k) for k in ("np", "rounds", "warmup", "steps", "batch_size", "in_features", "hidden", "layers", "threads")}
-    write_result(
-        args.result, name="horovod", arms={k: {"step_s": v} for k, v in times.items()},
-        ratios=[ratio("horovod / raw Horovod loop", "horovod", "raw", goal=1.03), ratio("horovod / ddp", "horovod", "ddp"),
-                ratio("ddp / raw Horovod loop", "ddp", "raw")],
-        config={**config, "params": params, "world_size": world},
-    )  # fmt: skip
+        config = {k: getattr(args, k) for k in ("np", "rounds", "warmup", "steps", "batch_size", "in_features", "hidden", "layers", "threads")}
+        write_result(
+            args.result, name="horovod", arms={k: {"step_s": v} for k, v in times.items()},
+            ratios=[ratio("horovod / raw Horovod loop", "horovod", "raw", goal=1.03), ratio("horovod / ddp", "horovod", "ddp"),
+                    ratio("ddp / raw Horovod loop", "ddp", "raw")],
+            config={**config, "params": sum(p.numel() for p in make_model(args).parameters()), "world_size": hvd.size()},
+        )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -203,8 +148,8 @@ def main(argv: list[str] | None = None) -> None:
         worker(args)
         return
     horovodrun = Path(sys.executable).with_name("horovodrun")
-    cmd = [str(horovodrun), "-np", str(args.np), "--gloo", sys.executable, str(Path(__file__).resolve()), *(argv or sys.argv[1:])]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    cmd = [str(horovodrun), "-np", str(args.np), "--gloo", sys.executable, "-m", __spec__.name, *(argv or sys.argv[1:])]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     sys.exit(subprocess.call(cmd, env=env))
 
 

@@ -14,8 +14,8 @@ the order rotating each round; a ratio is the median of the per-round ratios.
 
 Run::
 
-    python benchmarks/bench_launchers.py                     # 5 rounds, about 8 minutes here
-    python benchmarks/bench_launchers.py --rounds 1 --arms lightning,torchrun
+    python -m benchmarks.bench_launchers                     # 5 rounds, about 8 minutes here
+    python -m benchmarks.bench_launchers --rounds 1 --arms lightning,torchrun
 """
 
 from __future__ import annotations
@@ -24,15 +24,14 @@ import argparse
 import importlib.util
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness.result import progress, ratio, write_result  # noqa: E402
+from benchmarks.harness import interleave
+from benchmarks.harness.result import ratio, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = str(ROOT / "examples" / "train.py")
@@ -87,32 +86,24 @@ def main(argv: list[str] | None = None) -> None:
     needs = {"ray": "ray.train", "horovod": "horovod", "horovodrun": "horovod"}
     arms = [a for a in args.arms if a not in needs or importlib.util.find_spec(needs[a].split(".")[0]) is not None]
     skipped = sorted(set(args.arms) - set(arms))
-    results: dict[str, dict[str, list[float]]] = {a: {"sample_s": [], "wall_s": []} for a in arms}
     failed: dict[str, str] = {}
-    for r in range(args.rounds):
-        order = arms[r % len(arms):] + arms[: r % len(arms)]  # rotate: no arm always runs first or last
-        for arm in order:
-            if arm in failed:
-                continue
-            try:
-                sample_s, wall = run_arm(arm, args.epochs)
-            except Exception as err:  # noqa: BLE001  (reported as failed, never as a number)
-                failed[arm] = str(err)
-                results.pop(arm, None)
-                continue
-            results[arm]["sample_s"].append(sample_s)
-            results[arm]["wall_s"].append(wall)
-        progress(r + 1, args.rounds)
+
+    def run(arm: str) -> tuple[float, float] | None:
+        if arm in failed:
+            return None
+        try:
+            return run_arm(arm, args.epochs)
+        except Exception as err:  # noqa: BLE001  (reported as failed, never as a number)
+            failed[arm] = str(err)
+            return None
+
+    rounds = interleave({arm: (lambda arm=arm: run(arm)) for arm in arms}, args.rounds)
+    results = {arm: {"sample_s": [r[0] for r in v], "wall_s": [r[1] for r in v]} for arm, v in rounds.items() if arm not in failed}  # type: ignore[index]
     ratios = []
     for num, den in (("torchrun", "lightning"), ("ray", "lightning"), ("horovodrun", "horovod")):
         if num in args.arms and den in args.arms:
             ratios.append(ratio(f"{num} / {den}: seconds per training sample", num, den, metric="sample_s", goal=1.03))
             ratios.append(ratio(f"{num} / {den}: wall time, start-up included", num, den, metric="wall_s"))
-    for arm, series in results.items():
-        print(f"bench_launchers: {arm:10s} {1 / statistics.median(series['sample_s']):8.0f} samples/s,"
-              f" wall {statistics.median(series['wall_s']):5.1f} s")  # fmt: skip
-    for arm, err in failed.items():
-        print(f"bench_launchers: {arm} FAILED: {err}")
     write_result(
         args.result, name="launchers", unit="s/sample", arms=results, ratios=ratios, failed=failed,
         config={"rounds": args.rounds, "epochs": args.epochs, "arms": args.arms, "processes": 2, "threads_per_process": 1},

@@ -12,8 +12,8 @@ Figures (the max absolute difference over every parameter element after ``--step
 - against one process on the global batch: the distributed mean of per-rank gradients is the global-batch gradient up
   to rounding, which SGD with momentum carries along (about 1e-6 after a few steps here; goal <= 1e-4).
 
-    python benchmarks/bench_parity.py                  # about 2 minutes on 2 cores
-    python benchmarks/bench_parity.py --steps 20 --strategies ddp sharded
+    python -m benchmarks.bench_parity                  # about 2 minutes on 2 cores
+    python -m benchmarks.bench_parity --steps 20 --strategies ddp sharded
 
 ``ddp2`` runs as a user runs it on two nodes: two torchrun agents on 127.0.0.1 (``--nnodes 2 --nproc-per-node 1``),
 one process per node driving two emulated devices (threads; DataParallel's code path), so 4 devices of 8 samples
@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness.result import progress, write_result  # noqa: E402
+from benchmarks.harness import launch_ranks
+from benchmarks.harness.ranks import REPO_ROOT as REPO
+from benchmarks.harness.result import figure, progress, write_result
 
-REPO = Path(__file__).resolve().parents[1]
 RUNNER = "tests.integration.runners.run_parity"
 #: Each arm: how to run it. ``None``: the raw DDP loop of this file.
 ARMS: dict[str, list[str] | None] = {
@@ -92,24 +92,8 @@ def raw_worker(args: argparse.Namespace) -> None:
 
 
 def run_raw(args: argparse.Namespace, out: Path) -> None:
-    from lightning.fabric.plugins.environments.lightning import find_free_network_port
-
     out.mkdir(parents=True, exist_ok=True)
-    port = find_free_network_port()
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}  # fmt: skip
-    procs = [
-        subprocess.Popen([sys.executable, __file__, "--steps", str(args.steps), "--raw-worker", str(out)], env={**env, "RANK": str(r)}, cwd=REPO)
-        for r in range(2)
-    ]
-    try:
-        codes = [p.wait(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    if any(codes):
-        raise RuntimeError(f"raw DDP ranks exited {codes}")
+    launch_ranks(["-m", __spec__.name, "--steps", str(args.steps), "--raw-worker", str(out)], 2, timeout=300, what="raw DDP", capture_rank0=True)
 
 
 def run_arm(extra: list[str], steps: int, out: Path) -> None:
@@ -191,33 +175,18 @@ def main(argv: list[str] | None = None) -> None:
             shutil.rmtree(out, ignore_errors=True)
             progress(i + 1, len(arms))
     figures: dict[str, dict[str, Any]] = {}
-    print(f"bench_parity: {args.steps} SGD steps, global batch 32; max |difference| of any parameter")
-    print(f"  {'arm':15s} {'vs raw DDP':>12s} {'vs 1 process':>13s} {'ranks agree':>12s}")
-    for arm in arms:
-        if arm in failed:
-            print(f"  {arm:15s} FAILED: {failed[arm]}")
-            continue
+    for arm in (a for a in arms if a not in failed):
         ranks = params[arm]
-        agree = max((max_abs_diff(ranks[0], r) for r in ranks[1:]), default=0.0)
-        row = {}
         for ref, goal in (("raw_ddp", GOAL_VS_RAW), ("single", GOAL_VS_SINGLE)):
-            if ref == arm or ref not in params:
-                row[ref] = None
-                continue
-            diff = max_abs_diff(ranks[0], params[ref][0])
-            row[ref] = diff
-            if arm not in ("raw_ddp", "single") or (arm, ref) == ("raw_ddp", "single"):
+            if ref != arm and ref in params and (arm not in ("raw_ddp", "single") or (arm, ref) == ("raw_ddp", "single")):
                 label = f"{arm} vs {'raw DDP' if ref == 'raw_ddp' else 'one process on the global batch'}: max abs parameter difference"
-                figures[label] = {"value": diff, "goal": goal, "higher_is_better": False, "verdict": "met" if diff <= goal else "not met"}
+                figures[label] = figure(max_abs_diff(ranks[0], params[ref][0]), goal)
         if len(ranks) > 1:
-            figures[f"{arm}: max abs difference between ranks"] = {"value": agree, "goal": 0.0, "higher_is_better": False,
-                                                                   "verdict": "met" if agree == 0.0 else "not met"}  # fmt: skip
-        fmt = lambda v: "-" if v is None else f"{v:.2e}"  # noqa: E731
-        print(f"  {arm:15s} {fmt(row['raw_ddp']):>12s} {fmt(row['single']):>13s} {agree:12.1e}   ({seconds[arm]:.0f} s)")
+            figures[f"{arm}: max abs difference between ranks"] = figure(max(max_abs_diff(ranks[0], r) for r in ranks[1:]), 0.0)
     write_result(
         args.result, name="parity", unit="max abs difference", arms={}, ratios=[], figures=figures, failed=failed,
         config={"steps": args.steps, "global_batch": 32, "optimizer": "SGD(lr=0.1, momentum=0.9)", "world_size": 2,
-                "arms": {a: ARMS[a] or "raw torch DDP loop (this file)" for a in arms}},
+                "arms": {a: ARMS[a] or "raw torch DDP loop (this file)" for a in arms}, "seconds": {a: round(t) for a, t in seconds.items()}},
         notes=["Every arm trains the parity tests' MLP on the same global batches in the same order; a figure is the largest"
                " absolute difference over every parameter element after the last step (rank 0's copy)."],
     )  # fmt: skip

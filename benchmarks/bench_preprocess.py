@@ -28,8 +28,8 @@ Goals: parallel speedup over serial >= 0.8 x cores; throughput >= litdata's; cac
 free core, a parallel run all of them, so other jobs depress the speedups; the benchmark prints
 the parallelism the machine offered each round (2 processes of pure transform against 1).
 
-    python benchmarks/bench_preprocess.py                      # about 6-7 minutes on 2 cores
-    python benchmarks/bench_preprocess.py --samples 800 --repeats 3 --skip-ray --skip-epochs
+    python -m benchmarks.bench_preprocess                      # about 6-7 minutes on 2 cores
+    python -m benchmarks.bench_preprocess --samples 800 --repeats 3 --skip-ray --skip-epochs
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -52,9 +52,17 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, TensorDataset
 
-from harness.result import ratio as ratio_spec
-from harness.result import write_result
-from lightning_mgpu.data import PreprocessedDataset, TransformedDataset, preprocess, start_process_pool
+from benchmarks.harness import interleave
+from benchmarks.harness.ranks import REPO_ROOT
+from benchmarks.harness.result import figure, write_result
+from benchmarks.harness.result import ratio as ratio_spec
+from benchmarks.harness.trainer import quiet_trainer
+from lightning_mgpu.data import (
+    PreprocessedDataset,
+    TransformedDataset,
+    preprocess,
+    start_process_pool,
+)
 from lightning_mgpu.demos import ImageClassifier
 from lightning_mgpu.demos.digits_preprocessed import DigitsFeatures, digits_splits
 from lightning_mgpu.utilities.imports import is_available
@@ -185,13 +193,13 @@ def cold_child(arm: str, n: int, out: Path, workers: int) -> None:
 def cold_calls(args: argparse.Namespace, root: Path) -> dict[str, list[float]]:
     """Interleaved rounds of first calls, each in a fresh interpreter; ``{f"cold{n}_{arm}": [seconds per round]}``."""
     seconds: dict[str, list[float]] = {f"cold{n}_{a}": [] for n in args.cold_samples for a in COLD_ARMS}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     for r in range(args.cold_repeats):
         order = COLD_ARMS[r % len(COLD_ARMS) :] + COLD_ARMS[: r % len(COLD_ARMS)]
         for n in args.cold_samples:
             for arm in order:
                 out = root / f"cold-{arm}-{n}-{r}"
-                cmd = [sys.executable, __file__, "--cold-child", arm, str(n), str(out), "--workers", str(args.workers)]
+                cmd = [sys.executable, "-m", __spec__.name, "--cold-child", arm, str(n), str(out), "--workers", str(args.workers)]
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
                 if proc.returncode != 0:
                     raise RuntimeError(f"cold call {arm} on {n} samples failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -220,10 +228,7 @@ class EpochTimer(Callback):
 def epoch_seconds(dataset: Any) -> float:
     """Wall time of one training epoch (batch 32, no DataLoader workers, no validation)."""
     timer = EpochTimer()
-    trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, callbacks=[timer], limit_val_batches=0,
-    )  # fmt: skip
+    trainer = quiet_trainer(accelerator="cpu", devices=1, max_epochs=1, callbacks=[timer])
     model = ImageClassifier(in_channels=TRANSFORM.output_shape[0], num_classes=10)
     trainer.fit(model, DataLoader(dataset, batch_size=32, shuffle=True, num_workers=0))
     return timer.seconds[0]
@@ -299,19 +304,13 @@ def throughput(args: argparse.Namespace, root: Path) -> Rounds:
     for name in ("serial", "processes", "processes-forkserver", "ray"):  # what every call pays on top of its samples
         if name in names:
             print(f"each call: a {name:20s} call of 64 samples after the warm-up {run_once(name, 64, root, args.workers):6.2f} s")
-    seconds: dict[str, list[float]] = {name: [] for name in names}
     parallelism = Parallelism(args.workers)
-    offered: list[float] = []
-    for r in range(args.repeats):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        offered.append(parallelism.measure())
-        for name in order:
-            seconds[name].append(run_once(name, args.samples, root, args.workers))
-        print(
-            f"round {r + 1}/{args.repeats}: " + "  ".join(f"{n}={args.samples / seconds[n][-1]:.0f}/s" for n in names)
-            + f"  (machine parallelism now: {offered[-1]:.2f}x, load {os.getloadavg()[0]:.1f})",
-            flush=True,
-        )
+    # The machine's parallelism is measured as an arm of its own, so that it is taken in every round beside the others.
+    rounds = interleave({"offered": parallelism.measure} | {name: (lambda name=name: run_once(name, args.samples, root, args.workers)) for name in names},
+                        args.repeats, describe=lambda r: "  ".join(f"{n}={args.samples / r[n]:.0f}/s" for n in names)
+                        + f"  (machine parallelism now: {r['offered']:.2f}x, load {os.getloadavg()[0]:.1f})")  # fmt: skip
+    offered = rounds.pop("offered")
+    seconds = rounds
     if "ray" in names:
         import ray
 
@@ -320,21 +319,11 @@ def throughput(args: argparse.Namespace, root: Path) -> Rounds:
 
 
 class Rounds:
-    """Per-round timings; ratios are paired within a round, where the machine's load is most alike."""
+    """Per-round timings (ratios are paired within a round, where the machine's load is most alike), and the
+    parallelism the machine offered in each round."""
 
     def __init__(self, samples: int, seconds: dict[str, list[float]], offered: list[float]) -> None:
         self.samples, self.seconds, self.offered = samples, seconds, offered
-
-    def rate(self, name: str) -> float:
-        return self.samples / statistics.median(self.seconds[name])
-
-    def ratio(self, name: str, base: str) -> float:
-        """Median over rounds of ``base``'s time / ``name``'s time in the same round."""
-        return statistics.median(b / t for t, b in zip(self.seconds[name], self.seconds[base]))
-
-    def best_ratio(self, name: str, base: str) -> float:
-        """Ratio of the best (least disturbed) rounds of each."""
-        return min(self.seconds[base]) / min(self.seconds[name])
 
 
 def epochs(args: argparse.Namespace, root: Path) -> tuple[float, float]:
@@ -368,7 +357,6 @@ def main(argv: list[str] | None = None) -> None:
         f"bench_preprocess: {args.samples} digits samples, DigitsFeatures -> {TRANSFORM.output_shape}, {cores} workers, "
         f"load average before: {os.getloadavg()[0]:.1f} (shared machine: expect noise)"
     )
-    t0 = time.perf_counter()
     _ = TRANSFORM(_train_set()[0])
     per_sample = min(_timed(lambda: TRANSFORM(_train_set()[i])) for i in range(20))
     print(f"transform: {per_sample * 1e3:.2f} ms/sample (best of 20)")
@@ -378,51 +366,19 @@ def main(argv: list[str] | None = None) -> None:
         fly, cached = (None, None) if args.skip_epochs else epochs(args, root)
         cold = cold_calls(args, root) if args.cold_samples and args.cold_repeats > 0 else {}
 
-    print("\n=== preprocessing throughput (interleaved rounds; x serial: median of per-round ratios, best rounds) ===")
-    for name in rates.seconds:
-        print(
-            f"  {name:13s} {rates.rate(name):8.1f} samples/s (median)   {rates.ratio(name, 'serial'):5.2f}x serial"
-            f"   best rounds {rates.best_ratio(name, 'serial'):5.2f}x"
-        )
     offered = statistics.median(rates.offered)
-    print(f"  the machine offered {offered:.2f}x parallelism with {cores} processes (median; best {max(rates.offered):.2f}x; {cores:.0f}x on idle cores)")
     goal = 0.8 * cores
-    for name in ("processes", "processes-forkserver", "ray"):
-        if name in rates.seconds:
-            speedup, best = rates.ratio(name, "serial"), rates.best_ratio(name, "serial")
-            print(
-                f"  goal {name} speedup >= {goal:.1f}x: {speedup:.2f}x (best rounds {best:.2f}x) -> {'met' if speedup >= goal else 'NOT met'}"
-                f" ({speedup / offered:.0%} of the {offered:.2f}x the machine offered)"
-            )
-            for lit in PEERS:
-                if lit in rates.seconds:
-                    ratio = rates.ratio(name, lit)
-                    print(f"  goal {name} >= {lit}: {ratio:.2f}x {lit} (best rounds {rates.best_ratio(name, lit):.2f}x) -> {'met' if ratio >= 1 else 'NOT met'}")
-    if fly is not None and cached is not None:
-        print("=== epoch time (median) ===")
-        print(f"  on the fly {fly:.2f} s, from the cache {cached:.2f} s: {fly / cached:.1f}x -> goal >= 5x {'met' if fly / cached >= 5 else 'NOT met'}")
-    cold_specs = []
-    if cold:
-        print(f"=== cold first calls, fresh interpreter each ({COLD_TRANSFORM.upsample}px transform; x serial: median of per-round ratios) ===")
-        for n in args.cold_samples:
-            serial = cold[f"cold{n}_serial"]
-            for arm in COLD_ARMS[1:]:
-                ratios = [b / t for t, b in zip(cold[f"cold{n}_{arm}"], serial)]
-                print(f"  {n:5d} samples  {arm:21s} {statistics.median(ratios):5.2f}x serial (min {min(ratios):.2f}, max {max(ratios):.2f};"
-                      f" serial {statistics.median(serial):.2f} s)")
-                cold_goal = 1.7 if n >= 2000 and arm == "processes" else 1.0
-                cold_specs.append(ratio_spec(f"cold call, {n} samples: {arm} speedup over serial", f"cold{n}_serial", f"cold{n}_{arm}",
-                                             "seconds", goal=cold_goal, higher_is_better=True))
-    print(f"load average after: {os.getloadavg()[0]:.1f}; total {time.perf_counter() - t0:.0f} s")
+    cold_specs = [ratio_spec(f"cold call, {n} samples: {arm} speedup over serial", f"cold{n}_serial", f"cold{n}_{arm}", "seconds",
+                             goal=1.7 if n >= 2000 and arm == "processes" else 1.0, higher_is_better=True)
+                  for n in (args.cold_samples if cold else []) for arm in COLD_ARMS[1:]]  # fmt: skip
     specs = [ratio_spec(f"{n} speedup over serial", "serial", n, "seconds", goal=goal, higher_is_better=True)
              for n in ("processes", "processes-forkserver", "ray") if n in rates.seconds]
     specs += [ratio_spec(f"processes throughput / {lit}", lit, "processes", "seconds", goal=1.0, higher_is_better=True)
               for lit in PEERS if lit in rates.seconds]
     specs += cold_specs
-    figures = {"machine parallelism offered (2 processes of pure compute vs 1)": {"value": offered}}
+    figures = {"machine parallelism offered (2 processes of pure compute vs 1)": figure(offered)}
     if fly is not None and cached is not None:
-        figures["epoch on the fly / from the cache"] = {"value": fly / cached, "goal": 5.0, "higher_is_better": True,
-                                                         "verdict": "met" if fly / cached >= 5 else "not met"}
+        figures["epoch on the fly / from the cache"] = figure(fly / cached, 5.0, higher_is_better=True)
     write_result(
         args.result, name="preprocess", unit="s per call", arms={n: {"seconds": v} for n, v in {**rates.seconds, **cold}.items()},
         ratios=specs, figures=figures,

@@ -8,8 +8,8 @@ slowest rank's median step. Throughput is N x batch / step, and the efficiency a
 one device, so the figure is its scaling, not its overhead (``bench_ddp.py``, ``bench_sharded.py`` and ``bench_dp.py``
 measure that against their raw loops).
 
-    $ python benchmarks/bench_scaling.py                         # CPU: 1 and 2 processes, one thread each, gloo
-    $ python benchmarks/bench_scaling.py --accelerator gpu       # 1, 2, 4, ... GPUs: ddp, sharded (NCCL) and dp
+    $ python -m benchmarks.bench_scaling                         # CPU: 1 and 2 processes, one thread each, gloo
+    $ python -m benchmarks.bench_scaling --accelerator gpu       # 1, 2, 4, ... GPUs: ddp, sharded (NCCL) and dp
 
 On a CPU the ranks are processes of one thread each on cores of their own (two on this project's machines), so the
 figure is gloo's all-reduce against the step, not a GPU fleet's: it tests the benchmark and shows where
@@ -21,20 +21,16 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness.clock import step_clock  # noqa: E402
-from harness.ranks import RankFailure, launch_ranks  # noqa: E402
-from harness.result import progress, ratio, write_result  # noqa: E402
-from harness.stats import median_interval  # noqa: E402
-from lightning_mgpu.utilities.process_group import destroy_process_group_if_done  # noqa: E402
+from benchmarks.harness import RankFailure, run_ranks, write_rank_result
+from benchmarks.harness.clock import step_clock
+from benchmarks.harness.result import progress, ratio, write_result
+from benchmarks.harness.stats import median_interval
+from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
 
 RANKED = ("ddp", "sharded")  # one process per device
 SINGLE = ("dp",)  # one process driving every device (GPU only)
@@ -63,43 +59,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def fit(args: argparse.Namespace, strategy: str, devices: int) -> float:
     """One Lightning fit; the median step of this process (its device's work included)."""
-    import lightning.pytorch as pl
     import torch
-    from torch import nn
-    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import DataLoader
 
-    import lightning_mgpu  # noqa: F401  (registers "sharded")
+    from benchmarks.bench_ddp import (
+        build_model,  # bench_ddp's decomposition of this model explains this one's figure
+    )
+    from benchmarks.harness.models import Trainable, random_data
+    from benchmarks.harness.trainer import quiet_trainer
 
     rank = int(os.environ.get("LOCAL_RANK", 0))
     device = torch.device("cuda", rank) if args.accelerator == "gpu" else torch.device("cpu")
     # dp splits one batch over its devices: N x the per-device batch keeps the work per device fixed.
     batch = args.batch_size * (devices if strategy in SINGLE else 1)
-    n = batch * (args.warmup + args.steps + 2)
-    g = torch.Generator().manual_seed(1 + rank)  # each rank its own data, as a sampler would give it
-    data = TensorDataset(torch.randn(n, 256, generator=g), torch.randint(0, 10, (n,), generator=g))
-
-    from bench_ddp import build_model  # the same model as bench_ddp's, whose decomposition explains this one's figure
-
-    class Module(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = build_model(args.hidden)
-
-        def training_step(self, b: Any, batch_idx: int) -> Any:
-            return nn.functional.cross_entropy(self.net(b[0]), b[1])
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
-
+    data = random_data(batch * (args.warmup + args.steps + 2), 256, classes=10, seed=1 + rank)  # each rank its own data
     clock = step_clock(device)
     if strategy in RANKED:
         os.environ["WORLD_SIZE"] = str(devices)  # Lightning's teardown of the previous fit removes it
-    trainer = pl.Trainer(
-        strategy=strategy, accelerator=args.accelerator, devices=devices, max_steps=args.warmup + args.steps + 1,
-        callbacks=[clock], logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, use_distributed_sampler=False,
-    )  # fmt: skip
-    trainer.fit(Module(), DataLoader(data, batch_size=batch))
+    quiet_trainer(strategy=strategy, accelerator=args.accelerator, devices=devices, max_steps=args.warmup + args.steps + 1,
+                  callbacks=[clock], use_distributed_sampler=False).fit(Trainable(build_model(args.hidden)), DataLoader(data, batch_size=batch))
     return median_interval(clock.marks, args.warmup, args.steps)
 
 
@@ -109,10 +87,7 @@ def worker(args: argparse.Namespace) -> None:
 
     if args.accelerator == "cpu":
         torch.set_num_threads(args.threads)
-    steps = {name: fit(args, name, args.worker_devices) for name in args.worker_strategies.split(",")}
-    assert args.worker_out is not None
-    rank = int(os.environ.get("LOCAL_RANK", 0))
-    args.worker_out.with_suffix(f".rank{rank}.json").write_text(json.dumps(steps))
+    write_rank_result(args.worker_out, {name: fit(args, name, args.worker_devices) for name in args.worker_strategies.split(",")})
     destroy_process_group_if_done()  # a live gloo group at interpreter exit can abort the rank
 
 
@@ -120,19 +95,12 @@ def launch(args: argparse.Namespace, argv: list[str], strategies: list[str], dev
     """Start ``ranks`` processes that fit ``strategies`` on ``devices`` devices; the slowest rank's step per strategy.
 
     Raises:
-        RuntimeError: a rank failed or the launch ran past ``--launch-timeout`` (every rank is killed; the message
+        RankFailure: a rank failed or the launch ran past ``--launch-timeout`` (every rank is killed; the message
             carries the failing rank's last lines).
     """
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "steps"
-        cmd = [__file__, *argv, "--worker-out", str(out), "--worker-strategies", ",".join(strategies), "--worker-devices", str(devices)]
-        try:
-            # One process and a strategy without ranks (dp, auto) needs no rendezvous.
-            launch_ranks(cmd, ranks, args.launch_timeout, rendezvous=ranks > 1 or strategies[0] in RANKED,
+    per_rank = run_ranks(__spec__.name, [*argv, "--worker-strategies", ",".join(strategies), "--worker-devices", str(devices)], ranks,
+                         timeout=args.launch_timeout, rendezvous=ranks > 1 or strategies[0] in RANKED,  # dp alone needs none
                          what=f"{','.join(strategies)} on {devices} device(s)", capture_rank0=True)  # fmt: skip
-        except RankFailure as err:
-            raise RuntimeError(str(err)) from err
-        per_rank = [json.loads(out.with_suffix(f".rank{r}.json").read_text()) for r in range(ranks)]
     return {name: max(steps[name] for steps in per_rank) for name in strategies}  # ranks step in lockstep
 
 
@@ -186,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
             for strategies, ranks in groups:
                 try:
                     steps = launch(args, argv, strategies, n, ranks)
-                except RuntimeError as err:
+                except RankFailure as err:
                     failed |= {f"{s}@{n}": str(err) for s in strategies}
                     steps = {}
                 for s in strategies:

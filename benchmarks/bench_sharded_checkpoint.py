@@ -17,25 +17,21 @@ Figures: save and load seconds (median over rounds), and peak resident memory pe
 through the build, one step and the saves, and through the loads. Goals (issue 30): sharded save <= 1.05 x raw DCP;
 sharded's peak <= 0.6 x ddp's.
 
-    python benchmarks/bench_sharded_checkpoint.py                    # ~50M parameters, about 2 minutes on 2 cores
-    python benchmarks/bench_sharded_checkpoint.py --width 1024 --rounds 3
+    python -m benchmarks.bench_sharded_checkpoint                    # ~50M parameters, about 2 minutes on 2 cores
+    python -m benchmarks.bench_sharded_checkpoint --width 1024 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # `harness` also when this file is a launched worker
-from harness.result import progress, ratio, write_result  # noqa: E402
-from harness.ranks import RankFailure, launch_ranks  # noqa: E402
+from benchmarks.harness import RankFailure, run_ranks, write_rank_result
+from benchmarks.harness.result import figure, progress, ratio, write_result
 
 WORLD = 2
 ARMS = ("sharded", "sharded_async", "full", "raw_dcp", "ddp")
@@ -50,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     p.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of " + ",".join(ARMS))
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -127,7 +123,10 @@ def worker(args: argparse.Namespace) -> None:
     from lightning_mgpu.strategies.sharded import fsdp2
     from lightning_mgpu.utilities import files
     from lightning_mgpu.utilities.checkpoint import load_checkpoint_file
-    from lightning_mgpu.utilities.sharded_checkpoint import temporary_folder, write_sharded_checkpoint
+    from lightning_mgpu.utilities.sharded_checkpoint import (
+        temporary_folder,
+        write_sharded_checkpoint,
+    )
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -141,7 +140,7 @@ def worker(args: argparse.Namespace) -> None:
     model, optimizer = _build(args, sharded=arm != "ddp")
     out: dict[str, Any] = {"after_build_mib": built_mib[0] - baseline, "after_backward_mib": built_mib[1] - baseline,
                            "after_step_mib": _rss_mib() - baseline, "save_s": [], "load_s": []}  # fmt: skip
-    target = args.out / "ckpt"
+    target = args.worker_out / "ckpt"
     pending: list[Any] = []
     async_group = dist.new_group(backend="gloo") if arm == "sharded_async" else None
     if async_group is not None:
@@ -189,41 +188,37 @@ def worker(args: argparse.Namespace) -> None:
             if rank == 0:
                 progress(args.rounds + i + 1, 2 * args.rounds)
         out["after_load_mib"] = _rss_mib() - baseline
-    (args.out / f"rank{rank}.json").write_text(json.dumps(out))
+    write_rank_result(args.worker_out, out)
     dist.destroy_process_group()
 
 
-def launch(args: argparse.Namespace, arm: str, out: Path, timeout: float = 900) -> list[dict[str, Any]]:
+def launch(args: argparse.Namespace, arm: str) -> list[dict[str, Any]]:
     """Two ranks of this script as ``--worker ARM``.
 
     Raises:
         RankFailure: a rank failed (both were stopped).
     """
-    out.mkdir(parents=True, exist_ok=True)
     # glibc raises its mmap threshold after the first large free, then keeps freed tensors' pages in its heap: RSS
     # would count memory no tensor holds. A fixed threshold maps and unmaps each large tensor.
     env = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
-    cmd = [__file__, "--worker", arm, "--out", str(out), "--width", str(args.width), "--layers", str(args.layers),
-           "--rounds", str(args.rounds), "--zero3" if args.zero3 else "--no-zero3"]  # fmt: skip
-    launch_ranks(cmd, WORLD, timeout, env=env, what=f"arm {arm}")
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    cmd = ["--worker", arm, "--width", str(args.width), "--layers", str(args.layers), "--rounds", str(args.rounds),
+           "--zero3" if args.zero3 else "--no-zero3"]  # fmt: skip
+    return run_ranks(__spec__.name, cmd, WORLD, env=env, what=f"arm {arm}")
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.worker:
         worker(args)
-        return {}
+        return
     params = args.layers * args.width**2
-    print(f"bench_sharded_checkpoint: {params / 1e6:.1f}M parameters, fp32 Adam, FSDP2 over {WORLD} CPU ranks, {args.rounds} rounds")
     results: dict[str, list[dict[str, Any]]] = {}
     failed: dict[str, str] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for arm in [a for a in args.arms.split(",") if a]:
-            try:
-                results[arm] = launch(args, arm, Path(tmp) / arm)
-            except RankFailure as err:
-                failed[arm] = str(err)[-2000:]
+    for arm in [a for a in args.arms.split(",") if a]:
+        try:
+            results[arm] = launch(args, arm)
+        except RankFailure as err:
+            failed[arm] = str(err)[-2000:]
     # Per round, the slower rank's time is the save's time (both ranks wait at the barrier anyway).
     arms = {arm: {key: [max(r[key][i] for r in ranks) for i in range(1, args.rounds)] for key in ("save_s", "load_s", "landed_s") if key in ranks[0]}
             for arm, ranks in results.items() if arm != "ddp"}  # fmt: skip
@@ -239,7 +234,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if bottom <= 0:  # a model too small to lift the peak above the baseline (the dry size): no figure, said so
             notes.append(f"{label}: not measurable, {den[0]}'s peak did not rise above the import baseline")
             return
-        figures[label] = {"value": top / bottom, "goal": goal}
+        figures[label] = figure(top / bottom, goal)
 
     share("sharded / ddp peak RSS per rank, build + step + saves", ("sharded", "after_save_mib"), ("ddp", "after_step_mib"), goal=0.6)
     share("full / ddp peak RSS per rank, build + step + saves", ("full", "after_save_mib"), ("ddp", "after_step_mib"))
@@ -247,28 +242,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "landed_s" in arms.get("sharded_async", {}) and "sharded" in arms:
         # The whole background save (copy, writes, the folder's swap) against the synchronous one, medians of the rounds.
         landed = statistics.median(arms["sharded_async"]["landed_s"]) / statistics.median(arms["sharded"]["save_s"])
-        figures["sharded async save, until landed / sharded save"] = {"value": landed, "goal": None}
-    for arm, ranks in results.items():
-        for r, rank in enumerate(ranks):
-            print(f"  {arm:8s} rank {r}: RSS above baseline {rank['after_build_mib']:.0f} MiB built, {rank['after_backward_mib']:.0f} after a"
-                  f" backward, {rank['after_step_mib']:.0f} after the step,"
-                  f" {rank.get('after_save_mib', 0):.0f} after the saves, {rank.get('after_load_mib', 0):.0f} after the loads")
-    for arm, times in arms.items():
-        landed = f", landed after {statistics.median(times['landed_s']):.3f} s" if "landed_s" in times else ""
-        print(f"  {arm:8s} save {statistics.median(times['save_s']):.3f} s{landed}, load {statistics.median(times['load_s']):.3f} s (median of {len(times['save_s'])})")
-    for label, fig in figures.items():
-        print(f"  {label}: {fig['value']:.3f}" + (f" (goal <= {fig['goal']})" if fig["goal"] else ""))
+        figures["sharded async save, until landed / sharded save"] = figure(landed)
     ratios = [ratio("sharded save / raw DCP save", "sharded", "raw_dcp", "save_s", goal=1.05),
               ratio("sharded load / raw DCP load", "sharded", "raw_dcp", "load_s"),
               ratio("full save / sharded save", "full", "sharded", "save_s"),
               # What training waits for with async_save (the shards copied to CPU memory), and the whole background save.
               ratio("sharded async save, training blocked / sharded save", "sharded_async", "sharded", "save_s"),
-
               ratio("full load / sharded load", "full", "sharded", "load_s")]  # fmt: skip
     write_result(args.result, name="sharded_checkpoint", unit="s", arms=arms, ratios=ratios, figures=figures, memory=memory,
                  memory_label="peak RSS per rank above the import baseline (build, step, saves, loads)", failed=failed, notes=notes,
                  config={"params": params, "width": args.width, "layers": args.layers, "rounds": args.rounds, "world": WORLD, "zero3": args.zero3})  # fmt: skip
-    return {"arms": arms, "figures": figures, "failed": failed}
 
 
 if __name__ == "__main__":

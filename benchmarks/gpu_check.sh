@@ -3,7 +3,7 @@
 # two or more GPUs, AMP, real NVML, dp on real devices), then the GPU variants of the benchmark suite, whose report
 # lands under benchmarks/results/<date>_<N>x<GPU>/. Without a visible GPU it says what it skipped and exits 0.
 #
-#   bash benchmarks/gpu_check.sh                     # extra arguments go to benchmarks/run.py, e.g. --quick
+#   bash benchmarks/gpu_check.sh                     # extra arguments go to python -m benchmarks.run, e.g. --quick
 #
 # A node without network (most cluster compute nodes) cannot run the set-up: point LIGHTNING_MGPU_PYTHON at an
 # interpreter that already has CUDA torch, Lightning and the test tools (a cluster module, a container's python):
@@ -46,6 +46,6 @@ rm -f "$report/shared_gpu.jsonl"
 parallel=$("$PY" -c "import importlib.util as u; print('-n 3 --dist loadfile' if u.find_spec('xdist') else '-p no:xdist')")
 # shellcheck disable=SC2086
 LIGHTNING_MGPU_REPORT_DIR="$report" "$PY" -m pytest -m gpu -q -p no:cacheprovider $parallel -rA --durations=15 tests || status=$?
-[ -f "$report/shared_gpu.jsonl" ] && "$PY" benchmarks/shared_gpu_report.py "$report"
-"$PY" benchmarks/run.py --gpu "$@" || status=$?
+[ -f "$report/shared_gpu.jsonl" ] && "$PY" -m benchmarks.shared_gpu_report "$report"
+"$PY" -m benchmarks.run --gpu "$@" || status=$?
 exit "$status"

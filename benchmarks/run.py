@@ -1,14 +1,15 @@
 """The benchmark suite: every strategy, callback and data path against its raw loop and its peers, in one command.
 
-    $ python benchmarks/run.py                       # every benchmark that applies here (about 15 min on 2 cores)
-    $ python benchmarks/run.py --quick               # CI-sized (under 3 min here)
-    $ python benchmarks/run.py --suite strategies --suite memory
-    $ python benchmarks/run.py --only horovod,sharded
-    $ python benchmarks/run.py --list
-    $ python benchmarks/run.py --gpu                 # the GPU variants (benchmarks/gpu_check.sh runs this)
-    $ python benchmarks/run.py --only ddp --update benchmarks/results/2026-11-25_cpu3   # rerun one section of a report
+    $ python -m benchmarks.run                       # every benchmark that applies here (about 15 min on 2 cores)
+    $ python -m benchmarks.run --quick               # CI-sized (under 3 min here)
+    $ python -m benchmarks.run --suite strategies --suite memory
+    $ python -m benchmarks.run --only horovod,sharded
+    $ python -m benchmarks.run --list
+    $ python -m benchmarks.run --gpu                 # the GPU variants (benchmarks/gpu_check.sh runs this)
+    $ python -m benchmarks.run --only ddp --update benchmarks/results/2026-11-25_cpu3   # rerun one section of a report
 
-Each benchmark runs in its own process (``benchmarks/bench_*.py --result PATH``) and reports every round of every
+From the repository root: FairScale installs a ``benchmarks`` package of its own into site-packages. Each benchmark
+runs in its own process (``python -m benchmarks.bench_* --result PATH``) and reports every round of every
 arm; the suite takes the median of the per-round ratios, with their min and max. A benchmark or an arm that fails is
 reported as failed, with its error, never as a number. The report, the raw figures and the plots are written to
 ``benchmarks/results/<date>_<hardware>/`` (``--out`` to choose).
@@ -27,12 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # `harness`, as the bench scripts import it
+from benchmarks.harness import machine as machine_info
+from benchmarks.harness import report as reporting
+from benchmarks.harness.ranks import REPO_ROOT
+from benchmarks.harness.registry import BENCHMARKS, SUITES, Benchmark, select
 
-from harness import machine as machine_info  # noqa: E402
-from harness import report as reporting  # noqa: E402
-from harness.registry import BENCHMARKS, SUITES, Benchmark, select  # noqa: E402
+HERE = REPO_ROOT / "benchmarks"
 
 _ROUND = re.compile(r"round (\d+)/(\d+)")
 
@@ -106,13 +107,14 @@ def run_one(bench: Benchmark, size: str, workdir: Path, bar_position: int, gpu: 
         return reporting.BenchRun(bench.name, bench.what, "skipped", error=skipped)
     result_path = workdir / f"{bench.name}.json"
     extra = [*bench.args.get(size, []), *((bench.gpu_args or []) if gpu else [])]
-    cmd = [sys.executable, str(HERE / bench.script), *extra, "--result", str(result_path)]
-    shown = ["python", f"benchmarks/{bench.script}", *extra]
+    module = f"benchmarks.{bench.script.removesuffix('.py')}"
+    cmd = [sys.executable, "-m", module, *extra, "--result", str(result_path)]
+    shown = ["python", "-m", module, *extra]
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     start, tail = time.monotonic(), []
     bar = tqdm(total=None, desc=f"{bench.name:12s}", unit="round", position=bar_position, leave=True, file=sys.stderr)
-    proc = subprocess.Popen(cmd, cwd=HERE.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)  # fmt: skip
     try:
         assert proc.stdout is not None
@@ -150,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         chosen = select(args.suite, args.only)
     except ValueError as err:
-        raise SystemExit(f"benchmarks/run.py: {err}") from None
+        raise SystemExit(f"python -m benchmarks.run: {err}") from None
     if args.list:
         for b in chosen:
             missing = b.missing()
@@ -161,18 +163,18 @@ def main(argv: list[str] | None = None) -> int:
     size = _size(args.dry_run, args.quick)
     machine = machine_info.describe()
     if args.gpu and not machine["gpus"]:
-        raise SystemExit("benchmarks/run.py --gpu: no CUDA GPU is visible here; run without --gpu for the CPU suite.")
-    command = ("python benchmarks/run.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))).strip()
+        raise SystemExit("python -m benchmarks.run --gpu: no CUDA GPU is visible here; run without --gpu for the CPU suite.")
+    command = ("python -m benchmarks.run " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))).strip()
     if args.update is not None:
         if args.out is not None:
-            raise SystemExit("benchmarks/run.py: --update writes into the report it updates; leave out --out.")
+            raise SystemExit("python -m benchmarks.run: --update writes into the report it updates; leave out --out.")
         try:
             old_runs, old_machine, old_command = reporting.read(args.update)
         except FileNotFoundError:
-            raise SystemExit(f"benchmarks/run.py --update: {args.update} holds no results.json; write a report there first (--out).") from None
+            raise SystemExit(f"python -m benchmarks.run --update: {args.update} holds no results.json; write a report there first (--out).") from None
         refusal = update_refusal(old_machine, old_command, machine, size, gpu=args.gpu)
         if refusal is not None:
-            raise SystemExit(f"benchmarks/run.py --update: the report in {args.update} cannot take this run's sections: {refusal}."
+            raise SystemExit(f"python -m benchmarks.run --update: the report in {args.update} cannot take this run's sections: {refusal}."
                              " Write a new report instead (--out).")
     base: list[reporting.BenchRun] = []
     if args.update is not None:

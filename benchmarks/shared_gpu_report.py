@@ -5,7 +5,7 @@ shared_gpu.jsonl`` (``benchmarks/gpu_check.sh`` sets the folder). This writes th
 precision, exact resume, and memory per rank against ``ddp``. Every figure comes from ranks that share one GPU: context
 for correctness and memory, never for speed or scaling.
 
-    python benchmarks/shared_gpu_report.py benchmarks/results/2026-11-26_1xH100_shared
+    python -m benchmarks.shared_gpu_report benchmarks/results/2026-11-26_1xH100_shared
 """
 
 from __future__ import annotations

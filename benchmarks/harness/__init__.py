@@ -1,6 +1,15 @@
-"""The benchmark suite's harness: what each benchmark writes (result.py), how ratios are summarised (stats.py), which
-benchmarks exist (registry.py), the machine they ran on (machine.py) and the report (report.py).
+"""The benchmark suite's harness, imported as ``benchmarks.harness`` (run the scripts as ``python -m benchmarks.X``
+from the repository root: FairScale installs a top-level ``benchmarks`` package of its own into site-packages).
 
-Benchmark scripts import it as ``harness`` (``python benchmarks/bench_x.py`` puts ``benchmarks/`` on ``sys.path``);
-tests import it as ``benchmarks.harness``.
+- ``interleave`` (rounds.py): arms side by side in rotating rounds;
+- ``launch_ranks``/``run_ranks`` (ranks.py): a benchmark's ranks, the first failure stopping all;
+- ``quiet_trainer`` (trainer.py) and ``models.py``: the Trainer and the model and data the Lightning arms share;
+- ``clock.py``: step marks after the device's queued work;
+- what each benchmark writes (result.py), how ratios are summarised (stats.py), which benchmarks exist
+  (registry.py), the machine they ran on (machine.py) and the report (report.py).
 """
+
+from .ranks import RankFailure, launch_ranks, run_ranks, write_rank_result
+from .rounds import interleave
+
+__all__ = ["RankFailure", "interleave", "launch_ranks", "run_ranks", "write_rank_result"]

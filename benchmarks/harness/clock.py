@@ -15,10 +15,12 @@ def synchronize(device: Any) -> None:
 
 
 def step_clock(device: Any = None) -> Any:
-    """A Lightning callback whose ``marks`` are the start of every training batch, each after ``device``'s queued work.
+    """A Lightning callback whose ``marks`` are the start of every training batch and ``ends`` the end of each, every
+    one after ``device``'s queued work.
 
     ``harness.stats.median_interval(clock.marks, warmup, steps)`` is then the median step, everything Lightning does
-    between batches included. Built on call, so that this module imports without Lightning (a launching process).
+    between batches included; ``median_duration(clock.marks, clock.ends, warmup)`` the median batch from its start
+    hook to its end hook. Built on call, so that this module imports without Lightning (a launching process).
 
     Example::
 
@@ -31,10 +33,17 @@ def step_clock(device: Any = None) -> Any:
     class StepClock(pl.Callback):
         def __init__(self) -> None:
             self.marks: list[float] = []
+            self.ends: list[float] = []
 
-        def on_train_batch_start(self, *_: Any) -> None:
+        def _now(self) -> float:
             if device is not None:
                 synchronize(device)
-            self.marks.append(time.perf_counter())
+            return time.perf_counter()
+
+        def on_train_batch_start(self, *_: Any) -> None:
+            self.marks.append(self._now())
+
+        def on_train_batch_end(self, *_: Any) -> None:
+            self.ends.append(self._now())
 
     return StepClock()

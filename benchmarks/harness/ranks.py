@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class RankFailure(RuntimeError):
@@ -25,6 +28,9 @@ def launch_ranks(
     capture_rank0: bool = False,
 ) -> list[str]:
     """Run ``python ARGS`` as ``world`` ranks on this machine, as a launcher would, and wait for all of them.
+
+    The repository root leads ``PYTHONPATH``, so that ``-m benchmarks.bench_x`` finds this package and not the
+    ``benchmarks`` package FairScale installs into site-packages.
 
     Each rank gets ``MASTER_ADDR``/``MASTER_PORT`` on a free port, ``RANK``, ``LOCAL_RANK``, ``NODE_RANK=0`` and
     ``WORLD_SIZE`` (Lightning's and ``init_process_group("env://")``'s variables), unless ``rendezvous`` is False.
@@ -43,6 +49,7 @@ def launch_ranks(
         procs, logs = [], []
         for rank in range(world):
             rank_env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
+            rank_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), rank_env.get("PYTHONPATH")]))
             if port is not None:
                 rank_env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": "0", "RANK": str(rank),
                              "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world)}  # fmt: skip
@@ -71,6 +78,27 @@ def launch_ranks(
         tail = "\n".join(outputs[rank].strip().splitlines()[-12:]) or "(its output is above)"
         raise RankFailure(f"{what}: {why}\n{tail}")
     return outputs
+
+
+def run_ranks(module: str, args: list[str], world: int, *, what: str, **launch: Any) -> list[Any]:
+    """Launch ``python -m MODULE ARGS --worker-out DIR`` as ``world`` ranks (:func:`launch_ranks`, whose keyword
+    arguments ``launch`` passes on) and return what each rank wrote with :func:`write_rank_result`, by rank.
+
+    Raises:
+        RankFailure: a rank failed, the launch ran past its timeout, or a rank finished without writing its result.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        launch_ranks(["-m", module, *args, "--worker-out", tmp], world, what=what, **launch)
+        paths = [Path(tmp) / f"rank{r}.json" for r in range(world)]
+        missing = [p.stem for p in paths if not p.is_file()]
+        if missing:
+            raise RankFailure(f"{what}: {', '.join(missing)} finished without writing a result")
+        return [json.loads(p.read_text()) for p in paths]
+
+
+def write_rank_result(folder: Path, value: Any) -> None:
+    """A launched rank's result for :func:`run_ranks` (the rank from ``RANK``, as :func:`launch_ranks` sets it)."""
+    (Path(folder) / f"rank{os.environ.get('RANK', '0')}.json").write_text(json.dumps(value))
 
 
 def wait_until_first_failure(procs: list[subprocess.Popen], deadline: float) -> Optional[int]:

@@ -31,6 +31,14 @@ def ratio(label: str, num: str, den: str, metric: str = "step_s", goal: Optional
     return RatioSpec(label=label, num=num, den=den, metric=metric, goal=goal, higher_is_better=higher_is_better)
 
 
+def figure(value: float, goal: float | None = None, higher_is_better: bool = False) -> dict[str, Any]:
+    """A single figure for the report, with its verdict when it has a goal."""
+    out: dict[str, Any] = {"value": value, "goal": goal, "higher_is_better": higher_is_better}
+    if goal is not None:
+        out["verdict"] = "met" if (value >= goal if higher_is_better else value <= goal) else "not met"
+    return out
+
+
 def write_result(
     path: Optional[Path],
     *,
@@ -46,15 +54,18 @@ def write_result(
     notes: Optional[list[str]] = None,
     scaling: Optional[dict[str, dict[str, dict[str, list[float]]]]] = None,
 ) -> None:
-    """Write a benchmark's raw figures for ``benchmarks/run.py``; nothing when ``path`` is ``None`` (run by hand)."""
-    if path is None:
-        return
+    """Print the benchmark's table (the one ``benchmarks/run.py`` prints for it) and write its raw figures to ``path``
+    for the suite; a run by hand passes ``None``."""
+    from .report import BenchRun, terminal_table
+
     payload = {
         "name": name, "unit": unit, "arms": arms, "ratios": list(ratios), "figures": figures or {},
         "memory": memory or {}, "memory_label": memory_label, "failed": failed or {}, "config": config or {}, "notes": notes or [],
         "scaling": scaling or {},
     }  # fmt: skip
-    Path(path).write_text(json.dumps(payload, indent=1, default=str))
+    print("\n" + terminal_table([BenchRun(name, "", "ok", result=json.loads(json.dumps(payload, default=str)))]), flush=True)
+    if path is not None:
+        Path(path).write_text(json.dumps(payload, indent=1, default=str))
 
 
 def progress(done: int, total: int) -> None:

@@ -72,3 +72,8 @@ def median_interval(marks: list[float], warmup: int, steps: int) -> float:
     """The median time between consecutive step starts ``marks``, over ``steps`` steps after ``warmup`` untimed ones."""
     timed = marks[warmup : warmup + steps + 1]
     return statistics.median(b - a for a, b in zip(timed[:-1], timed[1:]))
+
+
+def median_duration(starts: list[float], ends: list[float], warmup: int) -> float:
+    """The median of ``end - start`` over the steps after ``warmup`` untimed ones."""
+    return statistics.median(e - s for s, e in list(zip(starts, ends))[warmup:])

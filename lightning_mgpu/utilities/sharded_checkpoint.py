@@ -217,7 +217,7 @@ def sharded_model_keys(path: str | os.PathLike) -> set[str]:
     return {str(where[1]) for where in planner_data.values() if len(where) == 2 and where[0] == "state_dict"}
 
 
-def _saved_entries(path: str | os.PathLike) -> list[tuple[tuple[Any, ...], Any]]:
+def saved_entries(path: str | os.PathLike) -> list[tuple[tuple[Any, ...], Any]]:
     """``(path in the checkpoint dict, storage metadata)`` of every entry of a folder, from its metadata alone."""
     from torch.distributed.checkpoint import FileSystemReader
 
@@ -240,20 +240,29 @@ def read_sharded_model(path: str | os.PathLike, template: dict[str, torch.Tensor
     return state["state_dict"]
 
 
-def read_owned_optimizer_state(
-    path: str | os.PathLike, index: int, owned: list[int], param_groups: list[dict[str, Any]], num_optimizers: int
-) -> dict[str, Any]:
-    """Optimizer ``index``'s saved state for the parameter indices ``owned`` only, with its saved param groups, in
-    torch's ordinary layout. Each rank reads what it owns now, whatever the number of ranks that wrote the folder.
-    Collective under a process group: every rank calls it (with its own ``owned``).
+def check_saved_optimizer_count(path: str | os.PathLike, entries: list[tuple[tuple[Any, ...], Any]], count: int) -> None:
+    """Refuse a folder (its :func:`saved_entries`) that holds the state of another number of optimizers than ``count``.
 
     Raises:
-        ValueError: the folder holds another number of optimizers, or of parameter groups.
+        ValueError: naming both counts.
     """
-    entries = _saved_entries(path)
-    saved_optimizers = {where[1] for where, _ in entries if where[0] == "optimizer_states"}
-    if len(saved_optimizers) != num_optimizers:
-        raise ValueError(f"{path} holds the state of {len(saved_optimizers)} optimizer(s), this model has {num_optimizers}.")
+    saved = {where[1] for where, _ in entries if where[0] == "optimizer_states"}
+    if len(saved) != count:
+        raise ValueError(f"{path} holds the state of {len(saved)} optimizer(s), this model has {count}.")
+
+
+def read_owned_optimizer_state(
+    path: str | os.PathLike, entries: list[tuple[tuple[Any, ...], Any]], index: int, owned: list[int],
+    param_groups: list[dict[str, Any]], num_optimizers: int,
+) -> dict[str, Any]:  # fmt: skip
+    """Optimizer ``index``'s saved state for the parameter indices ``owned`` only, with its saved param groups, in
+    torch's ordinary layout. Each rank reads what it owns now, whatever the number of ranks that wrote the folder.
+    ``entries``: the folder's :func:`saved_entries`, read once for all its optimizers. Collective under a process
+    group: every rank calls it (with its own ``owned``).
+
+    Raises:
+        ValueError: the folder holds another number of parameter groups.
+    """
     wanted = {str(i) for i in owned}
     slots: dict[str, dict[str, Any]] = {}
     groups: dict[int, dict[str, Any]] = {}

@@ -238,11 +238,18 @@ class OptimizerShardingBackend(ShardingBackend):
         _optimizer_to_device(optimizer.optim, self.strategy.root_device)  # type: ignore[attr-defined]
 
     def load_sharded_checkpoint(self, path: Any) -> None:
-        from lightning_mgpu.utilities.sharded_checkpoint import read_sharded_model, read_owned_optimizer_state
+        from lightning_mgpu.utilities.sharded_checkpoint import (
+            check_saved_optimizer_count,
+            read_owned_optimizer_state,
+            read_sharded_model,
+            saved_entries,
+        )
 
         module = self.strategy.lightning_module
         assert module is not None
         optimizers = [unwrap_optimizer(o) for o in self.strategy.optimizers]
+        entries = saved_entries(path)
+        check_saved_optimizer_count(path, entries, len(optimizers))
         # The model is the same on every rank: each reads it whole (it holds it whole anyway).
         module.load_state_dict(read_sharded_model(path, module.state_dict()))
         for index, optimizer in enumerate(optimizers):
@@ -250,7 +257,7 @@ class OptimizerShardingBackend(ShardingBackend):
                 continue
             ids = param_ids(optimizer)
             owned = [ids[id(p)] for group in optimizer.optim.param_groups for p in group["params"]]  # type: ignore[attr-defined]
-            state = read_owned_optimizer_state(path, index, owned, param_groups_with_ids(optimizer), len(optimizers))
+            state = read_owned_optimizer_state(path, entries, index, owned, param_groups_with_ids(optimizer), len(optimizers))
             self.load_optimizer_state(optimizer, state)
 
 

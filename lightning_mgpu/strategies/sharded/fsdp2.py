@@ -345,15 +345,12 @@ def load_sharded_checkpoint(module: nn.Module, optimizers: list[Optimizer], path
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
-    from lightning_mgpu.utilities.sharded_checkpoint import split_checkpoint
+    from lightning_mgpu.utilities.sharded_checkpoint import check_saved_optimizer_count, saved_entries, split_checkpoint
 
     # The target: this rank's shards, which torch.distributed.checkpoint fills in place.
     target = {"state_dict": sharded_model_state(module), "optimizer_states": [sharded_optimizer_state(module, o) for o in optimizers]}
     tensors, _ = split_checkpoint(target)
-    saved = dcp.FileSystemReader(str(path)).read_metadata().planner_data or {}
-    saved_optimizers = {where[1] for where in saved.values() if where[0] == "optimizer_states"}
-    if len(saved_optimizers) != len(optimizers):
-        raise ValueError(f"{path} holds the state of {len(saved_optimizers)} optimizer(s), this model has {len(optimizers)}.")
+    check_saved_optimizer_count(path, saved_entries(path), len(optimizers))
     dcp.load(tensors, storage_reader=dcp.FileSystemReader(str(path)))
     set_model_state_dict(module, tensors["state_dict"], options=_options(full_state_dict=False))
     for optimizer, state in zip(optimizers, tensors["optimizer_states"]):

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.launch import REPO_ROOT, run_python
+from tests.helpers.launch import run_python
 from tests.helpers.runif import RunIf
 
-SCRIPT = str(REPO_ROOT / "benchmarks" / "bench_activation_checkpointing.py")
+SCRIPT = ["-m", "benchmarks.bench_activation_checkpointing"]
 
 
 @RunIf(min_cuda_gpus=1)
 @pytest.mark.timeout(300)
 def test_cuda_figures_give_the_gpu_busy_share_and_kernel_time(tmp_path: Path) -> None:
     result = tmp_path / "ac.json"
-    run_python([SCRIPT, "--device", "cuda", "--model", "transformer", "--depth", "2", "--repeats", "2", "--result", str(result)], timeout=280)
+    run_python([*SCRIPT, "--device", "cuda", "--model", "transformer", "--depth", "2", "--repeats", "2", "--result", str(result)], timeout=280)
     figures = json.loads(result.read_text())["figures"]
     for config in ("none", "every_k=1", "torch"):
         share = figures[f"transformer-cuda: {config}, GPU busy share of the step (kernel time / step time)"]["value"]

@@ -1,4 +1,4 @@
-"""``benchmarks/run.py`` end to end, on real benchmark processes at their dry-run size (timings are not checked).
+"""``python -m benchmarks.run`` end to end, on real benchmark processes at their dry-run size (timings are not checked).
 
 The tests that launch processes; the in-process ones are in ``tests/unit/benchmarks/test_run.py``.
 """
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import run as run_module
 from tests.helpers.launch import REPO_ROOT, run_python
-from tests.unit.benchmarks.test_run import _run_module  # noqa: F401
 
-RUN = str(REPO_ROOT / "benchmarks" / "run.py")
+RUN = ["-m", "benchmarks.run"]
 
 
 def test_list_names_every_benchmark_and_its_suites() -> None:
-    out = run_python([RUN, "--list"], timeout=60).stdout
+    out = run_python([*RUN, "--list"], timeout=60).stdout
     for name in ("ddp", "sharded", "horovod", "dp", "parity", "scaling", "gpu_monitor", "amp", "activation_checkpointing", "preprocess", "launchers"):
         assert name in out
     assert "[strategies, memory]" in out
@@ -25,14 +25,14 @@ def test_list_names_every_benchmark_and_its_suites() -> None:
 
 
 def test_an_unknown_suite_is_refused_with_the_choices() -> None:
-    proc = run_python([RUN, "--suite", "speed"], timeout=60, check=False)
+    proc = run_python([*RUN, "--suite", "speed"], timeout=60, check=False)
     assert proc.returncode != 0 and "invalid choice: 'speed'" in proc.stderr
 
 
 @pytest.mark.timeout(600)
 def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = run_python([RUN, "--quick", "--dry-run", "--only", "dp,ddp,scaling,amp,activation_checkpointing", "--out", str(out)], timeout=500)
+    proc = run_python([*RUN, "--quick", "--dry-run", "--only", "dp,ddp,scaling,amp,activation_checkpointing", "--out", str(out)], timeout=500)
     assert "ddp (Lightning) / raw torch DDP loop" in proc.stdout  # the terminal table
     raw = json.loads((out / "results.json").read_text())
     by_name = {b["name"]: b for b in raw["benchmarks"]}
@@ -65,7 +65,7 @@ def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
 
     # --update reruns one benchmark (a real run, from run.py's main in this process) and replaces its section; the
     # others stay as they were.
-    run = _run_module()
+    run = run_module
     with pytest.raises(SystemExit, match="it is a dry run and this one is full"):
         run.main(["--only", "activation_checkpointing", "--update", str(out)])
     assert run.main(["--dry-run", "--only", "activation_checkpointing", "--update", str(out)]) == 0
@@ -81,7 +81,6 @@ def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_a_benchmark_that_fails_is_reported_as_failed(tmp_path: Path) -> None:
-    run_module = _run_module()
     broken = run_module.Benchmark("broken", ("strategies",), "bench_dp.py", "a benchmark given a bad argument", {"dry": ["--rounds", "x"]})
     run = run_module.run_one(broken, "dry", tmp_path, 0)
     assert run.status == "failed" and "exit code 2" in run.error and "invalid int value: 'x'" in run.error
@@ -99,6 +98,6 @@ def test_gpu_check_without_a_gpu_says_what_it_skipped() -> None:
 
 
 def test_gpu_variants_need_a_gpu() -> None:
-    proc = run_python([RUN, "--gpu", "--only", "dp"], timeout=60, check=False, env={"CUDA_VISIBLE_DEVICES": ""})
+    proc = run_python([*RUN, "--gpu", "--only", "dp"], timeout=60, check=False, env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode != 0 and "no CUDA GPU is visible here" in proc.stderr
 

@@ -45,7 +45,7 @@ def test_a_failed_arm_is_reported_as_failed_never_as_a_number(tmp_path: Path) ->
     ours, peer = run.summaries()
     assert isinstance(ours, RatioSummary) and ours.median == pytest.approx(1.1)
     assert peer == ("peer / raw", "arm 'peer' failed: RuntimeError: boom")
-    text = markdown([run], MACHINE, "python benchmarks/run.py", {})
+    text = markdown([run], MACHINE, "python -m benchmarks.run", {})
     assert "| demo | peer / raw | failed |" in text and "RuntimeError: boom" in text
     assert "| demo | ours / raw | 1.100 | 1.000 – 1.200 | 3 | ≤ 1.03 | **not met** |" in text  # no round below 1.0
     assert re.search(r"peer / raw\s+failed\s+arm 'peer' failed", terminal_table([run]))
@@ -57,9 +57,9 @@ def test_report_json_and_plots_are_written(tmp_path: Path) -> None:
     ok = BenchRun("demo", "a demo", "ok", 1.0, ["python", "x.py"], result=_result(tmp_path))
     failed = BenchRun("broken", "fails", "failed", 0.5, ["python", "y.py"], error="exit code 1\nValueError: bad")
     skipped = BenchRun("gpu", "needs a GPU", "skipped", error="needs pynvml, not installed here")
-    report = write([ok, failed, skipped], MACHINE, "python benchmarks/run.py --quick", tmp_path / "out")
+    report = write([ok, failed, skipped], MACHINE, "python -m benchmarks.run --quick", tmp_path / "out")
     text = report.read_text()
-    assert "test CPU, 2 cores" in text and "torch 2.13.0" in text and "python benchmarks/run.py --quick" in text
+    assert "test CPU, 2 cores" in text and "torch 2.13.0" in text and "python -m benchmarks.run --quick" in text
     assert "| broken | — | failed |" in text and "ValueError: bad" in text and "| gpu | — | skipped |" in text
     raw = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [b["status"] for b in raw["benchmarks"]] == ["ok", "failed", "skipped"]

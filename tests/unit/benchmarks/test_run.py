@@ -1,21 +1,19 @@
-"""``benchmarks/run.py`` end to end, on real benchmark processes at their dry-run size (timings are not checked).
+"""``python -m benchmarks.run`` end to end, on real benchmark processes at their dry-run size (timings are not checked).
 
 The in-process tests; the ones that launch processes are in ``tests/integration/benchmarks/test_run.py``.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.launch import REPO_ROOT
+from benchmarks import run
 
 
 def test_skip_reasons_name_what_is_missing() -> None:
-    run = _run_module()
     by_name = {b.name: b for b in run.BENCHMARKS}
     assert run.skip_reason(by_name["ddp"], "full", gpu=True, gpus=1) == "its GPU variant needs 2 GPUs, 1 here"
     assert run.skip_reason(by_name["ddp"], "full", gpu=True, gpus=2) is None
@@ -26,17 +24,7 @@ def test_skip_reasons_name_what_is_missing() -> None:
     assert run.skip_reason(by_name["amp"], "quick", gpu=True, gpus=1) is None
 
 
-def _run_module() -> Any:
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    try:
-        import run
-    finally:
-        sys.path.pop(0)
-    return run
-
-
 def test_a_run_stopped_part_way_keeps_the_benchmarks_that_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    run = _run_module()
 
     def run_one(bench: Any, *args: Any, **kwargs: Any) -> Any:
         if bench.name == "parity":
@@ -52,20 +40,18 @@ def test_a_run_stopped_part_way_keeps_the_benchmarks_that_finished(tmp_path: Pat
 
 
 def test_update_refuses_another_machine_other_versions_or_run_size() -> None:
-    run = _run_module()
     here = {"cpu": "AMD EPYC", "cores": 2, "gpus": [], "versions": {"torch": "2.13.0"}}
-    assert run.update_refusal(here, "python benchmarks/run.py --out x", dict(here), "full") is None
-    assert "cores" in run.update_refusal(here, "python benchmarks/run.py", {**here, "cores": 16}, "full")
-    assert "versions" in run.update_refusal(here, "python benchmarks/run.py", {**here, "versions": {"torch": "2.15.0"}}, "full")
-    assert "a quick run and this one is full" in run.update_refusal(here, "python benchmarks/run.py --quick", dict(here), "full")
+    assert run.update_refusal(here, "python -m benchmarks.run --out x", dict(here), "full") is None
+    assert "cores" in run.update_refusal(here, "python -m benchmarks.run", {**here, "cores": 16}, "full")
+    assert "versions" in run.update_refusal(here, "python -m benchmarks.run", {**here, "versions": {"torch": "2.15.0"}}, "full")
+    assert "a quick run and this one is full" in run.update_refusal(here, "python -m benchmarks.run --quick", dict(here), "full")
     # An updated report's command quotes its parts; its first run sets the size.
-    first_quick = "`python benchmarks/run.py --quick`; then, on 2026-11-26, `python benchmarks/run.py --quick --only dp --update x`"
+    first_quick = "`python -m benchmarks.run --quick`; then, on 2026-11-26, `python -m benchmarks.run --quick --only dp --update x`"
     assert run.update_refusal(here, first_quick, dict(here), "quick") is None
-    assert "ran the GPU variants (--gpu) and this run does not" in run.update_refusal(here, "python benchmarks/run.py --gpu", dict(here), "full")
+    assert "ran the GPU variants (--gpu) and this run does not" in run.update_refusal(here, "python -m benchmarks.run --gpu", dict(here), "full")
 
 
 def test_merge_keeps_the_registry_order_and_replaces_by_name() -> None:
-    run = _run_module()
     old = [run.reporting.BenchRun(n, "", "ok", 1.0) for n in ("ddp", "dp", "preprocess")]  # no `what`: an old report
     new = [run.reporting.BenchRun("preprocess", "", "failed", 2.0), run.reporting.BenchRun("ddp", "", "ok", 3.0),
            run.reporting.BenchRun("sharded", "", "ok", 4.0)]  # fmt: skip

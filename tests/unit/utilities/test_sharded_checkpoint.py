@@ -22,7 +22,9 @@ from lightning_mgpu.utilities.checkpoint import (
     read_checkpoint,
 )
 from lightning_mgpu.utilities.sharded_checkpoint import (
+    check_saved_optimizer_count,
     is_sharded_checkpoint,
+    saved_entries,
     sharded_model_keys,
     temporary_folder,
     write_sharded_checkpoint,
@@ -81,6 +83,16 @@ def test_the_key_check_refuses_a_folder_of_another_model(tmp_path: Path) -> None
     check_checkpoint_matches(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)), path)
     with pytest.raises(CheckpointKeyMismatchError, match="2 missing key"):
         check_checkpoint_matches(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 1)), path)
+
+
+def test_a_folder_of_another_number_of_optimizers_is_refused_naming_both(tmp_path: Path) -> None:
+    path = tmp_path / "last.ckpt"
+    _save(_checkpoint(), path)
+    entries = saved_entries(path)  # the metadata, read once for every check and optimizer of a load
+    assert {where[:2] for where, _ in entries if where[0] == "optimizer_states"} == {("optimizer_states", 0)}
+    check_saved_optimizer_count(path, entries, 1)
+    with pytest.raises(ValueError, match=r"holds the state of 1 optimizer\(s\), this model has 2"):
+        check_saved_optimizer_count(path, entries, 2)
 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "rename-aside"])
