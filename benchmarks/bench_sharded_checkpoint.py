@@ -11,6 +11,12 @@ builds a model from ``configure_model``. Per arm, a fresh pair of processes (a p
   ``async_save`` over a gloo group of its own); its save time is what training waits for (the copy of the shards to
   CPU memory), and ``landed_s`` the time until the folder is in place;
 - ``raw_dcp``: ``torch.distributed.checkpoint.save``/``load`` of ``get_state_dict`` by hand (the floor);
+- ``sharded_fsdp2_trainer``: the same through the Trainer, a one-step fit of the MLP built in ``configure_model`` under
+  ``strategy="sharded_fsdp2"``, then ``Trainer.save_checkpoint`` and ``strategy.load_checkpoint`` (a sharded folder
+  loads in place): what the Trainer adds to the bundle's own save and load;
+- ``lightning_fsdp`` (GPU only, ``--accelerator gpu``): the peer, Lightning's ``FSDPStrategy(state_dict_type="sharded")``
+  (FSDP1, every Linear wrapped) through the same Trainer calls, beside ``sharded_fsdp2_trainer`` on the same GPUs (up to
+  2 ranks). FSDP1 refuses the CPU in torch 2.13 ("FSDP needs a non-CPU accelerator device");
 - ``ddp``: the same model whole on each rank with its Adam state (the memory reference; no checkpoint).
 
 Figures: save and load seconds (median over rounds), and peak resident memory per rank above the import baseline,
@@ -19,11 +25,13 @@ sharded's peak <= 0.6 x ddp's.
 
     python -m benchmarks.bench_sharded_checkpoint                    # ~50M parameters, about 2 minutes on 2 cores
     python -m benchmarks.bench_sharded_checkpoint --width 1024 --rounds 3
+    python -m benchmarks.bench_sharded_checkpoint --accelerator gpu       # sharded_fsdp2 against Lightning's FSDPStrategy
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import time
@@ -34,7 +42,9 @@ from benchmarks.harness import RankFailure, run_ranks, write_rank_result
 from benchmarks.harness.result import figure, progress, ratio, write_result
 
 WORLD = 2
-ARMS = ("sharded", "sharded_async", "full", "raw_dcp", "ddp")
+TRAINER_ARMS = ("sharded_fsdp2_trainer", "lightning_fsdp")
+ARMS = ("sharded", "sharded_async", "full", "raw_dcp", "sharded_fsdp2_trainer", "ddp")  # the CPU's
+GPU_ARMS = TRAINER_ARMS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,10 +54,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=5, help="saves and loads per arm (the first is a warm-up)")
     p.add_argument("--zero3", default=True, action=argparse.BooleanOptionalAction, help="reshard_after_forward (ZeRO-3)")
     p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
-    p.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of " + ",".join(ARMS))
+    p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"), help="gpu: the Trainer arms on up to 2 GPUs")
+    p.add_argument("--arms", default=None, help=f"comma-separated; default on cpu {','.join(ARMS)}, on gpu {','.join(GPU_ARMS)}")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.arms = [a for a in (args.arms or ",".join(ARMS if args.accelerator == "cpu" else GPU_ARMS)).split(",") if a]
+    if args.accelerator == "cpu" and "lightning_fsdp" in args.arms:
+        p.error("lightning_fsdp runs on GPUs only (--accelerator gpu): torch 2.13's FSDP1 refuses the CPU")
+    if args.accelerator == "gpu" and set(args.arms) - set(GPU_ARMS):
+        p.error(f"on gpu the arms are {', '.join(GPU_ARMS)}; the others measure CPU ranks")
+    return args
+
+
+def world(accelerator: str) -> int:
+    """2 CPU ranks; on GPUs one rank per GPU, up to 2."""
+    if accelerator == "cpu":
+        return WORLD
+    import torch
+
+    return min(WORLD, torch.cuda.device_count())
 
 
 def _reset_peak() -> float:
@@ -104,6 +130,40 @@ def _build(args: argparse.Namespace, sharded: bool) -> tuple[Any, Any]:
     return model, optimizer
 
 
+def _fit(args: argparse.Namespace, arm: str, at_end: Any) -> None:
+    """One step of the MLP built in ``configure_model`` under ``arm``'s strategy; ``at_end(trainer)`` runs before the
+    strategy tears down (what ``Trainer.save_checkpoint`` and ``strategy.load_checkpoint`` need)."""
+    import lightning.pytorch as pl
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from benchmarks.harness.trainer import quiet_trainer
+
+    class Module(pl.LightningModule):
+        def configure_model(self) -> None:
+            if not hasattr(self, "net"):
+                self.net = nn.Sequential(*[nn.Linear(args.width, args.width, bias=False) for _ in range(args.layers)])
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            return self.net(batch[0]).sum()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.Adam(self.parameters(), lr=1e-4)
+
+    class AtEnd(pl.Callback):
+        def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            at_end(trainer)
+
+    strategy: Any = "sharded_fsdp2"
+    if arm == "lightning_fsdp":
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        strategy = FSDPStrategy(auto_wrap_policy={nn.Linear}, state_dict_type="sharded")
+    trainer = quiet_trainer(strategy=strategy, accelerator=args.accelerator, devices=world(args.accelerator), max_steps=1, callbacks=[AtEnd()])
+    trainer.fit(Module(), DataLoader(TensorDataset(torch.randn(8, args.width)), batch_size=4))
+
+
 def _timed(fn: Any) -> float:
     import torch.distributed as dist
 
@@ -129,18 +189,44 @@ def worker(args: argparse.Namespace) -> None:
     )
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank, arm = dist.get_rank(), args.worker
+    rank, arm = int(os.environ["RANK"]), args.worker
+    if arm not in TRAINER_ARMS:  # the Trainer's strategy makes its own (NCCL on GPUs)
+        dist.init_process_group("gloo")
     # Every arm imports the same modules before the baseline: the figures are the state, not the code.
     import torch.distributed.fsdp  # noqa: F401
     import torch.distributed.tensor  # noqa: F401
     from lightning.fabric.utilities.init import _materialize_distributed_module  # noqa: F401
 
     baseline = _reset_peak()
-    model, optimizer = _build(args, sharded=arm != "ddp")
-    out: dict[str, Any] = {"after_build_mib": built_mib[0] - baseline, "after_backward_mib": built_mib[1] - baseline,
-                           "after_step_mib": _rss_mib() - baseline, "save_s": [], "load_s": []}  # fmt: skip
     target = args.worker_out / "ckpt"
+    out: dict[str, Any] = {"save_s": [], "load_s": []}
+
+    def rounds(save: Any, load: Any) -> None:
+        for i in range(args.rounds):
+            out["save_s"].append(_timed(save))
+            if async_group is not None:  # the folder lands: what a save in flight costs in total
+                out["landed_s"].append(out["save_s"][-1] + _timed(lambda: pending.pop().result()))
+            if rank == 0:
+                progress(i + 1, 2 * args.rounds)
+        out["after_save_mib"] = _rss_mib() - baseline
+        for i in range(args.rounds):
+            out["load_s"].append(_timed(load))
+            if rank == 0:
+                progress(args.rounds + i + 1, 2 * args.rounds)
+        out["after_load_mib"] = _rss_mib() - baseline
+
+    if arm in TRAINER_ARMS:
+        def at_end(trainer: Any) -> None:
+            out["after_step_mib"] = _rss_mib() - baseline
+            rounds(lambda: trainer.save_checkpoint(target), lambda: trainer.strategy.load_checkpoint(target))
+
+        async_group, pending = None, []
+        _fit(args, arm, at_end)
+        write_rank_result(args.worker_out, out)
+        dist.destroy_process_group()
+        return
+    model, optimizer = _build(args, sharded=arm != "ddp")
+    out |= {"after_build_mib": built_mib[0] - baseline, "after_backward_mib": built_mib[1] - baseline, "after_step_mib": _rss_mib() - baseline}
     pending: list[Any] = []
     async_group = dist.new_group(backend="gloo") if arm == "sharded_async" else None
     if async_group is not None:
@@ -176,18 +262,7 @@ def worker(args: argparse.Namespace) -> None:
             set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
     if arm != "ddp":
-        for i in range(args.rounds):
-            out["save_s"].append(_timed(save))
-            if async_group is not None:  # the folder lands: what a save in flight costs in total
-                out["landed_s"].append(out["save_s"][-1] + _timed(lambda: pending.pop().result()))
-            if rank == 0:
-                progress(i + 1, 2 * args.rounds)
-        out["after_save_mib"] = _rss_mib() - baseline
-        for i in range(args.rounds):
-            out["load_s"].append(_timed(load))
-            if rank == 0:
-                progress(args.rounds + i + 1, 2 * args.rounds)
-        out["after_load_mib"] = _rss_mib() - baseline
+        rounds(save, load)
     write_rank_result(args.worker_out, out)
     dist.destroy_process_group()
 
@@ -203,7 +278,7 @@ def launch(args: argparse.Namespace, arm: str) -> list[dict[str, Any]]:
     env = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
     cmd = ["--worker", arm, "--width", str(args.width), "--layers", str(args.layers), "--rounds", str(args.rounds),
            "--zero3" if args.zero3 else "--no-zero3"]  # fmt: skip
-    return run_ranks(__spec__.name, cmd, WORLD, env=env, what=f"arm {arm}")
+    return run_ranks(__spec__.name, [*cmd, "--accelerator", args.accelerator], world(args.accelerator), env=env, what=f"arm {arm}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -214,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     params = args.layers * args.width**2
     results: dict[str, list[dict[str, Any]]] = {}
     failed: dict[str, str] = {}
-    for arm in [a for a in args.arms.split(",") if a]:
+    for arm in args.arms:
         try:
             results[arm] = launch(args, arm)
         except RankFailure as err:
@@ -248,10 +323,18 @@ def main(argv: list[str] | None = None) -> None:
               ratio("full save / sharded save", "full", "sharded", "save_s"),
               # What training waits for with async_save (the shards copied to CPU memory), and the whole background save.
               ratio("sharded async save, training blocked / sharded save", "sharded_async", "sharded", "save_s"),
-              ratio("full load / sharded load", "full", "sharded", "load_s")]  # fmt: skip
+              ratio("full load / sharded load", "full", "sharded", "load_s"),
+              # The peer, through the Trainer on both sides: Lightning's FSDPStrategy(state_dict_type="sharded").
+              ratio("sharded_fsdp2 (Trainer) save / sharded save", "sharded_fsdp2_trainer", "sharded", "save_s"),
+              ratio("sharded_fsdp2 save / Lightning FSDPStrategy sharded save (Trainer.save_checkpoint, GPU)",
+                    "sharded_fsdp2_trainer", "lightning_fsdp", "save_s"),
+              ratio("sharded_fsdp2 load / Lightning FSDPStrategy sharded load (strategy.load_checkpoint)",
+                    "sharded_fsdp2_trainer", "lightning_fsdp", "load_s")]  # fmt: skip
+    ratios = [r for r in ratios if r["num"] in args.arms and r["den"] in args.arms]  # the arms this run chose
     write_result(args.result, name="sharded_checkpoint", unit="s", arms=arms, ratios=ratios, figures=figures, memory=memory,
                  memory_label="peak RSS per rank above the import baseline (build, step, saves, loads)", failed=failed, notes=notes,
-                 config={"params": params, "width": args.width, "layers": args.layers, "rounds": args.rounds, "world": WORLD, "zero3": args.zero3})  # fmt: skip
+                 config={"params": params, "width": args.width, "layers": args.layers, "rounds": args.rounds, "world": world(args.accelerator), "zero3": args.zero3,
+                         "accelerator": args.accelerator})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -65,6 +65,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         " seconds, peak RSS per rank (a 50M-parameter Adam model built on the meta device) against ddp's",
         {"full": ["--rounds", "7"], "quick": ["--rounds", "3", "--width", "1024"],
          "dry": ["--rounds", "2", "--width", "512", "--layers", "2"]},
+        # On GPUs: sharded_fsdp2 against Lightning's FSDPStrategy(state_dict_type="sharded"), through the Trainer on both.
+        gpu_args=["--accelerator", "gpu"],
     ),
     Benchmark(
         "horovod", ("strategies",), "bench_horovod.py",
