@@ -44,6 +44,9 @@ def launch_ranks(
     Raises:
         RankFailure: with the failing rank's last lines.
     """
+    # Imported here: run.py's process, which imports this module, need not import the library.
+    from lightning_mgpu.utilities.failures import wait_until_first_failure
+
     port = _free_port() if rendezvous else None
     with tempfile.TemporaryDirectory() as tmp:
         procs, logs = [], []
@@ -99,18 +102,6 @@ def run_ranks(module: str, args: list[str], world: int, *, what: str, **launch: 
 def write_rank_result(folder: Path, value: Any) -> None:
     """A launched rank's result for :func:`run_ranks` (the rank from ``RANK``, as :func:`launch_ranks` sets it)."""
     (Path(folder) / f"rank{os.environ.get('RANK', '0')}.json").write_text(json.dumps(value))
-
-
-def wait_until_first_failure(procs: list[subprocess.Popen], deadline: float) -> Optional[int]:
-    """Wait until every process has ended, one has failed, or ``time.monotonic()`` passes ``deadline``. Returns the
-    index of the first process seen failing (before the caller stops the others), or ``None``. Every process is polled
-    each time: ``any(p.poll() is None ...)`` would stop at the first running one and miss a later one's death."""
-    while True:
-        codes = [p.poll() for p in procs]
-        failed = next((i for i, c in enumerate(codes) if c not in (None, 0)), None)
-        if failed is not None or all(c is not None for c in codes) or time.monotonic() > deadline:
-            return failed
-        time.sleep(0.2)
 
 
 def _free_port() -> int:

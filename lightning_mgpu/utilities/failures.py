@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import signal
 import subprocess
+import threading
 import time
 from typing import Any
 
@@ -34,6 +35,35 @@ def describe_exit(code: int) -> str:
         cause = _SIGNAL_CAUSES.get(sig)
         return f"was killed by {sig.name}" + (f" ({cause})" if cause else "")
     return f"exited with code {code} (its own error is printed above)"
+
+
+def wait_until_first_failure(
+    procs: list[subprocess.Popen], deadline: float | None = None, stop: threading.Event | None = None, poll_s: float = 0.2
+) -> int | None:
+    """Wait until every process has ended, one has failed, ``time.monotonic()`` passes ``deadline`` or ``stop`` is
+    set. Returns the index of the first process seen failing (before the caller stops the others), or ``None``.
+
+    Every process is polled each time: ``any(p.poll() is None ...)`` stops at the first running one and would miss
+    a later one's death while the first waits for it in a collective.
+
+    Example::
+
+        failed = wait_until_first_failure(procs, deadline=time.monotonic() + 600)
+        if failed is not None:
+            ...  # name procs[failed], then stop the others
+    """
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = next((i for i, c in enumerate(codes) if c not in (None, 0)), None)
+        if failed is not None or all(c is not None for c in codes):
+            return failed
+        if deadline is not None and time.monotonic() > deadline:
+            return None
+        if stop is not None:
+            if stop.wait(poll_s):
+                return None
+        else:
+            time.sleep(poll_s)
 
 
 def failed_rank_report(strategy: Any, wait_s: float = 3.0) -> str | None:

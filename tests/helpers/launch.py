@@ -158,7 +158,7 @@ def launch_processes(args: list[str], rank_envs: list[dict[str, str]], timeout: 
     Raises:
         AssertionError: a process exited non-zero, or the launch ran past ``timeout``; with the failing one's output.
     """
-    from benchmarks.harness.ranks import wait_until_first_failure  # the one wait loop, shared with the benchmarks
+    from lightning_mgpu.utilities.failures import wait_until_first_failure  # the one wait loop, also the benchmarks' and horovod's
 
     base = {**clean_environ(), "PYTHONUNBUFFERED": "1", **(env or {})}
     base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), base.get("PYTHONPATH")]))

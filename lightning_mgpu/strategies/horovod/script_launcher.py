@@ -28,7 +28,7 @@ from lightning.pytorch.strategies.launchers.subprocess_script import _HYDRA_AVAI
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
-from lightning_mgpu.utilities.failures import describe_exit
+from lightning_mgpu.utilities.failures import describe_exit, wait_until_first_failure
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -132,16 +132,10 @@ class _HorovodScriptLauncher(_SubprocessScriptLauncher):
 
     def _watch_workers(self) -> None:
         """Stop the job when a worker fails: the others, then (after a grace to fail on its own error) this one."""
-        while not self._stopping.is_set():
-            failed = [(rank, p) for rank, p in enumerate(self.procs, start=1) if p.poll() not in (None, 0)]
-            if failed:
-                break
-            if all(p.poll() == 0 for p in self.procs):
-                return
-            time.sleep(0.5)
-        else:
+        failed = wait_until_first_failure(self.procs, stop=self._stopping, poll_s=0.5)
+        if failed is None:  # every worker ended well, or this process is exiting
             return
-        rank, proc = failed[0]
+        rank, proc = failed + 1, self.procs[failed]
         assert proc.returncode is not None
         log.error(
             f"HorovodStrategy: worker rank {rank} (pid {proc.pid}) {describe_exit(proc.returncode)}. The job is"
