@@ -43,6 +43,7 @@ from torch.utils.data import DataLoader
 
 from benchmarks.harness import interleave
 from benchmarks.harness.clock import step_clock, synchronize
+from benchmarks.harness.models import Trainable
 from benchmarks.harness.result import figure, ratio, write_result
 from benchmarks.harness.stats import median_interval
 from benchmarks.harness.trainer import quiet_trainer
@@ -98,8 +99,9 @@ def make_batches(args: argparse.Namespace, device: torch.device) -> list[tuple[t
     return [(x.to(device), y.to(device)) for x, y in batches]
 
 
-def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return nn.functional.mse_loss(model(x).float(), y)
+def mse_fp32(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The loss in fp32 whatever the output's dtype, in every arm."""
+    return nn.functional.mse_loss(out.float(), y)
 
 
 def step_flops(args: argparse.Namespace) -> int:
@@ -125,18 +127,6 @@ def start_peak(device: torch.device) -> int:
     return torch.cuda.memory_allocated(device)
 
 
-class _Module(pl.LightningModule):
-    def __init__(self, args: argparse.Namespace) -> None:
-        super().__init__()
-        self.net = build_model(args)
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return loss_of(self.net, *batch)
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.AdamW(self.parameters(), lr=1e-4)
-
-
 def lightning_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.device) -> tuple[float, int, dict[str, Any]]:
     """One fit: the median step seconds, the peak memory (CUDA) and what the callback counted."""
     from lightning.pytorch.plugins.precision import MixedPrecision
@@ -156,7 +146,8 @@ def lightning_arm(args: argparse.Namespace, arm: str, batches: list, device: tor
     trainer = quiet_trainer(accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, max_steps=steps, plugins=plugins,
                             precision=None if plugins else precision, callbacks=callbacks)  # fmt: skip
     loader = DataLoader([batches[i % len(batches)] for i in range(steps)], batch_size=None)  # the batches as they are
-    trainer.fit(_Module(args), train_dataloaders=loader)
+    model = Trainable(build_model(args), mse_fp32, lambda params: torch.optim.AdamW(params, lr=1e-4))
+    trainer.fit(model, train_dataloaders=loader)
     peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
     counted = {"optimizer_steps": amp.optimizer_steps, "skipped_steps": amp.skipped_steps} if amp is not None else {}
     torch.set_float32_matmul_precision("highest")
@@ -177,7 +168,7 @@ def raw_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.dev
         x, y = batches[i % len(batches)]
         optimizer.zero_grad()
         with torch.autocast(device.type, dtype=dtype):
-            loss = loss_of(model, x, y)
+            loss = mse_fp32(model(x), y)
         if scaler is None:
             loss.backward()
             optimizer.step()

@@ -42,19 +42,19 @@ def sgd(params: Any) -> torch.optim.Optimizer:
 
 
 class Trainable(pl.LightningModule):
-    """``net`` trained on ``(x, y)`` batches with ``loss`` (a ``torch.nn.functional`` name: ``"cross_entropy"``, ``"mse_loss"``) and ``optimizer``.
+    """``net`` trained on ``(x, y)`` batches with ``loss`` and ``optimizer``.
 
     Args:
         net: the model.
-        loss: the loss's name in ``torch.nn.functional``.
+        loss: ``loss(output, y)``, or its name in ``torch.nn.functional`` (``"cross_entropy"``, ``"mse_loss"``).
         optimizer: builds the optimizer from the parameters (SGD with momentum by default).
         loader: builds the training loader from the module (it reads ``self.global_rank``); ``None``: pass one to fit.
     """
 
-    def __init__(self, net: nn.Module, loss: str = "cross_entropy", optimizer: Callable[[Any], Any] = sgd,
+    def __init__(self, net: nn.Module, loss: str | Callable[[Any, Any], torch.Tensor] = "cross_entropy", optimizer: Callable[[Any], Any] = sgd,
                  loader: Callable[[pl.LightningModule], DataLoader] | None = None) -> None:  # fmt: skip
         super().__init__()
-        self.net, self.loss, self.make_optimizer, self.make_loader = net, getattr(nn.functional, loss), optimizer, loader
+        self.net, self.loss, self.make_optimizer, self.make_loader = net, getattr(nn.functional, loss) if isinstance(loss, str) else loss, optimizer, loader
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)

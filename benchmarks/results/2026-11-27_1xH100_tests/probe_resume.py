@@ -4,8 +4,12 @@ python probe_resume.py ACCEL OUTDIR [train.py args...]
 Runs A (reference, 3 epochs), P (1 epoch), B (P's last.ckpt resumed to 3 epochs), logging per-step digests of
 params, grads, buffers and optimizer state; prints the first step where they differ.
 """
-import hashlib, importlib.util, json, sys
+import hashlib
+import importlib.util
+import json
+import sys
 from pathlib import Path
+
 import torch
 from lightning.pytorch.callbacks import Callback
 
