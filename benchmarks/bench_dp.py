@@ -46,7 +46,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from benchmarks.harness import interleave
 from benchmarks.harness.clock import step_clock
-from benchmarks.harness.ranks import REPO_ROOT
+from benchmarks.harness.ranks import REPO_ROOT, repo_env
 from benchmarks.harness.result import figure, ratio, write_result
 from benchmarks.harness.stats import median_duration
 from benchmarks.harness.trainer import quiet_trainer
@@ -127,7 +127,7 @@ def ddp_run(args: argparse.Namespace, devices: int) -> tuple[float, list[int]]:
         cmd = [sys.executable, "-m", __spec__.name, "--worker", "ddp", "--devices", str(devices), "--out", str(out), "--accelerator", "gpu"]
         cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-size", str(args.batch_size)]
         cmd += ["--width", str(args.width), "--image-size", str(args.image_size)]
-        subprocess.run(cmd, check=True, timeout=600, cwd=REPO_ROOT)
+        subprocess.run(cmd, check=True, timeout=600, cwd=REPO_ROOT, env=repo_env())
         ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
     return ranks[0]["step_seconds"], [r["peak_bytes"] for r in ranks]
 
@@ -154,11 +154,12 @@ def multi_gpu(args: argparse.Namespace, n: int) -> tuple[dict[str, list[float]],
     """dp and ddp on ``n`` GPUs: step times per round, and the last round's peak memory per GPU of each."""
     peaks: dict[str, list[int]] = {}
 
-    def arm(name: str, run: Any) -> float:
-        seconds, peaks[name] = run(args, n) if name == "ddp" else run(args, "dp", n)
+    def record(name: str, run: Any) -> float:
+        seconds, peaks[name] = run()
         return seconds
 
-    times = interleave({"dp": lambda: arm("dp", lightning_run), "ddp": lambda: arm("ddp", ddp_run)}, args.rounds, describe=ms)
+    times = interleave({"dp": lambda: record("dp", lambda: lightning_run(args, "dp", n)),
+                        "ddp": lambda: record("ddp", lambda: ddp_run(args, n))}, args.rounds, describe=ms)  # fmt: skip
     return times, peaks
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import logging
 import os
 import shutil
 import statistics
@@ -192,8 +191,6 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     args.root_dir = tempfile.mkdtemp(prefix="bench_gpu_monitor_")
     atexit.register(shutil.rmtree, args.root_dir, ignore_errors=True)
-    # Quiet Lightning's per-fit banners and the monitor's per-fit diagnosis table.
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     args.devices = int(args.devices) if args.devices.isdigit() else args.devices
     g = torch.Generator().manual_seed(0)
     n = args.batch_size * (args.warmup + args.steps + 1) * 2

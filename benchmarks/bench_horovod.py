@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from benchmarks.harness import interleave
 from benchmarks.harness.clock import step_clock
 from benchmarks.harness.models import Trainable, mlp, random_data
-from benchmarks.harness.ranks import REPO_ROOT
+from benchmarks.harness.ranks import repo_env
 from benchmarks.harness.result import ratio, write_result
 from benchmarks.harness.stats import median_interval
 from benchmarks.harness.trainer import quiet_trainer
@@ -149,8 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     horovodrun = Path(sys.executable).with_name("horovodrun")
     cmd = [str(horovodrun), "-np", str(args.np), "--gloo", sys.executable, "-m", __spec__.name, *(argv or sys.argv[1:])]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    sys.exit(subprocess.call(cmd, env=env))
+    sys.exit(subprocess.call(cmd, env=repo_env(PYTHONWARNINGS="ignore")))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ each make the same global batch of 32.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from typing import Any
 
 from benchmarks.harness import launch_ranks
 from benchmarks.harness.ranks import REPO_ROOT as REPO
+from benchmarks.harness.ranks import repo_env
 from benchmarks.harness.result import figure, progress, write_result
 
 RUNNER = "tests.integration.runners.run_parity"
@@ -97,7 +97,7 @@ def run_raw(args: argparse.Namespace, out: Path) -> None:
 
 
 def run_arm(extra: list[str], steps: int, out: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), "OMP_NUM_THREADS": "1"}
+    env = repo_env(OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", RUNNER, *extra, "--steps", str(steps), "--global-batch", "32", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
@@ -108,7 +108,7 @@ def run_two_nodes(extra: list[str], steps: int, out: Path) -> None:
     """Two torchrun agents, node ranks 0 and 1, meeting at a free port on 127.0.0.1."""
     from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), "OMP_NUM_THREADS": "1"}
+    env = repo_env(OMP_NUM_THREADS="1")
     port = str(find_free_network_port())
     procs = [
         subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank",

@@ -53,7 +53,7 @@ from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, TensorDataset
 
 from benchmarks.harness import interleave
-from benchmarks.harness.ranks import REPO_ROOT
+from benchmarks.harness.ranks import repo_env
 from benchmarks.harness.result import figure, write_result
 from benchmarks.harness.result import ratio as ratio_spec
 from benchmarks.harness.trainer import quiet_trainer
@@ -193,7 +193,7 @@ def cold_child(arm: str, n: int, out: Path, workers: int) -> None:
 def cold_calls(args: argparse.Namespace, root: Path) -> dict[str, list[float]]:
     """Interleaved rounds of first calls, each in a fresh interpreter; ``{f"cold{n}_{arm}": [seconds per round]}``."""
     seconds: dict[str, list[float]] = {f"cold{n}_{a}": [] for n in args.cold_samples for a in COLD_ARMS}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = repo_env()
     for r in range(args.cold_repeats):
         order = COLD_ARMS[r % len(COLD_ARMS) :] + COLD_ARMS[: r % len(COLD_ARMS)]
         for n in args.cold_samples:

@@ -200,6 +200,10 @@ def worker(args: argparse.Namespace) -> None:
     baseline = _reset_peak()
     target = args.worker_out / "ckpt"
     out: dict[str, Any] = {"save_s": [], "load_s": []}
+    pending: list[Any] = []
+    async_group = dist.new_group(backend="gloo") if arm == "sharded_async" else None
+    if async_group is not None:
+        out["landed_s"] = []
 
     def rounds(save: Any, load: Any) -> None:
         for i in range(args.rounds):
@@ -220,17 +224,12 @@ def worker(args: argparse.Namespace) -> None:
             out["after_step_mib"] = _rss_mib() - baseline
             rounds(lambda: trainer.save_checkpoint(target), lambda: trainer.strategy.load_checkpoint(target))
 
-        async_group, pending = None, []
         _fit(args, arm, at_end)
         write_rank_result(args.worker_out, out)
         dist.destroy_process_group()
         return
     model, optimizer = _build(args, sharded=arm != "ddp")
     out |= {"after_build_mib": built_mib[0] - baseline, "after_backward_mib": built_mib[1] - baseline, "after_step_mib": _rss_mib() - baseline}
-    pending: list[Any] = []
-    async_group = dist.new_group(backend="gloo") if arm == "sharded_async" else None
-    if async_group is not None:
-        out["landed_s"] = []
 
     def save() -> None:
         if arm in ("sharded", "sharded_async"):

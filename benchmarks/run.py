@@ -30,7 +30,7 @@ from typing import Any
 
 from benchmarks.harness import machine as machine_info
 from benchmarks.harness import report as reporting
-from benchmarks.harness.ranks import REPO_ROOT
+from benchmarks.harness.ranks import REPO_ROOT, repo_env
 from benchmarks.harness.registry import BENCHMARKS, SUITES, Benchmark, select
 
 HERE = REPO_ROOT / "benchmarks"
@@ -110,8 +110,7 @@ def run_one(bench: Benchmark, size: str, workdir: Path, bar_position: int, gpu: 
     module = f"benchmarks.{bench.script.removesuffix('.py')}"
     cmd = [sys.executable, "-m", module, *extra, "--result", str(result_path)]
     shown = ["python", "-m", module, *extra]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env = repo_env(PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
     start, tail = time.monotonic(), []
     bar = tqdm(total=None, desc=f"{bench.name:12s}", unit="round", position=bar_position, leave=True, file=sys.stderr)
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

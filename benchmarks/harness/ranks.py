@@ -14,6 +14,14 @@ from typing import Any, Optional
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def repo_env(env: Optional[dict[str, str]] = None, **extra: str) -> dict[str, str]:
+    """``env`` (default ``os.environ``) with ``extra`` and the repository root first on ``PYTHONPATH``, so that a child
+    ``python -m benchmarks.X`` finds this package, not the ``benchmarks`` package FairScale installs into site-packages."""
+    out = {**(os.environ if env is None else env), **extra}
+    out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), out.get("PYTHONPATH")]))
+    return out
+
+
 class RankFailure(RuntimeError):
     """A launched rank exited non-zero, or the launch ran past its timeout; every rank was stopped."""
 
@@ -29,8 +37,7 @@ def launch_ranks(
 ) -> list[str]:
     """Run ``python ARGS`` as ``world`` ranks on this machine, as a launcher would, and wait for all of them.
 
-    The repository root leads ``PYTHONPATH``, so that ``-m benchmarks.bench_x`` finds this package and not the
-    ``benchmarks`` package FairScale installs into site-packages.
+    The repository root leads ``PYTHONPATH`` (:func:`repo_env`).
 
     Each rank gets ``MASTER_ADDR``/``MASTER_PORT`` on a free port, ``RANK``, ``LOCAL_RANK``, ``NODE_RANK=0`` and
     ``WORLD_SIZE`` (Lightning's and ``init_process_group("env://")``'s variables), unless ``rendezvous`` is False.
@@ -51,8 +58,7 @@ def launch_ranks(
     with tempfile.TemporaryDirectory() as tmp:
         procs, logs = [], []
         for rank in range(world):
-            rank_env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
-            rank_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), rank_env.get("PYTHONPATH")]))
+            rank_env = repo_env({**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})})
             if port is not None:
                 rank_env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": "0", "RANK": str(rank),
                              "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world)}  # fmt: skip

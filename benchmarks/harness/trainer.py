@@ -13,7 +13,8 @@ QUIET: dict[str, Any] = {
 
 def quiet_trainer(**kwargs: Any) -> Any:
     """``lightning.pytorch.Trainer(**QUIET, **kwargs)``; ``kwargs`` win (an arm that logs passes its logger).
-    Lightning's per-fit banners (devices, tips, "stopped: max_steps") are silenced as well: warnings still show.
+    Lightning's per-fit banners (devices, tips, "stopped: max_steps", the GPU monitor's diagnosis table) are silenced as
+    well: warnings still show.
 
     Example::
 
