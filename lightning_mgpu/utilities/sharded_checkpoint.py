@@ -244,11 +244,14 @@ def check_saved_optimizer_count(path: str | os.PathLike, entries: list[tuple[tup
     """Refuse a folder (its :func:`saved_entries`) that holds the state of another number of optimizers than ``count``.
 
     Raises:
-        ValueError: naming both counts.
+        ValueError: naming both counts and the fix.
     """
     saved = {where[1] for where, _ in entries if where[0] == "optimizer_states"}
     if len(saved) != count:
-        raise ValueError(f"{path} holds the state of {len(saved)} optimizer(s), this model has {count}.")
+        raise ValueError(
+            f"{path} holds the state of {len(saved)} optimizer(s), this model has {count}. Resume it with the"
+            " configure_optimizers it was saved with, or start without ckpt_path; the checkpoint is left as it is."
+        )
 
 
 def read_owned_optimizer_state(

@@ -91,8 +91,9 @@ def test_a_folder_of_another_number_of_optimizers_is_refused_naming_both(tmp_pat
     entries = saved_entries(path)  # the metadata, read once for every check and optimizer of a load
     assert {where[:2] for where, _ in entries if where[0] == "optimizer_states"} == {("optimizer_states", 0)}
     check_saved_optimizer_count(path, entries, 1)
-    with pytest.raises(ValueError, match=r"holds the state of 1 optimizer\(s\), this model has 2"):
+    with pytest.raises(ValueError, match=r"holds the state of 1 optimizer\(s\), this model has 2\. Resume it with the configure_optimizers"):
         check_saved_optimizer_count(path, entries, 2)
+    assert is_sharded_checkpoint(path)  # refused before anything was read into the model, and left whole
 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "rename-aside"])
