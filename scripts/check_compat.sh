@@ -25,6 +25,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$VERSION" ]; then
   echo "$PWD" >> "$site/zz_lightning_mgpu_base.pth"
   echo "$VERSION" > "$stamp"
 fi
+# The tests' start-up hook, as in .venv (scripts/setup_env.sh): .pth files on the path the file above adds are not run.
+cp tests/helpers/lightning_mgpu_test_startup.pth "$($CPY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/"
 $CPY -c "import lightning, pytorch_lightning, torch; print(f'compat pass: lightning {lightning.__version__}, pytorch_lightning {pytorch_lightning.__version__}, torch {torch.__version__}')"
 export RAY_USAGE_STATS_ENABLED=0 NEPTUNE_MODE=debug PYTHONUNBUFFERED=1
 $CPY -m pytest -n "${PYTEST_WORKERS:-2}" tests/unit "$@"

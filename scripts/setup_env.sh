@@ -10,6 +10,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 VPY=.venv/bin/python
+# The tests' start-up hook: runs tests/helpers/process_startup.py in a process that names it in
+# LIGHTNING_MGPU_TEST_STARTUP (tests/conftest.py sets it), and nothing in any other.
+cp tests/helpers/lightning_mgpu_test_startup.pth "$($VPY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/"
 stamp=.venv/.lightning_mgpu_setup
 want="$(cat constraints.txt pyproject.toml | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then

@@ -27,6 +27,14 @@ from tests.helpers.scheduling import last_ray_user, make_scheduler, order_for_wo
 # imported into two conftest files would be two fixtures, and each tier's data tests would build its own.
 pytest_plugins = ["tests.helpers.data_fixtures"]
 
+# Every process of the session starts with the collector tuned for short torch+Lightning processes (a quarter of each
+# launch's time: tests/helpers/process_startup.py). The venv's hook runs it in each child that inherits this variable;
+# this process had no variable to find at its start, so it runs it here.
+_STARTUP = str(Path(__file__).parent / "helpers" / "process_startup.py")
+if os.environ.get("LIGHTNING_MGPU_TEST_STARTUP") != _STARTUP:
+    os.environ["LIGHTNING_MGPU_TEST_STARTUP"] = _STARTUP
+    import tests.helpers.process_startup  # noqa: F401  (importing it runs it)
+
 # Keep every test off the network and quiet.
 os.environ.setdefault("NEPTUNE_MODE", "debug")
 # Ray's token authentication (on by default for `ray start`), with a token made for this session: set before Ray is
