@@ -36,6 +36,14 @@ def clean_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in RENDEZVOUS}
 
 
+def launch_env(extra: dict[str, str] | None = None, *, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a process a test launches: ``base`` (default :func:`clean_environ`), unbuffered output and
+    ``extra``, with the repository first on ``PYTHONPATH`` (the launched runners and helpers import ``tests.``)."""
+    env = {**(clean_environ() if base is None else base), "PYTHONUNBUFFERED": "1", **(extra or {})}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
 def descendants(pid: int) -> list[int]:
     """Every live descendant of ``pid``, children first (from /proc; empty once it is gone)."""
     found: list[int] = []
@@ -85,8 +93,7 @@ def run_python(
     args: list[str], timeout: float = 300, env: dict[str, str] | None = None, cwd: Path | None = None, check: bool = True
 ) -> subprocess.CompletedProcess:
     """Run ``python ARGS`` from the repo root; raise with the captured output on a timeout, or a failure if ``check``."""
-    full_env = {**clean_environ(), "PYTHONUNBUFFERED": "1", **(env or {})}
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
+    full_env = launch_env(env)
     cmd = [sys.executable, *args]
     try:
         proc = subprocess.run(cmd, cwd=cwd or REPO_ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
@@ -160,8 +167,7 @@ def launch_processes(args: list[str], rank_envs: list[dict[str, str]], timeout: 
     """
     from lightning_mgpu.utilities.failures import wait_until_first_failure  # the one wait loop, also the benchmarks' and horovod's
 
-    base = {**clean_environ(), "PYTHONUNBUFFERED": "1", **(env or {})}
-    base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), base.get("PYTHONPATH")]))
+    base = launch_env(env)
     with tempfile.TemporaryDirectory() as tmp:
         procs, logs = [], []
         for i, rank_env in enumerate(rank_envs):
@@ -200,7 +206,7 @@ def run_command(cmd: list[str], timeout: float, expect_ok: bool = True) -> tuple
     Returns ``(exit code, stdout+stderr, seconds)``. Launchers (horovodrun, torchrun) stop their workers on
     SIGTERM; SIGKILL follows after 20 s so that nothing is left behind.
     """
-    env = {**clean_environ(), "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = launch_env()
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

@@ -18,7 +18,7 @@ import pytest
 
 from lightning_mgpu.data import PreprocessingError, backends, preprocess
 from tests.helpers.data import CHUNK, Features, IndexedDataset, N
-from tests.helpers.launch import REPO_ROOT, clean_environ, kill_tree, run_python
+from tests.helpers.launch import REPO_ROOT, kill_tree, launch_env, run_python
 
 #: A fresh interpreter (no Ray or pytest threads), which is where a user's script starts.
 _CHOICE = """
@@ -115,7 +115,7 @@ def test_forked_workers_exit_when_the_driver_is_killed(tmp_path: Path) -> None:
         "preprocess(IndexedDataset(64, delay_s=0.05, pid_dir=sys.argv[2]), sys.argv[1], Features(), num_workers=2, chunk_size=4,"
         " progress=False, start_method='fork')\n"
     )
-    env = {**clean_environ(), "PYTHONPATH": str(REPO_ROOT)}
+    env = launch_env()
     driver = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "c"), str(pid_dir)], cwd=REPO_ROOT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 120

@@ -20,9 +20,9 @@ import torch
 
 from tests.helpers.launch import (
     REPO_ROOT,
-    clean_environ,
     descendants,
     kill_tree,
+    launch_env,
     run_python,
 )
 
@@ -40,7 +40,7 @@ def _state(ckpt: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.timeout(600)
 def test_a_killed_worker_restarts_under_torchrun_and_resumes_exactly(tmp_path: Path) -> None:
     out = tmp_path / "elastic"
-    env = {**clean_environ(), "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", **ONE_THREAD}
+    env = launch_env(ONE_THREAD)
     cmd = [TORCHRUN, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", TRAIN, "--output-dir", str(out), *COMMON]
     agent = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True)  # fmt: skip

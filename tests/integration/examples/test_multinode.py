@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.launch import REPO_ROOT, clean_environ, kill_tree, run_python
+from tests.helpers.launch import REPO_ROOT, kill_tree, launch_env, run_python
 from tests.helpers.netns import two_nodes
 from tests.helpers.runif import RunIf
 
@@ -44,7 +44,7 @@ def _two_node_run(strategy: str, out: Path) -> tuple[str, float]:
         procs = []
         start = time.monotonic()
         for rank, node in enumerate((node0, node1)):
-            env = {**clean_environ(), "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", **ONE_THREAD}
+            env = launch_env(ONE_THREAD)
             if node.interface:
                 env["GLOO_SOCKET_IFNAME"] = node.interface  # gloo's interface: the veth, not the host name's address
             cmd = [*node.prefix, TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
@@ -111,7 +111,7 @@ def test_horovodrun_with_two_host_entries_matches_self_launched_horovod(tmp_path
     if second is None:
         pytest.skip("this machine has no IPv4 address besides loopback, so horovodrun cannot be given a second host")
     horovodrun = str(Path(sys.executable).with_name("horovodrun"))
-    env = {**clean_environ(), "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", **ONE_THREAD}
+    env = launch_env(ONE_THREAD)
     cmd = [horovodrun, "-np", "2", "-H", f"127.0.0.1:1,{second}:1", "--gloo", sys.executable, TRAIN, "--strategy", "horovod",
            "--devices", "1", "--output-dir", str(tmp_path / "two_hosts"), *COMMON]  # fmt: skip
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=420)

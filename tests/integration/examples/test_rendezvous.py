@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
-from tests.helpers.launch import REPO_ROOT, clean_environ, kill_tree, processes_naming
+from tests.helpers.launch import REPO_ROOT, kill_tree, launch_env, processes_naming
 from tests.helpers.netns import two_nodes
 from tests.helpers.runif import RunIf
 
@@ -29,7 +29,7 @@ COMMON = ["--max-epochs", "1", "--logger", "none", "--accelerator", "cpu", "--nu
 
 
 def _run(cmd: list[str], env: dict[str, str], marker: str) -> tuple[int, str, float]:
-    full_env = {**clean_environ(), "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", **env}
+    full_env = launch_env(env)
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)  # fmt: skip

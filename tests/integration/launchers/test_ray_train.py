@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
-from tests.helpers.launch import REPO_ROOT, clean_environ, run_python
+from tests.helpers.launch import REPO_ROOT, launch_env, run_python
 from tests.helpers.runif import RunIf
 
 pytestmark = [pytest.mark.timeout(600), *RunIf(ray=True).marks]
@@ -37,7 +37,7 @@ _BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 def _ray_env(cluster) -> dict[str, str]:
     # RAY_DEDUP_LOGS=0: each worker's lines keep their own pid (the test reads who printed what).
     # ONE_THREAD: a local Ray started by the run inherits the driver's environment (see ONE_THREAD above).
-    return {**clean_environ(), **cluster.env, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0", **ONE_THREAD}
+    return launch_env({**cluster.env, "RAY_DEDUP_LOGS": "0", **ONE_THREAD})
 
 
 def _start_ray_run(cluster, out: Path, *flags: str, address: str | None = "cluster", env: dict[str, str] | None = None) -> subprocess.Popen:

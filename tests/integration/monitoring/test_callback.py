@@ -8,14 +8,13 @@ The tests that launch processes; the in-process ones are in ``tests/unit/monitor
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from lightning_mgpu.monitoring.diagnosis import load_diagnoses
-from tests.helpers.launch import REPO_ROOT, run_python
+from tests.helpers.launch import REPO_ROOT, launch_env, run_python
 from tests.unit.monitoring.test_callback import read_metrics  # noqa: F401
 
 RUN = str(REPO_ROOT / "tests" / "integration" / "runners" / "run_gpu_monitor.py")
@@ -64,7 +63,7 @@ def test_other_strategies_gather_every_rank(strategy: str, tmp_path: Path) -> No
         horovodrun = str(Path(sys.executable).with_name("horovodrun"))
         import subprocess
 
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        env = launch_env()
         proc = subprocess.run(
             [horovodrun, "-np", "2", "--gloo", sys.executable, *args, "--devices", "1"],
             cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240,

@@ -19,8 +19,11 @@ from lightning_mgpu.utilities.checkpoint import (
     load_checkpoint_file,
     read_checkpoint,
 )
-from lightning_mgpu.utilities.sharded_checkpoint import temporary_folder, write_sharded_checkpoint
-from tests.helpers.launch import REPO_ROOT
+from lightning_mgpu.utilities.sharded_checkpoint import (
+    temporary_folder,
+    write_sharded_checkpoint,
+)
+from tests.helpers.launch import REPO_ROOT, launch_env
 
 KILL_TRIALS = 12
 
@@ -40,7 +43,7 @@ def test_sigkill_during_saves_never_leaves_a_torn_checkpoint(tmp_path: Path, fmt
     outcomes = []
     # One server forks each trial's saving process (see run_save_loop): the kill hits a process mid-save as before.
     server = subprocess.Popen([sys.executable, "-m", "tests.integration.runners.run_save_loop"], cwd=REPO_ROOT,
-                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdin=subprocess.PIPE,
+                              env=launch_env(), stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         for trial in range(KILL_TRIALS):

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from lightning_mgpu.utilities.checkpoint import read_checkpoint
-from tests.helpers.launch import REPO_ROOT, clean_environ, processes_naming, run_python
+from tests.helpers.launch import REPO_ROOT, launch_env, processes_naming, run_python
 from tests.helpers.runif import RunIf
 
 STOP_BOUND_S = 30.0
@@ -80,7 +80,7 @@ def _group_alive(pgid: int) -> bool:
 
 def _interrupt(cmd: list[str], out: Path, seed: int, env: dict[str, str] = ENV) -> tuple[int, str, float]:
     """Start ``cmd`` in its own process group; once the first epoch's checkpoint exists, SIGINT the group."""
-    env = {**clean_environ(), "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO_ROOT), **env}
+    env = launch_env(env)
     proc = subprocess.Popen([sys.executable, *cmd], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
     try:

@@ -5,7 +5,6 @@ The tests that launch processes; the in-process ones are in ``tests/unit/reliabi
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.launch import REPO_ROOT, run_python
+from tests.helpers.launch import REPO_ROOT, launch_env, run_python
 from tests.helpers.runif import RunIf
 
 # Every transition that failed before, in two launches (a launch is mostly imports; each *_spawn fit starts 2 workers):
@@ -51,8 +50,7 @@ def test_a_pinned_port_held_by_another_program_is_replaced_with_a_notice() -> No
 @pytest.mark.timeout(400)
 def test_two_jobs_started_at_the_same_moment_both_finish(tmp_path: Path) -> None:
     train = str(REPO_ROOT / "examples" / "train.py")
-    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "MASTER_ADDR")}
-    env["PYTHONPATH"] = str(REPO_ROOT)
+    env = launch_env()  # without MASTER_PORT/MASTER_ADDR: each job finds its own port
     jobs = [
         subprocess.Popen([sys.executable, train, "--max-steps", "5", "--logger", "none", "--output-dir", str(tmp_path / f"job{i}")],
                          cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -17,8 +17,8 @@ from lightning.fabric.plugins.environments.lightning import find_free_network_po
 
 from tests.helpers.launch import (
     REPO_ROOT,
-    clean_environ,
     kill_tree,
+    launch_env,
     max_abs_diff,
     run_parity,
     run_parity_here,
@@ -33,7 +33,7 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 def _ddp2_on_two_nodes(out: Path, *extra: str) -> dict[int, dict[str, torch.Tensor]]:
     port = str(find_free_network_port())
-    env = {**clean_environ(), "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", **ONE_THREAD}
+    env = launch_env(ONE_THREAD)
     procs = [
         subprocess.Popen(
             [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank), "--master-addr", "127.0.0.1",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import cgroup
-from tests.helpers.launch import REPO_ROOT, clean_environ
+from tests.helpers.launch import REPO_ROOT, launch_env
 
 pytestmark = [pytest.mark.timeout(300)]
 if (why := cgroup.available()) is not None:
@@ -31,7 +31,7 @@ ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1"}
 
 
 def _fit(out: Path, strategy: str, devices: int, width: int, groups: list[cgroup.MemoryCgroup]) -> subprocess.CompletedProcess:
-    env = {**clean_environ(), "PYTHONPATH": str(REPO_ROOT), **ENV, **cgroup.rank_env(groups)}
+    env = launch_env({**ENV, **cgroup.rank_env(groups)})
     cmd = [sys.executable, "-m", "tests.integration.runners.run_capped_fit", "--out", str(out), "--strategy", strategy,
            "--devices", str(devices), "--width", str(width), "--layers", str(LAYERS)]  # fmt: skip
     return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
