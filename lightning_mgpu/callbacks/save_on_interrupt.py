@@ -31,6 +31,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
+from lightning_mgpu.utilities.child_observer import stop_child_observer
 from lightning_mgpu.utilities.process_group import in_spawned_worker
 
 _SAME_CTRL_C_S = 1.0  # signals closer than this are one Ctrl-C
@@ -184,3 +185,7 @@ class SaveOnInterrupt(Callback):
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self._restore_handler()
+        if isinstance(exception, KeyboardInterrupt):
+            # Lightning now SIGKILLs the other ranks and exits this one; its child-process observer must not kill this
+            # rank while it does (exit -9 instead of 130, its exit handlers cut off). CleanExit does the same.
+            stop_child_observer(trainer.strategy.launcher)

@@ -1,0 +1,63 @@
+"""stop_child_observer against Lightning's real child-process observer, with stand-in children (no process starts)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+from lightning.fabric.strategies.launchers import subprocess_script
+
+from lightning_mgpu.utilities.child_observer import stop_child_observer
+
+
+class _Child:
+    """A child rank that Lightning SIGKILLed after a Ctrl-C: it has exited with -9."""
+
+    pid = 123456
+    returncode = -signal.SIGKILL
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+
+    def poll(self) -> int:
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        self.signals.append(signum)
+
+
+class _Launcher:
+    def __init__(self, procs: list[Any]) -> None:
+        self.procs = procs
+
+
+@pytest.fixture
+def kills(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The signals the observer sends to whole processes (never delivered: this test process is the "main" one)."""
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(subprocess_script.os, "kill", lambda pid, signum: sent.append((pid, signum)))
+    return sent
+
+
+def test_without_it_lightnings_observer_kills_the_main_process(kills: list[tuple[int, int]]) -> None:
+    # The hazard itself, on the Lightning installed here: if this stops failing, the helper may no longer be needed.
+    launcher = _Launcher([_Child()])
+    observer = subprocess_script._ChildProcessObserver(main_pid=os.getpid(), child_processes=launcher.procs)
+    assert observer._run() is True
+    assert kills == [(os.getpid(), signal.SIGKILL)]
+
+
+def test_it_leaves_the_observer_nothing_to_kill_and_the_launcher_every_child(kills: list[tuple[int, int]]) -> None:
+    child = _Child()
+    launcher = _Launcher([child])
+    observer = subprocess_script._ChildProcessObserver(main_pid=os.getpid(), child_processes=launcher.procs)
+    assert stop_child_observer(launcher) is True
+    assert observer._run() is True and kills == [] and child.signals == []  # it ends, and signals nothing
+    assert launcher.procs == [child]  # Lightning's own kill after the interrupt still reaches the child
+
+
+@pytest.mark.parametrize("launcher", [None, object(), _Launcher([])], ids=["none", "no-procs", "no-children"])
+def test_a_launcher_without_children_is_left_alone(launcher: Any) -> None:
+    assert stop_child_observer(launcher) is False
