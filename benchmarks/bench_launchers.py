@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -31,9 +30,10 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import interleave
+from benchmarks.harness.ranks import REPO_ROOT as ROOT
+from benchmarks.harness.ranks import repo_env
 from benchmarks.harness.result import ratio, write_result
 
-ROOT = Path(__file__).resolve().parents[1]
 TRAIN = str(ROOT / "examples" / "train.py")
 BIN = Path(sys.executable).parent
 ALL_ARMS = ("lightning", "torchrun", "ray", "horovod", "horovodrun")
@@ -69,7 +69,7 @@ def run_arm(arm: str, epochs: int) -> tuple[float, float]:
     """``(seconds per training sample, wall seconds)`` of one run."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / arm
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+        env = repo_env(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
         for key in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK"):
             env.pop(key, None)
         start = time.perf_counter()

@@ -36,10 +36,10 @@ def clean_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in RENDEZVOUS}
 
 
-def launch_env(extra: dict[str, str] | None = None, *, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a process a test launches: ``base`` (default :func:`clean_environ`), unbuffered output and
-    ``extra``, with the repository first on ``PYTHONPATH`` (the launched runners and helpers import ``tests.``)."""
-    env = {**(clean_environ() if base is None else base), "PYTHONUNBUFFERED": "1", **(extra or {})}
+def launch_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a process a test launches: :func:`clean_environ`, unbuffered output and ``extra``, with the
+    repository first on ``PYTHONPATH`` (the launched runners and helpers import ``tests.``)."""
+    env = {**clean_environ(), "PYTHONUNBUFFERED": "1", **(extra or {})}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return env
 
