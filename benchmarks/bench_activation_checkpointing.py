@@ -41,12 +41,10 @@ work grows by exactly it: on the committed H200 report the transformer's every_k
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +52,8 @@ import torch
 from torch import nn
 
 from benchmarks.harness import interleave
+from benchmarks.harness.cli import parser
+from benchmarks.harness.clock import timed
 from benchmarks.harness.result import figure, ratio, write_result
 from lightning_mgpu.callbacks import ActivationCheckpointing
 
@@ -155,16 +155,6 @@ def device_busy_s(step: Callable[[], None], device: torch.device) -> float:
     return sum(e.self_device_time_total for e in device_events) * 1e-6  # µs
 
 
-def timed(step: Callable[[], None], device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
-    step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - t0
-
-
 def run(kind: str, device: torch.device, depth: int, width: int, batch: int, seq: int, repeats: int) -> tuple[list[dict], dict[str, list[float]]]:
     torch.manual_seed(0)
     base = Stack(kind, depth, width).to(device)
@@ -201,7 +191,7 @@ def run(kind: str, device: torch.device, depth: int, width: int, batch: int, seq
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__)
     p.add_argument("--model", choices=("mlp", "transformer", "both"), default="both")
     p.add_argument("--device", choices=("cpu", "cuda", "all"), default="all")
     p.add_argument("--depth", type=int, default=16)
@@ -209,7 +199,6 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=None, help="default: 128 (mlp), 8 (transformer); x8 on cuda")
     p.add_argument("--seq", type=int, default=64, help="transformer sequence length")
     p.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
-    p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     args = p.parse_args()
     devices = [torch.device("cpu")] if args.device in ("cpu", "all") else []
     if args.device in ("cuda", "all") and torch.cuda.is_available():

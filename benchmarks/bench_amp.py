@@ -32,21 +32,19 @@ import argparse
 import gc
 import statistics
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
 from benchmarks.harness import interleave
-from benchmarks.harness.clock import step_clock, synchronize
+from benchmarks.harness.cli import parser
+from benchmarks.harness.clock import raw_steps
 from benchmarks.harness.models import Trainable
 from benchmarks.harness.result import figure, ratio, write_result
 from benchmarks.harness.stats import median_interval
-from benchmarks.harness.trainer import quiet_trainer
+from benchmarks.harness.trainer import timed_fit
 from lightning_mgpu.callbacks import AutoMixedPrecision
 from lightning_mgpu.monitoring.peak_flops import dense_peak_flops
 
@@ -59,16 +57,11 @@ ARMS = ("fp32", "tf32", "bf16", "fp16", "bf16_plain", "fp16_plain", "raw_bf16", 
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, rounds=5, steps=10, warmup=3, width=2048)  # the warm-up: cuBLAS heuristics, the allocator
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--arms", default=",".join(ARMS), type=lambda s: [a for a in s.split(",") if a])
-    p.add_argument("--rounds", default=5, type=int, help="interleaved rounds")
-    p.add_argument("--steps", default=10, type=int, help="timed steps per run")
-    p.add_argument("--warmup", default=3, type=int, help="untimed steps per run (cuBLAS heuristics, the allocator)")
-    p.add_argument("--width", default=2048, type=int, help="d; the hidden layer is 4d")
-    p.add_argument("--depth", default=6, type=int, help="MLP blocks")
+    p.add_argument("--depth", default=6, type=int, help="MLP blocks of d -> 4d -> d (d: --width)")
     p.add_argument("--tokens", default=8192, type=int, help="rows per batch")
-    p.add_argument("--result", default=None, type=Path, help="write every round for benchmarks/run.py here")
     args = p.parse_args(argv)
     unknown = sorted(set(args.arms) - set(ARMS))
     if unknown:
@@ -133,21 +126,15 @@ def lightning_arm(args: argparse.Namespace, arm: str, batches: list, device: tor
 
     precision = PRECISION[arm.removesuffix("_plain")][0]
     torch.set_float32_matmul_precision("high" if arm == "tf32" else "highest")
-    clock = step_clock(device)
-    callbacks: list[pl.Callback] = [clock]
-    amp = None
-    if precision != "32-true" and not arm.endswith("_plain"):
-        amp = AutoMixedPrecision()  # monitors the explicit plugin: counts fp16's skipped steps, logs the scale
-        callbacks.append(amp)
+    # AutoMixedPrecision monitors the explicit plugin: it counts fp16's skipped steps and logs the scale.
+    amp = AutoMixedPrecision() if precision != "32-true" and not arm.endswith("_plain") else None
     # fp16 through its plugin, as Lightning builds it on CUDA: Lightning turns precision="16-mixed" into bf16 on a CPU.
     plugins = [MixedPrecision("16-mixed", device.type, scaler=torch.amp.GradScaler(device.type))] if precision == "16-mixed" else []
     base = start_peak(device)
-    steps = args.warmup + args.steps + 1
-    trainer = quiet_trainer(accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, max_steps=steps, plugins=plugins,
-                            precision=None if plugins else precision, callbacks=callbacks)  # fmt: skip
-    loader = DataLoader([batches[i % len(batches)] for i in range(steps)], batch_size=None)  # the batches as they are
+    loader = DataLoader([batches[i % len(batches)] for i in range(args.warmup + args.steps + 1)], batch_size=None)  # as they are
     model = Trainable(build_model(args), mse_fp32, lambda params: torch.optim.AdamW(params, lr=1e-4))
-    trainer.fit(model, train_dataloaders=loader)
+    clock = timed_fit(model, loader, warmup=args.warmup, steps=args.steps, device=device, callbacks=[amp] if amp else [], devices=1,
+                      accelerator="gpu" if device.type == "cuda" else "cpu", plugins=plugins, precision=None if plugins else precision)  # fmt: skip
     peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
     counted = {"optimizer_steps": amp.optimizer_steps, "skipped_steps": amp.skipped_steps} if amp is not None else {}
     torch.set_float32_matmul_precision("highest")
@@ -161,11 +148,8 @@ def raw_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.dev
     model = build_model(args).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
-    marks = []
-    for i in range(args.warmup + args.steps + 1):
-        synchronize(device)
-        marks.append(time.perf_counter())
-        x, y = batches[i % len(batches)]
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
         optimizer.zero_grad()
         with torch.autocast(device.type, dtype=dtype):
             loss = mse_fp32(model(x), y)
@@ -176,8 +160,9 @@ def raw_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.dev
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
-    synchronize(device)
-    marks.append(time.perf_counter())
+
+    count = args.warmup + args.steps + 1
+    marks = raw_steps(step, (batches[i % len(batches)] for i in range(count)), count, device)[0]
     peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
     return median_interval(marks, args.warmup, args.steps), peak
 

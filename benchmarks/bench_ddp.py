@@ -40,14 +40,14 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import RankFailure, interleave, run_ranks, write_rank_result
-from benchmarks.harness.clock import step_clock, synchronize
+from benchmarks.harness.cli import config, parser
+from benchmarks.harness.clock import now, raw_steps, timed
 from benchmarks.harness.result import figure, ratio, write_result
-from benchmarks.harness.stats import median_interval
+from benchmarks.harness.stats import median_duration, median_interval
 from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
 
 WORLD = 2
@@ -96,15 +96,7 @@ def communication_figures(times: dict[str, list[float]]) -> dict[str, float]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--steps", type=int, default=20, help="timed steps per run")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per run")
-    p.add_argument("--batch-size", type=int, default=64, help="per rank")
-    p.add_argument("--hidden", type=int, default=1024)
-    p.add_argument("--threads", type=int, default=1, help="torch threads per rank on CPU")
-    p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
+    p = parser(__doc__, accelerator="cpu", rounds=7, steps=20, warmup=3, batch_size=64, hidden=1024, threads=1)
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -113,21 +105,16 @@ class Body:
     """Times each step's body, the same work in both loops: zero_grad, forward, backward and the optimizer step."""
 
     def __init__(self, device: Any) -> None:
-        self.device = device
-        self.starts: list[float] = []
-        self.ends: list[float] = []
+        self.device, self.starts, self.ends = device, [], []
 
     def begin(self) -> None:
-        synchronize(self.device)
-        self.starts.append(time.perf_counter())
+        self.starts.append(now(self.device))
 
     def end(self) -> None:
-        synchronize(self.device)
-        self.ends.append(time.perf_counter())
+        self.ends.append(now(self.device))
 
     def median(self, args: argparse.Namespace) -> float:
-        pairs = list(zip(self.starts, self.ends))[args.warmup : args.warmup + args.steps]
-        return statistics.median(e - s for s, e in pairs)
+        return median_duration(self.starts[: args.warmup + args.steps], self.ends, args.warmup)
 
 
 def build_model(hidden: int) -> Any:
@@ -189,20 +176,17 @@ def raw_ddp(args: argparse.Namespace, device: Any) -> dict[str, float]:
 
     def run(ddp: Any, optimizer: Any, sync: bool = True) -> tuple[float, float]:
         """The median step, and the median of its body (zero_grad, forward, backward, optimizer step)."""
-        marks: list[float] = []
         body = Body(device)
-        for x, y in make_loader(args, dist.get_rank()):
-            synchronize(device)
-            marks.append(time.perf_counter())
-            x, y = x.to(device), y.to(device)
+
+        def step(x: Any, y: Any) -> None:
             body.begin()
             optimizer.zero_grad()
             with contextlib.nullcontext() if sync else ddp.no_sync():
                 nn.functional.cross_entropy(ddp(x), y).backward()
             optimizer.step()
             body.end()
-            if len(marks) > args.warmup + args.steps:
-                break
+
+        marks = raw_steps(step, make_loader(args, dist.get_rank()), args.warmup + args.steps + 1, device)[0]
         return median_interval(marks, args.warmup, args.steps), body.median(args)
 
     ddp, optimizer = wrap()
@@ -217,15 +201,9 @@ def raw_ddp(args: argparse.Namespace, device: Any) -> dict[str, float]:
         if not all(torch.equal(a, b) for a, b in zip(trained, variant.parameters())):
             raise RuntimeError(f"bench_ddp: the {name} arm trained differently from plain DDP; its timing would compare other work.")
     flat = torch.zeros(sum(p.numel() for p in ddp.parameters()), device=device)
-    marks = []
-    for _ in range(args.warmup + args.steps + 1):
-        synchronize(device)
-        marks.append(time.perf_counter())
-        dist.all_reduce(flat)
-    synchronize(device)
-    marks.append(time.perf_counter())
+    allreduce = statistics.median([timed(lambda: dist.all_reduce(flat), device) for _ in range(args.warmup + args.steps)][args.warmup :])
     return {"raw": step, "raw_body": body, "raw_no_sync": no_sync, "raw_no_comm": no_comm_step, "raw_blocking": blocking_step,
-            "raw_bucket_view": bucket_view_step, "allreduce": median_interval(marks, args.warmup, args.steps)}
+            "raw_bucket_view": bucket_view_step, "allreduce": allreduce}
 
 
 def lightning_ddp(args: argparse.Namespace, name: str, save_on_interrupt: bool = False) -> dict[str, float]:
@@ -233,7 +211,8 @@ def lightning_ddp(args: argparse.Namespace, name: str, save_on_interrupt: bool =
     import torch
 
     from benchmarks.harness.models import Trainable
-    from benchmarks.harness.trainer import quiet_trainer
+    from benchmarks.harness.trainer import timed_fit
+    from lightning_mgpu.callbacks import SaveOnInterrupt
 
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if args.accelerator == "gpu" else torch.device("cpu")
     body = Body(device)
@@ -247,16 +226,10 @@ def lightning_ddp(args: argparse.Namespace, name: str, save_on_interrupt: bool =
             super().optimizer_step(*a, **kw)
             body.end()
 
-    clock = step_clock(device)
-    callbacks: list[Any] = [clock]
-    if save_on_interrupt:
-        from lightning_mgpu.callbacks import SaveOnInterrupt
-
-        callbacks.append(SaveOnInterrupt(dirpath=os.devnull))  # never saves here: nothing signals it
-    os.environ["WORLD_SIZE"] = str(WORLD)  # Lightning's teardown of the previous run removes it
-    quiet_trainer(strategy="ddp", accelerator=args.accelerator, devices=WORLD, max_steps=args.warmup + args.steps + 1,
-                  callbacks=callbacks, use_distributed_sampler=False).fit(
-        Module(build_model(args.hidden), loader=lambda m: make_loader(args, m.global_rank)))  # fmt: skip
+    callbacks = [SaveOnInterrupt(dirpath=os.devnull)] if save_on_interrupt else []  # never saves here: nothing signals it
+    module = Module(build_model(args.hidden), loader=lambda m: make_loader(args, m.global_rank))
+    clock = timed_fit(module, warmup=args.warmup, steps=args.steps, device=device, callbacks=callbacks, strategy="ddp",
+                      accelerator=args.accelerator, devices=WORLD, use_distributed_sampler=False)  # fmt: skip
     return {name: median_interval(clock.marks, args.warmup, args.steps), f"{name}_body": body.median(args)}
 
 
@@ -270,12 +243,10 @@ def worker(args: argparse.Namespace) -> None:
     device = torch.device("cuda", rank) if args.accelerator == "gpu" else torch.device("cpu")
 
     def slowest(figures: dict[str, float]) -> dict[str, float]:
-        """The ranks step in lockstep: each figure is the slower rank's."""
-        for key, seconds in figures.items():
-            t = torch.tensor([seconds], device=device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            figures[key] = float(t)
-        return figures
+        """The ranks step in lockstep: each figure is the slower rank's (all of them in one all-reduce)."""
+        slowest = torch.tensor(list(figures.values()), dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        return dict(zip(figures, slowest.tolist()))
 
     def raw() -> dict[str, float]:
         if not dist.is_initialized():  # the first Lightning run creates the process group; a raw run before it alike
@@ -287,12 +258,8 @@ def worker(args: argparse.Namespace) -> None:
         "raw": raw,
         "ddp_save_on_interrupt": lambda: slowest(lightning_ddp(args, "ddp_save_on_interrupt", save_on_interrupt=True)),
     }, args.rounds, report=rank == 0)  # fmt: skip
-    times: dict[str, list[float]] = {}
-    for per_round in zip(*rounds.values()):
-        for figures in per_round:
-            for key, seconds in figures.items():
-                times.setdefault(key, []).append(seconds)
-    write_rank_result(args.worker_out, times)
+    # Each arm's figures by name, round by round: "ddp" and "ddp_body" from the ddp arm, and so on.
+    write_rank_result(args.worker_out, {key: [r[key] for r in runs] for runs in rounds.values() for key in runs[0]})
     # A live gloo group at interpreter exit can abort the rank ("terminate called without an active exception").
     destroy_process_group_if_done()
 
@@ -316,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
                  **{label: figure(round(value, 3)) for label, value in overhead.items()},
                  EFFICIENCY: figure(round(comm[EFFICIENCY], 3), goal=1.0),
                  **{label: figure(round(comm[label], 3), higher_is_better=label == HIDDEN) for label in (BOOKKEEPING, BUCKETED, HIDDEN, EFFICIENCY_VIEW)}},
-        config={k: getattr(args, k) for k in ("accelerator", "rounds", "steps", "warmup", "batch_size", "hidden", "threads")} | {"world_size": WORLD},
+        config=config(args) | {"world_size": WORLD},
     )  # fmt: skip
 
 

@@ -35,9 +35,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -45,7 +44,9 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from benchmarks.harness import interleave
-from benchmarks.harness.clock import step_clock
+from benchmarks.harness.cli import config, parser
+from benchmarks.harness.clock import step_clock, timed
+from benchmarks.harness.models import train_step
 from benchmarks.harness.ranks import REPO_ROOT, repo_env
 from benchmarks.harness.result import figure, ratio, write_result
 from benchmarks.harness.stats import median_duration
@@ -55,16 +56,8 @@ from lightning_mgpu.demos.synthetic import make_synthetic_images
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
-    p.add_argument("--rounds", default=9, type=int, help="interleaved A/B rounds")
-    p.add_argument("--steps", default=20, type=int, help="timed steps per run")
-    p.add_argument("--warmup", default=5, type=int, help="untimed steps per run")
-    p.add_argument("--batch-size", default=32, type=int, help="per device")
-    p.add_argument("--width", default=16, type=int, help="ImageClassifier width")
+    p = parser(__doc__, accelerator="cpu", rounds=9, steps=20, warmup=5, batch_size=32, width=16, threads=1)
     p.add_argument("--image-size", default=16, type=int)
-    p.add_argument("--threads", default=1, type=int, help="torch CPU threads (1 keeps CPU timings steady)")
-    p.add_argument("--result", default=None, type=Path, help="write every round for benchmarks/run.py here")
     # Internal: one DDP measurement in processes launched by Lightning.
     p.add_argument("--worker", default=None, choices=("ddp",), help=argparse.SUPPRESS)
     p.add_argument("--devices", default=1, type=int, help=argparse.SUPPRESS)
@@ -102,22 +95,10 @@ def torch_run(args: argparse.Namespace) -> float:
     """The bare model in a hand-written loop on the same device."""
     device = torch.device("cuda", 0) if args.accelerator == "gpu" else torch.device("cpu")
     model = make_model(args).to(device)
-    optimizer = model.configure_optimizers()
-    times: list[float] = []
-    for step, (x, y) in enumerate(make_loader(args, args.batch_size)):
-        x, y = x.to(device), y.to(device)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        if step >= args.warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    step = train_step(model, model.configure_optimizers(), F.cross_entropy)
+    # Each step alone, the batch already on the device: as the Lightning arms' batch-start-to-end clock.
+    times = [timed(partial(step, x.to(device), y.to(device)), device) for x, y in make_loader(args, args.batch_size)]
+    return statistics.median(times[args.warmup :])
 
 
 def ddp_run(args: argparse.Namespace, devices: int) -> tuple[float, list[int]]:
@@ -152,15 +133,9 @@ def single_device(args: argparse.Namespace) -> dict[str, list[float]]:
 
 def multi_gpu(args: argparse.Namespace, n: int) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
     """dp and ddp on ``n`` GPUs: step times per round, and the last round's peak memory per GPU of each."""
-    peaks: dict[str, list[int]] = {}
-
-    def record(name: str, run: Any) -> float:
-        seconds, peaks[name] = run()
-        return seconds
-
-    times = interleave({"dp": lambda: record("dp", lambda: lightning_run(args, "dp", n)),
-                        "ddp": lambda: record("ddp", lambda: ddp_run(args, n))}, args.rounds, describe=ms)  # fmt: skip
-    return times, peaks
+    rounds = interleave({"dp": lambda: lightning_run(args, "dp", n), "ddp": lambda: ddp_run(args, n)}, args.rounds,
+                        describe=lambda r: ms({arm: seconds for arm, (seconds, _) in r.items()}))  # fmt: skip
+    return {arm: [seconds for seconds, _ in runs] for arm, runs in rounds.items()}, {arm: runs[-1][1] for arm, runs in rounds.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -183,9 +158,9 @@ def main(argv: list[str] | None = None) -> None:
         # GPU 0 holds the module, the optimizer state and the gathered outputs; the others only replicas and activations.
         figures[f"dp: GPU 0's peak memory / the mean of the other {n - 1}"] = figure(peaks["dp"][0] / (sum(peaks["dp"][1:]) / (n - 1)))
         memory = {f"{k}_{n}gpu": v for k, v in peaks.items()}
-    config = {k: getattr(args, k) for k in ("accelerator", "rounds", "steps", "warmup", "batch_size", "width", "image_size", "threads")}
     write_result(args.result, name="dp", arms=arms, ratios=ratios, figures=figures, memory=memory, memory_label="peak memory per GPU",
-                 config=config | {"device": torch.cuda.get_device_name(0) if args.accelerator == "gpu" else "cpu"})  # fmt: skip
+                 config=config(args, "accelerator", "rounds", "steps", "warmup", "batch_size", "width", "image_size", "threads")
+                 | {"device": torch.cuda.get_device_name(0) if args.accelerator == "gpu" else "cpu"})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from pathlib import Path
+from itertools import pairwise
 from typing import Any
 
 import lightning.pytorch as pl
@@ -41,7 +41,9 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 from benchmarks.harness import interleave
-from benchmarks.harness.models import Trainable, mlp
+from benchmarks.harness.cli import parser
+from benchmarks.harness.clock import step_clock
+from benchmarks.harness.models import Trainable, mlp, random_data
 from benchmarks.harness.result import figure, write_result
 from benchmarks.harness.result import ratio as ratio_spec
 from benchmarks.harness.trainer import quiet_trainer
@@ -49,45 +51,18 @@ from lightning_mgpu.callbacks import GPUUtilizationMonitor
 from lightning_mgpu.utilities.logging_steps import batches_that_stepped
 
 
-class BatchClock(Callback):
-    """Time per batch after a warm-up, identical in both arms."""
-
-    def __init__(self, warmup: int) -> None:
-        self.warmup, self.t0, self.t1, self.c0, self.c1, self.p0, self.p1, self.n = warmup, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0
-        self.intervals: list[float] = []
-
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
-        if batch_idx == self.warmup:
-            self.t0, self.c0, self.p0 = time.perf_counter(), time.thread_time(), time.process_time()
-
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if batch_idx >= self.warmup:
-            now = time.perf_counter()
-            # End to end: fetching, every hook of every callback, the step.
-            self.intervals.append(now - (self.t1 if batch_idx > self.warmup else self.t0))
-            self.t1, self.c1, self.p1 = now, time.thread_time(), time.process_time()
-            self.n = batch_idx - self.warmup + 1
-
-    @property
-    def median_interval(self) -> float:
-        """The median batch: a batch in which another process took the CPU lands in the tail, not here.
-        So do the monitor's logging windows (1 batch in log_every_n_steps): the hook timing covers them."""
-        return statistics.median(self.intervals) if self.intervals else 0.0
-
-    @property
-    def per_batch(self) -> float:
-        return (self.t1 - self.t0) / max(self.n, 1)
-
-    @property
-    def process_cpu_per_batch(self) -> float:
-        """CPU time of the whole process per batch: the training thread, torch's threads and the monitor's
-        sampler thread. Time other processes take from this one does not count, unlike wall time."""
-        return (self.p1 - self.p0) / max(self.n, 1)
-
-    @property
-    def cpu_per_batch(self) -> float:
-        """Training-thread CPU time per batch: what other processes on the machine do not inflate."""
-        return (self.c1 - self.c0) / max(self.n, 1)
+def batch_figures(clock: Any, warmup: int) -> dict[str, float]:
+    """Time per batch after the warm-up, end to end (fetching, every hook of every callback, the step), from
+    ``harness.clock.step_clock``: the mean in wall time and in process CPU time (every thread, the monitor's sampler
+    included: time other processes take does not count), and the median batch. A batch slowed by another process lands
+    in the median's tail, and so do the monitor's logging windows (1 batch in log_every_n_steps): the hook timing covers
+    them."""
+    ends, n = clock.ends[warmup:], len(clock.ends) - warmup
+    return {
+        "per_batch_s": (ends[-1] - clock.marks[warmup]) / n,
+        "process_cpu_per_batch_s": (clock.cpu_ends[-1] - clock.cpu_marks[warmup]) / n,
+        "median_batch_s": statistics.median([ends[0] - clock.marks[warmup], *(b - a for a, b in pairwise(ends))]),
+    }
 
 
 class TimedMonitor(GPUUtilizationMonitor):
@@ -141,19 +116,11 @@ ARMS = ("off", "empty", "on", "devicestats", "logging")
 def run(args: argparse.Namespace, arm: str, data: TensorDataset, n_keys: int = 1) -> dict[str, float]:
     """One fit. ``arm``: ``off``, ``empty``, ``on`` (the plain monitor), or ``timed`` (the monitor with its
     hooks timed; outside the A/B, since its clock reads, ~6 µs per batch, would count as overhead)."""
-    clock = BatchClock(args.warmup)
-    callbacks: list[Callback] = [clock]
+    clock = step_clock()
     monitor = TimedMonitor() if arm == "timed" else None
-    if monitor is not None:
-        callbacks.append(monitor)
-    elif arm == "on":
-        callbacks.append(GPUUtilizationMonitor())
-    elif arm == "empty":
-        callbacks.append(EmptyCallback())
-    elif arm == "devicestats":
-        callbacks.append(DeviceStatsMonitor())
-    elif arm == "logging":
-        callbacks.append(LoggingOnly(n_keys))
+    each_arm = {"timed": lambda: monitor, "on": GPUUtilizationMonitor, "empty": EmptyCallback, "devicestats": DeviceStatsMonitor,
+                "logging": lambda: LoggingOnly(n_keys)}  # fmt: skip
+    callbacks: list[Callback] = [clock, *([each_arm[arm]()] if arm in each_arm else [])]  # off: the clock alone
     trainer = quiet_trainer(
         default_root_dir=args.root_dir,  # where the monitor's diagnosis.json goes
         strategy=args.strategy, devices=args.devices, max_steps=args.warmup + args.steps, callbacks=callbacks,
@@ -163,11 +130,7 @@ def run(args: argparse.Namespace, arm: str, data: TensorDataset, n_keys: int = 1
     model = Trainable(mlp(args.width, args.width, args.width, 10), optimizer=lambda params: torch.optim.SGD(params, lr=0.01))
     torch.manual_seed(0)
     trainer.fit(model, DataLoader(data, batch_size=args.batch_size, shuffle=True))
-    out = {
-        "per_batch_s": clock.per_batch, "cpu_per_batch_s": clock.cpu_per_batch,
-        "process_cpu_per_batch_s": clock.process_cpu_per_batch, "median_batch_s": clock.median_interval,
-        "rank0": trainer.is_global_zero,
-    }  # fmt: skip
+    out = {**batch_figures(clock, args.warmup), "rank0": trainer.is_global_zero}
     if monitor is not None:
         out["n_keys"] = len(monitor.last_metrics)  # what the monitor logs per window: the logging arm logs as many
         out["hook_s_per_batch"] = monitor.hook_s / (args.warmup + args.steps)
@@ -176,25 +139,16 @@ def run(args: argparse.Namespace, arm: str, data: TensorDataset, n_keys: int = 1
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=9)
-    p.add_argument("--steps", type=int, default=150, help="timed batches per run (after --warmup)")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=32)
+    p = parser(__doc__, rounds=9, steps=150, warmup=10, width=256, batch_size=32, threads=None)
     p.add_argument("--strategy", default="auto")
     p.add_argument("--devices", default="1")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 steadies timings on a shared machine)")
-    p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     args.root_dir = tempfile.mkdtemp(prefix="bench_gpu_monitor_")
     atexit.register(shutil.rmtree, args.root_dir, ignore_errors=True)
     args.devices = int(args.devices) if args.devices.isdigit() else args.devices
-    g = torch.Generator().manual_seed(0)
-    n = args.batch_size * (args.warmup + args.steps + 1) * 2
-    data = TensorDataset(torch.randn(n, args.width, generator=g), torch.randint(0, 10, (n,), generator=g))
+    data = random_data(args.batch_size * (args.warmup + args.steps + 1) * 2, args.width, classes=10, seed=0)
 
     n_keys = int(run(args, "timed", data)["n_keys"])  # warm caches, imports and the allocator once, untimed
     arms = {arm: (lambda arm=arm: run(args, arm, data, n_keys)) for arm in ARMS} | {"timed": lambda: run(args, "timed", data)}

@@ -21,7 +21,6 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -30,26 +29,20 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from benchmarks.harness import interleave
-from benchmarks.harness.clock import step_clock
-from benchmarks.harness.models import Trainable, mlp, random_data
+from benchmarks.harness.cli import config, parser
+from benchmarks.harness.clock import raw_steps
+from benchmarks.harness.models import Trainable, mlp, random_data, train_step
 from benchmarks.harness.ranks import repo_env
 from benchmarks.harness.result import ratio, write_result
 from benchmarks.harness.stats import median_interval
-from benchmarks.harness.trainer import quiet_trainer
+from benchmarks.harness.trainer import timed_fit
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, rounds=11, warmup=3, steps=15, batch_size=64, hidden=1024, threads=1)
     p.add_argument("--np", type=int, default=2, help="workers (when the script launches itself)")
-    p.add_argument("--rounds", type=int, default=11)
-    p.add_argument("--warmup", type=int, default=3, help="steps before timing starts, per run")
-    p.add_argument("--steps", type=int, default=15, help="timed steps per run")
-    p.add_argument("--batch-size", type=int, default=64, help="per worker")
     p.add_argument("--in-features", type=int, default=512)
-    p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--threads", type=int, default=1, help="torch threads per worker (2 workers on 2 cores: 1)")
-    p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     return p.parse_args(argv)
 
 
@@ -75,29 +68,19 @@ def raw_horovod(args: argparse.Namespace) -> float:
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-    marks: list[float] = []
-    for x, y in loader:
-        marks.append(time.perf_counter())
-        optimizer.zero_grad()
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-        if len(marks) > args.warmup + args.steps:
-            break
+    marks = raw_steps(train_step(model, optimizer), loader, args.warmup + args.steps + 1, torch.device("cpu"))[0]
     return median_interval(marks, args.warmup, args.steps)
 
 
 def lightning_run(args: argparse.Namespace, strategy: str, env: dict[str, str]) -> float:
-    clock = step_clock()  # gloo on CPU: nothing queued to wait for
-    # DDP's teardown deletes WORLD_SIZE; restore the external-launch variables before every run.
-    os.environ.update(env)
+    os.environ.update(env)  # the external launch's variables (DDP's teardown deletes WORLD_SIZE)
     # The ddp arm shares horovodrun's workers on purpose; LauncherGuard would (rightly, elsewhere) refuse a non-horovod
     # strategy under horovodrun, so horovodrun's variables are hidden from it for that arm (Horovod is initialised).
     hidden = {k: os.environ.pop(k) for k in ("HOROVOD_SIZE", "HOROVOD_RANK") if strategy != "horovod" and k in os.environ}
     loader = lambda m: DataLoader(make_data(args, m.trainer.world_size), batch_size=args.batch_size, shuffle=True)
     try:
-        quiet_trainer(strategy=strategy, accelerator="cpu", devices=int(os.environ["WORLD_SIZE"]), max_steps=args.warmup + args.steps + 1,
-                      callbacks=[clock]).fit(Trainable(make_model(args), "mse_loss", loader=loader))  # fmt: skip
+        clock = timed_fit(Trainable(make_model(args), "mse_loss", loader=loader), warmup=args.warmup, steps=args.steps,
+                          strategy=strategy, accelerator="cpu", devices=int(os.environ["WORLD_SIZE"]))  # fmt: skip
     finally:
         os.environ.update(hidden)
         if strategy != "horovod" and torch.distributed.is_initialized():
@@ -133,12 +116,12 @@ def worker(args: argparse.Namespace) -> None:
         "ddp": lambda: slowest(lightning_run(args, "ddp", env)),
     }, args.rounds, report=hvd.rank() == 0)  # fmt: skip
     if hvd.rank() == 0:
-        config = {k: getattr(args, k) for k in ("np", "rounds", "warmup", "steps", "batch_size", "in_features", "hidden", "layers", "threads")}
         write_result(
             args.result, name="horovod", arms={k: {"step_s": v} for k, v in times.items()},
             ratios=[ratio("horovod / raw Horovod loop", "horovod", "raw", goal=1.03), ratio("horovod / ddp", "horovod", "ddp"),
                     ratio("ddp / raw Horovod loop", "ddp", "raw")],
-            config={**config, "params": sum(p.numel() for p in make_model(args).parameters()), "world_size": hvd.size()},
+            config={**config(args, "np", "rounds", "warmup", "steps", "batch_size", "in_features", "hidden", "layers", "threads"),
+                    "params": sum(p.numel() for p in make_model(args).parameters()), "world_size": hvd.size()},
         )  # fmt: skip
 
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import interleave
+from benchmarks.harness.cli import parser
 from benchmarks.harness.ranks import REPO_ROOT as ROOT
 from benchmarks.harness.ranks import repo_env
 from benchmarks.harness.result import ratio, write_result
@@ -40,11 +41,9 @@ ALL_ARMS = ("lightning", "torchrun", "ray", "horovod", "horovodrun")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", default=5, type=int)
+    p = parser(__doc__, rounds=5)
     p.add_argument("--epochs", default=3, type=int)
     p.add_argument("--arms", default=",".join(ALL_ARMS), help=f"comma-separated, from {','.join(ALL_ARMS)}")
-    p.add_argument("--result", default=None, type=Path, help="write the raw figures here (benchmarks/run.py)")
     args = p.parse_args(argv)
     args.arms = [a for a in args.arms.split(",") if a]
     unknown = sorted(set(args.arms) - set(ALL_ARMS))
@@ -69,9 +68,8 @@ def run_arm(arm: str, epochs: int) -> tuple[float, float]:
     """``(seconds per training sample, wall seconds)`` of one run."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / arm
-        env = repo_env(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-        for key in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK"):
-            env.pop(key, None)
+        rendezvous = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK")  # each arm's own
+        env = {k: v for k, v in repo_env(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore").items() if k not in rendezvous}
         start = time.perf_counter()
         proc = subprocess.run(command(arm, out, epochs), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
         wall = time.perf_counter() - start

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import launch_ranks
+from benchmarks.harness.cli import parser
 from benchmarks.harness.ranks import REPO_ROOT as REPO
 from benchmarks.harness.ranks import repo_env
 from benchmarks.harness.result import figure, progress, write_result
@@ -57,10 +58,9 @@ GOAL_VS_SINGLE = 1e-4
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__)
     p.add_argument("--steps", type=int, default=10, help="SGD steps")
     p.add_argument("--strategies", nargs="*", default=[a for a in ARMS if a not in ("raw_ddp", "single")], help="arms besides raw_ddp and single")
-    p.add_argument("--result", type=Path, default=None, help="write the figures for benchmarks/run.py here")
     p.add_argument("--raw-worker", type=Path, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 

@@ -45,7 +45,8 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 import lightning.pytorch as pl
 import torch
@@ -53,6 +54,9 @@ from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, TensorDataset
 
 from benchmarks.harness import interleave
+from benchmarks.harness.cli import parser
+from benchmarks.harness.clock import timed
+from benchmarks.harness.machine import usable_cpus
 from benchmarks.harness.ranks import repo_env
 from benchmarks.harness.result import figure, write_result
 from benchmarks.harness.result import ratio as ratio_spec
@@ -93,18 +97,8 @@ def hf_fn(row: dict[str, Any]) -> dict[str, Any]:
     return {"x": x, "y": int(y)}
 
 
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def _transform_range(bounds: tuple[int, int]) -> float:
-    t0 = time.perf_counter()
-    for i in range(*bounds):
-        TRANSFORM(_train_set()[i])
-    return time.perf_counter() - t0
+    return timed(lambda: [TRANSFORM(_train_set()[i]) for i in range(*bounds)])
 
 
 class Parallelism:
@@ -125,9 +119,7 @@ class Parallelism:
         # preprocess call in this process fall back from fork to the forkserver.
         with multiprocessing.get_context("fork").Pool(self.workers) as pool:
             pool.map(_transform_range, [(0, k)] * self.workers)  # the workers' first import and page faults
-            t0 = time.perf_counter()
-            pool.map(_transform_range, [(0, k)] * self.workers)
-            seconds = time.perf_counter() - t0
+            seconds = timed(lambda: pool.map(_transform_range, [(0, k)] * self.workers))
         return self.workers * single / seconds
 
 
@@ -192,26 +184,19 @@ def cold_child(arm: str, n: int, out: Path, workers: int) -> None:
 
 def cold_calls(args: argparse.Namespace, root: Path) -> dict[str, list[float]]:
     """Interleaved rounds of first calls, each in a fresh interpreter; ``{f"cold{n}_{arm}": [seconds per round]}``."""
-    seconds: dict[str, list[float]] = {f"cold{n}_{a}": [] for n in args.cold_samples for a in COLD_ARMS}
-    env = repo_env()
-    for r in range(args.cold_repeats):
-        order = COLD_ARMS[r % len(COLD_ARMS) :] + COLD_ARMS[: r % len(COLD_ARMS)]
-        for n in args.cold_samples:
-            for arm in order:
-                out = root / f"cold-{arm}-{n}-{r}"
-                cmd = [sys.executable, "-m", __spec__.name, "--cold-child", arm, str(n), str(out), "--workers", str(args.workers)]
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"cold call {arm} on {n} samples failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-                seconds[f"cold{n}_{arm}"].append(json.loads(proc.stdout.strip().splitlines()[-1])["seconds"])
-                shutil.rmtree(out, ignore_errors=True)
-            print(
-                f"cold round {r + 1}/{args.cold_repeats}, {n} samples: "
-                + "  ".join(f"{a}={seconds[f'cold{n}_{a}'][-1]:.2f}s" for a in COLD_ARMS)
-                + f"  (load {os.getloadavg()[0]:.1f})",
-                flush=True,
-            )
-    return seconds
+
+    def call(arm: str, n: int) -> float:
+        out = root / f"cold-{arm}-{n}-{time.monotonic_ns()}"
+        cmd = [sys.executable, "-m", __spec__.name, "--cold-child", arm, str(n), str(out), "--workers", str(args.workers)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=repo_env())
+        if proc.returncode != 0:
+            raise RuntimeError(f"cold call {arm} on {n} samples failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+        shutil.rmtree(out, ignore_errors=True)
+        return json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+
+    arms = {f"cold{n}_{arm}": partial(call, arm, n) for n in args.cold_samples for arm in COLD_ARMS}
+    describe = lambda r: "cold calls: " + "  ".join(f"{k}={v:.2f}s" for k, v in r.items()) + f"  (load {os.getloadavg()[0]:.1f})"
+    return interleave(arms, args.cold_repeats, describe=describe)
 
 
 class EpochTimer(Callback):
@@ -235,7 +220,7 @@ def epoch_seconds(dataset: Any) -> float:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__)
     p.add_argument("--samples", type=int, default=1438, help="training samples to preprocess (default and max: the whole split, 1438)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved rounds of the throughput comparison")
     p.add_argument("--epoch-repeats", type=int, default=2, help="interleaved rounds of the epoch comparison")
@@ -250,7 +235,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="sample counts of the cold-call comparison, comma-separated ('' skips it)")
     p.add_argument("--cold-repeats", type=int, default=5, help="interleaved rounds of the cold-call comparison")
     p.add_argument("--cold-child", nargs=3, metavar=("ARM", "N", "OUT"), help=argparse.SUPPRESS)
-    p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     args = p.parse_args(argv)
     args.samples = max(16, min(args.samples, 1438))
     return args
@@ -277,33 +261,28 @@ def start_ray(cpus: int) -> bool:
 
 def throughput(args: argparse.Namespace, root: Path) -> Rounds:
     names = ["serial", "processes", "processes-forkserver"]
-    if not args.skip_ray:
-        if is_available("ray"):
-            names.append("ray")
-        else:
-            print("ray: not installed, skipped (pip install 'lightning_mgpu[ray]')")
-    if not args.skip_litdata:
-        if is_available("litdata"):
-            names += ["litdata"] + ([] if args.skip_litdata_fork else ["litdata-fork"])
-        else:
-            print("litdata: not installed, skipped (pip install --no-deps litdata obstore tifffile; a plain `pip install litdata` replaces torch)")
-    if not args.skip_hf:
-        if is_available("datasets"):
-            names.append("hf-datasets")
-        else:
-            print("hf-datasets: not installed, skipped (pip install datasets)")
+    optional = {  # arm: (the module it needs, whether a flag skips it, how to install the module)
+        "ray": ("ray", args.skip_ray, "pip install 'lightning_mgpu[ray]'"),
+        "litdata": ("litdata", args.skip_litdata, "pip install --no-deps litdata obstore tifffile; a plain `pip install litdata` replaces torch"),
+        "litdata-fork": ("litdata", args.skip_litdata or args.skip_litdata_fork, None),  # litdata's message says it
+        "hf-datasets": ("datasets", args.skip_hf, "pip install datasets"),
+    }  # fmt: skip
+    for name, (module, skipped, install) in optional.items():
+        if not skipped and is_available(module):
+            names.append(name)
+        elif not skipped and install:
+            print(f"{name}: not installed, skipped ({install})")
     if "ray" in names and not start_ray(args.workers):
         names.remove("ray")
     if "processes-forkserver" in names:  # the shared pool, started ahead (calls shorter than its start run in-process)
         t0 = time.perf_counter()
         start_process_pool(args.workers)
         print(f"one-time: start_process_pool() (forkserver)                    {time.perf_counter() - t0:6.2f} s")
-    for name in ("serial", "processes", "processes-forkserver", "ray"):  # warm-up: start-up costs that a long job pays once
-        if name in names:
-            print(f"one-time: first {name:20s} call, 64 samples (start-up) {run_once(name, 64, root, args.workers):6.2f} s")
-    for name in ("serial", "processes", "processes-forkserver", "ray"):  # what every call pays on top of its samples
-        if name in names:
-            print(f"each call: a {name:20s} call of 64 samples after the warm-up {run_once(name, 64, root, args.workers):6.2f} s")
+    ours = [name for name in ("serial", "processes", "processes-forkserver", "ray") if name in names]
+    for name in ours:  # warm-up: start-up costs that a long job pays once
+        print(f"one-time: first {name:20s} call, 64 samples (start-up) {run_once(name, 64, root, args.workers):6.2f} s")
+    for name in ours:  # what every call pays on top of its samples
+        print(f"each call: a {name:20s} call of 64 samples after the warm-up {run_once(name, 64, root, args.workers):6.2f} s")
     parallelism = Parallelism(args.workers)
     # The machine's parallelism is measured as an arm of its own, so that it is taken in every round beside the others.
     rounds = interleave({"offered": parallelism.measure} | {name: (lambda name=name: run_once(name, args.samples, root, args.workers)) for name in names},
@@ -318,24 +297,22 @@ def throughput(args: argparse.Namespace, root: Path) -> Rounds:
     return Rounds(args.samples, seconds, offered)
 
 
-class Rounds:
+class Rounds(NamedTuple):
     """Per-round timings (ratios are paired within a round, where the machine's load is most alike), and the
     parallelism the machine offered in each round."""
 
-    def __init__(self, samples: int, seconds: dict[str, list[float]], offered: list[float]) -> None:
-        self.samples, self.seconds, self.offered = samples, seconds, offered
+    samples: int
+    seconds: dict[str, list[float]]
+    offered: list[float]
 
 
 def epochs(args: argparse.Namespace, root: Path) -> tuple[float, float]:
     subset = TensorDataset(*_train_set()[: args.samples])
     preprocess(subset, root / "epoch-cache", TRANSFORM, backend="processes", num_workers=args.workers, progress=False)
     cached, fly = PreprocessedDataset(root / "epoch-cache"), TransformedDataset(subset, TRANSFORM)
-    t_fly, t_cached = [], []
-    for _ in range(args.epoch_repeats):
-        t_fly.append(epoch_seconds(fly))
-        t_cached.append(epoch_seconds(cached))
-        print(f"epoch: on the fly {t_fly[-1]:.2f} s, from the cache {t_cached[-1]:.2f} s", flush=True)
-    return statistics.median(t_fly), statistics.median(t_cached)
+    rounds = interleave({"on the fly": lambda: epoch_seconds(fly), "from the cache": lambda: epoch_seconds(cached)}, args.epoch_repeats,
+                        describe=lambda r: "epoch: " + ", ".join(f"{k} {v:.2f} s" for k, v in r.items()))  # fmt: skip
+    return statistics.median(rounds["on the fly"]), statistics.median(rounds["from the cache"])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -358,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
         f"load average before: {os.getloadavg()[0]:.1f} (shared machine: expect noise)"
     )
     _ = TRANSFORM(_train_set()[0])
-    per_sample = min(_timed(lambda: TRANSFORM(_train_set()[i])) for i in range(20))
+    per_sample = min(timed(lambda: TRANSFORM(_train_set()[i])) for i in range(20))
     print(f"transform: {per_sample * 1e3:.2f} ms/sample (best of 20)")
     with tempfile.TemporaryDirectory(prefix="bench_preprocess_") as tmp:
         root = Path(tmp)
@@ -388,12 +365,6 @@ def main(argv: list[str] | None = None) -> None:
                "Arms cold<N>_<arm> are first calls, each in a fresh interpreter that has imported torch and Lightning; only the call is timed."],
     )  # fmt: skip
     sys.stdout.flush()
-
-
-def _timed(fn: Any) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 if __name__ == "__main__":

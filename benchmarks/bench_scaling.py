@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.harness import RankFailure, run_ranks, write_rank_result
-from benchmarks.harness.clock import step_clock
+from benchmarks.harness.cli import config, parser
 from benchmarks.harness.result import progress, ratio, write_result
 from benchmarks.harness.stats import median_interval
 from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
@@ -37,20 +37,12 @@ SINGLE = ("dp",)  # one process driving every device (GPU only)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
+    p = parser(__doc__, accelerator="cpu", rounds=5, steps=20, warmup=3, batch_size=64, hidden=1024, threads=1)
     p.add_argument("--counts", type=lambda s: [int(x) for x in s.split(",")], default=None,
                    help="device counts, e.g. 1,2,4 (default: 1, 2, 4, ... up to the GPUs here; 1,2 on CPU)")
     p.add_argument("--strategies", type=lambda s: [x for x in s.split(",") if x], default=None,
                    help="comma-separated, from ddp, sharded, dp (default: all that apply here)")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--steps", type=int, default=20, help="timed steps per run")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per run")
-    p.add_argument("--batch-size", type=int, default=64, help="per device")
-    p.add_argument("--hidden", type=int, default=1024)
-    p.add_argument("--threads", type=int, default=1, help="torch threads per rank on CPU")
     p.add_argument("--launch-timeout", type=float, default=600.0, help="seconds one launch may take before it is killed")
-    p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-strategies", default="", help=argparse.SUPPRESS)
     p.add_argument("--worker-devices", type=int, default=1, help=argparse.SUPPRESS)
@@ -62,22 +54,17 @@ def fit(args: argparse.Namespace, strategy: str, devices: int) -> float:
     import torch
     from torch.utils.data import DataLoader
 
-    from benchmarks.bench_ddp import (
-        build_model,  # bench_ddp's decomposition of this model explains this one's figure
-    )
+    from benchmarks.bench_ddp import build_model  # bench_ddp's decomposition of this model explains this one's figure
     from benchmarks.harness.models import Trainable, random_data
-    from benchmarks.harness.trainer import quiet_trainer
+    from benchmarks.harness.trainer import timed_fit
 
     rank = int(os.environ.get("LOCAL_RANK", 0))
     device = torch.device("cuda", rank) if args.accelerator == "gpu" else torch.device("cpu")
     # dp splits one batch over its devices: N x the per-device batch keeps the work per device fixed.
     batch = args.batch_size * (devices if strategy in SINGLE else 1)
     data = random_data(batch * (args.warmup + args.steps + 2), 256, classes=10, seed=1 + rank)  # each rank its own data
-    clock = step_clock(device)
-    if strategy in RANKED:
-        os.environ["WORLD_SIZE"] = str(devices)  # Lightning's teardown of the previous fit removes it
-    quiet_trainer(strategy=strategy, accelerator=args.accelerator, devices=devices, max_steps=args.warmup + args.steps + 1,
-                  callbacks=[clock], use_distributed_sampler=False).fit(Trainable(build_model(args.hidden)), DataLoader(data, batch_size=batch))
+    clock = timed_fit(Trainable(build_model(args.hidden)), DataLoader(data, batch_size=batch), warmup=args.warmup, steps=args.steps,
+                      device=device, strategy=strategy, accelerator=args.accelerator, devices=devices, use_distributed_sampler=False)  # fmt: skip
     return median_interval(clock.marks, args.warmup, args.steps)
 
 
@@ -109,12 +96,7 @@ def default_counts(accelerator: str) -> list[int]:
         return [1, 2]
     import torch
 
-    available = torch.cuda.device_count()
-    counts, n = [], 1
-    while n <= available:
-        counts.append(n)
-        n *= 2
-    return counts
+    return [2**i for i in range(torch.cuda.device_count().bit_length())]  # 1, 2, 4, ... up to the GPUs here
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -175,8 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"bench_scaling: {arm} failed: {err.splitlines()[0]}")
     write_result(
         args.result, name="scaling", arms=arms, ratios=ratios, failed=failed,
-        config={k: getattr(args, k) for k in ("accelerator", "rounds", "steps", "warmup", "batch_size", "hidden", "threads")}
-        | {"counts": counts, "strategies": [*ranked, *single]},
+        config=config(args) | {"counts": counts, "strategies": [*ranked, *single]},
         notes=["Weak scaling: the batch per device is fixed, so N devices do N times the work of one; efficiency 1.0 is"
                " linear. A strategy is compared with itself at one device."],
         scaling={"samples_per_s": throughput},

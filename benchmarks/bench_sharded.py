@@ -32,14 +32,14 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import RankFailure, interleave, run_ranks, write_rank_result
+from benchmarks.harness.cli import config, parser
 from benchmarks.harness.result import figure, ratio, write_result
+from benchmarks.harness.stats import median_interval
 from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
 
 WORLD = 2
@@ -57,15 +57,8 @@ ZERO2_IDEAL = (4 + 4 / WORLD + 8 / WORLD) / 16
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
+    p = parser(__doc__, accelerator="cpu", batch_size=16, rounds=5, steps=10, warmup=3, threads=1)
     p.add_argument("--hidden", type=int, default=1536, help="MLP width h (params ~ 3 h^2: 7.1M at the default)")
-    p.add_argument("--batch-size", type=int, default=16, help="per rank")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
-    p.add_argument("--steps", type=int, default=10, help="timed steps per run")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per run")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per rank on CPU")
-    p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     p.add_argument("--worker", choices=("memory", "timing"), help=argparse.SUPPRESS)
     p.add_argument("--config", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
@@ -89,75 +82,47 @@ def make_loader(args: argparse.Namespace, rank: int) -> Any:
     return DataLoader(data, batch_size=args.batch_size, sampler=DistributedSampler(data, WORLD, rank, shuffle=False), drop_last=True)
 
 
-def _cuda() -> bool:
+def _device(args: argparse.Namespace) -> Any:
     import torch
 
-    return torch.cuda.is_available()
+    return torch.device("cuda", int(os.environ["LOCAL_RANK"])) if args.accelerator == "gpu" else torch.device("cpu")
 
 
-def _rss_bytes() -> int:
-    import psutil
+def model_state(module: Any, optimizer: Any) -> dict[str, int]:
+    """Bytes of parameters, gradients and optimizer state this rank holds, after an optimizer step (gradients are still
+    there until the next zero_grad). A DTensor (FSDP2) counts its local shard, a sharded optimizer its own state."""
+    from lightning_mgpu.strategies.sharded.strategy import local_optimizer_state_bytes
 
-    return psutil.Process().memory_info().rss
+    local_bytes = lambda tensors: sum((t.to_local() if hasattr(t, "to_local") else t).nbytes for t in tensors)
+    params = list(module.parameters())
+    grads = [p.grad for p in params if p.grad is not None]
+    return {"params": local_bytes(params), "grads": local_bytes(grads), "optimizer": local_optimizer_state_bytes(optimizer)}
 
 
-class _Recorder:
-    """A Lightning callback (built lazily) that times steps and measures model-state bytes after a step."""
-
-    @staticmethod
-    def make(warmup: int) -> Any:
-        import lightning.pytorch as pl
-        import torch
-
-        from lightning_mgpu.strategies.sharded.strategy import (
-            local_optimizer_state_bytes,
-        )
-
-        class Recorder(pl.Callback):
-            def __init__(self) -> None:
-                self.step_times: list[float] = []
-                self.cpu_times: list[float] = []
-                self.state: dict[str, int] = {}
-                self._last: tuple[float, float] | None = None
-
-            def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
-                if _cuda():
-                    torch.cuda.synchronize()
-                now = (time.perf_counter(), time.process_time())
-                if self._last is not None and trainer.global_step > warmup:
-                    self.step_times.append(now[0] - self._last[0])
-                    self.cpu_times.append(now[1] - self._last[1])
-                self._last = now
-                # After the optimizer step and before the next zero_grad: gradients still exist.
-                params = [_local(p) for p in pl_module.parameters()]
-                grads = [_local(p.grad) for p in pl_module.parameters() if p.grad is not None]
-                self.state = {
-                    "params": sum(p.numel() * p.element_size() for p in params),
-                    "grads": sum(g.numel() * g.element_size() for g in grads),
-                    "optimizer": local_optimizer_state_bytes(trainer.optimizers[0]),
-                }
-
-        return Recorder()
+def _step_figures(args: argparse.Namespace, wall: list[float], cpu: list[float]) -> dict[str, float]:
+    """A run's median wall and process-CPU time per step, after the warm-up."""
+    return {"step_s": median_interval(wall, args.warmup, args.steps), "cpu_s": median_interval(cpu, args.warmup, args.steps)}
 
 
 def lightning_run(args: argparse.Namespace, strategy: str) -> dict[str, Any]:
     import torch
+    from lightning.pytorch.callbacks import LambdaCallback
 
     from benchmarks.harness.models import Trainable
-    from benchmarks.harness.trainer import quiet_trainer
+    from benchmarks.harness.trainer import timed_fit
 
     chosen: Any = strategy
     if strategy == "lightning_fsdp":
         from lightning.pytorch.strategies import FSDPStrategy
 
         chosen = FSDPStrategy(sharding_strategy="SHARD_GRAD_OP")  # ZeRO-2: gradients and optimizer state sharded
-    os.environ["WORLD_SIZE"] = str(WORLD)  # Lightning's teardown of the previous run removes it
-    recorder = _Recorder.make(args.warmup)
+    state: dict[str, int] = {}
+    measure = LambdaCallback(on_train_batch_end=lambda trainer, module, *_: state.update(model_state(module, trainer.optimizers[0])))
     model = Trainable(build_model(args.hidden), "mse_loss", lambda params: torch.optim.Adam(params, lr=1e-4),
                       loader=lambda m: make_loader(args, m.global_rank))  # fmt: skip
-    quiet_trainer(strategy=chosen, accelerator=args.accelerator, devices=WORLD, max_steps=args.warmup + args.steps + 1,
-                  use_distributed_sampler=False, callbacks=[recorder]).fit(model)  # fmt: skip
-    return {"step_s": statistics.median(recorder.step_times), "cpu_s": statistics.median(recorder.cpu_times), "state": recorder.state}
+    clock = timed_fit(model, warmup=args.warmup, steps=args.steps, device=_device(args), callbacks=[measure], strategy=chosen,
+                      accelerator=args.accelerator, devices=WORLD, use_distributed_sampler=False)  # fmt: skip
+    return {**_step_figures(args, clock.marks, clock.cpu_marks), "state": state}
 
 
 def raw_fairscale_run(args: argparse.Namespace) -> dict[str, Any]:
@@ -167,7 +132,7 @@ def raw_fairscale_run(args: argparse.Namespace) -> dict[str, Any]:
     from fairscale.nn.data_parallel import ShardedDataParallel
     from fairscale.optim import OSS
 
-    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if args.accelerator == "gpu" else torch.device("cpu")
+    device = _device(args)
     model = build_model(args.hidden).to(device)
     opt = OSS(model.parameters(), optim=torch.optim.Adam, lr=1e-4)
     model = ShardedDataParallel(model, opt, reduce_buffer_size=0)
@@ -176,30 +141,10 @@ def raw_fairscale_run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _raw_loop(args: argparse.Namespace, model: Any, opt: Any, loader: Any, device: Any) -> dict[str, float]:
     """The hand-written training loop of the raw arms; median wall and process-CPU time per step after the warm-up."""
-    import torch
-    from torch import nn
+    from benchmarks.harness.clock import raw_steps
+    from benchmarks.harness.models import train_step
 
-    times, cpu_times, last = [], [], None
-    for step, (x, y) in enumerate(loader, start=1):
-        x, y = x.to(device), y.to(device)
-        opt.zero_grad()
-        nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        now = (time.perf_counter(), time.process_time())
-        if last is not None and step > args.warmup + 1:
-            times.append(now[0] - last[0])
-            cpu_times.append(now[1] - last[1])
-        last = now
-        if step == args.warmup + args.steps + 1:
-            break
-    return {"step_s": statistics.median(times), "cpu_s": statistics.median(cpu_times)}
-
-
-def _local(t: Any) -> Any:
-    """A DTensor's local shard (FSDP2 parameters, gradients and optimizer state), else the tensor."""
-    return t.to_local() if hasattr(t, "to_local") else t
+    return _step_figures(args, *raw_steps(train_step(model, opt), loader, args.warmup + args.steps + 1, device))
 
 
 def raw_fsdp2_run(args: argparse.Namespace) -> dict[str, Any]:
@@ -217,7 +162,7 @@ def raw_fsdp2_run(args: argparse.Namespace) -> dict[str, Any]:
     rank = int(os.environ["LOCAL_RANK"])
     if not dist.is_initialized():
         dist.init_process_group("nccl" if args.accelerator == "gpu" else "gloo", rank=rank, world_size=WORLD)
-    device = torch.device("cuda", rank) if args.accelerator == "gpu" else torch.device("cpu")
+    device = _device(args)
     mesh = init_device_mesh(device.type, (WORLD,))
     model = build_model(args.hidden).to(device)
     for layer in model:
@@ -225,16 +170,7 @@ def raw_fsdp2_run(args: argparse.Namespace) -> dict[str, Any]:
             fully_shard(layer, mesh=mesh, reshard_after_forward=False)
     fully_shard(model, mesh=mesh, reshard_after_forward=False)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    timing = _raw_loop(args, model, opt, make_loader(args, rank), device)
-    params = [_local(p) for p in model.parameters()]
-    grads = [_local(p.grad) for p in model.parameters() if p.grad is not None]
-    opt_state = [_local(v) for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
-    state = {
-        "params": sum(t.numel() * t.element_size() for t in params),
-        "grads": sum(t.numel() * t.element_size() for t in grads),
-        "optimizer": sum(t.numel() * t.element_size() for t in opt_state),
-    }
-    return {**timing, "state": state}
+    return {**_raw_loop(args, model, opt, make_loader(args, rank), device), "state": model_state(model, opt)}
 
 
 RAW = {"raw": "raw_fairscale_run", "fsdp2": "raw_fsdp2_run"}
@@ -253,7 +189,9 @@ def worker(args: argparse.Namespace) -> None:
     rank = int(os.environ["LOCAL_RANK"])
     result: dict[str, Any] = {"rank": rank}
     if args.worker == "memory":
-        result["rss_before_model"] = _rss_bytes()
+        import psutil
+
+        result["rss_before_model"] = psutil.Process().memory_info().rss
         if args.accelerator == "gpu":
             torch.cuda.set_device(rank)
             torch.cuda.reset_peak_memory_stats()
@@ -273,26 +211,25 @@ def worker(args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------- launcher side
-def launch(args: argparse.Namespace, kind: str, config: str) -> list[dict[str, Any]]:
-    """Run 2 ranks of this script as ``--worker KIND``; both are killed if either fails."""
-    forwarded = ["--accelerator", args.accelerator, "--hidden", str(args.hidden), "--batch-size", str(args.batch_size),
-                 "--rounds", str(args.rounds), "--steps", str(args.steps), "--warmup", str(args.warmup),
-                 "--threads", str(args.threads)]  # fmt: skip
+def launch(argv: list[str], kind: str, config: str) -> list[dict[str, Any]]:
+    """Run 2 ranks of this script, with this run's arguments ``argv``, as ``--worker KIND``; both are killed if either
+    fails."""
     try:
-        return run_ranks(__spec__.name, ["--worker", kind, "--config", config, *forwarded], WORLD, what=f"worker {kind}/{config}")
+        return run_ranks(__spec__.name, [*argv, "--worker", kind, "--config", config], WORLD, what=f"worker {kind}/{config}")
     except RankFailure as err:
         raise SystemExit(str(err)) from err
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     if args.worker:
         worker(args)
         return
     n_params = sum(p.numel() for p in build_model(args.hidden).parameters())
     configs = ["ddp", "sharded", "sharded_fsdp2", "fsdp2", *(GPU_ARMS if args.accelerator == "gpu" else [])]
-    memory = {cfg: launch(args, "memory", cfg) for cfg in configs}
-    timing = launch(args, "timing", "all")[0]["arms"]  # rank 0's clocks; the ranks step in lockstep
+    memory = {cfg: launch(argv, "memory", cfg) for cfg in configs}
+    timing = launch(argv, "timing", "all")[0]["arms"]  # rank 0's clocks; the ranks step in lockstep
 
     def state_ratio(cfg: str) -> float:
         """The largest rank's model state (params + grads + optimizer state) against ddp's on the same rank."""
@@ -321,8 +258,7 @@ def main(argv: list[str] | None = None) -> None:
                 ratio("sharded_fsdp2 / raw FSDP2 loop", "sharded_fsdp2", "fsdp2", goal=1.05), ratio("sharded_fsdp2 / ddp", "sharded_fsdp2", "ddp"),
                 *peers],
         figures=figures, memory={cfg: [sum(r["state"].values()) for r in ranks] for cfg, ranks in memory.items()},
-        config={**{k: getattr(args, k) for k in ("accelerator", "hidden", "batch_size", "rounds", "steps", "warmup", "threads")},
-                "params": n_params, "world_size": WORLD, "optimizer": "Adam fp32"},
+        config={**config(args), "params": n_params, "world_size": WORLD, "optimizer": "Adam fp32"},
         notes=["Model state = parameters + gradients + optimizer state held by a rank after an optimizer step.",
                "FSDP2 also shards parameters and gradients (ZeRO-3 storage with reshard_after_forward=False between steps).",
                "Step time is the median of each run's timed steps; wall time is the goal's measure, process CPU time is"

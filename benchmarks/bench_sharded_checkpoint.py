@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import RankFailure, run_ranks, write_rank_result
+from benchmarks.harness.cli import parser
 from benchmarks.harness.result import figure, progress, ratio, write_result
 
 WORLD = 2
@@ -48,12 +49,11 @@ GPU_ARMS = TRAINER_ARMS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__)
     p.add_argument("--width", type=int, default=2048, help="MLP width w; 12 layers of w x w (50M parameters at 2048)")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--rounds", type=int, default=5, help="saves and loads per arm (the first is a warm-up)")
     p.add_argument("--zero3", default=True, action=argparse.BooleanOptionalAction, help="reshard_after_forward (ZeRO-3)")
-    p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"), help="gpu: the Trainer arms on up to 2 GPUs")
     p.add_argument("--arms", default=None, help=f"comma-separated; default on cpu {','.join(ARMS)}, on gpu {','.join(GPU_ARMS)}")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)

@@ -29,6 +29,11 @@ def _version(package: str) -> str | None:
         return None
 
 
+def usable_cpus() -> int:
+    """The cores this process may run on (its affinity), else the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def describe() -> dict[str, Any]:
     """CPU model and cores, GPUs (model, count, interconnect where known), OS, Python and package versions, date."""
     import torch
@@ -37,7 +42,7 @@ def describe() -> dict[str, Any]:
     return {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": _cpu_model(),
-        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cores": usable_cpus(),
         "gpus": gpus,
         # NVLink/PCIe topology needs nvidia-smi; recorded only where CUDA is present and the tool answers.
         "interconnect": _interconnect() if gpus else "none (CPU, gloo on loopback)",

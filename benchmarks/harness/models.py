@@ -37,6 +37,22 @@ def random_data(n: int, features: int, *, classes: int | None = None, targets: i
     return TensorDataset(x, y)
 
 
+def train_step(model: nn.Module, optimizer: Any, loss: Callable[[Any, Any], torch.Tensor] = nn.functional.mse_loss) -> Callable[[Any, Any], None]:
+    """A raw loop's step, in Lightning's order: zero_grad, forward, backward, the optimizer's step.
+
+    Example::
+
+        marks = clock.raw_steps(train_step(model, optimizer), loader, warmup + steps + 1, device)[0]
+    """
+
+    def step(x: Any, y: Any) -> None:
+        optimizer.zero_grad()
+        loss(model(x), y).backward()
+        optimizer.step()
+
+    return step
+
+
 def sgd(params: Any) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=0.01, momentum=0.9)
 

@@ -55,6 +55,28 @@ def _verdict(s: RatioSummary) -> str:
     return f"{met}{' (within noise: rounds straddle 1.0)' if s.straddles_one else ''}".strip()
 
 
+def summary_rows(runs: list[BenchRun], width: int, plain: bool = False) -> list[tuple[str, ...]]:
+    """The summary's rows, one per ratio or figure: benchmark, comparison, median, min-max, rounds, goal and verdict
+    (an error cut to ``width`` characters where a benchmark or an arm failed). ``plain``: for a terminal, no Markdown."""
+    dash = "-" if plain else " – "
+    rows: list[tuple[str, ...]] = []
+    for run in runs:
+        if run.status != "ok":
+            rows.append((run.name, "-" if plain else "—", run.status, "", "", "", (run.error.splitlines() or [""])[-1][:width]))
+            continue
+        for s in run.summaries():
+            if isinstance(s, tuple):
+                rows.append((run.name, s[0], "failed", "", "", "", s[1][:width]))
+            else:
+                verdict = _verdict(s).replace("**", "") if plain else _verdict(s)
+                rows.append((run.name, s.label, f"{s.median:.3f}", f"{s.low:.3f}{dash}{s.high:.3f}", str(s.pairs),
+                             _fmt_goal(s.goal, s.higher_is_better), verdict))  # fmt: skip
+        for label, fig in run.result.get("figures", {}).items():
+            goal = _fmt_goal(fig.get("goal"), fig.get("higher_is_better", False))
+            rows.append((run.name, label, _fmt_value(fig["value"]), "", "", goal, fig.get("verdict", "")))
+    return rows
+
+
 def markdown(runs: list[BenchRun], machine: dict[str, Any], command: str, plots: dict[str, list[str]]) -> str:
     """The report's text."""
     v = machine["versions"]
@@ -74,19 +96,7 @@ def markdown(runs: list[BenchRun], machine: dict[str, Any], command: str, plots:
         "| benchmark | comparison | median | min – max | rounds | goal | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
-    for run in runs:
-        if run.status != "ok":
-            lines.append(f"| {run.name} | — | {run.status} | | | | {run.error.splitlines()[-1][:160] if run.error else ''} |")
-            continue
-        for s in run.summaries():
-            if isinstance(s, tuple):
-                lines.append(f"| {run.name} | {s[0]} | failed | | | | {s[1][:160]} |")
-            else:
-                lines.append(f"| {run.name} | {s.label} | {s.median:.3f} | {s.low:.3f} – {s.high:.3f} | {s.pairs} |"
-                             f" {_fmt_goal(s.goal, s.higher_is_better)} | {_verdict(s)} |")  # fmt: skip
-        for label, fig in run.result.get("figures", {}).items():
-            goal = _fmt_goal(fig.get("goal"), fig.get("higher_is_better", False))
-            lines.append(f"| {run.name} | {label} | {_fmt_value(fig['value'])} | | | {goal} | {fig.get('verdict', '')} |")
+    lines += ["| " + " | ".join(row) + " |" for row in summary_rows(runs, 160)]
     for run in runs:
         lines += ["", f"## {run.name}", "", f"{run.what}. Status: **{run.status}** ({run.seconds:.0f} s)."]
         if run.command:
@@ -133,11 +143,7 @@ def plot(runs: list[BenchRun], folder: Path) -> dict[str, list[str]]:
             ax.boxplot([[x * 1e3 for x in v] for v in arms.values()], tick_labels=list(arms))
             ax.set_ylabel(f"{metric} per round (ms)")
             ax.set_title(f"{run.name}: {metric} per arm")
-            fig.tight_layout()
-            name = f"{run.name}_step_times.png"
-            fig.savefig(folder / name, dpi=110)
-            plt.close(fig)
-            made.setdefault(run.name, []).append(name)
+            made.setdefault(run.name, []).append(_save(plt, fig, folder / f"{run.name}_step_times.png"))
         memory = run.result.get("memory", {})
         if memory:
             fig, ax = plt.subplots(figsize=(max(4, 1.4 * len(memory)), 3.2))
@@ -149,11 +155,7 @@ def plot(runs: list[BenchRun], folder: Path) -> dict[str, list[str]]:
             ax.set_ylabel("MiB")
             ax.set_title(f"{run.name}: {run.result.get('memory_label') or 'model state per rank'}")
             ax.legend()
-            fig.tight_layout()
-            name = f"{run.name}_memory.png"
-            fig.savefig(folder / name, dpi=110)
-            plt.close(fig)
-            made.setdefault(run.name, []).append(name)
+            made.setdefault(run.name, []).append(_save(plt, fig, folder / f"{run.name}_memory.png"))
         scaling = run.result.get("scaling", {}).get("samples_per_s", {})
         if any(scaling.values()):
             made.setdefault(run.name, []).append(_plot_scaling(plt, scaling, run.name, folder))
@@ -176,11 +178,15 @@ def _plot_scaling(plt: Any, samples_per_s: dict[str, dict[str, list[float]]], na
     ax.set_ylabel("samples/s")
     ax.set_title(f"{name}: throughput by device count")
     ax.legend(fontsize="small")
+    return _save(plt, fig, folder / f"{name}_scaling.png")
+
+
+def _save(plt: Any, fig: Any, path: Path) -> str:
+    """Write ``fig`` to ``path`` and close it; returns the file's name, as the report links it."""
     fig.tight_layout()
-    file = f"{name}_scaling.png"
-    fig.savefig(folder / file, dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
-    return file
+    return path.name
 
 
 def write(runs: list[BenchRun], machine: dict[str, Any], command: str, folder: Path, with_plots: bool = True) -> Path:
@@ -217,17 +223,6 @@ def read(folder: Path) -> tuple[list[BenchRun], dict[str, Any], str]:
 def terminal_table(runs: list[BenchRun]) -> str:
     """The final table printed on the terminal."""
     rows = [("benchmark", "comparison", "median", "min-max", "goal", "verdict")]
-    for run in runs:
-        if run.status != "ok":
-            rows.append((run.name, "-", run.status, "", "", (run.error.splitlines() or [""])[-1][:60]))
-            continue
-        for s in run.summaries():
-            if isinstance(s, tuple):
-                rows.append((run.name, s[0], "failed", "", "", s[1][:60]))
-            else:
-                rows.append((run.name, s.label, f"{s.median:.3f}", f"{s.low:.3f}-{s.high:.3f}",
-                             _fmt_goal(s.goal, s.higher_is_better), _verdict(s).replace("**", "")))  # fmt: skip
-        for label, fig in run.result.get("figures", {}).items():
-            rows.append((run.name, label, _fmt_value(fig["value"]), "", _fmt_goal(fig.get("goal"), fig.get("higher_is_better", False)), fig.get("verdict", "")))
+    rows += [(*row[:4], *row[5:]) for row in summary_rows(runs, 60, plain=True)]  # all but the rounds
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

@@ -3,6 +3,7 @@ validation), so that an arm's time is the strategy's and the model's, not Lightn
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 QUIET: dict[str, Any] = {
@@ -29,3 +30,26 @@ def quiet_trainer(**kwargs: Any) -> Any:
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
     return pl.Trainer(**{**QUIET, **kwargs})
+
+
+def timed_fit(model: Any, loader: Any = None, *, warmup: int, steps: int, device: Any = None, callbacks: Sequence[Any] = (),
+              **kwargs: Any) -> Any:  # fmt: skip
+    """Fit ``model`` (on ``loader``, if given) for ``warmup + steps + 1`` steps under :func:`quiet_trainer`, ``kwargs``
+    going to it, with a :func:`~benchmarks.harness.clock.step_clock` on ``device`` before ``callbacks``; returns the
+    clock. Under an external launch (``LOCAL_RANK`` set), ``WORLD_SIZE`` is set to ``devices`` first: Lightning's
+    teardown of a previous fit in the same process removes it.
+
+    Example::
+
+        clock = timed_fit(model, warmup=3, steps=20, strategy="ddp", devices=2)
+        step_s = median_interval(clock.marks, 3, 20)
+    """
+    import os
+
+    from .clock import step_clock
+
+    if "LOCAL_RANK" in os.environ and "devices" in kwargs:
+        os.environ["WORLD_SIZE"] = str(kwargs["devices"])
+    clock = step_clock(device)
+    quiet_trainer(max_steps=warmup + steps + 1, callbacks=[clock, *callbacks], **kwargs).fit(model, loader)
+    return clock
