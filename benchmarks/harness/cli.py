@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 OPTIONS: dict[str, dict[str, Any]] = {
-    "accelerator": {"choices": ("cpu", "gpu")},
+    "accelerator": {"choices": ("cpu", "gpu"), "help": "where the arms run"},
     "rounds": {"type": int, "help": "interleaved rounds (the arms' order rotates every round)"},
     "steps": {"type": int, "help": "timed steps per run"},
     "warmup": {"type": int, "help": "untimed steps per run, before the timed ones"},
-    "batch_size": {"type": int, "help": "per rank (per device)"},
+    "batch_size": {"type": int, "help": "samples per batch on each rank, one device each"},
     "hidden": {"type": int, "help": "the MLP's hidden width"},
     "width": {"type": int, "help": "the model's width"},
     "threads": {"type": int, "help": "torch CPU threads per process (1 keeps CPU timings steady)"},
@@ -29,7 +29,8 @@ def parser(doc: str | None, **defaults: Any) -> argparse.ArgumentParser:
     """
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, default in defaults.items():
-        p.add_argument("--" + name.replace("_", "-"), default=default, **OPTIONS[name])
+        spec = {**OPTIONS[name], "help": f"{OPTIONS[name]['help']} (default: %(default)s)"}
+        p.add_argument("--" + name.replace("_", "-"), default=default, **spec)
     p.add_argument("--result", type=Path, default=None, help="write every round for benchmarks/run.py here")
     return p
 
