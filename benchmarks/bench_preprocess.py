@@ -177,9 +177,9 @@ def cold_child(arm: str, n: int, out: Path, workers: int) -> None:
     dataset = CyclicDigits(n)
     _train_set()  # loading the digits is the user's own start-up, not the call's
     backend, kwargs = preprocess_arm(arm)
-    t0 = time.perf_counter()
-    preprocess(dataset, out, COLD_TRANSFORM, backend=backend, num_workers=None if backend == "serial" else workers, progress=False, **kwargs)  # type: ignore[arg-type]
-    print(json.dumps({"seconds": time.perf_counter() - t0}))
+    num_workers = None if backend == "serial" else workers
+    seconds = timed(lambda: preprocess(dataset, out, COLD_TRANSFORM, backend=backend, num_workers=num_workers, progress=False, **kwargs))  # type: ignore[arg-type]
+    print(json.dumps({"seconds": seconds}))
 
 
 def cold_calls(args: argparse.Namespace, root: Path) -> dict[str, list[float]]:
@@ -275,9 +275,8 @@ def throughput(args: argparse.Namespace, root: Path) -> Rounds:
     if "ray" in names and not start_ray(args.workers):
         names.remove("ray")
     if "processes-forkserver" in names:  # the shared pool, started ahead (calls shorter than its start run in-process)
-        t0 = time.perf_counter()
-        start_process_pool(args.workers)
-        print(f"one-time: start_process_pool() (forkserver)                    {time.perf_counter() - t0:6.2f} s")
+        seconds = timed(lambda: start_process_pool(args.workers))
+        print(f"one-time: start_process_pool() (forkserver)                    {seconds:6.2f} s")
     ours = [name for name in ("serial", "processes", "processes-forkserver", "ray") if name in names]
     for name in ours:  # warm-up: start-up costs that a long job pays once
         print(f"one-time: first {name:20s} call, 64 samples (start-up) {run_once(name, 64, root, args.workers):6.2f} s")

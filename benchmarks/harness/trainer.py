@@ -3,6 +3,7 @@ validation), so that an arm's time is the strategy's and the model's, not Lightn
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,8 +45,6 @@ def timed_fit(model: Any, loader: Any = None, *, warmup: int, steps: int, device
         clock = timed_fit(model, warmup=3, steps=20, strategy="ddp", devices=2)
         step_s = median_interval(clock.marks, 3, 20)
     """
-    import os
-
     from .clock import step_clock
 
     if "LOCAL_RANK" in os.environ and "devices" in kwargs:
