@@ -1,5 +1,6 @@
 """The test session's start-up hook (``tests/helpers/process_startup.py``) reaches the processes the tests launch, and
-no other: a launch that lost it would still pass, a quarter slower, so this is where that shows."""
+no other: a launch that lost it would still pass, a quarter slower, so this is where that shows. ``import matplotlib``
+needs the test venv (the ``dashboard`` extra)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,19 @@ import sys
 from tests.helpers import process_startup
 from tests.helpers.launch import run_python
 
-# The threshold the process started with, and what is frozen once its exit handlers have run.
-_PROBE = "import atexit, gc; threshold = gc.get_threshold()[0]; atexit._run_exitfuncs(); print(threshold, gc.get_freeze_count())"
+# The threshold the process started with; whether importing Lightning imported matplotlib (through torchmetrics), and
+# whether matplotlib still imports when asked; what is frozen once the exit handlers have run.
+_PROBE = (
+    "import atexit, gc, sys; threshold = gc.get_threshold()[0]; import lightning.pytorch;"
+    "plotted = 'matplotlib' in sys.modules; import matplotlib.pyplot;"
+    "atexit._run_exitfuncs(); print(threshold, int(plotted), gc.get_freeze_count())"
+)
 
 
 def test_a_launched_process_starts_tuned_and_collects_at_exit() -> None:
-    threshold, frozen = run_python(["-c", _PROBE]).stdout.split()
+    threshold, plotted, frozen = run_python(["-c", _PROBE]).stdout.split()
     assert int(threshold) == process_startup.THRESHOLD[0], "the venv's hook did not run: scripts/setup_env.sh installs it"
+    assert plotted == "0", "torchmetrics imported matplotlib"
     assert int(frozen) > 0, "the exit step did not run"
     assert gc.get_threshold() == process_startup.THRESHOLD, "the pytest process itself runs tuned (tests/conftest.py)"
 
@@ -25,4 +32,5 @@ def test_a_launched_process_starts_tuned_and_collects_at_exit() -> None:
 def test_without_the_variable_a_process_is_left_as_python_starts_it() -> None:
     env = {k: v for k, v in os.environ.items() if k != "LIGHTNING_MGPU_TEST_STARTUP"}
     out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, check=True).stdout.split()
-    assert int(out[0]) != process_startup.THRESHOLD[0] and int(out[1]) == 0, out
+    # Untouched: the default threshold, torchmetrics imports matplotlib (so the check above can fail), nothing frozen.
+    assert int(out[0]) != process_startup.THRESHOLD[0] and out[1] == "1" and int(out[2]) == 0, out

@@ -70,7 +70,8 @@ def test_without_either_lightning_the_import_names_both_extras() -> None:
     assert "lightning_mgpu[lightning]" in proc.stderr and "lightning_mgpu[pytorch-lightning]" in proc.stderr
 
 
-#: Launches per namespace: the popen strategies share one (rank 1 walks the same runs), the others need their own.
+#: The runs of one launch, under each namespace. Both namespaces' runs share the launch (a launch is mostly imports):
+#: the popen strategies' rank 1 walks the same runs; a process that imported both trees is one more a user can have.
 #: FSDP2 runs on the CPU from torch 2.7 (utilities/_compat.py FSDP2_ON_CPU_SINCE; scripts/check_oldest.sh runs torch 2.6,
 #: where the strategy refuses the CPU by name: tests/unit/utilities/test_compat.py).
 _FSDP2_ON_CPU = fsdp2_runs_on_cpu()
@@ -82,15 +83,19 @@ _LAUNCHES: dict[str, list[list[str]]] = {
     "dp": [["--strategy", "dp_emulated"]],  # the multi-replica DataParallel path, on CPU threads
     "horovod": [["--strategy", "horovod"]],
 }  # fmt: skip
+_NAMESPACES = ("pytorch_lightning", "lightning.pytorch")
 
 
-def _fit(root: Path, namespace: str, launch: str) -> list[Path]:
-    outs, runs = [], []
-    for flags in _LAUNCHES[launch]:
-        out = root / namespace / "-".join(flags[1::2])
-        outs.append(out)
-        runs.append(["--out", str(out), "--devices", "2", "--steps", "4", "--optimizer", "adam", "--lr", "0.01",
-                     "--namespace", namespace, *flags])  # fmt: skip
+def _fit(root: Path, launch: str) -> dict[str, list[Path]]:
+    """Each of ``launch``'s runs under either namespace, pytorch_lightning's first; the outputs by namespace."""
+    outs: dict[str, list[Path]] = {namespace: [] for namespace in _NAMESPACES}
+    runs = []
+    for namespace in _NAMESPACES:
+        for flags in _LAUNCHES[launch]:
+            out = root / namespace / "-".join(flags[1::2])
+            outs[namespace].append(out)
+            runs.append(["--out", str(out), "--devices", "2", "--steps", "4", "--optimizer", "adam", "--lr", "0.01",
+                         "--namespace", namespace, *flags])  # fmt: skip
     run_python(["-m", "tests.integration.runners.run_parity", *join_runs(runs)], timeout=300)
     return outs
 
@@ -101,9 +106,8 @@ def _fit(root: Path, namespace: str, launch: str) -> list[Path]:
     [pytest.param(name, marks=(RunIf(horovod=True).marks if name == "horovod" else RunIf(fairscale=True).marks)) for name in _LAUNCHES],
 )
 def test_a_two_process_fit_under_pytorch_lightning_equals_lightning_pytorch(launch: str, tmp_path: Path) -> None:
-    ours = _fit(tmp_path, "pytorch_lightning", launch)
-    theirs = _fit(tmp_path, "lightning.pytorch", launch)
-    for a, b in zip(ours, theirs):
+    outs = _fit(tmp_path, launch)
+    for a, b in zip(outs["pytorch_lightning"], outs["lightning.pytorch"]):
         ran = json.loads((a / "result.json").read_text())
         # The run really was pytorch_lightning's Trainer with a pytorch_lightning strategy (the bundle's twin, or its own).
         assert ran["trainer"].startswith("pytorch_lightning.") and ran["strategy"].startswith(("pytorch_lightning.", "lightning_mgpu.pl.")), ran
