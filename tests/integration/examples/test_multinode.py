@@ -2,7 +2,9 @@
 
 Two torchrun agents, one per network namespace (1 process each, gloo), rendezvous on the first namespace's
 address with c10d, exactly as the docstring of ``examples/train.py`` and docs/multinode.md say (host names aside).
-The trained parameters must equal those of a single-node 2-process run of the same strategy and seed.
+The trained parameters must equal those of a single-node 2-process ``ddp`` run of the same seed: one run serves
+every case, since ddp, FairScale's sharded and horovod train bitwise alike on 2 ranks (each averages the same two
+gradients, and halving is exact; tests/integration/reliability/test_interrupt.py SAME_TRAINING).
 
 BatchNorm's running statistics are left out of the comparison: DDP broadcasts rank 0's buffers, and c10d gives
 rank 0 to whichever agent joins first; the trainable parameters do not depend on that.
@@ -74,18 +76,27 @@ def _two_node_run(strategy: str, out: Path) -> tuple[str, float]:
         return how, elapsed
 
 
+@pytest.fixture(scope="module")
+def one_node(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+    """The parameters of ``ddp`` on one node, 2 processes: what every multi-node run here must end with."""
+    out = tmp_path_factory.mktemp("one_node")
+    run_python([TRAIN, "--strategy", "ddp", "--devices", "2", "--output-dir", str(out), *COMMON], timeout=300, env=ONE_THREAD)
+    return _parameters(out)
+
+
+def _assert_equal(run: dict[str, torch.Tensor], one_node: dict[str, torch.Tensor], what: str) -> None:
+    assert run.keys() == one_node.keys()
+    worst = max((run[k] - one_node[k]).abs().max().item() for k in run)
+    # Same seed, same global batches, the same two-operand average: equal, not merely close.
+    assert worst == 0.0, f"{what} differs from ddp on one node by {worst}"
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("strategy", ["ddp", pytest.param("sharded", marks=RunIf(fairscale=True).marks)])
-def test_two_nodes_under_torchrun_match_one_node(strategy: str, tmp_path: Path) -> None:
+def test_two_nodes_under_torchrun_match_one_node(strategy: str, one_node: dict[str, torch.Tensor], tmp_path: Path) -> None:
     how, seconds = _two_node_run(strategy, tmp_path / "two_nodes")
     print(f"{strategy}: two nodes via {how}: {seconds:.1f}s")
-    run_python([TRAIN, "--strategy", strategy, "--devices", "2", "--output-dir", str(tmp_path / "one_node"), *COMMON],
-               timeout=300, env=ONE_THREAD)
-    two, one = _parameters(tmp_path / "two_nodes"), _parameters(tmp_path / "one_node")
-    assert two.keys() == one.keys()
-    worst = max((two[k] - one[k]).abs().max().item() for k in two)
-    # Same seed, same global batches, the same two-operand all-reduce: equal, not merely close.
-    assert worst == 0.0, f"{strategy} on two nodes differs from one node by {worst}"
+    _assert_equal(_parameters(tmp_path / "two_nodes"), one_node, f"{strategy} on two nodes")
     summary = (tmp_path / "two_nodes" / "summary.json").read_text()
     assert '"world_size": 2' in summary
 
@@ -103,7 +114,7 @@ def _non_loopback_address() -> str | None:
 
 @pytest.mark.timeout(600)
 @RunIf(horovod=True)
-def test_horovodrun_with_two_host_entries_matches_self_launched_horovod(tmp_path: Path) -> None:
+def test_horovodrun_with_two_host_entries_matches_one_node(one_node: dict[str, torch.Tensor], tmp_path: Path) -> None:
     # horovodrun runs a host entry without ssh when the name resolves to an address of this machine; 127.0.0.1 and
     # the machine's own address are two such entries, so horovod sees two hosts of one slot each (cross size 2).
     # Network namespaces would need ssh into each namespace, which horovodrun has no other way around.
@@ -120,9 +131,4 @@ def test_horovodrun_with_two_host_entries_matches_self_launched_horovod(tmp_path
     # As in train.py's docstring: --devices is the workers per host; Horovod counts the hosts itself (2), and one rank
     # printed it.
     assert log.count("effective batch = 32 per device x 1 devices x 2 nodes x 1 accumulation = 64") == 1, log[-4000:]
-    run_python([TRAIN, "--strategy", "horovod", "--devices", "2", "--output-dir", str(tmp_path / "self_launched"), *COMMON],
-               timeout=300, env=ONE_THREAD)  # fmt: skip
-    two, one = _parameters(tmp_path / "two_hosts"), _parameters(tmp_path / "self_launched")
-    assert two.keys() == one.keys()
-    worst = max((two[k] - one[k]).abs().max().item() for k in two)
-    assert worst == 0.0, f"horovodrun on two host entries differs from self-launched horovod by {worst}"
+    _assert_equal(_parameters(tmp_path / "two_hosts"), one_node, "horovodrun on two host entries")
