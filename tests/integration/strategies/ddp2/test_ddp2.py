@@ -17,11 +17,13 @@ from lightning.fabric.plugins.environments.lightning import find_free_network_po
 
 from tests.helpers.launch import (
     REPO_ROOT,
+    join_runs,
     kill_tree,
     launch_env,
     max_abs_diff,
     run_parity,
     run_parity_here,
+    run_parity_sequence,
 )
 from tests.helpers.models import ParityModule
 
@@ -31,14 +33,20 @@ SAMPLES = "172"
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
-def _ddp2_on_two_nodes(out: Path, *extra: str) -> dict[int, dict[str, torch.Tensor]]:
+#: The ddp2 runs of the module, all in one launch of two torchrun agents (a launch is mostly imports): the runner walks
+#: them in order in the same processes. (steps, accumulation) for the parity cases; "resumable" writes the checkpoint.
+RUNS = {"no-accumulation": ("6", "1"), "accumulate-2": ("3", "2"), "resumable": ("4", "1")}
+
+
+def _ddp2_on_two_nodes(root: Path) -> None:
     port = str(find_free_network_port())
     env = launch_env(ONE_THREAD)
+    runs = [["--strategy", "ddp2_emulated", "--devices", "2", "--num-nodes", "2", "--num-samples", SAMPLES, "--out", str(root / name),
+             "--steps", steps, "--accumulate", accumulate] for name, (steps, accumulate) in RUNS.items()]  # fmt: skip
     procs = [
         subprocess.Popen(
             [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
-             "--master-port", port, "-m", "tests.integration.runners.run_parity", "--strategy", "ddp2_emulated",
-             "--devices", "2", "--num-nodes", "2", "--num-samples", SAMPLES, "--out", str(out), *extra],
+             "--master-port", port, "-m", "tests.integration.runners.run_parity", *join_runs(runs)],
             cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )  # fmt: skip
         for rank in (0, 1)
@@ -46,35 +54,51 @@ def _ddp2_on_two_nodes(out: Path, *extra: str) -> dict[int, dict[str, torch.Tens
     logs = []
     try:
         for proc in procs:
-            logs.append(proc.communicate(timeout=240)[0])
+            logs.append(proc.communicate(timeout=300)[0])
     finally:
         for proc in procs:
             if proc.poll() is None:
                 kill_tree(proc.pid)
     for proc, log in zip(procs, logs):
         assert proc.returncode == 0, log[-4000:]
-    assert "".join(logs).count("strategy='ddp2': 2 node process(es), each driving 2 device(s) with DataParallel") == 1
-    return {r: torch.load(out / f"params_rank{r}.pt") for r in (0, 1)}
+    # One line per run, from one process: the topology is printed by rank 0 only.
+    assert "".join(logs).count("strategy='ddp2': 2 node process(es), each driving 2 device(s) with DataParallel") == len(RUNS)
+
+
+@pytest.fixture(scope="module")
+def ddp2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of the module's ddp2 runs, one subfolder per name in ``RUNS``."""
+    root = tmp_path_factory.mktemp("ddp2")
+    _ddp2_on_two_nodes(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[int, dict[str, torch.Tensor]]]:
+    """``ddp`` on 4 processes for each parity case, in one launch."""
+    root = tmp_path_factory.mktemp("ddp")
+    cases = [name for name in RUNS if name != "resumable"]
+    done = run_parity_sequence([(root / name, "--strategy", "ddp", "--devices", "4", "--num-samples", SAMPLES, "--steps", RUNS[name][0],
+                                 "--accumulate", RUNS[name][1]) for name in cases], env=ONE_THREAD)  # fmt: skip
+    return dict(zip(cases, done))
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize(("steps", "accumulate"), [("6", "1"), ("3", "2")], ids=["no-accumulation", "accumulate-2"])
-def test_ddp2_on_two_nodes_equals_ddp_on_four_processes(steps: str, accumulate: str, tmp_path: Path) -> None:
-    common = ("--steps", steps, "--accumulate", accumulate)
-    ddp2 = _ddp2_on_two_nodes(tmp_path / "ddp2", *common)
-    ddp = run_parity(tmp_path / "ddp", "--strategy", "ddp", "--devices", "4", "--num-samples", SAMPLES, *common, env=ONE_THREAD)
-    assert max_abs_diff(ddp2[0], ddp2[1]) == 0.0  # the nodes agree
-    diff = max_abs_diff(ddp2[0], ddp[0])
+@pytest.mark.parametrize("case", ["no-accumulation", "accumulate-2"])
+def test_ddp2_on_two_nodes_equals_ddp_on_four_processes(case: str, ddp2: Path, ddp) -> None:
+    steps, accumulate = RUNS[case]
+    ours = {r: torch.load(ddp2 / case / f"params_rank{r}.pt") for r in (0, 1)}
+    assert max_abs_diff(ours[0], ours[1]) == 0.0  # the nodes agree
+    diff = max_abs_diff(ours[0], ddp[case][0])
     print(f"ddp2 (2 nodes x 2 devices) vs ddp (4 processes), {steps} steps x {accumulate}: max |diff| = {diff:.2e}")
     assert diff <= 1e-6
     start = ParityModule().state_dict()  # the initial parameters: run_parity's model depends only on its init seed
-    assert max_abs_diff(ddp2[0], start) > 1e-3  # it trained
+    assert max_abs_diff(ours[0], start) > 1e-3  # it trained
 
 
 @pytest.mark.timeout(600)
-def test_a_ddp2_checkpoint_resumes_under_ddp_and_dp(tmp_path: Path) -> None:
-    _ddp2_on_two_nodes(tmp_path / "ddp2", "--steps", "4")
-    ckpt = tmp_path / "ddp2" / "final.ckpt"
+def test_a_ddp2_checkpoint_resumes_under_ddp_and_dp(ddp2: Path, tmp_path: Path) -> None:
+    ckpt = ddp2 / "resumable" / "final.ckpt"
     state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
     assert state and not any(k.startswith("module.") for k in state)  # plain keys, no wrapper prefix
     for strategy, devices in (("ddp", "2"), ("dp", "1")):
