@@ -121,14 +121,16 @@ def test_a_two_process_fit_under_pytorch_lightning_equals_lightning_pytorch(laun
 
 def test_ddp2_on_two_nodes_under_pytorch_lightning_equals_lightning_pytorch(tmp_path: Path) -> None:
     """ddp2: one process per node (two nodes here), DataParallel over two CPU-thread devices within each."""
-    params = {}
-    for namespace in ("pytorch_lightning", "lightning.pytorch"):
-        out = tmp_path / namespace
-        argv = ["-m", "tests.integration.runners.run_parity", "--out", str(out), "--strategy", "ddp2_emulated", "--steps", "4",
-                "--namespace", namespace, *node_args(2, "cpu")]  # fmt: skip
-        argv[argv.index("--devices") + 1] = "2"  # two emulated devices per node
-        launch_nodes(argv, 2, timeout=240, env={"OMP_NUM_THREADS": "1"})
-        params[namespace] = parity_params(out)
+    runs = []
+    for namespace in _NAMESPACES:  # both in one launch of the two nodes, as above
+        run = ["--out", str(tmp_path / namespace), "--strategy", "ddp2_emulated", "--steps", "4", "--namespace", namespace,
+               *node_args(2, "cpu")]  # fmt: skip
+        run[run.index("--devices") + 1] = "2"  # two emulated devices per node
+        runs.append(run)
+    launch_nodes(["-m", "tests.integration.runners.run_parity", *join_runs(runs)], 2, timeout=240, env={"OMP_NUM_THREADS": "1"})
+    params = {namespace: parity_params(tmp_path / namespace) for namespace in _NAMESPACES}
+    for namespace in _NAMESPACES:  # each run was its namespace's Trainer
+        assert json.loads((tmp_path / namespace / "result.json").read_text())["trainer"].startswith(f"{namespace}.")
     assert sorted(params["pytorch_lightning"]) == [0, 1]
     for rank, state in params["pytorch_lightning"].items():
         assert all(torch.equal(state[k], params["lightning.pytorch"][rank][k]) for k in state), rank
