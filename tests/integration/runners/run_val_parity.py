@@ -1,5 +1,8 @@
 """Two epochs on 2 ranks with validation after each, saving the final parameters:
-``python -m tests.integration.runners.run_val_parity STRATEGY OUT.pt [LIMIT_VAL_BATCHES]``."""
+``python -m tests.integration.runners.run_val_parity STRATEGY OUT.pt LIMIT_VAL_BATCHES [STRATEGY OUT.pt LIMIT ...]``.
+
+Several runs (triples) go one after the other in the same processes, which saves a launch per run: under ``ddp`` and
+``sharded`` the second rank re-runs this command line, so it walks the same runs."""
 
 from __future__ import annotations
 
@@ -50,4 +53,8 @@ def main(strategy: str, out: str, limit_val_batches: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 3)
+    args = sys.argv[1:]
+    if not args or len(args) % 3:
+        raise SystemExit(__doc__)
+    for i in range(0, len(args), 3):
+        main(args[i], args[i + 1], int(args[i + 2]))

@@ -7,8 +7,6 @@ Found on 2026-11-25 while testing exact resume (issue 13); fixed by ``fairscale.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -16,10 +14,17 @@ from tests.helpers.launch import run_python
 from tests.helpers.runif import RunIf
 
 
-def _final(tmp_path: Path, strategy: str, limit_val_batches: int) -> dict[str, torch.Tensor]:
-    out = tmp_path / f"{strategy}_{limit_val_batches}.pt"
-    run_python(["-m", "tests.integration.runners.run_val_parity", strategy, str(out), str(limit_val_batches)], timeout=180)
-    return torch.load(out)
+#: (strategy, limit_val_batches): every run of the module, in one launch (a launch is mostly imports).
+RUNS = [("ddp", 0), ("sharded", 0), ("ddp", 3), ("sharded", 3)]
+
+
+@pytest.fixture(scope="module")
+def finals(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], dict[str, torch.Tensor]]:
+    root = tmp_path_factory.mktemp("val_parity")
+    outs = {run: root / f"{run[0]}_{run[1]}.pt" for run in RUNS}
+    argv = [arg for (strategy, limit), out in outs.items() for arg in (strategy, str(out), str(limit))]
+    run_python(["-m", "tests.integration.runners.run_val_parity", *argv], timeout=300)
+    return {run: torch.load(out) for run, out in outs.items()}
 
 
 def _equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
@@ -28,11 +33,11 @@ def _equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 @RunIf(fairscale=True)
 @pytest.mark.timeout(400)
-def test_without_validation_sharded_equals_ddp(tmp_path: Path) -> None:
-    assert _equal(_final(tmp_path, "ddp", 0), _final(tmp_path, "sharded", 0))
+def test_without_validation_sharded_equals_ddp(finals) -> None:
+    assert _equal(finals["ddp", 0], finals["sharded", 0])
 
 
 @RunIf(fairscale=True)
 @pytest.mark.timeout(400)
-def test_with_validation_sharded_equals_ddp(tmp_path: Path) -> None:
-    assert _equal(_final(tmp_path, "ddp", 3), _final(tmp_path, "sharded", 3))
+def test_with_validation_sharded_equals_ddp(finals) -> None:
+    assert _equal(finals["ddp", 3], finals["sharded", 3])
