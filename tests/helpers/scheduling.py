@@ -5,10 +5,12 @@ waiting for the other, a launcher waiting for its workers): run alone, the jobs 
 the time (measured with vmstat over a serial run). A second worker fills that. What must not be split:
 
 - a file's tests, which share module fixtures (one reference run, one set of parity launches);
-- the tests of the session's Ray cluster: each worker that needed it would start a cluster of its own.
+- the tests of the session's Ray cluster: each worker that needed it would start a cluster of its own;
+- the callback files that read ``run_callbacks.launch``'s runs (kept per process): a second worker would launch the
+  same runs again (about 30 CPU-s, when the files happened to be split).
 
-So the work units are files, plus one unit for all the files that use the Ray cluster. Units are handed out longest
-first, so that no long unit starts last and runs alone at the end: the Ray unit, then files by their number of
+So the work units are files, plus one unit for each of those groups (``SHARED_UNITS``). Units are handed out longest
+first, so that no long unit starts last and runs alone at the end: the Ray unit, then units by their number of
 multi-process (``integration``) tests.
 """
 
@@ -24,7 +26,12 @@ import pytest
 #: Fixtures whose tests start or join the session's Ray cluster (tests/conftest.py).
 RAY_FIXTURES = ("ray_cluster", "ray_session")
 RAY_UNIT = "ray-cluster"
-_NAMES_A_RAY_FIXTURE = re.compile(r"\b(?:" + "|".join(RAY_FIXTURES) + r")\b")
+CALLBACKS_UNIT = "callbacks-matrix"
+#: The units of several files, and what names a file as one of them (the xdist controller sees node ids, not fixtures).
+SHARED_UNITS = {
+    RAY_UNIT: re.compile(r"\b(?:" + "|".join(RAY_FIXTURES) + r")\b"),
+    CALLBACKS_UNIT: re.compile(r"\brun_callbacks import launch\b"),
+}
 
 
 def uses_ray_cluster(item: pytest.Item) -> bool:
@@ -48,19 +55,16 @@ def order_serially(items: list[pytest.Item]) -> None:
 
 
 def order_for_workers(items: list[pytest.Item]) -> None:
-    """Under xdist: the files of the Ray tests first, then files with more multi-process tests before files with fewer.
+    """Under xdist: the Ray unit first, then units with more multi-process tests before units with fewer.
 
     Every worker collects this order, and the scheduler hands out its units in it (``make_scheduler``).
     """
-    ray: set[str] = set()
     launches: dict[str, int] = {}
+    units = {id(item): unit_of(item.nodeid, item.config.rootpath) for item in items}
     for item in items:
-        path = _path(item.nodeid)
-        launches[path] = launches.get(path, 0) + bool(item.get_closest_marker("integration"))
-        if uses_ray_cluster(item):
-            ray.add(path)
+        launches[units[id(item)]] = launches.get(units[id(item)], 0) + bool(item.get_closest_marker("integration"))
     position = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda it: (_path(it.nodeid) not in ray, -launches[_path(it.nodeid)], position[id(it)]))
+    items.sort(key=lambda it: (units[id(it)] != RAY_UNIT, -launches[units[id(it)]], position[id(it)]))
 
 
 def _path(nodeid: str) -> str:
@@ -68,22 +72,22 @@ def _path(nodeid: str) -> str:
 
 
 @cache
-def _file_names_a_ray_fixture(path: Path) -> bool:
+def _file_text(path: Path) -> str:
     try:
-        return bool(_NAMES_A_RAY_FIXTURE.search(path.read_text()))
+        return path.read_text()
     except OSError:
-        return False
+        return ""
 
 
 def unit_of(nodeid: str, root: Path) -> str:
-    """The work unit of a test: its file, or ``RAY_UNIT`` for a file that uses the Ray cluster.
+    """The work unit of a test: the shared unit its file belongs to (``SHARED_UNITS``), or its file.
 
-    The xdist controller sees node ids only, not fixtures; a test file that uses the cluster names its fixture (a
-    test's argument). A file that reached it only through another fixture would get a unit, and a cluster, of its own:
-    slower, not wrong.
+    A test file that uses the cluster names its fixture (a test's argument). A file that reached it only through
+    another fixture would get a unit, and a cluster, of its own: slower, not wrong.
     """
     path = _path(nodeid)
-    return RAY_UNIT if _file_names_a_ray_fixture(root / path) else path
+    text = _file_text(root / path)
+    return next((unit for unit, names_it in SHARED_UNITS.items() if names_it.search(text)), path)
 
 
 def make_scheduler(config: pytest.Config, log: Any) -> Any:
