@@ -17,6 +17,7 @@ multi-process (``integration``) tests.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -59,10 +60,8 @@ def order_for_workers(items: list[pytest.Item]) -> None:
 
     Every worker collects this order, and the scheduler hands out its units in it (``make_scheduler``).
     """
-    launches: dict[str, int] = {}
     units = {id(item): unit_of(item.nodeid, item.config.rootpath) for item in items}
-    for item in items:
-        launches[units[id(item)]] = launches.get(units[id(item)], 0) + bool(item.get_closest_marker("integration"))
+    launches = Counter(units[id(item)] for item in items if item.get_closest_marker("integration"))
     position = {id(item): i for i, item in enumerate(items)}
     items.sort(key=lambda it: (units[id(it)] != RAY_UNIT, -launches[units[id(it)]], position[id(it)]))
 
@@ -71,22 +70,21 @@ def _path(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
-@cache
-def _file_text(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
-
-
 def unit_of(nodeid: str, root: Path) -> str:
     """The work unit of a test: the shared unit its file belongs to (``SHARED_UNITS``), or its file.
 
     A test file that uses the cluster names its fixture (a test's argument). A file that reached it only through
     another fixture would get a unit, and a cluster, of its own: slower, not wrong.
     """
-    path = _path(nodeid)
-    text = _file_text(root / path)
+    return _unit_of_file(root, _path(nodeid))
+
+
+@cache
+def _unit_of_file(root: Path, path: str) -> str:  # once per file: every test of the suite asks
+    try:
+        text = (root / path).read_text()
+    except OSError:
+        text = ""
     return next((unit for unit, names_it in SHARED_UNITS.items() if names_it.search(text)), path)
 
 

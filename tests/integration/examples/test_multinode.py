@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.launch import REPO_ROOT, kill_tree, launch_env, run_python
+from tests.helpers.launch import REPO_ROOT, kill_tree, launch_env, max_abs_diff, run_python
 from tests.helpers.netns import two_nodes
 from tests.helpers.runif import RunIf
 
@@ -85,8 +85,7 @@ def one_node(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor
 
 
 def _assert_equal(run: dict[str, torch.Tensor], one_node: dict[str, torch.Tensor], what: str) -> None:
-    assert run.keys() == one_node.keys()
-    worst = max((run[k] - one_node[k]).abs().max().item() for k in run)
+    worst = max_abs_diff(run, one_node)  # the same keys, or it fails
     # Same seed, same global batches, the same two-operand average: equal, not merely close.
     assert worst == 0.0, f"{what} differs from ddp on one node by {worst}"
 

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
-from tests.helpers.launch import REPO_ROOT, launch_env, run_python
+from tests.helpers.launch import REPO_ROOT, launch_env, max_abs_diff, run_python
 from tests.helpers.runif import RunIf
 
 pytestmark = [pytest.mark.timeout(600), *RunIf(ray=True).marks]
@@ -65,8 +65,7 @@ def _parameters(ckpt: Path) -> dict[str, torch.Tensor]:
 
 
 def _assert_equal(ray: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> None:
-    assert ray.keys() == reference.keys()
-    worst = max((ray[k] - reference[k]).abs().max().item() for k in ray)
+    worst = max_abs_diff(ray, reference)  # the same keys, or it fails
     assert worst == 0.0, f"Ray run differs from the Lightning-launched run by {worst}"
 
 
