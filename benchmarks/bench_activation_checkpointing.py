@@ -81,7 +81,12 @@ class Stack(nn.Module):
         if kind == "mlp":
             blocks = [MLPBlock(width) for _ in range(depth)]
         else:
-            blocks = [nn.TransformerEncoderLayer(width, max(1, width // 64), 4 * width, dropout=0.1, batch_first=True, norm_first=True) for _ in range(depth)]
+            blocks = [
+                nn.TransformerEncoderLayer(
+                    width, max(1, width // 64), 4 * width, dropout=0.1, batch_first=True, norm_first=True
+                )
+                for _ in range(depth)
+            ]
         self.blocks = nn.Sequential(*blocks)
         self.head = nn.Linear(width, 1)
 
@@ -155,10 +160,16 @@ def device_busy_s(step: Callable[[], None], device: torch.device) -> float:
     return sum(e.self_device_time_total for e in device_events) * 1e-6  # µs
 
 
-def run(kind: str, device: torch.device, depth: int, width: int, batch: int, seq: int, repeats: int) -> tuple[list[dict], dict[str, list[float]]]:
+def run(
+    kind: str, device: torch.device, depth: int, width: int, batch: int, seq: int, repeats: int
+) -> tuple[list[dict], dict[str, list[float]]]:
     torch.manual_seed(0)
     base = Stack(kind, depth, width).to(device)
-    x = torch.randn(batch, seq, width, device=device) if kind == "transformer" else torch.randn(batch, width, device=device)
+    x = (
+        torch.randn(batch, seq, width, device=device)
+        if kind == "transformer"
+        else torch.randn(batch, width, device=device)
+    )
     configs: dict[str, nn.Module] = {"none": base}
     for every_k in (1, 2):
         model = copy.deepcopy(base)
@@ -166,27 +177,42 @@ def run(kind: str, device: torch.device, depth: int, width: int, batch: int, seq
         configs[f"every_k={every_k}"] = model
     configs["torch"] = HandCheckpointed(copy.deepcopy(base))
     steps = {name: make_step(model, x) for name, model in configs.items()}
-    steps["forward"] = lambda: base(x)  # what the recomputation costs: one forward, autograd recording; the graph is dropped
+    steps["forward"] = lambda: base(
+        x
+    )  # what the recomputation costs: one forward, autograd recording; the graph is dropped
     for step in steps.values():  # warm-up
         step()
-    peaks = {name: (peak_bytes_cuda(steps[name], device) if device.type == "cuda" else peak_bytes_cpu(steps[name])) for name in configs}
+    peaks = {
+        name: (peak_bytes_cuda(steps[name], device) if device.type == "cuda" else peak_bytes_cpu(steps[name]))
+        for name in configs
+    }
     # round i/N per case: run.py's progress bar follows the case in hand
     times = interleave({name: (lambda step=step: timed(step, device)) for name, step in steps.items()}, repeats)
-    busy = {name: device_busy_s(steps[name], device) for name in ("none", "every_k=1", "torch")} if device.type == "cuda" else {}
-    times["estimate"] = [n + f for n, f in zip(times["none"], times["forward"])]  # a step plus its recomputation, per round
+    busy = (
+        {name: device_busy_s(steps[name], device) for name in ("none", "every_k=1", "torch")}
+        if device.type == "cuda"
+        else {}
+    )
+    times["estimate"] = [
+        n + f for n, f in zip(times["none"], times["forward"])
+    ]  # a step plus its recomputation, per round
     rows = []
     for name in configs:
         med = statistics.median(times[name])
-        rows.append({
-            "model": kind, "device": str(device), "config": name,
-            "peak_activation_MiB": peaks[name] / 2**20,
-            "memory_saved_pct": 100 * (1 - peaks[name] / peaks["none"]),
-            "step_ms_median": 1e3 * med,
-            "time_ratio": med / statistics.median(times["none"]),
-            "estimate_ratio": statistics.median(e / n for e, n in zip(times["estimate"], times["none"])),
-            "gpu_busy_share": busy[name] / med if name in busy else None,
-            "gpu_kernel_ratio": busy[name] / busy["none"] if name in busy else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "model": kind,
+                "device": str(device),
+                "config": name,
+                "peak_activation_MiB": peaks[name] / 2**20,
+                "memory_saved_pct": 100 * (1 - peaks[name] / peaks["none"]),
+                "step_ms_median": 1e3 * med,
+                "time_ratio": med / statistics.median(times["none"]),
+                "estimate_ratio": statistics.median(e / n for e, n in zip(times["estimate"], times["none"])),
+                "gpu_busy_share": busy[name] / med if name in busy else None,
+                "gpu_kernel_ratio": busy[name] / busy["none"] if name in busy else None,
+            }
+        )
     return rows, times
 
 
@@ -220,30 +246,67 @@ def main() -> None:
     for r in rows:
         case = f"{r['model']}-{torch.device(r['device']).type}"
         if r["gpu_busy_share"] is not None:
-            figures[f"{case}: {r['config']}, GPU busy share of the step (kernel time / step time)"] = figure(round(r["gpu_busy_share"], 3), higher_is_better=True)
+            figures[f"{case}: {r['config']}, GPU busy share of the step (kernel time / step time)"] = figure(
+                round(r["gpu_busy_share"], 3), higher_is_better=True
+            )
         if r["config"] == "none":
             continue
         if r["config"] == "torch":  # the hand-written peer: only every_k=1 against it
-            ratios.append(ratio(f"{case}: every_k=1 / torch.utils.checkpoint by hand, step time", f"{case}/every_k=1", f"{case}/torch", goal=GOAL_VS_TORCH))
+            ratios.append(
+                ratio(
+                    f"{case}: every_k=1 / torch.utils.checkpoint by hand, step time",
+                    f"{case}/every_k=1",
+                    f"{case}/torch",
+                    goal=GOAL_VS_TORCH,
+                )
+            )
             continue
         goal = GOAL_TIME_RATIO if r["config"] == "every_k=1" else None
-        ratios.append(ratio(f"{case}: {r['config']} / no checkpointing, step time", f"{case}/{r['config']}", f"{case}/none", goal=goal))
+        ratios.append(
+            ratio(
+                f"{case}: {r['config']} / no checkpointing, step time",
+                f"{case}/{r['config']}",
+                f"{case}/none",
+                goal=goal,
+            )
+        )
         if r["config"] == "every_k=1" and r["gpu_kernel_ratio"] is not None:
             # The GPU's side alone: near the recomputation estimate when the rest of the step ratio is host time.
-            figures[f"{case}: every_k=1 / no checkpointing, GPU kernel time (one step each)"] = figure(round(r["gpu_kernel_ratio"], 3))
+            figures[f"{case}: every_k=1 / no checkpointing, GPU kernel time (one step each)"] = figure(
+                round(r["gpu_kernel_ratio"], 3)
+            )
         if r["config"] == "every_k=1":
-            figures[f"{case}: every_k=1's expected ratio from recomputation alone (1 + forward / step)"] = figure(round(r["estimate_ratio"], 3))
-            ratios.append(ratio(f"{case}: every_k=1 / (step + one forward): cost beyond the recomputation", f"{case}/every_k=1", f"{case}/estimate"))
+            figures[f"{case}: every_k=1's expected ratio from recomputation alone (1 + forward / step)"] = figure(
+                round(r["estimate_ratio"], 3)
+            )
+            ratios.append(
+                ratio(
+                    f"{case}: every_k=1 / (step + one forward): cost beyond the recomputation",
+                    f"{case}/every_k=1",
+                    f"{case}/estimate",
+                )
+            )
         saved_goal = GOAL_SAVED_PCT if r["config"] == "every_k=1" else None
-        figures[f"{case}: {r['config']}, peak activation memory saved (%)"] = figure(round(r["memory_saved_pct"], 1), saved_goal, higher_is_better=True)
+        figures[f"{case}: {r['config']}, peak activation memory saved (%)"] = figure(
+            round(r["memory_saved_pct"], 1), saved_goal, higher_is_better=True
+        )
     write_result(
-        args.result, name="activation_checkpointing", arms=arms, ratios=ratios, figures=figures,
-        memory={f"{r['model']}-{torch.device(r['device']).type}/{r['config']}": [r["peak_activation_MiB"] * 2**20] for r in rows},
+        args.result,
+        name="activation_checkpointing",
+        arms=arms,
+        ratios=ratios,
+        figures=figures,
+        memory={
+            f"{r['model']}-{torch.device(r['device']).type}/{r['config']}": [r["peak_activation_MiB"] * 2**20]
+            for r in rows
+        },
         memory_label="peak activation memory per step",
         config={"depth": args.depth, "seq": args.seq, "repeats": args.repeats, "shapes": shapes},
-        notes=["Peak activation memory: the allocator's peak during one forward + backward + optimizer step above what was allocated"
-               " before it (torch.profiler on CPU, max_memory_allocated on CUDA); gradients are pre-allocated."],
-    )  # fmt: skip
+        notes=[
+            "Peak activation memory: the allocator's peak during one forward + backward + optimizer step above what was allocated"
+            " before it (torch.profiler on CPU, max_memory_allocated on CUDA); gradients are pre-allocated."
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,12 @@ from lightning_mgpu.monitoring.peak_flops import dense_peak_flops
 #: Lightning plus the callback against the same autocast loop written by hand, as for every strategy.
 GOAL_VS_RAW = 1.03
 #: The Lightning precision of each arm, and the dtype its matrix products run in (for the peak).
-PRECISION = {"fp32": ("32-true", torch.float32), "tf32": ("32-true", "tfloat32"),
-             "bf16": ("bf16-mixed", torch.bfloat16), "fp16": ("16-mixed", torch.float16)}  # fmt: skip
+PRECISION = {
+    "fp32": ("32-true", torch.float32),
+    "tf32": ("32-true", "tfloat32"),
+    "bf16": ("bf16-mixed", torch.bfloat16),
+    "fp16": ("16-mixed", torch.float16),
+}
 ARMS = ("fp32", "tf32", "bf16", "fp16", "bf16_plain", "fp16_plain", "raw_bf16", "raw_fp16")
 
 
@@ -88,7 +92,10 @@ def build_model(args: argparse.Namespace) -> nn.Module:
 def make_batches(args: argparse.Namespace, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(1)
     # Four distinct batches, cycled: on the device already, so both sides time the model, not host-to-device copies.
-    batches = [(torch.randn(args.tokens, args.width, generator=g), torch.randn(args.tokens, args.width, generator=g)) for _ in range(4)]
+    batches = [
+        (torch.randn(args.tokens, args.width, generator=g), torch.randn(args.tokens, args.width, generator=g))
+        for _ in range(4)
+    ]
     return [(x.to(device), y.to(device)) for x, y in batches]
 
 
@@ -120,7 +127,9 @@ def start_peak(device: torch.device) -> int:
     return torch.cuda.memory_allocated(device)
 
 
-def lightning_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.device) -> tuple[float, int, dict[str, Any]]:
+def lightning_arm(
+    args: argparse.Namespace, arm: str, batches: list, device: torch.device
+) -> tuple[float, int, dict[str, Any]]:
     """One fit: the median step seconds, the peak memory (CUDA) and what the callback counted."""
     from lightning.pytorch.plugins.precision import MixedPrecision
 
@@ -129,12 +138,28 @@ def lightning_arm(args: argparse.Namespace, arm: str, batches: list, device: tor
     # AutoMixedPrecision monitors the explicit plugin: it counts fp16's skipped steps and logs the scale.
     amp = AutoMixedPrecision() if precision != "32-true" and not arm.endswith("_plain") else None
     # fp16 through its plugin, as Lightning builds it on CUDA: Lightning turns precision="16-mixed" into bf16 on a CPU.
-    plugins = [MixedPrecision("16-mixed", device.type, scaler=torch.amp.GradScaler(device.type))] if precision == "16-mixed" else []
+    plugins = (
+        [MixedPrecision("16-mixed", device.type, scaler=torch.amp.GradScaler(device.type))]
+        if precision == "16-mixed"
+        else []
+    )
     base = start_peak(device)
-    loader = DataLoader([batches[i % len(batches)] for i in range(args.warmup + args.steps + 1)], batch_size=None)  # as they are
+    loader = DataLoader(
+        [batches[i % len(batches)] for i in range(args.warmup + args.steps + 1)], batch_size=None
+    )  # as they are
     model = Trainable(build_model(args), mse_fp32, lambda params: torch.optim.AdamW(params, lr=1e-4))
-    clock = timed_fit(model, loader, warmup=args.warmup, steps=args.steps, device=device, callbacks=[amp] if amp else [], devices=1,
-                      accelerator="gpu" if device.type == "cuda" else "cpu", plugins=plugins, precision=None if plugins else precision)  # fmt: skip
+    clock = timed_fit(
+        model,
+        loader,
+        warmup=args.warmup,
+        steps=args.steps,
+        device=device,
+        callbacks=[amp] if amp else [],
+        devices=1,
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        plugins=plugins,
+        precision=None if plugins else precision,
+    )
     peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
     counted = {"optimizer_steps": amp.optimizer_steps, "skipped_steps": amp.skipped_steps} if amp is not None else {}
     torch.set_float32_matmul_precision("highest")
@@ -190,7 +215,9 @@ def main(argv: list[str] | None = None) -> None:
             ratios.append(ratio(f"{arm} / fp32 step time (Lightning)", arm, "fp32"))
     for arm in ("bf16", "fp16"):
         if arm in times and f"raw_{arm}" in times:
-            ratios.append(ratio(f"{arm}: Lightning + AutoMixedPrecision / raw autocast loop", arm, f"raw_{arm}", goal=GOAL_VS_RAW))
+            ratios.append(
+                ratio(f"{arm}: Lightning + AutoMixedPrecision / raw autocast loop", arm, f"raw_{arm}", goal=GOAL_VS_RAW)
+            )
         if arm in times and f"{arm}_plain" in times:
             ratios.append(ratio(f"{arm}: AutoMixedPrecision / the same Trainer without it", arm, f"{arm}_plain"))
     for arm in args.arms:
@@ -198,16 +225,27 @@ def main(argv: list[str] | None = None) -> None:
         peak = dense_peak_flops(device, PRECISION[arm.removeprefix("raw_").removesuffix("_plain")][1])
         figures[f"{arm}: achieved TFLOPS"] = figure(float(f"{achieved / 1e12:.3g}"), higher_is_better=True)
         if peak:
-            figures[f"{arm}: share of {name}'s dense peak ({peak / 1e12:.0f} TFLOPS)"] = figure(round(achieved / peak, 3), higher_is_better=True)
+            figures[f"{arm}: share of {name}'s dense peak ({peak / 1e12:.0f} TFLOPS)"] = figure(
+                round(achieved / peak, 3), higher_is_better=True
+            )
     if "fp16" in counted:
-        figures["fp16: optimizer steps the GradScaler skipped (AutoMixedPrecision's count, last run)"] = figure(counted["fp16"]["skipped_steps"])
+        figures["fp16: optimizer steps the GradScaler skipped (AutoMixedPrecision's count, last run)"] = figure(
+            counted["fp16"]["skipped_steps"]
+        )
     write_result(
-        args.result, name="amp", arms={arm: {"step_s": t} for arm, t in times.items()}, ratios=ratios, figures=figures,
+        args.result,
+        name="amp",
+        arms={arm: {"step_s": t} for arm, t in times.items()},
+        ratios=ratios,
+        figures=figures,
         memory={arm: [float(peaks[arm])] for arm in args.arms} if device.type == "cuda" else None,
-        memory_label="peak memory allocated during the fit, above what was allocated before it (the batches)", config={k: v for k, v in vars(args).items() if k != "result"} | {"device_name": name, "flops_per_step": flops},
-        notes=["FLOPs per step from torch's FlopCounterMode (Lightning's measure_flops) on the meta device; the peak is the"
-               " dense datasheet figure for the arm's matmul dtype."],
-    )  # fmt: skip
+        memory_label="peak memory allocated during the fit, above what was allocated before it (the batches)",
+        config={k: v for k, v in vars(args).items() if k != "result"} | {"device_name": name, "flops_per_step": flops},
+        notes=[
+            "FLOPs per step from torch's FlopCounterMode (Lightning's measure_flops) on the meta device; the peak is the"
+            " dense datasheet figure for the arm's matmul dtype."
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -85,13 +85,17 @@ def communication_figures(times: dict[str, list[float]]) -> dict[str, float]:
     overlapping with backward hid (``HIDDEN``, 0 when nothing overlapped). ``EFFICIENCY_VIEW`` is the efficiency of
     DDP with ``gradient_as_bucket_view=True``.
     """
-    rounds = list(zip(times["raw"], times["raw_no_sync"], times["raw_no_comm"], times["raw_blocking"], times["allreduce"]))
+    rounds = list(
+        zip(times["raw"], times["raw_no_sync"], times["raw_no_comm"], times["raw_blocking"], times["allreduce"])
+    )
     return {
         EFFICIENCY: statistics.median((s - n) / a for s, n, _, _, a in rounds),
         BOOKKEEPING: statistics.median((c - n) * 1e3 for _, n, c, _, _ in rounds),
         BUCKETED: statistics.median((s - c) / a for s, _, c, _, a in rounds),
         HIDDEN: statistics.median((b - s) / a for s, _, _, b, a in rounds),
-        EFFICIENCY_VIEW: statistics.median((v - n) / a for v, n, a in zip(times["raw_bucket_view"], times["raw_no_sync"], times["allreduce"])),
+        EFFICIENCY_VIEW: statistics.median(
+            (v - n) / a for v, n, a in zip(times["raw_bucket_view"], times["raw_no_sync"], times["allreduce"])
+        ),
     }
 
 
@@ -130,7 +134,9 @@ def make_loader(args: argparse.Namespace, rank: int) -> Any:
     from benchmarks.harness.models import random_data
 
     data = random_data(args.batch_size * WORLD * (args.warmup + args.steps + 2), 256, classes=10)
-    return DataLoader(data, batch_size=args.batch_size, sampler=DistributedSampler(data, WORLD, rank, shuffle=True, seed=0))
+    return DataLoader(
+        data, batch_size=args.batch_size, sampler=DistributedSampler(data, WORLD, rank, shuffle=True, seed=0)
+    )
 
 
 # DDP's register_comm_hook rejects any annotation of a hook's bucket and result other than the real classes, which this
@@ -199,11 +205,22 @@ def raw_ddp(args: argparse.Namespace, device: Any) -> dict[str, float]:
     # The same work on every arm that all-reduces: both variants must train exactly as plain DDP did.
     for name, (variant, _) in (("blocking hook", blocking), ("gradient_as_bucket_view", bucket_view)):
         if not all(torch.equal(a, b) for a, b in zip(trained, variant.parameters())):
-            raise RuntimeError(f"bench_ddp: the {name} arm trained differently from plain DDP; its timing would compare other work.")
+            raise RuntimeError(
+                f"bench_ddp: the {name} arm trained differently from plain DDP; its timing would compare other work."
+            )
     flat = torch.zeros(sum(p.numel() for p in ddp.parameters()), device=device)
-    allreduce = statistics.median([timed(lambda: dist.all_reduce(flat), device) for _ in range(args.warmup + args.steps)][args.warmup :])
-    return {"raw": step, "raw_body": body, "raw_no_sync": no_sync, "raw_no_comm": no_comm_step, "raw_blocking": blocking_step,
-            "raw_bucket_view": bucket_view_step, "allreduce": allreduce}
+    allreduce = statistics.median(
+        [timed(lambda: dist.all_reduce(flat), device) for _ in range(args.warmup + args.steps)][args.warmup :]
+    )
+    return {
+        "raw": step,
+        "raw_body": body,
+        "raw_no_sync": no_sync,
+        "raw_no_comm": no_comm_step,
+        "raw_blocking": blocking_step,
+        "raw_bucket_view": bucket_view_step,
+        "allreduce": allreduce,
+    }
 
 
 def lightning_ddp(args: argparse.Namespace, name: str, save_on_interrupt: bool = False) -> dict[str, float]:
@@ -226,10 +243,21 @@ def lightning_ddp(args: argparse.Namespace, name: str, save_on_interrupt: bool =
             super().optimizer_step(*a, **kw)
             body.end()
 
-    callbacks = [SaveOnInterrupt(dirpath=os.devnull)] if save_on_interrupt else []  # never saves here: nothing signals it
+    callbacks = (
+        [SaveOnInterrupt(dirpath=os.devnull)] if save_on_interrupt else []
+    )  # never saves here: nothing signals it
     module = Module(build_model(args.hidden), loader=lambda m: make_loader(args, m.global_rank))
-    clock = timed_fit(module, warmup=args.warmup, steps=args.steps, device=device, callbacks=callbacks, strategy="ddp",
-                      accelerator=args.accelerator, devices=WORLD, use_distributed_sampler=False)  # fmt: skip
+    clock = timed_fit(
+        module,
+        warmup=args.warmup,
+        steps=args.steps,
+        device=device,
+        callbacks=callbacks,
+        strategy="ddp",
+        accelerator=args.accelerator,
+        devices=WORLD,
+        use_distributed_sampler=False,
+    )
     return {name: median_interval(clock.marks, args.warmup, args.steps), f"{name}_body": body.median(args)}
 
 
@@ -253,11 +281,17 @@ def worker(args: argparse.Namespace) -> None:
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=WORLD)
         return slowest(raw_ddp(args, device))
 
-    rounds = interleave({
-        "ddp": lambda: slowest(lightning_ddp(args, "ddp")),
-        "raw": raw,
-        "ddp_save_on_interrupt": lambda: slowest(lightning_ddp(args, "ddp_save_on_interrupt", save_on_interrupt=True)),
-    }, args.rounds, report=rank == 0)  # fmt: skip
+    rounds = interleave(
+        {
+            "ddp": lambda: slowest(lightning_ddp(args, "ddp")),
+            "raw": raw,
+            "ddp_save_on_interrupt": lambda: slowest(
+                lightning_ddp(args, "ddp_save_on_interrupt", save_on_interrupt=True)
+            ),
+        },
+        args.rounds,
+        report=rank == 0,
+    )
     # Each arm's figures by name, round by round: "ddp" and "ddp_body" from the ddp arm, and so on.
     write_rank_result(args.worker_out, {key: [r[key] for r in runs] for runs in rounds.values() for key in runs[0]})
     # A live gloo group at interpreter exit can abort the rank ("terminate called without an active exception").
@@ -276,15 +310,24 @@ def main(argv: list[str] | None = None) -> None:
     comm, overhead = communication_figures(times), overhead_figures(times)
     fixed_ms = statistics.median(a - b for a, b in zip(times["ddp"], times["raw"])) * 1e3
     write_result(
-        args.result, name="ddp", arms={k: {"step_s": v} for k, v in times.items()},
-        ratios=[ratio("ddp (Lightning) / raw torch DDP loop", "ddp", "raw", goal=1.03),
-                ratio("ddp + SaveOnInterrupt (train.py's) / ddp", "ddp_save_on_interrupt", "ddp", goal=1.01)],
-        figures={"ddp - raw DDP, fixed cost per step (ms)": figure(round(fixed_ms, 3)),
-                 **{label: figure(round(value, 3)) for label, value in overhead.items()},
-                 EFFICIENCY: figure(round(comm[EFFICIENCY], 3), goal=1.0),
-                 **{label: figure(round(comm[label], 3), higher_is_better=label == HIDDEN) for label in (BOOKKEEPING, BUCKETED, HIDDEN, EFFICIENCY_VIEW)}},
+        args.result,
+        name="ddp",
+        arms={k: {"step_s": v} for k, v in times.items()},
+        ratios=[
+            ratio("ddp (Lightning) / raw torch DDP loop", "ddp", "raw", goal=1.03),
+            ratio("ddp + SaveOnInterrupt (train.py's) / ddp", "ddp_save_on_interrupt", "ddp", goal=1.01),
+        ],
+        figures={
+            "ddp - raw DDP, fixed cost per step (ms)": figure(round(fixed_ms, 3)),
+            **{label: figure(round(value, 3)) for label, value in overhead.items()},
+            EFFICIENCY: figure(round(comm[EFFICIENCY], 3), goal=1.0),
+            **{
+                label: figure(round(comm[label], 3), higher_is_better=label == HIDDEN)
+                for label in (BOOKKEEPING, BUCKETED, HIDDEN, EFFICIENCY_VIEW)
+            },
+        },
         config=config(args) | {"world_size": WORLD},
-    )  # fmt: skip
+    )
 
 
 if __name__ == "__main__":

@@ -83,7 +83,13 @@ def lightning_run(args: argparse.Namespace, strategy: str, devices: int) -> tupl
         for i in range(devices):
             torch.cuda.reset_peak_memory_stats(i)
     clock = step_clock(torch.device("cuda") if gpu else None)  # the current device, as Lightning sets it
-    trainer = quiet_trainer(strategy=strategy, accelerator=args.accelerator, devices=devices, max_steps=args.warmup + args.steps, callbacks=[clock])
+    trainer = quiet_trainer(
+        strategy=strategy,
+        accelerator=args.accelerator,
+        devices=devices,
+        max_steps=args.warmup + args.steps,
+        callbacks=[clock],
+    )
     # dp splits one loader batch across its devices: per-device batch x devices.
     batch = args.batch_size * (trainer.num_devices if strategy == "dp" else 1)
     trainer.fit(make_model(args), train_dataloaders=make_loader(args, batch))
@@ -105,7 +111,19 @@ def ddp_run(args: argparse.Namespace, devices: int) -> tuple[float, list[int]]:
     """One DDP fit in fresh processes; returns rank 0's median step seconds and every rank's peak memory."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        cmd = [sys.executable, "-m", __spec__.name, "--worker", "ddp", "--devices", str(devices), "--out", str(out), "--accelerator", "gpu"]
+        cmd = [
+            sys.executable,
+            "-m",
+            __spec__.name,
+            "--worker",
+            "ddp",
+            "--devices",
+            str(devices),
+            "--out",
+            str(out),
+            "--accelerator",
+            "gpu",
+        ]
         cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-size", str(args.batch_size)]
         cmd += ["--width", str(args.width), "--image-size", str(args.image_size)]
         subprocess.run(cmd, check=True, timeout=600, cwd=REPO_ROOT, env=repo_env())
@@ -115,10 +133,17 @@ def ddp_run(args: argparse.Namespace, devices: int) -> tuple[float, list[int]]:
 
 def ddp_worker(args: argparse.Namespace) -> None:
     clock = step_clock(torch.device("cuda"))  # the current device: this rank's, once Lightning has set it
-    trainer = quiet_trainer(strategy="ddp", accelerator="gpu", devices=args.devices, max_steps=args.warmup + args.steps, callbacks=[clock])
-    trainer.fit(make_model(args), train_dataloaders=make_loader(args, args.batch_size))  # per rank: the same per-GPU batch as dp's split
+    trainer = quiet_trainer(
+        strategy="ddp", accelerator="gpu", devices=args.devices, max_steps=args.warmup + args.steps, callbacks=[clock]
+    )
+    trainer.fit(
+        make_model(args), train_dataloaders=make_loader(args, args.batch_size)
+    )  # per rank: the same per-GPU batch as dp's split
     rank = trainer.global_rank
-    result = {"step_seconds": median_duration(clock.marks, clock.ends, args.warmup), "peak_bytes": torch.cuda.max_memory_allocated()}
+    result = {
+        "step_seconds": median_duration(clock.marks, clock.ends, args.warmup),
+        "peak_bytes": torch.cuda.max_memory_allocated(),
+    }
     (args.out / f"rank{rank}.json").write_text(json.dumps(result))
 
 
@@ -127,15 +152,27 @@ def ms(results: dict[str, float]) -> str:
 
 
 def single_device(args: argparse.Namespace) -> dict[str, list[float]]:
-    return interleave({"dp": lambda: lightning_run(args, "dp", 1)[0], "lightning": lambda: lightning_run(args, "auto", 1)[0],
-                       "torch": lambda: torch_run(args)}, args.rounds, describe=ms)  # fmt: skip
+    return interleave(
+        {
+            "dp": lambda: lightning_run(args, "dp", 1)[0],
+            "lightning": lambda: lightning_run(args, "auto", 1)[0],
+            "torch": lambda: torch_run(args),
+        },
+        args.rounds,
+        describe=ms,
+    )
 
 
 def multi_gpu(args: argparse.Namespace, n: int) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
     """dp and ddp on ``n`` GPUs: step times per round, and the last round's peak memory per GPU of each."""
-    rounds = interleave({"dp": lambda: lightning_run(args, "dp", n), "ddp": lambda: ddp_run(args, n)}, args.rounds,
-                        describe=lambda r: ms({arm: seconds for arm, (seconds, _) in r.items()}))  # fmt: skip
-    return {arm: [seconds for seconds, _ in runs] for arm, runs in rounds.items()}, {arm: runs[-1][1] for arm, runs in rounds.items()}
+    rounds = interleave(
+        {"dp": lambda: lightning_run(args, "dp", n), "ddp": lambda: ddp_run(args, n)},
+        args.rounds,
+        describe=lambda r: ms({arm: seconds for arm, (seconds, _) in r.items()}),
+    )
+    return {arm: [seconds for seconds, _ in runs] for arm, runs in rounds.items()}, {
+        arm: runs[-1][1] for arm, runs in rounds.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -148,7 +185,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("--accelerator gpu needs CUDA; run on the CPU with the default --accelerator cpu.")
     pl.seed_everything(0, verbose=False)
     arms = {k: {"step_s": v} for k, v in single_device(args).items()}
-    ratios = [ratio("dp / bare LightningModule (1 device)", "dp", "lightning", goal=1.02), ratio("dp / raw torch loop (1 device)", "dp", "torch")]
+    ratios = [
+        ratio("dp / bare LightningModule (1 device)", "dp", "lightning", goal=1.02),
+        ratio("dp / raw torch loop (1 device)", "dp", "torch"),
+    ]
     figures, memory = {}, {}
     n = torch.cuda.device_count() if args.accelerator == "gpu" else 0
     if n >= 2:
@@ -156,11 +196,21 @@ def main(argv: list[str] | None = None) -> None:
         arms |= {f"{k}_{n}gpu": {"step_s": v} for k, v in times.items()}
         ratios.append(ratio(f"dp / ddp step time ({n} GPUs)", f"dp_{n}gpu", f"ddp_{n}gpu"))
         # GPU 0 holds the module, the optimizer state and the gathered outputs; the others only replicas and activations.
-        figures[f"dp: GPU 0's peak memory / the mean of the other {n - 1}"] = figure(peaks["dp"][0] / (sum(peaks["dp"][1:]) / (n - 1)))
+        figures[f"dp: GPU 0's peak memory / the mean of the other {n - 1}"] = figure(
+            peaks["dp"][0] / (sum(peaks["dp"][1:]) / (n - 1))
+        )
         memory = {f"{k}_{n}gpu": v for k, v in peaks.items()}
-    write_result(args.result, name="dp", arms=arms, ratios=ratios, figures=figures, memory=memory, memory_label="peak memory per GPU",
-                 config=config(args, "accelerator", "rounds", "steps", "warmup", "batch_size", "width", "image_size", "threads")
-                 | {"device": torch.cuda.get_device_name(0) if args.accelerator == "gpu" else "cpu"})  # fmt: skip
+    write_result(
+        args.result,
+        name="dp",
+        arms=arms,
+        ratios=ratios,
+        figures=figures,
+        memory=memory,
+        memory_label="peak memory per GPU",
+        config=config(args, "accelerator", "rounds", "steps", "warmup", "batch_size", "width", "image_size", "threads")
+        | {"device": torch.cuda.get_device_name(0) if args.accelerator == "gpu" else "cpu"},
+    )
 
 
 if __name__ == "__main__":

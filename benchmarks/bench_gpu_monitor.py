@@ -101,7 +101,9 @@ class LoggingOnly(Callback):
     def __init__(self, n_keys: int) -> None:
         self.n_keys = max(1, n_keys)
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         step = batches_that_stepped(trainer) + 1  # Lightning counts this batch after on_train_batch_end
         if step % trainer.log_every_n_steps == 0:
             metrics = {f"logging_only/key{i}": float(i) for i in range(self.n_keys)}
@@ -118,16 +120,27 @@ def run(args: argparse.Namespace, arm: str, data: TensorDataset, n_keys: int = 1
     hooks timed; outside the A/B, since its clock reads, ~6 µs per batch, would count as overhead)."""
     clock = step_clock()
     monitor = TimedMonitor() if arm == "timed" else None
-    each_arm = {"timed": lambda: monitor, "on": GPUUtilizationMonitor, "empty": EmptyCallback, "devicestats": DeviceStatsMonitor,
-                "logging": lambda: LoggingOnly(n_keys)}  # fmt: skip
+    each_arm = {
+        "timed": lambda: monitor,
+        "on": GPUUtilizationMonitor,
+        "empty": EmptyCallback,
+        "devicestats": DeviceStatsMonitor,
+        "logging": lambda: LoggingOnly(n_keys),
+    }
     callbacks: list[Callback] = [clock, *([each_arm[arm]()] if arm in each_arm else [])]  # off: the clock alone
     trainer = quiet_trainer(
         default_root_dir=args.root_dir,  # where the monitor's diagnosis.json goes
-        strategy=args.strategy, devices=args.devices, max_steps=args.warmup + args.steps, callbacks=callbacks,
+        strategy=args.strategy,
+        devices=args.devices,
+        max_steps=args.warmup + args.steps,
+        callbacks=callbacks,
         # Every arm logs to the same kind of logger: DeviceStatsMonitor needs one, and the monitor logs through it.
-        logger=CSVLogger(args.root_dir, name=arm), log_every_n_steps=50,
-    )  # fmt: skip
-    model = Trainable(mlp(args.width, args.width, args.width, 10), optimizer=lambda params: torch.optim.SGD(params, lr=0.01))
+        logger=CSVLogger(args.root_dir, name=arm),
+        log_every_n_steps=50,
+    )
+    model = Trainable(
+        mlp(args.width, args.width, args.width, 10), optimizer=lambda params: torch.optim.SGD(params, lr=0.01)
+    )
     torch.manual_seed(0)
     trainer.fit(model, DataLoader(data, batch_size=args.batch_size, shuffle=True))
     out = {**batch_figures(clock, args.warmup), "rank0": trainer.is_global_zero}
@@ -151,31 +164,58 @@ def main() -> None:
     data = random_data(args.batch_size * (args.warmup + args.steps + 1) * 2, args.width, classes=10, seed=0)
 
     n_keys = int(run(args, "timed", data)["n_keys"])  # warm caches, imports and the allocator once, untimed
-    arms = {arm: (lambda arm=arm: run(args, arm, data, n_keys)) for arm in ARMS} | {"timed": lambda: run(args, "timed", data)}
-    per_arm = interleave(arms, args.rounds, report=os.environ.get("LOCAL_RANK", "0") == "0",  # Lightning's other ranks: 1, ...
-                         describe=lambda r: f"on/off {r['on']['per_batch_s'] / r['off']['per_batch_s']:.4f}")  # fmt: skip
+    arms = {arm: (lambda arm=arm: run(args, arm, data, n_keys)) for arm in ARMS} | {
+        "timed": lambda: run(args, "timed", data)
+    }
+    per_arm = interleave(
+        arms,
+        args.rounds,
+        report=os.environ.get("LOCAL_RANK", "0") == "0",  # Lightning's other ranks: 1, ...
+        describe=lambda r: f"on/off {r['on']['per_batch_s'] / r['off']['per_batch_s']:.4f}",
+    )
     if not per_arm["on"][-1]["rank0"]:
         return
     timed = per_arm["timed"]
     hook_pct = statistics.median(x["hook_s_per_batch"] / x["per_batch_s"] for x in timed) * 100
     write_result(
-        args.result, name="gpu_monitor", unit="s/batch",
-        arms={arm: {"step_s": [x["per_batch_s"] for x in per_arm[arm]], "median_batch_s": [x["median_batch_s"] for x in per_arm[arm]],
-                    "cpu_s": [x["process_cpu_per_batch_s"] for x in per_arm[arm]]} for arm in ARMS},
-        ratios=[ratio_spec("monitor / no callback", "on", "off", goal=1.01),
-                ratio_spec("monitor / no callback (median batch)", "on", "off", "median_batch_s", goal=1.01),
-                ratio_spec("monitor / DeviceStatsMonitor", "on", "devicestats"),
-                ratio_spec("empty callback / no callback", "empty", "off"),
-                ratio_spec("monitor / a callback that only logs its keys", "on", "logging"),
-                ratio_spec("logging its keys only / no callback (process CPU)", "logging", "off", "cpu_s"),
-                ratio_spec("monitor / logging its keys only (process CPU)", "on", "logging", "cpu_s")],
-        figures={"monitor's training-thread hooks, % of batch time": figure(round(hook_pct, 3), goal=1.0),
-                 "monitor's training-thread hooks, CPU µs per batch": figure(round(statistics.median(x["hook_cpu_s_per_batch"] for x in timed) * 1e6, 1))},
-        config={"device": "cuda" if torch.cuda.is_available() else "cpu", "strategy": args.strategy, "devices": args.devices,
-                "rounds": args.rounds, "batches_per_run": args.steps, "width": args.width, "batch_size": args.batch_size,
-                "keys_logged_per_window": n_keys,
-                "median_ms_per_batch_off": round(statistics.median(x["per_batch_s"] for x in per_arm["off"]) * 1e3, 3)},
-    )  # fmt: skip
+        args.result,
+        name="gpu_monitor",
+        unit="s/batch",
+        arms={
+            arm: {
+                "step_s": [x["per_batch_s"] for x in per_arm[arm]],
+                "median_batch_s": [x["median_batch_s"] for x in per_arm[arm]],
+                "cpu_s": [x["process_cpu_per_batch_s"] for x in per_arm[arm]],
+            }
+            for arm in ARMS
+        },
+        ratios=[
+            ratio_spec("monitor / no callback", "on", "off", goal=1.01),
+            ratio_spec("monitor / no callback (median batch)", "on", "off", "median_batch_s", goal=1.01),
+            ratio_spec("monitor / DeviceStatsMonitor", "on", "devicestats"),
+            ratio_spec("empty callback / no callback", "empty", "off"),
+            ratio_spec("monitor / a callback that only logs its keys", "on", "logging"),
+            ratio_spec("logging its keys only / no callback (process CPU)", "logging", "off", "cpu_s"),
+            ratio_spec("monitor / logging its keys only (process CPU)", "on", "logging", "cpu_s"),
+        ],
+        figures={
+            "monitor's training-thread hooks, % of batch time": figure(round(hook_pct, 3), goal=1.0),
+            "monitor's training-thread hooks, CPU µs per batch": figure(
+                round(statistics.median(x["hook_cpu_s_per_batch"] for x in timed) * 1e6, 1)
+            ),
+        },
+        config={
+            "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "strategy": args.strategy,
+            "devices": args.devices,
+            "rounds": args.rounds,
+            "batches_per_run": args.steps,
+            "width": args.width,
+            "batch_size": args.batch_size,
+            "keys_logged_per_window": n_keys,
+            "median_ms_per_batch_off": round(statistics.median(x["per_batch_s"] for x in per_arm["off"]) * 1e3, 3),
+        },
+    )
 
 
 if __name__ == "__main__":

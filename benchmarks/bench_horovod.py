@@ -63,7 +63,9 @@ def raw_horovod(args: argparse.Namespace) -> float:
 
     model = make_model(args)
     data = make_data(args, hvd.size())
-    loader = DataLoader(data, batch_size=args.batch_size, sampler=DistributedSampler(data, hvd.size(), hvd.rank(), shuffle=True))
+    loader = DataLoader(
+        data, batch_size=args.batch_size, sampler=DistributedSampler(data, hvd.size(), hvd.rank(), shuffle=True)
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
@@ -76,11 +78,22 @@ def lightning_run(args: argparse.Namespace, strategy: str, env: dict[str, str]) 
     os.environ.update(env)  # the external launch's variables (DDP's teardown deletes WORLD_SIZE)
     # The ddp arm shares horovodrun's workers on purpose; LauncherGuard would (rightly, elsewhere) refuse a non-horovod
     # strategy under horovodrun, so horovodrun's variables are hidden from it for that arm (Horovod is initialised).
-    hidden = {k: os.environ.pop(k) for k in ("HOROVOD_SIZE", "HOROVOD_RANK") if strategy != "horovod" and k in os.environ}
-    loader = lambda m: DataLoader(make_data(args, m.trainer.world_size), batch_size=args.batch_size, shuffle=True)
+    hidden = {
+        k: os.environ.pop(k) for k in ("HOROVOD_SIZE", "HOROVOD_RANK") if strategy != "horovod" and k in os.environ
+    }
+
+    def loader(m):
+        return DataLoader(make_data(args, m.trainer.world_size), batch_size=args.batch_size, shuffle=True)
+
     try:
-        clock = timed_fit(Trainable(make_model(args), "mse_loss", loader=loader), warmup=args.warmup, steps=args.steps,
-                          strategy=strategy, accelerator="cpu", devices=int(os.environ["WORLD_SIZE"]))  # fmt: skip
+        clock = timed_fit(
+            Trainable(make_model(args), "mse_loss", loader=loader),
+            warmup=args.warmup,
+            steps=args.steps,
+            strategy=strategy,
+            accelerator="cpu",
+            devices=int(os.environ["WORLD_SIZE"]),
+        )
     finally:
         os.environ.update(hidden)
         if strategy != "horovod" and torch.distributed.is_initialized():
@@ -102,7 +115,13 @@ def worker(args: argparse.Namespace) -> None:
     # The ddp runs reuse these workers: Lightning sees an external launch and starts nothing itself.
     # Named: unnamed broadcast_object calls are named after the object's type, which differs by rank here.
     port = hvd.broadcast_object(find_free_network_port() if hvd.rank() == 0 else 0, root_rank=0, name="bench.port")
-    env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(hvd.size()), LOCAL_RANK=str(hvd.local_rank()), NODE_RANK="0")
+    env = dict(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        WORLD_SIZE=str(hvd.size()),
+        LOCAL_RANK=str(hvd.local_rank()),
+        NODE_RANK="0",
+    )
     pl.seed_everything(0, verbose=False)
     calls = iter(range(10**9))  # every worker makes the same calls in the same order: a shared name for each all-reduce
 
@@ -110,19 +129,33 @@ def worker(args: argparse.Namespace) -> None:
         """Every worker steps in lockstep: the slowest worker's figure."""
         return float(hvd.allreduce(torch.tensor(seconds), op=hvd.Max, name=f"bench.{next(calls)}"))
 
-    times = interleave({
-        "raw": lambda: slowest(raw_horovod(args)),
-        "horovod": lambda: slowest(lightning_run(args, "horovod", env)),
-        "ddp": lambda: slowest(lightning_run(args, "ddp", env)),
-    }, args.rounds, report=hvd.rank() == 0)  # fmt: skip
+    times = interleave(
+        {
+            "raw": lambda: slowest(raw_horovod(args)),
+            "horovod": lambda: slowest(lightning_run(args, "horovod", env)),
+            "ddp": lambda: slowest(lightning_run(args, "ddp", env)),
+        },
+        args.rounds,
+        report=hvd.rank() == 0,
+    )
     if hvd.rank() == 0:
         write_result(
-            args.result, name="horovod", arms={k: {"step_s": v} for k, v in times.items()},
-            ratios=[ratio("horovod / raw Horovod loop", "horovod", "raw", goal=1.03), ratio("horovod / ddp", "horovod", "ddp"),
-                    ratio("ddp / raw Horovod loop", "ddp", "raw")],
-            config={**config(args, "np", "rounds", "warmup", "steps", "batch_size", "in_features", "hidden", "layers", "threads"),
-                    "params": sum(p.numel() for p in make_model(args).parameters()), "world_size": hvd.size()},
-        )  # fmt: skip
+            args.result,
+            name="horovod",
+            arms={k: {"step_s": v} for k, v in times.items()},
+            ratios=[
+                ratio("horovod / raw Horovod loop", "horovod", "raw", goal=1.03),
+                ratio("horovod / ddp", "horovod", "ddp"),
+                ratio("ddp / raw Horovod loop", "ddp", "raw"),
+            ],
+            config={
+                **config(
+                    args, "np", "rounds", "warmup", "steps", "batch_size", "in_features", "hidden", "layers", "threads"
+                ),
+                "params": sum(p.numel() for p in make_model(args).parameters()),
+                "world_size": hvd.size(),
+            },
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -53,15 +53,47 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def command(arm: str, out: Path, epochs: int) -> list[str]:
-    job = ["--max-epochs", str(epochs), "--logger", "none", "--accelerator", "cpu", "--output-dir", str(out), "--no-save-on-interrupt"]
+    job = [
+        "--max-epochs",
+        str(epochs),
+        "--logger",
+        "none",
+        "--accelerator",
+        "cpu",
+        "--output-dir",
+        str(out),
+        "--no-save-on-interrupt",
+    ]
     python = [sys.executable, TRAIN]
     return {
         "lightning": [*python, "--strategy", "ddp", "--devices", "2", *job],
-        "torchrun": [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", TRAIN, "--strategy", "ddp", "--devices", "2", *job],
+        "torchrun": [
+            str(BIN / "torchrun"),
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            TRAIN,
+            "--strategy",
+            "ddp",
+            "--devices",
+            "2",
+            *job,
+        ],
         "ray": [*python, "--launcher", "ray", "--ray-workers", "2", "--strategy", "ddp", *job],
         "horovod": [*python, "--strategy", "horovod", "--devices", "2", *job],
-        "horovodrun": [str(BIN / "horovodrun"), "-np", "2", "--gloo", *python, "--strategy", "horovod", "--devices", "2", *job],
-    }[arm]  # fmt: skip
+        "horovodrun": [
+            str(BIN / "horovodrun"),
+            "-np",
+            "2",
+            "--gloo",
+            *python,
+            "--strategy",
+            "horovod",
+            "--devices",
+            "2",
+            *job,
+        ],
+    }[arm]
 
 
 def run_arm(arm: str, epochs: int) -> tuple[float, float]:
@@ -96,17 +128,32 @@ def main(argv: list[str] | None = None) -> None:
             return None
 
     rounds = interleave({arm: (lambda arm=arm: run(arm)) for arm in arms}, args.rounds)
-    results = {arm: {"sample_s": [r[0] for r in v], "wall_s": [r[1] for r in v]} for arm, v in rounds.items() if arm not in failed}  # type: ignore[index]
+    results = {
+        arm: {"sample_s": [r[0] for r in v], "wall_s": [r[1] for r in v]}
+        for arm, v in rounds.items()
+        if arm not in failed
+    }  # type: ignore[index]
     ratios = []
     for num, den in (("torchrun", "lightning"), ("ray", "lightning"), ("horovodrun", "horovod")):
         if num in args.arms and den in args.arms:
             ratios.append(ratio(f"{num} / {den}: seconds per training sample", num, den, metric="sample_s", goal=1.03))
             ratios.append(ratio(f"{num} / {den}: wall time, start-up included", num, den, metric="wall_s"))
     write_result(
-        args.result, name="launchers", unit="s/sample", arms=results, ratios=ratios, failed=failed,
-        config={"rounds": args.rounds, "epochs": args.epochs, "arms": args.arms, "processes": 2, "threads_per_process": 1},
+        args.result,
+        name="launchers",
+        unit="s/sample",
+        arms=results,
+        ratios=ratios,
+        failed=failed,
+        config={
+            "rounds": args.rounds,
+            "epochs": args.epochs,
+            "arms": args.arms,
+            "processes": 2,
+            "threads_per_process": 1,
+        },
         notes=[f"skipped (not installed): {', '.join(skipped)}"] if skipped else [],
-    )  # fmt: skip
+    )
 
 
 if __name__ == "__main__":

@@ -60,7 +60,12 @@ GOAL_VS_SINGLE = 1e-4
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = parser(__doc__)
     p.add_argument("--steps", type=int, default=10, help="SGD steps")
-    p.add_argument("--strategies", nargs="*", default=[a for a in ARMS if a not in ("raw_ddp", "single")], help="arms besides raw_ddp and single")
+    p.add_argument(
+        "--strategies",
+        nargs="*",
+        default=[a for a in ARMS if a not in ("raw_ddp", "single")],
+        help="arms besides raw_ddp and single",
+    )
     p.add_argument("--raw-worker", type=Path, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -87,13 +92,22 @@ def raw_worker(args: argparse.Namespace) -> None:
         optimizer.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
-    torch.save({f"net.{k}": v.detach().cpu() for k, v in module.net.state_dict().items()}, args.raw_worker / f"params_rank{rank}.pt")
+    torch.save(
+        {f"net.{k}": v.detach().cpu() for k, v in module.net.state_dict().items()},
+        args.raw_worker / f"params_rank{rank}.pt",
+    )
     dist.destroy_process_group()
 
 
 def run_raw(args: argparse.Namespace, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    launch_ranks(["-m", __spec__.name, "--steps", str(args.steps), "--raw-worker", str(out)], 2, timeout=300, what="raw DDP", capture_rank0=True)
+    launch_ranks(
+        ["-m", __spec__.name, "--steps", str(args.steps), "--raw-worker", str(out)],
+        2,
+        timeout=300,
+        what="raw DDP",
+        capture_rank0=True,
+    )
 
 
 def run_arm(extra: list[str], steps: int, out: Path) -> None:
@@ -101,7 +115,9 @@ def run_arm(extra: list[str], steps: int, out: Path) -> None:
     cmd = [sys.executable, "-m", RUNNER, *extra, "--steps", str(steps), "--global-batch", "32", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
-        raise RuntimeError(f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}")
+        raise RuntimeError(
+            f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}"
+        )
 
 
 def run_two_nodes(extra: list[str], steps: int, out: Path) -> None:
@@ -111,10 +127,37 @@ def run_two_nodes(extra: list[str], steps: int, out: Path) -> None:
     env = repo_env(OMP_NUM_THREADS="1")
     port = str(find_free_network_port())
     procs = [
-        subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank",
-                          str(node), "--master-addr", "127.0.0.1", "--master-port", port, "-m", RUNNER, *extra, "--steps", str(steps),
-                          "--global-batch", "32", "--out", str(out)],
-                         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--node-rank",
+                str(node),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                port,
+                "-m",
+                RUNNER,
+                *extra,
+                "--steps",
+                str(steps),
+                "--global-batch",
+                "32",
+                "--out",
+                str(out),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for node in (0, 1)
     ]
     try:
@@ -178,18 +221,38 @@ def main(argv: list[str] | None = None) -> None:
     for arm in (a for a in arms if a not in failed):
         ranks = params[arm]
         for ref, goal in (("raw_ddp", GOAL_VS_RAW), ("single", GOAL_VS_SINGLE)):
-            if ref != arm and ref in params and (arm not in ("raw_ddp", "single") or (arm, ref) == ("raw_ddp", "single")):
+            if (
+                ref != arm
+                and ref in params
+                and (arm not in ("raw_ddp", "single") or (arm, ref) == ("raw_ddp", "single"))
+            ):
                 label = f"{arm} vs {'raw DDP' if ref == 'raw_ddp' else 'one process on the global batch'}: max abs parameter difference"
                 figures[label] = figure(max_abs_diff(ranks[0], params[ref][0]), goal)
         if len(ranks) > 1:
-            figures[f"{arm}: max abs difference between ranks"] = figure(max(max_abs_diff(ranks[0], r) for r in ranks[1:]), 0.0)
+            figures[f"{arm}: max abs difference between ranks"] = figure(
+                max(max_abs_diff(ranks[0], r) for r in ranks[1:]), 0.0
+            )
     write_result(
-        args.result, name="parity", unit="max abs difference", arms={}, ratios=[], figures=figures, failed=failed,
-        config={"steps": args.steps, "global_batch": 32, "optimizer": "SGD(lr=0.1, momentum=0.9)", "world_size": 2,
-                "arms": {a: ARMS[a] or "raw torch DDP loop (this file)" for a in arms}, "seconds": {a: round(t) for a, t in seconds.items()}},
-        notes=["Every arm trains the parity tests' MLP on the same global batches in the same order; a figure is the largest"
-               " absolute difference over every parameter element after the last step (rank 0's copy)."],
-    )  # fmt: skip
+        args.result,
+        name="parity",
+        unit="max abs difference",
+        arms={},
+        ratios=[],
+        figures=figures,
+        failed=failed,
+        config={
+            "steps": args.steps,
+            "global_batch": 32,
+            "optimizer": "SGD(lr=0.1, momentum=0.9)",
+            "world_size": 2,
+            "arms": {a: ARMS[a] or "raw torch DDP loop (this file)" for a in arms},
+            "seconds": {a: round(t) for a, t in seconds.items()},
+        },
+        notes=[
+            "Every arm trains the parity tests' MLP on the same global batches in the same order; a figure is the largest"
+            " absolute difference over every parameter element after the last step (rank 0's copy)."
+        ],
+    )
 
 
 if __name__ == "__main__":

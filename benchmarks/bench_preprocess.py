@@ -44,8 +44,8 @@ import sys
 import tempfile
 import time
 import warnings
-from pathlib import Path
 from functools import partial
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import lightning.pytorch as pl
@@ -140,17 +140,33 @@ def run_once(name: str, n: int, root: Path, workers: int) -> float:
 
         start_method = "fork" if name == "litdata-fork" else None
         litdata.optimize(
-            fn=litdata_fn, inputs=list(range(n)), output_dir=str(out), num_workers=workers, chunk_bytes="64MB", verbose=False, start_method=start_method
+            fn=litdata_fn,
+            inputs=list(range(n)),
+            output_dir=str(out),
+            num_workers=workers,
+            chunk_bytes="64MB",
+            verbose=False,
+            start_method=start_method,
         )
     elif name == "hf-datasets":
         import datasets
 
         datasets.disable_progress_bars()
-        mapped = datasets.Dataset.from_dict({"index": list(range(n))}).map(hf_fn, num_proc=workers, remove_columns=["index"])
+        mapped = datasets.Dataset.from_dict({"index": list(range(n))}).map(
+            hf_fn, num_proc=workers, remove_columns=["index"]
+        )
         mapped.save_to_disk(str(out))
     else:
         backend, kwargs = preprocess_arm(name)
-        preprocess(subset, out, TRANSFORM, backend=backend, num_workers=None if name == "serial" else workers, progress=False, **kwargs)  # type: ignore[arg-type]
+        preprocess(
+            subset,
+            out,
+            TRANSFORM,
+            backend=backend,
+            num_workers=None if name == "serial" else workers,
+            progress=False,
+            **kwargs,
+        )  # type: ignore[arg-type]
     seconds = time.perf_counter() - t0
     shutil.rmtree(out, ignore_errors=True)
     return seconds
@@ -178,7 +194,11 @@ def cold_child(arm: str, n: int, out: Path, workers: int) -> None:
     _train_set()  # loading the digits is the user's own start-up, not the call's
     backend, kwargs = preprocess_arm(arm)
     num_workers = None if backend == "serial" else workers
-    seconds = timed(lambda: preprocess(dataset, out, COLD_TRANSFORM, backend=backend, num_workers=num_workers, progress=False, **kwargs))  # type: ignore[arg-type]
+    seconds = timed(
+        lambda: preprocess(
+            dataset, out, COLD_TRANSFORM, backend=backend, num_workers=num_workers, progress=False, **kwargs
+        )
+    )  # type: ignore[arg-type]
     print(json.dumps({"seconds": seconds}))
 
 
@@ -187,15 +207,30 @@ def cold_calls(args: argparse.Namespace, root: Path) -> dict[str, list[float]]:
 
     def call(arm: str, n: int) -> float:
         out = root / f"cold-{arm}-{n}-{time.monotonic_ns()}"
-        cmd = [sys.executable, "-m", __spec__.name, "--cold-child", arm, str(n), str(out), "--workers", str(args.workers)]
+        cmd = [
+            sys.executable,
+            "-m",
+            __spec__.name,
+            "--cold-child",
+            arm,
+            str(n),
+            str(out),
+            "--workers",
+            str(args.workers),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=repo_env())
         if proc.returncode != 0:
-            raise RuntimeError(f"cold call {arm} on {n} samples failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+            raise RuntimeError(
+                f"cold call {arm} on {n} samples failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}"
+            )
         shutil.rmtree(out, ignore_errors=True)
         return json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
 
     arms = {f"cold{n}_{arm}": partial(call, arm, n) for n in args.cold_samples for arm in COLD_ARMS}
-    describe = lambda r: "cold calls: " + "  ".join(f"{k}={v:.2f}s" for k, v in r.items()) + f"  (load {os.getloadavg()[0]:.1f})"
+
+    def describe(r):
+        return "cold calls: " + "  ".join(f"{k}={v:.2f}s" for k, v in r.items()) + f"  (load {os.getloadavg()[0]:.1f})"
+
     return interleave(arms, args.cold_repeats, describe=describe)
 
 
@@ -221,18 +256,36 @@ def epoch_seconds(dataset: Any) -> float:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = parser(__doc__)
-    p.add_argument("--samples", type=int, default=1438, help="training samples to preprocess (default and max: the whole split, 1438)")
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=1438,
+        help="training samples to preprocess (default and max: the whole split, 1438)",
+    )
     p.add_argument("--repeats", type=int, default=5, help="interleaved rounds of the throughput comparison")
     p.add_argument("--epoch-repeats", type=int, default=2, help="interleaved rounds of the epoch comparison")
     p.add_argument("--workers", type=int, default=usable_cpus(), help="parallel workers (default: usable CPUs)")
-    p.add_argument("--torch-threads", type=int, default=1, help="intra-op threads for the epoch comparison (1: stable on a shared machine)")
+    p.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="intra-op threads for the epoch comparison (1: stable on a shared machine)",
+    )
     p.add_argument("--skip-ray", action="store_true")
     p.add_argument("--skip-litdata", action="store_true")
-    p.add_argument("--skip-litdata-fork", action="store_true", help="skip litdata with start_method='fork' (its fastest, fork-unsafe setting)")
+    p.add_argument(
+        "--skip-litdata-fork",
+        action="store_true",
+        help="skip litdata with start_method='fork' (its fastest, fork-unsafe setting)",
+    )
     p.add_argument("--skip-hf", action="store_true", help="skip Hugging Face datasets' map(num_proc=...)")
     p.add_argument("--skip-epochs", action="store_true")
-    p.add_argument("--cold-samples", type=lambda v: [int(x) for x in v.split(",") if x], default=[400, 2000],
-                   help="sample counts of the cold-call comparison, comma-separated ('' skips it)")
+    p.add_argument(
+        "--cold-samples",
+        type=lambda v: [int(x) for x in v.split(",") if x],
+        default=[400, 2000],
+        help="sample counts of the cold-call comparison, comma-separated ('' skips it)",
+    )
     p.add_argument("--cold-repeats", type=int, default=5, help="interleaved rounds of the cold-call comparison")
     p.add_argument("--cold-child", nargs=3, metavar=("ARM", "N", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -263,10 +316,14 @@ def throughput(args: argparse.Namespace, root: Path) -> Rounds:
     names = ["serial", "processes", "processes-forkserver"]
     optional = {  # arm: (the module it needs, whether a flag skips it, how to install the module)
         "ray": ("ray", args.skip_ray, "pip install 'lightning_mgpu[ray]'"),
-        "litdata": ("litdata", args.skip_litdata, "pip install --no-deps litdata obstore tifffile; a plain `pip install litdata` replaces torch"),
+        "litdata": (
+            "litdata",
+            args.skip_litdata,
+            "pip install --no-deps litdata obstore tifffile; a plain `pip install litdata` replaces torch",
+        ),
         "litdata-fork": ("litdata", args.skip_litdata or args.skip_litdata_fork, None),  # litdata's message says it
         "hf-datasets": ("datasets", args.skip_hf, "pip install datasets"),
-    }  # fmt: skip
+    }
     for name, (module, skipped, install) in optional.items():
         if not skipped and is_available(module):
             names.append(name)
@@ -281,12 +338,20 @@ def throughput(args: argparse.Namespace, root: Path) -> Rounds:
     for name in ours:  # warm-up: start-up costs that a long job pays once
         print(f"one-time: first {name:20s} call, 64 samples (start-up) {run_once(name, 64, root, args.workers):6.2f} s")
     for name in ours:  # what every call pays on top of its samples
-        print(f"each call: a {name:20s} call of 64 samples after the warm-up {run_once(name, 64, root, args.workers):6.2f} s")
+        print(
+            f"each call: a {name:20s} call of 64 samples after the warm-up {run_once(name, 64, root, args.workers):6.2f} s"
+        )
     parallelism = Parallelism(args.workers)
     # The machine's parallelism is measured as an arm of its own, so that it is taken in every round beside the others.
-    rounds = interleave({"offered": parallelism.measure} | {name: (lambda name=name: run_once(name, args.samples, root, args.workers)) for name in names},
-                        args.repeats, describe=lambda r: "  ".join(f"{n}={args.samples / r[n]:.0f}/s" for n in names)
-                        + f"  (machine parallelism now: {r['offered']:.2f}x, load {os.getloadavg()[0]:.1f})")  # fmt: skip
+    rounds = interleave(
+        {"offered": parallelism.measure}
+        | {name: (lambda name=name: run_once(name, args.samples, root, args.workers)) for name in names},
+        args.repeats,
+        describe=lambda r: (
+            "  ".join(f"{n}={args.samples / r[n]:.0f}/s" for n in names)
+            + f"  (machine parallelism now: {r['offered']:.2f}x, load {os.getloadavg()[0]:.1f})"
+        ),
+    )
     offered = rounds.pop("offered")
     seconds = rounds
     if "ray" in names:
@@ -309,8 +374,11 @@ def epochs(args: argparse.Namespace, root: Path) -> tuple[float, float]:
     subset = TensorDataset(*_train_set()[: args.samples])
     preprocess(subset, root / "epoch-cache", TRANSFORM, backend="processes", num_workers=args.workers, progress=False)
     cached, fly = PreprocessedDataset(root / "epoch-cache"), TransformedDataset(subset, TRANSFORM)
-    rounds = interleave({"on the fly": lambda: epoch_seconds(fly), "from the cache": lambda: epoch_seconds(cached)}, args.epoch_repeats,
-                        describe=lambda r: "epoch: " + ", ".join(f"{k} {v:.2f} s" for k, v in r.items()))  # fmt: skip
+    rounds = interleave(
+        {"on the fly": lambda: epoch_seconds(fly), "from the cache": lambda: epoch_seconds(cached)},
+        args.epoch_repeats,
+        describe=lambda r: "epoch: " + ", ".join(f"{k} {v:.2f} s" for k, v in r.items()),
+    )
     return statistics.median(rounds["on the fly"]), statistics.median(rounds["from the cache"])
 
 
@@ -344,25 +412,53 @@ def main(argv: list[str] | None = None) -> None:
 
     offered = statistics.median(rates.offered)
     goal = 0.8 * cores
-    cold_specs = [ratio_spec(f"cold call, {n} samples: {arm} speedup over serial", f"cold{n}_serial", f"cold{n}_{arm}", "seconds",
-                             goal=1.7 if n >= 2000 and arm == "processes" else 1.0, higher_is_better=True)
-                  for n in (args.cold_samples if cold else []) for arm in COLD_ARMS[1:]]  # fmt: skip
-    specs = [ratio_spec(f"{n} speedup over serial", "serial", n, "seconds", goal=goal, higher_is_better=True)
-             for n in ("processes", "processes-forkserver", "ray") if n in rates.seconds]
-    specs += [ratio_spec(f"processes throughput / {lit}", lit, "processes", "seconds", goal=1.0, higher_is_better=True)
-              for lit in PEERS if lit in rates.seconds]
+    cold_specs = [
+        ratio_spec(
+            f"cold call, {n} samples: {arm} speedup over serial",
+            f"cold{n}_serial",
+            f"cold{n}_{arm}",
+            "seconds",
+            goal=1.7 if n >= 2000 and arm == "processes" else 1.0,
+            higher_is_better=True,
+        )
+        for n in (args.cold_samples if cold else [])
+        for arm in COLD_ARMS[1:]
+    ]
+    specs = [
+        ratio_spec(f"{n} speedup over serial", "serial", n, "seconds", goal=goal, higher_is_better=True)
+        for n in ("processes", "processes-forkserver", "ray")
+        if n in rates.seconds
+    ]
+    specs += [
+        ratio_spec(f"processes throughput / {lit}", lit, "processes", "seconds", goal=1.0, higher_is_better=True)
+        for lit in PEERS
+        if lit in rates.seconds
+    ]
     specs += cold_specs
     figures = {"machine parallelism offered (2 processes of pure compute vs 1)": figure(offered)}
     if fly is not None and cached is not None:
         figures["epoch on the fly / from the cache"] = figure(fly / cached, 5.0, higher_is_better=True)
     write_result(
-        args.result, name="preprocess", unit="s per call", arms={n: {"seconds": v} for n, v in {**rates.seconds, **cold}.items()},
-        ratios=specs, figures=figures,
-        config={"samples": args.samples, "repeats": args.repeats, "workers": cores, "transform_ms_per_sample": round(per_sample * 1e3, 3),
-                "cold_samples": args.cold_samples, "cold_repeats": args.cold_repeats, "cold_transform_upsample": COLD_TRANSFORM.upsample},
-        notes=["Throughput rounds are warm calls (after a first call that starts the pools); the one-time start-up is printed separately.",
-               "Arms cold<N>_<arm> are first calls, each in a fresh interpreter that has imported torch and Lightning; only the call is timed."],
-    )  # fmt: skip
+        args.result,
+        name="preprocess",
+        unit="s per call",
+        arms={n: {"seconds": v} for n, v in {**rates.seconds, **cold}.items()},
+        ratios=specs,
+        figures=figures,
+        config={
+            "samples": args.samples,
+            "repeats": args.repeats,
+            "workers": cores,
+            "transform_ms_per_sample": round(per_sample * 1e3, 3),
+            "cold_samples": args.cold_samples,
+            "cold_repeats": args.cold_repeats,
+            "cold_transform_upsample": COLD_TRANSFORM.upsample,
+        },
+        notes=[
+            "Throughput rounds are warm calls (after a first call that starts the pools); the one-time start-up is printed separately.",
+            "Arms cold<N>_<arm> are first calls, each in a fresh interpreter that has imported torch and Lightning; only the call is timed.",
+        ],
+    )
     sys.stdout.flush()
 
 

@@ -38,11 +38,21 @@ SINGLE = ("dp",)  # one process driving every device (GPU only)
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = parser(__doc__, accelerator="cpu", rounds=5, steps=20, warmup=3, batch_size=64, hidden=1024, threads=1)
-    p.add_argument("--counts", type=lambda s: [int(x) for x in s.split(",")], default=None,
-                   help="device counts, e.g. 1,2,4 (default: 1, 2, 4, ... up to the GPUs here; 1,2 on CPU)")
-    p.add_argument("--strategies", type=lambda s: [x for x in s.split(",") if x], default=None,
-                   help="comma-separated, from ddp, sharded, dp (default: all that apply here)")
-    p.add_argument("--launch-timeout", type=float, default=600.0, help="seconds one launch may take before it is killed")
+    p.add_argument(
+        "--counts",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=None,
+        help="device counts, e.g. 1,2,4 (default: 1, 2, 4, ... up to the GPUs here; 1,2 on CPU)",
+    )
+    p.add_argument(
+        "--strategies",
+        type=lambda s: [x for x in s.split(",") if x],
+        default=None,
+        help="comma-separated, from ddp, sharded, dp (default: all that apply here)",
+    )
+    p.add_argument(
+        "--launch-timeout", type=float, default=600.0, help="seconds one launch may take before it is killed"
+    )
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-strategies", default="", help=argparse.SUPPRESS)
     p.add_argument("--worker-devices", type=int, default=1, help=argparse.SUPPRESS)
@@ -63,8 +73,17 @@ def fit(args: argparse.Namespace, strategy: str, devices: int) -> float:
     # dp splits one batch over its devices: N x the per-device batch keeps the work per device fixed.
     batch = args.batch_size * (devices if strategy in SINGLE else 1)
     data = random_data(batch * (args.warmup + args.steps + 2), 256, classes=10, seed=1 + rank)  # each rank its own data
-    clock = timed_fit(Trainable(build_model(args.hidden)), DataLoader(data, batch_size=batch), warmup=args.warmup, steps=args.steps,
-                      device=device, strategy=strategy, accelerator=args.accelerator, devices=devices, use_distributed_sampler=False)  # fmt: skip
+    clock = timed_fit(
+        Trainable(build_model(args.hidden)),
+        DataLoader(data, batch_size=batch),
+        warmup=args.warmup,
+        steps=args.steps,
+        device=device,
+        strategy=strategy,
+        accelerator=args.accelerator,
+        devices=devices,
+        use_distributed_sampler=False,
+    )
     return median_interval(clock.marks, args.warmup, args.steps)
 
 
@@ -74,20 +93,30 @@ def worker(args: argparse.Namespace) -> None:
 
     if args.accelerator == "cpu":
         torch.set_num_threads(args.threads)
-    write_rank_result(args.worker_out, {name: fit(args, name, args.worker_devices) for name in args.worker_strategies.split(",")})
+    write_rank_result(
+        args.worker_out, {name: fit(args, name, args.worker_devices) for name in args.worker_strategies.split(",")}
+    )
     destroy_process_group_if_done()  # a live gloo group at interpreter exit can abort the rank
 
 
-def launch(args: argparse.Namespace, argv: list[str], strategies: list[str], devices: int, ranks: int) -> dict[str, float]:
+def launch(
+    args: argparse.Namespace, argv: list[str], strategies: list[str], devices: int, ranks: int
+) -> dict[str, float]:
     """Start ``ranks`` processes that fit ``strategies`` on ``devices`` devices; the slowest rank's step per strategy.
 
     Raises:
         RankFailure: a rank failed or the launch ran past ``--launch-timeout`` (every rank is killed; the message
             carries the failing rank's last lines).
     """
-    per_rank = run_ranks(__spec__.name, [*argv, "--worker-strategies", ",".join(strategies), "--worker-devices", str(devices)], ranks,
-                         timeout=args.launch_timeout, rendezvous=ranks > 1 or strategies[0] in RANKED,  # dp alone needs none
-                         what=f"{','.join(strategies)} on {devices} device(s)", capture_rank0=True)  # fmt: skip
+    per_rank = run_ranks(
+        __spec__.name,
+        [*argv, "--worker-strategies", ",".join(strategies), "--worker-devices", str(devices)],
+        ranks,
+        timeout=args.launch_timeout,
+        rendezvous=ranks > 1 or strategies[0] in RANKED,  # dp alone needs none
+        what=f"{','.join(strategies)} on {devices} device(s)",
+        capture_rank0=True,
+    )
     return {name: max(steps[name] for steps in per_rank) for name in strategies}  # ranks step in lockstep
 
 
@@ -107,18 +136,24 @@ def main(argv: list[str] | None = None) -> None:
         return
     counts = args.counts or default_counts(args.accelerator)
     if not counts or counts[0] != 1:
-        raise SystemExit(f"bench_scaling: the counts must start at 1 (the baseline each strategy is compared with), got {counts}")
+        raise SystemExit(
+            f"bench_scaling: the counts must start at 1 (the baseline each strategy is compared with), got {counts}"
+        )
     if args.accelerator == "gpu":
         import torch
 
         if torch.cuda.device_count() < max(counts):
-            raise SystemExit(f"bench_scaling: --counts {counts} needs {max(counts)} GPUs, {torch.cuda.device_count()} here")
+            raise SystemExit(
+                f"bench_scaling: --counts {counts} needs {max(counts)} GPUs, {torch.cuda.device_count()} here"
+            )
     wanted = args.strategies or [*RANKED, *(SINGLE if args.accelerator == "gpu" else ())]
     unknown = sorted(set(wanted) - {*RANKED, *SINGLE})
     if unknown:
         raise SystemExit(f"bench_scaling: unknown strategies {unknown}; choose from {[*RANKED, *SINGLE]}")
     if "dp" in wanted and args.accelerator != "gpu":
-        raise SystemExit("bench_scaling: dp drives several GPUs from one process; on CPU it has one device. Drop dp or use --accelerator gpu.")
+        raise SystemExit(
+            "bench_scaling: dp drives several GPUs from one process; on CPU it has one device. Drop dp or use --accelerator gpu."
+        )
     failed: dict[str, str] = {}
     if "sharded" in wanted and importlib.util.find_spec("fairscale") is None:
         failed |= {f"sharded@{n}": "needs fairscale (pip install 'lightning_mgpu[sharded]')" for n in counts}
@@ -146,9 +181,18 @@ def main(argv: list[str] | None = None) -> None:
     ratios, throughput = [], {}
     for s in wanted:  # a failed arm's ratios stay, reported as failed with its error
         for n in counts[1:]:
-            ratios.append(ratio(f"{s}: scaling efficiency at {n} devices (step at 1 / step at {n})", f"{s}@1", f"{s}@{n}", higher_is_better=True))
+            ratios.append(
+                ratio(
+                    f"{s}: scaling efficiency at {n} devices (step at 1 / step at {n})",
+                    f"{s}@1",
+                    f"{s}@{n}",
+                    higher_is_better=True,
+                )
+            )
     for s in (*ranked, *single):
-        rows = {n: [args.batch_size * n / t for t in times[f"{s}@{n}"] if t] for n in counts if f"{s}@{n}" not in failed}
+        rows = {
+            n: [args.batch_size * n / t for t in times[f"{s}@{n}"] if t] for n in counts if f"{s}@{n}" not in failed
+        }
         throughput[s] = {str(n): v for n, v in rows.items() if v}
     for s, per_n in throughput.items():
         line = ", ".join(f"{n}: {statistics.median(v):.0f}" for n, v in per_n.items())
@@ -156,12 +200,18 @@ def main(argv: list[str] | None = None) -> None:
     for arm, err in failed.items():
         print(f"bench_scaling: {arm} failed: {err.splitlines()[0]}")
     write_result(
-        args.result, name="scaling", arms=arms, ratios=ratios, failed=failed,
+        args.result,
+        name="scaling",
+        arms=arms,
+        ratios=ratios,
+        failed=failed,
         config=config(args) | {"counts": counts, "strategies": [*ranked, *single]},
-        notes=["Weak scaling: the batch per device is fixed, so N devices do N times the work of one; efficiency 1.0 is"
-               " linear. A strategy is compared with itself at one device."],
+        notes=[
+            "Weak scaling: the batch per device is fixed, so N devices do N times the work of one; efficiency 1.0 is"
+            " linear. A strategy is compared with itself at one device."
+        ],
         scaling={"samples_per_s": throughput},
-    )  # fmt: skip
+    )
 
 
 if __name__ == "__main__":

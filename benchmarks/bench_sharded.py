@@ -79,7 +79,9 @@ def make_loader(args: argparse.Namespace, rank: int) -> Any:
     from benchmarks.harness.models import random_data
 
     data = random_data(args.batch_size * WORLD * (args.warmup + args.steps + 1), args.hidden // 2)
-    return DataLoader(data, batch_size=args.batch_size, sampler=DistributedSampler(data, WORLD, rank, shuffle=False), drop_last=True)
+    return DataLoader(
+        data, batch_size=args.batch_size, sampler=DistributedSampler(data, WORLD, rank, shuffle=False), drop_last=True
+    )
 
 
 def _device(args: argparse.Namespace) -> Any:
@@ -93,15 +95,24 @@ def model_state(module: Any, optimizer: Any) -> dict[str, int]:
     there until the next zero_grad). A DTensor (FSDP2) counts its local shard, a sharded optimizer its own state."""
     from lightning_mgpu.strategies.sharded.strategy import local_optimizer_state_bytes
 
-    local_bytes = lambda tensors: sum((t.to_local() if hasattr(t, "to_local") else t).nbytes for t in tensors)
+    def local_bytes(tensors):
+        return sum((t.to_local() if hasattr(t, "to_local") else t).nbytes for t in tensors)
+
     params = list(module.parameters())
     grads = [p.grad for p in params if p.grad is not None]
-    return {"params": local_bytes(params), "grads": local_bytes(grads), "optimizer": local_optimizer_state_bytes(optimizer)}
+    return {
+        "params": local_bytes(params),
+        "grads": local_bytes(grads),
+        "optimizer": local_optimizer_state_bytes(optimizer),
+    }
 
 
 def _step_figures(args: argparse.Namespace, wall: list[float], cpu: list[float]) -> dict[str, float]:
     """A run's median wall and process-CPU time per step, after the warm-up."""
-    return {"step_s": median_interval(wall, args.warmup, args.steps), "cpu_s": median_interval(cpu, args.warmup, args.steps)}
+    return {
+        "step_s": median_interval(wall, args.warmup, args.steps),
+        "cpu_s": median_interval(cpu, args.warmup, args.steps),
+    }
 
 
 def lightning_run(args: argparse.Namespace, strategy: str) -> dict[str, Any]:
@@ -117,11 +128,26 @@ def lightning_run(args: argparse.Namespace, strategy: str) -> dict[str, Any]:
 
         chosen = FSDPStrategy(sharding_strategy="SHARD_GRAD_OP")  # ZeRO-2: gradients and optimizer state sharded
     state: dict[str, int] = {}
-    measure = LambdaCallback(on_train_batch_end=lambda trainer, module, *_: state.update(model_state(module, trainer.optimizers[0])))
-    model = Trainable(build_model(args.hidden), "mse_loss", lambda params: torch.optim.Adam(params, lr=1e-4),
-                      loader=lambda m: make_loader(args, m.global_rank))  # fmt: skip
-    clock = timed_fit(model, warmup=args.warmup, steps=args.steps, device=_device(args), callbacks=[measure], strategy=chosen,
-                      accelerator=args.accelerator, devices=WORLD, use_distributed_sampler=False)  # fmt: skip
+    measure = LambdaCallback(
+        on_train_batch_end=lambda trainer, module, *_: state.update(model_state(module, trainer.optimizers[0]))
+    )
+    model = Trainable(
+        build_model(args.hidden),
+        "mse_loss",
+        lambda params: torch.optim.Adam(params, lr=1e-4),
+        loader=lambda m: make_loader(args, m.global_rank),
+    )
+    clock = timed_fit(
+        model,
+        warmup=args.warmup,
+        steps=args.steps,
+        device=_device(args),
+        callbacks=[measure],
+        strategy=chosen,
+        accelerator=args.accelerator,
+        devices=WORLD,
+        use_distributed_sampler=False,
+    )
     return {**_step_figures(args, clock.marks, clock.cpu_marks), "state": state}
 
 
@@ -200,7 +226,10 @@ def worker(args: argparse.Namespace) -> None:
         if args.accelerator == "gpu":
             result["max_memory_allocated"] = torch.cuda.max_memory_allocated()
     else:
-        timings = {name: (lambda name=name: {k: v for k, v in _run_arm(args, name).items() if k != "state"}) for name in arms_for(args.accelerator)}
+        timings = {
+            name: (lambda name=name: {k: v for k, v in _run_arm(args, name).items() if k != "state"})
+            for name in arms_for(args.accelerator)
+        }
         result["arms"] = interleave(timings, args.rounds, report=rank == 0)
     if dist.is_initialized():
         dist.barrier()
@@ -215,7 +244,9 @@ def launch(argv: list[str], kind: str, config: str) -> list[dict[str, Any]]:
     """Run 2 ranks of this script, with this run's arguments ``argv``, as ``--worker KIND``; both are killed if either
     fails."""
     try:
-        return run_ranks(__spec__.name, [*argv, "--worker", kind, "--config", config], WORLD, what=f"worker {kind}/{config}")
+        return run_ranks(
+            __spec__.name, [*argv, "--worker", kind, "--config", config], WORLD, what=f"worker {kind}/{config}"
+        )
     except RankFailure as err:
         raise SystemExit(str(err)) from err
 
@@ -238,32 +269,52 @@ def main(argv: list[str] | None = None) -> None:
 
     key = "max_memory_allocated" if args.accelerator == "gpu" else "peak_rss"
     figures = {
-        f"sharded / ddp model state per rank (ZeRO-2 ideal {ZERO2_IDEAL:.3f})": figure(state_ratio("sharded"), goal=round(ZERO2_IDEAL + 0.01, 3)),
+        f"sharded / ddp model state per rank (ZeRO-2 ideal {ZERO2_IDEAL:.3f})": figure(
+            state_ratio("sharded"), goal=round(ZERO2_IDEAL + 0.01, 3)
+        ),
         "raw fsdp2 / ddp model state per rank": figure(state_ratio("fsdp2")),
-        "sharded_fsdp2 / ddp model state per rank (ideal 0.5: params, grads and Adam all sharded)": figure(state_ratio("sharded_fsdp2"), goal=0.51),
-        f"sharded / ddp peak {'memory' if args.accelerator == 'gpu' else 'RSS'} per rank":
-            figure(max(s[key] / d[key] for s, d in zip(memory["sharded"], memory["ddp"]))),
-    }  # fmt: skip
+        "sharded_fsdp2 / ddp model state per rank (ideal 0.5: params, grads and Adam all sharded)": figure(
+            state_ratio("sharded_fsdp2"), goal=0.51
+        ),
+        f"sharded / ddp peak {'memory' if args.accelerator == 'gpu' else 'RSS'} per rank": figure(
+            max(s[key] / d[key] for s, d in zip(memory["sharded"], memory["ddp"]))
+        ),
+    }
     if args.accelerator == "cpu":
-        growth = max((s["peak_rss"] - s["rss_before_model"]) / (d["peak_rss"] - d["rss_before_model"]) for s, d in zip(memory["sharded"], memory["ddp"]))
+        growth = max(
+            (s["peak_rss"] - s["rss_before_model"]) / (d["peak_rss"] - d["rss_before_model"])
+            for s, d in zip(memory["sharded"], memory["ddp"])
+        )
         figures["sharded / ddp peak RSS growth over the RSS before the model, per rank"] = figure(growth)
     peers = []
     if "lightning_fsdp" in memory:
-        figures["Lightning FSDPStrategy(SHARD_GRAD_OP) / ddp model state per rank"] = figure(state_ratio("lightning_fsdp"))
+        figures["Lightning FSDPStrategy(SHARD_GRAD_OP) / ddp model state per rank"] = figure(
+            state_ratio("lightning_fsdp")
+        )
         peers = [ratio("sharded / Lightning FSDPStrategy(SHARD_GRAD_OP)", "sharded", "lightning_fsdp")]
     write_result(
-        args.result, name="sharded", arms={name: {m: [r[m] for r in rounds] for m in ("step_s", "cpu_s")} for name, rounds in timing.items()},
-        ratios=[ratio("sharded / ddp", "sharded", "ddp", goal=1.10), ratio("sharded / raw FairScale loop", "sharded", "raw", goal=1.05),
-                ratio("sharded / raw FSDP2 (ZeRO-2)", "sharded", "fsdp2"), ratio("sharded / ddp (process CPU time)", "sharded", "ddp", "cpu_s"),
-                ratio("sharded_fsdp2 / raw FSDP2 loop", "sharded_fsdp2", "fsdp2", goal=1.05), ratio("sharded_fsdp2 / ddp", "sharded_fsdp2", "ddp"),
-                *peers],
-        figures=figures, memory={cfg: [sum(r["state"].values()) for r in ranks] for cfg, ranks in memory.items()},
+        args.result,
+        name="sharded",
+        arms={name: {m: [r[m] for r in rounds] for m in ("step_s", "cpu_s")} for name, rounds in timing.items()},
+        ratios=[
+            ratio("sharded / ddp", "sharded", "ddp", goal=1.10),
+            ratio("sharded / raw FairScale loop", "sharded", "raw", goal=1.05),
+            ratio("sharded / raw FSDP2 (ZeRO-2)", "sharded", "fsdp2"),
+            ratio("sharded / ddp (process CPU time)", "sharded", "ddp", "cpu_s"),
+            ratio("sharded_fsdp2 / raw FSDP2 loop", "sharded_fsdp2", "fsdp2", goal=1.05),
+            ratio("sharded_fsdp2 / ddp", "sharded_fsdp2", "ddp"),
+            *peers,
+        ],
+        figures=figures,
+        memory={cfg: [sum(r["state"].values()) for r in ranks] for cfg, ranks in memory.items()},
         config={**config(args), "params": n_params, "world_size": WORLD, "optimizer": "Adam fp32"},
-        notes=["Model state = parameters + gradients + optimizer state held by a rank after an optimizer step.",
-               "FSDP2 also shards parameters and gradients (ZeRO-3 storage with reshard_after_forward=False between steps).",
-               "Step time is the median of each run's timed steps; wall time is the goal's measure, process CPU time is"
-               " steadier on a busy machine."],
-    )  # fmt: skip
+        notes=[
+            "Model state = parameters + gradients + optimizer state held by a rank after an optimizer step.",
+            "FSDP2 also shards parameters and gradients (ZeRO-3 storage with reshard_after_forward=False between steps).",
+            "Step time is the median of each run's timed steps; wall time is the goal's measure, process CPU time is"
+            " steadier on a busy machine.",
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -53,9 +53,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--width", type=int, default=2048, help="MLP width w; 12 layers of w x w (50M parameters at 2048)")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--rounds", type=int, default=5, help="saves and loads per arm (the first is a warm-up)")
-    p.add_argument("--zero3", default=True, action=argparse.BooleanOptionalAction, help="reshard_after_forward (ZeRO-3)")
+    p.add_argument(
+        "--zero3", default=True, action=argparse.BooleanOptionalAction, help="reshard_after_forward (ZeRO-3)"
+    )
     p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"), help="gpu: the Trainer arms on up to 2 GPUs")
-    p.add_argument("--arms", default=None, help=f"comma-separated; default on cpu {','.join(ARMS)}, on gpu {','.join(GPU_ARMS)}")
+    p.add_argument(
+        "--arms", default=None, help=f"comma-separated; default on cpu {','.join(ARMS)}, on gpu {','.join(GPU_ARMS)}"
+    )
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -160,7 +164,13 @@ def _fit(args: argparse.Namespace, arm: str, at_end: Any) -> None:
         from lightning.pytorch.strategies import FSDPStrategy
 
         strategy = FSDPStrategy(auto_wrap_policy={nn.Linear}, state_dict_type="sharded")
-    trainer = quiet_trainer(strategy=strategy, accelerator=args.accelerator, devices=world(args.accelerator), max_steps=1, callbacks=[AtEnd()])
+    trainer = quiet_trainer(
+        strategy=strategy,
+        accelerator=args.accelerator,
+        devices=world(args.accelerator),
+        max_steps=1,
+        callbacks=[AtEnd()],
+    )
     trainer.fit(Module(), DataLoader(TensorDataset(torch.randn(8, args.width)), batch_size=4))
 
 
@@ -220,6 +230,7 @@ def worker(args: argparse.Namespace) -> None:
         out["after_load_mib"] = _rss_mib() - baseline
 
     if arm in TRAINER_ARMS:
+
         def at_end(trainer: Any) -> None:
             out["after_step_mib"] = _rss_mib() - baseline
             rounds(lambda: trainer.save_checkpoint(target), lambda: trainer.strategy.load_checkpoint(target))
@@ -229,18 +240,32 @@ def worker(args: argparse.Namespace) -> None:
         dist.destroy_process_group()
         return
     model, optimizer = _build(args, sharded=arm != "ddp")
-    out |= {"after_build_mib": built_mib[0] - baseline, "after_backward_mib": built_mib[1] - baseline, "after_step_mib": _rss_mib() - baseline}
+    out |= {
+        "after_build_mib": built_mib[0] - baseline,
+        "after_backward_mib": built_mib[1] - baseline,
+        "after_step_mib": _rss_mib() - baseline,
+    }
 
     def save() -> None:
         if arm in ("sharded", "sharded_async"):
-            checkpoint = {"state_dict": fsdp2.sharded_model_state(model), "optimizer_states": [fsdp2.sharded_optimizer_state(model, optimizer)],
-                          "global_step": 1}  # fmt: skip
+            checkpoint = {
+                "state_dict": fsdp2.sharded_model_state(model),
+                "optimizer_states": [fsdp2.sharded_optimizer_state(model, optimizer)],
+                "global_step": 1,
+            }
             tmp = [str(temporary_folder(target))]
             dist.broadcast_object_list(tmp, src=0)
-            pending.append(write_sharded_checkpoint(checkpoint, target, Path(tmp[0]), coordinator=rank == 0, async_group=async_group))
+            pending.append(
+                write_sharded_checkpoint(
+                    checkpoint, target, Path(tmp[0]), coordinator=rank == 0, async_group=async_group
+                )
+            )
         elif arm == "full":
-            checkpoint = {"state_dict": fsdp2.full_model_state(model), "optimizer_states": [fsdp2.full_optimizer_state(model, optimizer)],
-                          "global_step": 1}  # fmt: skip
+            checkpoint = {
+                "state_dict": fsdp2.full_model_state(model),
+                "optimizer_states": [fsdp2.full_optimizer_state(model, optimizer)],
+                "global_step": 1,
+            }
             if rank == 0:
                 files.atomic_write(target, lambda f: torch.save(checkpoint, f))
         else:
@@ -275,9 +300,20 @@ def launch(args: argparse.Namespace, arm: str) -> list[dict[str, Any]]:
     # glibc raises its mmap threshold after the first large free, then keeps freed tensors' pages in its heap: RSS
     # would count memory no tensor holds. A fixed threshold maps and unmaps each large tensor.
     env = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
-    cmd = ["--worker", arm, "--width", str(args.width), "--layers", str(args.layers), "--rounds", str(args.rounds),
-           "--zero3" if args.zero3 else "--no-zero3"]  # fmt: skip
-    return run_ranks(__spec__.name, [*cmd, "--accelerator", args.accelerator], world(args.accelerator), env=env, what=f"arm {arm}")
+    cmd = [
+        "--worker",
+        arm,
+        "--width",
+        str(args.width),
+        "--layers",
+        str(args.layers),
+        "--rounds",
+        str(args.rounds),
+        "--zero3" if args.zero3 else "--no-zero3",
+    ]
+    return run_ranks(
+        __spec__.name, [*cmd, "--accelerator", args.accelerator], world(args.accelerator), env=env, what=f"arm {arm}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -294,10 +330,19 @@ def main(argv: list[str] | None = None) -> None:
         except RankFailure as err:
             failed[arm] = str(err)[-2000:]
     # Per round, the slower rank's time is the save's time (both ranks wait at the barrier anyway).
-    arms = {arm: {key: [max(r[key][i] for r in ranks) for i in range(1, args.rounds)] for key in ("save_s", "load_s", "landed_s") if key in ranks[0]}
-            for arm, ranks in results.items() if arm != "ddp"}  # fmt: skip
-    memory = {arm: [max(r.get(k, 0.0) for k in ("after_step_mib", "after_save_mib", "after_load_mib")) * 2**20 for r in ranks]
-              for arm, ranks in results.items()}  # fmt: skip
+    arms = {
+        arm: {
+            key: [max(r[key][i] for r in ranks) for i in range(1, args.rounds)]
+            for key in ("save_s", "load_s", "landed_s")
+            if key in ranks[0]
+        }
+        for arm, ranks in results.items()
+        if arm != "ddp"
+    }
+    memory = {
+        arm: [max(r.get(k, 0.0) for k in ("after_step_mib", "after_save_mib", "after_load_mib")) * 2**20 for r in ranks]
+        for arm, ranks in results.items()
+    }
     figures: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
 
@@ -310,30 +355,64 @@ def main(argv: list[str] | None = None) -> None:
             return
         figures[label] = figure(top / bottom, goal)
 
-    share("sharded / ddp peak RSS per rank, build + step + saves", ("sharded", "after_save_mib"), ("ddp", "after_step_mib"), goal=0.6)
+    share(
+        "sharded / ddp peak RSS per rank, build + step + saves",
+        ("sharded", "after_save_mib"),
+        ("ddp", "after_step_mib"),
+        goal=0.6,
+    )
     share("full / ddp peak RSS per rank, build + step + saves", ("full", "after_save_mib"), ("ddp", "after_step_mib"))
-    share("sharded / full peak RSS per rank, through the loads", ("sharded", "after_load_mib"), ("full", "after_load_mib"))
+    share(
+        "sharded / full peak RSS per rank, through the loads", ("sharded", "after_load_mib"), ("full", "after_load_mib")
+    )
     if "landed_s" in arms.get("sharded_async", {}) and "sharded" in arms:
         # The whole background save (copy, writes, the folder's swap) against the synchronous one, medians of the rounds.
         landed = statistics.median(arms["sharded_async"]["landed_s"]) / statistics.median(arms["sharded"]["save_s"])
         figures["sharded async save, until landed / sharded save"] = figure(landed)
-    ratios = [ratio("sharded save / raw DCP save", "sharded", "raw_dcp", "save_s", goal=1.05),
-              ratio("sharded load / raw DCP load", "sharded", "raw_dcp", "load_s"),
-              ratio("full save / sharded save", "full", "sharded", "save_s"),
-              # What training waits for with async_save (the shards copied to CPU memory), and the whole background save.
-              ratio("sharded async save, training blocked / sharded save", "sharded_async", "sharded", "save_s"),
-              ratio("full load / sharded load", "full", "sharded", "load_s"),
-              # The peer, through the Trainer on both sides: Lightning's FSDPStrategy(state_dict_type="sharded").
-              ratio("sharded_fsdp2 (Trainer) save / sharded save", "sharded_fsdp2_trainer", "sharded", "save_s"),
-              ratio("sharded_fsdp2 save / Lightning FSDPStrategy sharded save (Trainer.save_checkpoint, GPU)",
-                    "sharded_fsdp2_trainer", "lightning_fsdp", "save_s"),
-              ratio("sharded_fsdp2 load / Lightning FSDPStrategy sharded load (strategy.load_checkpoint)",
-                    "sharded_fsdp2_trainer", "lightning_fsdp", "load_s")]  # fmt: skip
+    ratios = [
+        ratio("sharded save / raw DCP save", "sharded", "raw_dcp", "save_s", goal=1.05),
+        ratio("sharded load / raw DCP load", "sharded", "raw_dcp", "load_s"),
+        ratio("full save / sharded save", "full", "sharded", "save_s"),
+        # What training waits for with async_save (the shards copied to CPU memory), and the whole background save.
+        ratio("sharded async save, training blocked / sharded save", "sharded_async", "sharded", "save_s"),
+        ratio("full load / sharded load", "full", "sharded", "load_s"),
+        # The peer, through the Trainer on both sides: Lightning's FSDPStrategy(state_dict_type="sharded").
+        ratio("sharded_fsdp2 (Trainer) save / sharded save", "sharded_fsdp2_trainer", "sharded", "save_s"),
+        ratio(
+            "sharded_fsdp2 save / Lightning FSDPStrategy sharded save (Trainer.save_checkpoint, GPU)",
+            "sharded_fsdp2_trainer",
+            "lightning_fsdp",
+            "save_s",
+        ),
+        ratio(
+            "sharded_fsdp2 load / Lightning FSDPStrategy sharded load (strategy.load_checkpoint)",
+            "sharded_fsdp2_trainer",
+            "lightning_fsdp",
+            "load_s",
+        ),
+    ]
     ratios = [r for r in ratios if r["num"] in args.arms and r["den"] in args.arms]  # the arms this run chose
-    write_result(args.result, name="sharded_checkpoint", unit="s", arms=arms, ratios=ratios, figures=figures, memory=memory,
-                 memory_label="peak RSS per rank above the import baseline (build, step, saves, loads)", failed=failed, notes=notes,
-                 config={"params": params, "width": args.width, "layers": args.layers, "rounds": args.rounds, "world": world(args.accelerator), "zero3": args.zero3,
-                         "accelerator": args.accelerator})  # fmt: skip
+    write_result(
+        args.result,
+        name="sharded_checkpoint",
+        unit="s",
+        arms=arms,
+        ratios=ratios,
+        figures=figures,
+        memory=memory,
+        memory_label="peak RSS per rank above the import baseline (build, step, saves, loads)",
+        failed=failed,
+        notes=notes,
+        config={
+            "params": params,
+            "width": args.width,
+            "layers": args.layers,
+            "rounds": args.rounds,
+            "world": world(args.accelerator),
+            "zero3": args.zero3,
+            "accelerator": args.accelerator,
+        },
+    )
 
 
 if __name__ == "__main__":

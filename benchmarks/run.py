@@ -46,10 +46,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dry-run", action="store_true", help="one tiny round of each: checks the suite, not the figures")
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     p.add_argument("--gpu", action="store_true", help="run the GPU variant of each benchmark that has one (needs CUDA)")
-    p.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results/<date>_<hardware>)")
-    p.add_argument("--update", type=Path, default=None, metavar="FOLDER",
-                   help="rerun the chosen benchmarks and replace their sections in the report in FOLDER (same machine,"
-                        " versions and run size); the report's command line records both runs")
+    p.add_argument(
+        "--out", type=Path, default=None, help="results folder (default benchmarks/results/<date>_<hardware>)"
+    )
+    p.add_argument(
+        "--update",
+        type=Path,
+        default=None,
+        metavar="FOLDER",
+        help="rerun the chosen benchmarks and replace their sections in the report in FOLDER (same machine,"
+        " versions and run size); the report's command line records both runs",
+    )
     return p.parse_args(argv)
 
 
@@ -57,7 +64,9 @@ def _size(dry_run: bool, quick: bool) -> str:
     return "dry" if dry_run else "quick" if quick else "full"
 
 
-def update_refusal(old_machine: dict[str, Any], old_command: str, machine: dict[str, Any], size: str, gpu: bool = False) -> str | None:
+def update_refusal(
+    old_machine: dict[str, Any], old_command: str, machine: dict[str, Any], size: str, gpu: bool = False
+) -> str | None:
     """Why the report of ``old_machine``/``old_command`` must not take sections from this run, or ``None``.
 
     A report compares arms measured side by side; sections from another machine, other versions or another run size
@@ -98,7 +107,9 @@ def skip_reason(bench: Benchmark, size: str, gpu: bool, gpus: int) -> str | None
     return None
 
 
-def run_one(bench: Benchmark, size: str, workdir: Path, bar_position: int, gpu: bool = False, gpus: int = 0) -> reporting.BenchRun:
+def run_one(
+    bench: Benchmark, size: str, workdir: Path, bar_position: int, gpu: bool = False, gpus: int = 0
+) -> reporting.BenchRun:
     """Run one benchmark in its own process, following its ``round i/N`` lines with a progress bar."""
     from tqdm import tqdm
 
@@ -113,8 +124,9 @@ def run_one(bench: Benchmark, size: str, workdir: Path, bar_position: int, gpu: 
     env = repo_env(PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
     start, tail = time.monotonic(), []
     bar = tqdm(total=None, desc=f"{bench.name:12s}", unit="round", position=bar_position, leave=True, file=sys.stderr)
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         assert proc.stdout is not None
         deadline = start + bench.timeout_s[size]
@@ -132,7 +144,9 @@ def run_one(bench: Benchmark, size: str, workdir: Path, bar_position: int, gpu: 
         os.killpg(proc.pid, 9)
         proc.wait()
         bar.close()
-        return reporting.BenchRun(bench.name, bench.what, "failed", time.monotonic() - start, shown, error=f"{err}\n{''.join(tail[-40:])}")
+        return reporting.BenchRun(
+            bench.name, bench.what, "failed", time.monotonic() - start, shown, error=f"{err}\n{''.join(tail[-40:])}"
+        )
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
@@ -140,7 +154,9 @@ def run_one(bench: Benchmark, size: str, workdir: Path, bar_position: int, gpu: 
     seconds = time.monotonic() - start
     if proc.returncode != 0 or not result_path.is_file():
         why = f"exit code {proc.returncode}" + ("" if result_path.is_file() else ", no result written")
-        return reporting.BenchRun(bench.name, bench.what, "failed", seconds, shown, error=f"{why}\n{''.join(tail[-40:])}")
+        return reporting.BenchRun(
+            bench.name, bench.what, "failed", seconds, shown, error=f"{why}\n{''.join(tail[-40:])}"
+        )
     import json
 
     return reporting.BenchRun(bench.name, bench.what, "ok", seconds, shown, result=json.loads(result_path.read_text()))
@@ -162,24 +178,34 @@ def main(argv: list[str] | None = None) -> int:
     size = _size(args.dry_run, args.quick)
     machine = machine_info.describe()
     if args.gpu and not machine["gpus"]:
-        raise SystemExit("python -m benchmarks.run --gpu: no CUDA GPU is visible here; run without --gpu for the CPU suite.")
-    command = ("python -m benchmarks.run " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))).strip()
+        raise SystemExit(
+            "python -m benchmarks.run --gpu: no CUDA GPU is visible here; run without --gpu for the CPU suite."
+        )
+    command = (
+        "python -m benchmarks.run " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    ).strip()
     if args.update is not None:
         if args.out is not None:
             raise SystemExit("python -m benchmarks.run: --update writes into the report it updates; leave out --out.")
         try:
             old_runs, old_machine, old_command = reporting.read(args.update)
         except FileNotFoundError:
-            raise SystemExit(f"python -m benchmarks.run --update: {args.update} holds no results.json; write a report there first (--out).") from None
+            raise SystemExit(
+                f"python -m benchmarks.run --update: {args.update} holds no results.json; write a report there first (--out)."
+            ) from None
         refusal = update_refusal(old_machine, old_command, machine, size, gpu=args.gpu)
         if refusal is not None:
-            raise SystemExit(f"python -m benchmarks.run --update: the report in {args.update} cannot take this run's sections: {refusal}."
-                             " Write a new report instead (--out).")
+            raise SystemExit(
+                f"python -m benchmarks.run --update: the report in {args.update} cannot take this run's sections: {refusal}."
+                " Write a new report instead (--out)."
+            )
     base: list[reporting.BenchRun] = []
     if args.update is not None:
         out = args.update
         first = old_command if "`" in old_command else f"`{old_command}`"
-        command = f"{first}; then, on {machine['date']}, `{command}`, whose sections replace those of the runs before it"
+        command = (
+            f"{first}; then, on {machine['date']}, `{command}`, whose sections replace those of the runs before it"
+        )
         base, machine = old_runs, old_machine
     else:
         out = args.out or HERE / "results" / (machine_info.slug(machine) + ("" if size == "full" else f"_{size}"))

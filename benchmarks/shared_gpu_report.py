@@ -70,7 +70,10 @@ def render(rows: list[dict[str, Any]]) -> str:
         )
     scaler = [case for case, row in by_case.items() if row.get("sharded_scaler_in_checkpoint")]
     if scaler:
-        lines += ["", f"16-mixed: the ShardedGradScaler's state is in the checkpoint under {', '.join(f'`{c}`' for c in scaler)}."]
+        lines += [
+            "",
+            f"16-mixed: the ShardedGradScaler's state is in the checkpoint under {', '.join(f'`{c}`' for c in scaler)}.",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -69,6 +69,7 @@ from torch.multiprocessing import ProcessExitedException
 
 import lightning_mgpu  # noqa: F401  (registers dp, horovod, sharded, ... with Lightning)
 from lightning_mgpu.callbacks import CleanExit, RNGStates, SaveOnInterrupt
+from lightning_mgpu.data.cache import CacheError
 from lightning_mgpu.demos import (
     DigitsDataModule,
     ImageClassifier,
@@ -80,7 +81,8 @@ from lightning_mgpu.launchers.rendezvous import (
 )
 from lightning_mgpu.launchers.torchrun import init_process_group_for_restart
 from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES, ShardedStrategy
-from lightning_mgpu.data.cache import CacheError
+from lightning_mgpu.utilities._compat import UnsupportedTorchError
+from lightning_mgpu.utilities.capabilities import capability
 from lightning_mgpu.utilities.checkpoint import (
     AtomicCheckpointIO,
     CheckpointKeyMismatchError,
@@ -88,11 +90,9 @@ from lightning_mgpu.utilities.checkpoint import (
     UnsafeCheckpointError,
     check_checkpoint_matches,
 )
-from lightning_mgpu.utilities.capabilities import capability
-from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
-from lightning_mgpu.utilities._compat import UnsupportedTorchError
 from lightning_mgpu.utilities.imports import MissingDependencyError
 from lightning_mgpu.utilities.ports import PortInUseError, check_master_port
+from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
 from lightning_mgpu.utilities.signals import interrupts_to_workers
 
 # Lightning's own launch-style names, then every name the bundle registers (declared once, by each class).
@@ -112,7 +112,9 @@ def _devices(value: str) -> int | str | list[int]:
             return [int(v) for v in value.split(",") if v != ""]
         n = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--devices must be an integer, 'auto' or a list like '0,1'; got {value!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"--devices must be an integer, 'auto' or a list like '0,1'; got {value!r}"
+        ) from None
     if n < 1 and n != -1:
         raise argparse.ArgumentTypeError(f"--devices must be >= 1 (or -1 for all); got {n}")
     return n
@@ -142,9 +144,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--strategy", default="ddp", choices=STRATEGIES)
     p.add_argument("--accelerator", default="auto", choices=("auto", "cpu", "gpu"))
-    p.add_argument("--devices", default=None, type=_devices, help="per node: a count, 'auto', or indices like '0,1' (default 2)")
+    p.add_argument(
+        "--devices", default=None, type=_devices, help="per node: a count, 'auto', or indices like '0,1' (default 2)"
+    )
     p.add_argument("--num-nodes", default=1, type=_positive_int)
-    p.add_argument("--precision", default="32-true", choices=PRECISIONS, help="'auto' picks bf16/16-mixed/32 for the hardware")
+    p.add_argument(
+        "--precision", default="32-true", choices=PRECISIONS, help="'auto' picks bf16/16-mixed/32 for the hardware"
+    )
     p.add_argument("--accumulate-grad-batches", default=1, type=_positive_int)
     p.add_argument("--max-epochs", default=8, type=_positive_int)
     p.add_argument("--max-steps", default=-1, type=int, help="-1: no step limit")
@@ -156,54 +162,104 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", default=42, type=int)
     p.add_argument("--debug", action="store_true", help="on bad input, show the traceback under the message")
     # On GPUs, cuDNN's default kernels add in a varying order: an exact resume (bitwise) needs deterministic ones.
-    p.add_argument("--deterministic", action="store_true", help="deterministic kernels (Trainer(deterministic=True)); on GPUs set CUBLAS_WORKSPACE_CONFIG=:4096:8")
+    p.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="deterministic kernels (Trainer(deterministic=True)); on GPUs set CUBLAS_WORKSPACE_CONFIG=:4096:8",
+    )
     p.add_argument("--data", default="digits", choices=("digits", "synthetic"))
     p.add_argument("--num-workers", default=0, type=int, help="DataLoader workers per process")
     p.add_argument("--logger", default="csv", choices=("none", "csv", "tensorboard", "neptune"))
     p.add_argument("--output-dir", default="outputs", type=Path)
-    p.add_argument("--ckpt-path", default=None, type=Path, help="resume from this checkpoint (a file or a sharded folder)")
-    p.add_argument("--fsdp2-mp", default="none", choices=("none", "bf16", "fp16"),
-                   help="sharded_fsdp2: gather and compute parameters in this dtype, reduce gradients in fp32 (MixedPrecisionPolicy)")
-    p.add_argument("--fsdp2-offload", action="store_true", help="sharded_fsdp2: shards, gradients and optimizer state in CPU memory (CPUOffloadPolicy)")
     p.add_argument(
-        "--checkpoint-format", default="auto", choices=("auto", "sharded", "full"),
-        help="sharded strategies: 'sharded' = each rank writes its shards into a folder, nothing gathered (sharded_fsdp2's"
-             " default; sharded/ddp_sharded write each rank's optimizer shard); 'full' = one file consolidated on rank 0"
-             " (the default of sharded/ddp_sharded)",
+        "--ckpt-path", default=None, type=Path, help="resume from this checkpoint (a file or a sharded folder)"
     )
-    p.add_argument("--async-save", action="store_true",
-                   help="sharded folders: write each checkpoint in the background while training goes on (DCP async_save)")
     p.add_argument(
-        "--resume", default="auto", choices=("auto", "never"),
+        "--fsdp2-mp",
+        default="none",
+        choices=("none", "bf16", "fp16"),
+        help="sharded_fsdp2: gather and compute parameters in this dtype, reduce gradients in fp32 (MixedPrecisionPolicy)",
+    )
+    p.add_argument(
+        "--fsdp2-offload",
+        action="store_true",
+        help="sharded_fsdp2: shards, gradients and optimizer state in CPU memory (CPUOffloadPolicy)",
+    )
+    p.add_argument(
+        "--checkpoint-format",
+        default="auto",
+        choices=("auto", "sharded", "full"),
+        help="sharded strategies: 'sharded' = each rank writes its shards into a folder, nothing gathered (sharded_fsdp2's"
+        " default; sharded/ddp_sharded write each rank's optimizer shard); 'full' = one file consolidated on rank 0"
+        " (the default of sharded/ddp_sharded)",
+    )
+    p.add_argument(
+        "--async-save",
+        action="store_true",
+        help="sharded folders: write each checkpoint in the background while training goes on (DCP async_save)",
+    )
+    p.add_argument(
+        "--resume",
+        default="auto",
+        choices=("auto", "never"),
         help="auto: when the launcher restarts the job (torchrun --max-restarts), resume from OUTPUT_DIR/checkpoints/last.ckpt",
     )
     p.add_argument(
-        "--save-on-interrupt", default=True, action=argparse.BooleanOptionalAction,
+        "--save-on-interrupt",
+        default=True,
+        action=argparse.BooleanOptionalAction,
         help="on Ctrl-C, finish the step, save OUTPUT_DIR/checkpoints/last.ckpt and stop (a second Ctrl-C stops at once)",
     )
     p.add_argument(
-        "--rdzv-timeout", default=DEFAULT_RENDEZVOUS_TIMEOUT_S, type=_positive_float, metavar="SECONDS",
+        "--rdzv-timeout",
+        default=DEFAULT_RENDEZVOUS_TIMEOUT_S,
+        type=_positive_float,
+        metavar="SECONDS",
         help=f"seconds to reach MASTER_ADDR:MASTER_PORT and for every process to join (--launcher ray: to reach"
-             f" --ray-address) before failing with the address named (default {DEFAULT_RENDEZVOUS_TIMEOUT_S:g})",
+        f" --ray-address) before failing with the address named (default {DEFAULT_RENDEZVOUS_TIMEOUT_S:g})",
     )
     p.add_argument("--sync-batchnorm", action="store_true", help="synchronise BatchNorm statistics across processes")
     p.add_argument("--gradient-clip-val", default=None, type=float)
     # Callbacks (lightning_mgpu.callbacks)
-    p.add_argument("--activation-checkpointing", default=None, metavar="PATTERN", help="checkpoint submodules matching PATTERN, e.g. 'features.*'")
+    p.add_argument(
+        "--activation-checkpointing",
+        default=None,
+        metavar="PATTERN",
+        help="checkpoint submodules matching PATTERN, e.g. 'features.*'",
+    )
     p.add_argument("--zero-grad-set-to-none", action="store_true", help="guarantee .grad is None between steps")
-    p.add_argument("--grad-sync-toggle", action="store_true", help="skip gradient sync on non-final accumulation micro-batches")
+    p.add_argument(
+        "--grad-sync-toggle", action="store_true", help="skip gradient sync on non-final accumulation micro-batches"
+    )
     p.add_argument("--gpu-monitor", action="store_true", help="log per-rank utilisation and diagnose bottlenecks")
     # Ray Train (lightning_mgpu.launchers.ray_train)
     p.add_argument(
-        "--launcher", default="lightning", choices=("lightning", "ray"),
+        "--launcher",
+        default="lightning",
+        choices=("lightning", "ray"),
         help="lightning: Lightning's launcher, or the torchrun/SLURM/horovodrun that started this script; ray: Ray Train workers",
     )
-    p.add_argument("--ray-workers", default=2, type=_positive_int, help="--launcher ray: training processes, one device each")
-    p.add_argument("--ray-address", default=None, help="--launcher ray: 'auto', HOST:PORT or ray://HOST:PORT (default: a local Ray for this run)")
-    p.add_argument("--max-failures", default=0, type=int, help="--launcher ray: restarts of the worker group after a failure (-1: no limit)")
-    p.add_argument("--ray-cpus-per-worker", default=1.0, type=_positive_float, help="--launcher ray: CPUs reserved per worker")
+    p.add_argument(
+        "--ray-workers", default=2, type=_positive_int, help="--launcher ray: training processes, one device each"
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="--launcher ray: 'auto', HOST:PORT or ray://HOST:PORT (default: a local Ray for this run)",
+    )
+    p.add_argument(
+        "--max-failures",
+        default=0,
+        type=int,
+        help="--launcher ray: restarts of the worker group after a failure (-1: no limit)",
+    )
+    p.add_argument(
+        "--ray-cpus-per-worker", default=1.0, type=_positive_float, help="--launcher ray: CPUs reserved per worker"
+    )
     # Data preprocessing (lightning_mgpu.data)
-    p.add_argument("--preprocess", default="none", choices=("none", "processes", "ray"), help="cache an expensive transform once")
+    p.add_argument(
+        "--preprocess", default="none", choices=("none", "processes", "ray"), help="cache an expensive transform once"
+    )
     p.add_argument("--cache-dir", default=None, type=Path, help="preprocessing cache (default: OUTPUT_DIR/cache)")
     args = p.parse_args(argv)
     _check_launcher_args(p, args)
@@ -214,24 +270,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.max_steps < -1 or args.max_steps == 0:
         p.error(f"--max-steps must be -1 (no limit) or >= 1, got {args.max_steps}")
     if args.ckpt_path is not None and not (args.ckpt_path.is_file() or is_sharded_checkpoint(args.ckpt_path)):
-        p.error(f"--ckpt-path {str(args.ckpt_path)!r} does not exist; pass the path of a .ckpt (a file, or a sharded"
-                " checkpoint's folder) written by an earlier run")  # fmt: skip
+        p.error(
+            f"--ckpt-path {str(args.ckpt_path)!r} does not exist; pass the path of a .ckpt (a file, or a sharded"
+            " checkpoint's folder) written by an earlier run"
+        )
     if args.checkpoint_format != "auto" and args.strategy not in SHARDED_NAMES:
-        p.error(f"--checkpoint-format chooses how a sharded strategy saves; {args.strategy!r} always saves one file."
-                " Use it with --strategy sharded or sharded_fsdp2 (or their _spawn and 1.x names), or leave it out")  # fmt: skip
-    sharded_folders = args.checkpoint_format == "sharded" or (args.checkpoint_format == "auto" and args.strategy in FSDP2_NAMES)
+        p.error(
+            f"--checkpoint-format chooses how a sharded strategy saves; {args.strategy!r} always saves one file."
+            " Use it with --strategy sharded or sharded_fsdp2 (or their _spawn and 1.x names), or leave it out"
+        )
+    sharded_folders = args.checkpoint_format == "sharded" or (
+        args.checkpoint_format == "auto" and args.strategy in FSDP2_NAMES
+    )
     if args.async_save and not (args.strategy in SHARDED_NAMES and sharded_folders):
-        p.error("--async-save writes sharded checkpoint folders in the background: use it with --strategy sharded_fsdp2,"
-                f" or --strategy sharded --checkpoint-format sharded (not --strategy {args.strategy!r}"
-                f"{' --checkpoint-format ' + args.checkpoint_format if args.checkpoint_format != 'auto' else ''})")  # fmt: skip
+        p.error(
+            "--async-save writes sharded checkpoint folders in the background: use it with --strategy sharded_fsdp2,"
+            f" or --strategy sharded --checkpoint-format sharded (not --strategy {args.strategy!r}"
+            f"{' --checkpoint-format ' + args.checkpoint_format if args.checkpoint_format != 'auto' else ''})"
+        )
     if args.async_save and args.launcher == "ray":
-        p.error("--async-save cannot run under --launcher ray: Ray's report callback copies each checkpoint as soon as the"
-                " save returns, before a background save has landed. Leave --async-save out under Ray")  # fmt: skip
+        p.error(
+            "--async-save cannot run under --launcher ray: Ray's report callback copies each checkpoint as soon as the"
+            " save returns, before a background save has landed. Leave --async-save out under Ray"
+        )
     if (args.fsdp2_mp != "none" or args.fsdp2_offload) and args.strategy not in FSDP2_NAMES:
-        p.error(f"--fsdp2-mp and --fsdp2-offload are FSDP2's policies: use --strategy sharded_fsdp2 (not {args.strategy!r});"
-                " other strategies take --precision")  # fmt: skip
+        p.error(
+            f"--fsdp2-mp and --fsdp2-offload are FSDP2's policies: use --strategy sharded_fsdp2 (not {args.strategy!r});"
+            " other strategies take --precision"
+        )
     if args.fsdp2_mp != "none" and args.precision not in ("32-true", "32"):
-        p.error(f"--fsdp2-mp {args.fsdp2_mp} already sets the compute dtype: leave --precision at 32-true (got {args.precision})")
+        p.error(
+            f"--fsdp2-mp {args.fsdp2_mp} already sets the compute dtype: leave --precision at 32-true (got {args.precision})"
+        )
     if args.preprocess != "none" and args.data != "digits":
         p.error("--preprocess demonstrates the cache on the digits data; use it with --data digits")
     for flag, path in (("--cache-dir", args.cache_dir), ("--output-dir", args.output_dir)):
@@ -239,11 +309,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"{flag} {str(path)!r} is a file, not a folder; pass a folder (it is created if missing)")
     on_cpu = args.accelerator == "cpu" or (args.accelerator == "auto" and not _cuda_available())
     if args.fsdp2_offload and on_cpu:
-        p.error("--fsdp2-offload keeps FSDP2's shards in CPU memory between their uses on a GPU; without a GPU they are"
-                " there already: leave it out")  # fmt: skip
+        p.error(
+            "--fsdp2-offload keeps FSDP2's shards in CPU memory between their uses on a GPU; without a GPU they are"
+            " there already: leave it out"
+        )
     if args.launcher == "ray" and on_cpu and args.ray_address is None and args.ray_workers > (os.cpu_count() or 1):
-        p.error(f"--ray-workers {args.ray_workers} asks for more local CPU workers than the {os.cpu_count()} cores here;"
-                f" pass --ray-workers {os.cpu_count()} or fewer, or --ray-address to use a cluster")  # fmt: skip
+        p.error(
+            f"--ray-workers {args.ray_workers} asks for more local CPU workers than the {os.cpu_count()} cores here;"
+            f" pass --ray-workers {os.cpu_count()} or fewer, or --ray-address to use a cluster"
+        )
     if on_cpu and args.precision in ("16-mixed", "16-true", "16"):
         p.error(
             f"--precision {args.precision} needs a CUDA GPU (float16 autocast on CPU is slow and unscaled); on CPU use"
@@ -260,18 +334,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def _check_launcher_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Ray-only flags without ``--launcher ray``, or flags Ray decides itself, are refused before anything starts."""
     if args.launcher != "ray":
-        given = [f for f, v in (("--ray-address", args.ray_address), ("--max-failures", args.max_failures or None)) if v is not None]
+        given = [
+            f
+            for f, v in (("--ray-address", args.ray_address), ("--max-failures", args.max_failures or None))
+            if v is not None
+        ]
         if given:
             p.error(f"{', '.join(given)} only apply to --launcher ray; add --launcher ray or drop them")
         return
     if args.devices is not None or args.num_nodes != 1:
-        p.error("under --launcher ray, Ray places the workers: pass --ray-workers N (the total, one device each)"
-                " instead of --devices/--num-nodes")  # fmt: skip
+        p.error(
+            "under --launcher ray, Ray places the workers: pass --ray-workers N (the total, one device each)"
+            " instead of --devices/--num-nodes"
+        )
     if args.max_failures < -1:
         p.error(f"--max-failures must be -1 (no limit), 0 or more; got {args.max_failures}")
     if args.ckpt_path is not None:
-        p.error("--ckpt-path is not supported with --launcher ray yet: Ray resumes a restarted group from its own last"
-                " reported checkpoint; resume an earlier run with the default launcher")  # fmt: skip
+        p.error(
+            "--ckpt-path is not supported with --launcher ray yet: Ray resumes a restarted group from its own last"
+            " reported checkpoint; resume an earlier run with the default launcher"
+        )
     from lightning_mgpu.launchers.ray_train import RayStrategyError, check_strategy
     from lightning_mgpu.utilities.imports import require
 
@@ -305,7 +387,9 @@ class TrainingThroughput(Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._t0, self._val_seconds = time.perf_counter(), 0.0
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self.samples += len(batch[0])
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -501,7 +585,9 @@ def say(msg: str) -> None:
     print(msg, flush=True)
 
 
-def train(args: argparse.Namespace, on_ray: bool = False, ckpt_path: Path | None = None) -> tuple[pl.Trainer, dict[str, Any]]:
+def train(
+    args: argparse.Namespace, on_ray: bool = False, ckpt_path: Path | None = None
+) -> tuple[pl.Trainer, dict[str, Any]]:
     """Build the Trainer, module and data from ``args``, print the topology once, and fit.
 
     ``on_ray``: this process is a Ray Train worker; Ray's environment, strategy form and report callback are used,
@@ -531,7 +617,10 @@ def train(args: argparse.Namespace, on_ray: bool = False, ckpt_path: Path | None
         callbacks = [c for c in callbacks if not isinstance(c, SaveOnInterrupt)]
     # Atomic saves (temporary file, fsync, rename) and safe loads, for Lightning's own strategies too.
     # (A bundle strategy instance carries it already: Lightning refuses it in both places.)
-    plugins = [*placement.pop("plugins", []), *([] if on_ray or not isinstance(placement["strategy"], str) else [AtomicCheckpointIO()])]
+    plugins = [
+        *placement.pop("plugins", []),
+        *([] if on_ray or not isinstance(placement["strategy"], str) else [AtomicCheckpointIO()]),
+    ]
     trainer = pl.Trainer(
         **placement,
         accelerator=args.accelerator,
@@ -559,7 +648,9 @@ def train(args: argparse.Namespace, on_ray: bool = False, ckpt_path: Path | None
     effective_batch = args.batch_size * degree * args.accumulate_grad_batches
     factor = degree * args.accumulate_grad_batches
     lr = args.lr * factor if args.scale_lr else args.lr
-    layout = f"{trainer.world_size} Ray workers" if on_ray else f"{trainer.num_devices} devices x {trainer.num_nodes} nodes"
+    layout = (
+        f"{trainer.world_size} Ray workers" if on_ray else f"{trainer.num_devices} devices x {trainer.num_nodes} nodes"
+    )
     say(
         f"strategy={args.strategy} world_size={trainer.world_size} devices x nodes={degree}"
         f" effective batch = {args.batch_size} per device x {layout}"
@@ -590,8 +681,13 @@ def train(args: argparse.Namespace, on_ray: bool = False, ckpt_path: Path | None
         init_process_group_for_restart(trainer.strategy)
     start = time.perf_counter()
     fit(trainer, model, dm, ckpt_path)
-    facts = {"degree": degree, "effective_batch": effective_batch, "lr": lr, "precision": str(precision),
-             "wall": time.perf_counter() - start}  # fmt: skip
+    facts = {
+        "degree": degree,
+        "effective_batch": effective_batch,
+        "lr": lr,
+        "precision": str(precision),
+        "wall": time.perf_counter() - start,
+    }
     return trainer, facts
 
 
@@ -608,10 +704,14 @@ def main_ray(args: argparse.Namespace) -> dict[str, Any]:
     from lightning_mgpu.launchers import ray_train
 
     launch = ray_train.RayLaunch(
-        num_workers=args.ray_workers, storage_path=args.output_dir / "ray", address=args.ray_address,
-        max_failures=args.max_failures, cpus_per_worker=args.ray_cpus_per_worker, connect_timeout_s=args.rdzv_timeout,
+        num_workers=args.ray_workers,
+        storage_path=args.output_dir / "ray",
+        address=args.ray_address,
+        max_failures=args.max_failures,
+        cpus_per_worker=args.ray_cpus_per_worker,
+        connect_timeout_s=args.rdzv_timeout,
         use_gpu=args.accelerator == "gpu" or (args.accelerator == "auto" and _cuda_available()),
-    )  # fmt: skip
+    )
     start = time.perf_counter()
     if args.ray_address is not None:
         try:  # ray.init would retry an address nobody answers at for many minutes, silently
@@ -691,9 +791,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
 #: What a user's input can be wrong about, found before training: the message names the problem and the fix, and a
 #: traceback would only bury it (--debug shows it).
 BAD_INPUT = (
-    CheckpointReadError, CheckpointKeyMismatchError, UnsafeCheckpointError, CacheError, MissingDependencyError, PortInUseError,
+    CheckpointReadError,
+    CheckpointKeyMismatchError,
+    UnsafeCheckpointError,
+    CacheError,
+    MissingDependencyError,
+    PortInUseError,
     UnsupportedTorchError,
-)  # fmt: skip
+)
 
 
 def run(argv: list[str]) -> None:

@@ -23,7 +23,13 @@ if __name__ == "lightning_mgpu" and not (is_installed("lightning") or is_install
 if __name__ == "lightning_mgpu" and not is_installed("lightning"):
     # pytorch_lightning alone: the top-level names are its twin's (this file also runs as lightning_mgpu.pl).
     enable_twin()
-    from lightning_mgpu.pl import DataParallelStrategy, DDP2Strategy, HorovodStrategy, ShardedStrategy, register_bundle_strategies
+    from lightning_mgpu.pl import (
+        DataParallelStrategy,
+        DDP2Strategy,
+        HorovodStrategy,
+        ShardedStrategy,
+        register_bundle_strategies,
+    )
 else:
     from lightning_mgpu.strategies import (
         DataParallelStrategy,
@@ -43,4 +49,11 @@ except PackageNotFoundError:  # a source checkout on PYTHONPATH, not installed
 if __name__ == "lightning_mgpu":
     enable_twin()  # last: the twin imports this package's modules
 
-__all__ = ["DDP2Strategy", "DataParallelStrategy", "HorovodStrategy", "ShardedStrategy", "__version__", "register_bundle_strategies"]
+__all__ = [
+    "DDP2Strategy",
+    "DataParallelStrategy",
+    "HorovodStrategy",
+    "ShardedStrategy",
+    "__version__",
+    "register_bundle_strategies",
+]

@@ -14,8 +14,8 @@ import platform
 import sys
 from dataclasses import dataclass
 
-from lightning_mgpu.utilities.imports import is_available, package_version
 from lightning_mgpu.utilities.capabilities import capability
+from lightning_mgpu.utilities.imports import is_available, package_version
 
 _PACKAGES = ("torch", "lightning", "fairscale", "horovod", "ray", "neptune", "pynvml")
 
@@ -84,7 +84,11 @@ def render() -> str:
         strategy_dependency,
     )
 
-    lines = [f"lightning_mgpu {lightning_mgpu.__version__}  (python {platform.python_version()}, {sys.platform})", "", "Packages:"]
+    lines = [
+        f"lightning_mgpu {lightning_mgpu.__version__}  (python {platform.python_version()}, {sys.platform})",
+        "",
+        "Packages:",
+    ]
     for pkg in _PACKAGES:
         version = package_version(pkg)
         label = "nvidia-ml-py" if pkg == "pynvml" else pkg
@@ -107,7 +111,9 @@ def render() -> str:
 
     dev = devices()
     lines += ["", "Devices:", f"  CPU cores: {dev.cpu_count}"]
-    lines.append(f"  CUDA_VISIBLE_DEVICES: {dev.cuda_visible_devices if dev.cuda_visible_devices is not None else '(unset)'}")
+    lines.append(
+        f"  CUDA_VISIBLE_DEVICES: {dev.cuda_visible_devices if dev.cuda_visible_devices is not None else '(unset)'}"
+    )
     lines += [f"  {g}" for g in dev.gpus] or ["  GPUs: none (CPU runs use the gloo backend)"]
 
     lines += ["", "Launch commands on this machine:"]
@@ -142,21 +148,36 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("info", help="versions, registered strategies, devices and launch commands")
     dash = sub.add_parser("dashboard", help="render a self-contained HTML dashboard of a run, or serve it live")
     dash.add_argument("run", help="a CSV-logger folder, a TensorBoard log folder or a Neptune offline run folder")
-    dash.add_argument("--out", default=None, help="output folder (default: RUN/dashboard; for a Neptune run, <data dir>/dashboards/<run>)")
-    dash.add_argument("--no-png", action="store_true", help="write only the HTML page, not the charts as PNG (no matplotlib needed)")
-    dash.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 and refresh it while training writes")
+    dash.add_argument(
+        "--out",
+        default=None,
+        help="output folder (default: RUN/dashboard; for a Neptune run, <data dir>/dashboards/<run>)",
+    )
+    dash.add_argument(
+        "--no-png", action="store_true", help="write only the HTML page, not the charts as PNG (no matplotlib needed)"
+    )
+    dash.add_argument(
+        "--serve", action="store_true", help="serve the page on 127.0.0.1 and refresh it while training writes"
+    )
     dash.add_argument("--port", type=int, default=8050, help="port for --serve (default 8050; 0 picks a free one)")
     dash.add_argument("--interval", type=float, default=3.0, help="seconds between re-reads of the run under --serve")
-    upgrade = sub.add_parser("upgrade", help="rewrite Lightning 1.x multi-GPU scripts for Lightning 2.x and lightning_mgpu (a diff; --write applies)")
+    upgrade = sub.add_parser(
+        "upgrade",
+        help="rewrite Lightning 1.x multi-GPU scripts for Lightning 2.x and lightning_mgpu (a diff; --write applies)",
+    )
     from lightning_mgpu.upgrade.run import add_arguments
 
     add_arguments(upgrade)
-    convert = sub.add_parser("convert", help="a sharded checkpoint folder <-> one .ckpt file, or -> .safetensors (the weights)")
+    convert = sub.add_parser(
+        "convert", help="a sharded checkpoint folder <-> one .ckpt file, or -> .safetensors (the weights)"
+    )
     from lightning_mgpu.tools.convert_checkpoint import add_arguments as add_convert_arguments
 
     add_convert_arguments(convert)
     hvd = sub.add_parser("build-horovod", help="build horovod 0.28.1 against this torch (C++17 patch, Gloo; cached)")
-    hvd.add_argument("--python", default=None, help="the interpreter whose environment gets horovod (default: this one)")
+    hvd.add_argument(
+        "--python", default=None, help="the interpreter whose environment gets horovod (default: this one)"
+    )
     hvd.add_argument("--force", action="store_true", help="rebuild even if horovod with Gloo is already importable")
     return parser
 

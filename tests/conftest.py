@@ -59,7 +59,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.path.is_relative_to(integration):
             item.add_marker(pytest.mark.integration)
         elif item.get_closest_marker("integration"):
-            raise pytest.UsageError(f"{item.nodeid} is marked integration: move it to tests/integration/ (its tier is its folder).")
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked integration: move it to tests/integration/ (its tier is its folder)."
+            )
     if hasattr(config, "workerinput"):  # a pytest-xdist worker
         order_for_workers(items)
     else:

@@ -29,7 +29,9 @@ def timed(fn: Callable[[], Any], device: Any = None) -> float:
     return now(device) - start
 
 
-def raw_steps(step: Callable[[Any, Any], Any], batches: Iterable[Any], count: int, device: Any) -> tuple[list[float], list[float]]:
+def raw_steps(
+    step: Callable[[Any, Any], Any], batches: Iterable[Any], count: int, device: Any
+) -> tuple[list[float], list[float]]:
     """A raw loop's clock: ``step(x, y)`` on the first ``count`` ``(x, y)`` batches, moved to ``device``.
 
     Returns the wall-clock and process-CPU marks of every step's start and of the last step's end, each after the

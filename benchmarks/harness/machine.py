@@ -38,7 +38,9 @@ def describe() -> dict[str, Any]:
     """CPU model and cores, GPUs (model, count, interconnect where known), OS, Python and package versions, date."""
     import torch
 
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    gpus = (
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    )
     return {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": _cpu_model(),
@@ -47,7 +49,9 @@ def describe() -> dict[str, Any]:
         # NVLink/PCIe topology needs nvidia-smi; recorded only where CUDA is present and the tool answers.
         "interconnect": _interconnect() if gpus else "none (CPU, gloo on loopback)",
         # Not platform.platform(): its uname() runs `uname -p` in a subprocess (once per process).
-        "os": "-".join((os.uname().sysname, os.uname().release, os.uname().machine, *filter(None, platform.libc_ver()))),
+        "os": "-".join(
+            (os.uname().sysname, os.uname().release, os.uname().machine, *filter(None, platform.libc_ver()))
+        ),
         "python": platform.python_version(),
         "versions": {p: _version(p) for p in PACKAGES},
     }

@@ -29,7 +29,9 @@ def mlp(*widths: int, seed: int = 0) -> nn.Sequential:
     return nn.Sequential(*layers[:-1])
 
 
-def random_data(n: int, features: int, *, classes: int | None = None, targets: int | None = None, seed: int = 1) -> TensorDataset:
+def random_data(
+    n: int, features: int, *, classes: int | None = None, targets: int | None = None, seed: int = 1
+) -> TensorDataset:
     """``n`` standard-normal samples with class labels (``classes``) or normal regression targets (``targets``)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, features, generator=g)
@@ -37,7 +39,9 @@ def random_data(n: int, features: int, *, classes: int | None = None, targets: i
     return TensorDataset(x, y)
 
 
-def train_step(model: nn.Module, optimizer: Any, loss: Callable[[Any, Any], torch.Tensor] = nn.functional.mse_loss) -> Callable[[Any, Any], None]:
+def train_step(
+    model: nn.Module, optimizer: Any, loss: Callable[[Any, Any], torch.Tensor] = nn.functional.mse_loss
+) -> Callable[[Any, Any], None]:
     """A raw loop's step, in Lightning's order: zero_grad, forward, backward, the optimizer's step.
 
     Example::
@@ -67,10 +71,20 @@ class Trainable(pl.LightningModule):
         loader: builds the training loader from the module (it reads ``self.global_rank``); ``None``: pass one to fit.
     """
 
-    def __init__(self, net: nn.Module, loss: str | Callable[[Any, Any], torch.Tensor] = "cross_entropy", optimizer: Callable[[Any], Any] = sgd,
-                 loader: Callable[[pl.LightningModule], DataLoader] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        net: nn.Module,
+        loss: str | Callable[[Any, Any], torch.Tensor] = "cross_entropy",
+        optimizer: Callable[[Any], Any] = sgd,
+        loader: Callable[[pl.LightningModule], DataLoader] | None = None,
+    ) -> None:
         super().__init__()
-        self.net, self.loss, self.make_optimizer, self.make_loader = net, getattr(nn.functional, loss) if isinstance(loss, str) else loss, optimizer, loader
+        self.net, self.loss, self.make_optimizer, self.make_loader = (
+            net,
+            getattr(nn.functional, loss) if isinstance(loss, str) else loss,
+            optimizer,
+            loader,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)

@@ -9,12 +9,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def repo_env(env: Optional[dict[str, str]] = None, **extra: str) -> dict[str, str]:
+def repo_env(env: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
     """``env`` (default ``os.environ``) with ``extra`` and the repository root first on ``PYTHONPATH``, so that a child
     ``python -m benchmarks.X`` finds this package, not the ``benchmarks`` package FairScale installs into site-packages."""
     out = {**(os.environ if env is None else env), **extra}
@@ -30,7 +30,7 @@ def launch_ranks(
     args: list[str],
     world: int,
     timeout: float = 900.0,
-    env: Optional[dict[str, str]] = None,
+    env: dict[str, str] | None = None,
     rendezvous: bool = True,
     what: str = "benchmark",
     capture_rank0: bool = False,
@@ -60,10 +60,20 @@ def launch_ranks(
         for rank in range(world):
             rank_env = repo_env({**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})})
             if port is not None:
-                rank_env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": "0", "RANK": str(rank),
-                             "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world)}  # fmt: skip
+                rank_env |= {
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(port),
+                    "NODE_RANK": "0",
+                    "RANK": str(rank),
+                    "LOCAL_RANK": str(rank),
+                    "WORLD_SIZE": str(world),
+                }
             log = None if rank == 0 and not capture_rank0 else open(Path(tmp) / f"rank{rank}.log", "w+")  # noqa: SIM115  (closed below)
-            procs.append(subprocess.Popen([sys.executable, *args], env=rank_env, stdout=log, stderr=subprocess.STDOUT if log else None))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, *args], env=rank_env, stdout=log, stderr=subprocess.STDOUT if log else None
+                )
+            )
             logs.append(log)
         deadline = time.monotonic() + timeout
         try:

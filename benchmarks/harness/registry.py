@@ -45,61 +45,107 @@ class Benchmark:
 
 BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
-        "ddp", ("strategies",), "bench_ddp.py",
+        "ddp",
+        ("strategies",),
+        "bench_ddp.py",
         "ddp (Lightning) against a raw torch DDP loop, 2 ranks, and where DDP's communication time goes",
-        {"full": ["--rounds", "7", "--steps", "20"], "quick": ["--rounds", "3", "--steps", "10"],
-         "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64"]},
-        gpu_args=["--accelerator", "gpu"], gpus_needed=2,  # two ranks, one GPU each (NCCL refuses a shared GPU)
+        {
+            "full": ["--rounds", "7", "--steps", "20"],
+            "quick": ["--rounds", "3", "--steps", "10"],
+            "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64"],
+        },
+        gpu_args=["--accelerator", "gpu"],
+        gpus_needed=2,  # two ranks, one GPU each (NCCL refuses a shared GPU)
     ),
     Benchmark(
-        "sharded", ("strategies", "memory"), "bench_sharded.py",
+        "sharded",
+        ("strategies", "memory"),
+        "bench_sharded.py",
         "sharded (FairScale) against ddp, a raw FairScale loop and raw FSDP2 (ZeRO-2): step time, model state, peak memory",
-        {"full": ["--rounds", "7"], "quick": ["--rounds", "3", "--steps", "5", "--hidden", "768"],
-         "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64"]},
+        {
+            "full": ["--rounds", "7"],
+            "quick": ["--rounds", "3", "--steps", "5", "--hidden", "768"],
+            "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64"],
+        },
         needs=("fairscale",),
-        gpu_args=["--accelerator", "gpu"], gpus_needed=2,
+        gpu_args=["--accelerator", "gpu"],
+        gpus_needed=2,
     ),
     Benchmark(
-        "sharded_checkpoint", ("memory",), "bench_sharded_checkpoint.py",
+        "sharded_checkpoint",
+        ("memory",),
+        "bench_sharded_checkpoint.py",
         "sharded_fsdp2's sharded checkpoints against one full file and raw torch.distributed.checkpoint: save and load"
         " seconds, peak RSS per rank (a 50M-parameter Adam model built on the meta device) against ddp's",
-        {"full": ["--rounds", "7"], "quick": ["--rounds", "3", "--width", "1024"],
-         "dry": ["--rounds", "2", "--width", "512", "--layers", "2"]},
+        {
+            "full": ["--rounds", "7"],
+            "quick": ["--rounds", "3", "--width", "1024"],
+            "dry": ["--rounds", "2", "--width", "512", "--layers", "2"],
+        },
         # On GPUs: sharded_fsdp2 against Lightning's FSDPStrategy(state_dict_type="sharded"), through the Trainer on both.
         gpu_args=["--accelerator", "gpu"],
     ),
     Benchmark(
-        "horovod", ("strategies",), "bench_horovod.py",
+        "horovod",
+        ("strategies",),
+        "bench_horovod.py",
         "horovod against a raw Horovod loop and ddp, 2 Gloo workers under horovodrun",
-        {"full": ["--rounds", "11", "--steps", "30"], "quick": ["--rounds", "3", "--steps", "10"],
-         "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64"]},
+        {
+            "full": ["--rounds", "11", "--steps", "30"],
+            "quick": ["--rounds", "3", "--steps", "10"],
+            "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64"],
+        },
         needs=("horovod",),
     ),
     Benchmark(
-        "parity", ("strategies",), "bench_parity.py",
+        "parity",
+        ("strategies",),
+        "bench_parity.py",
         "every strategy's parameters after k SGD steps against a raw torch DDP loop and one process on the global batch",
-        {"full": ["--steps", "10"], "quick": ["--steps", "3", "--strategies", "ddp", "dp", "sharded"],
-         "dry": ["--steps", "1", "--strategies", "ddp"]},
+        {
+            "full": ["--steps", "10"],
+            "quick": ["--steps", "3", "--strategies", "ddp", "dp", "sharded"],
+            "dry": ["--steps", "1", "--strategies", "ddp"],
+        },
     ),
     Benchmark(
-        "dp", ("strategies",), "bench_dp.py",
+        "dp",
+        ("strategies",),
+        "bench_dp.py",
         "dp on one device against the bare LightningModule and a raw torch loop",
-        {"full": ["--rounds", "9"], "quick": ["--rounds", "3", "--steps", "10"],
-         "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1"]},
-        gpu_args=["--accelerator", "gpu"],  # one GPU: dp against the bare model; two or more: dp against ddp, memory per GPU
+        {
+            "full": ["--rounds", "9"],
+            "quick": ["--rounds", "3", "--steps", "10"],
+            "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1"],
+        },
+        gpu_args=[
+            "--accelerator",
+            "gpu",
+        ],  # one GPU: dp against the bare model; two or more: dp against ddp, memory per GPU
     ),
     Benchmark(
-        "scaling", ("strategies",), "bench_scaling.py",
+        "scaling",
+        ("strategies",),
+        "bench_scaling.py",
         "throughput at N devices against N x one device (weak scaling) for ddp, sharded and, on GPUs, dp",
-        {"full": ["--rounds", "5"], "quick": ["--rounds", "2", "--steps", "10"],
-         "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64", "--strategies", "ddp"]},
-        gpu_args=["--accelerator", "gpu"], gpus_needed=2,  # 1, 2, 4, ... GPUs
+        {
+            "full": ["--rounds", "5"],
+            "quick": ["--rounds", "2", "--steps", "10"],
+            "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "64", "--strategies", "ddp"],
+        },
+        gpu_args=["--accelerator", "gpu"],
+        gpus_needed=2,  # 1, 2, 4, ... GPUs
     ),
     Benchmark(
-        "gpu_monitor", ("callbacks",), "bench_gpu_monitor.py",
+        "gpu_monitor",
+        ("callbacks",),
+        "bench_gpu_monitor.py",
         "GPUUtilizationMonitor against no callback and Lightning's DeviceStatsMonitor, at a step of about 4 ms",
-        {"full": ["--rounds", "9", "--width", "1024", "--batch-size", "64"], "quick": ["--rounds", "3", "--steps", "60"],
-         "dry": ["--rounds", "1", "--steps", "5", "--warmup", "2"]},
+        {
+            "full": ["--rounds", "9", "--width", "1024", "--batch-size", "64"],
+            "quick": ["--rounds", "3", "--steps", "60"],
+            "dry": ["--rounds", "1", "--steps", "5", "--warmup", "2"],
+        },
         # On the GPU, with real NVML, at a step of about 4 ms again: the CPU's shapes take well under 1 ms of GPU work,
         # so Lightning's own per-step overhead would set the pace. The work grows with the width, not the batch: a
         # large batch (2048 x 4096) was input-bound on an H200 (TensorDataset collates sample by sample, 60-80 ms a
@@ -107,34 +153,93 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         gpu_args=["--width", "8192", "--batch-size", "128"],
     ),
     Benchmark(
-        "activation_checkpointing", ("callbacks", "memory"), "bench_activation_checkpointing.py",
+        "activation_checkpointing",
+        ("callbacks", "memory"),
+        "bench_activation_checkpointing.py",
         "ActivationCheckpointing (every block, every second block) against none and against torch.utils.checkpoint by hand:"
         " peak activation memory and step time",
-        {"full": ["--repeats", "9", "--device", "cpu"], "quick": ["--repeats", "3", "--depth", "8", "--device", "cpu"],
-         "dry": ["--repeats", "1", "--depth", "2", "--model", "mlp", "--device", "cpu"]},
+        {
+            "full": ["--repeats", "9", "--device", "cpu"],
+            "quick": ["--repeats", "3", "--depth", "8", "--device", "cpu"],
+            "dry": ["--repeats", "1", "--depth", "2", "--model", "mlp", "--device", "cpu"],
+        },
         gpu_args=["--device", "all"],  # later arguments win: the CPU and the CUDA variants
     ),
     Benchmark(
-        "amp", ("callbacks",), "bench_amp.py",
+        "amp",
+        ("callbacks",),
+        "bench_amp.py",
         "bf16 and fp16 mixed precision against fp32 and TF32: step time, achieved TFLOPS against the device's peak,"
         " and Lightning + AutoMixedPrecision against a raw autocast loop",
-        {"full": ["--rounds", "5"], "quick": ["--rounds", "3", "--steps", "5"],
-         "dry": ["--rounds", "1", "--steps", "2", "--warmup", "1", "--width", "64", "--depth", "2", "--tokens", "64",
-                 "--device", "cpu", "--arms", "fp32,fp16,raw_fp16"]},
-        gpu_args=["--device", "cuda"], cpu_sizes=("dry",),  # the figures mean something on a GPU only
+        {
+            "full": ["--rounds", "5"],
+            "quick": ["--rounds", "3", "--steps", "5"],
+            "dry": [
+                "--rounds",
+                "1",
+                "--steps",
+                "2",
+                "--warmup",
+                "1",
+                "--width",
+                "64",
+                "--depth",
+                "2",
+                "--tokens",
+                "64",
+                "--device",
+                "cpu",
+                "--arms",
+                "fp32,fp16,raw_fp16",
+            ],
+        },
+        gpu_args=["--device", "cuda"],
+        cpu_sizes=("dry",),  # the figures mean something on a GPU only
     ),
     Benchmark(
-        "preprocess", ("data",), "bench_preprocess.py",
+        "preprocess",
+        ("data",),
+        "bench_preprocess.py",
         "preprocess with processes (and Ray) against serial, litdata and Hugging Face datasets; cold first calls; cached epoch against on-the-fly",
-        {"full": [], "quick": ["--samples", "400", "--repeats", "2", "--skip-ray", "--skip-litdata-fork", "--skip-epochs",
-                               "--cold-samples", "400", "--cold-repeats", "1"],
-         "dry": ["--samples", "40", "--repeats", "1", "--skip-ray", "--skip-litdata", "--skip-hf", "--skip-epochs", "--cold-samples", ""]},
+        {
+            "full": [],
+            "quick": [
+                "--samples",
+                "400",
+                "--repeats",
+                "2",
+                "--skip-ray",
+                "--skip-litdata-fork",
+                "--skip-epochs",
+                "--cold-samples",
+                "400",
+                "--cold-repeats",
+                "1",
+            ],
+            "dry": [
+                "--samples",
+                "40",
+                "--repeats",
+                "1",
+                "--skip-ray",
+                "--skip-litdata",
+                "--skip-hf",
+                "--skip-epochs",
+                "--cold-samples",
+                "",
+            ],
+        },
     ),
     Benchmark(
-        "launchers", ("launchers",), "bench_launchers.py",
+        "launchers",
+        ("launchers",),
+        "bench_launchers.py",
         "examples/train.py under Lightning's launcher, torchrun, Ray Train and horovodrun: cost per sample, start-up",
-        {"full": ["--rounds", "5"], "quick": ["--rounds", "1", "--epochs", "2", "--arms", "lightning,torchrun"],
-         "dry": ["--rounds", "1", "--epochs", "1", "--arms", "lightning,torchrun"]},
+        {
+            "full": ["--rounds", "5"],
+            "quick": ["--rounds", "1", "--epochs", "2", "--arms", "lightning,torchrun"],
+            "dry": ["--rounds", "1", "--epochs", "1", "--arms", "lightning,torchrun"],
+        },
     ),
 )
 

@@ -6,7 +6,7 @@ import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from .stats import RatioSummary, summarize
 
@@ -46,7 +46,7 @@ def _fmt_value(value: float) -> str:
     return f"{value:.2e}" if value and abs(value) < 1e-3 else f"{value:.3f}"
 
 
-def _fmt_goal(goal: Optional[float], higher: bool) -> str:
+def _fmt_goal(goal: float | None, higher: bool) -> str:
     return "" if goal is None else f"{'≥' if higher else '≤'} {goal:g}"
 
 
@@ -62,15 +62,26 @@ def summary_rows(runs: list[BenchRun], width: int, plain: bool = False) -> list[
     rows: list[tuple[str, ...]] = []
     for run in runs:
         if run.status != "ok":
-            rows.append((run.name, "-" if plain else "—", run.status, "", "", "", (run.error.splitlines() or [""])[-1][:width]))
+            rows.append(
+                (run.name, "-" if plain else "—", run.status, "", "", "", (run.error.splitlines() or [""])[-1][:width])
+            )
             continue
         for s in run.summaries():
             if isinstance(s, tuple):
                 rows.append((run.name, s[0], "failed", "", "", "", s[1][:width]))
             else:
                 verdict = _verdict(s).replace("**", "") if plain else _verdict(s)
-                rows.append((run.name, s.label, f"{s.median:.3f}", f"{s.low:.3f}{dash}{s.high:.3f}", str(s.pairs),
-                             _fmt_goal(s.goal, s.higher_is_better), verdict))  # fmt: skip
+                rows.append(
+                    (
+                        run.name,
+                        s.label,
+                        f"{s.median:.3f}",
+                        f"{s.low:.3f}{dash}{s.high:.3f}",
+                        str(s.pairs),
+                        _fmt_goal(s.goal, s.higher_is_better),
+                        verdict,
+                    )
+                )
         for label, fig in run.result.get("figures", {}).items():
             goal = _fmt_goal(fig.get("goal"), fig.get("higher_is_better", False))
             rows.append((run.name, label, _fmt_value(fig["value"]), "", "", goal, fig.get("verdict", "")))
@@ -135,7 +146,9 @@ def plot(runs: list[BenchRun], folder: Path) -> dict[str, list[str]]:
         if run.status != "ok":
             continue
         raw = run.result.get("arms", {})
-        metric = "step_s" if any("step_s" in m for m in raw.values()) else next((k for m in raw.values() for k in m), None)
+        metric = (
+            "step_s" if any("step_s" in m for m in raw.values()) else next((k for m in raw.values() for k in m), None)
+        )
         arms = {a: [x for x in m.get(metric, []) if x is not None] for a, m in raw.items()} if metric else {}
         arms = {a: v for a, v in arms.items() if v}
         if arms:
@@ -150,8 +163,12 @@ def plot(runs: list[BenchRun], folder: Path) -> dict[str, list[str]]:
             width = 0.8 / max(len(v) for v in memory.values())
             for rank in range(max(len(v) for v in memory.values())):
                 xs = [i + rank * width for i in range(len(memory))]
-                ax.bar(xs, [v[rank] / 2**20 if rank < len(v) else 0 for v in memory.values()], width, label=f"rank {rank}")
-            ax.set_xticks([i + width * (len(next(iter(memory.values()))) - 1) / 2 for i in range(len(memory))], list(memory))
+                ax.bar(
+                    xs, [v[rank] / 2**20 if rank < len(v) else 0 for v in memory.values()], width, label=f"rank {rank}"
+                )
+            ax.set_xticks(
+                [i + width * (len(next(iter(memory.values()))) - 1) / 2 for i in range(len(memory))], list(memory)
+            )
             ax.set_ylabel("MiB")
             ax.set_title(f"{run.name}: {run.result.get('memory_label') or 'model state per rank'}")
             ax.legend()
@@ -173,7 +190,13 @@ def _plot_scaling(plt: Any, samples_per_s: dict[str, dict[str, list[float]]], na
         medians = [statistics.median(per_n[str(n)]) for n in counts]
         (line,) = ax.plot(counts, medians, marker="o", label=strategy)
         if counts[0] == 1:
-            ax.plot(counts, [medians[0] * n for n in counts], linestyle=":", color=line.get_color(), label=f"{strategy}: linear")
+            ax.plot(
+                counts,
+                [medians[0] * n for n in counts],
+                linestyle=":",
+                color=line.get_color(),
+                label=f"{strategy}: linear",
+            )
     ax.set_xlabel("devices")
     ax.set_ylabel("samples/s")
     ax.set_title(f"{name}: throughput by device count")
@@ -194,14 +217,25 @@ def write(runs: list[BenchRun], machine: dict[str, Any], command: str, folder: P
     folder.mkdir(parents=True, exist_ok=True)
     plots = plot(runs, folder) if with_plots else {}
     raw = {
-        "machine": machine, "command": command,
+        "machine": machine,
+        "command": command,
         "benchmarks": [
-            {"name": r.name, "what": r.what, "status": r.status, "seconds": r.seconds, "command": r.command, "error": r.error,
-             "result": r.result, "summaries": [s.as_dict() if isinstance(s, RatioSummary) else {"label": s[0], "error": s[1]}
-                                               for s in (r.summaries() if r.status == "ok" else [])]}
+            {
+                "name": r.name,
+                "what": r.what,
+                "status": r.status,
+                "seconds": r.seconds,
+                "command": r.command,
+                "error": r.error,
+                "result": r.result,
+                "summaries": [
+                    s.as_dict() if isinstance(s, RatioSummary) else {"label": s[0], "error": s[1]}
+                    for s in (r.summaries() if r.status == "ok" else [])
+                ],
+            }
             for r in runs
         ],
-    }  # fmt: skip
+    }
     (folder / "results.json").write_text(json.dumps(raw, indent=1, default=str))
     report = folder / "report.md"
     report.write_text(markdown(runs, machine, command, plots))
@@ -215,8 +249,18 @@ def read(folder: Path) -> tuple[list[BenchRun], dict[str, Any], str]:
         FileNotFoundError: ``folder`` holds no ``results.json``.
     """
     raw = json.loads((folder / "results.json").read_text())
-    runs = [BenchRun(b["name"], b.get("what", ""), b["status"], b.get("seconds", 0.0), b.get("command", []), b.get("result", {}), b.get("error", ""))
-            for b in raw["benchmarks"]]  # fmt: skip
+    runs = [
+        BenchRun(
+            b["name"],
+            b.get("what", ""),
+            b["status"],
+            b.get("seconds", 0.0),
+            b.get("command", []),
+            b.get("result", {}),
+            b.get("error", ""),
+        )
+        for b in raw["benchmarks"]
+    ]
     return runs, raw["machine"], raw["command"]
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional, TypedDict
+from typing import Any, TypedDict
 
 
 class RatioSpec(TypedDict, total=False):
@@ -22,11 +22,13 @@ class RatioSpec(TypedDict, total=False):
     num: str
     den: str
     metric: str
-    goal: Optional[float]
+    goal: float | None
     higher_is_better: bool
 
 
-def ratio(label: str, num: str, den: str, metric: str = "step_s", goal: Optional[float] = None, higher_is_better: bool = False) -> RatioSpec:
+def ratio(
+    label: str, num: str, den: str, metric: str = "step_s", goal: float | None = None, higher_is_better: bool = False
+) -> RatioSpec:
     """A ratio for the suite to take over the rounds of two arms."""
     return RatioSpec(label=label, num=num, den=den, metric=metric, goal=goal, higher_is_better=higher_is_better)
 
@@ -40,30 +42,41 @@ def figure(value: float, goal: float | None = None, higher_is_better: bool = Fal
 
 
 def write_result(
-    path: Optional[Path],
+    path: Path | None,
     *,
     name: str,
     arms: dict[str, dict[str, list[float]]],
     ratios: list[RatioSpec],
     unit: str = "s/step",
-    figures: Optional[dict[str, dict[str, Any]]] = None,
-    memory: Optional[dict[str, list[float]]] = None,
-    memory_label: Optional[str] = None,
-    failed: Optional[dict[str, str]] = None,
-    config: Optional[dict[str, Any]] = None,
-    notes: Optional[list[str]] = None,
-    scaling: Optional[dict[str, dict[str, dict[str, list[float]]]]] = None,
+    figures: dict[str, dict[str, Any]] | None = None,
+    memory: dict[str, list[float]] | None = None,
+    memory_label: str | None = None,
+    failed: dict[str, str] | None = None,
+    config: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
+    scaling: dict[str, dict[str, dict[str, list[float]]]] | None = None,
 ) -> None:
     """Print the benchmark's table (the one ``benchmarks/run.py`` prints for it) and write its raw figures to ``path``
     for the suite; a run by hand passes ``None``."""
     from .report import BenchRun, terminal_table
 
     payload = {
-        "name": name, "unit": unit, "arms": arms, "ratios": list(ratios), "figures": figures or {},
-        "memory": memory or {}, "memory_label": memory_label, "failed": failed or {}, "config": config or {}, "notes": notes or [],
+        "name": name,
+        "unit": unit,
+        "arms": arms,
+        "ratios": list(ratios),
+        "figures": figures or {},
+        "memory": memory or {},
+        "memory_label": memory_label,
+        "failed": failed or {},
+        "config": config or {},
+        "notes": notes or [],
         "scaling": scaling or {},
-    }  # fmt: skip
-    print("\n" + terminal_table([BenchRun(name, "", "ok", result=json.loads(json.dumps(payload, default=str)))]), flush=True)
+    }
+    print(
+        "\n" + terminal_table([BenchRun(name, "", "ok", result=json.loads(json.dumps(payload, default=str)))]),
+        flush=True,
+    )
     if path is not None:
         Path(path).write_text(json.dumps(payload, indent=1, default=str))
 

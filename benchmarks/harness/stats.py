@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class RatioSummary:
     low: float
     high: float
     pairs: int
-    goal: Optional[float] = None
+    goal: float | None = None
     higher_is_better: bool = False
 
     @property
@@ -32,7 +32,7 @@ class RatioSummary:
         return self.low < 1.0 < self.high
 
     @property
-    def met(self) -> Optional[bool]:
+    def met(self) -> bool | None:
         if self.goal is None:
             return None
         return self.median >= self.goal if self.higher_is_better else self.median <= self.goal
@@ -52,7 +52,9 @@ def paired_ratios(num: list[float], den: list[float]) -> list[float]:
     return [a / b for a, b in zip(num, den) if a is not None and b is not None and b > 0]
 
 
-def summarize(label: str, num: list[float], den: list[float], goal: Optional[float] = None, higher_is_better: bool = False) -> RatioSummary:
+def summarize(
+    label: str, num: list[float], den: list[float], goal: float | None = None, higher_is_better: bool = False
+) -> RatioSummary:
     """The :class:`RatioSummary` of ``num / den``.
 
     Raises:

@@ -8,9 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 QUIET: dict[str, Any] = {
-    "logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
-    "num_sanity_val_steps": 0, "limit_val_batches": 0,
-}  # fmt: skip
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+    "num_sanity_val_steps": 0,
+    "limit_val_batches": 0,
+}
 
 
 def quiet_trainer(**kwargs: Any) -> Any:
@@ -33,8 +37,16 @@ def quiet_trainer(**kwargs: Any) -> Any:
     return pl.Trainer(**{**QUIET, **kwargs})
 
 
-def timed_fit(model: Any, loader: Any = None, *, warmup: int, steps: int, device: Any = None, callbacks: Sequence[Any] = (),
-              **kwargs: Any) -> Any:  # fmt: skip
+def timed_fit(
+    model: Any,
+    loader: Any = None,
+    *,
+    warmup: int,
+    steps: int,
+    device: Any = None,
+    callbacks: Sequence[Any] = (),
+    **kwargs: Any,
+) -> Any:
     """Fit ``model`` (on ``loader``, if given) for ``warmup + steps + 1`` steps under :func:`quiet_trainer`, ``kwargs``
     going to it, with a :func:`~benchmarks.harness.clock.step_clock` on ``device`` before ``callbacks``; returns the
     clock. Under an external launch (``LOCAL_RANK`` set), ``WORLD_SIZE`` is set to ``devices`` first: Lightning's

@@ -146,7 +146,11 @@ class ActivationCheckpointing(Callback):
             raise ValueError(
                 f"ActivationCheckpointing(every_k={self.every_k}) selects nothing: {len(eligible)} module(s) can be"
                 f" checkpointed ({', '.join(n for n, _ in eligible) or 'none'}"
-                + (f"; in-place modules are never checkpointed: {', '.join(self.skipped_inplace)}" if self.skipped_inplace else "")
+                + (
+                    f"; in-place modules are never checkpointed: {', '.join(self.skipped_inplace)}"
+                    if self.skipped_inplace
+                    else ""
+                )
                 + "). Lower every_k or match more modules, e.g. whole blocks rather than single activations."
             )
         return selected
@@ -230,7 +234,9 @@ class ActivationCheckpointing(Callback):
         names = self.checkpointed_names
         shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")
         skipped = f"; left alone (in-place): {', '.join(self.skipped_inplace)}" if self.skipped_inplace else ""
-        rank_zero_info(f"ActivationCheckpointing ({self.impl}, every_k={self.every_k}): {len(names)} module(s): {shown}{skipped}")
+        rank_zero_info(
+            f"ActivationCheckpointing ({self.impl}, every_k={self.every_k}): {len(names)} module(s): {shown}{skipped}"
+        )
 
     def _defer_until_configured(self, pl_module: pl.LightningModule) -> None:
         original = pl_module.configure_model

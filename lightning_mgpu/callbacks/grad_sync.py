@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, ContextManager
+from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
@@ -66,12 +66,16 @@ class GradSyncToggle(Callback):
 
     def __init__(self, accumulate_grad_batches: int | None = None) -> None:
         if accumulate_grad_batches is not None and (
-            not isinstance(accumulate_grad_batches, int) or isinstance(accumulate_grad_batches, bool) or accumulate_grad_batches < 1
+            not isinstance(accumulate_grad_batches, int)
+            or isinstance(accumulate_grad_batches, bool)
+            or accumulate_grad_batches < 1
         ):
-            raise ValueError(f"accumulate_grad_batches must be None or an integer >= 1, got {accumulate_grad_batches!r}.")
+            raise ValueError(
+                f"accumulate_grad_batches must be None or an integer >= 1, got {accumulate_grad_batches!r}."
+            )
         self.accumulate_grad_batches = accumulate_grad_batches
         self.skipped_micro_batches = 0
-        self._blocker: Callable[[], ContextManager[Any]] | None = None
+        self._blocker: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
         self._installed_on: Strategy | None = None
         self._unsynced: contextlib.ExitStack | None = None
         self._unsynced_batch_idx: int | None = None
@@ -103,7 +107,9 @@ class GradSyncToggle(Callback):
         self._blocker = self._resolve_blocker(strategy)
         if pl_module.automatic_optimization:
             if trainer.accumulate_grad_batches == 1:
-                rank_zero_info("GradSyncToggle: accumulate_grad_batches=1, so every micro-batch ends with a step and is synchronized.")
+                rank_zero_info(
+                    "GradSyncToggle: accumulate_grad_batches=1, so every micro-batch ends with a step and is synchronized."
+                )
         elif self.accumulate_grad_batches is None:
             rank_zero_info(
                 "GradSyncToggle: manual optimization without accumulate_grad_batches; synchronization is skipped"
@@ -111,7 +117,9 @@ class GradSyncToggle(Callback):
             )
 
     @override
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         n = self.accumulate_grad_batches
         if self._strategy_accumulates:
             return  # the strategy decides when to synchronize
@@ -142,7 +150,9 @@ class GradSyncToggle(Callback):
         )
 
     @override
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._close()
 
     @override
@@ -175,7 +185,7 @@ class GradSyncToggle(Callback):
             return True
         return bool(getattr(trainer.fit_loop.epoch_loop.batch_progress, "is_last_batch", False))
 
-    def _resolve_blocker(self, strategy: Strategy) -> Callable[[], ContextManager[Any]] | None:
+    def _resolve_blocker(self, strategy: Strategy) -> Callable[[], contextlib.AbstractContextManager[Any]] | None:
         """The context manager that skips synchronization under ``strategy`` (``None``: nothing to sync)."""
         if not isinstance(strategy, ParallelStrategy):
             return None  # one device: nothing is synchronized
@@ -191,7 +201,9 @@ class GradSyncToggle(Callback):
             # Install it on the instance so Lightning's loop and toggle_model() use it too.
             strategy.block_backward_sync = no_sync  # type: ignore[method-assign]
             self._installed_on = strategy
-            rank_zero_info(f"GradSyncToggle: skipping sync with {type(model).__name__}.no_sync() under {type(strategy).__name__}.")
+            rank_zero_info(
+                f"GradSyncToggle: skipping sync with {type(model).__name__}.no_sync() under {type(strategy).__name__}."
+            )
             return no_sync
         raise MisconfigurationException(
             f"GradSyncToggle cannot skip gradient synchronization under {type(strategy).__name__}: it does not"

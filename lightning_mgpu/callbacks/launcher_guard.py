@@ -51,7 +51,7 @@ class LauncherGuard(Callback):
             raise MisconfigurationException(
                 f"This process is one of {workers} workers started by horovodrun, but the Trainer uses {name}"
                 f" (world size {trainer.world_size}): each worker would train alone on its own copy of the model and"
-                " all of them would write the same checkpoints. Pass `Trainer(strategy=\"horovod\")` (with"
+                ' all of them would write the same checkpoints. Pass `Trainer(strategy="horovod")` (with'
                 " `import lightning_mgpu`), or launch without horovodrun."
             )
         local = os.environ.get("LOCAL_WORLD_SIZE", "?")
@@ -59,13 +59,13 @@ class LauncherGuard(Callback):
             raise MisconfigurationException(
                 f"strategy='{name}' under torchrun ({local} process(es) on this node): {name} trains in one process and"
                 " talks to no other, so every process torchrun starts would train its own copy of the model, each driving"
-                " every GPU of its node. Use `strategy=\"ddp\"` (one GPU per process) under torchrun, or run"
+                ' every GPU of its node. Use `strategy="ddp"` (one GPU per process) under torchrun, or run'
                 f" `python train.py --strategy {name}` without torchrun."
             )
         if _under_torchrun() and capability(trainer.strategy, "loads_node_batch") and local != "1":
             raise MisconfigurationException(
                 f"strategy='{name}' under torchrun ({local} process(es) on this node): one {name} process drives every"
-                " device of its node, so torchrun's processes would each drive all of them. Use `strategy=\"ddp\"` (one"
+                ' device of its node, so torchrun\'s processes would each drive all of them. Use `strategy="ddp"` (one'
                 " device per process), start one process per node (torchrun --nproc-per-node 1), or run `python train.py"
                 f" --strategy {name}` without torchrun."
             )

@@ -140,7 +140,9 @@ class AutoMixedPrecision(Callback):
             pl_module.log("amp/skipped_steps", float(self.skipped_steps), on_step=True, on_epoch=False)
         if self.consecutive_skips >= self.max_consecutive_skips and not self._warned_streak:
             self._warned_streak = True
-            rank_zero_warn(_skip_streak_message(self.consecutive_skips, scale, self.skipped_steps, self.optimizer_steps))
+            rank_zero_warn(
+                _skip_streak_message(self.consecutive_skips, scale, self.skipped_steps, self.optimizer_steps)
+            )
 
     @override
     def state_dict(self) -> dict[str, Any]:

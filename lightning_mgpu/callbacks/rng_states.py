@@ -65,7 +65,9 @@ class RNGStates(Callback):
     """
 
     @override
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         # Lightning builds the checkpoint on every rank and writes rank 0's: gather every rank's row into it.
         local = collect_rng_states()
         device = trainer.strategy.root_device
@@ -75,15 +77,20 @@ class RNGStates(Callback):
         checkpoint[KEY] = gathered
 
     @override
-    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         saved = checkpoint.get(KEY)
         if saved is None:
-            rank_zero_warn("The checkpoint has no RNG states (saved without RNGStates): random draws after resume differ.")
+            rank_zero_warn(
+                "The checkpoint has no RNG states (saved without RNGStates): random draws after resume differ."
+            )
             return
         rank, ranks = trainer.global_rank, len(saved["torch"])
         if rank >= ranks:
-            rank_zero_warn(f"The checkpoint holds the RNG states of {ranks} rank(s); ranks {ranks}.. keep their own seeds.")
+            rank_zero_warn(
+                f"The checkpoint holds the RNG states of {ranks} rank(s); ranks {ranks}.. keep their own seeds."
+            )
             return
         # clone: a row is a view into the stacked tensor, and torch.set_rng_state reads its storage from the start.
         set_rng_states({name: rows[rank].clone() for name, rows in saved.items()})
-

@@ -47,7 +47,12 @@ def _any_rank(trainer: pl.Trainer, flag: bool) -> bool:
     import torch
     import torch.distributed as dist
 
-    if trainer.world_size > 1 and dist.is_available() and dist.is_initialized() and dist.get_world_size() == trainer.world_size:
+    if (
+        trainer.world_size > 1
+        and dist.is_available()
+        and dist.is_initialized()
+        and dist.get_world_size() == trainer.world_size
+    ):
         votes = torch.tensor([int(flag)], dtype=torch.int32, device=trainer.strategy.root_device)
         dist.all_reduce(votes, op=dist.ReduceOp.MAX)
         return bool(votes.item())
@@ -153,7 +158,9 @@ class SaveOnInterrupt(Callback):
             self._skip_lightning_sigterm_broadcast(trainer)
 
     @override
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         # Only where an optimizer step just completed: accumulated gradients are not part of a checkpoint.
         if trainer.fit_loop.epoch_loop._should_accumulate():
             return
@@ -162,8 +169,12 @@ class SaveOnInterrupt(Callback):
         if not _any_rank(trainer, self._signalled is not None):
             return
         path = self.checkpoint_path(trainer)
-        trainer.save_checkpoint(path, weights_only=False)  # a full checkpoint; every rank, as ModelCheckpoint does; rank 0 writes, atomically
-        wait = getattr(trainer.strategy, "wait_for_checkpoint", None)  # a background save (ShardedStrategy(async_save=True))
+        trainer.save_checkpoint(
+            path, weights_only=False
+        )  # a full checkpoint; every rank, as ModelCheckpoint does; rank 0 writes, atomically
+        wait = getattr(
+            trainer.strategy, "wait_for_checkpoint", None
+        )  # a background save (ShardedStrategy(async_save=True))
         if wait is not None:
             wait()  # lands before "saved" is said and the process stops
         self.saved_path = path

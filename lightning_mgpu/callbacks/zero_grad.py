@@ -72,7 +72,9 @@ class ZeroGradSetToNone(Callback):
         self._stepped_in_batch[id(optimizer)] = optimizer
 
     @override
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         for optimizer in self._stepped_in_batch.values():
             self._release(optimizer)  # skipped steps, and wrappers whose step() bypasses the post hooks
         if self._log_this_batch and self._stepped_in_batch:

@@ -137,7 +137,9 @@ def locate_run(path: str | Path) -> tuple[str, Path, list[str]]:
     """
     root = Path(path).expanduser()
     if not root.exists():
-        raise FileNotFoundError(f"RUN {str(root)!r} does not exist: pass a CSV-logger folder or a Neptune offline run folder")
+        raise FileNotFoundError(
+            f"RUN {str(root)!r} does not exist: pass a CSV-logger folder or a Neptune offline run folder"
+        )
     if root.is_file():
         root = root.parent
     kind = _is_logger_run(root)
@@ -155,7 +157,11 @@ def locate_run(path: str | Path) -> tuple[str, Path, list[str]]:
         runs = [p for p in offline.glob("run__*") if p.is_dir() and _is_neptune_run(p)] if offline.is_dir() else []
         newest = _newest(runs, key=_neptune_created)
         if newest is not None:
-            return NEPTUNE_KIND, newest, [f"{offline} holds {len(runs)} Neptune offline run(s); showing the newest, {newest.name}"]
+            return (
+                NEPTUNE_KIND,
+                newest,
+                [f"{offline} holds {len(runs)} Neptune offline run(s); showing the newest, {newest.name}"],
+            )
     found = sorted(p.name + ("/" if p.is_dir() else "") for p in root.iterdir())[:12]
     raise RunFormatError(
         f"RUN {str(root)!r} is neither a CSV-logger folder (expected metrics.csv, with hparams.yaml and maybe diagnosis.json,"
@@ -306,7 +312,9 @@ def _operations(run_dir: Path, notes: list[str]) -> Iterator[dict[str, Any]]:
         notes.append(f"skipped {skipped} unreadable line(s) in {', '.join(p.name for p in logs)}")
 
 
-def _replay(run_dir: Path, notes: list[str]) -> tuple[dict[str, list[Point]], dict[str, Any], dict[str, dict[str, Any]]]:
+def _replay(
+    run_dir: Path, notes: list[str]
+) -> tuple[dict[str, list[Point]], dict[str, Any], dict[str, dict[str, Any]]]:
     """Apply the operation log: float series, assigned values, uploaded files (by path)."""
     series: dict[str, list[Point]] = {}
     values: dict[str, Any] = {}

@@ -37,7 +37,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from lightning_mgpu.dashboard.reader import NEPTUNE_KIND, Point, RunData, read_run
 from lightning_mgpu.monitoring.diagnosis import (
@@ -123,7 +123,7 @@ class StackedBarChart:
     total: float = 100.0
 
 
-Chart = Union[LineChart, StackedBarChart]
+Chart = LineChart | StackedBarChart
 
 
 @dataclass
@@ -160,7 +160,9 @@ def _color(devices: Sequence[str], device: str) -> str:
     return PALETTE[devices.index(device) % len(PALETTE)]
 
 
-def _per_device_lines(run: RunData, devices: Sequence[str], group: str, name: str, dashed: bool = False, suffix: str = "") -> list[Line]:
+def _per_device_lines(
+    run: RunData, devices: Sequence[str], group: str, name: str, dashed: bool = False, suffix: str = ""
+) -> list[Line]:
     lines = []
     for device in devices:
         key = f"{group}/{device}/{name}"
@@ -179,7 +181,10 @@ def _with_band(run: RunData, line: Line, group: str, device: str) -> Line:
 
 def _utilisation_section(run: RunData, devices: Sequence[str]) -> Section:
     section = Section("utilisation", "Per-device utilisation and memory")
-    for group, title in ((GPU, "GPU utilisation (NVML, % of time a kernel ran)"), (CPU, "CPU utilisation of the training process")):
+    for group, title in (
+        (GPU, "GPU utilisation (NVML, % of time a kernel ran)"),
+        (CPU, "CPU utilisation of the training process"),
+    ):
         lines = [_with_band(run, line, group, line.label) for line in _per_device_lines(run, devices, group, UTIL_PCT)]
         if lines:
             top = max(100.0, *(y for line in lines for _, y in line.points))
@@ -197,11 +202,21 @@ def _add_memory_charts(section: Section, run: RunData, devices: Sequence[str]) -
         if totals:
             xs = [x for line in lines for x, _ in line.points]
             cap = max(totals)
-            lines.append(Line(f"{GPU}/*/{MEM_TOTAL_GB}", f"capacity ({cap:.1f} GB)", [(min(xs), cap), (max(xs), cap)], TOTAL_COLOR, dashed=True))
+            lines.append(
+                Line(
+                    f"{GPU}/*/{MEM_TOTAL_GB}",
+                    f"capacity ({cap:.1f} GB)",
+                    [(min(xs), cap), (max(xs), cap)],
+                    TOTAL_COLOR,
+                    dashed=True,
+                )
+            )
         section.charts.append(LineChart("gpu-memory", "GPU memory used (whole device)", "GB", lines, y_min=0.0))
     lines = _per_device_lines(run, devices, CPU, RSS_GB)
     if lines:
-        section.charts.append(LineChart("cpu-memory", "Resident memory of the training process", "GB", lines, y_min=0.0))
+        section.charts.append(
+            LineChart("cpu-memory", "Resident memory of the training process", "GB", lines, y_min=0.0)
+        )
     if section.charts:
         section.note = None
     return section
@@ -213,17 +228,23 @@ def _mean(points: Sequence[Point]) -> float:
 
 def _step_time_section(run: RunData, devices: Sequence[str]) -> Section:
     section = Section("step-time", "Step-time breakdown")
-    timed = [d for d in devices if run.series.get(f"{TIME}/{d}/{DATA_WAIT_PCT}") or run.series.get(f"{TIME}/{d}/{COMM_PCT}")]
+    timed = [
+        d for d in devices if run.series.get(f"{TIME}/{d}/{DATA_WAIT_PCT}") or run.series.get(f"{TIME}/{d}/{COMM_PCT}")
+    ]
     if timed:
         wait = [min(100.0, max(0.0, _mean(run.series.get(f"{TIME}/{d}/{DATA_WAIT_PCT}", [])))) for d in timed]
-        comm = [min(100.0 - w, max(0.0, _mean(run.series.get(f"{TIME}/{d}/{COMM_PCT}", [])))) for d, w in zip(timed, wait)]
+        comm = [
+            min(100.0 - w, max(0.0, _mean(run.series.get(f"{TIME}/{d}/{COMM_PCT}", [])))) for d, w in zip(timed, wait)
+        ]
         compute = [max(0.0, 100.0 - w - c) for w, c in zip(wait, comm)]
         segments = [
             Segment("data wait", SEGMENT_COLORS["data wait"], wait),
             Segment("communication", SEGMENT_COLORS["communication"], comm),
             Segment("compute", SEGMENT_COLORS["compute"], compute),
         ]
-        section.charts.append(StackedBarChart("step-breakdown", "Where each device's step time goes", list(timed), segments))
+        section.charts.append(
+            StackedBarChart("step-breakdown", "Where each device's step time goes", list(timed), segments)
+        )
     lines = _per_device_lines(run, devices, TIME, STEP_MS, suffix=" step")
     lines += _per_device_lines(run, devices, TIME, DATA_WAIT_MS, dashed=True, suffix=" data wait")
     if lines:
@@ -245,7 +266,15 @@ def _throughput_section(run: RunData, devices: Sequence[str]) -> Section:
     mfu_key = f"{THROUGHPUT}/{MFU}"
     if run.series.get(mfu_key):
         pts = [(x, 100.0 * y) for x, y in run.series[mfu_key]]
-        section.charts.append(LineChart("mfu", "Model FLOPs utilisation (mean over devices)", "%", [Line(mfu_key, "MFU", pts, TOTAL_COLOR)], y_min=0.0))
+        section.charts.append(
+            LineChart(
+                "mfu",
+                "Model FLOPs utilisation (mean over devices)",
+                "%",
+                [Line(mfu_key, "MFU", pts, TOTAL_COLOR)],
+                y_min=0.0,
+            )
+        )
     if not section.charts:
         section.note = "No throughput/samples_per_sec metrics in this run."
     return section
@@ -352,17 +381,32 @@ def _line_figure(chart: LineChart) -> Any:
         if line.band:
             # The min/max envelope of the window: one closed shape, toggled with its line through the legend group.
             bx = [x for x, _, _ in line.band]
-            fig.add_trace(go.Scatter(
-                x=bx + bx[::-1], y=[hi for *_, hi in line.band] + [lo for _, lo, _ in line.band][::-1],
-                fill="toself", fillcolor=_rgba(line.color, 0.14), line={"width": 0}, hoverinfo="skip",
-                showlegend=False, legendgroup=line.key, meta={"band": line.key},
-            ))
-        fig.add_trace(go.Scatter(
-            x=xs, y=ys, name=line.label, legendgroup=line.key, meta={"key": line.key},
-            mode="lines+markers" if len(xs) <= MAX_MARKERS else "lines",
-            line={"color": line.color, "dash": "dash" if line.dashed else "solid", "width": 1.8}, marker={"size": 4},
-            hovertemplate="%{y:.4~g}<extra>" + html.escape(line.label) + "</extra>",
-        ))
+            fig.add_trace(
+                go.Scatter(
+                    x=bx + bx[::-1],
+                    y=[hi for *_, hi in line.band] + [lo for _, lo, _ in line.band][::-1],
+                    fill="toself",
+                    fillcolor=_rgba(line.color, 0.14),
+                    line={"width": 0},
+                    hoverinfo="skip",
+                    showlegend=False,
+                    legendgroup=line.key,
+                    meta={"band": line.key},
+                )
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                name=line.label,
+                legendgroup=line.key,
+                meta={"key": line.key},
+                mode="lines+markers" if len(xs) <= MAX_MARKERS else "lines",
+                line={"color": line.color, "dash": "dash" if line.dashed else "solid", "width": 1.8},
+                marker={"size": 4},
+                hovertemplate="%{y:.4~g}<extra>" + html.escape(line.label) + "</extra>",
+            )
+        )
     _x0, _x1, y0, y1 = _extent(chart)
     fig.update_layout(
         xaxis={"title": {"text": chart.x_label}, "rangemode": "tozero" if chart.x_label == "step" else "normal"},
@@ -376,13 +420,24 @@ def _bar_figure(chart: StackedBarChart) -> Any:
     go = require("plotly", "the dashboard").graph_objects
     fig = go.Figure()
     for seg in chart.segments:
-        fig.add_trace(go.Bar(
-            y=list(chart.categories), x=list(seg.values), name=seg.label, orientation="h", marker={"color": seg.color},
-            meta={"segment": seg.label}, text=[f"{fmt(v)}%" if v >= 6 else "" for v in seg.values], textposition="inside",
-            hovertemplate="%{y} " + html.escape(seg.label) + ": %{x:.3~g}%<extra></extra>",
-        ))
-    fig.update_layout(barmode="stack", xaxis={"title": {"text": chart.x_label}, "range": [0, chart.total]},
-                      yaxis={"autorange": "reversed"})
+        fig.add_trace(
+            go.Bar(
+                y=list(chart.categories),
+                x=list(seg.values),
+                name=seg.label,
+                orientation="h",
+                marker={"color": seg.color},
+                meta={"segment": seg.label},
+                text=[f"{fmt(v)}%" if v >= 6 else "" for v in seg.values],
+                textposition="inside",
+                hovertemplate="%{y} " + html.escape(seg.label) + ": %{x:.3~g}%<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        xaxis={"title": {"text": chart.x_label}, "range": [0, chart.total]},
+        yaxis={"autorange": "reversed"},
+    )
     return fig
 
 
@@ -398,8 +453,11 @@ def figure_json(chart: Chart) -> dict[str, Any]:
     fig = _line_figure(chart) if isinstance(chart, LineChart) else _bar_figure(chart)
     rows = len(chart.categories) if isinstance(chart, StackedBarChart) else 0
     fig.update_layout(
-        template="plotly_white", height=320 if not rows else 140 + 46 * rows, margin={"l": 64, "r": 16, "t": 12, "b": 44},
-        legend={"orientation": "h", "y": -0.22, "font": {"size": 11}}, font={"size": 12},
+        template="plotly_white",
+        height=320 if not rows else 140 + 46 * rows,
+        margin={"l": 64, "r": 16, "t": 12, "b": 44},
+        legend={"orientation": "h", "y": -0.22, "font": {"size": 11}},
+        font={"size": 12},
         # Keeps the user's zoom and legend toggles when the live view replaces the data.
         uirevision=chart.id,
     )
@@ -522,9 +580,12 @@ def _diagnosis_html(diagnoses: Sequence[Diagnosis], source: str) -> str:
 
 
 def _table(rows: Iterable[Sequence[str]], header: Sequence[str], table_id: str, numeric_from: int = 1) -> str:
-    head = "".join(f'<th{" class=num" if i >= numeric_from else ""}>{_esc(h)}</th>' for i, h in enumerate(header))
+    head = "".join(f"<th{' class=num' if i >= numeric_from else ''}>{_esc(h)}</th>" for i, h in enumerate(header))
     body = "".join(
-        "<tr>" + "".join(f'<td{" class=num" if i >= numeric_from else ""}>{_esc(c)}</td>' for i, c in enumerate(r)) + "</tr>" for r in rows
+        "<tr>"
+        + "".join(f"<td{' class=num' if i >= numeric_from else ''}>{_esc(c)}</td>" for i, c in enumerate(r))
+        + "</tr>"
+        for r in rows
     )
     return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
@@ -532,8 +593,15 @@ def _table(rows: Iterable[Sequence[str]], header: Sequence[str], table_id: str, 
 def _cards(run: RunData, diagnoses: Sequence[Diagnosis]) -> str:
     last = run.last_values()
     steps = [pts[-1][0] for pts in run.series.values() if pts]
-    cards: list[tuple[str, str]] = [("last step", fmt(max(steps)) if steps else "-"), ("devices", str(len(_devices(run)) or "-"))]
-    for key, label in ((f"{THROUGHPUT}/{SAMPLES_PER_SEC}", "samples/s (last)"), ("val_acc", "val_acc (last)"), ("val_loss", "val_loss (last)")):
+    cards: list[tuple[str, str]] = [
+        ("last step", fmt(max(steps)) if steps else "-"),
+        ("devices", str(len(_devices(run)) or "-")),
+    ]
+    for key, label in (
+        (f"{THROUGHPUT}/{SAMPLES_PER_SEC}", "samples/s (last)"),
+        ("val_acc", "val_acc (last)"),
+        ("val_loss", "val_loss (last)"),
+    ):
         if key in last:
             cards.append((label, fmt(last[key])))
     if diagnoses:
@@ -541,7 +609,10 @@ def _cards(run: RunData, diagnoses: Sequence[Diagnosis]) -> str:
         cards.append(("verdict", ", ".join(verdicts)))
     if run.info.get("status"):
         cards.append(("status", run.info["status"]))
-    body = "".join(f'<div class="card" data-card="{_esc(k)}"><div class="k">{_esc(k)}</div><div class="v">{_esc(v)}</div></div>' for k, v in cards)
+    body = "".join(
+        f'<div class="card" data-card="{_esc(k)}"><div class="k">{_esc(k)}</div><div class="v">{_esc(v)}</div></div>'
+        for k, v in cards
+    )
     return f'<div class="cards">{body}</div>'
 
 
@@ -556,8 +627,12 @@ def _diagnosis_position(sections: Sequence[Section]) -> int:
 
 
 def page_state(
-    run: RunData, sections: Sequence[Section], diagnoses: Sequence[Diagnosis], diagnosis_source: str,
-    pngs: dict[str, str] | None = None, version: int = 0,
+    run: RunData,
+    sections: Sequence[Section],
+    diagnoses: Sequence[Diagnosis],
+    diagnosis_source: str,
+    pngs: dict[str, str] | None = None,
+    version: int = 0,
 ) -> dict[str, Any]:
     """Everything the page shows, as JSON: Plotly figures by chart id and the HTML of the other regions.
 
@@ -578,7 +653,9 @@ def page_state(
 
     main = [f'<div data-live-region="cards">{regions["cards"]}</div>']
     main += [section_html(s) for s in sections[:split]]
-    main.append(f'<section id="diagnosis"><h2>Diagnosis</h2><div data-live-region="diagnosis">{regions["diagnosis"]}</div></section>')
+    main.append(
+        f'<section id="diagnosis"><h2>Diagnosis</h2><div data-live-region="diagnosis">{regions["diagnosis"]}</div></section>'
+    )
     main += [section_html(s) for s in sections[split:]]
     main.append(f'<div data-live-region="details">{regions["details"]}</div>')
     return {
@@ -596,8 +673,13 @@ def _inline_json(data: Any) -> str:
 
 
 def render_html(
-    run: RunData, sections: Sequence[Section], diagnoses: Sequence[Diagnosis], diagnosis_source: str,
-    pngs: dict[str, str] | None = None, live_interval: float | None = None, state: dict[str, Any] | None = None,
+    run: RunData,
+    sections: Sequence[Section],
+    diagnoses: Sequence[Diagnosis],
+    diagnosis_source: str,
+    pngs: dict[str, str] | None = None,
+    live_interval: float | None = None,
+    state: dict[str, Any] | None = None,
 ) -> str:
     """The dashboard page as one self-contained HTML string: plotly.js is inlined, nothing is fetched.
 
@@ -610,22 +692,29 @@ def render_html(
     name = run.info.get("name")
     title = name if name and name != "Untitled" else run.info.get("run") or run.path.name
     split = _diagnosis_position(sections)
-    nav = [(s.id, s.title) for s in sections[:split]] + [("diagnosis", "Diagnosis")] + [(s.id, s.title) for s in sections[split:]] + [("details", "Run details")]
+    nav = (
+        [(s.id, s.title) for s in sections[:split]]
+        + [("diagnosis", "Diagnosis")]
+        + [(s.id, s.title) for s in sections[split:]]
+        + [("details", "Run details")]
+    )
     live = f' data-live="{live_interval:g}"' if live_interval else ""
     badge = ' <span class="live">live</span>' if live_interval else ""
-    return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_esc(title)} - lightning_mgpu dashboard</title><style>{_CSS}</style>",
-        # plotly.js inline, as write_html(include_plotlyjs=True) does: the page works offline, from a file.
-        f"<script>{plotly.offline.get_plotlyjs()}</script></head>",
-        f'<body data-run-kind="{_esc(run.kind)}" data-run-path="{_esc(run.path)}"{live}>',
-        f'<header><h1>{_esc(title)}{badge}</h1><div class="sub">{_esc(run.info.get("logger", run.kind))} &middot; {_esc(run.path)}</div></header>',
-        "<nav>" + "".join(f'<a href="#{i}">{_esc(t)}</a>' for i, t in nav) + "</nav>",
-        f"<main>{state['main']}</main>",
-        f'<script type="application/json" id="dashboard-data">{_inline_json(state)}</script>',
-        f"<script>{_JS}</script></body></html>",
-    ])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{_esc(title)} - lightning_mgpu dashboard</title><style>{_CSS}</style>",
+            # plotly.js inline, as write_html(include_plotlyjs=True) does: the page works offline, from a file.
+            f"<script>{plotly.offline.get_plotlyjs()}</script></head>",
+            f'<body data-run-kind="{_esc(run.kind)}" data-run-path="{_esc(run.path)}"{live}>',
+            f'<header><h1>{_esc(title)}{badge}</h1><div class="sub">{_esc(run.info.get("logger", run.kind))} &middot; {_esc(run.path)}</div></header>',
+            "<nav>" + "".join(f'<a href="#{i}">{_esc(t)}</a>' for i, t in nav) + "</nav>",
+            f"<main>{state['main']}</main>",
+            f'<script type="application/json" id="dashboard-data">{_inline_json(state)}</script>',
+            f"<script>{_JS}</script></body></html>",
+        ]
+    )
 
 
 def _details_html(run: RunData, sections: Sequence[Section]) -> str:
@@ -638,14 +727,23 @@ def _details_html(run: RunData, sections: Sequence[Section]) -> str:
         for k in others:
             ys = [y for _, y in run.series[k]]
             rows.append((k, str(len(ys)), fmt(ys[-1]), fmt(min(ys)), fmt(max(ys))))
-        out.append("<h2 style='margin-top:18px'>Other metrics</h2>" + _table(rows, ("metric", "points", "last", "min", "max"), "other-metrics"))
+        out.append(
+            "<h2 style='margin-top:18px'>Other metrics</h2>"
+            + _table(rows, ("metric", "points", "last", "min", "max"), "other-metrics")
+        )
     if run.hparams:
         rows = [(k, str(v)) for k, v in sorted(run.hparams.items())]
-        out.append(f"<details open><summary>Hyperparameters ({len(rows)})</summary>{_table(rows, ('name', 'value'), 'hparams', numeric_from=9)}</details>")
+        out.append(
+            f"<details open><summary>Hyperparameters ({len(rows)})</summary>{_table(rows, ('name', 'value'), 'hparams', numeric_from=9)}</details>"
+        )
     if run.model_summary:
         out.append(f"<details><summary>Model summary</summary><pre>{_esc(run.model_summary)}</pre></details>")
     if run.notes:
-        out.append("<details open><summary>Notes</summary><ul>" + "".join(f"<li>{_esc(n)}</li>" for n in run.notes) + "</ul></details>")
+        out.append(
+            "<details open><summary>Notes</summary><ul>"
+            + "".join(f"<li>{_esc(n)}</li>" for n in run.notes)
+            + "</ul></details>"
+        )
     out.append("</section>")
     return "".join(out)
 
@@ -690,7 +788,16 @@ def _mpl_lines(ax: Any, chart: LineChart) -> None:
         if line.band:
             bx, lo, hi = zip(*line.band)
             ax.fill_between(bx, lo, hi, color=line.color, alpha=0.14, linewidth=0)
-        ax.plot(xs, ys, color=line.color, linestyle="--" if line.dashed else "-", linewidth=1.6, label=line.label, marker="o" if len(xs) <= MAX_MARKERS else None, markersize=3)
+        ax.plot(
+            xs,
+            ys,
+            color=line.color,
+            linestyle="--" if line.dashed else "-",
+            linewidth=1.6,
+            label=line.label,
+            marker="o" if len(xs) <= MAX_MARKERS else None,
+            markersize=3,
+        )
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
@@ -709,7 +816,15 @@ def _mpl_bars(ax: Any, chart: StackedBarChart) -> None:
         bars = ax.barh(ys, seg.values, left=left, color=seg.color, label=seg.label, height=0.6)
         for bar, value in zip(bars, seg.values):
             if value >= 6:
-                ax.text(bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height() / 2, f"{fmt(value)}%", ha="center", va="center", color="white", fontsize=8)
+                ax.text(
+                    bar.get_x() + bar.get_width() / 2,
+                    bar.get_y() + bar.get_height() / 2,
+                    f"{fmt(value)}%",
+                    ha="center",
+                    va="center",
+                    color="white",
+                    fontsize=8,
+                )
         left = [a + b for a, b in zip(left, seg.values)]
     ax.set_yticks(ys, chart.categories)
     ax.invert_yaxis()
@@ -731,7 +846,9 @@ def default_out_dir(run: RunData) -> Path:
     return data_dir / "dashboards" / run.path.name
 
 
-def render_dashboard(run_path: str | os.PathLike, out_dir: str | os.PathLike | None = None, png: bool = True) -> DashboardResult:
+def render_dashboard(
+    run_path: str | os.PathLike, out_dir: str | os.PathLike | None = None, png: bool = True
+) -> DashboardResult:
     """Read the run at ``run_path`` and write ``index.html`` (and the charts as PNG) to ``out_dir``.
 
     Args:

@@ -177,7 +177,9 @@ def serve(run_path: str, port: int = 8050, interval: float = 3.0, ready: threadi
     watcher = threading.Thread(target=live.watch, name="dashboard-watch", daemon=True)
     watcher.start()
     host, bound = server.server_address[:2]
-    sys.stdout.write(f"dashboard: serving {run_path} live at http://{host}:{bound}/ (re-read every {interval:g} s; Ctrl-C stops)\n")
+    sys.stdout.write(
+        f"dashboard: serving {run_path} live at http://{host}:{bound}/ (re-read every {interval:g} s; Ctrl-C stops)\n"
+    )
     sys.stdout.flush()
     if ready is not None:
         ready.set()

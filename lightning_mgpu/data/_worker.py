@@ -25,8 +25,9 @@ import re
 import secrets
 import signal
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,9 @@ def to_array(value: Any, where: str) -> np.ndarray:
         try:
             value = value.detach().cpu().numpy()
         except TypeError as err:  # e.g. bfloat16 has no numpy dtype
-            raise ChunkError(f"{where}: cannot store a tensor of dtype {value.dtype} ({err}); cast it in the transform, e.g. `.float()`.") from None
+            raise ChunkError(
+                f"{where}: cannot store a tensor of dtype {value.dtype} ({err}); cast it in the transform, e.g. `.float()`."
+            ) from None
     try:
         arr = np.asarray(value)
     except ValueError as err:  # ragged nested lists
@@ -78,16 +81,24 @@ def sample_to_fields(sample: Any, index: int) -> tuple[str, list[str], list[np.n
         names = [str(k) for k in sample]
         for name in names:
             if not FIELD_NAME_RE.match(name):
-                raise ChunkError(f"{where}: field name {name!r} must match [A-Za-z0-9_-]+ (it becomes part of a file name); rename the key.")
+                raise ChunkError(
+                    f"{where}: field name {name!r} must match [A-Za-z0-9_-]+ (it becomes part of a file name); rename the key."
+                )
         return "dict", names, [to_array(sample[k], f"{where} field {k!r}") for k in sample]
     if isinstance(sample, (tuple, list)):
         if not sample:
             raise ChunkError(f"{where}: is an empty {type(sample).__name__}; return at least one field.")
-        return "tuple", [str(i) for i in range(len(sample))], [to_array(v, f"{where} field {i}") for i, v in enumerate(sample)]
+        return (
+            "tuple",
+            [str(i) for i in range(len(sample))],
+            [to_array(v, f"{where} field {i}") for i, v in enumerate(sample)],
+        )
     return "array", ["data"], [to_array(sample, where)]
 
 
-def compute_chunk(dataset: Any, transform: Callable[[Any], Any] | None, start: int, stop: int) -> tuple[str, list[str], list[np.ndarray]]:
+def compute_chunk(
+    dataset: Any, transform: Callable[[Any], Any] | None, start: int, stop: int
+) -> tuple[str, list[str], list[np.ndarray]]:
     """Read and transform samples ``start..stop-1`` and stack each field.
 
     Returns:
@@ -109,7 +120,9 @@ def compute_chunk(dataset: Any, transform: Callable[[Any], Any] | None, start: i
             kind, names = k, n
             stacked = [np.empty((stop - start, *a.shape), dtype=a.dtype) for a in arrays]
         elif (k, n) != (kind, names):
-            raise ChunkError(f"sample {i} has fields {n} ({k}) but sample {start} has {names} ({kind}); every sample needs the same fields.")
+            raise ChunkError(
+                f"sample {i} has fields {n} ({k}) but sample {start} has {names} ({kind}); every sample needs the same fields."
+            )
         for name, dst, a in zip(names, stacked, arrays):
             if a.shape != dst.shape[1:] or a.dtype != dst.dtype:
                 raise ChunkError(
@@ -161,14 +174,28 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_shard(shard_dir: str | Path, shard_index: int, start: int, stop: int, kind: str, names: Sequence[str], arrays: Sequence[np.ndarray]) -> dict[str, Any]:
+def write_shard(
+    shard_dir: str | Path,
+    shard_index: int,
+    start: int,
+    stop: int,
+    kind: str,
+    names: Sequence[str],
+    arrays: Sequence[np.ndarray],
+) -> dict[str, Any]:
     """Write one shard (one ``.npy`` file per field) and return its record for the manifest."""
     shard_dir = Path(shard_dir)
     fields: dict[str, Any] = {}
     for name, arr in zip(names, arrays):
         file_name = shard_file_name(shard_index, name)
         size, digest = write_npy_atomic(shard_dir / file_name, arr)
-        fields[name] = {"file": file_name, "bytes": size, "sha256": digest, "shape": list(arr.shape[1:]), "dtype": arr.dtype.str}
+        fields[name] = {
+            "file": file_name,
+            "bytes": size,
+            "sha256": digest,
+            "shape": list(arr.shape[1:]),
+            "dtype": arr.dtype.str,
+        }
     return {"index": shard_index, "start": start, "stop": stop, "kind": kind, "fields": fields}
 
 
@@ -255,7 +282,9 @@ def pool_worker(conn: Any, inherited: tuple[Any, ...] | None = None, close: Sequ
 
 
 # --- Ray tasks -----------------------------------------------------------------------------------
-def ray_compute_chunk(payload: tuple[Any, Callable[[Any], Any] | None], start: int, stop: int) -> tuple[str, list[str], list[np.ndarray]]:
+def ray_compute_chunk(
+    payload: tuple[Any, Callable[[Any], Any] | None], start: int, stop: int
+) -> tuple[str, list[str], list[np.ndarray]]:
     """Ray task: ``payload`` is the ``ray.put`` of ``(dataset, transform)``, resolved by Ray."""
     dataset, transform = payload
     # Ray sets OMP_NUM_THREADS=1 in workers, but not every library reads it. Once per worker

@@ -18,8 +18,9 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Literal
 
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
@@ -54,7 +55,9 @@ def default_num_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run_serial(dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, tasks: Sequence[Task]) -> Iterator[dict[str, Any]]:
+def run_serial(
+    dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, tasks: Sequence[Task]
+) -> Iterator[dict[str, Any]]:
     """Compute every chunk in this process, one after the other."""
     for shard_index, start, stop in tasks:
         try:
@@ -150,7 +153,9 @@ class ProcessPool:
     the call's data already in memory: nothing is pickled, and the pool serves that call only.
     """
 
-    def __init__(self, ctx: multiprocessing.context.BaseContext, size: int, inherit: tuple[Any, ...] | None = None) -> None:
+    def __init__(
+        self, ctx: multiprocessing.context.BaseContext, size: int, inherit: tuple[Any, ...] | None = None
+    ) -> None:
         self.method, self.size, self.owner = ctx.get_start_method(), size, os.getpid()
         if inherit is not None and self.method != "fork":
             raise ValueError(f"only forked workers can inherit the call's data, not {self.method!r} ones")
@@ -173,7 +178,11 @@ class ProcessPool:
             raise
 
     def usable(self, method: str, size: int) -> bool:
-        return self.owner == os.getpid() and (self.method, self.size) == (method, size) and all(p.is_alive() for p in self.procs)
+        return (
+            self.owner == os.getpid()
+            and (self.method, self.size) == (method, size)
+            and all(p.is_alive() for p in self.procs)
+        )
 
     def send(self, worker: int, message: tuple[Any, ...]) -> None:
         try:
@@ -393,7 +402,12 @@ def run_processes(
 
 
 def _run_forked(
-    ctx: multiprocessing.context.BaseContext, dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, queue: deque[Task], num_workers: int
+    ctx: multiprocessing.context.BaseContext,
+    dataset: Any,
+    transform: Callable[[Any], Any] | None,
+    shard_dir: Path,
+    queue: deque[Task],
+    num_workers: int,
 ) -> Iterator[dict[str, Any]]:
     """Fork workers for this call only (from this thread, before any helper thread exists), run ``queue``, stop them."""
     pool = ProcessPool(ctx, min(num_workers, len(queue)), inherit=(dataset, transform, str(shard_dir)))
@@ -405,7 +419,9 @@ def _run_forked(
         pool.close(terminate=not clean)
 
 
-def _run_pool(pool: ProcessPool, dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, queue: deque[Task]) -> Iterator[dict[str, Any]]:
+def _run_pool(
+    pool: ProcessPool, dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, queue: deque[Task]
+) -> Iterator[dict[str, Any]]:
     """Hand ``queue`` out to the pool's workers, at most two chunks queued per worker."""
     workers = list(range(min(pool.size, len(queue))))
     expected: dict[int, deque[Task | None]] = {w: deque() for w in workers}  # None: the answer to "load"
@@ -454,18 +470,24 @@ def _run_pool(pool: ProcessPool, dataset: Any, transform: Callable[[Any], Any] |
 def _worker_died() -> PreprocessingError:
     return PreprocessingError(
         "a preprocessing worker died (killed, out of memory, a crash in native code, or - right at start - a script that"
-        " calls preprocess without an `if __name__ == \"__main__\":` guard, which each worker re-runs on import); finished"
+        ' calls preprocess without an `if __name__ == "__main__":` guard, which each worker re-runs on import); finished'
         " shards are kept - rerun preprocess to resume."
     )
 
 
-def _driver_chunk(dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, task: Task) -> Iterator[dict[str, Any]]:
+def _driver_chunk(
+    dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, task: Task
+) -> Iterator[dict[str, Any]]:
     """A chunk computed by the driver next to the workers: with one BLAS thread, like them."""
     yield from _driver_chunks(dataset, transform, shard_dir, deque([task]))
 
 
 def _driver_chunks(
-    dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, queue: deque[Task], while_: Callable[[], bool] = lambda: True
+    dataset: Any,
+    transform: Callable[[Any], Any] | None,
+    shard_dir: Path,
+    queue: deque[Task],
+    while_: Callable[[], bool] = lambda: True,
 ) -> Iterator[dict[str, Any]]:
     """Chunks of ``queue`` computed by the driver while ``while_()`` holds, with one BLAS thread set once (threadpoolctl
     scans the loaded libraries on each call, 2-15 ms: 10% of a 1.4 s job when it was set per chunk)."""
@@ -521,7 +543,9 @@ def ray_session(ray_address: str | None = None, num_workers: int | None = None, 
     started = False
     if not ray.is_initialized():
         if ray_address is None:
-            rank_zero_info(f"preprocess: starting a local Ray instance with {num_workers or default_num_workers()} CPUs")
+            rank_zero_info(
+                f"preprocess: starting a local Ray instance with {num_workers or default_num_workers()} CPUs"
+            )
             # address="local": a new instance even where `ray start` runs on this machine (ray.init() would join it
             # and then refuse num_cpus).
             ray.init(address="local", num_cpus=num_workers or default_num_workers(), include_dashboard=False)
@@ -555,11 +579,18 @@ def run_ray(
     so the cache only needs to be on the driver's disk, not on a shared file system.
     """
     with ray_session(ray_address, num_workers):
-        yield from _run_ray_tasks(require("ray", "preprocess(backend='ray')"), dataset, transform, shard_dir, tasks, num_workers)
+        yield from _run_ray_tasks(
+            require("ray", "preprocess(backend='ray')"), dataset, transform, shard_dir, tasks, num_workers
+        )
 
 
 def _run_ray_tasks(
-    ray: Any, dataset: Any, transform: Callable[[Any], Any] | None, shard_dir: Path, tasks: Sequence[Task], num_workers: int | None
+    ray: Any,
+    dataset: Any,
+    transform: Callable[[Any], Any] | None,
+    shard_dir: Path,
+    tasks: Sequence[Task],
+    num_workers: int | None,
 ) -> Iterator[dict[str, Any]]:
     pending: dict[Any, Task] = {}
     try:
@@ -579,7 +610,9 @@ def _run_ray_tasks(
             try:
                 kind, names, arrays = ray.get(ready[0])
             except Exception as err:  # RayTaskError wrapping the worker's ChunkError, or a dead worker
-                raise PreprocessingError(f"shard {shard_index} (samples {start}..{stop - 1}) failed in a Ray task: {err}") from err
+                raise PreprocessingError(
+                    f"shard {shard_index} (samples {start}..{stop - 1}) failed in a Ray task: {err}"
+                ) from err
             yield _worker.write_shard(shard_dir, shard_index, start, stop, kind, names, arrays)
     finally:
         for ref in pending:
@@ -610,7 +643,9 @@ def run_backend(
     if backend == "serial":
         return run_serial(dataset, transform, shard_dir, tasks)
     if backend == "processes":
-        return run_processes(dataset, transform, shard_dir, tasks, num_workers or default_num_workers(), start_method, estimate_s)
+        return run_processes(
+            dataset, transform, shard_dir, tasks, num_workers or default_num_workers(), start_method, estimate_s
+        )
     if backend == "ray":
         return run_ray(dataset, transform, shard_dir, tasks, num_workers, ray_address)
     raise ValueError(f"backend={backend!r} is not supported; choose one of {', '.join(map(repr, BACKENDS))}.")

@@ -25,9 +25,10 @@ import json
 import os
 import re
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Literal
 
 from lightning_mgpu.data._worker import SHARD_FILE_RE, TMP_FILE_RE, file_sha256
 from lightning_mgpu.data.fingerprint import FORMAT_VERSION
@@ -190,7 +191,11 @@ class CacheDir:
         manifest.shards = sorted(manifest.shards, key=lambda r: r["index"])
         # The cache's own temporary naming, which remove_stale_tmp recognises.
         path = self.manifest_path
-        atomic_write(path, lambda f: f.write(json.dumps(manifest.to_json(), indent=1).encode()), tmp=path.with_name(f".{path.name}.tmp.{os.getpid()}"))
+        atomic_write(
+            path,
+            lambda f: f.write(json.dumps(manifest.to_json(), indent=1).encode()),
+            tmp=path.with_name(f".{path.name}.tmp.{os.getpid()}"),
+        )
 
     def start_journal(self, header: Manifest, records: Iterable[dict[str, Any]] = ()) -> None:
         """Start a fresh journal: ``header`` (without shard records), then ``records`` already done."""
@@ -214,7 +219,11 @@ class CacheDir:
         lines = self.journal_path.read_text().splitlines()
         try:
             header = json.loads(lines[0]) if lines else None
-            if not isinstance(header, dict) or header.get("format") != FORMAT_NAME or header.get("format_version") != FORMAT_VERSION:
+            if (
+                not isinstance(header, dict)
+                or header.get("format") != FORMAT_NAME
+                or header.get("format_version") != FORMAT_VERSION
+            ):
                 return None
             manifest = Manifest.from_json({**header, "shards": []})
         except (ValueError, TypeError, KeyError):
@@ -256,7 +265,8 @@ class CacheDir:
         for path in self.shards.iterdir():
             m = SHARD_FILE_RE.match(path.name)
             ours = (m is not None and (shard_index is None or int(m.group(1)) == shard_index)) or (
-                TMP_FILE_RE.match(path.name) is not None and (shard_index is None or path.name.startswith(f".shard-{shard_index:05d}."))
+                TMP_FILE_RE.match(path.name) is not None
+                and (shard_index is None or path.name.startswith(f".shard-{shard_index:05d}."))
             )
             if ours and path.is_file():
                 path.unlink(missing_ok=True)

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
-
-from lightning_mgpu.data.loader import resumable_loader
 from typing_extensions import override
 
 from lightning_mgpu.data.backends import Backend, process_pool_scope, ray_session
 from lightning_mgpu.data.cache import VERIFY_MODES, Verify
 from lightning_mgpu.data.dataset import PreprocessedDataset, TransformedDataset
+from lightning_mgpu.data.loader import resumable_loader
 from lightning_mgpu.data.preprocess import OnMismatch, compute_fingerprint, preprocess
 from lightning_mgpu.data.progress import ProgressMode
 
@@ -96,7 +96,9 @@ class PreprocessedDataModule(LightningDataModule):
             raise ValueError(f"num_workers must be >= 0, got {num_workers}.")
         if verify not in VERIFY_MODES:
             raise ValueError(f"verify={verify!r} is not supported; use one of {', '.join(map(repr, VERIFY_MODES))}.")
-        self.raw = {s: d for s, d in zip(SPLITS, (train_dataset, val_dataset, test_dataset, predict_dataset)) if d is not None}
+        self.raw = {
+            s: d for s, d in zip(SPLITS, (train_dataset, val_dataset, test_dataset, predict_dataset)) if d is not None
+        }
         if not self.raw:
             raise ValueError("PreprocessedDataModule needs at least one dataset (train_dataset, val_dataset, ...).")
         unknown = set(dataset_fingerprints or {}) - set(SPLITS)
@@ -110,9 +112,14 @@ class PreprocessedDataModule(LightningDataModule):
         self.transform_version, self.transform_fingerprint = transform_version, transform_fingerprint
         self.verify = verify
         self.preprocess_kwargs: dict[str, Any] = dict(
-            backend=backend, num_workers=preprocess_workers, chunk_size=chunk_size, ray_address=ray_address,
-            on_mismatch=on_mismatch, verify=verify, progress=progress,
-        )  # fmt: skip
+            backend=backend,
+            num_workers=preprocess_workers,
+            chunk_size=chunk_size,
+            ray_address=ray_address,
+            on_mismatch=on_mismatch,
+            verify=verify,
+            progress=progress,
+        )
         self.datasets: dict[str, Dataset] = {}
 
     def split_dir(self, split: str) -> Path:
@@ -154,12 +161,20 @@ class PreprocessedDataModule(LightningDataModule):
             if not self.use_cache:
                 self.datasets[split] = TransformedDataset(dataset, self.transform, augment)
                 continue
-            fp = compute_fingerprint(dataset, self.transform, self.dataset_fingerprints.get(split), self.transform_version, self.transform_fingerprint)
+            fp = compute_fingerprint(
+                dataset,
+                self.transform,
+                self.dataset_fingerprints.get(split),
+                self.transform_version,
+                self.transform_fingerprint,
+            )
             # prepare_data has hashed the cache once this run; every rank re-hashing it would cost
             # world_size full reads for nothing. The size check still catches a missing or
             # truncated file on a rank whose file system differs from the preparing rank's.
             verify = "size" if self.verify == "full" else self.verify
-            self.datasets[split] = PreprocessedDataset(self.split_dir(split), augment=augment, expected_fingerprint=fp, verify=verify)
+            self.datasets[split] = PreprocessedDataset(
+                self.split_dir(split), augment=augment, expected_fingerprint=fp, verify=verify
+            )
 
     def _loader(self, split: str, train: bool) -> DataLoader | list:
         if split not in self.datasets:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -99,7 +100,9 @@ class PreprocessedDataset(Dataset):
         max_open_shards: int = 64,
     ) -> None:
         if verify not in cache.VERIFY_MODES:
-            raise ValueError(f"verify={verify!r} is not supported; use one of {', '.join(map(repr, cache.VERIFY_MODES))}.")
+            raise ValueError(
+                f"verify={verify!r} is not supported; use one of {', '.join(map(repr, cache.VERIFY_MODES))}."
+            )
         self.cache_dir = Path(cache_dir)
         self._cache = cache.CacheDir(self.cache_dir)
         self.augment = augment
@@ -112,7 +115,11 @@ class PreprocessedDataset(Dataset):
     def _read_manifest(self, expected: str | Fingerprint | None) -> Manifest:
         manifest = self._cache.read_manifest()
         if manifest is None:
-            state = "an interrupted build (a journal but no manifest)" if self._cache.journal_path.exists() else "no manifest.json"
+            state = (
+                "an interrupted build (a journal but no manifest)"
+                if self._cache.journal_path.exists()
+                else "no manifest.json"
+            )
             raise CacheNotFoundError(
                 f"No complete preprocessed cache in {self.cache_dir} ({state}). Build or resume it with "
                 f"`preprocess(dataset, {str(self.cache_dir)!r}, transform)`."
@@ -120,21 +127,29 @@ class PreprocessedDataset(Dataset):
         if expected is not None:
             want = expected.value if isinstance(expected, Fingerprint) else expected
             if manifest.fingerprint.value != want:
-                what = expected.difference(manifest.fingerprint) if isinstance(expected, Fingerprint) else "the dataset or transform"
+                what = (
+                    expected.difference(manifest.fingerprint)
+                    if isinstance(expected, Fingerprint)
+                    else "the dataset or transform"
+                )
                 raise CacheMismatchError(
                     f"The cache in {self.cache_dir} was built from a different input ({what} changed: fingerprint "
                     f"{manifest.fingerprint.value[:12]} != {want[:12]}). Rebuild it with `preprocess(dataset, {str(self.cache_dir)!r}, "
                     "transform)` (on_mismatch='rebuild' is the default), or point cache_dir elsewhere."
                 )
         if len(manifest.shards) != manifest.num_shards:
-            raise CorruptCacheError(f"{self._cache.manifest_path} lists {len(manifest.shards)} shards, expected {manifest.num_shards}. {self._cache.rebuild_hint()}")
+            raise CorruptCacheError(
+                f"{self._cache.manifest_path} lists {len(manifest.shards)} shards, expected {manifest.num_shards}. {self._cache.rebuild_hint()}"
+            )
         return manifest
 
     def _check_shards(self, verify: Verify) -> None:
         for record in self.manifest.shards:
             reason = self._cache.check_shard(record, verify)
             if reason is not None:
-                raise CorruptCacheError(f"Shard {record['index']} of the cache in {self.cache_dir} is unusable: {reason}. {self._cache.rebuild_hint()}")
+                raise CorruptCacheError(
+                    f"Shard {record['index']} of the cache in {self.cache_dir} is unusable: {reason}. {self._cache.rebuild_hint()}"
+                )
 
     def __len__(self) -> int:
         return self.manifest.num_samples
@@ -157,7 +172,9 @@ class PreprocessedDataset(Dataset):
             try:
                 arr = np.load(path, mmap_mode="r", allow_pickle=False)
             except (OSError, ValueError) as err:
-                raise CorruptCacheError(f"Shard file {path} cannot be read as .npy ({err}). {self._cache.rebuild_hint()}") from err
+                raise CorruptCacheError(
+                    f"Shard file {path} cannot be read as .npy ({err}). {self._cache.rebuild_hint()}"
+                ) from err
             expected_shape = (record["stop"] - record["start"], *self.manifest.fields[name]["shape"])
             if arr.shape != expected_shape or arr.dtype.str != self.manifest.fields[name]["dtype"]:
                 raise CorruptCacheError(
@@ -212,7 +229,9 @@ class TransformedDataset(Dataset):
         slow = TransformedDataset(train_set, extract_features)   # transform every epoch
     """
 
-    def __init__(self, dataset: Any, transform: Callable[[Any], Any] | None = None, augment: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self, dataset: Any, transform: Callable[[Any], Any] | None = None, augment: Callable[[Any], Any] | None = None
+    ) -> None:
         self.dataset, self.transform, self.augment = dataset, transform, augment
 
     def __len__(self) -> int:

@@ -29,7 +29,8 @@ import functools
 import hashlib
 import inspect
 import types
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 import signal
 import warnings
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import Dataset, DistributedSampler, RandomSampler

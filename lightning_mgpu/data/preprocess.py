@@ -6,9 +6,10 @@ import math
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
@@ -102,7 +103,14 @@ def compute_fingerprint(
     )
 
 
-def _validate_args(backend: str, num_workers: int | None, chunk_size: int | None, on_mismatch: str, verify: str, start_method: str | None) -> None:
+def _validate_args(
+    backend: str,
+    num_workers: int | None,
+    chunk_size: int | None,
+    on_mismatch: str,
+    verify: str,
+    start_method: str | None,
+) -> None:
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not supported; choose one of {', '.join(map(repr, BACKENDS))}.")
     if num_workers is not None and num_workers < 1:
@@ -114,12 +122,14 @@ def _validate_args(backend: str, num_workers: int | None, chunk_size: int | None
     if verify not in VERIFY_MODES:
         raise ValueError(f"verify={verify!r} is not supported; use one of {', '.join(map(repr, VERIFY_MODES))}.")
     if start_method is not None and start_method not in multiprocessing.get_all_start_methods():
-        raise ValueError(f"start_method={start_method!r} is not available here; use one of {multiprocessing.get_all_start_methods()}.")
+        raise ValueError(
+            f"start_method={start_method!r} is not available here; use one of {multiprocessing.get_all_start_methods()}."
+        )
     if backend == "processes" and getattr(multiprocessing.current_process(), "_inheriting", False):
         # A forkserver/spawn worker re-imports the main script; unguarded module-level code calls preprocess again there.
         raise RuntimeError(
             "preprocess(backend='processes') was called while a worker process was importing the main script: put the"
-            " script's top-level code under `if __name__ == \"__main__\":` (workers start by importing the main module)."
+            ' script\'s top-level code under `if __name__ == "__main__":` (workers start by importing the main module).'
         )
 
 
@@ -175,7 +185,9 @@ def _record_matches(record: dict[str, Any], header: Manifest) -> str | None:
     return None
 
 
-def _good_shards(store: CacheDir, records: list[dict[str, Any]], header: Manifest, verify: Verify) -> dict[int, dict[str, Any]]:
+def _good_shards(
+    store: CacheDir, records: list[dict[str, Any]], header: Manifest, verify: Verify
+) -> dict[int, dict[str, Any]]:
     """The records whose files pass ``verify`` and fit the layout; damaged ones are reported."""
     good: dict[int, dict[str, Any]] = {}
     for r in records:
@@ -191,7 +203,9 @@ def _good_shards(store: CacheDir, records: list[dict[str, Any]], header: Manifes
     return good
 
 
-def _plan(store: CacheDir, fp: Fingerprint, n: int, chunk_size: int | None, on_mismatch: OnMismatch, verify: Verify) -> tuple[Manifest | None, dict[int, dict[str, Any]], bool]:
+def _plan(
+    store: CacheDir, fp: Fingerprint, n: int, chunk_size: int | None, on_mismatch: OnMismatch, verify: Verify
+) -> tuple[Manifest | None, dict[int, dict[str, Any]], bool]:
     """Decide what to reuse. Returns ``(header or None for a fresh build, good shards, complete)``."""
     cache_dir = store.path  # for the messages
     store.remove_stale_tmp()
@@ -214,12 +228,21 @@ def _plan(store: CacheDir, fp: Fingerprint, n: int, chunk_size: int | None, on_m
             return existing, good, True
         return existing, good, False
     journal = store.read_journal()
-    if journal is not None and journal.fingerprint.value == fp.value and journal.num_samples == n and chunk_size in (None, journal.chunk_size):
+    if (
+        journal is not None
+        and journal.fingerprint.value == fp.value
+        and journal.num_samples == n
+        and chunk_size in (None, journal.chunk_size)
+    ):
         good = _good_shards(store, journal.shards, journal, verify)
-        rank_zero_info(f"preprocess: resuming an interrupted build in {cache_dir}: {len(good)}/{journal.num_shards} shards already done")
+        rank_zero_info(
+            f"preprocess: resuming an interrupted build in {cache_dir}: {len(good)}/{journal.num_shards} shards already done"
+        )
         return journal, good, False
     if journal is not None:
-        rank_zero_warn(f"preprocess: discarding an interrupted build in {cache_dir} made from a different input or chunk_size.")
+        rank_zero_warn(
+            f"preprocess: discarding an interrupted build in {cache_dir} made from a different input or chunk_size."
+        )
     store.remove_journal()
     store.remove_shard_files()
     return None, {}, False
@@ -293,7 +316,9 @@ def preprocess(
     try:
         n = len(dataset)
     except TypeError:
-        raise TypeError(f"preprocess needs a map-style dataset with __len__ and __getitem__; got {type(dataset).__name__}.") from None
+        raise TypeError(
+            f"preprocess needs a map-style dataset with __len__ and __getitem__; got {type(dataset).__name__}."
+        ) from None
     if n == 0:
         raise ValueError("preprocess got an empty dataset; there is nothing to cache.")
     cache_dir = Path(cache_dir)
@@ -306,8 +331,12 @@ def preprocess(
         header, done, complete = _plan(store, fp, n, chunk_size, on_mismatch, verify)
         if complete:
             assert header is not None
-            rank_zero_info(f"preprocess: reusing the cache in {cache_dir} ({n} samples, {header.num_shards} shards, fingerprint {fp.value[:12]})")
-            return CacheInfo(cache_dir, n, header.num_shards, fp.value, header.fields, True, 0, 0, time.perf_counter() - t0)
+            rank_zero_info(
+                f"preprocess: reusing the cache in {cache_dir} ({n} samples, {header.num_shards} shards, fingerprint {fp.value[:12]})"
+            )
+            return CacheInfo(
+                cache_dir, n, header.num_shards, fp.value, header.fields, True, 0, 0, time.perf_counter() - t0
+            )
         per_sample: float | None = None
         if header is None:
             kind, fields, sample_bytes, per_sample = _probe(dataset, transform)
@@ -318,7 +347,11 @@ def preprocess(
         store.start_journal(header, done.values())
         store.manifest_path.unlink(missing_ok=True)
 
-        tasks: list[Task] = [(i, i * header.chunk_size, min(n, (i + 1) * header.chunk_size)) for i in range(header.num_shards) if i not in done]
+        tasks: list[Task] = [
+            (i, i * header.chunk_size, min(n, (i + 1) * header.chunk_size))
+            for i in range(header.num_shards)
+            if i not in done
+        ]
         estimate_s = None
         if backend == "processes" and tasks:
             if per_sample is None:
@@ -326,7 +359,20 @@ def preprocess(
             estimate_s = None if per_sample is None else per_sample * sum(stop - start for _, start, stop in tasks)
             # Decided here, before the progress bar (tqdm runs a thread) and anything else can start a thread.
             start_method = _choose_start_method(start_method, estimate_s, num_workers)
-        computed = _run(store, dataset, transform, header, done, tasks, backend, num_workers, ray_address, start_method, progress, estimate_s)
+        computed = _run(
+            store,
+            dataset,
+            transform,
+            header,
+            done,
+            tasks,
+            backend,
+            num_workers,
+            ray_address,
+            start_method,
+            progress,
+            estimate_s,
+        )
         header.shards = list(done.values())
         store.write_manifest(header)
         store.remove_journal()
@@ -346,7 +392,9 @@ def _choose_start_method(start_method: str | None, estimate_s: float | None, num
     if not workers_pay_off(method, estimate_s):
         return method  # small work runs in this process: no server to start for it
     if start_method is None and (reason := fork_unsafe_reason()):  # None only if the threads ended since resolving
-        rank_zero_info(f"preprocess: worker processes start from a forkserver (it imports torch and Lightning first, seconds) because {reason}.")
+        rank_zero_info(
+            f"preprocess: worker processes start from a forkserver (it imports torch and Lightning first, seconds) because {reason}."
+        )
     start_process_pool_server(method)
     return method
 
@@ -378,11 +426,15 @@ def _run(
     initial = sum(r["stop"] - r["start"] for r in done.values())
     computed = 0
     with Progress(header.num_samples, initial, desc=f"preprocess[{backend}]", mode=progress) as bar:
-        for record in run_backend(backend, dataset, transform, store.shards, tasks, num_workers, ray_address, start_method, estimate_s):
+        for record in run_backend(
+            backend, dataset, transform, store.shards, tasks, num_workers, ray_address, start_method, estimate_s
+        ):
             problem = _record_matches(record, header)
             if problem is not None:
                 store.remove_shard_files(record["index"])
-                raise PreprocessingError(f"{problem}; every sample needs the same fields, shapes and dtypes (pad, resize or cast in the transform).")
+                raise PreprocessingError(
+                    f"{problem}; every sample needs the same fields, shapes and dtypes (pad, resize or cast in the transform)."
+                )
             store.append_journal(record)
             done[record["index"]] = record
             n = record["stop"] - record["start"]

@@ -42,7 +42,14 @@ class Progress:
             bar.update(100)
     """
 
-    def __init__(self, total: int, initial: int = 0, desc: str = "preprocess", mode: ProgressMode | bool = "auto", log_every_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        total: int,
+        initial: int = 0,
+        desc: str = "preprocess",
+        mode: ProgressMode | bool = "auto",
+        log_every_s: float = 10.0,
+    ) -> None:
         if mode is True:
             mode = "auto"
         elif mode is False:

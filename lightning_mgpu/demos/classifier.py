@@ -78,7 +78,9 @@ class ImageClassifier(LightningModule):
             # Pool to a fixed 2x2 grid so any input size (8x8 digits, 32x32 synthetic) works.
             GridAvgPool(2),
         )
-        self.head = nn.Sequential(nn.Flatten(), nn.Linear(8 * width, 128), nn.ReLU(inplace=True), nn.Linear(128, num_classes))
+        self.head = nn.Sequential(
+            nn.Flatten(), nn.Linear(8 * width, 128), nn.ReLU(inplace=True), nn.Linear(128, num_classes)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))

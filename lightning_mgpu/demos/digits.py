@@ -37,7 +37,9 @@ def load_digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
     except OSError as err:
         raise RuntimeError(f"the digits data file {DIGITS_FILE} is missing ({err}); reinstall lightning_mgpu.") from err
     if hashlib.sha256(data).hexdigest() != DIGITS_SHA256:
-        raise RuntimeError(f"the digits data file {DIGITS_FILE} is altered (its sha256 differs); reinstall lightning_mgpu.")
+        raise RuntimeError(
+            f"the digits data file {DIGITS_FILE} is altered (its sha256 differs); reinstall lightning_mgpu."
+        )
     raw = np.loadtxt(io.BytesIO(gzip.decompress(data)), delimiter=",", dtype=np.float32)  # the bytes checked above
     x = torch.from_numpy(raw[:, :-1].reshape(-1, 1, 8, 8)) / 16.0  # pixels are integers 0-16: exact in float32
     y = torch.from_numpy(raw[:, -1].astype(np.int64))

@@ -32,7 +32,13 @@ def _interp_matrix(n_in: int, n_out: int) -> np.ndarray:
     base = np.floor(pos).astype(int)
     t = pos - base
     weights = np.stack(
-        [(-0.5 * t**3 + t**2 - 0.5 * t), (1.5 * t**3 - 2.5 * t**2 + 1), (-1.5 * t**3 + 2 * t**2 + 0.5 * t), (0.5 * t**3 - 0.5 * t**2)], axis=1
+        [
+            (-0.5 * t**3 + t**2 - 0.5 * t),
+            (1.5 * t**3 - 2.5 * t**2 + 1),
+            (-1.5 * t**3 + 2 * t**2 + 0.5 * t),
+            (0.5 * t**3 - 0.5 * t**2),
+        ],
+        axis=1,
     )
     m = np.zeros((n_out, n_in))
     for k in range(4):
@@ -63,7 +69,9 @@ class DigitsFeatures:
         x, y = DigitsFeatures()((torch.rand(1, 8, 8), torch.tensor(3)))   # x: (17, 8, 8) float32
     """
 
-    def __init__(self, upsample: int = 64, out_size: int = 8, orientations: int = 8, scales: tuple[float, ...] = (1.0, 2.5)) -> None:
+    def __init__(
+        self, upsample: int = 64, out_size: int = 8, orientations: int = 8, scales: tuple[float, ...] = (1.0, 2.5)
+    ) -> None:
         if upsample % out_size:
             raise ValueError(f"upsample ({upsample}) must be a multiple of out_size ({out_size}).")
         self.upsample, self.out_size, self.orientations, self.scales = upsample, out_size, orientations, tuple(scales)
@@ -113,7 +121,9 @@ class DigitsPreprocessedDataModule(PreprocessedDataModule):
         self.image_shape = image_shape
 
 
-def digits_splits(val_fraction: float = 0.2, split_seed: int = 0, max_samples: int | None = None) -> tuple[TensorDataset, TensorDataset]:
+def digits_splits(
+    val_fraction: float = 0.2, split_seed: int = 0, max_samples: int | None = None
+) -> tuple[TensorDataset, TensorDataset]:
     """The raw ``(train, val)`` digits, split exactly like :class:`DigitsDataModule`."""
     x, y = load_digits_tensors()
     perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(split_seed))
@@ -121,7 +131,7 @@ def digits_splits(val_fraction: float = 0.2, split_seed: int = 0, max_samples: i
     train = TensorDataset(x[perm[n_val:]], y[perm[n_val:]])
     val = TensorDataset(x[perm[:n_val]], y[perm[:n_val]])
     if max_samples is not None:  # a small slice, for tests and quick benchmarks
-        train = TensorDataset(*train[: max_samples])
+        train = TensorDataset(*train[:max_samples])
         val = TensorDataset(*val[: max(1, max_samples // 4)])
     return train, val
 

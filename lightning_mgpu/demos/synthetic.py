@@ -92,4 +92,9 @@ class SyntheticImageDataModule(LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         assert self.val_set is not None
-        return resumable_loader(self.val_set, batch_size=self.hparams.batch_size, seed=self.hparams.seed, num_workers=self.hparams.num_workers)
+        return resumable_loader(
+            self.val_set,
+            batch_size=self.hparams.batch_size,
+            seed=self.hparams.seed,
+            num_workers=self.hparams.num_workers,
+        )

@@ -107,7 +107,9 @@ def check_strategy(name: str) -> None:
             f" worker itself; use {name.replace('_spawn', '')!r}"
         )
     if entry["strategy"] not in (DDPStrategy, ShardedStrategy):
-        raise RayStrategyError(f"strategy {name!r} ({entry['strategy'].__name__}) has no Ray form; use 'ddp' or 'sharded'")
+        raise RayStrategyError(
+            f"strategy {name!r} ({entry['strategy'].__name__}) has no Ray form; use 'ddp' or 'sharded'"
+        )
 
 
 @functools.lru_cache(maxsize=None)
@@ -203,7 +205,12 @@ def ray_cluster(launch: RayLaunch) -> Iterator[None]:
             cpus = max(1, int(launch.num_workers * launch.cpus_per_worker + 0.999))
             rank_zero_info(f"Ray: starting a local instance with {cpus} CPUs for {launch.num_workers} workers")
             # address="local": a new instance even where `ray start` runs on this machine (ray.init() would join it).
-            ray.init(address="local", num_cpus=cpus, num_gpus=launch.num_workers if launch.use_gpu else None, include_dashboard=False)
+            ray.init(
+                address="local",
+                num_cpus=cpus,
+                num_gpus=launch.num_workers if launch.use_gpu else None,
+                include_dashboard=False,
+            )
             started = True
         else:
             rank_zero_info(f"Ray: connecting to the cluster at {launch.address}")
@@ -298,11 +305,15 @@ def fit_on_ray(train_fn: Callable[[dict[str, Any]], None], config: dict[str, Any
             train_fn,
             train_loop_config=config,
             scaling_config=ScalingConfig(
-                num_workers=launch.num_workers, use_gpu=launch.use_gpu, resources_per_worker={"CPU": launch.cpus_per_worker}
+                num_workers=launch.num_workers,
+                use_gpu=launch.use_gpu,
+                resources_per_worker={"CPU": launch.cpus_per_worker},
             ),
             torch_config=TorchConfig(backend="nccl" if launch.use_gpu else "gloo"),
             run_config=RunConfig(
-                name=launch.name, storage_path=str(launch.storage_path), failure_config=FailureConfig(max_failures=launch.max_failures)
+                name=launch.name,
+                storage_path=str(launch.storage_path),
+                failure_config=FailureConfig(max_failures=launch.max_failures),
             ),
         )
         try:

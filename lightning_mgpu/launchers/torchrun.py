@@ -26,7 +26,9 @@ def _backend_of(strategy: Any) -> str:
     get = getattr(strategy, "_get_process_group_backend", None)
     if callable(get):
         return str(get())
-    return "nccl" if getattr(strategy, "root_device", None) is not None and strategy.root_device.type == "cuda" else "gloo"
+    return (
+        "nccl" if getattr(strategy, "root_device", None) is not None and strategy.root_device.type == "cuda" else "gloo"
+    )
 
 
 def init_process_group_for_restart(strategy: Any) -> bool:
@@ -48,14 +50,26 @@ def init_process_group_for_restart(strategy: Any) -> bool:
     import torch.distributed as dist
 
     attempt = restart_round()
-    if attempt == 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not dist.is_available() or dist.is_initialized():
+    if (
+        attempt == 0
+        or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+        or not dist.is_available()
+        or dist.is_initialized()
+    ):
         return False
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     timeout = getattr(strategy, "_timeout", None) or timedelta(minutes=30)
     # A client of the agent's store, as torch's env:// rendezvous makes; only the key prefix differs.
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout
+    )
     backend = _backend_of(strategy)
-    dist.init_process_group(backend, store=dist.PrefixStore(f"lightning_mgpu/restart_{attempt}", store), rank=rank,
-                            world_size=world_size, timeout=timeout)  # fmt: skip
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore(f"lightning_mgpu/restart_{attempt}", store),
+        rank=rank,
+        world_size=world_size,
+        timeout=timeout,
+    )
     rank_zero_info(f"torchrun restart {attempt}: process group ({backend}) on this round's own keys")
     return True

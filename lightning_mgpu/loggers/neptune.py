@@ -137,7 +137,9 @@ def api_url_from_token(api_token: str | None, mode: str) -> str:
     return str(url)
 
 
-def check_server_reachable(url: str, timeout: float, proxies: Mapping[str, str] | None = None, mode: str = "async") -> None:
+def check_server_reachable(
+    url: str, timeout: float, proxies: Mapping[str, str] | None = None, mode: str = "async"
+) -> None:
     """Fail fast when nothing answers HTTP at ``url``.
 
     Neptune's client retries a refused connection for about a minute and waits up to 10 minutes for a
@@ -150,7 +152,9 @@ def check_server_reachable(url: str, timeout: float, proxies: Mapping[str, str] 
     """
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise NeptuneServerUnreachableError(f"The Neptune API token names the server {url!r}, which is not an http(s) URL.")
+        raise NeptuneServerUnreachableError(
+            f"The Neptune API token names the server {url!r}, which is not an http(s) URL."
+        )
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
@@ -179,7 +183,9 @@ def _check_run_kwargs(neptune: Any, kwargs: Mapping[str, Any]) -> None:
     known = {n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
     unknown = sorted(set(kwargs) - known)
     if unknown:
-        raise TypeError(f"NeptuneLogger got unknown neptune.init_run() arguments {unknown}; the known ones are {sorted(known)}.")
+        raise TypeError(
+            f"NeptuneLogger got unknown neptune.init_run() arguments {unknown}; the known ones are {sorted(known)}."
+        )
     for own, theirs in (("api_key", "api_token"), ("mode", "mode"), ("project", "project"), ("name", "name")):
         if theirs in kwargs:
             raise TypeError(f"pass {theirs!r} to NeptuneLogger as `{own}=...`, not among the extra run arguments")
@@ -287,7 +293,9 @@ class NeptuneLogger(Logger):
         self._last_steps: dict[str, float] = {}
         self._warned: set[str] = set()
         if run is not None:
-            self._attach(neptune, run, project=project, api_key=api_key, name=name, mode=mode, kwargs=neptune_run_kwargs)
+            self._attach(
+                neptune, run, project=project, api_key=api_key, name=name, mode=mode, kwargs=neptune_run_kwargs
+            )
             return
         self._mode = resolve_mode(mode, api_key)
         self._project = project or os.environ.get("NEPTUNE_PROJECT")
@@ -308,10 +316,14 @@ class NeptuneLogger(Logger):
         from neptune.handler import Handler
 
         if not isinstance(run, (neptune.Run, Handler)):
-            raise ValueError(f"NeptuneLogger(run=...) takes a neptune.Run or a namespace handler like run['train'], got {type(run).__name__}")
+            raise ValueError(
+                f"NeptuneLogger(run=...) takes a neptune.Run or a namespace handler like run['train'], got {type(run).__name__}"
+            )
         given = sorted(k for k, v in init_args.items() if v is not None) + sorted(kwargs)
         if given:
-            raise ValueError(f"NeptuneLogger(run=...) logs into an existing run: drop the run-creation arguments {given}")
+            raise ValueError(
+                f"NeptuneLogger(run=...) logs into an existing run: drop the run-creation arguments {given}"
+            )
         root = run.get_root_object() if isinstance(run, Handler) else run
         self._namespace = run._path if isinstance(run, Handler) else ""
         mode = getattr(getattr(root, "_mode", None), "value", None)
@@ -464,7 +476,9 @@ class NeptuneLogger(Logger):
         for key, raw in metrics.items():
             value = _to_float(raw)
             if value is None or not math.isfinite(value):
-                self._warn_once(key, f"NeptuneLogger: skipping {key}={raw!r}: Neptune float series take finite numbers only.")
+                self._warn_once(
+                    key, f"NeptuneLogger: skipping {key}={raw!r}: Neptune float series take finite numbers only."
+                )
                 continue
             path = to_neptune_path(key, self._prefix, MONITORING_NAMESPACE)
             if step is not None:
@@ -527,7 +541,10 @@ class NeptuneLogger(Logger):
             if len(text) <= _MAX_STRING:
                 experiment[_join(ns, "best_k_models")] = text
             else:
-                self._warn_once("best_k_models", f"NeptuneLogger: best_k_models ({len(text)} characters) exceeds Neptune's string limit; not recorded.")
+                self._warn_once(
+                    "best_k_models",
+                    f"NeptuneLogger: best_k_models ({len(text)} characters) exceeds Neptune's string limit; not recorded.",
+                )
 
     @override
     @rank_zero_only
@@ -541,7 +558,9 @@ class NeptuneLogger(Logger):
         self._run.wait()
         if self.offline_dir is not None and "dashboard-hint" not in self._warned:
             self._warned.add("dashboard-hint")
-            rank_zero_info(f"NeptuneLogger: render this run with `python -m lightning_mgpu dashboard {self.offline_dir}`")
+            rank_zero_info(
+                f"NeptuneLogger: render this run with `python -m lightning_mgpu dashboard {self.offline_dir}`"
+            )
 
     def _record_diagnosis(self) -> None:
         """Copy the GPU monitor's ``diagnosis.json`` into the run as ``{prefix}/diagnosis``.

@@ -35,6 +35,7 @@ from lightning_mgpu.monitoring.diagnosis import (
     format_table,
     write_diagnoses,
 )
+from lightning_mgpu.monitoring.peak_flops import dense_peak_flops
 from lightning_mgpu.monitoring.samplers import (
     BackgroundSampler,
     NvmlSource,
@@ -44,10 +45,9 @@ from lightning_mgpu.monitoring.samplers import (
     match_nvml_handles,
     merge_stat_sets,
 )
-from lightning_mgpu.monitoring.peak_flops import dense_peak_flops
 from lightning_mgpu.monitoring.step_timing import StepTimer, SyncDetector, TimingAcc
-from lightning_mgpu.utilities.imports import is_available, require
 from lightning_mgpu.utilities.collectives import gather_rows
+from lightning_mgpu.utilities.imports import is_available, require
 from lightning_mgpu.utilities.logging_steps import batches_that_stepped
 
 # What each device sends to rank 0, in this order. (group, name); MFU is per device here and
@@ -157,15 +157,28 @@ class GPUUtilizationMonitor(Callback):
         use_nvml: bool = True,
     ) -> None:
         super().__init__()
-        for name, value in (("log_every_n_steps", log_every_n_steps), ("diagnose_every_n_steps", diagnose_every_n_steps)):
+        for name, value in (
+            ("log_every_n_steps", log_every_n_steps),
+            ("diagnose_every_n_steps", diagnose_every_n_steps),
+        ):
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"GPUUtilizationMonitor({name}={value!r}): pass a positive integer or None")
         if not sample_interval_s > 0:
-            raise ValueError(f"GPUUtilizationMonitor(sample_interval_s={sample_interval_s!r}): pass a positive number of seconds")
-        if flops_per_sample is not None and flops_per_sample != "auto" and not (isinstance(flops_per_sample, (int, float)) and flops_per_sample > 0):
-            raise ValueError(f"GPUUtilizationMonitor(flops_per_sample={flops_per_sample!r}): pass a positive number, 'auto' or None")
+            raise ValueError(
+                f"GPUUtilizationMonitor(sample_interval_s={sample_interval_s!r}): pass a positive number of seconds"
+            )
+        if (
+            flops_per_sample is not None
+            and flops_per_sample != "auto"
+            and not (isinstance(flops_per_sample, (int, float)) and flops_per_sample > 0)
+        ):
+            raise ValueError(
+                f"GPUUtilizationMonitor(flops_per_sample={flops_per_sample!r}): pass a positive number, 'auto' or None"
+            )
         if peak_flops_per_device is not None and not peak_flops_per_device > 0:
-            raise ValueError(f"GPUUtilizationMonitor(peak_flops_per_device={peak_flops_per_device!r}): pass a positive number or None")
+            raise ValueError(
+                f"GPUUtilizationMonitor(peak_flops_per_device={peak_flops_per_device!r}): pass a positive number or None"
+            )
         self.log_every_n_steps = log_every_n_steps
         self.sample_interval_s = sample_interval_s
         self.diagnose_every_n_steps = diagnose_every_n_steps
@@ -241,7 +254,9 @@ class GPUUtilizationMonitor(Callback):
                 self._detector = SyncDetector()
                 self._detector.install()
             else:
-                rank_zero_warn("GPUUtilizationMonitor(detect_sync=True) needs CUDA devices; sync detection is off for this run.")
+                rank_zero_warn(
+                    "GPUUtilizationMonitor(detect_sync=True) needs CUDA devices; sync detection is off for this run."
+                )
         self._active = True
 
     @override
@@ -271,7 +286,11 @@ class GPUUtilizationMonitor(Callback):
 
     def _build_sources(self) -> list[Any]:
         sources: list[Any] = [ProcessCpuSource(_PROCESS)]
-        cuda = [(label, d.index if d.index is not None else 0) for label, d in zip(self._labels, self._devices) if d.type == "cuda"]
+        cuda = [
+            (label, d.index if d.index is not None else 0)
+            for label, d in zip(self._labels, self._devices)
+            if d.type == "cuda"
+        ]
         if not cuda or not self.use_nvml:
             return sources
         nvml = self._init_nvml()
@@ -292,7 +311,9 @@ class GPUUtilizationMonitor(Callback):
             nvml = require("pynvml", "GPUUtilizationMonitor")
             nvml.nvmlInit()
         except Exception as err:  # noqa: BLE001  (MissingDependencyError, no driver, ...: monitor without NVML)
-            rank_zero_warn(f"GPUUtilizationMonitor: NVML is unavailable ({err!r}); logging step timing and CPU metrics only.")
+            rank_zero_warn(
+                f"GPUUtilizationMonitor: NVML is unavailable ({err!r}); logging step timing and CPU metrics only."
+            )
             return None
         self._nvml = nvml
         return nvml
@@ -332,14 +353,18 @@ class GPUUtilizationMonitor(Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loader = getattr(trainer, "train_dataloader", None)
         if isinstance(loader, torch.utils.data.DataLoader):
-            self._context.update(num_workers=loader.num_workers, pin_memory=bool(loader.pin_memory), batch_size=loader_batch_size(loader))
+            self._context.update(
+                num_workers=loader.num_workers, pin_memory=bool(loader.pin_memory), batch_size=loader_batch_size(loader)
+            )
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._timer.restart(_now())
 
     @override
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         arrived = _now()
         if not self._active:
             return
@@ -356,12 +381,16 @@ class GPUUtilizationMonitor(Callback):
         self._timer.batch_start(arrived, step_start)
 
     @override
-    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer) -> None:
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
         # The micro-batch that steps is the one that synchronised gradients.
         self._stepped = True
 
     @override
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         now = _now()
         if not self._active:
             return
@@ -396,7 +425,9 @@ class GPUUtilizationMonitor(Callback):
         self._timer.restart(_now())
 
     @override
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         self._timer.mark_gap()
 
     @override
@@ -415,7 +446,9 @@ class GPUUtilizationMonitor(Callback):
         if self._detector is not None:
             self.sync_sites = self._detector.top_sites(10)
         # on_train_end runs after the last batch's increment: this is the number of batches that stepped.
-        self._run_diagnosis(trainer, self._fit_acc, self._fit_stats, scope="fit", span="the whole fit", step=_logging_step(trainer))
+        self._run_diagnosis(
+            trainer, self._fit_acc, self._fit_stats, scope="fit", span="the whole fit", step=_logging_step(trainer)
+        )
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -435,7 +468,9 @@ class GPUUtilizationMonitor(Callback):
 
         x = batch[0] if isinstance(batch, (list, tuple)) and batch else batch
         if not isinstance(x, torch.Tensor) or x.ndim == 0 or len(x) == 0:
-            rank_zero_warn("GPUUtilizationMonitor(flops_per_sample='auto') needs batches whose first item is the input tensor; pass the number instead.")
+            rank_zero_warn(
+                "GPUUtilizationMonitor(flops_per_sample='auto') needs batches whose first item is the input tensor; pass the number instead."
+            )
             return None
         modes = {m: m.training for m in pl_module.modules()}
         pl_module.eval()  # BatchNorm must not update its running statistics here
@@ -443,7 +478,9 @@ class GPUUtilizationMonitor(Callback):
             with torch.no_grad():
                 forward = measure_flops(pl_module, lambda: pl_module(x[:1]))
         except Exception as err:  # noqa: BLE001  (an unusual forward signature: no MFU, training goes on)
-            rank_zero_warn(f"GPUUtilizationMonitor could not measure the model's FLOPs ({err!r}); pass flops_per_sample=... for MFU.")
+            rank_zero_warn(
+                f"GPUUtilizationMonitor could not measure the model's FLOPs ({err!r}); pass flops_per_sample=... for MFU."
+            )
             return None
         finally:
             for module, mode in modes.items():
@@ -549,19 +586,24 @@ class GPUUtilizationMonitor(Callback):
             metrics[K.metric_key(K.THROUGHPUT, None, K.MFU)] = sum(mfus) / len(mfus)
         return metrics
 
-    def _run_diagnosis(self, trainer: pl.Trainer, acc: TimingAcc, stats: Mapping[str, StatSet], scope: str, span: str, step: int) -> None:
+    def _run_diagnosis(
+        self, trainer: pl.Trainer, acc: TimingAcc, stats: Mapping[str, StatSet], scope: str, span: str, step: int
+    ) -> None:
         rows = self._gather(trainer, self._local_rows(acc, stats))
         if not trainer.is_global_zero:
             return
         per_device = {
-            label: {K.diagnosis_name(group, name): v for (group, name), v in values.items()} for label, values in self._per_device(rows).items()
+            label: {K.diagnosis_name(group, name): v for (group, name), v in values.items()}
+            for label, values in self._per_device(rows).items()
         }
         diagnoses = diagnose(per_device, self.thresholds, self._context)
         self.last_diagnosis = diagnoses
         sites = self._detector.top_sites(5) if self._detector is not None else self.sync_sites[:5]
         text = format_table(diagnoses)
         if sites:
-            text += "\nImplicit host-device syncs (rank 0's call sites, count):\n" + "\n".join(f"  {n:6d}  {s}" for s, n in sites)
+            text += "\nImplicit host-device syncs (rank 0's call sites, count):\n" + "\n".join(
+                f"  {n:6d}  {s}" for s, n in sites
+            )
         rank_zero_info(f"GPUUtilizationMonitor diagnosis over {span} (step {step}):\n{text}")
         if self.write_json and self._log_dir is not None:
             self.diagnosis_path = write_diagnoses(

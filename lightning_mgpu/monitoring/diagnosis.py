@@ -121,7 +121,9 @@ class DiagnosisThresholds:
             if not 0.0 <= value <= 100.0:
                 raise ValueError(f"DiagnosisThresholds.{name} is a percentage in [0, 100], got {value}")
         if self.sync_ratio < 1.0:
-            raise ValueError(f"DiagnosisThresholds.sync_ratio must be >= 1 (synced vs unsynced step time), got {self.sync_ratio}")
+            raise ValueError(
+                f"DiagnosisThresholds.sync_ratio must be >= 1 (synced vs unsynced step time), got {self.sync_ratio}"
+            )
         if self.min_sync_gap_ms < 0 or self.small_step_ms < 0 or self.healthy_mfu < 0:
             raise ValueError("DiagnosisThresholds.min_sync_gap_ms, small_step_ms and healthy_mfu must be >= 0")
 
@@ -187,8 +189,12 @@ def _advice_input(m: Mapping[str, float], ctx: Mapping[str, Any]) -> list[str]:
 def _advice_comm(m: Mapping[str, float], ctx: Mapping[str, Any]) -> list[str]:
     advice = []
     if ctx.get("strategy") == "dp":
-        advice.append("use strategy='ddp' instead of 'dp': dp scatters inputs, replicates the model and gathers outputs through one device every step")
-    advice.append("use a bigger per-device batch (or accumulate_grad_batches) so each gradient sync is paid for by more compute")
+        advice.append(
+            "use strategy='ddp' instead of 'dp': dp scatters inputs, replicates the model and gathers outputs through one device every step"
+        )
+    advice.append(
+        "use a bigger per-device batch (or accumulate_grad_batches) so each gradient sync is paid for by more compute"
+    )
     advice.append(
         "compress gradients on the wire (a DDP comm hook such as bf16_compress_hook) and check the interconnect (NCCL over NVLink/InfiniBand, not TCP)"
     )
@@ -198,9 +204,13 @@ def _advice_comm(m: Mapping[str, float], ctx: Mapping[str, Any]) -> list[str]:
 def _advice_compute(m: Mapping[str, float], ctx: Mapping[str, Any], t: DiagnosisThresholds) -> list[str]:
     advice = []
     if ctx.get("accelerator") == "cpu":
-        advice.append("train on GPUs (or more CPU processes); on CPU, precision='bf16-mixed' only helps where the CPU has AMX/AVX512-BF16")
+        advice.append(
+            "train on GPUs (or more CPU processes); on CPU, precision='bf16-mixed' only helps where the CPU has AMX/AVX512-BF16"
+        )
     elif not _is_mixed(ctx.get("precision")):
-        advice.append("use mixed precision (Trainer(precision='bf16-mixed') on Ampere+ GPUs, '16-mixed' before): tensor cores run it several times faster")
+        advice.append(
+            "use mixed precision (Trainer(precision='bf16-mixed') on Ampere+ GPUs, '16-mixed' before): tensor cores run it several times faster"
+        )
     util = m.get("gpu_util_pct")
     if util is not None and util < t.busy_util_pct:
         advice.append("use a bigger per-device batch: larger kernels keep the device busier")
@@ -212,20 +222,28 @@ def _advice_low_util(m: Mapping[str, float], ctx: Mapping[str, Any], t: Diagnosi
     advice = []
     step = m.get("step_ms")
     if step is not None and step < t.small_step_ms:
-        advice.append(f"use a bigger per-device batch: steps of {step:.1f} ms leave the device idle between small kernels")
+        advice.append(
+            f"use a bigger per-device batch: steps of {step:.1f} ms leave the device idle between small kernels"
+        )
     else:
         advice.append("use a bigger per-device batch: larger kernels keep the device busier")
     syncs = m.get("host_syncs_per_step")
     if syncs is not None and syncs > 0:
-        advice.append(f"remove the {syncs:.1f} host-device syncs per step (.item(), .cpu(), .numpy(), torch.cuda.empty_cache() in training_step); see the call sites above")
+        advice.append(
+            f"remove the {syncs:.1f} host-device syncs per step (.item(), .cpu(), .numpy(), torch.cuda.empty_cache() in training_step); see the call sites above"
+        )
     else:
         advice.append(
             "look for host-device syncs in training_step (.item(), .cpu(), .numpy(), torch.cuda.empty_cache()): rerun with GPUUtilizationMonitor(detect_sync=True)"
         )
     if ctx.get("strategy") == "dp":
-        advice.append("use strategy='ddp' instead of 'dp': one Python process driving every GPU leaves them waiting for the host")
+        advice.append(
+            "use strategy='ddp' instead of 'dp': one Python process driving every GPU leaves them waiting for the host"
+        )
     if not _is_mixed(ctx.get("precision")):
-        advice.append("use mixed precision (precision='bf16-mixed') and profile one step (lightning.pytorch.profilers.PyTorchProfiler)")
+        advice.append(
+            "use mixed precision (precision='bf16-mixed') and profile one step (lightning.pytorch.profilers.PyTorchProfiler)"
+        )
     else:
         advice.append("profile one step (lightning.pytorch.profilers.PyTorchProfiler) to find the idle gaps")
     return advice
@@ -242,7 +260,9 @@ def _diagnose_one(device: str, m: dict[str, float], t: DiagnosisThresholds, ctx:
         return Diagnosis(device, LOW_UTILISATION_UNEXPLAINED, _advice_low_util(m, ctx, t), m)
     mfu = m.get("mfu")
     if mfu is not None and mfu >= t.healthy_mfu:
-        return Diagnosis(device, HEALTHY, ["no bottleneck found: add devices (ddp) at the same per-device batch to go faster"], m)
+        return Diagnosis(
+            device, HEALTHY, ["no bottleneck found: add devices (ddp) at the same per-device batch to go faster"], m
+        )
     return Diagnosis(device, COMPUTE_BOUND, _advice_compute(m, ctx, t), m)
 
 
@@ -373,6 +393,8 @@ def load_diagnoses(source: str | os.PathLike) -> tuple[list[Diagnosis], dict[str
         text = Path(source).read_text()
     data = json.loads(text)
     if not isinstance(data, dict) or "diagnoses" not in data:
-        raise ValueError("not a diagnosis document: expected a JSON object with a 'diagnoses' list (written by write_diagnoses)")
+        raise ValueError(
+            "not a diagnosis document: expected a JSON object with a 'diagnoses' list (written by write_diagnoses)"
+        )
     meta = {k: v for k, v in data.items() if k != "diagnoses"}
     return [Diagnosis.from_dict(d) for d in data["diagnoses"]], meta

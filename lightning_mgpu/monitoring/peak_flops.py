@@ -14,8 +14,20 @@ import torch
 
 # Dense FLOP/s. The H200 SXM is the H100 SXM's GH100 at the same clocks; the NVL part runs at a lower power limit.
 _DENSE: dict[str, dict[Any, float]] = {
-    "h200 nvl": {torch.float64: 30e12, torch.float32: 60e12, "tfloat32": 417.5e12, torch.bfloat16: 835.5e12, torch.float16: 835.5e12},
-    "h200": {torch.float64: 34e12, torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12, torch.float16: 989.4e12},
+    "h200 nvl": {
+        torch.float64: 30e12,
+        torch.float32: 60e12,
+        "tfloat32": 417.5e12,
+        torch.bfloat16: 835.5e12,
+        torch.float16: 835.5e12,
+    },
+    "h200": {
+        torch.float64: 34e12,
+        torch.float32: 66.9e12,
+        "tfloat32": 494.7e12,
+        torch.bfloat16: 989.4e12,
+        torch.float16: 989.4e12,
+    },
 }
 
 

@@ -137,7 +137,9 @@ class BackgroundSampler:
             try:
                 readings.extend((source.label, name, float(v)) for name, v in source.read())
             except Exception as err:  # noqa: BLE001  (a broken sensor must not stop training)
-                rank_zero_warn(f"GPUUtilizationMonitor: stopped reading {type(source).__name__}({source.label}): {err!r}")
+                rank_zero_warn(
+                    f"GPUUtilizationMonitor: stopped reading {type(source).__name__}({source.label}): {err!r}"
+                )
                 self.sources.remove(source)
         with self._lock:
             for label, name, value in readings:
@@ -208,8 +210,16 @@ def _sample_value(value_type: int, sample: Any) -> float:
 class _BufferedSeries:
     """One NVML quantity read from the driver's sample buffer, or polled where it has none."""
 
-    def __init__(self, nvml: ModuleType, handle: Any, sampling_type: int, instant: Callable[[], float], scale: float) -> None:
-        self.nvml, self.handle, self.sampling_type, self.instant, self.scale = nvml, handle, sampling_type, instant, scale
+    def __init__(
+        self, nvml: ModuleType, handle: Any, sampling_type: int, instant: Callable[[], float], scale: float
+    ) -> None:
+        self.nvml, self.handle, self.sampling_type, self.instant, self.scale = (
+            nvml,
+            handle,
+            sampling_type,
+            instant,
+            scale,
+        )
         self.buffered = True
         self._since = 0
         self._primed = False
@@ -259,8 +269,12 @@ class NvmlSource:
         self.label, self.nvml, self.handle = label, nvml, handle
         n = nvml
         self._series = {
-            "util_pct": _BufferedSeries(n, handle, n.NVML_GPU_UTILIZATION_SAMPLES, lambda: n.nvmlDeviceGetUtilizationRates(handle).gpu, 1.0),
-            "power_w": _BufferedSeries(n, handle, n.NVML_TOTAL_POWER_SAMPLES, lambda: n.nvmlDeviceGetPowerUsage(handle), 1e-3),
+            "util_pct": _BufferedSeries(
+                n, handle, n.NVML_GPU_UTILIZATION_SAMPLES, lambda: n.nvmlDeviceGetUtilizationRates(handle).gpu, 1.0
+            ),
+            "power_w": _BufferedSeries(
+                n, handle, n.NVML_TOTAL_POWER_SAMPLES, lambda: n.nvmlDeviceGetPowerUsage(handle), 1e-3
+            ),
             "sm_clock_mhz": _BufferedSeries(
                 n, handle, n.NVML_PROCESSOR_CLK_SAMPLES, lambda: n.nvmlDeviceGetClockInfo(handle, n.NVML_CLOCK_SM), 1.0
             ),
@@ -299,7 +313,9 @@ def torch_device_uuid(index: int) -> str:
     return str(torch.cuda.get_device_properties(index).uuid)
 
 
-def match_nvml_handles(nvml: ModuleType, indices: Sequence[int], uuid_of: Callable[[int], str] = torch_device_uuid) -> dict[int, Any]:
+def match_nvml_handles(
+    nvml: ModuleType, indices: Sequence[int], uuid_of: Callable[[int], str] = torch_device_uuid
+) -> dict[int, Any]:
     """NVML handle of each torch CUDA device index, matched by UUID.
 
     A device without a match (e.g. a MIG slice NVML cannot sample) is left out with a warning;

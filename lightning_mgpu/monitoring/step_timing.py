@@ -276,7 +276,9 @@ class SyncDetector:
             frame = frame.f_back
         return _describe(first) if first is not None else "<unknown>"
 
-    def _showwarning(self, message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    def _showwarning(
+        self, message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+    ) -> None:
         if self._active and SYNC_WARNING in str(message):
             self._record(sys._getframe(1))
             return

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from lightning.pytorch.strategies.launchers.multiprocessing import (
     _MultiProcessingLauncher,
@@ -44,7 +45,7 @@ class CleanExitSpawnLauncher(_MultiProcessingLauncher):
         os._exit(0)
 
     @override
-    def _collect_rank_zero_results(self, trainer: Any, results: Any) -> Optional[_WorkerOutput]:
+    def _collect_rank_zero_results(self, trainer: Any, results: Any) -> _WorkerOutput | None:
         handoff = getattr(self._strategy, "handoff_state_dict", None)
         if handoff is None:
             return super()._collect_rank_zero_results(trainer, results)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
@@ -24,7 +25,7 @@ class StepRouting:
     DataParallel engine; ``sharded`` runs evaluation on the bare module.
     """
 
-    def _step_runner(self, step_name: str) -> Optional[Callable[..., Any]]:
+    def _step_runner(self, step_name: str) -> Callable[..., Any] | None:
         return None
 
     def _route(self, step_name: str, *args: Any, **kwargs: Any) -> Any:

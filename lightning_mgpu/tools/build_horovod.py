@@ -148,8 +148,12 @@ def patch_exit_status(source: Path) -> None:
     if PATCH_MARKER in text:
         return
     if _REAPING_WAIT not in text or "\nimport time\n" not in text:
-        raise HorovodBuildError(f"could not patch {path}: the shell's wait in terminate_executor_shell_and_children is not there")
-    text = text.replace(_REAPING_WAIT, _POLLING_WAIT).replace("\nimport psutil\n", f"\nimport psutil\n\n{PATCH_MARKER}\n", 1)
+        raise HorovodBuildError(
+            f"could not patch {path}: the shell's wait in terminate_executor_shell_and_children is not there"
+        )
+    text = text.replace(_REAPING_WAIT, _POLLING_WAIT).replace(
+        "\nimport psutil\n", f"\nimport psutil\n\n{PATCH_MARKER}\n", 1
+    )
     path.write_text(text)
 
 
@@ -160,8 +164,22 @@ def _build_wheel(config: BuildConfig, cache: Path) -> Path:
         _run([config.python, "-m", "pip", "install", "-q", "cmake<4"], "installing cmake")
     with tempfile.TemporaryDirectory(prefix="horovod-build-") as work:
         src = Path(work) / "src"
-        _run([config.python, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-              f"horovod=={HOROVOD_VERSION}", "-d", str(src)], "downloading the horovod sdist")
+        _run(
+            [
+                config.python,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"horovod=={HOROVOD_VERSION}",
+                "-d",
+                str(src),
+            ],
+            "downloading the horovod sdist",
+        )
         with tarfile.open(src / f"horovod-{HOROVOD_VERSION}.tar.gz") as archive:
             archive.extractall(src, filter="data")
         tree = src / f"horovod-{HOROVOD_VERSION}"
@@ -170,8 +188,11 @@ def _build_wheel(config: BuildConfig, cache: Path) -> Path:
         log.warning("building horovod %s for %s (2-10 minutes on 2 cores)...", HOROVOD_VERSION, cache.name)
         out = Path(work) / "wheel"
         # The build imports torch, so it must see the target environment's torch: no build isolation.
-        _run([config.python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(tree), "-w", str(out)],
-             "building the horovod wheel", env={**_BUILD_ENV, "MAKEFLAGS": f"-j{os.cpu_count() or 1}"})
+        _run(
+            [config.python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(tree), "-w", str(out)],
+            "building the horovod wheel",
+            env={**_BUILD_ENV, "MAKEFLAGS": f"-j{os.cpu_count() or 1}"},
+        )
         built = next(out.glob("horovod-*.whl"))
         # Copy, then rename: an interrupted build never leaves a half-written wheel in the cache.
         partial = cache / ".partial.whl"
@@ -203,10 +224,15 @@ def build_horovod(config: BuildConfig | None = None) -> Path | None:
     wheel = next(iter(sorted(cache.glob("horovod-*.whl"))), None) or _build_wheel(config, cache)
     # --force-reinstall: after a torch upgrade the environment still holds horovod built against the old torch,
     # and pip skips a wheel of an installed version; --no-deps keeps pip away from torch.
-    _run([config.python, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", str(wheel)], "installing the wheel")
+    _run(
+        [config.python, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", str(wheel)],
+        "installing the wheel",
+    )
     # horovod's runtime needs (cloudpickle, psutil, pyyaml, packaging) come from PyPI as usual.
     _run([config.python, "-m", "pip", "install", "-q", str(wheel)], "installing horovod's dependencies")
     if not installed_with_gloo(config.python):
-        raise HorovodBuildError(f"horovod from {wheel} was installed but does not import with Gloo; remove {cache} and rebuild.")
+        raise HorovodBuildError(
+            f"horovod from {wheel} was installed but does not import with Gloo; remove {cache} and rebuild."
+        )
     log.warning("horovod %s installed from %s (gloo)", HOROVOD_VERSION, wheel)
     return wheel

@@ -65,15 +65,23 @@ def convert(src: str | Path, out: str | Path, to: str = "auto", trusted: bool = 
     src, out = Path(src), Path(out)
     sharded_src = is_sharded_checkpoint(src)
     if not (src.is_file() or sharded_src):
-        raise ConvertError(f"{src} is neither a checkpoint file nor a sharded checkpoint folder (with .metadata and meta.pt).")
+        raise ConvertError(
+            f"{src} is neither a checkpoint file nor a sharded checkpoint folder (with .metadata and meta.pt)."
+        )
     if out.exists() or out.is_symlink():
         raise ConvertError(f"{out} already exists; choose another output path (convert never overwrites).")
     target = target_of(src, out, to)
     if (target == "sharded") == sharded_src and target != "safetensors":
-        raise ConvertError(f"{src} is already {'a sharded folder' if sharded_src else 'one file'}; pass --to with the other format.")
+        raise ConvertError(
+            f"{src} is already {'a sharded folder' if sharded_src else 'one file'}; pass --to with the other format."
+        )
     if target == "safetensors":
         safetensors_torch = require("safetensors.torch", "lightning-mgpu convert ... OUT.safetensors")
-        weights = _weights(read_checkpoint(src, trusted=trusted) if sharded_src else load_checkpoint_file(src, trusted=trusted, mmap=True))
+        weights = _weights(
+            read_checkpoint(src, trusted=trusted)
+            if sharded_src
+            else load_checkpoint_file(src, trusted=trusted, mmap=True)
+        )
         files.atomic_write(out, lambda f: f.write(safetensors_torch.save(weights, metadata={"format": "pt"})))
         return f"{src} -> {out}: {len(weights)} tensors of the model's weights (safetensors)"
     if target == "ckpt":
@@ -103,15 +111,25 @@ def _summary(checkpoint: dict[str, Any]) -> str:
     params = len(checkpoint.get("state_dict", {}))
     optimizers = len(checkpoint.get("optimizer_states", []))
     step = checkpoint.get("global_step")
-    return f"{params} model tensors, {optimizers} optimizer state(s)" + (f", global step {step}" if step is not None else "")
+    return f"{params} model tensors, {optimizers} optimizer state(s)" + (
+        f", global step {step}" if step is not None else ""
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("src", type=Path, help="a sharded checkpoint folder or a checkpoint file")
-    parser.add_argument("out", type=Path, help="the output path (must not exist); .safetensors writes the weights alone")
-    parser.add_argument("--to", default="auto", choices=("auto", "ckpt", "sharded", "safetensors"),
-                        help="auto: a folder becomes a .ckpt file, a file becomes a folder, OUT.safetensors the weights")  # fmt: skip
-    parser.add_argument("--trusted", action="store_true", help="full unpickle of a file you wrote yourself (unsafe otherwise)")
+    parser.add_argument(
+        "out", type=Path, help="the output path (must not exist); .safetensors writes the weights alone"
+    )
+    parser.add_argument(
+        "--to",
+        default="auto",
+        choices=("auto", "ckpt", "sharded", "safetensors"),
+        help="auto: a folder becomes a .ckpt file, a file becomes a folder, OUT.safetensors the weights",
+    )
+    parser.add_argument(
+        "--trusted", action="store_true", help="full unpickle of a file you wrote yourself (unsafe otherwise)"
+    )
 
 
 def main(args: argparse.Namespace) -> int:

@@ -22,10 +22,21 @@ STRATEGY_STRINGS = {
 }
 
 #: Strategy names that only exist once lightning_mgpu is imported: a script that passes one gets ``import lightning_mgpu``.
-BUNDLE_STRATEGY_NAMES = frozenset({
-    "dp", "ddp2", "horovod", "ddp_sharded", "ddp_sharded_spawn", "ddp_sharded_find_unused_parameters_false",
-    "ddp_sharded_spawn_find_unused_parameters_false", "sharded", "sharded_spawn", "sharded_fsdp2", "sharded_fsdp2_spawn",
-})  # fmt: skip
+BUNDLE_STRATEGY_NAMES = frozenset(
+    {
+        "dp",
+        "ddp2",
+        "horovod",
+        "ddp_sharded",
+        "ddp_sharded_spawn",
+        "ddp_sharded_find_unused_parameters_false",
+        "ddp_sharded_spawn_find_unused_parameters_false",
+        "sharded",
+        "sharded_spawn",
+        "sharded_fsdp2",
+        "sharded_fsdp2_spawn",
+    }
+)
 REGISTERS_COMMENT = "# registers dp, ddp2, horovod and ddp_sharded with Lightning"
 
 #: Removed 1.x strategy and plugin classes -> (the bundle's class, extra keyword arguments at call sites).
@@ -43,10 +54,21 @@ REMOVED_CLASSES: dict[str, tuple[str, dict[str, str]]] = {
     "DDP2Plugin": ("DDP2Strategy", {}),
 }
 #: Modules (below the namespace) that held them in 1.x.
-REMOVED_CLASS_MODULES = ("strategies", "plugins", "plugins.training_type", "strategies.sharded", "strategies.sharded_spawn",
-                         "strategies.dp", "strategies.horovod", "strategies.ddp2", "plugins.training_type.sharded",
-                         "plugins.training_type.sharded_spawn", "plugins.training_type.dp", "plugins.training_type.horovod",
-                         "plugins.training_type.ddp2")  # fmt: skip
+REMOVED_CLASS_MODULES = (
+    "strategies",
+    "plugins",
+    "plugins.training_type",
+    "strategies.sharded",
+    "strategies.sharded_spawn",
+    "strategies.dp",
+    "strategies.horovod",
+    "strategies.ddp2",
+    "plugins.training_type.sharded",
+    "plugins.training_type.sharded_spawn",
+    "plugins.training_type.dp",
+    "plugins.training_type.horovod",
+    "plugins.training_type.ddp2",
+)
 
 #: Other removed names the bundle provides: (1.x module below the namespace, name) -> (bundle submodule, new name).
 MOVED_NAMES = {
@@ -64,9 +86,9 @@ RENAMED_ARGS = {"replace_sampler_ddp": "use_distributed_sampler"}
 
 #: Trainer arguments removed in 2.0 that this tool cannot rewrite: the TODO's text says the 2.x way.
 REMOVED_ARGS = {
-    "tpu_cores": "tpu_cores is gone: use accelerator=\"tpu\", devices=N",
-    "ipus": "ipus is gone: use accelerator=\"ipu\", devices=N (Graphcore's lightning-graphcore package)",
-    "auto_select_gpus": "auto_select_gpus is gone: use devices=\"auto\" or pick free GPUs with CUDA_VISIBLE_DEVICES",
+    "tpu_cores": 'tpu_cores is gone: use accelerator="tpu", devices=N',
+    "ipus": 'ipus is gone: use accelerator="ipu", devices=N (Graphcore\'s lightning-graphcore package)',
+    "auto_select_gpus": 'auto_select_gpus is gone: use devices="auto" or pick free GPUs with CUDA_VISIBLE_DEVICES',
     "track_grad_norm": "track_grad_norm is gone: log lightning.pytorch.utilities.grad_norm(self, norm_type=2) in on_before_optimizer_step",
     "auto_lr_find": "auto_lr_find is gone: use lightning.pytorch.tuner.Tuner(trainer).lr_find(model)",
     "auto_scale_batch_size": "auto_scale_batch_size is gone: use lightning.pytorch.tuner.Tuner(trainer).scale_batch_size(model)",
@@ -79,7 +101,7 @@ REMOVED_ARGS = {
     "terminate_on_nan": "terminate_on_nan is gone: use detect_anomaly=True, or check the loss in training_step",
     "log_gpu_memory": "log_gpu_memory is gone: add lightning_mgpu's GPUUtilizationMonitor or DeviceStatsMonitor",
     "prepare_data_per_node": "prepare_data_per_node moved to the LightningModule/DataModule attribute prepare_data_per_node",
-    "amp_level": "amp_level was apex's: use precision=\"16-mixed\" (native AMP)",
+    "amp_level": 'amp_level was apex\'s: use precision="16-mixed" (native AMP)',
 }
 
 #: The module hooks that lost ``optimizer_idx`` (and what else each lost) in 2.0.
@@ -112,15 +134,19 @@ TODO_EPOCH_END = (
     "{hook}(outputs) is gone in 2.x: append what you need to a list on self in the step, use it in {new}(self),"
     " then clear the list (docs/upgrade.md)"
 )
-TODO_APEX = "amp_backend=\"apex\" is gone: apex AMP is replaced by native AMP, precision=\"16-mixed\""
+TODO_APEX = 'amp_backend="apex" is gone: apex AMP is replaced by native AMP, precision="16-mixed"'
 TODO_RESUME = "resume_from_checkpoint is gone: pass ckpt_path={value} to trainer.fit(...)"
 TODO_CONFLICT = "{old}={value} maps to {new}, which this call already sets: choose one"
 TODO_GPU_STATS = (
     "GPUStatsMonitor({args}) became lightning_mgpu's GPUUtilizationMonitor: it logs utilisation, memory, power"
     " and a diagnosis per rank; its arguments differ (log_every_n_steps, sample_interval_s, ...)"
 )
-TODO_WEIGHTS_SUMMARY = "weights_summary={value} is gone: add callbacks=[ModelSummary(max_depth=-1)] for the full summary"
-TODO_CHECKPOINT_CALLBACK = "checkpoint_callback={value} is gone: put the ModelCheckpoint in callbacks=[...] and use enable_checkpointing=True"
+TODO_WEIGHTS_SUMMARY = (
+    "weights_summary={value} is gone: add callbacks=[ModelSummary(max_depth=-1)] for the full summary"
+)
+TODO_CHECKPOINT_CALLBACK = (
+    "checkpoint_callback={value} is gone: put the ModelCheckpoint in callbacks=[...] and use enable_checkpointing=True"
+)
 NOTE_FAIRSCALE_CHECKPOINT = (
     "FairScale's checkpoint_wrapper keeps working under every strategy; lightning_mgpu's ActivationCheckpointing"
     " callback does the same without touching the model code and under every strategy (docs/upgrade.md)"

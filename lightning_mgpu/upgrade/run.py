@@ -10,9 +10,10 @@ import argparse
 import difflib
 import logging
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional, TextIO
+from typing import TextIO
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def python_files(paths: Iterable[Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def upgrade_paths(paths: Iterable[Path], write: bool = False, out: Optional[TextIO] = None) -> RunReport:
+def upgrade_paths(paths: Iterable[Path], write: bool = False, out: TextIO | None = None) -> RunReport:
     """Upgrade every Python file under ``paths``; print the diff to ``out`` unless ``write``.
 
     Args:
@@ -96,8 +97,11 @@ def upgrade_paths(paths: Iterable[Path], write: bool = False, out: Optional[Text
         if write:
             _write_atomically(path, result.source)
         else:
-            out.writelines(difflib.unified_diff(
-                source.splitlines(keepends=True), result.source.splitlines(keepends=True), f"a/{path}", f"b/{path}"))  # fmt: skip
+            out.writelines(
+                difflib.unified_diff(
+                    source.splitlines(keepends=True), result.source.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+                )
+            )
     return report
 
 
@@ -133,7 +137,9 @@ def summary(report: RunReport, write: bool) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=Path, help=".py files, or folders to walk")
-    parser.add_argument("--write", action="store_true", help="apply the changes in place (default: print a unified diff)")
+    parser.add_argument(
+        "--write", action="store_true", help="apply the changes in place (default: print a unified diff)"
+    )
 
 
 def main(args: argparse.Namespace) -> int:

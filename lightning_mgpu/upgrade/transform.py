@@ -7,8 +7,9 @@ output, and a TODO comment is added only where the same comment is not there yet
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence, Union
+from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
@@ -51,7 +52,7 @@ class FileResult:
 # Small helpers on nodes
 
 
-def _dotted(node: cst.BaseExpression) -> Optional[str]:
+def _dotted(node: cst.BaseExpression) -> str | None:
     """``a.b.c`` for a Name/Attribute chain, else None."""
     if isinstance(node, cst.Name):
         return node.value
@@ -61,7 +62,7 @@ def _dotted(node: cst.BaseExpression) -> Optional[str]:
     return None
 
 
-def _string(node: cst.BaseExpression) -> Optional[str]:
+def _string(node: cst.BaseExpression) -> str | None:
     """The value of a plain string literal, else None."""
     if isinstance(node, cst.SimpleString):
         value = node.evaluated_value
@@ -69,13 +70,13 @@ def _string(node: cst.BaseExpression) -> Optional[str]:
     return None
 
 
-def _int(node: cst.BaseExpression) -> Optional[int]:
+def _int(node: cst.BaseExpression) -> int | None:
     if isinstance(node, cst.Integer):
         return int(node.value)
     return None
 
 
-def _literal(node: cst.BaseExpression) -> Optional[Union[str, int, bool]]:
+def _literal(node: cst.BaseExpression) -> str | int | bool | None:
     """A string, integer, True/False or None literal's value; ``...`` (Ellipsis) for anything else."""
     if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[node.value]
@@ -94,10 +95,12 @@ def _quoted(value: str) -> cst.SimpleString:
     return cst.SimpleString(f'"{value}"')
 
 
-def _kwarg(name: str, value: cst.BaseExpression, like: Optional[cst.Arg] = None) -> cst.Arg:
+def _kwarg(name: str, value: cst.BaseExpression, like: cst.Arg | None = None) -> cst.Arg:
     """A keyword argument, spaced like ``like`` (``x=1`` or ``x = 1``)."""
-    equal = like.equal if like is not None and like.keyword is not None else cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+    equal = (
+        like.equal
+        if like is not None and like.keyword is not None
+        else cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
     )
     return cst.Arg(keyword=cst.Name(name), value=value, equal=equal)
 
@@ -106,7 +109,9 @@ def _without_comment(comma: Any) -> Any:
     """``comma`` without a trailing comment (``x=1,  # why``), keeping its line break and indentation."""
     after = comma.whitespace_after
     if isinstance(after, cst.ParenthesizedWhitespace) and after.first_line.comment is not None:
-        return comma.with_changes(whitespace_after=after.with_changes(first_line=cst.TrailingWhitespace(newline=after.first_line.newline)))
+        return comma.with_changes(
+            whitespace_after=after.with_changes(first_line=cst.TrailingWhitespace(newline=after.first_line.newline))
+        )
     return comma
 
 
@@ -122,11 +127,11 @@ def _todo_comment(text: str) -> str:
 class _TrainerArgs:
     """A Trainer call's keyword arguments as ``(name, value, original Arg)``, rewritten in place."""
 
-    items: list[tuple[str, cst.BaseExpression, Optional[cst.Arg]]]
+    items: list[tuple[str, cst.BaseExpression, cst.Arg | None]]
     changes: list[str] = field(default_factory=list)
     todos: list[str] = field(default_factory=list)
 
-    def get(self, name: str) -> Optional[cst.BaseExpression]:
+    def get(self, name: str) -> cst.BaseExpression | None:
         return next((value for key, value, _ in self.items if key == name), None)
 
     def has(self, name: str) -> bool:
@@ -159,10 +164,10 @@ class _TrainerArgs:
 
 def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
     """Rewrite 1.x Trainer keyword arguments to 2.x (see docs/upgrade.md for the table)."""
-    strategy: Optional[cst.BaseExpression] = None
-    strategy_from: Optional[str] = None
+    strategy: cst.BaseExpression | None = None
+    strategy_from: str | None = None
     written = ""  # what the user wrote, for the summary
-    accelerator: Optional[str] = None
+    accelerator: str | None = None
     # accelerator="ddp" / distributed_backend="dp" / plugins="ddp_sharded": strategy names in 1.x.
     for key in ("accelerator", "distributed_backend", "plugins"):
         value = args.get(key)
@@ -192,11 +197,11 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         if _literal(gpus) in (0, None, "0", "") and _literal(gpus) is not False:
             accelerator = accelerator or "cpu"
             args.remove("gpus")
-            args.changes.append(f"gpus={_code(gpus)} -> accelerator=\"cpu\"")
+            args.changes.append(f'gpus={_code(gpus)} -> accelerator="cpu"')
         else:
             accelerator = "gpu"
             if args.set("devices", gpus, replacing="gpus"):
-                args.changes.append(f"gpus={_code(gpus)} -> accelerator=\"gpu\", devices={_code(gpus)}")
+                args.changes.append(f'gpus={_code(gpus)} -> accelerator="gpu", devices={_code(gpus)}')
         if args.has("num_processes"):
             args.remove("num_processes")  # 1.x ignored it when gpus was given
             args.changes.append("num_processes dropped (1.x ignored it beside gpus)")
@@ -204,7 +209,7 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
     if processes is not None:
         accelerator = accelerator or "cpu"
         if args.set("devices", processes, replacing="num_processes"):
-            args.changes.append(f"num_processes={_code(processes)} -> accelerator=\"cpu\", devices={_code(processes)}")
+            args.changes.append(f'num_processes={_code(processes)} -> accelerator="cpu", devices={_code(processes)}')
     if accelerator is not None:
         current = _string(args.get("accelerator")) if args.get("accelerator") is not None else None
         if args.get("accelerator") is None or current in rules.STRATEGY_STRINGS:
@@ -213,7 +218,9 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             position = next((i for i, item in enumerate(args.items) if item[0] == "devices"), len(args.items))
             args.items.insert(position, ("accelerator", _quoted(accelerator), None))
         elif current not in (accelerator, "auto"):
-            args.todos.append(f"accelerator={_code(args.get('accelerator'))} and the 1.x device flags ({accelerator}) disagree: choose one")  # type: ignore[arg-type]
+            args.todos.append(
+                f"accelerator={_code(args.get('accelerator'))} and the 1.x device flags ({accelerator}) disagree: choose one"
+            )  # type: ignore[arg-type]
     # precision=16 -> "16-mixed", "bf16" -> "bf16-mixed".
     precision = args.get("precision")
     if precision is not None:
@@ -221,12 +228,12 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         key = str(literal) if isinstance(literal, (int, str)) and not isinstance(literal, bool) else None
         if key in rules.PRECISION:
             args.replace("precision", [("precision", _quoted(rules.PRECISION[key]))])
-            args.changes.append(f"precision={_code(precision)} -> precision=\"{rules.PRECISION[key]}\"")
+            args.changes.append(f'precision={_code(precision)} -> precision="{rules.PRECISION[key]}"')
     backend = args.get("amp_backend")
     if backend is not None:
         args.remove("amp_backend")
         if _string(backend) == "native":
-            args.changes.append("amp_backend=\"native\" removed (native AMP is the only one in 2.x)")
+            args.changes.append('amp_backend="native" removed (native AMP is the only one in 2.x)')
         else:
             args.todos.append(rules.TODO_APEX)
     for old, new in rules.RENAMED_ARGS.items():
@@ -249,7 +256,7 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             args.changes.append("weights_summary=None -> enable_model_summary=False")
         elif literal == "top":
             args.remove("weights_summary")
-            args.changes.append("weights_summary=\"top\" removed (the 2.x default)")
+            args.changes.append('weights_summary="top" removed (the 2.x default)')
         else:
             args.todos.append(rules.TODO_WEIGHTS_SUMMARY.format(value=_code(summary)))
     for name, advice in rules.REMOVED_ARGS.items():
@@ -268,7 +275,7 @@ def _uses(node: cst.CSTNode, name: str, hook: str) -> int:
     class Counter(cst.CSTVisitor):
         count = 0
 
-        def visit_Call(self, call: cst.Call) -> Optional[bool]:
+        def visit_Call(self, call: cst.Call) -> bool | None:
             if m.matches(call.func, m.Attribute(value=m.Call(func=m.Name("super")), attr=m.Name(hook))):
                 for arg in call.args:
                     if not (isinstance(arg.value, cst.Name) and arg.value.value == name):
@@ -295,9 +302,14 @@ class _DropSuperArgs(cst.CSTTransformer):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         if not m.matches(updated.func, m.Attribute(value=m.Call(func=m.Name("super")), attr=m.Name(self.hook))):
             return updated
-        kept = [a for a in updated.args if not (
-            (isinstance(a.value, cst.Name) and a.value.value in self.names and a.keyword is None)
-            or (a.keyword is not None and a.keyword.value in self.names))]  # fmt: skip
+        kept = [
+            a
+            for a in updated.args
+            if not (
+                (isinstance(a.value, cst.Name) and a.value.value in self.names and a.keyword is None)
+                or (a.keyword is not None and a.keyword.value in self.names)
+            )
+        ]
         if kept and len(kept) < len(updated.args):
             kept[-1] = kept[-1].with_changes(comma=updated.args[-1].comma)
         return updated.with_changes(args=kept)
@@ -316,7 +328,8 @@ def _reduce_only(func: cst.FunctionDef) -> bool:
             return expr.value in bound
         if isinstance(expr, cst.Subscript):
             return reduced(expr.value) and all(
-                isinstance(e.slice, cst.Index) and isinstance(e.slice.value, (cst.SimpleString, cst.Integer)) for e in expr.slice
+                isinstance(e.slice, cst.Index) and isinstance(e.slice.value, (cst.SimpleString, cst.Integer))
+                for e in expr.slice
             )
         if isinstance(expr, cst.Call) and not expr.args and isinstance(expr.func, cst.Attribute):
             return expr.func.attr.value in ("mean", "sum") and reduced(expr.func.value)
@@ -331,7 +344,11 @@ def _reduce_only(func: cst.FunctionDef) -> bool:
         if not isinstance(statement, cst.SimpleStatementLine):
             return False
         for small in statement.body:
-            if index == 0 and isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
+            if (
+                index == 0
+                and isinstance(small, cst.Expr)
+                and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
+            ):
                 continue  # the docstring
             if isinstance(small, cst.Pass):
                 continue
@@ -376,12 +393,19 @@ class _ResumeFinder(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and isinstance(node.value, cst.Call):
             if _is_trainer_call(node.value):
-                value = next((a.value for a in node.value.args if a.keyword and a.keyword.value == "resume_from_checkpoint"), None)
+                value = next(
+                    (a.value for a in node.value.args if a.keyword and a.keyword.value == "resume_from_checkpoint"),
+                    None,
+                )
                 if value is not None:
                     self.scopes[-1]["trainers"][node.targets[0].target.value] = (node.value, value)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "fit" and isinstance(node.func.value, cst.Name):
+        if (
+            isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "fit"
+            and isinstance(node.func.value, cst.Name)
+        ):
             self.scopes[-1]["fits"].append((node.func.value.value, node))
 
     def _close(self, scope: dict[str, Any]) -> None:
@@ -420,8 +444,8 @@ class UpgradeTransformer(cst.CSTTransformer):
         self.renamed: dict[str, tuple[str, str, dict[str, str]]] = {}
         #: aliases of the Lightning namespaces: {"pl": "pytorch_lightning", "L": "lightning.pytorch"}.
         self.namespace_aliases: dict[str, str] = {}
-        self.imports_to_add: dict[tuple[str, str, Optional[str]], None] = {}  # (module, name, asname), in order
-        self.fairscale_checkpoint_line: Optional[int] = None
+        self.imports_to_add: dict[tuple[str, str, str | None], None] = {}  # (module, name, asname), in order
+        self.fairscale_checkpoint_line: int | None = None
         self.needs_bundle_import = False  # a bundle strategy name is passed as a string: it must be registered
 
     # -- bookkeeping ---------------------------------------------------------------------------------------------
@@ -451,8 +475,11 @@ class UpgradeTransformer(cst.CSTTransformer):
             todos = self._pending.pop()
             if todos and isinstance(result, _STATEMENTS):
                 present = {line.comment.value for line in result.leading_lines if line.comment is not None}
-                new_lines = [cst.EmptyLine(indent=True, comment=cst.Comment(_todo_comment(t)))
-                             for t in dict.fromkeys(todos) if _todo_comment(t) not in present]  # fmt: skip
+                new_lines = [
+                    cst.EmptyLine(indent=True, comment=cst.Comment(_todo_comment(t)))
+                    for t in dict.fromkeys(todos)
+                    if _todo_comment(t) not in present
+                ]
                 if new_lines:
                     result = result.with_changes(leading_lines=[*result.leading_lines, *new_lines])
         return result
@@ -466,11 +493,15 @@ class UpgradeTransformer(cst.CSTTransformer):
             if name in rules.BUNDLE_FOR_NAMESPACE:
                 self.namespace_aliases[local or name] = name
 
-    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> Union[cst.ImportFrom, cst.RemovalSentinel]:
+    def leave_ImportFrom(
+        self, original: cst.ImportFrom, updated: cst.ImportFrom
+    ) -> cst.ImportFrom | cst.RemovalSentinel:
         module = _dotted(updated.module) if updated.module is not None else None
         if module is None or isinstance(updated.names, cst.ImportStar):
             return updated
-        if module == "lightning" and any(a.name.value == "pytorch" for a in updated.names if isinstance(a.name, cst.Name)):
+        if module == "lightning" and any(
+            a.name.value == "pytorch" for a in updated.names if isinstance(a.name, cst.Name)
+        ):
             for a in updated.names:
                 if isinstance(a.name, cst.Name) and a.name.value == "pytorch":
                     self.namespace_aliases[a.asname.name.value if a.asname else "pytorch"] = "lightning.pytorch"
@@ -480,7 +511,7 @@ class UpgradeTransformer(cst.CSTTransformer):
                 self.fairscale_checkpoint_line = self._line(original)
         if namespace is None:
             return updated
-        below = module[len(namespace) + 1:] if module != namespace else ""
+        below = module[len(namespace) + 1 :] if module != namespace else ""
         bundle = rules.BUNDLE_FOR_NAMESPACE[namespace]
         kept: list[cst.ImportAlias] = []
         for alias in updated.names:
@@ -491,7 +522,11 @@ class UpgradeTransformer(cst.CSTTransformer):
                 self._add_import(bundle, new, local if not extra and local != new else None)
                 if extra:
                     self.renamed[local] = (bundle, new, extra)
-                self._change(original, f"from {module} import {name} -> from {bundle} import {new}" + (f" as {local}" if not extra and local != new else ""))
+                self._change(
+                    original,
+                    f"from {module} import {name} -> from {bundle} import {new}"
+                    + (f" as {local}" if not extra and local != new else ""),
+                )
                 continue
             moved = rules.MOVED_NAMES.get((below, name))
             if moved is not None:
@@ -512,22 +547,30 @@ class UpgradeTransformer(cst.CSTTransformer):
         kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated.with_changes(names=kept)
 
-    def _add_import(self, module: str, name: str, asname: Optional[str]) -> None:
+    def _add_import(self, module: str, name: str, asname: str | None) -> None:
         self.imports_to_add[(module, name, asname)] = None
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         updated = self._import_bundle(original, updated)
         if not self.imports_to_add:
             return updated
-        existing = {(_dotted(s.module), a.name.value, a.asname.name.value if a.asname else None) for stmt in updated.body if isinstance(stmt, cst.SimpleStatementLine)
-                    for s in stmt.body if isinstance(s, cst.ImportFrom) and s.module is not None and not isinstance(s.names, cst.ImportStar)
-                    for a in s.names if isinstance(a.name, cst.Name)}  # fmt: skip
+        existing = {
+            (_dotted(s.module), a.name.value, a.asname.name.value if a.asname else None)
+            for stmt in updated.body
+            if isinstance(stmt, cst.SimpleStatementLine)
+            for s in stmt.body
+            if isinstance(s, cst.ImportFrom) and s.module is not None and not isinstance(s.names, cst.ImportStar)
+            for a in s.names
+            if isinstance(a.name, cst.Name)
+        }
         new_statements = []
         for module, name, asname in self.imports_to_add:
             if (module, name, asname) in existing:
                 continue
             alias = cst.ImportAlias(name=cst.Name(name), asname=cst.AsName(name=cst.Name(asname)) if asname else None)
-            new_statements.append(cst.SimpleStatementLine(body=[cst.ImportFrom(module=cst.parse_expression(module), names=[alias])]))  # type: ignore[arg-type]
+            new_statements.append(
+                cst.SimpleStatementLine(body=[cst.ImportFrom(module=cst.parse_expression(module), names=[alias])])
+            )  # type: ignore[arg-type]
         if not new_statements:
             return updated
         return self._insert_after_imports(updated, new_statements)
@@ -541,14 +584,22 @@ class UpgradeTransformer(cst.CSTTransformer):
             for small in getattr(statement, "body", []) if isinstance(statement, cst.SimpleStatementLine) else []:
                 if isinstance(small, cst.Import) and any(_dotted(a.name) == "lightning_mgpu" for a in small.names):
                     return updated
-                if isinstance(small, cst.ImportFrom) and small.module is not None and (_dotted(small.module) or "").startswith("lightning_mgpu"):
+                if (
+                    isinstance(small, cst.ImportFrom)
+                    and small.module is not None
+                    and (_dotted(small.module) or "").startswith("lightning_mgpu")
+                ):
                     return updated  # importing any part of the package imports (and registers) the package
         if any(module.startswith("lightning_mgpu") for module, _, _ in self.imports_to_add):
             return updated
-        self.findings.append(Finding(1, "import lightning_mgpu added: it registers the bundle's strategy names with Lightning"))
+        self.findings.append(
+            Finding(1, "import lightning_mgpu added: it registers the bundle's strategy names with Lightning")
+        )
         line = cst.SimpleStatementLine(
             body=[cst.Import(names=[cst.ImportAlias(name=cst.Name("lightning_mgpu"))])],
-            trailing_whitespace=cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(rules.REGISTERS_COMMENT)),
+            trailing_whitespace=cst.TrailingWhitespace(
+                whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(rules.REGISTERS_COMMENT)
+            ),
         )
         return self._insert_after_imports(updated, [line])
 
@@ -558,13 +609,22 @@ class UpgradeTransformer(cst.CSTTransformer):
         body = list(module.body)
         last_import = -1
         for index, statement in enumerate(body):
-            if isinstance(statement, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body):
+            if isinstance(statement, cst.SimpleStatementLine) and all(
+                isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body
+            ):
                 last_import = index
-            elif last_import >= 0 and not (isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Expr)):
+            elif last_import >= 0 and not (
+                isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Expr)
+            ):
                 break
-        if last_import < 0 and body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr):
+        if (
+            last_import < 0
+            and body
+            and isinstance(body[0], cst.SimpleStatementLine)
+            and isinstance(body[0].body[0], cst.Expr)
+        ):
             last_import = 0  # the docstring
-        body[last_import + 1:last_import + 1] = statements
+        body[last_import + 1 : last_import + 1] = statements
         return module.with_changes(body=body)
 
     # -- attribute chains: pl.loggers.NeptuneLogger, pl.strategies.DDPShardedStrategy --------------------------------
@@ -616,7 +676,11 @@ class UpgradeTransformer(cst.CSTTransformer):
                     if args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
                         args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
                     args.append(_kwarg(key, cst.parse_expression(value)))
-            self._change(original, f"{func}(...) -> {new}(...)" + (f" with {', '.join(f'{k}={v}' for k, v in extra.items())}" if extra else ""))
+            self._change(
+                original,
+                f"{func}(...) -> {new}(...)"
+                + (f" with {', '.join(f'{k}={v}' for k, v in extra.items())}" if extra else ""),
+            )
             return updated.with_changes(func=cst.Name(new), args=args)
         if original in self.resume.moved:
             value = self.resume.moved[original]
@@ -644,10 +708,14 @@ class UpgradeTransformer(cst.CSTTransformer):
         # Literal dicts splatted into the call: Trainer(**{"gpus": 2}).
         new_stars = []
         for star in stars:
-            if star.star == "**" and isinstance(star.value, cst.Dict) and all(
-                isinstance(e, cst.DictElement) and _string(e.key) is not None for e in star.value.elements
+            if (
+                star.star == "**"
+                and isinstance(star.value, cst.Dict)
+                and all(isinstance(e, cst.DictElement) and _string(e.key) is not None for e in star.value.elements)
             ):
-                inner = rewrite_trainer_args(_TrainerArgs([(_string(e.key), e.value, None) for e in star.value.elements]))  # type: ignore[union-attr,misc]
+                inner = rewrite_trainer_args(
+                    _TrainerArgs([(_string(e.key), e.value, None) for e in star.value.elements])
+                )  # type: ignore[union-attr,misc]
                 if _string(inner.get("strategy") or cst.Name("None")) in rules.BUNDLE_STRATEGY_NAMES:
                     self.needs_bundle_import = True
                 if inner.changes or inner.todos:
@@ -669,10 +737,12 @@ class UpgradeTransformer(cst.CSTTransformer):
         return updated.with_changes(args=self._commas(new_args, updated.args))
 
     @staticmethod
-    def _arg(key: str, value: cst.BaseExpression, like: Optional[cst.Arg]) -> cst.Arg:
+    def _arg(key: str, value: cst.BaseExpression, like: cst.Arg | None) -> cst.Arg:
         if like is not None and like.keyword is not None and like.keyword.value == key and like.value is value:
             return like
-        return _kwarg(key, value, like).with_changes(comma=like.comma if like is not None else cst.MaybeSentinel.DEFAULT)
+        return _kwarg(key, value, like).with_changes(
+            comma=like.comma if like is not None else cst.MaybeSentinel.DEFAULT
+        )
 
     @staticmethod
     def _commas(args: list[cst.Arg], original: Sequence[cst.Arg]) -> list[cst.Arg]:
@@ -680,8 +750,10 @@ class UpgradeTransformer(cst.CSTTransformer):
         last keeps the call's trailing comma, or its absence. A comma carrying a comment is used once: an argument
         split in two keeps its comment on the first."""
         last_comma = original[-1].comma if original else cst.MaybeSentinel.DEFAULT
-        separator = next((_without_comment(a.comma) for a in original[:-1] if isinstance(a.comma, cst.Comma)),
-                         cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))  # fmt: skip
+        separator = next(
+            (_without_comment(a.comma) for a in original[:-1] if isinstance(a.comma, cst.Comma)),
+            cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+        )
         used: set[int] = set()
         fixed = []
         for index, arg in enumerate(args):
@@ -704,7 +776,9 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._class_depth -= 1
         return updated
 
-    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> Union[cst.FunctionDef, cst.RemovalSentinel]:
+    def leave_FunctionDef(
+        self, original: cst.FunctionDef, updated: cst.FunctionDef
+    ) -> cst.FunctionDef | cst.RemovalSentinel:
         if self._class_depth == 0:
             return updated
         hook = updated.name.value
@@ -712,7 +786,10 @@ class UpgradeTransformer(cst.CSTTransformer):
             return self._drop_params(original, updated, hook)
         if hook in rules.STEP_END_HOOKS:
             if _reduce_only(updated):
-                self._change(original, f"{hook} removed: it only reduced the replicas' outputs, which lightning_mgpu's dp does exactly")
+                self._change(
+                    original,
+                    f"{hook} removed: it only reduced the replicas' outputs, which lightning_mgpu's dp does exactly",
+                )
                 return cst.RemoveFromParent()
             self._todo(original, rules.TODO_STEP_END.format(hook=hook))
         if hook in rules.EPOCH_END_HOOKS:

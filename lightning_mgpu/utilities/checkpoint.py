@@ -18,9 +18,9 @@ import os
 import pickle
 import warnings
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
@@ -46,7 +46,13 @@ def _safe_globals() -> list[Any]:
 
     from lightning.fabric.utilities.data import AttributeDict
 
-    return [AttributeDict, argparse.Namespace, pathlib.PosixPath, pathlib.PurePosixPath, torch.torch_version.TorchVersion]
+    return [
+        AttributeDict,
+        argparse.Namespace,
+        pathlib.PosixPath,
+        pathlib.PurePosixPath,
+        torch.torch_version.TorchVersion,
+    ]
 
 
 #: The allow-list for ``weights_only`` loads, beyond what torch allows itself.
@@ -69,7 +75,9 @@ class CheckpointSaveError(OSError):
     """A checkpoint could not be written (full disk, unwritable folder); the previous one is intact."""
 
 
-def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False, mmap: bool = False) -> Any:
+def load_checkpoint_file(
+    path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False, mmap: bool = False
+) -> Any:
     """Read a checkpoint file safely: ``weights_only=True`` with :data:`SAFE_GLOBALS` allowed.
 
     Args:
@@ -209,11 +217,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     @override
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         if storage_options is not None:
-            raise TypeError(f"AtomicCheckpointIO.save_checkpoint does not take storage_options, got {storage_options!r}.")
+            raise TypeError(
+                f"AtomicCheckpointIO.save_checkpoint does not take storage_options, got {storage_options!r}."
+            )
         atomic_write(path, lambda f: torch.save(checkpoint, f))
 
     @override
-    def load_checkpoint(self, path: Any, map_location: Any = lambda storage, loc: storage, weights_only: bool | None = None) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path: Any, map_location: Any = lambda storage, loc: storage, weights_only: bool | None = None
+    ) -> dict[str, Any]:
         # weights_only=False is how Lightning asks for a full unpickle; honour it only as an explicit choice.
         return read_checkpoint(path, map_location=map_location, trusted=weights_only is False)
 
@@ -241,7 +253,9 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", trusted:
     try:
         checkpoint.update(read_sharded_tensors(path))
     except (RuntimeError, OSError, ValueError, EOFError, CheckpointException) as err:
-        raise CheckpointReadError(f"Sharded checkpoint {path} cannot be read ({_first_line(err)}): a shard is missing or cut short.") from None
+        raise CheckpointReadError(
+            f"Sharded checkpoint {path} cannot be read ({_first_line(err)}): a shard is missing or cut short."
+        ) from None
     return checkpoint
 
 

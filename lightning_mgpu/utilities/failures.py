@@ -38,7 +38,10 @@ def describe_exit(code: int) -> str:
 
 
 def wait_until_first_failure(
-    procs: list[subprocess.Popen], deadline: float | None = None, stop: threading.Event | None = None, poll_s: float = 0.2
+    procs: list[subprocess.Popen],
+    deadline: float | None = None,
+    stop: threading.Event | None = None,
+    poll_s: float = 0.2,
 ) -> int | None:
     """Wait until every process has ended, one has failed, ``time.monotonic()`` passes ``deadline`` or ``stop`` is
     set. Returns the index of the first process seen failing (before the caller stops the others), or ``None``.

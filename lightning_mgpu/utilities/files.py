@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO
 
 
 def fsync_dir(folder: Path) -> None:

@@ -14,7 +14,10 @@ from types import ModuleType
 
 # package import name -> (extra, install hint)
 _EXTRAS: dict[str, tuple[str, str]] = {
-    "horovod": ("horovod", "python -m lightning_mgpu build-horovod  (horovod 0.28.1 needs a C++17 patch to build against torch>=2.1)"),
+    "horovod": (
+        "horovod",
+        "python -m lightning_mgpu build-horovod  (horovod 0.28.1 needs a C++17 patch to build against torch>=2.1)",
+    ),
     "fairscale": ("sharded", "pip install 'lightning_mgpu[sharded]'"),
     "ray": ("ray", "pip install 'lightning_mgpu[ray]'"),
     "neptune": ("neptune", "pip install 'lightning_mgpu[neptune]'"),

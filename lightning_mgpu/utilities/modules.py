@@ -6,17 +6,17 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import inspect
-from collections.abc import Sequence
-from typing import Any, Callable, Union
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from torch import nn
 
-ModuleSpec = Union[type[nn.Module], str, Callable[..., bool]]
+ModuleSpec = type[nn.Module] | str | Callable[..., bool]
 """A module class (``nn.TransformerEncoderLayer``), an fnmatch pattern over qualified names
 (``"net.blocks.*"``), or a predicate ``fn(module)`` / ``fn(name, module)``."""
 
 
-def as_spec_list(modules: Union[ModuleSpec, Sequence[ModuleSpec]]) -> list[ModuleSpec]:
+def as_spec_list(modules: ModuleSpec | Sequence[ModuleSpec]) -> list[ModuleSpec]:
     """``modules`` as a list: a single class, pattern or predicate (a common slip for a list of one) is accepted."""
     return [modules] if isinstance(modules, (str, type)) or callable(modules) else list(modules)
 
@@ -64,7 +64,9 @@ class ModuleMatcher:
             close = difflib.get_close_matches(self.value, names, n=5, cutoff=0.5) or difflib.get_close_matches(
                 probe, names, n=5, cutoff=0.3
             )
-            hint = f" Close names: {', '.join(map(repr, close))}." if close else f" Top-level names: {_top_level(names)}."
+            hint = (
+                f" Close names: {', '.join(map(repr, close))}." if close else f" Top-level names: {_top_level(names)}."
+            )
             return (
                 f"{self.owner}: pattern {self.value!r} matched no submodule of {root_name}.{hint}"
                 " Patterns are fnmatch-style over qualified names from `model.named_modules()`, e.g. 'net.blocks.*'."

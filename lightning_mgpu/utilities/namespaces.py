@@ -29,17 +29,20 @@ import importlib.machinery
 import importlib.util
 import re
 import sys
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Optional, Sequence
 
 PACKAGE = "lightning_mgpu"
 TWIN = f"{PACKAGE}.pl"
 ROOT = Path(__file__).resolve().parents[1]
 
 #: What the twin's source gets instead, as Lightning's own mirror build rewrites it.
-_REWRITES = ((re.compile(r"\blightning\.pytorch\b"), "pytorch_lightning"), (re.compile(r"\blightning\.fabric\b"), "lightning_fabric"))
+_REWRITES = (
+    (re.compile(r"\blightning\.pytorch\b"), "pytorch_lightning"),
+    (re.compile(r"\blightning\.fabric\b"), "lightning_fabric"),
+)
 _LIGHTNING = re.compile(r"^\s*(?:from|import)\s+lightning\.(?:pytorch|fabric)\b", re.MULTILINE)
 
 
@@ -48,7 +51,7 @@ class MixedLightningNamespacesError(TypeError):
     ``lightning_mgpu.strategies.mixed_namespaces``; defined here so that both namespaces raise the same class)."""
 
 
-def _module_path(name: str) -> Optional[Path]:
+def _module_path(name: str) -> Path | None:
     """The source file of bundle module ``name`` (``lightning_mgpu.x.y``), or None."""
     rel = Path(*name.split(".")[1:])
     for candidate in (ROOT / rel / "__init__.py", ROOT / rel.with_suffix(".py") if rel.parts else None):
@@ -110,7 +113,7 @@ def twinned_modules() -> frozenset[str]:
 
 def original_name(name: str) -> str:
     """``lightning_mgpu.pl.x`` -> ``lightning_mgpu.x`` (``lightning_mgpu.pl`` -> ``lightning_mgpu``)."""
-    return PACKAGE + name[len(TWIN):]
+    return PACKAGE + name[len(TWIN) :]
 
 
 _FROM_BUNDLE = re.compile(rf"^(\s*from\s+){PACKAGE}\b", re.MULTILINE)
@@ -146,7 +149,7 @@ class _AliasLoader(importlib.abc.Loader):
 
     def __init__(self, original: str) -> None:
         self.original = original
-        self.original_spec: Optional[importlib.machinery.ModuleSpec] = None
+        self.original_spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         module = importlib.import_module(self.original)
@@ -162,8 +165,8 @@ class TwinFinder(importlib.abc.MetaPathFinder):
     """Finds ``lightning_mgpu.pl.*``: a twin of each bundle module that reaches Lightning, the module itself otherwise."""
 
     def find_spec(
-        self, fullname: str, path: Optional[Sequence[str]] = None, target: Optional[ModuleType] = None
-    ) -> Optional[importlib.machinery.ModuleSpec]:
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname != TWIN and not fullname.startswith(TWIN + "."):
             return None
         original = original_name(fullname)
@@ -195,8 +198,8 @@ class _TwinAfterPytorchLightning(importlib.abc.MetaPathFinder):
     bundle first: ``pl.Trainer(strategy="dp")`` then finds the name in ``pytorch_lightning``'s registry."""
 
     def find_spec(
-        self, fullname: str, path: Optional[Sequence[str]] = None, target: Optional[ModuleType] = None
-    ) -> Optional[importlib.machinery.ModuleSpec]:
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname != "pytorch_lightning":
             return None
         sys.meta_path.remove(self)  # once, and so that the lookup below finds the real package
@@ -214,7 +217,7 @@ class _TwinAfterPytorchLightning(importlib.abc.MetaPathFinder):
         return spec
 
 
-def import_twin() -> Optional[ModuleType]:
+def import_twin() -> ModuleType | None:
     """Import ``lightning_mgpu.pl`` (which registers the bundle's names in ``pytorch_lightning``'s registry).
 
     A failure never breaks the user's ``import pytorch_lightning``: it becomes a warning naming the cause.
@@ -244,5 +247,7 @@ def enable_twin() -> None:
         sys.meta_path.insert(0, TwinFinder())
     if "pytorch_lightning" in sys.modules:
         import_twin()
-    elif is_installed("pytorch_lightning") and not any(isinstance(f, _TwinAfterPytorchLightning) for f in sys.meta_path):
+    elif is_installed("pytorch_lightning") and not any(
+        isinstance(f, _TwinAfterPytorchLightning) for f in sys.meta_path
+    ):
         sys.meta_path.insert(0, _TwinAfterPytorchLightning())

@@ -56,12 +56,14 @@ def check_master_port(env: dict[str, str] | None = None) -> None:
     try:
         port = int(port_text)
     except ValueError:
-        raise ValueError(f"MASTER_PORT={port_text!r} is not a port number; set an integer in 1024-65535 or unset it.") from None
+        raise ValueError(
+            f"MASTER_PORT={port_text!r} is not a port number; set an integer in 1024-65535 or unset it."
+        ) from None
     if not 0 < port < 65536:
         raise ValueError(f"MASTER_PORT={port} is out of range; set an integer in 1024-65535 or unset it.")
     if not port_is_free(port):
         raise PortInUseError(
-            f"MASTER_PORT={port} is already in use (\"Address already in use\"), usually by workers of an earlier run"
+            f'MASTER_PORT={port} is already in use ("Address already in use"), usually by workers of an earlier run'
             f" that did not exit. Free it (`fuser -k {port}/tcp`, or find the process with `lsof -i :{port}`), choose"
             " another MASTER_PORT, or unset MASTER_PORT so that Lightning picks a free port."
         )

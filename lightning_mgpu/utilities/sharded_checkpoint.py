@@ -203,7 +203,9 @@ def read_sharded_tensors(path: str | os.PathLike) -> dict[str, Any]:
 
     state: dict[str, Any] = {}
     # What torch's own dcp_to_torch_save does: an empty target that the planner fills from the metadata.
-    _load_state_dict(state, storage_reader=FileSystemReader(str(path)), planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    _load_state_dict(
+        state, storage_reader=FileSystemReader(str(path)), planner=_EmptyStateDictLoadPlanner(), no_dist=True
+    )
     if "optimizer_states" in state:
         state["optimizer_states"] = [_with_int_ids(s) for s in state["optimizer_states"]]
     return state
@@ -240,7 +242,9 @@ def read_sharded_model(path: str | os.PathLike, template: dict[str, torch.Tensor
     return state["state_dict"]
 
 
-def check_saved_optimizer_count(path: str | os.PathLike, entries: list[tuple[tuple[Any, ...], Any]], count: int) -> None:
+def check_saved_optimizer_count(
+    path: str | os.PathLike, entries: list[tuple[tuple[Any, ...], Any]], count: int
+) -> None:
     """Refuse a folder (its :func:`saved_entries`) that holds the state of another number of optimizers than ``count``.
 
     Raises:
@@ -255,9 +259,13 @@ def check_saved_optimizer_count(path: str | os.PathLike, entries: list[tuple[tup
 
 
 def read_owned_optimizer_state(
-    path: str | os.PathLike, entries: list[tuple[tuple[Any, ...], Any]], index: int, owned: list[int],
-    param_groups: list[dict[str, Any]], num_optimizers: int,
-) -> dict[str, Any]:  # fmt: skip
+    path: str | os.PathLike,
+    entries: list[tuple[tuple[Any, ...], Any]],
+    index: int,
+    owned: list[int],
+    param_groups: list[dict[str, Any]],
+    num_optimizers: int,
+) -> dict[str, Any]:
     """Optimizer ``index``'s saved state for the parameter indices ``owned`` only, with its saved param groups, in
     torch's ordinary layout. Each rank reads what it owns now, whatever the number of ranks that wrote the folder.
     ``entries``: the folder's :func:`saved_entries`, read once for all its optimizers. Collective under a process
@@ -279,7 +287,9 @@ def read_owned_optimizer_state(
         elif where[2] == "param_groups":
             groups.setdefault(int(where[3]), {})[where[4]] = None
     if len(groups) != len(param_groups):
-        raise ValueError(f"{path} holds {len(groups)} parameter group(s) for optimizer {index}, this one has {len(param_groups)}.")
+        raise ValueError(
+            f"{path} holds {len(groups)} parameter group(s) for optimizer {index}, this one has {len(param_groups)}."
+        )
     target: list[dict[str, Any]] = [{} for _ in range(num_optimizers)]
     target[index] = {"state": slots, "param_groups": [groups[g] for g in sorted(groups)]}
     state = {"optimizer_states": target}

@@ -18,9 +18,19 @@ from typing import Any
 
 # No background traffic of Chromium's own, so the network log holds the page's requests only.
 _QUIET = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run", "--no-default-browser-check",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-extensions",
-    "--disable-default-apps", "--metrics-recording-only", "--mute-audio",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--hide-scrollbars",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-default-apps",
+    "--metrics-recording-only",
+    "--mute-audio",
 ]
 
 
@@ -54,9 +64,16 @@ class Browser:
             raise RuntimeError("chromium is not installed (bash scripts/install_system_deps.sh)")
         self.profile.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [binary, *_QUIET, f"--window-size={self.window[0]},{self.window[1]}", f"--user-data-dir={self.profile}",
-             "--remote-debugging-port=0", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [
+                binary,
+                *_QUIET,
+                f"--window-size={self.window[0]},{self.window[1]}",
+                f"--user-data-dir={self.profile}",
+                "--remote-debugging-port=0",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         port_file = self.profile / "DevToolsActivePort"
         deadline = time.monotonic() + self.timeout
@@ -141,5 +158,7 @@ class Browser:
     def screenshot(self, path: Path) -> Path:
         import base64
 
-        path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]))
+        path.write_bytes(
+            base64.b64decode(self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"])
+        )
         return path

@@ -30,7 +30,13 @@ class IndexedDataset(Dataset):
     """
 
     def __init__(
-        self, n: int = 200, seed: int = 0, fail_at: int | None = None, kill_at: int | None = None, delay_s: float = 0.0, pid_dir: str | None = None
+        self,
+        n: int = 200,
+        seed: int = 0,
+        fail_at: int | None = None,
+        kill_at: int | None = None,
+        delay_s: float = 0.0,
+        pid_dir: str | None = None,
     ) -> None:
         rng = np.random.default_rng(seed)
         self.x = rng.standard_normal((n, 3, 4)).astype(np.float32)

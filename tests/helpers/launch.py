@@ -28,7 +28,16 @@ def import_train_script() -> ModuleType:
 
 
 # Rendezvous variables a launched job must choose for itself, never inherit from the test process.
-RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+RENDEZVOUS = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+)
 
 
 def clean_environ() -> dict[str, str]:
@@ -90,7 +99,11 @@ def kill_tree(pid: int) -> None:
 
 
 def run_python(
-    args: list[str], timeout: float = 300, env: dict[str, str] | None = None, cwd: Path | None = None, check: bool = True
+    args: list[str],
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    check: bool = True,
 ) -> subprocess.CompletedProcess:
     """Run ``python ARGS`` from the repo root; raise with the captured output on a timeout, or a failure if ``check``."""
     full_env = launch_env(env)
@@ -98,9 +111,13 @@ def run_python(
     try:
         proc = subprocess.run(cmd, cwd=cwd or REPO_ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as err:
-        raise AssertionError(f"{cmd} timed out after {timeout}s\n--- stdout\n{err.stdout}\n--- stderr\n{err.stderr}") from None
+        raise AssertionError(
+            f"{cmd} timed out after {timeout}s\n--- stdout\n{err.stdout}\n--- stderr\n{err.stderr}"
+        ) from None
     if check and proc.returncode != 0:
-        raise AssertionError(f"{cmd} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}")
+        raise AssertionError(
+            f"{cmd} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}"
+        )
     return proc
 
 
@@ -124,7 +141,9 @@ def join_runs(runs: list[list[str]]) -> list[str]:
     return [arg for i, run in enumerate(runs) for arg in ([THEN] if i else []) + run]
 
 
-def run_parity(out: Path, *extra: str, timeout: float = 300, env: dict[str, str] | None = None) -> dict[int, dict[str, torch.Tensor]]:
+def run_parity(
+    out: Path, *extra: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> dict[int, dict[str, torch.Tensor]]:
     """Run ``tests.integration.runners.run_parity`` and return each rank's final parameters."""
     return run_parity_sequence([(out, *extra)], timeout=timeout, env=env)[0]
 
@@ -152,7 +171,9 @@ def parity_params(out: Path) -> dict[int, dict[str, torch.Tensor]]:
     return {int(p.stem.removeprefix("params_rank")): torch.load(p) for p in sorted(out.glob("params_rank*.pt"))}
 
 
-def launch_processes(args: list[str], rank_envs: list[dict[str, str]], timeout: float = 300, env: dict[str, str] | None = None) -> list[str]:
+def launch_processes(
+    args: list[str], rank_envs: list[dict[str, str]], timeout: float = 300, env: dict[str, str] | None = None
+) -> list[str]:
     """Start ``python ARGS`` once per entry of ``rank_envs`` (each on top of ``env`` and a clean environment) and wait
     for all of them, as a launcher would.
 
@@ -165,15 +186,25 @@ def launch_processes(args: list[str], rank_envs: list[dict[str, str]], timeout: 
     Raises:
         AssertionError: a process exited non-zero, or the launch ran past ``timeout``; with the failing one's output.
     """
-    from lightning_mgpu.utilities.failures import wait_until_first_failure  # the one wait loop, also the benchmarks' and horovod's
+    from lightning_mgpu.utilities.failures import (
+        wait_until_first_failure,  # the one wait loop, also the benchmarks' and horovod's
+    )
 
     base = launch_env(env)
     with tempfile.TemporaryDirectory() as tmp:
         procs, logs = [], []
         for i, rank_env in enumerate(rank_envs):
             log = open(Path(tmp) / f"process{i}.log", "w+")  # noqa: SIM115  (closed below, after the processes end)
-            procs.append(subprocess.Popen([sys.executable, *args], cwd=REPO_ROOT, env={**base, **rank_env}, stdout=log,
-                                          stderr=subprocess.STDOUT, start_new_session=True))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, *args],
+                    cwd=REPO_ROOT,
+                    env={**base, **rank_env},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
             logs.append(log)
         deadline = time.monotonic() + timeout
         try:
@@ -208,7 +239,9 @@ def run_command(cmd: list[str], timeout: float, expect_ok: bool = True) -> tuple
     """
     env = launch_env()
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

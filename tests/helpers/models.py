@@ -32,13 +32,21 @@ def _parity_module(base: type) -> type:
         """An MLP regressor whose init depends only on ``init_seed``."""
 
         def __init__(
-            self, optimizer: str = "sgd", lr: float = 0.1, init_seed: int = 0, manual: bool = False, global_batch: int = 32, num_samples: int = 160,
+            self,
+            optimizer: str = "sgd",
+            lr: float = 0.1,
+            init_seed: int = 0,
+            manual: bool = False,
+            global_batch: int = 32,
+            num_samples: int = 160,
             hidden: int = HIDDEN,
         ) -> None:
             super().__init__()
             self.save_hyperparameters()
             torch.manual_seed(init_seed)
-            self.net = nn.Sequential(nn.Linear(IN, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, OUT))
+            self.net = nn.Sequential(
+                nn.Linear(IN, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, OUT)
+            )
             self.automatic_optimization = not manual
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:

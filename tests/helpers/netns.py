@@ -39,7 +39,9 @@ def two_nodes() -> Iterator[tuple[Node, Node, str]]:
         _ip("netns", "add", names[0])
     except (subprocess.CalledProcessError, FileNotFoundError) as err:
         if os.environ.get("CI"):
-            raise RuntimeError(f"CI must run the two-node test across network namespaces, but `ip netns add` failed: {err}") from err
+            raise RuntimeError(
+                f"CI must run the two-node test across network namespaces, but `ip netns add` failed: {err}"
+            ) from err
         local = Node((), "127.0.0.1", None)
         yield local, local, "fallback: two agents on 127.0.0.1 (network namespaces need root)"
         return
@@ -51,8 +53,15 @@ def two_nodes() -> Iterator[tuple[Node, Node, str]]:
             _ip("netns", "exec", ns, "ip", "addr", "add", f"{SUBNET}.{i + 1}/24", "dev", link)
             _ip("netns", "exec", ns, "ip", "link", "set", link, "up")
             _ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        nodes = [Node(("ip", "netns", "exec", ns), f"{SUBNET}.{i + 1}", link) for i, (ns, link) in enumerate(zip(names, links))]
-        yield nodes[0], nodes[1], f"network namespaces {names[0]} ({SUBNET}.1) and {names[1]} ({SUBNET}.2) over a veth pair"
+        nodes = [
+            Node(("ip", "netns", "exec", ns), f"{SUBNET}.{i + 1}", link)
+            for i, (ns, link) in enumerate(zip(names, links))
+        ]
+        yield (
+            nodes[0],
+            nodes[1],
+            f"network namespaces {names[0]} ({SUBNET}.1) and {names[1]} ({SUBNET}.2) over a veth pair",
+        )
     finally:
         for ns in names:  # deleting a namespace deletes the veth end inside it, and with it the pair
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)

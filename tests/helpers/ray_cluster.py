@@ -33,7 +33,9 @@ class RayCluster:
 def _ray(args: list[str], env: dict[str, str], timeout: float = 120) -> str:
     proc = subprocess.run([RAY, *args], env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise RuntimeError(f"`ray {' '.join(args)}` exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise RuntimeError(
+            f"`ray {' '.join(args)}` exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     return proc.stdout
 
 
@@ -46,7 +48,12 @@ def _alive_nodes(address: str, env: dict[str, str]) -> int:
 @contextmanager
 def two_node_ray_cluster() -> Iterator[RayCluster]:
     # tests/conftest.py sets the session's token before Ray is imported; a bare use of this helper makes its own.
-    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_USAGE_STATS_ENABLED": "0", **os.environ}
+    env = {
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": secrets.token_hex(32),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        **os.environ,
+    }
     # One thread per 1-CPU worker, as Ray sets when nothing is inherited: the runs on this cluster are compared
     # bitwise with one-thread runs, and a thread count from the caller's environment would sum in another order.
     env["OMP_NUM_THREADS"] = "1"

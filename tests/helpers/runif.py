@@ -71,8 +71,15 @@ def RunIf(  # noqa: N802  (reads like a decorator, as Lightning's does)
         marks.append(pytest.mark.gpu)
         if torch.cuda.device_count() < min_cuda_gpus:
             reasons.append(f"needs {min_cuda_gpus} CUDA GPU(s), found {torch.cuda.device_count()}")
-    wanted = {"horovod": horovod, "fairscale": fairscale, "ray": ray, "neptune": neptune, "pynvml": pynvml,
-              "plotly": plotly, "tensorboard": tensorboard}
+    wanted = {
+        "horovod": horovod,
+        "fairscale": fairscale,
+        "ray": ray,
+        "neptune": neptune,
+        "pynvml": pynvml,
+        "plotly": plotly,
+        "tensorboard": tensorboard,
+    }
     on_ci = bool(os.environ.get("CI"))
     for package, needed in wanted.items():
         if not needed:

@@ -34,10 +34,21 @@ def shares_one_gpu(ranks: int) -> bool:
 
 def node_args(world: int, accelerator: str) -> list[str]:
     """The runner flags of one node of a shared-device job: one device per node, gloo between them."""
-    return ["--accelerator", accelerator, "--devices", "1", "--num-nodes", str(world), "--process-group-backend", "gloo"]
+    return [
+        "--accelerator",
+        accelerator,
+        "--devices",
+        "1",
+        "--num-nodes",
+        str(world),
+        "--process-group-backend",
+        "gloo",
+    ]
 
 
-def launch_nodes(module_args: list[str], world: int, timeout: float = 300, env: dict[str, str] | None = None) -> list[str]:
+def launch_nodes(
+    module_args: list[str], world: int, timeout: float = 300, env: dict[str, str] | None = None
+) -> list[str]:
     """Start ``python MODULE_ARGS`` once per node (``NODE_RANK`` 0..world-1) and wait for all of them
     (:func:`~tests.helpers.launch.launch_processes`: the first failure kills every node and raises with its output).
 
@@ -48,4 +59,6 @@ def launch_nodes(module_args: list[str], world: int, timeout: float = 300, env: 
     from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
     rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(find_free_network_port()), "WORLD_SIZE": str(world)}
-    return launch_processes(module_args, [{**rendezvous, "NODE_RANK": str(node)} for node in range(world)], timeout, env)
+    return launch_processes(
+        module_args, [{**rendezvous, "NODE_RANK": str(node)} for node in range(world)], timeout, env
+    )

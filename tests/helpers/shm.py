@@ -30,8 +30,17 @@ def unavailable() -> str | None:
 def with_private_shm(cmd: list[str], shm_dir: Path) -> list[str]:
     """``cmd`` run in a new mount namespace where ``shm_dir`` is bound over /dev/shm (``exec``: same process)."""
     shm_dir.mkdir(parents=True, exist_ok=True)
-    return ["unshare", "--mount", "--propagation", "private",
-            "sh", "-c", 'mount --bind "$0" /dev/shm && exec "$@"', str(shm_dir), *cmd]
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        'mount --bind "$0" /dev/shm && exec "$@"',
+        str(shm_dir),
+        *cmd,
+    ]
 
 
 def left_in(shm_dir: Path) -> list[str]:

@@ -30,7 +30,6 @@ def quiet_trainer(namespace: str = "lightning.pytorch", **kwargs: Any) -> pl.Tra
     # CleanExit as a user of the bundle would add it: spawned workers release their process group after success.
     if namespace == "pytorch_lightning":
         import pytorch_lightning as trainer_module
-
         from lightning_mgpu.pl.callbacks import CleanExit
     else:
         trainer_module = pl

@@ -23,4 +23,3 @@ def test_info_command_names_every_strategy_and_version() -> None:
 def test_subcommands_are_listed() -> None:
     out = run_python(["-m", "lightning_mgpu", "--help"], timeout=120).stdout
     assert "info" in out and "dashboard" in out and "build-horovod" in out
-

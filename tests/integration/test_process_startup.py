@@ -23,7 +23,9 @@ _PROBE = (
 
 def test_a_launched_process_starts_tuned_and_collects_at_exit() -> None:
     threshold, plotted, frozen = run_python(["-c", _PROBE]).stdout.split()
-    assert int(threshold) == process_startup.THRESHOLD[0], "the venv's hook did not run: scripts/setup_env.sh installs it"
+    assert int(threshold) == process_startup.THRESHOLD[0], (
+        "the venv's hook did not run: scripts/setup_env.sh installs it"
+    )
     assert plotted == "0", "torchmetrics imported matplotlib"
     assert int(frozen) > 0, "the exit step did not run"
     assert gc.get_threshold() == process_startup.THRESHOLD, "the pytest process itself runs tuned (tests/conftest.py)"
@@ -31,6 +33,8 @@ def test_a_launched_process_starts_tuned_and_collects_at_exit() -> None:
 
 def test_without_the_variable_a_process_is_left_as_python_starts_it() -> None:
     env = {k: v for k, v in os.environ.items() if k != "LIGHTNING_MGPU_TEST_STARTUP"}
-    out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     # Untouched: the default threshold, torchmetrics imports matplotlib (so the check above can fail), nothing frozen.
     assert int(out[0]) != process_startup.THRESHOLD[0] and out[1] == "1" and int(out[2]) == 0, out

@@ -59,9 +59,17 @@ def test_two_workers_keep_files_whole_and_run_the_ray_files_together_first(tmp_p
     # some (the chance that one worker took all five is small), so the check below fails if they were not one unit.
     launched = "import pytest\n" + "\n".join(f"@pytest.mark.integration\ndef test_{i}():\n    pass\n" for i in range(3))
     for name in "abcde":
-        (tmp_path / f"test_matrix_{name}.py").write_text(f"# from tests.integration.runners.run_callbacks import launch\n{launched}")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q", str(tmp_path)], cwd=tmp_path,
-                          env={**os.environ, "RECORD": str(record)}, capture_output=True, text=True, timeout=120)  # fmt: skip
+        (tmp_path / f"test_matrix_{name}.py").write_text(
+            f"# from tests.integration.runners.run_callbacks import launch\n{launched}"
+        )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q", str(tmp_path)],
+        cwd=tmp_path,
+        env={**os.environ, "RECORD": str(record)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and "30 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = [line.split(" ", 1) for line in record.read_text().splitlines()]
     workers_of: dict[str, set[str]] = {}
@@ -69,9 +77,10 @@ def test_two_workers_keep_files_whole_and_run_the_ray_files_together_first(tmp_p
         workers_of.setdefault(nodeid.split("::")[0], set()).add(worker)
     assert all(len(w) == 1 for w in workers_of.values()), workers_of  # no file split between workers
     assert workers_of["test_ray_a.py"] == workers_of["test_ray_b.py"], workers_of  # one Ray unit
-    assert len({frozenset(workers_of[f"test_matrix_{name}.py"]) for name in "abcde"}) == 1, workers_of  # one matrix unit
+    assert len({frozenset(workers_of[f"test_matrix_{name}.py"]) for name in "abcde"}) == 1, (
+        workers_of
+    )  # one matrix unit
     assert len(set().union(*workers_of.values())) == 2  # both workers worked
     ray_worker = next(iter(workers_of["test_ray_a.py"]))
     first = [nodeid for worker, nodeid in runs if worker == ray_worker][:3]
     assert all(nodeid.startswith("test_ray_") for nodeid in first), first  # the Ray unit went first
-

@@ -12,7 +12,9 @@ def test_launch_commands_follow_the_devices() -> None:
     cpu = info.launch_commands(info.DeviceInfo(cpu_count=2, cuda_visible_devices=None, gpus=()))
     assert "--accelerator cpu" in cpu["ddp"] and "--devices 2" in cpu["ddp"] and "--gloo" in cpu["horovod"]
     gpus = info.launch_commands(info.DeviceInfo(cpu_count=16, cuda_visible_devices="2,3,5", gpus=("a", "b", "c")))
-    assert "--accelerator gpu" in gpus["ddp"] and "--devices 3" in gpus["ddp"] and "horovodrun -np 3 " in gpus["horovod"]
+    assert (
+        "--accelerator gpu" in gpus["ddp"] and "--devices 3" in gpus["ddp"] and "horovodrun -np 3 " in gpus["horovod"]
+    )
     assert "--gloo" not in gpus["horovod"]
 
 
@@ -36,4 +38,3 @@ def test_every_install_hint_names_a_command_a_pip_user_has() -> None:
     root = pathlib.Path(lightning_mgpu.__file__).parent
     offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if "scripts/build_horovod.sh" in p.read_text()]
     assert offenders == []
-

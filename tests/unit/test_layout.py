@@ -130,23 +130,78 @@ def _importers_of(prefix: str) -> dict[str, set[str]]:
 # (who, must not import): the one-way direction of the layout
 # Glue to the outside and command-line tools: nothing in the library uses them (only cli reaches upgrade and tools).
 _ABOVE_ALL = ["lightning_mgpu.launchers", "lightning_mgpu.cli", "lightning_mgpu.upgrade", "lightning_mgpu.tools"]
-_LIBRARY = ["lightning_mgpu.strategies", "lightning_mgpu.callbacks", "lightning_mgpu.monitoring", "lightning_mgpu.loggers",
-            "lightning_mgpu.data", "lightning_mgpu.dashboard", "lightning_mgpu.demos", "lightning_mgpu.launchers"]
+_LIBRARY = [
+    "lightning_mgpu.strategies",
+    "lightning_mgpu.callbacks",
+    "lightning_mgpu.monitoring",
+    "lightning_mgpu.loggers",
+    "lightning_mgpu.data",
+    "lightning_mgpu.dashboard",
+    "lightning_mgpu.demos",
+    "lightning_mgpu.launchers",
+]
 RULES = [
     ("lightning_mgpu.utilities", ["lightning_mgpu"]),  # the bottom floor imports nothing above it
-    ("lightning_mgpu.strategies", ["lightning_mgpu.dashboard", "lightning_mgpu.callbacks", "lightning_mgpu.monitoring",
-                                   "lightning_mgpu.loggers", "lightning_mgpu.demos", *_ABOVE_ALL]),
-    ("lightning_mgpu.callbacks", ["lightning_mgpu.dashboard", "lightning_mgpu.strategies", "lightning_mgpu.loggers",
-                                  "lightning_mgpu.demos", *_ABOVE_ALL]),
-    ("lightning_mgpu.monitoring", ["lightning_mgpu.dashboard", "lightning_mgpu.loggers", "lightning_mgpu.strategies",
-                                   "lightning_mgpu.callbacks", "lightning_mgpu.demos", *_ABOVE_ALL]),
-    ("lightning_mgpu.loggers", ["lightning_mgpu.dashboard", "lightning_mgpu.strategies", "lightning_mgpu.demos", *_ABOVE_ALL]),
-    ("lightning_mgpu.data", ["lightning_mgpu.dashboard", "lightning_mgpu.strategies", "lightning_mgpu.monitoring",
-                             "lightning_mgpu.demos", *_ABOVE_ALL]),
+    (
+        "lightning_mgpu.strategies",
+        [
+            "lightning_mgpu.dashboard",
+            "lightning_mgpu.callbacks",
+            "lightning_mgpu.monitoring",
+            "lightning_mgpu.loggers",
+            "lightning_mgpu.demos",
+            *_ABOVE_ALL,
+        ],
+    ),
+    (
+        "lightning_mgpu.callbacks",
+        [
+            "lightning_mgpu.dashboard",
+            "lightning_mgpu.strategies",
+            "lightning_mgpu.loggers",
+            "lightning_mgpu.demos",
+            *_ABOVE_ALL,
+        ],
+    ),
+    (
+        "lightning_mgpu.monitoring",
+        [
+            "lightning_mgpu.dashboard",
+            "lightning_mgpu.loggers",
+            "lightning_mgpu.strategies",
+            "lightning_mgpu.callbacks",
+            "lightning_mgpu.demos",
+            *_ABOVE_ALL,
+        ],
+    ),
+    (
+        "lightning_mgpu.loggers",
+        ["lightning_mgpu.dashboard", "lightning_mgpu.strategies", "lightning_mgpu.demos", *_ABOVE_ALL],
+    ),
+    (
+        "lightning_mgpu.data",
+        [
+            "lightning_mgpu.dashboard",
+            "lightning_mgpu.strategies",
+            "lightning_mgpu.monitoring",
+            "lightning_mgpu.demos",
+            *_ABOVE_ALL,
+        ],
+    ),
     ("lightning_mgpu.dashboard", ["lightning_mgpu.strategies", "lightning_mgpu.callbacks", *_ABOVE_ALL]),
     # The launcher glue maps names onto strategies; it knows no callbacks, loggers, data or demos.
-    ("lightning_mgpu.launchers", ["lightning_mgpu.callbacks", "lightning_mgpu.monitoring", "lightning_mgpu.loggers",
-                                  "lightning_mgpu.data", "lightning_mgpu.dashboard", "lightning_mgpu.demos", "lightning_mgpu.cli"]),
+    (
+        "lightning_mgpu.launchers",
+        [
+            "lightning_mgpu.callbacks",
+            "lightning_mgpu.monitoring",
+            "lightning_mgpu.loggers",
+            "lightning_mgpu.data",
+            "lightning_mgpu.dashboard",
+            "lightning_mgpu.demos",
+            "lightning_mgpu.cli",
+        ],
+    ),
     # The tools stand beside the library: they read source files or build wheels, and import none of it.
     ("lightning_mgpu.upgrade", [*_LIBRARY, *_ABOVE_ALL]),
     ("lightning_mgpu.tools", [*_LIBRARY, *_ABOVE_ALL]),
@@ -173,9 +228,17 @@ def test_strategy_packages_never_import_the_registry() -> None:
 
 
 def test_old_private_paths_are_gone() -> None:
-    old = ["strategies/_dp_engine.py", "strategies/_horovod_runtime.py", "strategies/_sharded_fairscale.py",
-           "callbacks/gpu_monitor.py", "utilities/dashboard.py", "utilities/samplers.py", "utilities/info.py", "models",
-           "strategies/horovod/build.py"]
+    old = [
+        "strategies/_dp_engine.py",
+        "strategies/_horovod_runtime.py",
+        "strategies/_sharded_fairscale.py",
+        "callbacks/gpu_monitor.py",
+        "utilities/dashboard.py",
+        "utilities/samplers.py",
+        "utilities/info.py",
+        "models",
+        "strategies/horovod/build.py",
+    ]
     assert [p for p in old if (ROOT / p).exists()] == []
 
 

@@ -17,8 +17,10 @@ pytest.importorskip("xdist")
 
 
 def test_the_ray_cluster_stops_after_the_last_test_that_uses_it() -> None:
-    ray, ray_data, other, other2 = (SimpleNamespace(fixturenames=names) for names in
-                                    (["ray_cluster"], ["ray_session", "ray_cluster"], ["tmp_path"], ["tmp_path"]))  # fmt: skip
+    ray, ray_data, other, other2 = (
+        SimpleNamespace(fixturenames=names)
+        for names in (["ray_cluster"], ["ray_session", "ray_cluster"], ["tmp_path"], ["tmp_path"])
+    )
     # A Ray file holds tests without Ray: a Ray test followed by one of those is not the last Ray test.
     items = [ray, other, ray_data, other2]
     assert [last_ray_user(it, items) for it in items] == [False, False, True, False]
@@ -36,4 +38,3 @@ def test_the_files_that_read_the_callback_matrix_share_one_unit() -> None:
     files = ("test_grad_sync", "test_activation_checkpointing", "test_mixed_precision", "test_zero_grad")
     assert {unit_of(f"tests/integration/callbacks/{name}.py::test_x", REPO_ROOT) for name in files} == {CALLBACKS_UNIT}
     assert unit_of("tests/integration/callbacks/test_clean_exit.py::test_y", REPO_ROOT).endswith("test_clean_exit.py")
-

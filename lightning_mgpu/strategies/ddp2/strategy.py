@@ -72,7 +72,9 @@ class DDP2Strategy(StepRouting, DDPStrategy):
     optional_dependency: str | None = None
     # Capabilities (lightning_mgpu/utilities/capabilities.py).
     loads_node_batch = True
-    ray_incompatibility = "one `ddp2` process per node drives the node's devices, while Ray Train runs one process per device; use 'ddp'"
+    ray_incompatibility = (
+        "one `ddp2` process per node drives the node's devices, while Ray Train runs one process per device; use 'ddp'"
+    )
     # Device types on which a node's devices are run by DataParallel (others fall back to one device per node).
     _data_parallel_device_types: tuple[str, ...] = ("cuda",)
 
@@ -80,7 +82,9 @@ class DDP2Strategy(StepRouting, DDPStrategy):
         if loss_reduction not in LOSS_REDUCTIONS:
             raise ValueError(f"loss_reduction={loss_reduction!r} is not supported; choose one of {LOSS_REDUCTIONS}.")
         if kwargs.get("start_method", "popen") != "popen":
-            raise ValueError("ddp2 starts one process per node from the launcher (start_method='popen'); spawning is not supported.")
+            raise ValueError(
+                "ddp2 starts one process per node from the launcher (start_method='popen'); spawning is not supported."
+            )
         kwargs.setdefault("checkpoint_io", AtomicCheckpointIO())  # a kill mid-save never leaves a torn .ckpt
         self._requested_devices: list[torch.device] | None = None
         super().__init__(**kwargs)
@@ -134,7 +138,11 @@ class DDP2Strategy(StepRouting, DDPStrategy):
         super().setup_environment()
         devices = self.node_devices
         asked = len(self._requested_devices or [])
-        how = "DataParallel" if self._node_is_data_parallel() else "a single device (DataParallel needs several CUDA GPUs)"
+        how = (
+            "DataParallel"
+            if self._node_is_data_parallel()
+            else "a single device (DataParallel needs several CUDA GPUs)"
+        )
         rank_zero_info(
             f"strategy='ddp2': {self.num_nodes} node process(es), each driving {devices} device(s) with {how}"
             + (f" ({asked} requested)" if asked > devices else "")

@@ -111,7 +111,9 @@ def emulated_replicate(network: nn.Module, num_replicas: int, detach: bool = Fal
     return [copies[r][0] for r in range(num_replicas)]
 
 
-def emulated_parallel_apply(modules: Sequence[nn.Module], inputs: Sequence[Any], kwargs_tup: Sequence[dict[str, Any]]) -> list[Any]:
+def emulated_parallel_apply(
+    modules: Sequence[nn.Module], inputs: Sequence[Any], kwargs_tup: Sequence[dict[str, Any]]
+) -> list[Any]:
     """Call each module on its inputs in its own thread, like ``torch.nn.parallel.parallel_apply``."""
     grad_enabled = torch.is_grad_enabled()
     autocast_enabled = torch.is_autocast_enabled("cpu")
@@ -130,7 +132,10 @@ def emulated_parallel_apply(modules: Sequence[nn.Module], inputs: Sequence[Any],
             with lock:
                 results[i] = ExceptionWrapper(where=f"in replica {i} on device cpu (emulated)")
 
-    threads = [threading.Thread(target=worker, args=(i, m, a, k)) for i, (m, a, k) in enumerate(zip(modules, inputs, kwargs_tup))]
+    threads = [
+        threading.Thread(target=worker, args=(i, m, a, k))
+        for i, (m, a, k) in enumerate(zip(modules, inputs, kwargs_tup))
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -152,7 +157,9 @@ class EmulatedDataParallel(LightningDataParallel):
         loss_reduction: as in :class:`LightningDataParallel`.
     """
 
-    def __init__(self, module: LightningModule, num_replicas: int, loss_reduction: LossReduction = "weighted_mean") -> None:
+    def __init__(
+        self, module: LightningModule, num_replicas: int, loss_reduction: LossReduction = "weighted_mean"
+    ) -> None:
         # nn.DataParallel.__init__ turns itself into a no-op without CUDA; set its fields directly.
         nn.Module.__init__(self)
         self.module = StepModule(module)

@@ -102,7 +102,9 @@ class LightningDataParallel(nn.DataParallel):
         loss = model("training_step", batch, 0)
     """
 
-    def __init__(self, module: LightningModule, device_ids: Sequence[int], loss_reduction: LossReduction = "weighted_mean") -> None:
+    def __init__(
+        self, module: LightningModule, device_ids: Sequence[int], loss_reduction: LossReduction = "weighted_mean"
+    ) -> None:
         if not device_ids:
             raise ValueError("LightningDataParallel needs at least one CUDA device index in device_ids, e.g. [0, 1].")
         super().__init__(StepModule(module), device_ids=list(device_ids), output_device=device_ids[0])
@@ -154,7 +156,9 @@ class LightningDataParallel(nn.DataParallel):
                 output = getattr(self.lightning_module, step_name)(*args, **kwargs)
             except Exception as err:
                 self._raise_explained(err, None, plan, step_name)
-            output = reduce_step_outputs([output], plan.sizes, self.root_device, mode=self.loss_reduction, has_loss=has_loss)
+            output = reduce_step_outputs(
+                [output], plan.sizes, self.root_device, mode=self.loss_reduction, has_loss=has_loss
+            )
             return output if combine is None or output is None else combine(step_name, output)
         used = devices[: plan.num_replicas]
         chunks = scatter_batch(args, kwargs, plan, used, self.split_tensor)

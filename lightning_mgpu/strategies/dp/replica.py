@@ -306,7 +306,9 @@ class StepCall:
     # ------------------------------------------------------------------ lock-step optimization
     def _manual_backward(self, index: int, loss: Tensor, *args: Any, **kwargs: Any) -> None:
         def action(losses: list[Tensor]) -> None:
-            self.original.manual_backward(combine_losses(losses, self.loss_weights, self.output_device), *args, **kwargs)
+            self.original.manual_backward(
+                combine_losses(losses, self.loss_weights, self.output_device), *args, **kwargs
+            )
 
         self.rendezvous.collective(index, "manual_backward()", loss, action)
 
@@ -327,7 +329,10 @@ class StepCall:
     def _clip_gradients(self, index: int, optimizer: Any, *args: Any, **kwargs: Any) -> None:
         target = _lockstep_target(optimizer)
         self.rendezvous.collective(
-            index, f"clip_gradients({_describe(target)})", None, lambda _: self.original.clip_gradients(target, *args, **kwargs)
+            index,
+            f"clip_gradients({_describe(target)})",
+            None,
+            lambda _: self.original.clip_gradients(target, *args, **kwargs),
         )
 
     def _toggle(self, index: int, on: bool, optimizer: Any) -> None:
@@ -346,7 +351,10 @@ class StepCall:
 
     def collective_zero_grad(self, index: int, optimizer: Any, set_to_none: bool) -> None:
         self.rendezvous.collective(
-            index, f"optimizer.zero_grad({_describe(optimizer)})", None, lambda _: optimizer.zero_grad(set_to_none=set_to_none)
+            index,
+            f"optimizer.zero_grad({_describe(optimizer)})",
+            None,
+            lambda _: optimizer.zero_grad(set_to_none=set_to_none),
         )
 
     def collective_call(self, index: int, name: str, fn: Callable[[], Any]) -> Any:
@@ -488,7 +496,9 @@ class LockstepScheduler:
     def step(self, *args: Any, **kwargs: Any) -> None:
         target = self._lockstep_target
         self._lockstep_call.collective_call(
-            self._lockstep_index, f"lr_scheduler.step({type(target).__name__}@{id(target):x})", lambda: target.step(*args, **kwargs)
+            self._lockstep_index,
+            f"lr_scheduler.step({type(target).__name__}@{id(target):x})",
+            lambda: target.step(*args, **kwargs),
         )
 
     def __getattr__(self, item: str) -> Any:

@@ -96,7 +96,9 @@ def splits_across(devices: list[torch.device] | None, device_types: tuple[str, .
     return bool(devices) and len(devices) > 1 and all(torch.device(d).type in device_types for d in devices)
 
 
-def data_parallel_devices(devices: list[torch.device] | None, device_types: tuple[str, ...]) -> list[torch.device] | None:
+def data_parallel_devices(
+    devices: list[torch.device] | None, device_types: tuple[str, ...]
+) -> list[torch.device] | None:
     """``devices`` where DataParallel can split across them, else the first alone.
 
     DataParallel needs several CUDA devices; elsewhere one device does the same work, so ``trainer.num_devices``
@@ -165,7 +167,9 @@ class DataParallelStrategy(StepRouting, ParallelStrategy):
     # Capabilities (lightning_mgpu/utilities/capabilities.py).
     loads_node_batch = True
     syncs_across_processes = False
-    ray_incompatibility = "one `dp` process drives several devices, while Ray Train runs one process per device; use 'ddp'"
+    ray_incompatibility = (
+        "one `dp` process drives several devices, while Ray Train runs one process per device; use 'ddp'"
+    )
     # Device types on which several devices are run by DataParallel (others fall back to one).
     _data_parallel_device_types: tuple[str, ...] = ("cuda",)
 
@@ -274,7 +278,11 @@ class DataParallelStrategy(StepRouting, ParallelStrategy):
         except ValueError:  # an odd CUDA_VISIBLE_DEVICES; torch already accepted the indices
             physical = [str(i) for i in indices]
         where = ", ".join(f"cuda:{i}" for i in indices)
-        mapped = "" if physical == [str(i) for i in indices] else f" (physical GPUs {', '.join(physical)} via CUDA_VISIBLE_DEVICES)"
+        mapped = (
+            ""
+            if physical == [str(i) for i in indices]
+            else f" (physical GPUs {', '.join(physical)} via CUDA_VISIBLE_DEVICES)"
+        )
         return (
             f"strategy='dp': one process drives {where}{mapped} with torch.nn.DataParallel; batches are split on and"
             f" outputs gathered to cuda:{indices[0]}."
@@ -331,7 +339,9 @@ class DataParallelStrategy(StepRouting, ParallelStrategy):
                 " synchronised BatchNorm."
             )
         else:
-            rank_zero_info("sync_batchnorm=True under strategy='dp' on one device: BatchNorm already sees the whole batch.")
+            rank_zero_info(
+                "sync_batchnorm=True under strategy='dp' on one device: BatchNorm already sees the whole batch."
+            )
 
     @override
     def teardown(self) -> None:
@@ -394,5 +404,7 @@ class DataParallelStrategy(StepRouting, ParallelStrategy):
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: Any) -> list[str]:
-        strategy_registry.register(cls.strategy_name, cls, description="torch.nn.DataParallel: one process, several GPUs")
+        strategy_registry.register(
+            cls.strategy_name, cls, description="torch.nn.DataParallel: one process, several GPUs"
+        )
         return [cls.strategy_name]

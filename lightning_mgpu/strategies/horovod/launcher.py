@@ -20,9 +20,9 @@ import os
 import pickle
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any
 
 from lightning.fabric.utilities import move_data_to_device
 from lightning.fabric.utilities.distributed import _set_num_threads_if_needed
@@ -68,7 +68,7 @@ class _HorovodLauncher(_MultiProcessingLauncher):
         start_timeout: seconds Horovod may take to start and connect the workers.
     """
 
-    def __init__(self, strategy: HorovodStrategy, start_timeout: Optional[int] = None) -> None:
+    def __init__(self, strategy: HorovodStrategy, start_timeout: int | None = None) -> None:
         super().__init__(strategy, start_method="spawn")
         self._start_timeout = start_timeout
 
@@ -79,7 +79,7 @@ class _HorovodLauncher(_MultiProcessingLauncher):
         return True
 
     @override
-    def launch(self, function: Callable, *args: Any, trainer: Optional[pl.Trainer] = None, **kwargs: Any) -> Any:
+    def launch(self, function: Callable, *args: Any, trainer: pl.Trainer | None = None, **kwargs: Any) -> Any:
         """Run ``function`` in every worker and return rank 0's return value.
 
         Raises:
@@ -114,7 +114,11 @@ class _HorovodLauncher(_MultiProcessingLauncher):
         try:
             with _worker_environment(), restored_signal_handlers(), _main_module_hidden():
                 results = horovod_run(
-                    _run_worker, args=(payload,), num_proc=n, hosts=f"localhost:{n}", use_gloo=True,
+                    _run_worker,
+                    args=(payload,),
+                    num_proc=n,
+                    hosts=f"localhost:{n}",
+                    use_gloo=True,
                     start_timeout=self._start_timeout,
                 )
         except RuntimeError as err:
@@ -158,7 +162,7 @@ class _HorovodLauncher(_MultiProcessingLauncher):
         log.debug("HorovodStrategy: workers are stopped by horovod.run's signal handler")
 
 
-def _run_worker(payload: bytes) -> Optional[_WorkerOutput]:
+def _run_worker(payload: bytes) -> _WorkerOutput | None:
     """Entry point of every self-launched worker (runs inside ``horovod.run``)."""
     import cloudpickle
 

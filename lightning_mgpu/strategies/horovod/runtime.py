@@ -102,7 +102,11 @@ def check_controller(hvd: ModuleType, controller: str | None) -> None:
             "This Horovod job uses the Gloo controller (horovodrun --gloo, or the self-launch of"
             " `Trainer(strategy='horovod', devices=N)`), but the installed horovod was built without Gloo"
             f" (hvd.gloo_built() is False; MPI built: {mpi}). Rebuild it with Gloo: {BUILD_HINT}"
-            + (", or launch with MPI: `horovodrun -np N python train.py` / `mpirun -np N python train.py`." if mpi else ".")
+            + (
+                ", or launch with MPI: `horovodrun -np N python train.py` / `mpirun -np N python train.py`."
+                if mpi
+                else "."
+            )
         )
     if controller == "mpi" and not mpi:
         raise HorovodControllerError(
@@ -149,7 +153,14 @@ def horovod_op(hvd: ModuleType, reduce_op: Any) -> Any:
     if reduce_op is None:
         return hvd.Average
     name = reduce_op.lower() if isinstance(reduce_op, str) else _torch_reduce_op_name(reduce_op)
-    ops = {"mean": hvd.Average, "avg": hvd.Average, "sum": hvd.Sum, "max": hvd.Max, "min": hvd.Min, "product": hvd.Product}
+    ops = {
+        "mean": hvd.Average,
+        "avg": hvd.Average,
+        "sum": hvd.Sum,
+        "max": hvd.Max,
+        "min": hvd.Min,
+        "product": hvd.Product,
+    }
     if name not in ops:
         raise ValueError(f"reduce_op={reduce_op!r} is not supported by Horovod; use one of {sorted(ops)}.")
     return ops[name]

@@ -20,7 +20,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from lightning.fabric.strategies.launchers.subprocess_script import _basic_subprocess_cmd, _hydra_subprocess_cmd
 from lightning.fabric.utilities.distributed import _set_num_threads_if_needed
@@ -45,7 +46,7 @@ _EXIT_WAIT_S = 300.0
 _FAILURE_GRACE_S = 10.0
 
 
-def horovod_worker_env(rank: int, size: int, port: int, timeout_s: Optional[int] = None) -> dict[str, str]:
+def horovod_worker_env(rank: int, size: int, port: int, timeout_s: int | None = None) -> dict[str, str]:
     """The variables ``horovodrun -np size --gloo`` gives worker ``rank`` on one host (horovod 0.28's names)."""
     env = {
         "HOROVOD_HOSTNAME": "localhost",
@@ -79,7 +80,7 @@ class _HorovodScriptLauncher(_SubprocessScriptLauncher):
             Horovod's default is 30).
     """
 
-    def __init__(self, strategy: HorovodStrategy, start_timeout: Optional[int] = None) -> None:
+    def __init__(self, strategy: HorovodStrategy, start_timeout: int | None = None) -> None:
         super().__init__(strategy.cluster_environment, num_processes=strategy.num_processes, num_nodes=1)  # type: ignore[arg-type]
         self._start_timeout = start_timeout
         self._rendezvous: Any = None
@@ -88,7 +89,7 @@ class _HorovodScriptLauncher(_SubprocessScriptLauncher):
         self._stopping = threading.Event()
 
     @override
-    def launch(self, function: Callable, *args: Any, trainer: Optional[pl.Trainer] = None, **kwargs: Any) -> Any:
+    def launch(self, function: Callable, *args: Any, trainer: pl.Trainer | None = None, **kwargs: Any) -> Any:
         # A second fit/test on this Trainer runs in the workers started by the first.
         if self._rendezvous is None:
             self._start_workers()
@@ -120,7 +121,9 @@ class _HorovodScriptLauncher(_SubprocessScriptLauncher):
         port = self._rendezvous.start()
         self._rendezvous.init(get_host_assignments(parse_hosts(f"localhost:{n}"), n))
         others = "rank 1" if n == 2 else f"ranks 1-{n - 1}"
-        rank_zero_info(f"HorovodStrategy: starting {n} workers on localhost (this process is rank 0; the script runs again as {others})")
+        rank_zero_info(
+            f"HorovodStrategy: starting {n} workers on localhost (this process is rank 0; the script runs again as {others})"
+        )
         for rank in range(1, n):
             env = {**os.environ, **horovod_worker_env(rank, n, port, self._start_timeout)}
             command, cwd = _hydra_subprocess_cmd(rank) if _hydra_in_use() else (_basic_subprocess_cmd(), None)
@@ -155,7 +158,9 @@ class _HorovodScriptLauncher(_SubprocessScriptLauncher):
             try:
                 code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log.error(f"HorovodStrategy: worker rank {rank} (pid {proc.pid}) was still running {_EXIT_WAIT_S:.0f} s after rank 0 ended; stopping it")
+                log.error(
+                    f"HorovodStrategy: worker rank {rank} (pid {proc.pid}) was still running {_EXIT_WAIT_S:.0f} s after rank 0 ended; stopping it"
+                )
                 proc.kill()
                 code = proc.wait()
             if code and not (self._failed or self._stopped_on_purpose):
@@ -181,8 +186,8 @@ def _exiting_with_error() -> bool:
 
 def can_run_script_again() -> bool:
     """Whether ``__main__`` is a file or module that a child process can run again (not a notebook or ``-c``)."""
-    import __main__
-
     from lightning.fabric.utilities.imports import _IS_INTERACTIVE
+
+    import __main__
 
     return not _IS_INTERACTIVE and getattr(__main__, "__file__", None) is not None

@@ -31,9 +31,9 @@ Gradient sync, precisely (see ``docs/horovod.md``):
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
-from typing import Any, Callable, Literal, Optional, Union
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -112,18 +112,18 @@ class HorovodStrategy(ParallelStrategy):
     )
     install_hint = "python -m lightning_mgpu build-horovod"
     # the optional package the registered names need (shown by `python -m lightning_mgpu info`)
-    optional_dependency: Optional[str] = "horovod"
+    optional_dependency: str | None = "horovod"
 
     def __init__(
         self,
-        accelerator: Optional[pl.accelerators.Accelerator] = None,
-        parallel_devices: Optional[list[torch.device]] = None,
-        checkpoint_io: Optional[CheckpointIO] = None,
-        precision_plugin: Optional[Precision] = None,
+        accelerator: pl.accelerators.Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
         scale_lr: bool = False,
         compression: Any = "none",
         gradient_predivide_factor: float = 1.0,
-        start_timeout: Optional[int] = None,
+        start_timeout: int | None = None,
         start_method: Literal["auto", "script", "run"] = "auto",
     ) -> None:
         # Fail at Trainer(strategy="horovod"), with the install command, not deep inside fit.
@@ -139,7 +139,9 @@ class HorovodStrategy(ParallelStrategy):
         if start_method not in ("auto", "script", "run"):
             raise ValueError(f"start_method must be 'auto', 'script' or 'run', got {start_method!r}")
         if compression not in ("none", "fp16") and not hasattr(compression, "compress"):
-            raise ValueError(f"compression must be 'none', 'fp16' or a horovod.torch.Compression member, got {compression!r}")
+            raise ValueError(
+                f"compression must be 'none', 'fp16' or a horovod.torch.Compression member, got {compression!r}"
+            )
         self._scale_lr = scale_lr
         self._compression = compression
         self._gradient_predivide_factor = gradient_predivide_factor
@@ -316,7 +318,9 @@ class HorovodStrategy(ParallelStrategy):
             self._broadcast_optimizer_state(optimizer, root=0)
         if self._scale_lr:
             self._apply_lr_scale(announce=True)
-        wrapped = [self._wrap_optimizer(opt, i, trainer.accumulate_grad_batches) for i, opt in enumerate(self.optimizers)]
+        wrapped = [
+            self._wrap_optimizer(opt, i, trainer.accumulate_grad_batches) for i, opt in enumerate(self.optimizers)
+        ]
         # The wrapper shares the original's param_groups, so schedules apply either way; re-binding keeps
         # scheduler.optimizer truthful and torch's "step() before lr_scheduler.step()" check quiet.
         rebind_schedulers(self.lr_scheduler_configs, dict(zip(map(id, self.optimizers), wrapped)))
@@ -371,7 +375,7 @@ class HorovodStrategy(ParallelStrategy):
             self._sync_blocked -= 1
 
     @override
-    def backward(self, closure_loss: Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Tensor:
+    def backward(self, closure_loss: Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> Tensor:
         self.pre_backward(closure_loss)
         assert self.lightning_module is not None
         closure_loss = self.precision_plugin.pre_backward(closure_loss, self.lightning_module)
@@ -392,7 +396,7 @@ class HorovodStrategy(ParallelStrategy):
         self,
         optimizer: Optimizer,
         closure: Callable[[], Any],
-        model: Optional[Union[pl.LightningModule, Module]] = None,
+        model: pl.LightningModule | Module | None = None,
         **kwargs: Any,
     ) -> Any:
         if isinstance(optimizer, LightningOptimizer):
@@ -431,7 +435,7 @@ class HorovodStrategy(ParallelStrategy):
         return self._initialized and runtime.horovod_torch().size() > 1
 
     @override
-    def barrier(self, name: Optional[str] = None) -> None:
+    def barrier(self, name: str | None = None) -> None:
         if self._collectives_enabled():
             self._join()
 
@@ -445,10 +449,10 @@ class HorovodStrategy(ParallelStrategy):
     @override
     def reduce(
         self,
-        tensor: Union[Tensor, Any],
-        group: Optional[Any] = None,
-        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
-    ) -> Union[Tensor, Any]:
+        tensor: Tensor | Any,
+        group: Any | None = None,
+        reduce_op: ReduceOp | str | None = "mean",
+    ) -> Tensor | Any:
         """Reduce ``tensor`` over all workers with ``hvd.allreduce``; non-tensors pass through.
 
         Raises:
@@ -468,7 +472,7 @@ class HorovodStrategy(ParallelStrategy):
         return hvd.allreduce(tensor, op=op, name=self._name("reduce"))
 
     @override
-    def all_gather(self, tensor: Tensor, group: Optional[Any] = None, sync_grads: bool = False) -> Tensor:
+    def all_gather(self, tensor: Tensor, group: Any | None = None, sync_grads: bool = False) -> Tensor:
         """Gather ``tensor`` from every worker into a new leading dimension of size ``world_size``.
 
         Raises:
@@ -634,7 +638,9 @@ class HorovodStrategy(ParallelStrategy):
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: Any) -> list[str]:
-        strategy_registry.register(cls.strategy_name, cls, description="Horovod ring all-reduce (horovodrun or self-launch)")
+        strategy_registry.register(
+            cls.strategy_name, cls, description="Horovod ring all-reduce (horovodrun or self-launch)"
+        )
         return [cls.strategy_name]
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from lightning.fabric.utilities.optimizer import _optimizer_to_device
 from lightning.pytorch.core.optimizer import _MockOptimizer
@@ -42,11 +42,11 @@ __all__ = ["CheckpointFormat", "OptimizerShardingBackend", "ShardedOptions", "Sh
 class ShardedOptions:
     """The backend options of ``ShardedStrategy`` (see its docstring); each backend refuses those it does not take."""
 
-    reduce_buffer_size: Optional[int] = None
+    reduce_buffer_size: int | None = None
     find_unused_parameters: bool = False
-    broadcast_fp16: Optional[bool] = None
-    reshard_after_forward: Optional[bool] = None
-    fsdp_modules: Optional[Sequence[ModuleSpec]] = None
+    broadcast_fp16: bool | None = None
+    reshard_after_forward: bool | None = None
+    fsdp_modules: Sequence[ModuleSpec] | None = None
     mp_policy: Any = None
     offload_policy: Any = None
     #: passed on to the wrapper (ShardedDataParallel or DistributedDataParallel)
@@ -96,11 +96,11 @@ class ShardingBackend:
         """Whether the model's parameters are sharded now (not only its optimizer state)."""
         return False
 
-    def no_sync(self) -> Optional[AbstractContextManager]:
+    def no_sync(self) -> AbstractContextManager | None:
         """A context that skips gradient reduction, or ``None`` for DDP's ``no_sync``."""
         return None
 
-    def backward(self, closure_loss: Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Optional[Tensor]:
+    def backward(self, closure_loss: Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> Tensor | None:
         """Run the backward pass itself and return the loss, or ``None`` to let Lightning run it."""
         return None
 
@@ -125,7 +125,7 @@ class ShardingBackend:
         """Where ``configure_model`` builds the layers."""
         return nullcontext()
 
-    def model_state(self, sharded: bool) -> Optional[dict[str, Any]]:
+    def model_state(self, sharded: bool) -> dict[str, Any] | None:
         """The model state to save (``sharded``: this rank's shards), or ``None`` for Lightning's."""
         return None
 
@@ -166,7 +166,9 @@ class OptimizerShardingBackend(ShardingBackend):
     @classmethod
     def check_options(cls, options: ShardedOptions) -> None:
         if options.reduce_buffer_size is not None and options.reduce_buffer_size < 0:
-            raise ValueError(f"ShardedStrategy(reduce_buffer_size={options.reduce_buffer_size}) must be >= 0 (0 disables bucketing).")
+            raise ValueError(
+                f"ShardedStrategy(reduce_buffer_size={options.reduce_buffer_size}) must be >= 0 (0 disables bucketing)."
+            )
         if options.reshard_after_forward is not None or options.fsdp_modules is not None:
             raise ValueError(
                 "ShardedStrategy(reshard_after_forward=..., fsdp_modules=...) are options of backend='fsdp2'; pass"
@@ -257,7 +259,9 @@ class OptimizerShardingBackend(ShardingBackend):
                 continue
             ids = param_ids(optimizer)
             owned = [ids[id(p)] for group in optimizer.optim.param_groups for p in group["params"]]  # type: ignore[attr-defined]
-            state = read_owned_optimizer_state(path, entries, index, owned, param_groups_with_ids(optimizer), len(optimizers))
+            state = read_owned_optimizer_state(
+                path, entries, index, owned, param_groups_with_ids(optimizer), len(optimizers)
+            )
             self.load_optimizer_state(optimizer, state)
 
 
@@ -269,7 +273,10 @@ def param_ids(optimizer: Optimizer) -> dict[int, int]:
 def param_groups_with_ids(optimizer: Optimizer) -> list[dict[str, Any]]:
     """The optimizer's groups as its ``state_dict()`` writes them (indices for parameters), without consolidating."""
     ids = param_ids(optimizer)
-    return [{**{k: v for k, v in g.items() if k != "params"}, "params": [ids[id(p)] for p in g["params"]]} for g in optimizer.param_groups]
+    return [
+        {**{k: v for k, v in g.items() if k != "params"}, "params": [ids[id(p)] for p in g["params"]]}
+        for g in optimizer.param_groups
+    ]
 
 
 def owned_optimizer_state(optimizer: Optimizer) -> dict[str, Any]:
@@ -277,4 +284,7 @@ def owned_optimizer_state(optimizer: Optimizer) -> dict[str, Any]:
     parameters this rank owns, under their global indices. The parts of all ranks together are the full state."""
     ids = param_ids(optimizer)
     local = optimizer.optim  # type: ignore[attr-defined]
-    return {"state": {ids[id(p)]: dict(slots) for p, slots in local.state.items()}, "param_groups": param_groups_with_ids(optimizer)}
+    return {
+        "state": {ids[id(p)]: dict(slots) for p, slots in local.state.items()},
+        "param_groups": param_groups_with_ids(optimizer),
+    }

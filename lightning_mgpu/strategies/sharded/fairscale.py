@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -27,7 +27,11 @@ if TYPE_CHECKING:
     import lightning.pytorch as pl
 
 # Keyword arguments ShardedDataParallel accepts besides the module and the optimizers.
-SDP_OPTIONS = frozenset(inspect.signature(ShardedDataParallel.__init__).parameters) - {"self", "module", "sharded_optimizer"}
+SDP_OPTIONS = frozenset(inspect.signature(ShardedDataParallel.__init__).parameters) - {
+    "self",
+    "module",
+    "sharded_optimizer",
+}
 
 __all__ = [
     "OSS",
@@ -130,7 +134,9 @@ def params_not_reduced(module: ShardedDataParallel) -> list[torch.Tensor]:
     """
     if module._should_accumulate_grads or not module.training:
         return []
-    return [p for p, pending in zip(module._trainable_params, module._grad_to_be_reduced) if pending and p.requires_grad]
+    return [
+        p for p, pending in zip(module._trainable_params, module._grad_to_be_reduced) if pending and p.requires_grad
+    ]
 
 
 def arm_reduction(module: ShardedDataParallel) -> bool:
@@ -202,7 +208,9 @@ def _reduce_each(module: ShardedDataParallel, indices: list[int]) -> None:
         if module._reduce_fp16 and not bucketed[i]:
             param.grad.data = param.grad.data.half()
         owner = module._trainable_param_to_rank[param]
-        work = dist.reduce(param.grad.data, dst=module._local_to_global_rank[owner], group=module._process_group, async_op=True)
+        work = dist.reduce(
+            param.grad.data, dst=module._local_to_global_rank[owner], group=module._process_group, async_op=True
+        )
         pending.append((work, param, owner, bucketed[i]))
     for work, param, owner, in_bucket in pending:
         work.wait()
@@ -271,7 +279,7 @@ class FairScaleBackend(OptimizerShardingBackend):
         # Buckets help across nodes; on one node they only cost memory (bucketed grads are not sharded).
         return _MULTI_NODE_REDUCE_BUFFER_SIZE if self.strategy.num_nodes > 1 else 0
 
-    def wrapper(self) -> Optional[ShardedDataParallel]:
+    def wrapper(self) -> ShardedDataParallel | None:
         """The ShardedDataParallel wrapper while fitting, else ``None``."""
         model = self.strategy.model
         return model if isinstance(model, ShardedDataParallel) else None
@@ -295,12 +303,14 @@ class FairScaleBackend(OptimizerShardingBackend):
         self.on_optimizers_set()
 
     @override
-    def no_sync(self) -> Optional[AbstractContextManager]:
+    def no_sync(self) -> AbstractContextManager | None:
         sdp = self.wrapper()
         return None if sdp is None else sdp.no_sync()
 
     @override
-    def backward(self, closure_loss: torch.Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Optional[torch.Tensor]:
+    def backward(
+        self, closure_loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any
+    ) -> torch.Tensor | None:
         sdp = self.wrapper()
         if sdp is None or not sdp.training:
             return None

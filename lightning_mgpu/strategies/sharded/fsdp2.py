@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -48,7 +48,7 @@ def apply_fully_shard(
     world_size: int,
     device_type: str,
     reshard_after_forward: bool,
-    blocks: Optional[list[ModuleSpec]],
+    blocks: list[ModuleSpec] | None,
     mp_policy: Any = None,
     offload_policy: Any = None,
 ) -> list[str]:
@@ -94,7 +94,12 @@ def apply_fully_shard(
     if offload_policy is not None:
         policies["offload_policy"] = offload_policy
     for _, block in sorted(chosen, key=lambda item: item[0].count("."), reverse=True):
-        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, **{**policies, **_norm_policy(block, mp_policy)})
+        fully_shard(
+            block,
+            mesh=mesh,
+            reshard_after_forward=reshard_after_forward,
+            **{**policies, **_norm_policy(block, mp_policy)},
+        )
     fully_shard(module, mesh=mesh, reshard_after_forward=reshard_after_forward, **policies)
     for name in _STEP_METHODS:
         if callable(getattr(module, name, None)):
@@ -113,8 +118,14 @@ def _norm_policy(block: nn.Module, mp_policy: Any) -> dict[str, Any]:
         return {}
     if not isinstance(block, (_NormBase, nn.LayerNorm, nn.GroupNorm)):
         return {}
-    return {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=mp_policy.reduce_dtype,
-                                              output_dtype=mp_policy.param_dtype, cast_forward_inputs=True)}  # fmt: skip
+    return {
+        "mp_policy": MixedPrecisionPolicy(
+            param_dtype=torch.float32,
+            reduce_dtype=mp_policy.reduce_dtype,
+            output_dtype=mp_policy.param_dtype,
+            cast_forward_inputs=True,
+        )
+    }
 
 
 def is_fully_sharded(module: nn.Module) -> bool:
@@ -205,7 +216,9 @@ def whole_tensor(value: Any) -> torch.Tensor:
     sizes = [chunk.size(dim) for chunk in torch.empty(value.shape, device="meta").chunk(world, dim)]
     sizes += [0] * (world - len(sizes))
     on_gloo = (cuda_backend(group) if mesh.device_type == "cuda" else str(dist.get_backend(group))) == "gloo"
-    device = local.device if on_gloo or mesh.device_type != "cuda" else torch.device("cuda", torch.cuda.current_device())
+    device = (
+        local.device if on_gloo or mesh.device_type != "cuda" else torch.device("cuda", torch.cuda.current_device())
+    )
     shape = list(value.shape)
     shape[dim] = max(sizes)
     padded = torch.zeros(shape, dtype=local.dtype, device=device)
@@ -348,14 +361,19 @@ def load_sharded_checkpoint(module: nn.Module, optimizers: list[Optimizer], path
     from lightning_mgpu.utilities.sharded_checkpoint import check_saved_optimizer_count, saved_entries, split_checkpoint
 
     # The target: this rank's shards, which torch.distributed.checkpoint fills in place.
-    target = {"state_dict": sharded_model_state(module), "optimizer_states": [sharded_optimizer_state(module, o) for o in optimizers]}
+    target = {
+        "state_dict": sharded_model_state(module),
+        "optimizer_states": [sharded_optimizer_state(module, o) for o in optimizers],
+    }
     tensors, _ = split_checkpoint(target)
     check_saved_optimizer_count(path, saved_entries(path), len(optimizers))
     dcp.load(tensors, storage_reader=dcp.FileSystemReader(str(path)))
     set_model_state_dict(module, tensors["state_dict"], options=_options(full_state_dict=False))
     for optimizer, state in zip(optimizers, tensors["optimizer_states"]):
         ids = {**state, "state": {int(pid): slots for pid, slots in state["state"].items()}}
-        set_optimizer_state_dict(module, optimizer, _names_from_ids(module, optimizer, ids), options=_options(full_state_dict=False))
+        set_optimizer_state_dict(
+            module, optimizer, _names_from_ids(module, optimizer, ids), options=_options(full_state_dict=False)
+        )
 
 
 class FSDP2Backend(ShardingBackend):
@@ -376,7 +394,11 @@ class FSDP2Backend(ShardingBackend):
                 " per block, and ranks that skip different parameters would fall out of step. Use backend='torch' (DDP's"
                 " find_unused_parameters) or backend='fairscale'."
             )
-        given = [n for n, v in (("reduce_buffer_size", options.reduce_buffer_size), ("broadcast_fp16", options.broadcast_fp16)) if v is not None]
+        given = [
+            n
+            for n, v in (("reduce_buffer_size", options.reduce_buffer_size), ("broadcast_fp16", options.broadcast_fp16))
+            if v is not None
+        ]
         given += sorted(options.wrapper_kwargs)
         if given:
             raise ValueError(
@@ -396,7 +418,10 @@ class FSDP2Backend(ShardingBackend):
         self.strategy.setup_optimizers(trainer)
 
     def _fully_shard(self) -> None:
-        from lightning.fabric.utilities.init import _has_meta_device_parameters_or_buffers, _materialize_distributed_module
+        from lightning.fabric.utilities.init import (
+            _has_meta_device_parameters_or_buffers,
+            _materialize_distributed_module,
+        )
         from lightning.pytorch.overrides.distributed import _sync_module_states
         from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
@@ -409,10 +434,14 @@ class FSDP2Backend(ShardingBackend):
             _sync_module_states(model)
         reshard = bool(options.reshard_after_forward)
         blocks = apply_fully_shard(
-            model, strategy.world_size, strategy.root_device.type, reshard,
+            model,
+            strategy.world_size,
+            strategy.root_device.type,
+            reshard,
             None if options.fsdp_modules is None else list(options.fsdp_modules),
-            mp_policy=options.mp_policy, offload_policy=options.offload_policy,
-        )  # fmt: skip
+            mp_policy=options.mp_policy,
+            offload_policy=options.offload_policy,
+        )
         if on_meta:
             # Built in configure_model on the meta device: each rank allocates its shards only, then reset_parameters()
             # initialises them (DTensor-aware, so the ranks draw one consistent tensor). The whole model never exists.
@@ -429,7 +458,7 @@ class FSDP2Backend(ShardingBackend):
         return model is not None and is_fully_sharded(model)
 
     @override
-    def no_sync(self) -> Optional[AbstractContextManager]:
+    def no_sync(self) -> AbstractContextManager | None:
         return no_sync(self.strategy.model) if self.model_is_sharded() else None  # type: ignore[arg-type]
 
     @override
@@ -443,7 +472,7 @@ class FSDP2Backend(ShardingBackend):
         return torch.device("meta") if fitting else nullcontext()
 
     @override
-    def model_state(self, sharded: bool) -> Optional[dict[str, Any]]:
+    def model_state(self, sharded: bool) -> dict[str, Any] | None:
         if not self.model_is_sharded():
             return None
         return sharded_model_state(self._module()) if sharded else full_model_state(self._module())

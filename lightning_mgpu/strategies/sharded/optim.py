@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Iterable, Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 from torch.optim import Optimizer

@@ -16,7 +16,7 @@ pickled for ``sharded_spawn``.
 from __future__ import annotations
 
 import sys
-from typing import Any, Union
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -36,7 +36,7 @@ class _OSSGradClipping:
     """Mixin: clip by norm with ``OSS.clip_grad_norm`` when the optimizer is FairScale's OSS."""
 
     @override
-    def clip_grad_by_norm(self, optimizer: Optimizer, clip_val: Union[int, float]) -> None:
+    def clip_grad_by_norm(self, optimizer: Optimizer, clip_val: int | float) -> None:
         inner = unwrap_optimizer(optimizer)
         oss_module = sys.modules.get("fairscale.optim.oss")
         if oss_module is not None and isinstance(inner, oss_module.OSS):

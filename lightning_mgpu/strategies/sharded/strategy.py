@@ -39,7 +39,7 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
@@ -181,35 +181,37 @@ class ShardedStrategy(StepRouting, DDPStrategy):
 
     strategy_name = "sharded"
     # the optional package the registered names need (shown by `python -m lightning_mgpu info`)
-    optional_dependency: Optional[str] = "fairscale"
+    optional_dependency: str | None = "fairscale"
     install_hint = "pip install 'lightning_mgpu[sharded]'"  # a capability (lightning_mgpu/utilities/capabilities.py)
 
     def __init__(
         self,
-        accelerator: Optional[pl.accelerators.Accelerator] = None,
-        parallel_devices: Optional[list[torch.device]] = None,
-        cluster_environment: Optional[ClusterEnvironment] = None,
-        checkpoint_io: Optional[CheckpointIO] = None,
-        precision_plugin: Optional[Precision] = None,
+        accelerator: pl.accelerators.Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
         backend: Backend = "fairscale",
-        reduce_buffer_size: Optional[int] = None,
+        reduce_buffer_size: int | None = None,
         find_unused_parameters: bool = False,
-        broadcast_fp16: Optional[bool] = None,
-        reshard_after_forward: Optional[bool] = None,
-        fsdp_modules: Optional[Sequence[ModuleSpec]] = None,
-        checkpoint_format: Optional[CheckpointFormat] = None,
+        broadcast_fp16: bool | None = None,
+        reshard_after_forward: bool | None = None,
+        fsdp_modules: Sequence[ModuleSpec] | None = None,
+        checkpoint_format: CheckpointFormat | None = None,
         async_save: bool = False,
-        mp_policy: Optional[Any] = None,
-        offload_policy: Optional[Any] = None,
-        process_group_backend: Optional[str] = None,
-        timeout: Optional[timedelta] = default_pg_timeout,
+        mp_policy: Any | None = None,
+        offload_policy: Any | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta | None = default_pg_timeout,
         start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
         **kwargs: Any,
     ) -> None:
         if backend not in _BACKENDS:
             raise ValueError(f"ShardedStrategy(backend={backend!r}) is not supported; choose one of {_BACKENDS}.")
         if checkpoint_format not in (None, *_FORMATS):
-            raise ValueError(f"ShardedStrategy(checkpoint_format={checkpoint_format!r}) is not supported; choose one of {_FORMATS}.")
+            raise ValueError(
+                f"ShardedStrategy(checkpoint_format={checkpoint_format!r}) is not supported; choose one of {_FORMATS}."
+            )
         impl_cls = backend_class(backend)
         if checkpoint_format == "sharded" and not impl_cls.writes_sharded_checkpoints:
             raise ValueError(
@@ -239,7 +241,7 @@ class ShardedStrategy(StepRouting, DDPStrategy):
             )
         self._async_save = async_save
         self._async_group: Any = None
-        self._pending_save: Optional[Future] = None
+        self._pending_save: Future | None = None
         self._failed = False
         # Set by load_checkpoint when a sharded folder went straight into the sharded model and optimizers.
         self._restored_in_place = False
@@ -301,7 +303,7 @@ class ShardedStrategy(StepRouting, DDPStrategy):
 
     @precision_plugin.setter
     @override
-    def precision_plugin(self, precision_plugin: Optional[Precision]) -> None:
+    def precision_plugin(self, precision_plugin: Precision | None) -> None:
         self._precision_plugin = None if precision_plugin is None else self._shard_aware(precision_plugin)
 
     def _shard_aware(self, plugin: Precision) -> Precision:
@@ -377,7 +379,7 @@ class ShardedStrategy(StepRouting, DDPStrategy):
                 yield None
 
     @override
-    def backward(self, closure_loss: Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Tensor:
+    def backward(self, closure_loss: Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> Tensor:
         loss = self._impl.backward(closure_loss, optimizer, *args, **kwargs)
         return super().backward(closure_loss, optimizer, *args, **kwargs) if loss is None else loss
 
@@ -416,14 +418,16 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         return not self._restored_in_place
 
     @override
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None) -> None:
         """One file from rank 0 (``"full"``), or with ``"sharded"`` a folder that every rank writes its shards into,
         swapped into place atomically by rank 0. Called on every rank (Lightning's ``save_checkpoint``)."""
         if not self._saves_sharded():
             super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
             return
         if storage_options is not None:
-            raise TypeError(f"ShardedStrategy(checkpoint_format='sharded') saves take no storage_options, got {storage_options!r}.")
+            raise TypeError(
+                f"ShardedStrategy(checkpoint_format='sharded') saves take no storage_options, got {storage_options!r}."
+            )
         # Rank 0's path and one temporary folder beside it for all ranks: the shards of this save must land together
         # (a caller may pass each rank its own path, as Ray's report callback does with per-rank temporary folders).
         # Across nodes this needs a filesystem they share, as Lightning's FSDP sharded checkpoints do.
@@ -432,7 +436,9 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         filepath = self.broadcast(str(filepath))
         tmp = Path(self.broadcast(str(temporary_folder(filepath))))
         group = self._checkpoint_group() if self._async_save and self._fitting() else None
-        self._pending_save = write_sharded_checkpoint(checkpoint, filepath, tmp, coordinator=self.is_global_zero, async_group=group)
+        self._pending_save = write_sharded_checkpoint(
+            checkpoint, filepath, tmp, coordinator=self.is_global_zero, async_group=group
+        )
 
     def wait_for_checkpoint(self) -> None:
         """Block until the last background save (``async_save=True``) has landed; raise its error if it failed."""
@@ -449,7 +455,9 @@ class ShardedStrategy(StepRouting, DDPStrategy):
             import torch.distributed as dist
 
             self._async_group = dist.new_group(backend="gloo")
-            rank_zero_info("strategy='sharded': checkpoints are written in the background (async_save); each lands when its last rank is done.")
+            rank_zero_info(
+                "strategy='sharded': checkpoints are written in the background (async_save); each lands when its last rank is done."
+            )
             # Registered after destroy_at_exit's hook, so it runs first: the save's collectives need the groups.
             atexit.register(self.wait_for_checkpoint)
         return self._async_group
@@ -532,19 +540,51 @@ class ShardedStrategy(StepRouting, DDPStrategy):
     @override
     def register_strategies(cls, strategy_registry: Any) -> list[str]:
         presets = {
-            cls.strategy_name: ("popen", "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2), launched like ddp", {}),
-            "sharded_spawn": ("spawn", "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2), launched like ddp_spawn", {}),
+            cls.strategy_name: (
+                "popen",
+                "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2), launched like ddp",
+                {},
+            ),
+            "sharded_spawn": (
+                "spawn",
+                "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2), launched like ddp_spawn",
+                {},
+            ),
             "ddp_sharded": ("popen", "Alias of `sharded` (the Lightning 1.x name)", {}),
             "ddp_sharded_spawn": ("spawn", "Alias of `sharded_spawn` (the Lightning 1.x name)", {}),
             # Lightning 1.9's explicit spellings (its tests checked that they set find_unused_parameters=False).
-            "ddp_sharded_find_unused_parameters_false": ("popen", "`sharded` with find_unused_parameters=False (Lightning 1.x name)", {"find_unused_parameters": False}),
-            "ddp_sharded_spawn_find_unused_parameters_false": ("spawn", "`sharded_spawn` with find_unused_parameters=False (Lightning 1.x name)", {"find_unused_parameters": False}),
+            "ddp_sharded_find_unused_parameters_false": (
+                "popen",
+                "`sharded` with find_unused_parameters=False (Lightning 1.x name)",
+                {"find_unused_parameters": False},
+            ),
+            "ddp_sharded_spawn_find_unused_parameters_false": (
+                "spawn",
+                "`sharded_spawn` with find_unused_parameters=False (Lightning 1.x name)",
+                {"find_unused_parameters": False},
+            ),
             # Lightning 2.x's pattern (`ddp_find_unused_parameters_true`) for the opt-in.
-            "sharded_find_unused_parameters_true": ("popen", "`sharded` with find_unused_parameters=True", {"find_unused_parameters": True}),
-            "sharded_spawn_find_unused_parameters_true": ("spawn", "`sharded_spawn` with find_unused_parameters=True", {"find_unused_parameters": True}),
+            "sharded_find_unused_parameters_true": (
+                "popen",
+                "`sharded` with find_unused_parameters=True",
+                {"find_unused_parameters": True},
+            ),
+            "sharded_spawn_find_unused_parameters_true": (
+                "spawn",
+                "`sharded_spawn` with find_unused_parameters=True",
+                {"find_unused_parameters": True},
+            ),
             # torch FSDP2 (maintained; no FairScale needed): ZeRO-2 by default.
-            "sharded_fsdp2": ("popen", "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2), launched like ddp", {"backend": "fsdp2"}),
-            "sharded_fsdp2_spawn": ("spawn", "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2), launched like ddp_spawn", {"backend": "fsdp2"}),
+            "sharded_fsdp2": (
+                "popen",
+                "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2), launched like ddp",
+                {"backend": "fsdp2"},
+            ),
+            "sharded_fsdp2_spawn": (
+                "spawn",
+                "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2), launched like ddp_spawn",
+                {"backend": "fsdp2"},
+            ),
         }
         for name, (start_method, description, extra) in presets.items():
             strategy_registry.register(name, cls, description=description, start_method=start_method, **extra)

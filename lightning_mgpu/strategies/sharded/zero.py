@@ -58,10 +58,14 @@ class TorchZeroBackend(OptimizerShardingBackend):
                 " gradients: pass `bucket_cap_mb=...` instead."
             )
         if options.broadcast_fp16:
-            raise ValueError("ShardedStrategy(broadcast_fp16=True) is a FairScale option; remove it with backend='torch'.")
+            raise ValueError(
+                "ShardedStrategy(broadcast_fp16=True) is a FairScale option; remove it with backend='torch'."
+            )
         kwargs = options.wrapper_kwargs
         if kwargs.get("model_averaging_period") is not None:
-            raise ValueError("ShardedStrategy does not support post-local SGD model averaging; use strategy='ddp' for it.")
+            raise ValueError(
+                "ShardedStrategy does not support post-local SGD model averaging; use strategy='ddp' for it."
+            )
         unknown = sorted(set(kwargs) - DDP_OPTIONS)
         if unknown:
             raise ValueError(

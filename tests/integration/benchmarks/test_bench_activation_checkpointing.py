@@ -18,7 +18,22 @@ SCRIPT = ["-m", "benchmarks.bench_activation_checkpointing"]
 @pytest.mark.timeout(300)
 def test_cuda_figures_give_the_gpu_busy_share_and_kernel_time(tmp_path: Path) -> None:
     result = tmp_path / "ac.json"
-    run_python([*SCRIPT, "--device", "cuda", "--model", "transformer", "--depth", "2", "--repeats", "2", "--result", str(result)], timeout=280)
+    run_python(
+        [
+            *SCRIPT,
+            "--device",
+            "cuda",
+            "--model",
+            "transformer",
+            "--depth",
+            "2",
+            "--repeats",
+            "2",
+            "--result",
+            str(result),
+        ],
+        timeout=280,
+    )
     figures = json.loads(result.read_text())["figures"]
     for config in ("none", "every_k=1", "torch"):
         share = figures[f"transformer-cuda: {config}, GPU busy share of the step (kernel time / step time)"]["value"]

@@ -15,7 +15,22 @@ from tests.helpers.runif import RunIf
 @pytest.mark.timeout(600)
 def test_gpu_variant_compares_sharded_with_lightning_fsdp(tmp_path: Path) -> None:
     result = tmp_path / "sharded.json"
-    bench_sharded.main(["--accelerator", "gpu", "--rounds", "1", "--steps", "2", "--warmup", "1", "--hidden", "256", "--result", str(result)])
+    bench_sharded.main(
+        [
+            "--accelerator",
+            "gpu",
+            "--rounds",
+            "1",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--hidden",
+            "256",
+            "--result",
+            str(result),
+        ]
+    )
     out = json.loads(result.read_text())
     assert set(out["arms"]) == set(bench_sharded.arms_for("gpu")) and not out["failed"]
     assert "sharded / Lightning FSDPStrategy(SHARD_GRAD_OP)" in [r["label"] for r in out["ratios"]]

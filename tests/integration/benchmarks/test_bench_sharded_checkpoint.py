@@ -38,7 +38,9 @@ def test_every_arm_saves_loads_and_reports_memory(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_on_gpus_sharded_fsdp2_and_lightning_fsdp_save_and_load_the_same_model(tmp_path: Path) -> None:
     result = tmp_path / "sharded_checkpoint.json"
-    bench_sharded_checkpoint.main(["--accelerator", "gpu", "--rounds", "2", "--width", "512", "--layers", "2", "--result", str(result)])
+    bench_sharded_checkpoint.main(
+        ["--accelerator", "gpu", "--rounds", "2", "--width", "512", "--layers", "2", "--result", str(result)]
+    )
     out = json.loads(result.read_text())
     assert out["failed"] == {} and set(out["arms"]) == {"sharded_fsdp2_trainer", "lightning_fsdp"}
     labels = {r["label"] for r in out["ratios"]}

@@ -24,4 +24,3 @@ def test_checkpointing_under_every_strategy(strategy: str, mode: str, precision:
         assert report["checkpointed"] == ["blocks.0", "blocks.1", "blocks.2"]
         # Each block ran forward twice per backward pass: once in forward, once recomputed in backward.
         assert report["forward_calls"] == {f"b{i}": 2 * report["backward_passes"] for i in range(3)}
-

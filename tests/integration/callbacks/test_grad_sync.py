@@ -38,4 +38,3 @@ def test_one_allreduce_round_per_optimizer_step(strategy: str, mode: str, precis
         assert max_abs_diff(params, run.params[0]) == 0.0, "ranks disagree"
         # fp32: equal to synchronizing every micro-batch; bf16-mixed: as close as bf16 matmuls allow.
         assert max_abs_diff(params, reference) < (1e-5 if precision == "32-true" else 2e-2)
-

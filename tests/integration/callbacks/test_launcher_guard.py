@@ -33,9 +33,11 @@ def test_horovodrun_without_a_strategy_fails_before_training(tmp_path: Path) -> 
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     horovodrun = str(Path(sys.executable).with_name("horovodrun"))
-    code, log, _ = run_command([horovodrun, "-np", "2", "--gloo", sys.executable, str(script)], timeout=240, expect_ok=False)
+    code, log, _ = run_command(
+        [horovodrun, "-np", "2", "--gloo", sys.executable, str(script)], timeout=240, expect_ok=False
+    )
     assert code != 0 and "TRAINED" not in log
-    assert 'one of 2 workers started by horovodrun' in log and 'strategy="horovod"' in log, log[-3000:]
+    assert "one of 2 workers started by horovodrun" in log and 'strategy="horovod"' in log, log[-3000:]
 
 
 @pytest.mark.timeout(300)
@@ -44,8 +46,20 @@ def test_dp_under_torchrun_fails_before_training(tmp_path: Path) -> None:
     script.write_text(SCRIPT)
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     assert torchrun is not None
-    code, log, _ = run_command([torchrun, "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
-                                str(script), "dp"], timeout=240, expect_ok=False)
+    code, log, _ = run_command(
+        [
+            torchrun,
+            "--nproc-per-node",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            "127.0.0.1:0",
+            str(script),
+            "dp",
+        ],
+        timeout=240,
+        expect_ok=False,
+    )
     assert code != 0 and "TRAINED" not in log
     assert "strategy='dp' under torchrun" in log, log[-3000:]
-

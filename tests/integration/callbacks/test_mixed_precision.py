@@ -35,4 +35,3 @@ def test_bf16_mixed_on_cpu_under_every_strategy(strategy: str, mode: str, precis
         assert amp["plugin"].endswith("MixedPrecision") and amp["scaler"] is None, amp
         assert (amp["optimizer_steps"], amp["skipped_steps"]) == (0, 0), amp
         assert not [k for k in report["logged"] if k.startswith("amp/")], report["logged"]
-

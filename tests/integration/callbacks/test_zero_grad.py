@@ -35,4 +35,3 @@ def test_gradients_are_none_after_each_step_under_every_strategy(strategy: str, 
     if strategy.startswith("sharded"):
         # The shards partition the parameters: together the ranks own (and free) every gradient once.
         assert sum(r["owned_param_bytes"] for r in run.ranks) == param_bytes
-

@@ -79,7 +79,10 @@ def test_page_renders_offline_in_headless_chromium(csv_run: Path, tmp_path: Path
 def _start_server(run: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "lightning_mgpu", "dashboard", str(run), "--serve", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     line = proc.stdout.readline() if proc.stdout else ""
     match = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
@@ -115,7 +118,9 @@ def test_serve_shows_a_point_logged_after_the_page_opened(tmp_path: Path) -> Non
             # Training writes a new point while the page is open.
             logger.log_metrics(monitor_metrics(STEPS[5]), step=STEPS[5])
             logger.save()
-            step = browser.wait_for(f"document.body.dataset.lastStep === '{STEPS[5]}' && document.body.dataset.lastStep", timeout=30)
+            step = browser.wait_for(
+                f"document.body.dataset.lastStep === '{STEPS[5]}' && document.body.dataset.lastStep", timeout=30
+            )
             assert float(step) == STEPS[5]
             points = browser.evaluate(
                 "document.getElementById('plot-gpu-utilisation').data.filter(function(t){return t.meta&&t.meta.key;})"
@@ -136,8 +141,9 @@ def test_serve_on_a_busy_port_names_the_port_and_the_fix(csv_run: Path) -> None:
         port = taken.getsockname()[1]
         proc = subprocess.run(
             [sys.executable, "-m", "lightning_mgpu", "dashboard", str(csv_run), "--serve", "--port", str(port)],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert proc.returncode == 2
     assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr and "--port 0" in proc.stderr
-

@@ -85,7 +85,9 @@ def test_a_default_call_forks_workers_for_the_call_and_starts_no_forkserver(tmp_
     assert snapshot(tmp_path / "c") == snapshot(reference_cache)
 
 
-def test_a_thread_in_the_driver_makes_the_call_use_the_forkserver_and_say_why(tmp_path: Path, reference_cache, caplog) -> None:
+def test_a_thread_in_the_driver_makes_the_call_use_the_forkserver_and_say_why(
+    tmp_path: Path, reference_cache, caplog
+) -> None:
     from tests.unit.data.test_preprocess import snapshot
 
     backends.shutdown_process_pool()
@@ -116,7 +118,12 @@ def test_forked_workers_exit_when_the_driver_is_killed(tmp_path: Path) -> None:
         " progress=False, start_method='fork')\n"
     )
     env = launch_env()
-    driver = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "c"), str(pid_dir)], cwd=REPO_ROOT, env=env, start_new_session=True)
+    driver = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "c"), str(pid_dir)],
+        cwd=REPO_ROOT,
+        env=env,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while len([p for p in pid_dir.iterdir() if int(p.name) != driver.pid]) < 2:  # both workers are computing
@@ -133,7 +140,9 @@ def test_forked_workers_exit_when_the_driver_is_killed(tmp_path: Path) -> None:
         kill_tree(driver.pid)
 
 
-def test_forked_workers_end_on_terminate_even_under_the_drivers_sigterm_handler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_forked_workers_end_on_terminate_even_under_the_drivers_sigterm_handler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Lightning (and SaveOnInterrupt) install SIGTERM handlers that only set a flag; a forked worker inherits them,
     so without resetting SIGTERM a failure would wait for the busy worker to finish its chunk instead of ending it."""
     exits: list[int | None] = []
@@ -149,13 +158,23 @@ def test_forked_workers_end_on_terminate_even_under_the_drivers_sigterm_handler(
     try:
         # Chunk 0 takes 0.8 s; chunk 1 fails at its 5th sample (0.2 s): worker 0 is mid-chunk when the call fails.
         with pytest.raises(PreprocessingError, match="sample 20 failed"):
-            preprocess(IndexedDataset(64, fail_at=20, delay_s=0.05), tmp_path / "c", Features(), num_workers=2, chunk_size=16, progress=False, start_method="fork")
+            preprocess(
+                IndexedDataset(64, fail_at=20, delay_s=0.05),
+                tmp_path / "c",
+                Features(),
+                num_workers=2,
+                chunk_size=16,
+                progress=False,
+                start_method="fork",
+            )
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert len(exits) == 2 and -signal.SIGTERM in exits, f"worker exit codes {exits}: the busy one must end on SIGTERM"
 
 
-def test_start_process_pool_starts_the_shared_workers_that_later_calls_use(tmp_path: Path, reference_cache, caplog) -> None:
+def test_start_process_pool_starts_the_shared_workers_that_later_calls_use(
+    tmp_path: Path, reference_cache, caplog
+) -> None:
     from lightning_mgpu.data import start_process_pool
     from tests.helpers.data import CALLS
     from tests.unit.data.test_preprocess import snapshot
@@ -168,7 +187,15 @@ def test_start_process_pool_starts_the_shared_workers_that_later_calls_use(tmp_p
     assert pool is not None and pool.method == "forkserver" and all(p.is_alive() for p in pool.procs)
     pids = [p.pid for p in pool.procs]
     CALLS["n"] = 0
-    preprocess(IndexedDataset(N), tmp_path / "c", Features(), num_workers=2, chunk_size=CHUNK, progress=False, start_method="forkserver")
+    preprocess(
+        IndexedDataset(N),
+        tmp_path / "c",
+        Features(),
+        num_workers=2,
+        chunk_size=CHUNK,
+        progress=False,
+        start_method="forkserver",
+    )
     assert backends._POOL is pool and [p.pid for p in pool.procs] == pids
     assert CALLS["n"] < N / 2, "the running workers, not this process, computed the shards"
     assert snapshot(tmp_path / "c") == snapshot(reference_cache)
@@ -214,7 +241,9 @@ def test_workers_that_come_up_late_get_the_rest_only_if_it_outlasts_the_handover
     # 5 ms a sample (80 ms a chunk): the driver is still inside the 11th chunk when the pool is handed back.
     dataset = IndexedDataset(N, delay_s=0.005)
     try:
-        records = list(backends.run_processes(dataset, Features(), shard_dir, tasks, 2, "forkserver", per_chunk_s * len(tasks)))
+        records = list(
+            backends.run_processes(dataset, Features(), shard_dir, tasks, 2, "forkserver", per_chunk_s * len(tasks))
+        )
     finally:
         backends.shutdown_process_pool()
     assert released.is_set() and sorted(r["index"] for r in records) == list(range(len(tasks)))

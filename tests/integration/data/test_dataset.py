@@ -20,4 +20,3 @@ def test_dataloader_workers_read_the_maps(reference_cache):
     indices = torch.cat([b["index"] for b in loader])
     assert indices.tolist() == list(range(N))
     np.testing.assert_array_equal(next(iter(loader))["y"].numpy(), IndexedDataset(N).y[:50])
-

@@ -42,7 +42,14 @@ REPO = REPO_ROOT
 def test_processes_backend_identical_to_serial(tmp_path, reference_cache, start_method):
     CALLS["n"] = 0
     info = preprocess(
-        IndexedDataset(N), tmp_path / "p", Features(), backend="processes", num_workers=2, chunk_size=CHUNK, progress=False, start_method=start_method
+        IndexedDataset(N),
+        tmp_path / "p",
+        Features(),
+        backend="processes",
+        num_workers=2,
+        chunk_size=CHUNK,
+        progress=False,
+        start_method=start_method,
     )
     assert not info.reused and info.computed_shards == 13
     assert snapshot(tmp_path / "p") == snapshot(reference_cache)
@@ -64,18 +71,29 @@ def test_ray_backend_identical_to_serial_and_reuses_ray(tmp_path, reference_cach
     assert ray_session.is_initialized(), "preprocess must not shut down a Ray it did not start"
     assert snapshot(tmp_path / "r") == snapshot(reference_cache)
     # The progress line is drawn by the driver as Ray chunks complete.
-    assert lines and lines[-1].startswith(f"preprocess[ray]: {N}/{N} samples (100%)") and "samples/s" in lines[-1] and "ETA" in lines[-1]
+    assert (
+        lines
+        and lines[-1].startswith(f"preprocess[ray]: {N}/{N} samples (100%)")
+        and "samples/s" in lines[-1]
+        and "ETA" in lines[-1]
+    )
 
 
 def test_resume_after_kill(tmp_path, reference_cache):
     cache = tmp_path / "c"
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.integration.runners.run_data_kill", str(cache), "70"], cwd=REPO, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "tests.integration.runners.run_data_kill", str(cache), "70"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     # Killed in shard 4 (samples 64..79): shards 0-3 are complete, nothing else is visible.
     assert not (cache / "manifest.json").exists() and (cache / ".progress.jsonl").exists()
-    assert sorted(p.name for p in (cache / "shards").iterdir()) == sorted(f"shard-{i:05d}.{f}.npy" for i in range(4) for f in FIELDS)
+    assert sorted(p.name for p in (cache / "shards").iterdir()) == sorted(
+        f"shard-{i:05d}.{f}.npy" for i in range(4) for f in FIELDS
+    )
     with pytest.raises(CacheError, match="interrupted build"):
         PreprocessedDataset(cache)
     # What a kill during a write leaves behind: a temporary file, never read, removed on resume.
@@ -95,11 +113,21 @@ def test_resume_after_kill(tmp_path, reference_cache):
 def test_processes_failure_is_prompt_and_resumable(tmp_path, reference_cache):
     cache = tmp_path / "c"
     with pytest.raises(PreprocessingError, match="sample 150 failed: ValueError: simulated failure at 150"):
-        preprocess(IndexedDataset(N, fail_at=150), cache, Features(), backend="processes", num_workers=2, chunk_size=CHUNK, progress=False)
+        preprocess(
+            IndexedDataset(N, fail_at=150),
+            cache,
+            Features(),
+            backend="processes",
+            num_workers=2,
+            chunk_size=CHUNK,
+            progress=False,
+        )
     assert not (cache / "manifest.json").exists()
     journal = (cache / ".progress.jsonl").read_text().splitlines()
     assert len(journal) > 1, "shards finished before the failure are kept"
-    info = preprocess(IndexedDataset(N), cache, Features(), backend="processes", num_workers=2, chunk_size=CHUNK, progress=False)
+    info = preprocess(
+        IndexedDataset(N), cache, Features(), backend="processes", num_workers=2, chunk_size=CHUNK, progress=False
+    )
     assert info.computed_shards <= 13 - (len(journal) - 1)
     assert snapshot(cache) == snapshot(reference_cache)
     assert not list((cache / "shards").glob(".*"))
@@ -143,7 +171,10 @@ def test_dataset_that_workers_cannot_unpickle_names_the_fix(tmp_path):
     # starts, could finish this small job before any worker needed the dataset.
     preprocess(IndexedDataset(40), tmp_path / "warm-up", Features(), start_method="forkserver", **kwargs)
     assert backends._POOL is not None
-    with pytest.raises(PreprocessingError, match=r"could not unpickle the dataset and transform \(ImportError: simulated.*backend='serial'"):
+    with pytest.raises(
+        PreprocessingError,
+        match=r"could not unpickle the dataset and transform \(ImportError: simulated.*backend='serial'",
+    ):
         preprocess(UnpicklableInWorkers(40), tmp_path / "c", Features(), start_method="forkserver", **kwargs)
     assert not (tmp_path / "c" / "manifest.json").exists()
     # Forked workers inherit the dataset: nothing is pickled, so a notebook-defined dataset works there.
@@ -167,29 +198,39 @@ def test_ddp_two_ranks_see_every_sample_once_per_epoch(tmp_path):
 
 
 @pytest.mark.parametrize("start_method", ["fork", "forkserver"])
-def test_work_shorter_than_a_cold_start_runs_in_process(tmp_path: Path, reference_cache, monkeypatch: pytest.MonkeyPatch, caplog, start_method) -> None:
+def test_work_shorter_than_a_cold_start_runs_in_process(
+    tmp_path: Path, reference_cache, monkeypatch: pytest.MonkeyPatch, caplog, start_method
+) -> None:
     """A one-shot call on little data must never be slower than serial: work that would end before cold workers are up
     (the probe's time per sample x samples) is computed in this process, which says so; longer work goes to the workers."""
     import logging
 
     shutdown_process_pool()
     kwargs = dict(backend="processes", num_workers=2, chunk_size=CHUNK, progress=False, start_method=start_method)
-    monkeypatch.setattr(backends, "COLD_START_S", dict.fromkeys(backends.COLD_START_S, 60.0))  # workers that take a minute
+    monkeypatch.setattr(
+        backends, "COLD_START_S", dict.fromkeys(backends.COLD_START_S, 60.0)
+    )  # workers that take a minute
     CALLS["n"] = 0
     with caplog.at_level(logging.INFO):
         preprocess(IndexedDataset(N), tmp_path / "small", Features(), **kwargs)
     assert CALLS["n"] == N + 2, "every sample (and the probe's two) computed here"
     assert backends._POOL is None, "no worker may be started for it"
-    assert f"is shorter than starting {start_method} worker processes" in caplog.text and "runs in this process" in caplog.text
+    assert (
+        f"is shorter than starting {start_method} worker processes" in caplog.text
+        and "runs in this process" in caplog.text
+    )
     assert snapshot(tmp_path / "small") == snapshot(reference_cache)
 
-    monkeypatch.setattr(backends, "COLD_START_S", dict.fromkeys(backends.COLD_START_S, 0.0))  # free workers: they take the work
+    monkeypatch.setattr(
+        backends, "COLD_START_S", dict.fromkeys(backends.COLD_START_S, 0.0)
+    )  # free workers: they take the work
     CALLS["n"] = 0
     preprocess(IndexedDataset(N), tmp_path / "large", Features(), **kwargs)
     if start_method == "fork":
         assert CALLS["n"] == 2, "forked workers computed every shard (the driver only probed)"
     else:  # the driver computes chunks while the server starts: here, tiny samples, it may finish them all
-        assert backends._POOL is not None and all(p.is_alive() for p in backends._POOL.procs), "the workers were started"
+        assert backends._POOL is not None and all(p.is_alive() for p in backends._POOL.procs), (
+            "the workers were started"
+        )
     assert snapshot(tmp_path / "large") == snapshot(reference_cache)
     shutdown_process_pool()
-

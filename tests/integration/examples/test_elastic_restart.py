@@ -41,9 +41,21 @@ def _state(ckpt: Path) -> dict[str, torch.Tensor]:
 def test_a_killed_worker_restarts_under_torchrun_and_resumes_exactly(tmp_path: Path) -> None:
     out = tmp_path / "elastic"
     env = launch_env(ONE_THREAD)
-    cmd = [TORCHRUN, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", TRAIN, "--output-dir", str(out), *COMMON]
-    agent = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)  # fmt: skip
+    cmd = [
+        TORCHRUN,
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        TRAIN,
+        "--output-dir",
+        str(out),
+        *COMMON,
+    ]
+    agent = subprocess.Popen(
+        cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 300
         last = out / "checkpoints" / "last.ckpt"
@@ -62,8 +74,13 @@ def test_a_killed_worker_restarts_under_torchrun_and_resumes_exactly(tmp_path: P
     assert "restart 1: resuming from" in log, log[-6000:]
 
     run_python([TRAIN, "--output-dir", str(tmp_path / "uninterrupted"), *COMMON], timeout=300, env=ONE_THREAD)
-    resumed, reference = _state(out / "checkpoints" / "last.ckpt"), _state(tmp_path / "uninterrupted" / "checkpoints" / "last.ckpt")
+    resumed, reference = (
+        _state(out / "checkpoints" / "last.ckpt"),
+        _state(tmp_path / "uninterrupted" / "checkpoints" / "last.ckpt"),
+    )
     assert resumed.keys() == reference.keys()
     worst = max((resumed[k].double() - reference[k].double()).abs().max().item() for k in resumed)
     assert worst == 0.0, f"the restarted run differs from the uninterrupted one by {worst}"
-    assert torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == 8 * 23
+    assert (
+        torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == 8 * 23
+    )

@@ -49,16 +49,44 @@ def _two_node_run(strategy: str, out: Path) -> tuple[str, float]:
             env = launch_env(ONE_THREAD)
             if node.interface:
                 env["GLOO_SOCKET_IFNAME"] = node.interface  # gloo's interface: the veth, not the host name's address
-            cmd = [*node.prefix, TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                   "--rdzv-endpoint", f"{node0.address}:{port}",
-                   # Inside a namespace the host name does not resolve to 10.77.0.1, so c10d cannot tell that this
-                   # agent hosts the rendezvous; say so (docs/multinode.md: the same on clusters with such DNS).
-                   *(["--rdzv-conf", "is_host=1"] if rank == 0 and node.prefix else []),
-                   # ...and workers would get MASTER_ADDR from the host name too: give each agent its address.
-                   *(["--local-addr", node.address] if node.prefix else []), TRAIN, "--strategy", strategy, "--num-nodes", "2",
-                   "--devices", "1", "--output-dir", str(out), *COMMON]
-            procs.append(subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                          start_new_session=True))  # its own group: a failure kills the agent and its workers
+            cmd = [
+                *node.prefix,
+                TORCHRUN,
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"{node0.address}:{port}",
+                # Inside a namespace the host name does not resolve to 10.77.0.1, so c10d cannot tell that this
+                # agent hosts the rendezvous; say so (docs/multinode.md: the same on clusters with such DNS).
+                *(["--rdzv-conf", "is_host=1"] if rank == 0 and node.prefix else []),
+                # ...and workers would get MASTER_ADDR from the host name too: give each agent its address.
+                *(["--local-addr", node.address] if node.prefix else []),
+                TRAIN,
+                "--strategy",
+                strategy,
+                "--num-nodes",
+                "2",
+                "--devices",
+                "1",
+                "--output-dir",
+                str(out),
+                *COMMON,
+            ]
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    cwd=REPO_ROOT,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    start_new_session=True,
+                )
+            )  # its own group: a failure kills the agent and its workers
         logs = []
         try:
             for proc in procs:
@@ -72,7 +100,9 @@ def _two_node_run(strategy: str, out: Path) -> tuple[str, float]:
             assert proc.returncode == 0, f"{how}\n{log[-4000:]}"
         printed = "".join(logs)
         # One rank prints the topology once, for both nodes.
-        assert printed.count("effective batch = 32 per device x 1 devices x 2 nodes x 1 accumulation = 64") == 1, printed[-3000:]
+        assert printed.count("effective batch = 32 per device x 1 devices x 2 nodes x 1 accumulation = 64") == 1, (
+            printed[-3000:]
+        )
         return how, elapsed
 
 
@@ -80,7 +110,9 @@ def _two_node_run(strategy: str, out: Path) -> tuple[str, float]:
 def one_node(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
     """The parameters of ``ddp`` on one node, 2 processes: what every multi-node run here must end with."""
     out = tmp_path_factory.mktemp("one_node")
-    run_python([TRAIN, "--strategy", "ddp", "--devices", "2", "--output-dir", str(out), *COMMON], timeout=300, env=ONE_THREAD)
+    run_python(
+        [TRAIN, "--strategy", "ddp", "--devices", "2", "--output-dir", str(out), *COMMON], timeout=300, env=ONE_THREAD
+    )
     return _parameters(out)
 
 
@@ -92,7 +124,9 @@ def _assert_equal(run: dict[str, torch.Tensor], one_node: dict[str, torch.Tensor
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("strategy", ["ddp", pytest.param("sharded", marks=RunIf(fairscale=True).marks)])
-def test_two_nodes_under_torchrun_match_one_node(strategy: str, one_node: dict[str, torch.Tensor], tmp_path: Path) -> None:
+def test_two_nodes_under_torchrun_match_one_node(
+    strategy: str, one_node: dict[str, torch.Tensor], tmp_path: Path
+) -> None:
     how, seconds = _two_node_run(strategy, tmp_path / "two_nodes")
     print(f"{strategy}: two nodes via {how}: {seconds:.1f}s")
     _assert_equal(_parameters(tmp_path / "two_nodes"), one_node, f"{strategy} on two nodes")
@@ -122,8 +156,23 @@ def test_horovodrun_with_two_host_entries_matches_one_node(one_node: dict[str, t
         pytest.skip("this machine has no IPv4 address besides loopback, so horovodrun cannot be given a second host")
     horovodrun = str(Path(sys.executable).with_name("horovodrun"))
     env = launch_env(ONE_THREAD)
-    cmd = [horovodrun, "-np", "2", "-H", f"127.0.0.1:1,{second}:1", "--gloo", sys.executable, TRAIN, "--strategy", "horovod",
-           "--devices", "1", "--output-dir", str(tmp_path / "two_hosts"), *COMMON]  # fmt: skip
+    cmd = [
+        horovodrun,
+        "-np",
+        "2",
+        "-H",
+        f"127.0.0.1:1,{second}:1",
+        "--gloo",
+        sys.executable,
+        TRAIN,
+        "--strategy",
+        "horovod",
+        "--devices",
+        "1",
+        "--output-dir",
+        str(tmp_path / "two_hosts"),
+        *COMMON,
+    ]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=420)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]

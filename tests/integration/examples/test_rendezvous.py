@@ -31,8 +31,15 @@ COMMON = ["--max-epochs", "1", "--logger", "none", "--accelerator", "cpu", "--nu
 def _run(cmd: list[str], env: dict[str, str], marker: str) -> tuple[int, str, float]:
     full_env = launch_env(env)
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO_ROOT,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         log = proc.communicate(timeout=EXIT_BOUND_S + 60)[0]
     finally:
@@ -54,7 +61,9 @@ def _run(cmd: list[str], env: dict[str, str], marker: str) -> tuple[int, str, fl
         pytest.param("0", "1", "1/2 clients joined", id="a-node-never-comes"),
     ],
 )
-def test_a_rendezvous_that_cannot_complete_fails_every_process_in_bound(node_rank: str, devices: str, says: str, tmp_path: Path) -> None:
+def test_a_rendezvous_that_cannot_complete_fails_every_process_in_bound(
+    node_rank: str, devices: str, says: str, tmp_path: Path
+) -> None:
     port = find_free_network_port()  # free, so nobody listens on it
     out = tmp_path / f"node{node_rank}"
     code, log, elapsed = _run(
@@ -78,12 +87,28 @@ def test_torchrun_with_an_unreachable_endpoint_fails_in_bound_naming_it(tmp_path
     with two_nodes() as (node0, node1, how):
         port = 29400 if node0.prefix else find_free_network_port()
         # Only node 1's agent runs, across the veth, towards node 0's address where nothing listens.
-        cmd = [*node1.prefix, TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-               "--rdzv-endpoint", f"{node0.address}:{port}",
-               # On 127.0.0.1 (no namespaces) the agent would think it hosts the endpoint: say it does not.
-               "--rdzv-conf", "read_timeout=5" + ("" if node1.prefix else ",is_host=0"),
-               *(["--local-addr", node1.address] if node1.prefix else []),
-               TRAIN, "--devices", "1", "--output-dir", str(out), *COMMON]  # fmt: skip
+        cmd = [
+            *node1.prefix,
+            TORCHRUN,
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"{node0.address}:{port}",
+            # On 127.0.0.1 (no namespaces) the agent would think it hosts the endpoint: say it does not.
+            "--rdzv-conf",
+            "read_timeout=5" + ("" if node1.prefix else ",is_host=0"),
+            *(["--local-addr", node1.address] if node1.prefix else []),
+            TRAIN,
+            "--devices",
+            "1",
+            "--output-dir",
+            str(out),
+            *COMMON,
+        ]
         code, log, elapsed = _run(cmd, {}, marker=str(out))
     assert code != 0, log[-3000:]
     assert elapsed < EXIT_BOUND_S, f"{how}: took {elapsed:.1f}s\n{log[-3000:]}"
@@ -102,10 +127,29 @@ def test_an_unreachable_ray_address_is_refused_before_ray_starts(tmp_path: Path)
         taken.bind(("127.0.0.1", 0))  # bound and never listening: every connection is refused
         address = f"127.0.0.1:{taken.getsockname()[1]}"
         code, log, elapsed = _run(
-            [sys.executable, TRAIN, "--launcher", "ray", "--ray-workers", "2", "--ray-address", address, "--rdzv-timeout", "3",
-             "--output-dir", str(out), "--max-epochs", "1", "--logger", "none", "--accelerator", "cpu"],
-            {}, marker=str(out),
-        )  # fmt: skip
+            [
+                sys.executable,
+                TRAIN,
+                "--launcher",
+                "ray",
+                "--ray-workers",
+                "2",
+                "--ray-address",
+                address,
+                "--rdzv-timeout",
+                "3",
+                "--output-dir",
+                str(out),
+                "--max-epochs",
+                "1",
+                "--logger",
+                "none",
+                "--accelerator",
+                "cpu",
+            ],
+            {},
+            marker=str(out),
+        )
     assert code == 1, log[-3000:]
     assert f"error: --ray-address {address}: nothing answered at {address} within 3 s" in log, log[-3000:]
     assert "ray start --head" in log and "Ray: connecting" not in log  # refused before ray.init

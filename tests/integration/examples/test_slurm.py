@@ -17,7 +17,7 @@ SBATCH = REPO_ROOT / "examples" / "slurm.sbatch"
 
 
 def _srun_args() -> list[str]:
-    line = next(l for l in SBATCH.read_text().splitlines() if l.startswith("srun "))
+    line = next(line for line in SBATCH.read_text().splitlines() if line.startswith("srun "))
     args = shlex.split(line)
     assert args[:3] == ["srun", "python", "examples/train.py"]
     return args[3:]
@@ -26,9 +26,15 @@ def _srun_args() -> list[str]:
 def _task_env(procid: int, nodes: int = 2, per_node: int = 4) -> dict[str, str]:
     """What srun exports to task ``procid`` of ``nodes`` x ``per_node`` tasks."""
     return {
-        "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "lightning-mgpu", "SLURM_NTASKS": str(nodes * per_node),
-        "SLURM_NTASKS_PER_NODE": str(per_node), "SLURM_PROCID": str(procid), "SLURM_LOCALID": str(procid % per_node),
-        "SLURM_NODEID": str(procid // per_node), "SLURM_NODELIST": "gpu-node[07-08]", "MASTER_PORT": "29500",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NAME": "lightning-mgpu",
+        "SLURM_NTASKS": str(nodes * per_node),
+        "SLURM_NTASKS_PER_NODE": str(per_node),
+        "SLURM_PROCID": str(procid),
+        "SLURM_LOCALID": str(procid % per_node),
+        "SLURM_NODEID": str(procid // per_node),
+        "SLURM_NODELIST": "gpu-node[07-08]",
+        "MASTER_PORT": "29500",
     }
 
 
@@ -52,10 +58,19 @@ print(json.dumps({"env": type(env).__name__, "rank": t.global_rank, "local": t.l
 def test_each_srun_task_gets_its_rank_from_slurm(procid: int, strategy: str) -> None:
     args = _srun_args()  # parsed as written; the probe then builds the Trainer on this CPU machine
     args[args.index("--strategy") + 1] = strategy
-    out = run_python(["-c", PROBE, json.dumps(args)], timeout=120, env=_task_env(procid)).stdout.strip().splitlines()[-1]
+    out = (
+        run_python(["-c", PROBE, json.dumps(args)], timeout=120, env=_task_env(procid)).stdout.strip().splitlines()[-1]
+    )
     got = json.loads(out)
-    assert got == {"env": "SLURMEnvironment", "rank": procid, "local": procid % 4, "node": procid // 4, "world": 8,
-                   "addr": "gpu-node07", "port": 29500}
+    assert got == {
+        "env": "SLURMEnvironment",
+        "rank": procid,
+        "local": procid % 4,
+        "node": procid // 4,
+        "world": 8,
+        "addr": "gpu-node07",
+        "port": 29500,
+    }
 
 
 def test_devices_that_disagree_with_the_tasks_per_node_are_refused() -> None:
@@ -63,7 +78,7 @@ def test_devices_that_disagree_with_the_tasks_per_node_are_refused() -> None:
     args[args.index("--devices") + 1] = "2"  # srun starts 4 tasks per node
     proc = run_python(["-c", PROBE, json.dumps(args)], timeout=120, env=_task_env(1), check=False)
     assert proc.returncode != 0
-    assert "the launcher started 8 training processes, but --devices 2 x --num-nodes 2 = 4" in proc.stderr, proc.stderr[-2000:]
+    assert "the launcher started 8 training processes, but --devices 2 x --num-nodes 2 = 4" in proc.stderr, proc.stderr[
+        -2000:
+    ]
     assert "--ntasks-per-node" in proc.stderr
-
-

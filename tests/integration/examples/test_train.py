@@ -42,8 +42,19 @@ def test_default_run_reaches_target_and_resumes_under_ddp_spawn(tmp_path: Path) 
     epochs = steps // 23
     resumed = tmp_path / "resumed"
     run_python(
-        [TRAIN, "--strategy", "ddp_spawn", "--ckpt-path", summary["last_checkpoint_path"], "--max-epochs", str(epochs + 1),
-         "--output-dir", str(resumed), "--logger", "none"],
+        [
+            TRAIN,
+            "--strategy",
+            "ddp_spawn",
+            "--ckpt-path",
+            summary["last_checkpoint_path"],
+            "--max-epochs",
+            str(epochs + 1),
+            "--output-dir",
+            str(resumed),
+            "--logger",
+            "none",
+        ],
         timeout=420,
     )
     again = json.loads((resumed / "summary.json").read_text())
@@ -54,8 +65,22 @@ def test_default_run_reaches_target_and_resumes_under_ddp_spawn(tmp_path: Path) 
 def test_scale_lr_and_accumulation_are_reported(tmp_path: Path) -> None:
     out = tmp_path / "acc"
     proc = run_python(
-        [TRAIN, "--strategy", "ddp_spawn", "--accumulate-grad-batches", "2", "--scale-lr", "--lr", "0.01",
-         "--max-steps", "3", "--output-dir", str(out), "--logger", "none"],
+        [
+            TRAIN,
+            "--strategy",
+            "ddp_spawn",
+            "--accumulate-grad-batches",
+            "2",
+            "--scale-lr",
+            "--lr",
+            "0.01",
+            "--max-steps",
+            "3",
+            "--output-dir",
+            str(out),
+            "--logger",
+            "none",
+        ],
         timeout=300,
     )
     summary = json.loads((out / "summary.json").read_text())
@@ -71,11 +96,31 @@ def test_all_callback_flags_together_under_ddp(tmp_path: Path) -> None:
 
     out = tmp_path / "callbacks"
     proc = run_python(
-        [TRAIN, "--strategy", "ddp", "--devices", "2", "--max-steps", "6", "--max-epochs", "1",
-         "--activation-checkpointing", "features.*", "--precision", "auto", "--zero-grad-set-to-none",
-         "--grad-sync-toggle", "--accumulate-grad-batches", "2", "--gpu-monitor", "--output-dir", str(out)],
-        timeout=300, env={"PYTHONWARNINGS": "default::DeprecationWarning"},
-    )  # fmt: skip
+        [
+            TRAIN,
+            "--strategy",
+            "ddp",
+            "--devices",
+            "2",
+            "--max-steps",
+            "6",
+            "--max-epochs",
+            "1",
+            "--activation-checkpointing",
+            "features.*",
+            "--precision",
+            "auto",
+            "--zero-grad-set-to-none",
+            "--grad-sync-toggle",
+            "--accumulate-grad-batches",
+            "2",
+            "--gpu-monitor",
+            "--output-dir",
+            str(out),
+        ],
+        timeout=300,
+        env={"PYTHONWARNINGS": "default::DeprecationWarning"},
+    )
     # The monitor's per-window gather once went through torch.distributed.nn.functional.all_gather, which torch 2.13
     # deprecates: every `train.py --gpu-monitor` run printed the warning.
     text = proc.stdout + proc.stderr
@@ -94,8 +139,13 @@ def test_all_callback_flags_together_under_ddp(tmp_path: Path) -> None:
         rows = list(csv.DictReader(f))
     logged = {k for r in rows for k, v in r.items() if v not in ("", None)}
     for r in (0, 1):
-        for key in (f"cpu/rank{r}/util_pct", f"time/rank{r}/data_wait_pct", f"time/rank{r}/step_ms",
-                    f"time/rank{r}/synced_step_ms", f"throughput/rank{r}/samples_per_sec"):  # fmt: skip
+        for key in (
+            f"cpu/rank{r}/util_pct",
+            f"time/rank{r}/data_wait_pct",
+            f"time/rank{r}/step_ms",
+            f"time/rank{r}/synced_step_ms",
+            f"throughput/rank{r}/samples_per_sec",
+        ):
             assert key in logged, f"{key} missing; logged: {sorted(logged)}"
     assert (out / "logs" / "version_0" / "diagnosis.json").is_file()
 
@@ -103,10 +153,23 @@ def test_all_callback_flags_together_under_ddp(tmp_path: Path) -> None:
 def test_preprocess_with_processes_under_ddp(tmp_path: Path) -> None:
     out = tmp_path / "pre"
     run_python(
-        [TRAIN, "--preprocess", "processes", "--strategy", "ddp", "--devices", "2", "--max-epochs", "1",
-         "--logger", "none", "--output-dir", str(out)],
+        [
+            TRAIN,
+            "--preprocess",
+            "processes",
+            "--strategy",
+            "ddp",
+            "--devices",
+            "2",
+            "--max-epochs",
+            "1",
+            "--logger",
+            "none",
+            "--output-dir",
+            str(out),
+        ],
         timeout=300,
-    )  # fmt: skip
+    )
     for split, n in (("train", 1438), ("val", 359)):  # digits: 1797 samples, 20 % held out
         manifest = json.loads((out / "cache" / split / "manifest.json").read_text())
         assert manifest["num_samples"] == n and manifest["backend"] == "processes", manifest
@@ -116,6 +179,7 @@ def test_preprocess_with_processes_under_ddp(tmp_path: Path) -> None:
 
 
 def test_a_bad_flag_exits_the_script_with_status_2() -> None:
-    proc = subprocess.run([sys.executable, TRAIN, "--devices", "0"], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, TRAIN, "--devices", "0"], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT
+    )
     assert proc.returncode == 2 and "--devices must be >= 1" in proc.stderr, proc.stderr
-

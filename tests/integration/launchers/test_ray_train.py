@@ -40,11 +40,36 @@ def _ray_env(cluster) -> dict[str, str]:
     return launch_env({**cluster.env, "RAY_DEDUP_LOGS": "0", **ONE_THREAD})
 
 
-def _start_ray_run(cluster, out: Path, *flags: str, address: str | None = "cluster", env: dict[str, str] | None = None) -> subprocess.Popen:
-    where = ["--ray-address", cluster.address] if address == "cluster" else ([] if address is None else ["--ray-address", address])
-    cmd = [sys.executable, TRAIN, "--launcher", "ray", "--ray-workers", "2", *where, "--output-dir", str(out), *COMMON, *flags]
-    return subprocess.Popen(cmd, cwd=REPO_ROOT, env={**_ray_env(cluster), **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)  # fmt: skip
+def _start_ray_run(
+    cluster, out: Path, *flags: str, address: str | None = "cluster", env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    where = (
+        ["--ray-address", cluster.address]
+        if address == "cluster"
+        else ([] if address is None else ["--ray-address", address])
+    )
+    cmd = [
+        sys.executable,
+        TRAIN,
+        "--launcher",
+        "ray",
+        "--ray-workers",
+        "2",
+        *where,
+        "--output-dir",
+        str(out),
+        *COMMON,
+        *flags,
+    ]
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO_ROOT,
+        env={**_ray_env(cluster), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 400) -> str:
@@ -79,10 +104,24 @@ CASES = {
     # Joining the two-node cluster; the bundle's sharded strategy with its callbacks inside the Ray workers, on data
     # preprocessed on the same cluster (the reference run preprocesses with local processes: the cache is the same),
     # saving sharded folders (--checkpoint-format reaches the strategy under Ray too).
-    "sharded+callbacks-cluster": ["--strategy", "sharded", "--checkpoint-format", "sharded", "--max-epochs", "1", "--accumulate-grad-batches", "2",
-                                  "--grad-sync-toggle", "--activation-checkpointing", "features.*", "--zero-grad-set-to-none",
-                                  "--gpu-monitor", "--preprocess", "ray"],
-}  # fmt: skip
+    "sharded+callbacks-cluster": [
+        "--strategy",
+        "sharded",
+        "--checkpoint-format",
+        "sharded",
+        "--max-epochs",
+        "1",
+        "--accumulate-grad-batches",
+        "2",
+        "--grad-sync-toggle",
+        "--activation-checkpointing",
+        "features.*",
+        "--zero-grad-set-to-none",
+        "--gpu-monitor",
+        "--preprocess",
+        "ray",
+    ],
+}
 
 
 def _raylets(under: str) -> int:
@@ -93,7 +132,9 @@ def _raylets(under: str) -> int:
 
 def _assert_local_ray_ran_and_stopped(log: str, ray_tmp: str) -> None:
     assert "Ray: starting a local instance with 2 CPUs for 2 workers" in log, log[-4000:]
-    assert any(Path(ray_tmp).glob("ray/session_*")), "the local Ray did not run under RAY_TMPDIR: the check below would see nothing"
+    assert any(Path(ray_tmp).glob("ray/session_*")), (
+        "the local Ray did not run under RAY_TMPDIR: the check below would see nothing"
+    )
     deadline = time.monotonic() + 30  # ray.shutdown() has returned; its raylet exits a moment later
     while _raylets(ray_tmp) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -113,7 +154,9 @@ def test_ray_train_run_equals_the_lightning_launched_run(case: str, ray_cluster,
         assert any((tmp_path / "ray" / "cache").rglob("*")), "nothing was cached on the cluster"
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     # Metrics and the checkpoint came back to the driver, which wrote the summary.
-    accumulation = int(flags[flags.index("--accumulate-grad-batches") + 1]) if "--accumulate-grad-batches" in flags else 1
+    accumulation = (
+        int(flags[flags.index("--accumulate-grad-batches") + 1]) if "--accumulate-grad-batches" in flags else 1
+    )
     assert summary["launcher"] == "ray" and summary["world_size"] == 2
     assert summary["effective_batch_size"] == 32 * 2 * accumulation
     assert summary["epochs"] == 1 and summary["val_acc"] is not None
@@ -126,9 +169,14 @@ def test_ray_train_run_equals_the_lightning_launched_run(case: str, ray_cluster,
     printed = set(re.findall(r"RayTrainWorker pid=(\d+)\)\S* strategy=", log))
     assert printed == {pids[0]}, (printed, pids)
 
-    rest = [("processes" if f == "ray" else f) for f in flags[2:]]  # all but --strategy NAME; --preprocess ray -> processes
-    run_python([TRAIN, "--strategy", strategy, "--devices", "2", "--output-dir", str(tmp_path / "local"), *COMMON, *rest],
-               timeout=300, env=ONE_THREAD)  # fmt: skip
+    rest = [
+        ("processes" if f == "ray" else f) for f in flags[2:]
+    ]  # all but --strategy NAME; --preprocess ray -> processes
+    run_python(
+        [TRAIN, "--strategy", strategy, "--devices", "2", "--output-dir", str(tmp_path / "local"), *COMMON, *rest],
+        timeout=300,
+        env=ONE_THREAD,
+    )
     reference = json.loads((tmp_path / "local" / "summary.json").read_text())
     assert abs(summary["val_acc"] - reference["val_acc"]) <= 0.01
     _assert_equal(_parameters(ckpt), _parameters(tmp_path / "local" / "checkpoints" / "last.ckpt"))
@@ -142,7 +190,9 @@ def _registered_checkpoints(storage: Path) -> list[str]:
     return [c["checkpoint_dir_name"] for c in snapshot.get("checkpoint_results", [])]
 
 
-def test_a_local_ray_run_restarts_a_killed_worker_resumes_exactly_and_stops_its_ray(ray_cluster, tmp_path: Path) -> None:
+def test_a_local_ray_run_restarts_a_killed_worker_resumes_exactly_and_stops_its_ray(
+    ray_cluster, tmp_path: Path
+) -> None:
     """A Ray started for the run (no ``--ray-address``), a worker killed after Ray registered a checkpoint: Ray Train
     restarts the workers, they resume, the parameters equal the uninterrupted Lightning-launched ``ddp`` run's, and the
     local Ray is gone after the run. One launch for the three checks (a local Ray costs about 20 s to start)."""
@@ -150,8 +200,18 @@ def test_a_local_ray_run_restarts_a_killed_worker_resumes_exactly_and_stops_its_
     # The local Ray's session goes under a folder of its own (short: Ray's socket paths must fit 107 bytes), so that
     # its raylet is told apart from the session cluster's and from any other Ray on the machine.
     ray_tmp = tempfile.mkdtemp(prefix="lmgpu-ray-")
-    proc = _start_ray_run(ray_cluster, tmp_path / "ray", "--strategy", "ddp", "--max-epochs", epochs, "--max-failures", "1",
-                          address=None, env={"RAY_TMPDIR": ray_tmp})  # fmt: skip
+    proc = _start_ray_run(
+        ray_cluster,
+        tmp_path / "ray",
+        "--strategy",
+        "ddp",
+        "--max-epochs",
+        epochs,
+        "--max-failures",
+        "1",
+        address=None,
+        env={"RAY_TMPDIR": ray_tmp},
+    )
     storage = tmp_path / "ray" / "ray" / "lightning_mgpu"
     killed = None
     try:
@@ -180,7 +240,23 @@ def test_a_local_ray_run_restarts_a_killed_worker_resumes_exactly_and_stops_its_
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     assert summary["epochs"] == int(epochs) and summary["global_step"] == int(epochs) * 23
 
-    run_python([TRAIN, "--strategy", "ddp", "--devices", "2", "--max-epochs", epochs, "--output-dir", str(tmp_path / "local"),
-                *COMMON], timeout=300, env=ONE_THREAD)  # fmt: skip
+    run_python(
+        [
+            TRAIN,
+            "--strategy",
+            "ddp",
+            "--devices",
+            "2",
+            "--max-epochs",
+            epochs,
+            "--output-dir",
+            str(tmp_path / "local"),
+            *COMMON,
+        ],
+        timeout=300,
+        env=ONE_THREAD,
+    )
     # Resumed from an epoch-end checkpoint with the RNG states and data order: the uninterrupted run's parameters.
-    _assert_equal(_parameters(Path(summary["checkpoint_path"])), _parameters(tmp_path / "local" / "checkpoints" / "last.ckpt"))
+    _assert_equal(
+        _parameters(Path(summary["checkpoint_path"])), _parameters(tmp_path / "local" / "checkpoints" / "last.ckpt")
+    )

@@ -23,7 +23,11 @@ require_or_skip("neptune")
 @pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
 def test_two_process_training_writes_one_run_from_rank_zero(strategy: str, tmp_path: Path, neptune_dir: Path) -> None:
     out = tmp_path / "out"
-    run_python(["-m", "tests.integration.runners.run_neptune_ddp", "--strategy", strategy, "--out", str(out)], timeout=540, env={"NEPTUNE_DATA_DIRECTORY": str(neptune_dir)})
+    run_python(
+        ["-m", "tests.integration.runners.run_neptune_ddp", "--strategy", strategy, "--out", str(out)],
+        timeout=540,
+        env={"NEPTUNE_DATA_DIRECTORY": str(neptune_dir)},
+    )
 
     pids = {r: json.loads((out / f"pid_rank{r}.json").read_text())["pid"] for r in (0, 1)}
     runs = list((neptune_dir / "offline").iterdir())
@@ -45,4 +49,3 @@ def test_two_process_training_writes_one_run_from_rank_zero(strategy: str, tmp_p
     assert Path(assigned["training/model/best_model_path"]).is_file()
     assert assigned["training/status"] == "success"
     assert any(op["type"] == "UploadFile" and op["path"] == ["training", "model", "summary"] for op in ops)
-

@@ -23,8 +23,14 @@ RUN = str(REPO_ROOT / "tests" / "integration" / "runners" / "run_gpu_monitor.py"
 def assert_keys_for_ranks(rows: list[dict[str, str]], ranks: range, extra: tuple[str, ...] = ()) -> None:
     logged = {k for r in rows for k, v in r.items() if v not in ("", None)}
     for r in ranks:
-        for key in (f"cpu/rank{r}/util_pct", f"cpu/rank{r}/rss_gb", f"time/rank{r}/data_wait_pct", f"time/rank{r}/step_ms",
-                    f"throughput/rank{r}/samples_per_sec", *(k.format(r=r) for k in extra)):
+        for key in (
+            f"cpu/rank{r}/util_pct",
+            f"cpu/rank{r}/rss_gb",
+            f"time/rank{r}/data_wait_pct",
+            f"time/rank{r}/step_ms",
+            f"throughput/rank{r}/samples_per_sec",
+            *(k.format(r=r) for k in extra),
+        ):
             assert key in logged, f"{key} missing from metrics.csv; logged: {sorted(logged)}"
     assert "throughput/samples_per_sec" in logged
 
@@ -34,10 +40,16 @@ def test_ddp_two_ranks_logs_both_and_diagnoses_input_vs_compute(tmp_path: Path) 
     result = json.loads((tmp_path / "result.json").read_text())
 
     input_rows = read_metrics(tmp_path / "input" / "version_0" / "metrics.csv")
-    assert_keys_for_ranks(input_rows, range(2), extra=("time/rank{r}/synced_step_ms", "time/rank{r}/unsynced_step_ms", "time/rank{r}/comm_pct"))
+    assert_keys_for_ranks(
+        input_rows,
+        range(2),
+        extra=("time/rank{r}/synced_step_ms", "time/rank{r}/unsynced_step_ms", "time/rank{r}/comm_pct"),
+    )
     assert sorted({int(r["step"]) for r in input_rows}) == [1, 3, 5, 7]  # Lightning's axis (accumulate_grad_batches=2)
     total = [float(r["throughput/samples_per_sec"]) for r in input_rows]
-    per_rank = [float(r["throughput/rank0/samples_per_sec"]) + float(r["throughput/rank1/samples_per_sec"]) for r in input_rows]
+    per_rank = [
+        float(r["throughput/rank0/samples_per_sec"]) + float(r["throughput/rank1/samples_per_sec"]) for r in input_rows
+    ]
     assert total == pytest.approx(per_rank, rel=1e-5)
     assert result["input"]["verdicts"] == {"rank0": "input-bound", "rank1": "input-bound"}
 
@@ -66,7 +78,11 @@ def test_other_strategies_gather_every_rank(strategy: str, tmp_path: Path) -> No
         env = launch_env()
         proc = subprocess.run(
             [horovodrun, "-np", "2", "--gloo", sys.executable, *args, "--devices", "1"],
-            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240,
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
         )
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     else:
@@ -75,4 +91,3 @@ def test_other_strategies_gather_every_rank(strategy: str, tmp_path: Path) -> No
     assert_keys_for_ranks(rows, range(2))
     diagnoses, _ = load_diagnoses(tmp_path / "input" / "version_0" / "diagnosis.json")
     assert {d.device: d.verdict for d in diagnoses} == {"rank0": "input-bound", "rank1": "input-bound"}
-

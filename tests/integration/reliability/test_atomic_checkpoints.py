@@ -42,9 +42,14 @@ def test_sigkill_during_saves_never_leaves_a_torn_checkpoint(tmp_path: Path, fmt
     """Either format: a file renamed into place, or a sharded folder swapped in with RENAME_EXCHANGE."""
     outcomes = []
     # One server forks each trial's saving process (see run_save_loop): the kill hits a process mid-save as before.
-    server = subprocess.Popen([sys.executable, "-m", "tests.integration.runners.run_save_loop"], cwd=REPO_ROOT,
-                              env=launch_env(), stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.runners.run_save_loop"],
+        cwd=REPO_ROOT,
+        env=launch_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         for trial in range(KILL_TRIALS):
             _one_kill_during_a_save(server, tmp_path, trial, outcomes, fmt)
@@ -55,7 +60,9 @@ def test_sigkill_during_saves_never_leaves_a_torn_checkpoint(tmp_path: Path, fmt
     print(f"kill-during-save trials: {len(outcomes)}, in-progress save already renamed in {sum(outcomes)}")
 
 
-def _one_kill_during_a_save(server: subprocess.Popen, tmp_path: Path, trial: int, outcomes: list[bool], fmt: str) -> None:
+def _one_kill_during_a_save(
+    server: subprocess.Popen, tmp_path: Path, trial: int, outcomes: list[bool], fmt: str
+) -> None:
     rng = random.Random(1000 + trial)  # printed below on failure: rerun the one trial with this seed
     out = tmp_path / f"trial{trial}"
     out.mkdir()
@@ -79,17 +86,23 @@ def _one_kill_during_a_save(server: subprocess.Popen, tmp_path: Path, trial: int
     try:
         version = _consistent(out / "ckpt" / "last.ckpt")
     except Exception as err:  # noqa: BLE001 - report the seed with any failure
-        raise AssertionError(f"trial {trial} (seed {1000 + trial}): last.ckpt is not a complete checkpoint: {err}") from err
+        raise AssertionError(
+            f"trial {trial} (seed {1000 + trial}): last.ckpt is not a complete checkpoint: {err}"
+        ) from err
     # last.ckpt is the save in progress (if its rename happened) or the one before it: never older, never torn.
     assert version in (saving, saving - 1), f"trial {trial}: last.ckpt holds version {version}, saving {saving}"
     outcomes.append(version == saving)
     # The checkpoint folder holds last.ckpt and at most the killed save's hidden temporary; the next save removes it.
     folder = out / "ckpt"
-    temporaries = {p.name for p in folder.glob(".last.ckpt.*.tmp")} | {p.name for p in folder.glob(".last.ckpt.*.tmp-dir")}
+    temporaries = {p.name for p in folder.glob(".last.ckpt.*.tmp")} | {
+        p.name for p in folder.glob(".last.ckpt.*.tmp-dir")
+    }
     assert {p.name for p in folder.iterdir()} <= {"last.ckpt"} | temporaries
     if fmt == "sharded":
         path = folder / "last.ckpt"
-        write_sharded_checkpoint({"version": 0, "state_dict": {"w": torch.zeros(1)}}, path, temporary_folder(path), True, no_dist=True)
+        write_sharded_checkpoint(
+            {"version": 0, "state_dict": {"w": torch.zeros(1)}}, path, temporary_folder(path), True, no_dist=True
+        )
     else:
         AtomicCheckpointIO().save_checkpoint({"version": 0, "state_dict": {}}, folder / "last.ckpt")
     assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
@@ -103,7 +116,10 @@ def test_a_full_disk_names_the_path_and_keeps_the_previous_checkpoint(small_disk
     io = AtomicCheckpointIO()
     target = small_disk / "last.ckpt"
     io.save_checkpoint({"version": 1, **_state(1.5)}, target)
-    with pytest.raises(CheckpointSaveError, match=rf"Could not save the checkpoint {target}: .*(space|write).*previous checkpoint at that path is intact"):
+    with pytest.raises(
+        CheckpointSaveError,
+        match=rf"Could not save the checkpoint {target}: .*(space|write).*previous checkpoint at that path is intact",
+    ):
         io.save_checkpoint({"version": 2, **_state(3.0)}, target)
     assert load_checkpoint_file(target)["version"] == 1
     assert sorted(p.name for p in small_disk.iterdir()) == ["last.ckpt"]  # the partial temporary was removed
@@ -111,7 +127,10 @@ def test_a_full_disk_names_the_path_and_keeps_the_previous_checkpoint(small_disk
 
 def test_an_unwritable_folder_names_the_path_and_the_fix(readonly_dir: Path) -> None:
     target = readonly_dir / "last.ckpt"
-    with pytest.raises(CheckpointSaveError, match=rf"Could not save the checkpoint {target}: Read-only file system.*another --output-dir"):
+    with pytest.raises(
+        CheckpointSaveError,
+        match=rf"Could not save the checkpoint {target}: Read-only file system.*another --output-dir",
+    ):
         AtomicCheckpointIO().save_checkpoint({"version": 1}, target)
     assert target.read_bytes() == b"previous"
 

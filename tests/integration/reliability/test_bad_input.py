@@ -21,8 +21,13 @@ REFUSAL_BOUND_S = 60.0
 
 def _train(*argv: str, tmp_path: Path) -> tuple[int, str, float]:
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, TRAIN, "--output-dir", str(tmp_path / "out"), *argv],
-                          capture_output=True, text=True, timeout=180, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, TRAIN, "--output-dir", str(tmp_path / "out"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO_ROOT,
+    )
     return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start
 
 
@@ -70,11 +75,15 @@ runpy.run_path({train!r}, run_name="__main__")
 
 def test_a_missing_optional_dependency_names_the_extra(tmp_path: Path) -> None:
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", _WITHOUT_FAIRSCALE.format(train=TRAIN, out=str(tmp_path / "out"))],
-                          capture_output=True, text=True, timeout=180, cwd=REPO_ROOT)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_FAIRSCALE.format(train=TRAIN, out=str(tmp_path / "out"))],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO_ROOT,
+    )
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text[-3000:]
     assert "needs `fairscale`" in text and "pip install 'lightning_mgpu[sharded]'" in text, text[-3000:]
     assert "Initializing distributed" not in text and "Epoch 0" not in text
     assert time.monotonic() - start < REFUSAL_BOUND_S
-

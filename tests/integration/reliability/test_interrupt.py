@@ -49,8 +49,18 @@ ENV = {"OMP_NUM_THREADS": "1"}
 
 
 def _train(out: Path, strategy: str, devices: str, *extra: str, launcher: tuple[str, ...] = ()) -> list[str]:
-    return [*launcher, str(REPO_ROOT / "examples" / "train.py"), "--strategy", strategy, "--devices", devices,
-            "--output-dir", str(out), *ARGS, *extra]  # fmt: skip
+    return [
+        *launcher,
+        str(REPO_ROOT / "examples" / "train.py"),
+        "--strategy",
+        strategy,
+        "--devices",
+        devices,
+        "--output-dir",
+        str(out),
+        *ARGS,
+        *extra,
+    ]
 
 
 def _final_state(out: Path) -> dict[str, torch.Tensor]:
@@ -81,12 +91,21 @@ def _group_alive(pgid: int) -> bool:
 def _interrupt(cmd: list[str], out: Path, seed: int, env: dict[str, str] = ENV) -> tuple[int, str, float]:
     """Start ``cmd`` in its own process group; once the first epoch's checkpoint exists, SIGINT the group."""
     env = launch_env(env)
-    proc = subprocess.Popen([sys.executable, *cmd], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, *cmd],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not list((out / "checkpoints").glob("epoch00-*.ckpt")):
-            assert proc.poll() is None, f"seed {seed}: the run ended before its first epoch\n{proc.communicate()[0][-4000:]}"
+            assert proc.poll() is None, (
+                f"seed {seed}: the run ended before its first epoch\n{proc.communicate()[0][-4000:]}"
+            )
             assert time.monotonic() < deadline, f"seed {seed}: no first-epoch checkpoint within 120 s"
             time.sleep(0.02)
         time.sleep(random.Random(seed).uniform(0.0, 0.4))  # somewhere in the second epoch
@@ -158,8 +177,10 @@ def test_ctrl_c_saves_the_step_and_resume_is_exact(
     assert reference.keys() == resumed.keys()
     differ = [k for k in reference if not torch.equal(reference[k], resumed[k])]
     against = SAME_TRAINING.get(strategy, strategy)
-    assert not differ, (f"seed {seed}, interrupted at step {step} ({step % per_epoch} into an epoch): {differ[:5]} differ "
-                        f"from the uninterrupted {against} run")  # fmt: skip
+    assert not differ, (
+        f"seed {seed}, interrupted at step {step} ({step % per_epoch} into an epoch): {differ[:5]} differ "
+        f"from the uninterrupted {against} run"
+    )
 
 
 @pytest.mark.gpu
@@ -179,7 +200,9 @@ def test_ctrl_c_and_exact_resume_on_cuda(strategy: str, tmp_path: Path) -> None:
     out = tmp_path / "interrupted"
     code, log, stop_s = _interrupt(_train(out, strategy, "1", *gpu), out, seed, env)
     assert code == 130 and stop_s <= STOP_BOUND_S, f"seed {seed}: exit {code} after {stop_s:.1f} s\n{log[-4000:]}"
-    run_python(_train(out, strategy, "1", *gpu, "--ckpt-path", str(out / "checkpoints" / "last.ckpt")), timeout=240, env=env)
+    run_python(
+        _train(out, strategy, "1", *gpu, "--ckpt-path", str(out / "checkpoints" / "last.ckpt")), timeout=240, env=env
+    )
     expected, resumed = _final_state(reference), _final_state(out)
     assert expected.keys() == resumed.keys()
     differ = [k for k in expected if not torch.equal(expected[k], resumed[k])]

@@ -41,8 +41,11 @@ def test_a_pinned_port_held_by_another_program_is_replaced_with_a_notice() -> No
         other.bind(("127.0.0.1", 0))
         other.listen()
         port = other.getsockname()[1]
-        proc = run_python(["-m", "tests.integration.runners.run_fit_sequence", "sharded_spawn"], timeout=240,
-                          env={"MASTER_PORT": str(port)})
+        proc = run_python(
+            ["-m", "tests.integration.runners.run_fit_sequence", "sharded_spawn"],
+            timeout=240,
+            env={"MASTER_PORT": str(port)},
+        )
     assert "FIT sharded_spawn OK" in proc.stdout
     assert f"MASTER_PORT={port} is in use" in proc.stderr  # one line, naming the port it left
 
@@ -52,12 +55,17 @@ def test_two_jobs_started_at_the_same_moment_both_finish(tmp_path: Path) -> None
     train = str(REPO_ROOT / "examples" / "train.py")
     env = launch_env()  # without MASTER_PORT/MASTER_ADDR: each job finds its own port
     jobs = [
-        subprocess.Popen([sys.executable, train, "--max-steps", "5", "--logger", "none", "--output-dir", str(tmp_path / f"job{i}")],
-                         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        subprocess.Popen(
+            [sys.executable, train, "--max-steps", "5", "--logger", "none", "--output-dir", str(tmp_path / f"job{i}")],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for i in range(2)
     ]
     for i, job in enumerate(jobs):
         out, _ = job.communicate(timeout=300)
         assert job.returncode == 0, out[-3000:]
         assert (tmp_path / f"job{i}" / "summary.json").is_file()
-

@@ -63,15 +63,32 @@ def _listening_ports() -> set[int]:
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fault", list(FAULTS))
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_a_failed_rank_fails_the_job_promptly_and_leaves_nothing(strategy: str, fault: str, tmp_path: Path, record_property) -> None:
+def test_a_failed_rank_fails_the_job_promptly_and_leaves_nothing(
+    strategy: str, fault: str, tmp_path: Path, record_property
+) -> None:
     import re
 
     out, private_shm = tmp_path / "run", tmp_path / "shm"
-    cmd = [sys.executable, "-m", "tests.integration.runners.run_faulty", "--strategy", strategy, "--fault", fault,
-           "--rank", "1", "--step", "3", "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.integration.runners.run_faulty",
+        "--strategy",
+        strategy,
+        "--fault",
+        fault,
+        "--rank",
+        "1",
+        "--step",
+        "3",
+        "--out",
+        str(out),
+    ]
     no_private_shm = shm.unavailable()  # without one (not root), every other check still runs
     start = time.monotonic()
-    code, log, elapsed = run_command(cmd if no_private_shm else shm.with_private_shm(cmd, private_shm), timeout=180, expect_ok=False)
+    code, log, elapsed = run_command(
+        cmd if no_private_shm else shm.with_private_shm(cmd, private_shm), timeout=180, expect_ok=False
+    )
     assert code != 0, log[-3000:]
     assert re.search(FAULTS[fault], log), log[-3000:]
     rank1_started = (out / "pid_rank1").stat().st_mtime

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from tests.helpers.launch import REPO_ROOT
 from tests.unit.reliability.test_untrusted_files import _Payload, marker, plant  # noqa: F401
 
@@ -22,11 +21,20 @@ def test_train_py_refuses_a_payload_before_any_worker_starts(tmp_path: Path, mar
 
     path = plant(tmp_path / "evil.ckpt", marker, Classifier())
     proc = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "examples" / "train.py"), "--ckpt-path", str(path), "--output-dir", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=180, cwd=REPO_ROOT,
+        [
+            sys.executable,
+            str(REPO_ROOT / "examples" / "train.py"),
+            "--ckpt-path",
+            str(path),
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO_ROOT,
     )
     assert proc.returncode != 0
     assert "Refused to load" in proc.stderr and "Nothing was executed" in proc.stderr, proc.stderr[-2000:]
     assert "Initializing distributed" not in proc.stdout + proc.stderr  # refused in the launcher, before the ranks
     assert not marker.exists()
-

@@ -75,7 +75,11 @@ class Block(nn.Module):
 
 def build_regressor() -> dict[str, nn.Module]:
     torch.manual_seed(0)
-    return {"inp": nn.Linear(IN, HIDDEN), "out": nn.Linear(HIDDEN, OUT), "blocks": nn.Sequential(*[Block(f"b{i}") for i in range(DEPTH)])}
+    return {
+        "inp": nn.Linear(IN, HIDDEN),
+        "out": nn.Linear(HIDDEN, OUT),
+        "blocks": nn.Sequential(*[Block(f"b{i}") for i in range(DEPTH)]),
+    }
 
 
 def build_gan() -> dict[str, nn.Module]:
@@ -94,13 +98,21 @@ def gan_losses(m: Any, x: torch.Tensor, z: torch.Tensor, phase: str) -> torch.Te
     if phase == "g":
         return nn.functional.mse_loss(m.disc(m.gen(z)), torch.ones(len(z), 1))
     fake = m.gen(z).detach()
-    return nn.functional.mse_loss(m.disc(x), torch.ones(len(x), 1)) + nn.functional.mse_loss(m.disc(fake), torch.zeros(len(z), 1))
+    return nn.functional.mse_loss(m.disc(x), torch.ones(len(x), 1)) + nn.functional.mse_loss(
+        m.disc(fake), torch.zeros(len(z), 1)
+    )
 
 
 class ProbeModule(pl.LightningModule):
     def __init__(self, mode: str, accumulate: int, global_batch: int, num_samples: int, toggle: bool) -> None:
         super().__init__()
-        self.mode, self.accumulate, self.global_batch, self.num_samples, self.toggle = mode, accumulate, global_batch, num_samples, toggle
+        self.mode, self.accumulate, self.global_batch, self.num_samples, self.toggle = (
+            mode,
+            accumulate,
+            global_batch,
+            num_samples,
+            toggle,
+        )
         self.automatic_optimization = mode == "auto"
         if mode == "gan":
             for name, module in build_gan().items():
@@ -212,7 +224,9 @@ class Probe(pl.Callback):
             # DDP reduces in C++; a Python comm hook makes its all-reduce visible to the patched dist.all_reduce.
             model.register_comm_hook(None, _allreduce_hook)
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self.batch_idx, self._in_batch, self._stepped = batch_idx, True, False
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
@@ -222,7 +236,9 @@ class Probe(pl.Callback):
         self.steps.append(self.batch_idx)
         self._stepped = True
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._in_batch = False
         if self._stepped:
             self.grads_none_at_batch_end.append(all(p.grad is None for p in pl_module.parameters()))
@@ -260,7 +276,9 @@ class Probe(pl.Callback):
             "owned_param_bytes": _owned_param_bytes(trainer),
         }
         self.out.mkdir(parents=True, exist_ok=True)
-        torch.save({k: v.detach().cpu().float() for k, v in pl_module.state_dict().items()}, self.out / f"params_rank{rank}.pt")
+        torch.save(
+            {k: v.detach().cpu().float() for k, v in pl_module.state_dict().items()}, self.out / f"params_rank{rank}.pt"
+        )
         (self.out / f"rank{rank}.json").write_text(json.dumps(result))
 
 
@@ -285,7 +303,9 @@ def _owned_param_bytes(trainer: pl.Trainer) -> int | None:
     """
     total, sharded = 0, False
     for optimizer in trainer.optimizers:
-        partition = getattr(optimizer, "partition_parameters", None) or getattr(optimizer, "_partition_parameters", None)
+        partition = getattr(optimizer, "partition_parameters", None) or getattr(
+            optimizer, "_partition_parameters", None
+        )
         if partition is None:
             continue
         sharded = True
@@ -325,7 +345,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batches", default=8, type=int, help="micro-batches")
     p.add_argument("--global-batch", default=8, type=int)
     p.add_argument("--precision", default="32-true")
-    p.add_argument("--toggle", action="store_true", help="manual mode: use toggle_model(sync_grad=...) instead of the callback")
+    p.add_argument(
+        "--toggle", action="store_true", help="manual mode: use toggle_model(sync_grad=...) instead of the callback"
+    )
     p.add_argument("--no-grad-sync", action="store_true", help="leave GradSyncToggle out")
     p.add_argument("--out", required=True, type=Path)
     return p.parse_args(argv)
@@ -382,7 +404,10 @@ def reference(mode: str, accumulate: int, batches: int, global_batch: int) -> di
         groups = [list(params.values())]
     opts = [torch.optim.SGD(g, lr=LR) for g in groups]
     for i in range(batches):
-        x, y = data.tensors[0][i * global_batch : (i + 1) * global_batch], data.tensors[1][i * global_batch : (i + 1) * global_batch]
+        x, y = (
+            data.tensors[0][i * global_batch : (i + 1) * global_batch],
+            data.tensors[1][i * global_batch : (i + 1) * global_batch],
+        )
         final = (i + 1) % accumulate == 0 or i + 1 == batches
         if mode == "gan":
             for opt, group, phase in zip(opts, groups, ("g", "d")):
@@ -445,7 +470,9 @@ MATRIX = [
 ]
 
 
-def matrix_params(modes: tuple[str, ...] = ("auto", "manual", "gan"), known_bugs: dict[tuple[str, str], str] | None = None) -> list[Any]:
+def matrix_params(
+    modes: tuple[str, ...] = ("auto", "manual", "gan"), known_bugs: dict[tuple[str, str], str] | None = None
+) -> list[Any]:
     """``MATRIX`` as pytest params with the right marks (multi-process: integration; horovod; skips).
 
     ``known_bugs`` maps ``(strategy, mode)`` to a reason: a strict xfail, which fails once the bug is fixed
@@ -488,15 +515,37 @@ def launch(strategy: str, mode: str, precision: str = "32-true", devices: int = 
 
         specs = [spec]
         if strategy != "dp":  # dp runs in this process: no launch to share
-            specs += [s for s in (_spec(*m, devices) for m in MATRIX if m[0] == strategy) if s != spec and s not in _LAUNCHES]
+            specs += [
+                s for s in (_spec(*m, devices) for m in MATRIX if m[0] == strategy) if s != spec and s not in _LAUNCHES
+            ]
         outs = [Path(tempfile.mkdtemp(prefix=f"cb_{s[0]}_{s[1]}_")) for s in specs]
-        argvs = [["--strategy", name, "--devices", str(run_devices), "--mode", run_mode, "--accumulate", str(accumulate),
-                  "--precision", run_precision, "--batches", str(BATCHES), "--global-batch", str(GLOBAL_BATCH), "--out", str(out)]
-                 for (name, run_mode, run_precision, run_devices, accumulate), out in zip(specs, outs)]  # fmt: skip
+        argvs = [
+            [
+                "--strategy",
+                name,
+                "--devices",
+                str(run_devices),
+                "--mode",
+                run_mode,
+                "--accumulate",
+                str(accumulate),
+                "--precision",
+                run_precision,
+                "--batches",
+                str(BATCHES),
+                "--global-batch",
+                str(GLOBAL_BATCH),
+                "--out",
+                str(out),
+            ]
+            for (name, run_mode, run_precision, run_devices, accumulate), out in zip(specs, outs)
+        ]
         if strategy == "dp":
             main(argvs[0])
         else:
-            run_python(["-m", "tests.integration.runners.run_callbacks", *join_runs(argvs)], timeout=timeout * len(specs))
+            run_python(
+                ["-m", "tests.integration.runners.run_callbacks", *join_runs(argvs)], timeout=timeout * len(specs)
+            )
         for s, out in zip(specs, outs):
             _LAUNCHES[s] = Run(out, s)
             shutil.rmtree(out, ignore_errors=True)

@@ -59,14 +59,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--save", default=True, action=argparse.BooleanOptionalAction, help="save a checkpoint after fit")
     args = p.parse_args(argv)
     # ZeRO-3: one block's parameters gathered at a time, the setting for a model that does not fit whole.
-    strategy: Any = ShardedStrategy(backend="fsdp2", reshard_after_forward=True) if args.strategy == "sharded_fsdp2" else "auto"
+    strategy: Any = (
+        ShardedStrategy(backend="fsdp2", reshard_after_forward=True) if args.strategy == "sharded_fsdp2" else "auto"
+    )
     trainer = quiet_trainer(accelerator="cpu", strategy=strategy, devices=args.devices, max_steps=args.steps)
     model = WideMLP(args.width, args.layers)
     trainer.fit(model)
     if args.save:
         trainer.save_checkpoint(args.out / "final.ckpt")  # under sharded_fsdp2 a folder, each rank writing its shards
     if trainer.is_global_zero:
-        done = {"global_step": trainer.global_step, "parameters": args.width * args.width * args.layers, "world_size": trainer.world_size}
+        done = {
+            "global_step": trainer.global_step,
+            "parameters": args.width * args.width * args.layers,
+            "world_size": trainer.world_size,
+        }
         (args.out / "done.json").write_text(json.dumps(done))
 
 

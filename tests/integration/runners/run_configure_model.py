@@ -35,12 +35,19 @@ class BuiltInConfigureModel(LightningModule):
     def configure_model(self) -> None:
         if self.net is not None:
             return
-        self.net = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.LayerNorm(WIDTH), nn.Linear(WIDTH, 4))
+        self.net = nn.Sequential(
+            nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.LayerNorm(WIDTH), nn.Linear(WIDTH, 4)
+        )
         self.seen = sorted({p.device.type for p in self.net.parameters()})
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         if self.first_sum is None:  # the whole parameters as loaded (a collective per DTensor)
-            self.first_sum = float(sum(p.full_tensor().double().sum() if hasattr(p, "full_tensor") else p.double().sum() for p in self.parameters()))
+            self.first_sum = float(
+                sum(
+                    p.full_tensor().double().sum() if hasattr(p, "full_tensor") else p.double().sum()
+                    for p in self.parameters()
+                )
+            )
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
@@ -68,7 +75,13 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     model = BuiltInConfigureModel()
-    trainer = quiet_trainer(accelerator="cpu", strategy="sharded_fsdp2", devices=args.devices, max_steps=args.steps, use_distributed_sampler=True)
+    trainer = quiet_trainer(
+        accelerator="cpu",
+        strategy="sharded_fsdp2",
+        devices=args.devices,
+        max_steps=args.steps,
+        use_distributed_sampler=True,
+    )
     trainer.fit(model, ckpt_path=args.resume)
     trainer.save_checkpoint(args.out / "final.ckpt")
     params = list(model.parameters())

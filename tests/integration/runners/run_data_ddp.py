@@ -48,7 +48,14 @@ class Recorder(pl.LightningModule):
 
 def main(out: Path) -> None:
     dm = PreprocessedDataModule(
-        IndexedDataset(N), out / "cache", Features(), backend="serial", batch_size=8, num_workers=1, augment=InPlaceAugment(), progress=False
+        IndexedDataset(N),
+        out / "cache",
+        Features(),
+        backend="serial",
+        batch_size=8,
+        num_workers=1,
+        augment=InPlaceAugment(),
+        progress=False,
     )
     model = Recorder()
     trainer = quiet_trainer(strategy="ddp", devices=2, max_epochs=2)

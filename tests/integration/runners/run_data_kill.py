@@ -9,5 +9,7 @@ from tests.helpers.data import Features, IndexedDataset
 
 if __name__ == "__main__":
     cache_dir, kill_at = sys.argv[1], int(sys.argv[2])
-    preprocess(IndexedDataset(200, kill_at=kill_at), cache_dir, Features(), backend="serial", chunk_size=16, progress=False)
+    preprocess(
+        IndexedDataset(200, kill_at=kill_at), cache_dir, Features(), backend="serial", chunk_size=16, progress=False
+    )
     raise SystemExit("the kill did not happen")

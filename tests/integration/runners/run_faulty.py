@@ -37,7 +37,9 @@ class FaultInjector(pl.Callback):
         if port:
             (self.out / f"port_rank{trainer.global_rank}").write_text(port)
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
+    ) -> None:
         if trainer.global_rank != self.rank or trainer.global_step != self.step:
             return
         if self.fault == "kill":
@@ -56,7 +58,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "pid_launcher").write_text(str(os.getpid()))
     trainer = quiet_trainer(
-        strategy=args.strategy, devices=2, max_steps=40, use_distributed_sampler=False,
+        strategy=args.strategy,
+        devices=2,
+        max_steps=40,
+        use_distributed_sampler=False,
         callbacks=[FaultInjector(args.fault, args.rank, args.step, args.out), CleanExit()],
     )
     trainer.fit(ParityModule(global_batch=8, num_samples=8 * 40))

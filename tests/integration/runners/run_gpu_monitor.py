@@ -55,10 +55,15 @@ class Net(pl.LightningModule):
             self.net = nn.Sequential(
                 nn.Unflatten(1, (2, 4, 4)),
                 nn.Upsample(scale_factor=8),
-                nn.Conv2d(2, 24, 3, padding=1), nn.ReLU(),
-                nn.Conv2d(24, 24, 3, padding=1), nn.ReLU(),
-                nn.Conv2d(24, 24, 3, padding=1), nn.ReLU(),
-                nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(24, 1),
+                nn.Conv2d(2, 24, 3, padding=1),
+                nn.ReLU(),
+                nn.Conv2d(24, 24, 3, padding=1),
+                nn.ReLU(),
+                nn.Conv2d(24, 24, 3, padding=1),
+                nn.ReLU(),
+                nn.AdaptiveAvgPool2d(1),
+                nn.Flatten(),
+                nn.Linear(24, 1),
             )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

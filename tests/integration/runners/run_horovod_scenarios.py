@@ -24,7 +24,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -55,7 +55,7 @@ class Spec:
     steps: int = STEPS
     global_batch: int = GLOBAL_BATCH
     accumulate: int = 1
-    clip_val: Optional[float] = None
+    clip_val: float | None = None
     clip_algo: str = "norm"
     precision: str = "32-true"
     fp16_plugin: bool = False  # 16-mixed with a GradScaler on CPU (the Trainer flag would fall back to bf16 on CPU)
@@ -98,7 +98,9 @@ REFERENCES: dict[str, Spec] = {
 class ScenarioModule(ParityModule):
     """The parity MLP with the knobs the scenarios need (plain types only: they land in checkpoints)."""
 
-    def __init__(self, global_batch: int = GLOBAL_BATCH, scheduler: bool = False, lightning_sampler: bool = False) -> None:
+    def __init__(
+        self, global_batch: int = GLOBAL_BATCH, scheduler: bool = False, lightning_sampler: bool = False
+    ) -> None:
         super().__init__(lr=0.1, global_batch=global_batch, num_samples=NUM_SAMPLES)
 
     def configure_optimizers(self) -> Any:
@@ -151,7 +153,10 @@ class TwoOptimizerModule(pl.LightningModule):
         return DataLoader(data, batch_size=self.spec.global_batch // world, sampler=sampler)
 
     def configure_optimizers(self) -> Any:
-        return [torch.optim.SGD(self.net_a.parameters(), lr=0.1, momentum=0.9), torch.optim.SGD(self.net_b.parameters(), lr=0.05)]
+        return [
+            torch.optim.SGD(self.net_a.parameters(), lr=0.1, momentum=0.9),
+            torch.optim.SGD(self.net_b.parameters(), lr=0.05),
+        ]
 
 
 class ManualAccumulateModule(ParityModule):
@@ -183,7 +188,9 @@ class UnevenModule(ParityModule):
 
     def val_dataloader(self) -> DataLoader:
         data = make_data(NUM_SAMPLES)
-        return DataLoader(Subset(data, range(200 + 16 * self.trainer.global_rank, 216 + 16 * self.trainer.global_rank)), batch_size=8)
+        return DataLoader(
+            Subset(data, range(200 + 16 * self.trainer.global_rank, 216 + 16 * self.trainer.global_rank)), batch_size=8
+        )
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         x, y = batch
@@ -273,8 +280,14 @@ def build_trainer(spec: Spec, strategy: Any, devices: int, **overrides: Any) -> 
 
 
 def run_scenario(
-    name: str, spec: Spec, out: Path, strategy: Any = "horovod", devices: int = 2, ckpt: Optional[str] = None,
-    checkpoint_wrapped: bool = False, **overrides: Any,
+    name: str,
+    spec: Spec,
+    out: Path,
+    strategy: Any = "horovod",
+    devices: int = 2,
+    ckpt: str | None = None,
+    checkpoint_wrapped: bool = False,
+    **overrides: Any,
 ) -> pl.Trainer:
     """Fit ``spec`` and save this process's parameters and facts under ``out/name``.
 
@@ -318,10 +331,16 @@ def facts(trainer: pl.Trainer, model: pl.LightningModule, spec: Spec) -> dict[st
         "is_global_zero": trainer.is_global_zero,
         "rank_zero_only_rank": rank_zero_only.rank,
         "sampler_kwargs": getattr(strategy, "distributed_sampler_kwargs", None),
-        "loader_sampler": {"type": type(sampler).__name__, "num_replicas": getattr(sampler, "num_replicas", None), "rank": getattr(sampler, "rank", None)},
+        "loader_sampler": {
+            "type": type(sampler).__name__,
+            "num_replicas": getattr(sampler, "num_replicas", None),
+            "rank": getattr(sampler, "rank", None),
+        },
         "global_step": trainer.global_step,
         "optimizer_types": [type(o).__module__ + "." + type(o).__qualname__ for o in optimizers],
-        "params_per_optimizer": [sum(1 for g in o.param_groups for p in g["params"] if p.requires_grad) for o in optimizers],
+        "params_per_optimizer": [
+            sum(1 for g in o.param_groups for p in g["params"] if p.requires_grad) for o in optimizers
+        ],
         "lrs": [g["lr"] for o in optimizers for g in o.param_groups],
         "allreduce_calls": dict(COUNTER.calls),
         "checkpoint_writes": list(SAVES.paths),
@@ -339,7 +358,11 @@ def workers(out: Path) -> None:
     checks: dict[str, Any] = {}
     # devices=1 is Lightning 1.x's "one device per worker": accepted, one device per local worker.
     legacy = pl.Trainer(strategy="horovod", accelerator="cpu", devices=1, logger=False)
-    checks["devices_1"] = {"world_size": legacy.world_size, "num_devices": legacy.num_devices, "root": str(legacy.strategy.root_device)}
+    checks["devices_1"] = {
+        "world_size": legacy.world_size,
+        "num_devices": legacy.num_devices,
+        "root": str(legacy.strategy.root_device),
+    }
     try:
         pl.Trainer(strategy="horovod", accelerator="cpu", devices=3, logger=False)
         checks["devices_3"] = "accepted"
@@ -366,7 +389,7 @@ def collectives(strategy: Any, rank: int) -> dict[str, Any]:
     return result
 
 
-def self_launch(out: Path, ckpt: str, single_ckpt: Optional[str] = None) -> None:
+def self_launch(out: Path, ckpt: str, single_ckpt: str | None = None) -> None:
     """``Trainer(strategy="horovod", devices=2)`` in a plain process: resume to RESUMED_STEPS.
 
     From ``ckpt`` (written by 2 workers) and, if given, from ``single_ckpt`` (written by one process).
@@ -417,7 +440,7 @@ def failing_after_fit(out: Path) -> None:
     (out / "rank0_finished").write_text("fit returned")
 
 
-def main(argv: Optional[list[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=("workers", "self-launch", "elsewhere", "failing", "failing-after-fit"))
     p.add_argument("out", type=Path)

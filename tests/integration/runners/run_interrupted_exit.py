@@ -36,9 +36,18 @@ def main() -> None:
         print("EXIT HANDLERS DONE", flush=True)
 
     atexit.register(slow_exit)
-    trainer = pl.Trainer(strategy="ddp", accelerator="cpu", devices=2, max_epochs=1, limit_train_batches=8, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         callbacks=[] if args.without_clean_exit else [CleanExit()])  # fmt: skip
+    trainer = pl.Trainer(
+        strategy="ddp",
+        accelerator="cpu",
+        devices=2,
+        max_epochs=1,
+        limit_train_batches=8,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[] if args.without_clean_exit else [CleanExit()],
+    )
     trainer.fit(InterruptedOnRankZero())
 
 

@@ -43,7 +43,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--strategy", default="auto")
     p.add_argument("--devices", default=1, type=int)
     p.add_argument("--num-nodes", default=1, type=int)
-    p.add_argument("--num-samples", default=None, type=int, help="default: global batch x accumulation x steps (no short last batch)")
+    p.add_argument(
+        "--num-samples",
+        default=None,
+        type=int,
+        help="default: global batch x accumulation x steps (no short last batch)",
+    )
     p.add_argument("--steps", default=5, type=int, help="optimizer steps")
     p.add_argument("--global-batch", default=32, type=int, help="samples per micro-batch over all ranks")
     p.add_argument("--accumulate", default=1, type=int)
@@ -54,15 +59,41 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--precision", default="32-true")
     p.add_argument("--manual", action="store_true")
     p.add_argument("--resume", default=None, help="checkpoint to resume from")
-    p.add_argument("--sharded-backend", default=None, choices=("fairscale", "torch", "fsdp2"), help="ShardedStrategy(backend=...) for --strategy sharded*")
+    p.add_argument(
+        "--sharded-backend",
+        default=None,
+        choices=("fairscale", "torch", "fsdp2"),
+        help="ShardedStrategy(backend=...) for --strategy sharded*",
+    )
     p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
     p.add_argument("--namespace", default="lightning.pytorch", choices=("lightning.pytorch", "pytorch_lightning"))
-    p.add_argument("--process-group-backend", default=None, help="e.g. gloo for ranks that share one GPU (tests/helpers/shared_gpu.py)")
-    p.add_argument("--fsdp2-mp", default=None, choices=("bf16", "fp16"), help="ShardedStrategy(mp_policy=MixedPrecisionPolicy(param_dtype=...))")
+    p.add_argument(
+        "--process-group-backend",
+        default=None,
+        help="e.g. gloo for ranks that share one GPU (tests/helpers/shared_gpu.py)",
+    )
+    p.add_argument(
+        "--fsdp2-mp",
+        default=None,
+        choices=("bf16", "fp16"),
+        help="ShardedStrategy(mp_policy=MixedPrecisionPolicy(param_dtype=...))",
+    )
     p.add_argument("--fsdp2-offload", action="store_true", help="ShardedStrategy(offload_policy=CPUOffloadPolicy())")
-    p.add_argument("--checkpoint-format", default=None, choices=("sharded", "full"), help="ShardedStrategy(checkpoint_format=...)")
-    p.add_argument("--fsdp2-gather", default=None, choices=("dcp", "by_hand"), help="force FSDP2's full-checkpoint gather for this run")
-    p.add_argument("--hidden", default=None, type=int, help="the MLP's width (default: tests.helpers.models.HIDDEN); wider for memory figures")
+    p.add_argument(
+        "--checkpoint-format", default=None, choices=("sharded", "full"), help="ShardedStrategy(checkpoint_format=...)"
+    )
+    p.add_argument(
+        "--fsdp2-gather",
+        default=None,
+        choices=("dcp", "by_hand"),
+        help="force FSDP2's full-checkpoint gather for this run",
+    )
+    p.add_argument(
+        "--hidden",
+        default=None,
+        type=int,
+        help="the MLP's width (default: tests.helpers.models.HIDDEN); wider for memory figures",
+    )
     p.add_argument("--out", required=True, type=Path)
     return p.parse_args(argv)
 
@@ -99,7 +130,9 @@ def _main(args: argparse.Namespace) -> None:
             from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 
             if args.fsdp2_mp:
-                fmt["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[args.fsdp2_mp]))
+                fmt["mp_policy"] = MixedPrecisionPolicy(
+                    param_dtype=getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[args.fsdp2_mp])
+                )
             if args.fsdp2_offload:
                 fmt["offload_policy"] = CPUOffloadPolicy()
         strategy = bundle.ShardedStrategy(backend=args.sharded_backend, start_method=start_method, **fmt, **pg)
@@ -134,7 +167,14 @@ def _main(args: argparse.Namespace) -> None:
         use_distributed_sampler=False,
     )
     n = args.num_samples or args.global_batch * args.accumulate * args.steps
-    model = parity_module_for(args.namespace)(optimizer=args.optimizer, lr=args.lr, manual=args.manual, global_batch=args.global_batch, num_samples=n, **({"hidden": args.hidden} if args.hidden else {}))
+    model = parity_module_for(args.namespace)(
+        optimizer=args.optimizer,
+        lr=args.lr,
+        manual=args.manual,
+        global_batch=args.global_batch,
+        num_samples=n,
+        **({"hidden": args.hidden} if args.hidden else {}),
+    )
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.reset_peak_memory_stats()  # each run of a launch reports its own peak
     trainer.fit(model, ckpt_path=args.resume)
@@ -143,7 +183,9 @@ def _main(args: argparse.Namespace) -> None:
     if args.strategy == "fsdp_shard_grad_op":
         # Memory only: FSDP's flat parameters live on its wrapper (the LightningModule's own are views), and its full
         # gather is not what this peer is run for.
-        (args.out / f"memory_rank{rank}.json").write_text(json.dumps(_memory(trainer.strategy.model, trainer.optimizers[0])))
+        (args.out / f"memory_rank{rank}.json").write_text(
+            json.dumps(_memory(trainer.strategy.model, trainer.optimizers[0]))
+        )
         return
     # FSDP2 holds DTensor shards: gather each whole tensor (a collective, on every rank) to compare with other strategies.
     full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
@@ -156,15 +198,24 @@ def _main(args: argparse.Namespace) -> None:
     if args.sharded_backend == "fsdp2":  # which full-checkpoint gather the save below takes, and why
         from lightning_mgpu.strategies.sharded.fsdp2 import cuda_backend, gathers_by_hand
 
-        gather = {"backend": str(torch.distributed.get_backend()), "cuda_backend": cuda_backend(), "by_hand": gathers_by_hand(model)}
+        gather = {
+            "backend": str(torch.distributed.get_backend()),
+            "cuda_backend": cuda_backend(),
+            "by_hand": gathers_by_hand(model),
+        }
         (args.out / f"gather_rank{rank}.json").write_text(json.dumps(gather))
     if not spawned:
         trainer.save_checkpoint(ckpt)
     if trainer.is_global_zero:
-        result = {"world_size": world, "num_nodes": trainer.num_nodes, "global_step": trainer.global_step,
-                  "trainer": type(trainer).__module__, "strategy": type(trainer.strategy).__module__,
-                  # a sharded folder read in place, each rank what it holds (ShardedStrategy only)
-                  "restored_in_place": getattr(trainer.strategy, "_restored_in_place", None)}  # fmt: skip
+        result = {
+            "world_size": world,
+            "num_nodes": trainer.num_nodes,
+            "global_step": trainer.global_step,
+            "trainer": type(trainer).__module__,
+            "strategy": type(trainer.strategy).__module__,
+            # a sharded folder read in place, each rank what it holds (ShardedStrategy only)
+            "restored_in_place": getattr(trainer.strategy, "_restored_in_place", None),
+        }
         (args.out / "result.json").write_text(json.dumps(result))
 
 
@@ -177,7 +228,9 @@ def _memory(model: torch.nn.Module, opt: torch.optim.Optimizer | None) -> dict[s
         return local.numel() * local.element_size()
 
     state = local_optimizer(opt).state if opt is not None else {}
-    optimizer_bytes = sum(nbytes(v) for s in state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
+    optimizer_bytes = sum(
+        nbytes(v) for s in state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0
+    )
     memory = {"param_bytes": sum(nbytes(p) for p in model.parameters()), "optimizer_bytes": optimizer_bytes}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         memory["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()

@@ -126,9 +126,14 @@ class BalancedModule(ParityModule):
         super().__init__(optimizer="adam", lr=0.1, global_batch=GLOBAL_BATCH, num_samples=NUM_SAMPLES)
         torch.manual_seed(1)
         self.net = nn.Sequential(
-            nn.Linear(IN, 32, bias=False), nn.Tanh(), nn.Linear(32, 16, bias=False), nn.Tanh(),
-            nn.Linear(16, 32, bias=False), nn.Tanh(), nn.Linear(32, 16, bias=False),
-        )  # fmt: skip
+            nn.Linear(IN, 32, bias=False),
+            nn.Tanh(),
+            nn.Linear(32, 16, bias=False),
+            nn.Tanh(),
+            nn.Linear(16, 32, bias=False),
+            nn.Tanh(),
+            nn.Linear(32, 16, bias=False),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)[:, :OUT]
@@ -181,7 +186,9 @@ class GanModule(ParityModule):
                 opt_g.step()
                 opt_g.zero_grad()
         with opt_d.toggle_model(sync_grad=final):
-            loss_d = nn.functional.mse_loss(self.disc(real), ones) + nn.functional.mse_loss(self.disc(fake.detach()), zeros)
+            loss_d = nn.functional.mse_loss(self.disc(real), ones) + nn.functional.mse_loss(
+                self.disc(fake.detach()), zeros
+            )
             self.manual_backward(loss_d / GAN_ACCUMULATE)
             if final:
                 opt_d.step()
@@ -231,15 +238,23 @@ def evaluate(trainer: pl.Trainer, module: EvalModule) -> dict[str, Any]:
     r["predict"] = torch.cat(trainer.predict(module))
     os.environ["WORLD_SIZE"] = str(world())
     fresh = pl.Trainer(
-        strategy=strategy("fairscale"), accelerator="cpu", devices=world(), logger=False, enable_progress_bar=False,
-        enable_model_summary=False, use_distributed_sampler=False,
-    )  # fmt: skip
+        strategy=strategy("fairscale"),
+        accelerator="cpu",
+        devices=world(),
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+    )
     r["test"] = fresh.test(module, verbose=False)[0]["test_loss"]
     x, y = make_data(EVAL_SAMPLES, seed=5).tensors
     with torch.no_grad():
         r["expected_predict"] = module(x)
         # Lightning averages the per-batch losses (equal batch sizes here).
-        losses = [nn.functional.mse_loss(module(x[i : i + EVAL_BATCH]), y[i : i + EVAL_BATCH]) for i in range(0, EVAL_SAMPLES, EVAL_BATCH)]
+        losses = [
+            nn.functional.mse_loss(module(x[i : i + EVAL_BATCH]), y[i : i + EVAL_BATCH])
+            for i in range(0, EVAL_SAMPLES, EVAL_BATCH)
+        ]
         r["expected_loss"] = float(torch.stack(losses).mean())
     r["models"] = {stage: sorted(names) for stage, names in module.eval_models.items()}
     return r
@@ -347,7 +362,11 @@ def phase_main(out: Path) -> dict[str, Any]:
     module = GanModule()
     fit("ddp", module, steps=GAN_STEPS, find_unused_parameters=True)
     r["gan/params/ddp"] = params(module)
-    for variant, kwargs in (("default", {}), ("unused", {"find_unused_parameters": True}), ("bucketed", {"reduce_buffer_size": 2**20})):
+    for variant, kwargs in (
+        ("default", {}),
+        ("unused", {"find_unused_parameters": True}),
+        ("bucketed", {"reduce_buffer_size": 2**20}),
+    ):
         module = GanModule()
         counter = ReductionCounter("fairscale")
         fit("fairscale", module, steps=GAN_STEPS, callbacks=(counter,), **kwargs)

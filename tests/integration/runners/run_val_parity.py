@@ -44,9 +44,17 @@ class Module(pl.LightningModule):
 def main(strategy: str, out: str, limit_val_batches: int) -> None:
     pl.seed_everything(7, verbose=False)
     trainer = pl.Trainer(
-        max_epochs=2, strategy=strategy, accelerator="cpu", devices=2, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, enable_checkpointing=False, num_sanity_val_steps=0, limit_val_batches=limit_val_batches,
-    )  # fmt: skip
+        max_epochs=2,
+        strategy=strategy,
+        accelerator="cpu",
+        devices=2,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=limit_val_batches,
+    )
     trainer.fit(Module())
     if trainer.is_global_zero:
         torch.save(trainer.lightning_module.state_dict(), out)

@@ -30,4 +30,3 @@ def test_import_does_not_import_optional_dependencies() -> None:
     )
     out = run_python(["-c", code], timeout=120).stdout
     assert "loaded: []" in out, out
-

@@ -77,7 +77,9 @@ def references(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, 
     root = tmp_path_factory.mktemp("references")
     refs = {"32-true": run_parity_here(root / "cpu", "--steps", str(STEPS), *DATA)[0], "resumed": _resumed_on_cpu(root)}
     for precision in ("16-mixed", "bf16-mixed"):
-        refs[precision] = run_parity_here(root / precision, "--steps", str(STEPS), *DATA, "--accelerator", "gpu", "--precision", precision)[0]
+        refs[precision] = run_parity_here(
+            root / precision, "--steps", str(STEPS), *DATA, "--accelerator", "gpu", "--precision", precision
+        )[0]
     return refs
 
 
@@ -86,7 +88,9 @@ def _resumed_on_cpu(root: Path) -> dict[str, torch.Tensor]:
     runner's plain DataLoader restarts its epoch on a mid-epoch resume, as Lightning documents; exact mid-epoch resume
     is the bundle's resumable loader's job, tested in tests/integration/reliability/test_interrupt.py.)"""
     run_parity_here(root / "half", "--steps", "3", *DATA)
-    return run_parity_here(root / "resumed", "--steps", str(STEPS), *DATA, "--resume", str(root / "half" / "final.ckpt"))[0]
+    return run_parity_here(
+        root / "resumed", "--steps", str(STEPS), *DATA, "--resume", str(root / "half" / "final.ckpt")
+    )[0]
 
 
 def _runs(out: Path) -> list[list[str]]:
@@ -123,7 +127,9 @@ def _launch_on_shared_gpu(case: str, out: Path) -> Path:
 def ddp_on_shared_gpu(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``ddp`` launch, shared by its own case and by the others' mixed-precision comparison."""
     if not shares_one_gpu(WORLD):
-        pytest.skip(f"{WORLD} GPUs here: the real multi-GPU tests cover this (LIGHTNING_MGPU_SHARE_GPU=1 forces sharing)")
+        pytest.skip(
+            f"{WORLD} GPUs here: the real multi-GPU tests cover this (LIGHTNING_MGPU_SHARE_GPU=1 forces sharing)"
+        )
     return _launch_on_shared_gpu("ddp", tmp_path_factory.mktemp("ddp"))
 
 
@@ -180,8 +186,16 @@ def test_memory_peer_lightning_fsdp_shard_grad_op(ddp_on_shared_gpu: Path, tmp_p
     run = ["--out", str(tmp_path / "adam"), *ADAM_MEMORY, "--strategy", "fsdp_shard_grad_op", *node_args(WORLD, "gpu")]
     launch_nodes([*RUNNER, *run], WORLD, timeout=240, env=env)
     memory = [json.loads((tmp_path / "adam" / f"memory_rank{r}.json").read_text()) for r in range(WORLD)]
-    _report({"case": "lightning-fsdp-shard_grad_op", "world": WORLD, "shared_gpu": True, "memory_only": True,
-             "device": torch.cuda.get_device_name(0), "memory_adam": memory})  # fmt: skip
+    _report(
+        {
+            "case": "lightning-fsdp-shard_grad_op",
+            "world": WORLD,
+            "shared_gpu": True,
+            "memory_only": True,
+            "device": torch.cuda.get_device_name(0),
+            "memory_adam": memory,
+        }
+    )
     ddp = [json.loads((ddp_on_shared_gpu / "adam" / f"memory_rank{r}.json").read_text()) for r in range(WORLD)]
     # Adam keeps two moments per parameter: ddp's state is the whole model's twice, FSDP's this rank's half of it.
     assert all(m["optimizer_bytes"] <= 0.55 * d["optimizer_bytes"] for m, d in zip(memory, ddp)), (memory, ddp)

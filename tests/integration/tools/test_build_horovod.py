@@ -19,11 +19,12 @@ def test_cache_key_names_horovod_torch_and_python() -> None:
     import torch
 
     key = build.cache_key(sys.executable)
-    assert key.startswith(f"hvd{build.HOROVOD_VERSION}-p{build.PATCH_LEVEL}-torch{torch.__version__.replace('+', '_')}-cp3")
+    assert key.startswith(
+        f"hvd{build.HOROVOD_VERSION}-p{build.PATCH_LEVEL}-torch{torch.__version__.replace('+', '_')}-cp3"
+    )
 
 
 @RunIf(horovod=True)
 def test_command_is_a_no_op_when_horovod_is_installed() -> None:
     out = run_python(["-m", "lightning_mgpu", "build-horovod"], timeout=180)
     assert "already installed with Gloo" in out.stdout + out.stderr
-

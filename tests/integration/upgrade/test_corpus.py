@@ -53,4 +53,6 @@ def test_the_seed_guides_script_converted_trains_under_dp(tmp_path: Path, capsys
     assert "0 TODO(s)" in capsys.readouterr().err
     script.write_text(script.read_text().replace('accelerator="gpu"', 'accelerator="cpu"'))
     proc = run_python([str(script)], timeout=240, env={"NEPTUNE_MODE": "debug"}, cwd=tmp_path)
-    assert "Traceback" not in proc.stderr and "`Trainer.fit` stopped: `max_epochs=1` reached" in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    assert (
+        "Traceback" not in proc.stderr and "`Trainer.fit` stopped: `max_epochs=1` reached" in proc.stdout + proc.stderr
+    ), proc.stderr[-3000:]

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.launch import join_runs, parity_params, run_python
 from lightning_mgpu.utilities._compat import fsdp2_runs_on_cpu
+from tests.helpers.launch import join_runs, parity_params, run_python
 from tests.helpers.runif import RunIf, require_or_skip
 from tests.helpers.shared_gpu import launch_nodes, node_args
 
@@ -30,7 +30,7 @@ _ORDERS = {
     "pytorch_lightning first": "import pytorch_lightning as pl\nimport lightning_mgpu\n",
     # A user with pytorch_lightning alone: the bundle's top-level names are then the twin's.
     "pytorch_lightning alone": "import sys\nsys.modules['lightning'] = None\nimport pytorch_lightning as pl\nimport lightning_mgpu\n"
-                               "assert lightning_mgpu.DataParallelStrategy.__module__.startswith('lightning_mgpu.pl.')\n",
+    "assert lightning_mgpu.DataParallelStrategy.__module__.startswith('lightning_mgpu.pl.')\n",
 }
 _CHECK = """
 import warnings
@@ -76,13 +76,16 @@ def test_without_either_lightning_the_import_names_both_extras() -> None:
 #: where the strategy refuses the CPU by name: tests/unit/utilities/test_compat.py).
 _FSDP2_ON_CPU = fsdp2_runs_on_cpu()
 _LAUNCHES: dict[str, list[list[str]]] = {
-    "ddp family": [["--strategy", "ddp"], ["--strategy", "sharded", "--sharded-backend", "fairscale"],
-                   ["--strategy", "sharded", "--sharded-backend", "torch"],
-                   *([["--strategy", "sharded_fsdp2", "--sharded-backend", "fsdp2"]] if _FSDP2_ON_CPU else [])],
+    "ddp family": [
+        ["--strategy", "ddp"],
+        ["--strategy", "sharded", "--sharded-backend", "fairscale"],
+        ["--strategy", "sharded", "--sharded-backend", "torch"],
+        *([["--strategy", "sharded_fsdp2", "--sharded-backend", "fsdp2"]] if _FSDP2_ON_CPU else []),
+    ],
     "ddp_spawn": [["--strategy", "ddp_spawn"]],
     "dp": [["--strategy", "dp_emulated"]],  # the multi-replica DataParallel path, on CPU threads
     "horovod": [["--strategy", "horovod"]],
-}  # fmt: skip
+}
 _NAMESPACES = ("pytorch_lightning", "lightning.pytorch")
 
 
@@ -94,8 +97,23 @@ def _fit(root: Path, launch: str) -> dict[str, list[Path]]:
         for flags in _LAUNCHES[launch]:
             out = root / namespace / "-".join(flags[1::2])
             outs[namespace].append(out)
-            runs.append(["--out", str(out), "--devices", "2", "--steps", "4", "--optimizer", "adam", "--lr", "0.01",
-                         "--namespace", namespace, *flags])  # fmt: skip
+            runs.append(
+                [
+                    "--out",
+                    str(out),
+                    "--devices",
+                    "2",
+                    "--steps",
+                    "4",
+                    "--optimizer",
+                    "adam",
+                    "--lr",
+                    "0.01",
+                    "--namespace",
+                    namespace,
+                    *flags,
+                ]
+            )
     run_python(["-m", "tests.integration.runners.run_parity", *join_runs(runs)], timeout=300)
     return outs
 
@@ -103,14 +121,19 @@ def _fit(root: Path, launch: str) -> dict[str, list[Path]]:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(
     "launch",
-    [pytest.param(name, marks=(RunIf(horovod=True).marks if name == "horovod" else RunIf(fairscale=True).marks)) for name in _LAUNCHES],
+    [
+        pytest.param(name, marks=(RunIf(horovod=True).marks if name == "horovod" else RunIf(fairscale=True).marks))
+        for name in _LAUNCHES
+    ],
 )
 def test_a_two_process_fit_under_pytorch_lightning_equals_lightning_pytorch(launch: str, tmp_path: Path) -> None:
     outs = _fit(tmp_path, launch)
     for a, b in zip(outs["pytorch_lightning"], outs["lightning.pytorch"]):
         ran = json.loads((a / "result.json").read_text())
         # The run really was pytorch_lightning's Trainer with a pytorch_lightning strategy (the bundle's twin, or its own).
-        assert ran["trainer"].startswith("pytorch_lightning.") and ran["strategy"].startswith(("pytorch_lightning.", "lightning_mgpu.pl.")), ran
+        assert ran["trainer"].startswith("pytorch_lightning.") and ran["strategy"].startswith(
+            ("pytorch_lightning.", "lightning_mgpu.pl.")
+        ), ran
         assert json.loads((b / "result.json").read_text())["trainer"].startswith("lightning.pytorch.")
         pa, pb = parity_params(a), parity_params(b)
         assert pa and sorted(pa) == sorted(pb), a.name
@@ -123,11 +146,22 @@ def test_ddp2_on_two_nodes_under_pytorch_lightning_equals_lightning_pytorch(tmp_
     """ddp2: one process per node (two nodes here), DataParallel over two CPU-thread devices within each."""
     runs = []
     for namespace in _NAMESPACES:  # both in one launch of the two nodes, as above
-        run = ["--out", str(tmp_path / namespace), "--strategy", "ddp2_emulated", "--steps", "4", "--namespace", namespace,
-               *node_args(2, "cpu")]  # fmt: skip
+        run = [
+            "--out",
+            str(tmp_path / namespace),
+            "--strategy",
+            "ddp2_emulated",
+            "--steps",
+            "4",
+            "--namespace",
+            namespace,
+            *node_args(2, "cpu"),
+        ]
         run[run.index("--devices") + 1] = "2"  # two emulated devices per node
         runs.append(run)
-    launch_nodes(["-m", "tests.integration.runners.run_parity", *join_runs(runs)], 2, timeout=240, env={"OMP_NUM_THREADS": "1"})
+    launch_nodes(
+        ["-m", "tests.integration.runners.run_parity", *join_runs(runs)], 2, timeout=240, env={"OMP_NUM_THREADS": "1"}
+    )
     params = {namespace: parity_params(tmp_path / namespace) for namespace in _NAMESPACES}
     for namespace in _NAMESPACES:  # each run was its namespace's Trainer
         assert json.loads((tmp_path / namespace / "result.json").read_text())["trainer"].startswith(f"{namespace}.")

@@ -23,4 +23,3 @@ def test_a_one_process_group_left_by_an_earlier_fit_gives_up_its_port() -> None:
     port = find_free_network_port()
     proc = run_python(["-c", _EARLIER_FIT.format(port=port)], timeout=60)
     assert "MOVED" in proc.stdout and f"MASTER_PORT={port} is in use" in proc.stderr
-

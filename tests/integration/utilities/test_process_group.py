@@ -41,4 +41,3 @@ def test_horovod_ranks_and_the_loader_shards_by_them() -> None:
     assert [r[0] for r in results] == [(0, 2), (1, 2)]
     assert all(r[1] for r in results)
     assert sorted(results[0][2] + results[1][2]) == list(range(10))  # each sample once across the ranks
-

@@ -32,7 +32,9 @@ def test_default_counts_on_cpu_are_one_and_two_processes() -> None:
 
 def test_a_strategy_that_cannot_run_keeps_its_ratios_as_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = bench_scaling.importlib.util.find_spec
-    monkeypatch.setattr(bench_scaling.importlib.util, "find_spec", lambda name, *a: None if name == "fairscale" else real(name, *a))
+    monkeypatch.setattr(
+        bench_scaling.importlib.util, "find_spec", lambda name, *a: None if name == "fairscale" else real(name, *a)
+    )
     result = tmp_path / "scaling.json"
     bench_scaling.main(["--rounds", "1", "--strategies", "sharded", "--result", str(result)])  # nothing to launch
     out = json.loads(result.read_text())
@@ -40,5 +42,3 @@ def test_a_strategy_that_cannot_run_keeps_its_ratios_as_failed(tmp_path: Path, m
     assert "needs fairscale" in out["failed"]["sharded@2"]
     # The report shows the ratio as failed, with the error, rather than dropping it.
     assert [r["label"] for r in out["ratios"]] == ["sharded: scaling efficiency at 2 devices (step at 1 / step at 2)"]
-
-

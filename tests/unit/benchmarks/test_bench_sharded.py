@@ -9,5 +9,3 @@ def test_lightning_fsdp_runs_on_gpus_only() -> None:
     # Lightning's FSDPStrategy refuses the CPU; the raw FSDP2 loop is the CPU's peer.
     assert "lightning_fsdp" not in bench_sharded.arms_for("cpu") and "fsdp2" in bench_sharded.arms_for("cpu")
     assert bench_sharded.arms_for("gpu") == [*bench_sharded.ARMS, "lightning_fsdp"]
-
-

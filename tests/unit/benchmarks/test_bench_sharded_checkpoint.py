@@ -15,7 +15,10 @@ def test_each_accelerator_gets_its_arms_by_default() -> None:
 def test_lightning_fsdp_on_the_cpu_is_refused_naming_why(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         bench.parse_args(["--arms", "sharded,lightning_fsdp"])
-    assert "lightning_fsdp runs on GPUs only (--accelerator gpu): torch 2.13's FSDP1 refuses the CPU" in capsys.readouterr().err
+    assert (
+        "lightning_fsdp runs on GPUs only (--accelerator gpu): torch 2.13's FSDP1 refuses the CPU"
+        in capsys.readouterr().err
+    )
     with pytest.raises(SystemExit):
         bench.parse_args(["--accelerator", "gpu", "--arms", "raw_dcp"])
     assert "the others measure CPU ranks" in capsys.readouterr().err

@@ -13,8 +13,16 @@ from benchmarks.harness.report import BenchRun, markdown, terminal_table, write
 from benchmarks.harness.result import ratio, write_result
 from benchmarks.harness.stats import RatioSummary, paired_ratios, summarize
 
-MACHINE = {"date": "2026-11-25 04:00 UTC", "cpu": "test CPU", "cores": 2, "gpus": [], "interconnect": "none",
-           "os": "Linux", "python": "3.11", "versions": {"torch": "2.13.0"}}  # fmt: skip
+MACHINE = {
+    "date": "2026-11-25 04:00 UTC",
+    "cpu": "test CPU",
+    "cores": 2,
+    "gpus": [],
+    "interconnect": "none",
+    "os": "Linux",
+    "python": "3.11",
+    "versions": {"torch": "2.13.0"},
+}
 
 
 def test_ratios_are_paired_per_round() -> None:
@@ -32,16 +40,21 @@ def test_ratios_are_paired_per_round() -> None:
 def _result(tmp_path: Path, failed: dict[str, str] | None = None) -> dict:
     path = tmp_path / "r.json"
     write_result(
-        path, name="demo", arms={"ours": {"step_s": [0.011, 0.012, 0.010]}, "raw": {"step_s": [0.010, 0.010, 0.010]}},
+        path,
+        name="demo",
+        arms={"ours": {"step_s": [0.011, 0.012, 0.010]}, "raw": {"step_s": [0.010, 0.010, 0.010]}},
         ratios=[ratio("ours / raw", "ours", "raw", goal=1.03), ratio("peer / raw", "peer", "raw")],
-        memory={"ours": [3 * 2**20, 3 * 2**20], "raw": [4 * 2**20, 4 * 2**20]}, failed=failed,
+        memory={"ours": [3 * 2**20, 3 * 2**20], "raw": [4 * 2**20, 4 * 2**20]},
+        failed=failed,
         figures={"state ratio": {"value": 0.625, "goal": 0.635, "verdict": "met"}},
-    )  # fmt: skip
+    )
     return json.loads(path.read_text())
 
 
 def test_a_failed_arm_is_reported_as_failed_never_as_a_number(tmp_path: Path) -> None:
-    run = BenchRun("demo", "a demo", "ok", 1.0, ["python", "x.py"], result=_result(tmp_path, {"peer": "RuntimeError: boom"}))
+    run = BenchRun(
+        "demo", "a demo", "ok", 1.0, ["python", "x.py"], result=_result(tmp_path, {"peer": "RuntimeError: boom"})
+    )
     ours, peer = run.summaries()
     assert isinstance(ours, RatioSummary) and ours.median == pytest.approx(1.1)
     assert peer == ("peer / raw", "arm 'peer' failed: RuntimeError: boom")
@@ -76,12 +89,17 @@ def test_scaling_curves_are_plotted_beside_their_linear_ideal(tmp_path: Path) ->
     from benchmarks.harness.report import plot
 
     result = _result(tmp_path)
-    result["scaling"] = {"samples_per_s": {"ddp": {"1": [1000.0, 1100.0], "2": [1800.0, 1900.0]}, "sharded": {"1": [900.0], "2": []}}}
+    result["scaling"] = {
+        "samples_per_s": {"ddp": {"1": [1000.0, 1100.0], "2": [1800.0, 1900.0]}, "sharded": {"1": [900.0], "2": []}}
+    }
     made = plot([BenchRun("scaling", "scales", "ok", 1.0, result=result)], tmp_path)
     assert made["scaling"][-1] == "scaling_scaling.png"
     assert image.imread(tmp_path / "scaling_scaling.png").shape[0] > 100
     # Without scaling figures there is no scaling plot.
-    assert "demo_scaling.png" not in plot([BenchRun("demo", "a demo", "ok", 1.0, result=_result(tmp_path))], tmp_path)["demo"]
+    assert (
+        "demo_scaling.png"
+        not in plot([BenchRun("demo", "a demo", "ok", 1.0, result=_result(tmp_path))], tmp_path)["demo"]
+    )
 
 
 def test_selection_and_bad_names() -> None:

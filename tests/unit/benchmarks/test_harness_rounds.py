@@ -18,7 +18,9 @@ def test_interleave_rotates_the_order_and_pairs_results_by_round(capsys: pytest.
     def arm(name: str):  # type: ignore[no-untyped-def]
         return lambda: calls.append(name) or f"{name}{len(calls)}"
 
-    out = harness.interleave({"a": arm("a"), "b": arm("b"), "c": arm("c")}, rounds=4, describe=lambda r: ",".join(sorted(r)))
+    out = harness.interleave(
+        {"a": arm("a"), "b": arm("b"), "c": arm("c")}, rounds=4, describe=lambda r: ",".join(sorted(r))
+    )
     assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]  # every arm in every position
     assert list(out) == ["a", "b", "c"] and out["a"] == ["a1", "a6", "a8", "a10"]  # results in round order, per arm
     assert capsys.readouterr().out.splitlines() == [f"round {i}/4: a,b,c" for i in range(1, 5)]

@@ -26,7 +26,12 @@ IMPLS = ["torch", pytest.param("fairscale", marks=RunIf(fairscale=True).marks)]
 class Block(nn.Module):
     def __init__(self, width: int = 16) -> None:
         super().__init__()
-        self.fc1, self.drop, self.bn, self.fc2 = nn.Linear(width, 4 * width), nn.Dropout(0.2), nn.BatchNorm1d(4 * width), nn.Linear(4 * width, width)
+        self.fc1, self.drop, self.bn, self.fc2 = (
+            nn.Linear(width, 4 * width),
+            nn.Dropout(0.2),
+            nn.BatchNorm1d(4 * width),
+            nn.Linear(4 * width, width),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.fc2(self.bn(self.drop(torch.relu(self.fc1(x)))))
@@ -55,7 +60,9 @@ def test_select_by_class_pattern_and_predicate() -> None:
     # '*' also matches dots; nested matches (net.blocks.0.fc1, ...) collapse into their outermost match.
     assert names(ActivationCheckpointing(["net.blocks.*"]).select(net)) == blocks
     assert names(ActivationCheckpointing([lambda m: isinstance(m, Block)]).select(net)) == blocks
-    assert names(ActivationCheckpointing([lambda name, m: name.endswith(".fc1")]).select(net)) == [b + ".fc1" for b in blocks]
+    assert names(ActivationCheckpointing([lambda name, m: name.endswith(".fc1")]).select(net)) == [
+        b + ".fc1" for b in blocks
+    ]
     assert names(ActivationCheckpointing(["net.blocks.*", nn.TransformerEncoderLayer]).select(net)) == [*blocks, "enc"]
     # Selective checkpointing: every k-th match (k, 2k, ...).
     assert names(ActivationCheckpointing(["net.blocks.*"], every_k=2).select(net)) == ["net.blocks.1", "net.blocks.3"]
@@ -63,7 +70,9 @@ def test_select_by_class_pattern_and_predicate() -> None:
 
 
 def test_pattern_that_matches_nothing_lists_close_names() -> None:
-    with pytest.raises(ValueError, match=r"pattern 'net.block.\*' matched no submodule of Net\. Close names: 'net.blocks") as err:
+    with pytest.raises(
+        ValueError, match=r"pattern 'net.block.\*' matched no submodule of Net\. Close names: 'net.blocks"
+    ) as err:
         ActivationCheckpointing(["net.block.*"]).select(Net())
     assert "fnmatch" in str(err.value)
     with pytest.raises(ValueError, match=r"no submodule of Net is an instance of Conv2d\. Present classes: .*Linear"):
@@ -99,7 +108,9 @@ def test_module_with_a_patched_instance_forward_is_refused() -> None:
         ActivationCheckpointing(["head"]).apply(net)
 
 
-def _grads_and_buffers(net: nn.Module, x: torch.Tensor, autocast: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def _grads_and_buffers(
+    net: nn.Module, x: torch.Tensor, autocast: bool
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     torch.manual_seed(1234)  # the same dropout masks in both runs
     # backward outside autocast, as Lightning's precision plugins run it and torch's AMP docs ask (under torch 2.6, a
     # backward *inside* CPU autocast through FairScale's recompute leaves the checkpointed parameters without .grad).
@@ -193,7 +204,10 @@ def test_data_parallel_replica_runs_its_own_parameters() -> None:
     block = Block()
     ActivationCheckpointing(["fc2"]).apply(block)
     replica = block.fc2._replicate_for_data_parallel()
-    replica._parameters = {"weight": torch.zeros_like(block.fc2.weight, requires_grad=True), "bias": torch.zeros(16, requires_grad=True)}
+    replica._parameters = {
+        "weight": torch.zeros_like(block.fc2.weight, requires_grad=True),
+        "bias": torch.zeros(16, requires_grad=True),
+    }
     x = torch.randn(2, 64, requires_grad=True)
     assert torch.equal(replica(x), torch.zeros(2, 16))
     assert not torch.equal(block.fc2(x), torch.zeros(2, 16))
@@ -245,12 +259,19 @@ def test_lightning_patches_configure_model_modules_before_the_strategy_wraps(tmp
     ac = ActivationCheckpointing(["blocks.*"])
     model = LitNet()
     trainer = pl.Trainer(
-        strategy=strategy, max_epochs=1, callbacks=[ac], logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False,
-    )  # fmt: skip
+        strategy=strategy,
+        max_epochs=1,
+        callbacks=[ac],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     patched_in_training: list[bool] = []
     CountingBlock.calls = 0
-    model.on_train_batch_start = lambda *a: patched_in_training.append(all(type(b) not in (Block, CountingBlock) for b in model.blocks))  # type: ignore[method-assign]
+    model.on_train_batch_start = lambda *a: patched_in_training.append(
+        all(type(b) not in (Block, CountingBlock) for b in model.blocks)
+    )  # type: ignore[method-assign]
     trainer.fit(model)
     assert strategy.patched_at_setup == [True, True, True]
     assert patched_in_training == [True] * 4  # including the module the strategy rebuilt
@@ -272,15 +293,25 @@ class _ValidatingLitNet(LitNet):
 def test_validate_and_test_do_not_patch() -> None:
     model = _ValidatingLitNet()
     model.configure_model()
-    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                         callbacks=[ActivationCheckpointing(["no.such.module"])])  # fmt: skip
-    trainer.validate(model, dataloaders=model.train_dataloader())  # no backward, so nothing is patched (and the bad pattern is not even resolved)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[ActivationCheckpointing(["no.such.module"])],
+    )
+    trainer.validate(
+        model, dataloaders=model.train_dataloader()
+    )  # no backward, so nothing is patched (and the bad pattern is not even resolved)
 
 
 class _ConvNet(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.Tanh(), nn.Conv2d(4, 4, 3, padding=1))
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.Tanh(), nn.Conv2d(4, 4, 3, padding=1)
+        )
         self.bn_types: list[type[nn.Module]] = []
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
@@ -315,13 +346,20 @@ class _SyncBatchNormStrategy(SingleDeviceStrategy):
     ],
     ids=["class-spec", "pattern-spec"],
 )
-def test_sync_batchnorm_conversion_after_setup(spec: Any, checkpointed: list[str], warns: bool, recwarn: pytest.WarningsRecorder) -> None:
+def test_sync_batchnorm_conversion_after_setup(
+    spec: Any, checkpointed: list[str], warns: bool, recwarn: pytest.WarningsRecorder
+) -> None:
     ac = ActivationCheckpointing([spec])
     model = _ConvNet()
     trainer = pl.Trainer(
-        strategy=_SyncBatchNormStrategy(device=torch.device("cpu")), max_epochs=1, callbacks=[ac], logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-    )  # fmt: skip
+        strategy=_SyncBatchNormStrategy(device=torch.device("cpu")),
+        max_epochs=1,
+        callbacks=[ac],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(model)  # the strategy converts the BatchNorm layers after the callback's setup
     assert model.bn_types and all(issubclass(t, nn.SyncBatchNorm) for t in model.bn_types)
     checkpointed_in_training = [t is not nn.SyncBatchNorm for t in model.bn_types]  # a generated subclass when patched
@@ -354,4 +392,3 @@ def test_checkpointing_saves_cuda_memory() -> None:
     ActivationCheckpointing(["net.blocks.*"]).apply(net)
     after = peak()
     assert after < 0.6 * before, (before, after)
-

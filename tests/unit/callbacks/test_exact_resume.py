@@ -61,9 +61,16 @@ class CtrlCAt(pl.Callback):
 def _fit(root: Path, callbacks: list, ckpt_path: Path | None = None) -> tuple[pl.Trainer, DropoutModule]:
     pl.seed_everything(7, verbose=False)
     trainer = pl.Trainer(
-        max_epochs=3, accelerator="cpu", devices=1, callbacks=callbacks, default_root_dir=root, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-    )  # fmt: skip
+        max_epochs=3,
+        accelerator="cpu",
+        devices=1,
+        callbacks=callbacks,
+        default_root_dir=root,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
     model = DropoutModule()
     trainer.fit(model, ckpt_path=ckpt_path)
     return trainer, model
@@ -79,7 +86,10 @@ def test_interrupt_then_resume_equals_an_uninterrupted_run(tmp_path: Path, with_
         _fit(tmp_path / "int", [saver, CtrlCAt(17), *rng])
     assert saver.saved_path == tmp_path / "ckpt" / "last.ckpt"
     saved = torch.load(saver.saved_path, weights_only=False)
-    assert saved["global_step"] == 18 and saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["completed"] == 4
+    assert (
+        saved["global_step"] == 18
+        and saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["completed"] == 4
+    )
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler given back
 
     _, resumed = _fit(tmp_path / "res", [*rng], ckpt_path=saver.saved_path)

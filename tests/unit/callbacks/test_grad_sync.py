@@ -152,4 +152,3 @@ def test_bundle_strategies_implement_block_backward_sync() -> None:
 
     for cls in (DataParallelStrategy, HorovodStrategy, ShardedStrategy):
         assert cls.block_backward_sync is not ParallelStrategy.block_backward_sync, cls
-

@@ -25,7 +25,9 @@ def test_lightning_loads_the_guard_through_its_entry_point_under_horovodrun(monk
     monkeypatch.setenv("HOROVOD_RANK", "0")
     trainer = quiet_trainer(max_steps=1)  # no strategy: Lightning picks a single device
     assert any(isinstance(c, LauncherGuard) for c in trainer.callbacks)
-    with pytest.raises(MisconfigurationException, match=r"one of 2 workers started by horovodrun.*strategy=\"horovod\""):
+    with pytest.raises(
+        MisconfigurationException, match=r"one of 2 workers started by horovodrun.*strategy=\"horovod\""
+    ):
         LauncherGuard().setup(trainer, None, "fit")  # type: ignore[arg-type]
 
 
@@ -54,7 +56,9 @@ def test_dp_under_torchrun_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         LauncherGuard().setup(trainer, None, "fit")  # type: ignore[arg-type]
 
 
-def test_a_strategy_that_loads_the_node_batch_needs_one_torchrun_process_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_strategy_that_loads_the_node_batch_needs_one_torchrun_process_per_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Asked by capability, not by name: ddp2 (one process per node, driving the node's devices) is refused with several
     torchrun processes per node and passes with one."""
 
@@ -72,4 +76,3 @@ def test_a_strategy_that_loads_the_node_batch_needs_one_torchrun_process_per_nod
         LauncherGuard().setup(Fake(NodeBatch()), None, "fit")  # type: ignore[arg-type]
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     LauncherGuard().setup(Fake(NodeBatch()), None, "fit")  # type: ignore[arg-type]
-

@@ -55,7 +55,9 @@ def hardware(monkeypatch: pytest.MonkeyPatch) -> Any:
         ("cpu", True, True, False, "32-true"),
     ],
 )
-def test_resolve_precision(hardware: Any, accelerator: str, cuda: bool, cuda_bf16: bool, cpu_bf16: bool, expected: str) -> None:
+def test_resolve_precision(
+    hardware: Any, accelerator: str, cuda: bool, cuda_bf16: bool, cpu_bf16: bool, expected: str
+) -> None:
     hardware(cuda=cuda, cuda_bf16=cuda_bf16, cpu_bf16=cpu_bf16)
     amp = AutoMixedPrecision()
     assert amp.resolve_precision(accelerator) == expected
@@ -248,14 +250,19 @@ def test_resolves_and_monitors_on_a_real_gpu() -> None:
     precision = amp.resolve_precision("gpu")
     assert precision == ("bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed")
     trainer = pl.Trainer(
-        accelerator="gpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, callbacks=[amp],
+        accelerator="gpu",
+        devices=1,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[amp],
         plugins=[MixedPrecision("16-mixed", "cuda", scaler=torch.amp.GradScaler("cuda", init_scale=2.0**8))],
-    )  # fmt: skip
+    )
     amp.resolved = None  # monitor the explicit 16-mixed plugin instead of the resolved precision
     model = _Model(overflow_at=(3,))
     trainer.fit(model)
     assert model.dtypes == {torch.float16}
     assert (amp.skipped_steps, amp.optimizer_steps) == (1, 8)
     assert trainer.logged_metrics["amp/loss_scale"] == 2.0**7
-

@@ -132,4 +132,3 @@ def test_hooks_are_removed_after_fit() -> None:
     model.net(torch.randn(2, 4)).sum().backward()
     optimizer.step()
     assert all(p.grad is not None for p in model.parameters())
-

@@ -90,7 +90,9 @@ def csv_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     log_synthetic(logger)
     logger.save()
     # A diagnosis that differs from what the values would give, to prove the file wins.
-    written = [Diagnosis("rank0", "communication-bound", ["from the json file"], {"comm_pct": 31.0, "gpu_util_pct": 70.0})]
+    written = [
+        Diagnosis("rank0", "communication-bound", ["from the json file"], {"comm_pct": 31.0, "gpu_util_pct": 70.0})
+    ]
     write_diagnoses(Path(logger.log_dir) / "diagnosis.json", written, step=190)
     return Path(logger.log_dir)
 
@@ -146,7 +148,11 @@ class _Dom(HTMLParser):
     def series(self, chart: str) -> dict[str, dict[str, list[float]]]:
         """``metric key -> {"x": steps, "y": values}`` for the line traces of one chart."""
         figure = self.state["figures"][chart]
-        return {t["meta"]["key"]: {"x": t["x"], "y": t["y"], "color": t["line"]["color"]} for t in figure["data"] if "key" in t.get("meta", {})}
+        return {
+            t["meta"]["key"]: {"x": t["x"], "y": t["y"], "color": t["line"]["color"]}
+            for t in figure["data"]
+            if "key" in t.get("meta", {})
+        }
 
     def segments(self, chart: str) -> dict[tuple[str, str], float]:
         out = {}
@@ -332,12 +338,16 @@ def test_tensorboard_reader_agrees_with_csv(csv_run: Path, tensorboard_run: Path
     assert_carries_logged_values(parse(result.html.read_text()))
 
 
-def test_serve_refuses_a_folder_without_a_run_before_binding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_serve_refuses_a_folder_without_a_run_before_binding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli_main(["dashboard", str(tmp_path), "--serve", "--port", "0"]) == 2
     assert "neither a CSV-logger folder" in capsys.readouterr().err
 
 
-def test_monitor_diagnosis_recorded_in_a_neptune_run_reaches_the_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_monitor_diagnosis_recorded_in_a_neptune_run_reaches_the_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     require_or_skip("neptune")
     from lightning_mgpu.loggers import NeptuneLogger
 
@@ -351,11 +361,12 @@ def test_monitor_diagnosis_recorded_in_a_neptune_run_reaches_the_page(tmp_path: 
     first = read_run(logger.offline_dir)
     assert first.diagnosis_text is None
     # The monitor writes trainer.log_dir/diagnosis.json (this logger's save_dir) at the end of fit.
-    write_diagnoses(stale, [Diagnosis("rank1", "input-bound", ["raise num_workers"], {"data_wait_pct": 55.0})], step=190)
+    write_diagnoses(
+        stale, [Diagnosis("rank1", "input-bound", ["raise num_workers"], {"data_wait_pct": 55.0})], step=190
+    )
     logger.finalize("success")
     run_dir = logger.offline_dir
     logger.stop()
     text = render_dashboard(run_dir, png=False).html.read_text()
     assert verdicts(parse(text)) == {"rank1": "input-bound"}
     assert "the run&#x27;s recorded diagnosis.json" in text
-

@@ -122,16 +122,22 @@ def test_datamodule_hashes_the_cache_once_per_run_and_repairs_a_bit_flip(tmp_pat
     # The default hashes every file once in prepare_data, names the damaged shard and recomputes only it.
     dm = PreprocessedDataModule(IndexedDataset(N), root, Features(), **kwargs)
     CALLS["n"] = 0
-    with pytest.warns(UserWarning, match=r"shard 5 will be recomputed: .*shard-00005\.feat\.npy does not match its sha256 checksum"):
+    with pytest.warns(
+        UserWarning, match=r"shard 5 will be recomputed: .*shard-00005\.feat\.npy does not match its sha256 checksum"
+    ):
         dm.prepare_data()
     unhashed = {p.name for p in (reference_cache / "shards").iterdir()} - set(hashed)
-    assert len(hashed) == len(set(hashed)) and unhashed <= {"shard-00005.y.npy", "shard-00005.index.npy"}  # the check stops at the bad file
+    assert len(hashed) == len(set(hashed)) and unhashed <= {
+        "shard-00005.y.npy",
+        "shard-00005.index.npy",
+    }  # the check stops at the bad file
     assert victim.read_bytes() == good and CALLS["n"] == 16, "only shard 5 (16 samples) is recomputed"
     # setup on every rank only compares sizes: the cache is not hashed once per rank.
     hashed.clear()
     dm.setup("fit")
-    assert hashed == [] and torch.equal(dm.datasets["train"][80]["feat"], PreprocessedDataset(reference_cache)[80]["feat"])
-
+    assert hashed == [] and torch.equal(
+        dm.datasets["train"][80]["feat"], PreprocessedDataset(reference_cache)[80]["feat"]
+    )
 
 
 def test_cache_dir_owns_the_layout_and_refuses_a_foreign_manifest(tmp_path):
@@ -143,7 +149,11 @@ def test_cache_dir_owns_the_layout_and_refuses_a_foreign_manifest(tmp_path):
     from lightning_mgpu.data import CacheDir, CacheError
 
     store = CacheDir(tmp_path)
-    assert (store.shards, store.manifest_path, store.journal_path) == (tmp_path / "shards", tmp_path / "manifest.json", tmp_path / ".progress.jsonl")
+    assert (store.shards, store.manifest_path, store.journal_path) == (
+        tmp_path / "shards",
+        tmp_path / "manifest.json",
+        tmp_path / ".progress.jsonl",
+    )
     assert store.read_manifest() is None and store.read_journal() is None
     assert str(tmp_path) in store.rebuild_hint() and "clear_cache" in store.rebuild_hint()
     store.manifest_path.write_text(json.dumps({"format": "someone-else"}))

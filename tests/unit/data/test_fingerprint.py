@@ -28,7 +28,9 @@ def test_transform_fingerprint_is_stable_and_tracks_state():
     assert fingerprint_transform(Features(scale=2.0)) != fingerprint_transform(Features())
     assert fingerprint_transform(tuple_transform) == fingerprint_transform(tuple_transform)
     assert fingerprint_transform(tuple_transform) != fingerprint_transform(Features())
-    assert fingerprint_transform(functools.partial(scale, factor=3)) != fingerprint_transform(functools.partial(scale, factor=4))
+    assert fingerprint_transform(functools.partial(scale, factor=3)) != fingerprint_transform(
+        functools.partial(scale, factor=4)
+    )
     assert fingerprint_transform(Features(), version="2") != fingerprint_transform(Features())
     assert fingerprint_transform(Features(), override="k") == fingerprint_transform(Features(scale=9.0), override="k")
     assert fingerprint_transform(None) == fingerprint_transform(None) != fingerprint_transform(scale)
@@ -65,7 +67,9 @@ def test_dataset_fingerprint():
     assert fingerprint_dataset(IndexedDataset(50)) == fingerprint_dataset(IndexedDataset(50))
     assert fingerprint_dataset(IndexedDataset(50, seed=1)) != fingerprint_dataset(IndexedDataset(50))
     assert fingerprint_dataset(IndexedDataset(51)) != fingerprint_dataset(IndexedDataset(50))
-    assert fingerprint_dataset(IndexedDataset(50), override="v1") == fingerprint_dataset(IndexedDataset(50, seed=3), override="v1")
+    assert fingerprint_dataset(IndexedDataset(50), override="v1") == fingerprint_dataset(
+        IndexedDataset(50, seed=3), override="v1"
+    )
     # Attributes do not count, only content (fail_at never fires on probed indices here).
     assert fingerprint_dataset(IndexedDataset(50, fail_at=48)) == fingerprint_dataset(IndexedDataset(50))
     ds = IndexedDataset(50)

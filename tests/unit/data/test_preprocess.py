@@ -47,7 +47,11 @@ def snapshot(cache_dir: Path) -> dict:
 def test_reference_cache_layout(reference_cache):
     manifest = json.loads((reference_cache / "manifest.json").read_text())
     assert manifest["num_samples"] == N and manifest["chunk_size"] == CHUNK and len(manifest["shards"]) == 13
-    assert manifest["fields"] == {"feat": {"shape": [3, 5], "dtype": "<f4"}, "y": {"shape": [], "dtype": "<i8"}, "index": {"shape": [], "dtype": "<i8"}}
+    assert manifest["fields"] == {
+        "feat": {"shape": [3, 5], "dtype": "<f4"},
+        "y": {"shape": [], "dtype": "<i8"},
+        "index": {"shape": [], "dtype": "<i8"},
+    }
     for record in manifest["shards"]:
         assert set(record["fields"]) == set(FIELDS) and len(record["fields"]["feat"]["sha256"]) == 64
     # A few large files, one per field per shard; nothing left over from the build.
@@ -56,7 +60,11 @@ def test_reference_cache_layout(reference_cache):
     ds = PreprocessedDataset(reference_cache)
     expected = Features()(IndexedDataset(N)[117])
     sample = ds[117]
-    assert torch.equal(sample["feat"], torch.from_numpy(expected["feat"])) and sample["y"].item() == expected["y"] and sample["index"].item() == 117
+    assert (
+        torch.equal(sample["feat"], torch.from_numpy(expected["feat"]))
+        and sample["y"].item() == expected["y"]
+        and sample["index"].item() == 117
+    )
 
 
 def test_rerun_reuses_complete_cache(tmp_path):
@@ -78,7 +86,9 @@ def test_stale_cache_is_detected_and_rebuilt_without_touching_user_files(tmp_pat
         preprocess(ds, cache, changed, backend="serial", on_mismatch="error", progress=False)
     with pytest.raises(CacheMismatchError, match="transform"):
         PreprocessedDataset(cache, expected_fingerprint=compute_fingerprint(ds, changed))
-    PreprocessedDataset(cache, expected_fingerprint=compute_fingerprint(ds, Features()))  # the refusal kept the old cache
+    PreprocessedDataset(
+        cache, expected_fingerprint=compute_fingerprint(ds, Features())
+    )  # the refusal kept the old cache
     with pytest.raises(CacheMismatchError, match="the dataset"):
         preprocess(IndexedDataset(64, seed=1), cache, Features(), backend="serial", on_mismatch="error", progress=False)
 
@@ -95,7 +105,9 @@ def test_foreign_manifest_is_never_overwritten(tmp_path):
     with pytest.raises(CacheError, match="not a manifest written by lightning_mgpu"):
         preprocess(IndexedDataset(20), tmp_path, Features(), backend="serial", progress=False)
     assert json.loads((tmp_path / "manifest.json").read_text()) == {"name": "someone else's"}
-    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"], "nothing may be written next to a foreign manifest"
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"], (
+        "nothing may be written next to a foreign manifest"
+    )
 
 
 def test_corrupt_shard_is_detected_and_repaired(tmp_path, reference_cache):
@@ -108,7 +120,9 @@ def test_corrupt_shard_is_detected_and_repaired(tmp_path, reference_cache):
     # PreprocessedDataset's default check is one stat per file: it opens a same-size flip. The full
     # hash runs once per run in PreprocessedDataModule.prepare_data (test_dataset.py), or on request:
     PreprocessedDataset(cache)
-    with pytest.raises(CorruptCacheError, match=r"Shard 5 .*shard-00005\.feat\.npy does not match its sha256.*preprocess\(dataset"):
+    with pytest.raises(
+        CorruptCacheError, match=r"Shard 5 .*shard-00005\.feat\.npy does not match its sha256.*preprocess\(dataset"
+    ):
         PreprocessedDataset(cache, verify="full")
     with pytest.warns(UserWarning, match="shard 5 will be recomputed"):
         info = preprocess(IndexedDataset(N), cache, Features(), backend="serial", verify="full", progress=False)
@@ -131,7 +145,10 @@ def test_cache_is_plain_npy_and_json_and_never_unpickles(reference_cache, monkey
         if p.suffix == ".npy":
             with open(p, "rb") as f:
                 version = np.lib.format.read_magic(f)
-                read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}[version]
+                read_header = {
+                    (1, 0): np.lib.format.read_array_header_1_0,
+                    (2, 0): np.lib.format.read_array_header_2_0,
+                }[version]
                 _, _, dtype = read_header(f)
             assert not dtype.hasobject
 
@@ -159,7 +176,15 @@ def test_non_deterministic_transform_warns(tmp_path):
 
 def test_unpicklable_transform_with_processes_names_the_fix(tmp_path):
     with pytest.raises(PreprocessingError, match="picklable.*backend='serial'"):
-        preprocess(IndexedDataset(20), tmp_path, lambda s: s["x"], backend="processes", num_workers=2, chunk_size=4, progress=False)
+        preprocess(
+            IndexedDataset(20),
+            tmp_path,
+            lambda s: s["x"],
+            backend="processes",
+            num_workers=2,
+            chunk_size=4,
+            progress=False,
+        )
 
 
 def test_inconsistent_samples_are_rejected(tmp_path):
@@ -206,7 +231,9 @@ def test_progress_modes(capsys, monkeypatch):
         Progress(1, mode="fancy")
 
 
-def test_an_unguarded_script_re_run_by_a_worker_is_told_to_add_the_main_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unguarded_script_re_run_by_a_worker_is_told_to_add_the_main_guard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A forkserver/spawn worker imports the main script; unguarded module-level code would call preprocess again there.
 
     multiprocessing marks that import with ``current_process()._inheriting``; the call must name the fix, not die.
@@ -218,4 +245,3 @@ def test_an_unguarded_script_re_run_by_a_worker_is_told_to_add_the_main_guard(tm
     with pytest.raises(RuntimeError, match=r'importing the main script: put .* under `if __name__ == "__main__":`'):
         preprocess(data, tmp_path / "cache", backend="processes", num_workers=2, progress=False)
     assert not (tmp_path / "cache").exists()  # refused before any work
-

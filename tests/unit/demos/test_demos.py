@@ -69,8 +69,15 @@ def test_classifier_learns_digits_in_process() -> None:
     import lightning.pytorch as pl
 
     pl.seed_everything(0, verbose=False)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(ImageClassifier(), DigitsDataModule(batch_size=32))
     assert trainer.callback_metrics["val_acc"] > 0.85
 

@@ -26,20 +26,34 @@ def test_features_are_deterministic_orientation_maps():
     assert int(y) == int(train[0][1])
     # Orientation channels respond to structure: two different digits give different maps.
     assert not np.allclose(x, f(train[1])[0])
-    assert fingerprint_transform(DigitsFeatures()) == fingerprint_transform(f) != fingerprint_transform(DigitsFeatures(scales=(1.0,)))
+    assert (
+        fingerprint_transform(DigitsFeatures())
+        == fingerprint_transform(f)
+        != fingerprint_transform(DigitsFeatures(scales=(1.0,)))
+    )
 
 
 def test_datamodule_trains_from_the_cache(tmp_path):
-    dm = digits_preprocessed_datamodule(tmp_path, backend="serial", batch_size=16, num_workers=0, max_samples=64, progress=False)
+    dm = digits_preprocessed_datamodule(
+        tmp_path, backend="serial", batch_size=16, num_workers=0, max_samples=64, progress=False
+    )
     assert dm.image_shape == (17, 8, 8) and dm.num_classes == 10
     model = ImageClassifier(in_channels=dm.image_shape[0], num_classes=dm.num_classes)
     trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     trainer.fit(model, dm)
     assert trainer.global_step == 4 and "val_acc" in trainer.callback_metrics
     assert (tmp_path / "train" / "manifest.json").exists() and (tmp_path / "val" / "manifest.json").exists()
-    fly = digits_preprocessed_datamodule(tmp_path / "none", backend="serial", batch_size=16, max_samples=64, cache=False)
+    fly = digits_preprocessed_datamodule(
+        tmp_path / "none", backend="serial", batch_size=16, max_samples=64, cache=False
+    )
     fly.setup("fit")
     for i in (0, 31, 63):
         (a, ya), (b, yb) = dm.datasets["train"][i], fly.datasets["train"][i]

@@ -24,11 +24,20 @@ from tests.helpers.launch import import_train_script
         (["--preprocess", "ray", "--data", "synthetic"], "use it with --data digits"),
         (["--strategy", "ddp", "--checkpoint-format", "sharded"], "'ddp' always saves one file"),
         (["--strategy", "sharded", "--async-save"], "--async-save writes sharded checkpoint folders in the background"),
-        (["--strategy", "sharded_fsdp2", "--async-save", "--launcher", "ray"], "--async-save cannot run under --launcher ray"),
+        (
+            ["--strategy", "sharded_fsdp2", "--async-save", "--launcher", "ray"],
+            "--async-save cannot run under --launcher ray",
+        ),
         (["--strategy", "sharded_fsdp2", "--checkpoint-format", "full", "--async-save"], "--checkpoint-format full)"),
         (["--strategy", "dp", "--fsdp2-mp", "bf16"], "are FSDP2's policies: use --strategy sharded_fsdp2"),
-        (["--strategy", "sharded_fsdp2", "--fsdp2-mp", "bf16", "--precision", "bf16-mixed"], "already sets the compute dtype"),
-        (["--strategy", "sharded_fsdp2", "--accelerator", "cpu", "--fsdp2-offload"], "without a GPU they are there already"),
+        (
+            ["--strategy", "sharded_fsdp2", "--fsdp2-mp", "bf16", "--precision", "bf16-mixed"],
+            "already sets the compute dtype",
+        ),
+        (
+            ["--strategy", "sharded_fsdp2", "--accelerator", "cpu", "--fsdp2-offload"],
+            "without a GPU they are there already",
+        ),
     ],
 )
 def test_bad_flags_fail_clearly(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
@@ -38,7 +47,6 @@ def test_bad_flags_fail_clearly(argv: list[str], message: str, capsys: pytest.Ca
     err = capsys.readouterr().err
     assert exit_info.value.code == 2, err
     assert message in err, err
-
 
 
 def test_a_truncated_checkpoint_is_one_message_and_status_2(tmp_path, capsys: pytest.CaptureFixture) -> None:

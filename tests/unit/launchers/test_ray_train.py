@@ -76,13 +76,23 @@ def test_ray_launch_checks_its_numbers(tmp_path: Path) -> None:
         (["--ray-address", "auto"], "only apply to --launcher ray"),
         (["--max-failures", "2"], "only apply to --launcher ray"),
         # These three are decided after the check that ray.train imports (without Ray: "Install the `ray` extra").
-        pytest.param(["--launcher", "ray", "--strategy", "dp"], "cannot run under Ray Train", marks=RunIf(ray=True).marks),
-        pytest.param(["--launcher", "ray", "--strategy", "sharded_spawn"], "use 'sharded'", marks=RunIf(ray=True).marks),
+        pytest.param(
+            ["--launcher", "ray", "--strategy", "dp"], "cannot run under Ray Train", marks=RunIf(ray=True).marks
+        ),
+        pytest.param(
+            ["--launcher", "ray", "--strategy", "sharded_spawn"], "use 'sharded'", marks=RunIf(ray=True).marks
+        ),
         (["--launcher", "ray", "--max-failures", "-3"], "--max-failures must be -1"),
-        pytest.param(["--launcher", "ray", "--ray-workers", "64"], "--ray-workers 64 asks for more local CPU workers", marks=RunIf(ray=True).marks),
+        pytest.param(
+            ["--launcher", "ray", "--ray-workers", "64"],
+            "--ray-workers 64 asks for more local CPU workers",
+            marks=RunIf(ray=True).marks,
+        ),
     ],
 )
-def test_train_py_refuses_bad_ray_flags_before_starting_ray(flags: list[str], says: str, capsys: pytest.CaptureFixture) -> None:
+def test_train_py_refuses_bad_ray_flags_before_starting_ray(
+    flags: list[str], says: str, capsys: pytest.CaptureFixture
+) -> None:
     # In-process: parse_args alone decides, and it must decide before anything starts.
     train = import_train_script()
     with pytest.raises(SystemExit) as exit_info:
@@ -104,7 +114,9 @@ def test_train_py_refuses_bad_ray_flags_before_starting_ray(flags: list[str], sa
         ("auto", {"RAY_ADDRESS": "192.0.2.7:6390"}, ("192.0.2.7", 6390)),  # Ray's own order: RAY_ADDRESS first
     ],
 )
-def test_the_endpoint_a_ray_address_connects_to(address: str, env: dict[str, str], endpoint: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_endpoint_a_ray_address_connects_to(
+    address: str, env: dict[str, str], endpoint: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from lightning_mgpu.launchers.ray_train import _endpoint
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -123,7 +135,9 @@ def test_an_unreachable_ray_address_is_refused_in_bound_naming_it() -> None:
         taken.bind(("127.0.0.1", 0))
         port = taken.getsockname()[1]  # bound, never listening: every connection is refused
         start = time.monotonic()
-        with pytest.raises(RayAddressError, match=rf"--ray-address 127.0.0.1:{port}: nothing answered at 127.0.0.1:{port} within 1.5 s"):
+        with pytest.raises(
+            RayAddressError, match=rf"--ray-address 127.0.0.1:{port}: nothing answered at 127.0.0.1:{port} within 1.5 s"
+        ):
             check_reachable(f"127.0.0.1:{port}", timeout_s=1.5)
         assert time.monotonic() - start < 10
         taken.listen()

@@ -64,7 +64,9 @@ class _RecordTimeouts(pl.Callback):
 
 def test_the_rendezvous_is_bounded_and_collectives_get_their_timeout_back() -> None:
     rendezvous, record = RendezvousTimeout(11), _RecordTimeouts()
-    trainer = quiet_trainer(strategy=DDPStrategy(timeout=timedelta(minutes=40)), max_steps=1, callbacks=[rendezvous, record])
+    trainer = quiet_trainer(
+        strategy=DDPStrategy(timeout=timedelta(minutes=40)), max_steps=1, callbacks=[rendezvous, record]
+    )
     rendezvous.apply(trainer.strategy)
     try:
         trainer.fit(ParityModule())

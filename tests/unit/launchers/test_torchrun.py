@@ -20,10 +20,15 @@ class _Strategy:
     [
         {},  # not under torchrun
         {"TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_USE_AGENT_STORE": "True"},  # the first round: Lightning's own
-        {"TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_USE_AGENT_STORE": "False"},  # store not shared: fresh each round
+        {
+            "TORCHELASTIC_RESTART_COUNT": "2",
+            "TORCHELASTIC_USE_AGENT_STORE": "False",
+        },  # store not shared: fresh each round
     ],
 )
-def test_nothing_is_created_outside_a_restart_on_the_shared_store(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nothing_is_created_outside_a_restart_on_the_shared_store(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import torch.distributed as dist
 
     for key in ("TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE"):
@@ -40,8 +45,14 @@ def test_a_restarted_round_gets_its_own_keys_on_the_shared_store(monkeypatch: py
 
     port = find_free_network_port()
     agent_store = dist.TCPStore("127.0.0.1", port, 1, is_master=True)  # the agent's, shared by every round
-    env = {"TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1"}  # fmt: skip
+    env = {
+        "TORCHELASTIC_RESTART_COUNT": "1",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+    }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert restart_round() == 1

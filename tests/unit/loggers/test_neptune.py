@@ -50,7 +50,12 @@ def loggers() -> Iterator[list[NeptuneLogger]]:
 
 
 def _operations(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line)["obj"] for log in sorted(run_dir.glob("data-*.log")) for line in log.read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line)["obj"]
+        for log in sorted(run_dir.glob("data-*.log"))
+        for line in log.read_text().splitlines()
+        if line.strip()
+    ]
 
 
 def _series(ops: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
@@ -104,18 +109,30 @@ def test_debug_mode_metrics_hparams_and_monitor_namespace(loggers: list[NeptuneL
     logger.log_hyperparams({"lr": 0.1, "layers": [1, 2], "opt": None, "nested": {"width": 32}})
     for step, (loss, util) in enumerate([(0.9, 70.0), (0.5, 80.0), (0.25, 90.0)]):
         logger.log_metrics(
-            {"train_loss": torch.tensor(loss), "gpu/rank1/util_pct": util, "gpu/rank0_dev1/util_pct": util / 2, "throughput/samples_per_sec": 100.0 * step},
+            {
+                "train_loss": torch.tensor(loss),
+                "gpu/rank1/util_pct": util,
+                "gpu/rank0_dev1/util_pct": util / 2,
+                "throughput/samples_per_sec": 100.0 * step,
+            },
             step=step * 10,
         )
     run = logger.experiment
     run.wait()
-    assert run["training/train_loss"].fetch_values()["value"].tolist() == pytest.approx([0.9, 0.5, 0.25])  # float32 tensors
+    assert run["training/train_loss"].fetch_values()["value"].tolist() == pytest.approx(
+        [0.9, 0.5, 0.25]
+    )  # float32 tensors
     assert run["monitoring/rank1/gpu/util_pct"].fetch_values()["value"].tolist() == [70.0, 80.0, 90.0]
     assert run["monitoring/rank0_dev1/gpu/util_pct"].fetch_values()["value"].tolist() == [35.0, 40.0, 45.0]
     assert run["monitoring/throughput/samples_per_sec"].fetch_values()["value"].tolist() == [0.0, 100.0, 200.0]
     assert not run.exists("training/gpu")  # monitor keys never land under the metrics prefix
     hparams = run["training/hyperparams"].fetch()
-    assert hparams["lr"] == 0.1 and hparams["layers"] == "[1, 2]" and hparams["opt"] == "None" and hparams["nested"] == {"width": 32}
+    assert (
+        hparams["lr"] == 0.1
+        and hparams["layers"] == "[1, 2]"
+        and hparams["opt"] == "None"
+        and hparams["nested"] == {"width": 32}
+    )
     assert run["sys/name"].fetch() == "unit"
     assert run["lightning_mgpu/metrics_prefix"].fetch() == "training"
 
@@ -190,8 +207,14 @@ def test_trainer_records_summary_and_checkpoint_paths(tmp_path: Path, loggers: l
     loggers.append(logger)
     named = ModelCheckpoint(monitor="val_loss", save_last=True)  # no dirpath: Lightning asks the logger
     trainer = Trainer(
-        accelerator="cpu", max_epochs=2, logger=logger, callbacks=[named], log_every_n_steps=1,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        accelerator="cpu",
+        max_epochs=2,
+        logger=logger,
+        callbacks=[named],
+        log_every_n_steps=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
     )
     trainer.fit(_TinyModel())
 
@@ -203,7 +226,9 @@ def test_trainer_records_summary_and_checkpoint_paths(tmp_path: Path, loggers: l
     assert assigned["training/model/last_model_path"] == str(ckpt_dir / "last.ckpt")
     assert assigned["training/model/best_model_path"] == named.best_model_path
     assert assigned["training/model/best_model_score"] == pytest.approx(float(named.best_model_score))
-    assert json.loads(assigned["training/model/best_k_models"]) == {named.best_model_path: pytest.approx(float(named.best_model_score))}
+    assert json.loads(assigned["training/model/best_k_models"]) == {
+        named.best_model_path: pytest.approx(float(named.best_model_score))
+    }
     assert assigned["training/status"] == "success"
     summary_op = next(op for op in ops if op["type"] == "UploadFile" and op["path"] == ["training", "model", "summary"])
     summary = (logger.offline_dir / "upload_path" / summary_op["tmp_file_name"]).read_text()
@@ -270,7 +295,9 @@ def test_other_ranks_never_open_a_run(monkeypatch: pytest.MonkeyPatch, neptune_d
     assert logger._run is None and not (neptune_dir / "offline").exists()
 
 
-def test_pickled_logger_opens_its_own_run_only_on_rank_zero(monkeypatch: pytest.MonkeyPatch, neptune_dir: Path, loggers: list[NeptuneLogger]) -> None:
+def test_pickled_logger_opens_its_own_run_only_on_rank_zero(
+    monkeypatch: pytest.MonkeyPatch, neptune_dir: Path, loggers: list[NeptuneLogger]
+) -> None:
     fresh = pickle.loads(pickle.dumps(NeptuneLogger(mode="offline", name="p")))  # as ddp_spawn sends it
     assert fresh._run is None and fresh.name == "p"
 
@@ -292,14 +319,18 @@ def test_pickled_logger_opens_its_own_run_only_on_rank_zero(monkeypatch: pytest.
     worker0.finalize("success")
     parent.finalize("success")
     assert worker0.version != parent.version
-    assert sorted(p.name for p in (neptune_dir / "offline").iterdir()) == sorted([parent.offline_dir.name, worker0.offline_dir.name])
+    assert sorted(p.name for p in (neptune_dir / "offline").iterdir()) == sorted(
+        [parent.offline_dir.name, worker0.offline_dir.name]
+    )
     assert _series(_operations(worker0.offline_dir))["training/loss"] == [(1, 3.0)]
 
 
 def test_wraps_an_existing_run_and_rejects_mixed_arguments(loggers: list[NeptuneLogger]) -> None:
     import neptune
 
-    run = neptune.init_run(mode="debug", capture_hardware_metrics=False, capture_stdout=False, capture_stderr=False, git_ref=False)
+    run = neptune.init_run(
+        mode="debug", capture_hardware_metrics=False, capture_stdout=False, capture_stderr=False, git_ref=False
+    )
     with pytest.raises(ValueError, match="drop the run-creation arguments"):
         NeptuneLogger(run=run, project="x/y")
     logger = NeptuneLogger(run=run["finetune"])
@@ -309,4 +340,3 @@ def test_wraps_an_existing_run_and_rejects_mixed_arguments(loggers: list[Neptune
     assert run["finetune/training/loss"].fetch_values()["value"].tolist() == [1.5]
     assert run["finetune/monitoring/rank0/gpu/util_pct"].fetch_values()["value"].tolist() == [50.0]
     assert run["lightning_mgpu/metrics_prefix"].fetch() == "finetune/training"
-

@@ -77,10 +77,12 @@ def make_fake_pynvml(gpus: list[FakeGPU]) -> types.ModuleType:
     m.nvmlDeviceGetCount = lambda: len(gpus)
     m.nvmlDeviceGetHandleByIndex = lambda i: gpus[i]
     # Real pynvml returns str in recent versions and bytes in old ones: exercise both.
-    m.nvmlDeviceGetUUID = lambda h: (f"GPU-{h.uuid}".encode() if gpus.index(h) % 2 else f"GPU-{h.uuid}")
+    m.nvmlDeviceGetUUID = lambda h: f"GPU-{h.uuid}".encode() if gpus.index(h) % 2 else f"GPU-{h.uuid}"
     m.nvmlDeviceGetSamples = get_samples
     m.nvmlDeviceGetUtilizationRates = lambda h: SimpleNamespace(gpu=h.util, memory=0)
-    m.nvmlDeviceGetMemoryInfo = lambda h: SimpleNamespace(used=h.mem_used, total=h.mem_total, free=h.mem_total - h.mem_used)
+    m.nvmlDeviceGetMemoryInfo = lambda h: SimpleNamespace(
+        used=h.mem_used, total=h.mem_total, free=h.mem_total - h.mem_used
+    )
     m.nvmlDeviceGetPowerUsage = lambda h: h.power_mw
     m.nvmlDeviceGetClockInfo = lambda h, kind: h.clock
     return m
@@ -161,13 +163,24 @@ def fake_dp_trainer(tmp_path: Path, logger: RecordingLogger) -> SimpleNamespace:
     devices = [torch.device("cuda", 0), torch.device("cuda", 1)]
     strategy = SimpleNamespace(root_device=devices[0], parallel_devices=devices, strategy_name="dp")
     return SimpleNamespace(
-        strategy=strategy, world_size=1, global_rank=0, is_global_zero=True, global_step=0, log_every_n_steps=50,
+        strategy=strategy,
+        world_size=1,
+        global_rank=0,
+        is_global_zero=True,
+        global_step=0,
+        log_every_n_steps=50,
         fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(_batches_that_stepped=0)),
-        loggers=[logger], log_dir=str(tmp_path), precision="32-true", accumulate_grad_batches=1, train_dataloader=None,
+        loggers=[logger],
+        log_dir=str(tmp_path),
+        precision="32-true",
+        accumulate_grad_batches=1,
+        train_dataloader=None,
     )
 
 
-def test_dp_logs_every_device_of_its_process(fake_gpus: list[FakeGPU], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dp_logs_every_device_of_its_process(
+    fake_gpus: list[FakeGPU], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     modes: list[int] = []
     monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
     logger = RecordingLogger()
@@ -197,7 +210,9 @@ def test_dp_logs_every_device_of_its_process(fake_gpus: list[FakeGPU], tmp_path:
 
     step, metrics = logger.rows[0]
     assert step == 0  # Lightning's axis: its count of batches that stepped goes up after on_train_batch_end
-    assert metrics["time/rank0_dev0/data_wait_ms"] == pytest.approx(2.0) and metrics["time/rank0_dev0/step_ms"] == pytest.approx(100.0)
+    assert metrics["time/rank0_dev0/data_wait_ms"] == pytest.approx(2.0) and metrics[
+        "time/rank0_dev0/step_ms"
+    ] == pytest.approx(100.0)
     assert metrics["throughput/samples_per_sec"] == pytest.approx(64 / 0.102)
     assert metrics["gpu/rank0_dev0/util_pct"] == pytest.approx(90.0)  # physical GPU 3, not NVML index 0
     assert metrics["gpu/rank0_dev1/util_pct"] == pytest.approx(20.0)
@@ -314,7 +329,9 @@ def test_sync_inside_lightning_is_blamed_on_lightning_not_the_fit_call(monkeypat
     finally:
         detector.uninstall()
     sites = dict(detector.top_sites(10))
-    assert sites.pop(f"lightning internals ({os.path.join('lightning', 'pytorch', 'loops', 'fake_loop.py')}:3)") == 1, sites
+    assert sites.pop(f"lightning internals ({os.path.join('lightning', 'pytorch', 'loops', 'fake_loop.py')}:3)") == 1, (
+        sites
+    )
     assert sites.pop("fake_metric.py:2 in fn") == 1, sites
     assert len(sites) == 2 and all("fake_training_step" in s and "test_callback.py" in s for s in sites), sites
 
@@ -354,16 +371,25 @@ def test_single_process_fit_logs_mfu_and_periodic_diagnosis(tmp_path: Path, capl
     # Measuring FLOPs must leave the model as it was: BatchNorm statistics, train mode, no grads.
     probe = Model()
     running_mean = probe.net[1].running_mean.clone()
-    flops = GPUUtilizationMonitor(flops_per_sample="auto")._measure_flops(probe, (torch.randn(16, 16), torch.randn(16, 1)))
+    flops = GPUUtilizationMonitor(flops_per_sample="auto")._measure_flops(
+        probe, (torch.randn(16, 16), torch.randn(16, 1))
+    )
     assert flops == pytest.approx(3 * 2 * (16 * 32 + 32), rel=0.1)  # 3 x the multiply-adds of one sample's forward
     assert torch.equal(probe.net[1].running_mean, running_mean) and probe.training and probe.net[1].training
     assert all(p.grad is None for p in probe.parameters())
 
     model = Model()
-    monitor = GPUUtilizationMonitor(log_every_n_steps=2, diagnose_every_n_steps=4, flops_per_sample="auto", peak_flops_per_device=1e12)
+    monitor = GPUUtilizationMonitor(
+        log_every_n_steps=2, diagnose_every_n_steps=4, flops_per_sample="auto", peak_flops_per_device=1e12
+    )
     trainer = pl.Trainer(
-        accelerator="cpu", max_steps=8, logger=CSVLogger(tmp_path), callbacks=[monitor],
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        accelerator="cpu",
+        max_steps=8,
+        logger=CSVLogger(tmp_path),
+        callbacks=[monitor],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
     )
     data = TensorDataset(torch.randn(256, 16), torch.randn(256, 1))
     with caplog.at_level(logging.INFO):
@@ -401,7 +427,9 @@ def test_logs_on_lightnings_step_axis_with_two_optimizers(tmp_path: Path) -> Non
             self.gen, self.disc = nn.Linear(4, 4), nn.Linear(4, 1)
 
         def training_step(self, batch, batch_idx):
-            for opt, loss in zip(self.optimizers(), (self.disc(self.gen(batch[0])).mean(), self.disc(batch[0]).pow(2).mean())):
+            for opt, loss in zip(
+                self.optimizers(), (self.disc(self.gen(batch[0])).mean(), self.disc(batch[0]).pow(2).mean())
+            ):
                 opt.zero_grad()
                 self.manual_backward(loss)
                 opt.step()
@@ -412,9 +440,15 @@ def test_logs_on_lightnings_step_axis_with_two_optimizers(tmp_path: Path) -> Non
 
     monitor = GPUUtilizationMonitor(write_json=False)
     trainer = pl.Trainer(
-        accelerator="cpu", max_steps=14, log_every_n_steps=2, logger=CSVLogger(tmp_path), callbacks=[monitor],
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-    )  # fmt: skip
+        accelerator="cpu",
+        max_steps=14,
+        log_every_n_steps=2,
+        logger=CSVLogger(tmp_path),
+        callbacks=[monitor],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
     trainer.fit(GAN(), DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8))
     assert trainer.global_step == 14  # 7 batches x 2 optimizers
     rows = read_metrics(Path(trainer.log_dir) / "metrics.csv")
@@ -481,10 +515,17 @@ def test_real_sync_detection_names_item_call(tmp_path: Path) -> None:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
     monitor = GPUUtilizationMonitor(detect_sync=True, log_every_n_steps=2)
-    trainer = pl.Trainer(accelerator="gpu", devices=1, max_steps=4, default_root_dir=tmp_path, callbacks=[monitor],
-                         enable_progress_bar=False, enable_checkpointing=False, logger=False)
+    trainer = pl.Trainer(
+        accelerator="gpu",
+        devices=1,
+        max_steps=4,
+        default_root_dir=tmp_path,
+        callbacks=[monitor],
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        logger=False,
+    )
     trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8))
     assert any("loss.item()" in site for site, _ in monitor.sync_sites), monitor.sync_sites
     assert monitor.last_diagnosis[0].evidence["host_syncs_per_step"] >= 1
     assert "gpu_util_pct" in monitor.last_diagnosis[0].evidence
-

@@ -27,7 +27,12 @@ def verdict(metrics: dict[str, float], **context) -> Diagnosis:
 
 # --------------------------------------------------------------------------- verdicts
 def test_high_data_wait_is_input_bound_with_loader_advice() -> None:
-    d = verdict({"data_wait_pct": 45.0, "gpu_util_pct": 30.0, "step_ms": 12.0}, num_workers=0, accelerator="cuda", pin_memory=False)
+    d = verdict(
+        {"data_wait_pct": 45.0, "gpu_util_pct": 30.0, "step_ms": 12.0},
+        num_workers=0,
+        accelerator="cuda",
+        pin_memory=False,
+    )
     assert d.verdict == "input-bound"
     text = " ".join(d.advice)
     assert "num_workers" in text and "pin_memory=True" in text and "lightning_mgpu.data" in text
@@ -40,7 +45,9 @@ def test_data_wait_with_a_busy_gpu_is_not_input_bound() -> None:
 
 
 def test_pin_memory_advice_only_where_it_is_missing_on_cuda() -> None:
-    assert "pin_memory" not in " ".join(verdict({"data_wait_pct": 60.0}, accelerator="cuda", pin_memory=True, num_workers=4).advice)
+    assert "pin_memory" not in " ".join(
+        verdict({"data_wait_pct": 60.0}, accelerator="cuda", pin_memory=True, num_workers=4).advice
+    )
     assert "pin_memory" not in " ".join(verdict({"data_wait_pct": 60.0}, accelerator="cpu", num_workers=4).advice)
     assert "above 4" in " ".join(verdict({"data_wait_pct": 60.0}, accelerator="cpu", num_workers=4).advice)
 
@@ -65,7 +72,9 @@ def test_dp_gets_ddp_advice() -> None:
 
 
 def test_low_gpu_utilisation_without_a_cause_is_unexplained() -> None:
-    d = verdict({"gpu_util_pct": 25.0, "data_wait_pct": 2.0, "step_ms": 4.0, "host_syncs_per_step": 3.0}, precision="32-true")
+    d = verdict(
+        {"gpu_util_pct": 25.0, "data_wait_pct": 2.0, "step_ms": 4.0, "host_syncs_per_step": 3.0}, precision="32-true"
+    )
     assert d.verdict == "low-utilisation-unexplained"
     text = " ".join(d.advice)
     assert "bigger per-device batch" in text and "4.0 ms" in text
@@ -130,7 +139,9 @@ def test_format_table_shows_numbers_and_groups_advice() -> None:
 
 def test_json_round_trip(tmp_path: Path) -> None:
     ds = diagnose({"rank0": {"data_wait_pct": 70.0}, "rank1": {"comm_pct": 30.0}})
-    path = write_diagnoses(tmp_path / "logs" / "diagnosis.json", ds, step=42, sync_sites=[["train.py:10 in step: loss.item()", 3]])
+    path = write_diagnoses(
+        tmp_path / "logs" / "diagnosis.json", ds, step=42, sync_sites=[["train.py:10 in step: loss.item()", 3]]
+    )
     loaded, meta = load_diagnoses(path)
     assert loaded == ds
     assert meta == {"version": 1, "step": 42, "sync_sites": [["train.py:10 in step: loss.item()", 3]]}
@@ -145,7 +156,12 @@ def test_metric_keys_round_trip() -> None:
     assert K.metric_key(K.GPU, K.device_label(1), K.UTIL_PCT) == "gpu/rank1/util_pct"
     assert K.metric_key(K.GPU, K.device_label(0, 3), K.POWER_W) == "gpu/rank0_dev3/power_w"
     assert K.metric_key(K.THROUGHPUT, None, K.MFU) == "throughput/mfu"
-    for key in ("gpu/rank12/util_pct_max", "cpu/rank0/rss_gb", "time/rank0_dev1/data_wait_pct", "throughput/samples_per_sec"):
+    for key in (
+        "gpu/rank12/util_pct_max",
+        "cpu/rank0/rss_gb",
+        "time/rank0_dev1/data_wait_pct",
+        "throughput/samples_per_sec",
+    ):
         group, device, name = K.parse_metric_key(key)
         assert K.metric_key(group, device, name) == key
     for other in ("train_loss", "gpu/node0/util_pct", "gpu/rank0/", "gpu", "epoch/rank0/x", "gpu/rank0/a/b"):

@@ -38,4 +38,3 @@ def test_refused_by_the_argument_parser(case: str, tmp_path: Path, capsys: pytes
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and message in err, err
     assert not (tmp_path / "out").exists()  # nothing written
-

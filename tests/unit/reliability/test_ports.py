@@ -23,4 +23,3 @@ def test_several_nodes_must_agree_so_a_busy_port_is_an_error(monkeypatch: pytest
         with pytest.raises(PortInUseError, match=rf"MASTER_PORT={port} is already in use.*other nodes"):
             release_for_spawn(LightningEnvironment(), num_nodes=2)
     assert os.environ["MASTER_PORT"] == str(port)  # left alone
-

@@ -42,8 +42,16 @@ class _Payload:
 
 def plant(path: Path, marker: Path, model: torch.nn.Module) -> Path:
     """A Lightning-shaped checkpoint of ``model`` whose hyper-parameters carry the payload."""
-    torch.save({"state_dict": model.state_dict(), "hyper_parameters": {"evil": _Payload(marker)}, "epoch": 0,
-                "global_step": 0, "pytorch-lightning_version": "2.6.6"}, path)
+    torch.save(
+        {
+            "state_dict": model.state_dict(),
+            "hyper_parameters": {"evil": _Payload(marker)},
+            "epoch": 0,
+            "global_step": 0,
+            "pytorch-lightning_version": "2.6.6",
+        },
+        path,
+    )
     return path
 
 
@@ -104,4 +112,3 @@ def test_bundle_strategies_default_to_the_safe_atomic_io(tmp_path: Path, marker:
         with pytest.raises(UnsafeCheckpointError):
             strategy.checkpoint_io.load_checkpoint(path)
     assert not marker.exists()
-

@@ -25,9 +25,13 @@ def test_bundle_strategy_of_the_other_namespace_names_the_twin() -> None:
 
 
 def test_lightning_classes_of_the_other_namespace_name_the_package() -> None:
-    with pytest.raises(MixedLightningNamespacesError, match=r"DDPStrategy from `pytorch_lightning` instead of `lightning\.pytorch`"):
+    with pytest.raises(
+        MixedLightningNamespacesError, match=r"DDPStrategy from `pytorch_lightning` instead of `lightning\.pytorch`"
+    ):
         pl.Trainer(strategy=lp.strategies.DDPStrategy(), accelerator="cpu", **QUIET)
-    with pytest.raises(MixedLightningNamespacesError, match=r"from `lightning\.pytorch` instead of `pytorch_lightning`"):
+    with pytest.raises(
+        MixedLightningNamespacesError, match=r"from `lightning\.pytorch` instead of `pytorch_lightning`"
+    ):
         lp.Trainer(accelerator=pl.accelerators.CPUAccelerator(), **QUIET)
     with pytest.raises(MixedLightningNamespacesError, match=r"plugins=Precision"):
         pl.Trainer(plugins=[lp.plugins.precision.Precision()], accelerator="cpu", **QUIET)
@@ -37,8 +41,13 @@ def test_lightning_classes_of_the_other_namespace_name_the_package() -> None:
 
 
 def test_matching_namespaces_and_names_pass() -> None:
-    assert isinstance(pl.Trainer(strategy=twin.DataParallelStrategy(), accelerator="cpu", **QUIET).strategy, twin.DataParallelStrategy)
-    assert isinstance(lp.Trainer(strategy=lightning_mgpu.DataParallelStrategy(), accelerator="cpu", **QUIET).strategy, lightning_mgpu.DataParallelStrategy)
+    assert isinstance(
+        pl.Trainer(strategy=twin.DataParallelStrategy(), accelerator="cpu", **QUIET).strategy, twin.DataParallelStrategy
+    )
+    assert isinstance(
+        lp.Trainer(strategy=lightning_mgpu.DataParallelStrategy(), accelerator="cpu", **QUIET).strategy,
+        lightning_mgpu.DataParallelStrategy,
+    )
     # A lightning.fabric plugin is lightning.pytorch's own; a name resolves in either registry.
     assert lp.Trainer(plugins=[LightningEnvironment()], accelerator="cpu", **QUIET)
     assert isinstance(pl.Trainer(strategy="dp", accelerator="cpu", **QUIET).strategy, twin.DataParallelStrategy)

@@ -58,7 +58,9 @@ def test_chained_schedulers_are_rebound_and_step_without_warnings() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # neither "step() overridden" nor "lr_scheduler.step() before optimizer.step()"
         # torch <= 2.6's SequentialLR calls step(0) on its own children at a milestone, and warns about it itself.
-        warnings.filterwarnings("ignore", message=r"The epoch parameter in `scheduler.step\(\)` was not necessary", category=UserWarning)
+        warnings.filterwarnings(
+            "ignore", message=r"The epoch parameter in `scheduler.step\(\)` was not necessary", category=UserWarning
+        )
         lrs = _run(model, new, chained)
     reference_model = nn.Linear(2, 2)
     reference_opt = _sgd(reference_model)

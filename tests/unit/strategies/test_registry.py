@@ -64,7 +64,9 @@ def test_spawn_variants_are_launched_like_ddp_spawn() -> None:
         ("sharded_spawn_find_unused_parameters_true", "spawn", True),
     ],
 )
-def test_find_unused_parameters_spellings_build_the_strategy_they_name(name: str, start_method: str, find_unused: bool) -> None:
+def test_find_unused_parameters_spellings_build_the_strategy_they_name(
+    name: str, start_method: str, find_unused: bool
+) -> None:
     from lightning.pytorch import Trainer
 
     strategy = Trainer(strategy=name, accelerator="cpu", devices=2, logger=False).strategy
@@ -74,8 +76,14 @@ def test_find_unused_parameters_spellings_build_the_strategy_they_name(name: str
 
 def test_lightning_1_9_names_for_dp_horovod_and_sharded_are_all_registered() -> None:
     # The 1.9 registry's entries for these families (its test_available_strategies_in_registry and strategy files).
-    lightning_1_9 = {"dp", "horovod", "ddp_sharded", "ddp_sharded_spawn", "ddp_sharded_find_unused_parameters_false",
-                     "ddp_sharded_spawn_find_unused_parameters_false"}
+    lightning_1_9 = {
+        "dp",
+        "horovod",
+        "ddp_sharded",
+        "ddp_sharded_spawn",
+        "ddp_sharded_find_unused_parameters_false",
+        "ddp_sharded_spawn_find_unused_parameters_false",
+    }
     assert lightning_1_9 <= set(StrategyRegistry.available_strategies())
 
 
@@ -128,4 +136,3 @@ def test_fsdp2_names_build_the_fsdp2_backend(name: str, start_method: str) -> No
     strategy = StrategyRegistry.get(name)
     assert isinstance(strategy, ShardedStrategy) and strategy.backend == "fsdp2"
     assert strategy._start_method == start_method
-

@@ -42,9 +42,9 @@ def test_cache_root_honours_the_environment(monkeypatch: pytest.MonkeyPatch, tmp
     assert build.BuildConfig().cache_root() == tmp_path
 
 
-
 # The part of horovod 0.28.1's safe_shell_exec.py the exit-status patch touches, as released.
-_SAFE_SHELL_EXEC = '''import subprocess
+_SAFE_SHELL_EXEC = (
+    """import subprocess
 import sys
 import threading
 import time
@@ -62,7 +62,9 @@ def terminate_executor_shell_and_children(pid):
     except psutil.NoSuchProcess:
         pass
 
-''' + build._REAPING_WAIT
+"""
+    + build._REAPING_WAIT
+)
 
 
 def test_exit_status_patch_stops_reaping_the_shell_and_marks_the_file(tmp_path: Path) -> None:
@@ -71,7 +73,9 @@ def test_exit_status_patch_stops_reaping_the_shell_and_marks_the_file(tmp_path: 
     path.write_text(_SAFE_SHELL_EXEC)
     build.patch_exit_status(tmp_path)
     patched = path.read_text()
-    assert "p.wait(" not in patched and "p.status() == psutil.STATUS_ZOMBIE" in patched and build.PATCH_MARKER in patched
+    assert (
+        "p.wait(" not in patched and "p.status() == psutil.STATUS_ZOMBIE" in patched and build.PATCH_MARKER in patched
+    )
     compile(patched, str(path), "exec")
     build.patch_exit_status(tmp_path)  # idempotent
     assert path.read_text() == patched

@@ -22,8 +22,10 @@ def full_file(tmp_path: Path) -> Path:
     model(torch.randn(5, 3)).sum().backward()
     optimizer.step()
     path = tmp_path / "epoch03.ckpt"
-    AtomicCheckpointIO().save_checkpoint({"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()],
-                                          "global_step": 3, "epoch": 1}, path)  # fmt: skip
+    AtomicCheckpointIO().save_checkpoint(
+        {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "global_step": 3, "epoch": 1},
+        path,
+    )
     return path
 
 
@@ -34,7 +36,10 @@ def _equal(a: dict, b: dict) -> bool:
 def test_file_to_folder_to_file_is_lossless(full_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     folder, back = tmp_path / "sharded.ckpt", tmp_path / "back.ckpt"
     assert cli_main(["convert", str(full_file), str(folder)]) == 0
-    assert is_sharded_checkpoint(folder) and "a sharded checkpoint folder (4 model tensors, 1 optimizer state(s)" in capsys.readouterr().err
+    assert (
+        is_sharded_checkpoint(folder)
+        and "a sharded checkpoint folder (4 model tensors, 1 optimizer state(s)" in capsys.readouterr().err
+    )
     assert cli_main(["convert", str(folder), str(back)]) == 0
     before, after = read_checkpoint(full_file), read_checkpoint(back)
     assert back.is_file() and _equal(before["state_dict"], after["state_dict"]) and after["global_step"] == 3
@@ -54,7 +59,9 @@ def test_safetensors_holds_the_weights_alone(full_file: Path, tmp_path: Path) ->
         assert _equal(load_file(out), read_checkpoint(full_file)["state_dict"])
 
 
-def test_bad_input_is_refused_and_nothing_is_overwritten(full_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_bad_input_is_refused_and_nothing_is_overwritten(
+    full_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     existing = tmp_path / "keep.ckpt"
     existing.write_bytes(b"mine")
     assert cli_main(["convert", str(full_file), str(existing)]) == 2

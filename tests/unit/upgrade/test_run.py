@@ -38,10 +38,13 @@ def test_the_default_run_prints_a_diff_and_changes_nothing(scripts: Path, capsys
     assert cli_main(["upgrade", str(scripts)]) == 0
     out, err = capsys.readouterr()
     assert {p: p.read_text() for p in scripts.rglob("*.py")} == before
-    assert f"--- a/{scripts / 'gan_dp.py'}" in out and '+    return Trainer(accelerator="gpu", devices=args.gpus, strategy="dp"' in out
+    assert (
+        f"--- a/{scripts / 'gan_dp.py'}" in out
+        and '+    return Trainer(accelerator="gpu", devices=args.gpus, strategy="dp"' in out
+    )
     assert "vendored.py" not in out + err
     # The summary: each change and TODO at file:line, the file that does not parse, and the total.
-    assert f"{scripts / 'gan_dp.py'}:47: distributed_backend=\"dp\" -> strategy=\"dp\"" in err
+    assert f'{scripts / "gan_dp.py"}:47: distributed_backend="dp" -> strategy="dp"' in err
     assert f"{scripts / 'gan_dp.py'}:24: TODO training_step uses optimizer_idx" in err
     assert f"{scripts / 'seed_guide.py'}:4: note: FairScale's checkpoint_wrapper keeps working" in err
     assert f"{scripts / 'broken.py'}: skipped, does not parse (" in err and "left untouched" in err
@@ -72,7 +75,9 @@ NEEDS = {"seed_guide.py": RunIf(neptune=True, fairscale=True).marks}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=NEEDS.get(n, ()), id=n) for n in sorted(GPU_ONLY)])
-def test_gpu_only_scripts_convert_import_and_build_their_trainer_on_the_cpu(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_only_scripts_convert_import_and_build_their_trainer_on_the_cpu(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Converted, with accelerator="cpu" substituted, the module imports and its Trainer builds with the strategy it
     named (in this process: building launches nothing)."""
     monkeypatch.setenv("NEPTUNE_MODE", "debug")
@@ -95,11 +100,23 @@ def test_the_corpus_converts_to_code_without_1x_spellings(name: str) -> None:
     compile(result.source, name, "exec")
     tree = ast.parse(result.source)
     keywords = {k.arg for node in ast.walk(tree) if isinstance(node, ast.Call) for k in node.keywords}
-    removed = {"gpus", "num_processes", "distributed_backend", "amp_backend", "checkpoint_callback", "weights_summary",
-               "replace_sampler_ddp", "resume_from_checkpoint"}  # fmt: skip
+    removed = {
+        "gpus",
+        "num_processes",
+        "distributed_backend",
+        "amp_backend",
+        "checkpoint_callback",
+        "weights_summary",
+        "replace_sampler_ddp",
+        "resume_from_checkpoint",
+    }
     assert not keywords & removed, keywords & removed
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("Trainer",):
-            values = [k.value.value for k in node.keywords if k.arg in ("accelerator", "plugins") and isinstance(k.value, ast.Constant)]
+            values = [
+                k.value.value
+                for k in node.keywords
+                if k.arg in ("accelerator", "plugins") and isinstance(k.value, ast.Constant)
+            ]
             assert not set(values) & {"dp", "ddp", "ddp2", "horovod", "ddp_cpu", "ddp_sharded"}, values
     assert upgrade_source(result.source).source == result.source

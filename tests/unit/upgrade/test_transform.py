@@ -24,9 +24,12 @@ def upgraded(source: str) -> str:
     ("before", "after"),
     [
         ('Trainer(gpus=4, accelerator="dp")', 'Trainer(accelerator="gpu", devices=4, strategy="dp")'),
-        ('Trainer(gpus=[0, 1], distributed_backend="ddp")', 'Trainer(accelerator="gpu", devices=[0, 1], strategy="ddp")'),
+        (
+            'Trainer(gpus=[0, 1], distributed_backend="ddp")',
+            'Trainer(accelerator="gpu", devices=[0, 1], strategy="ddp")',
+        ),
         ('Trainer(gpus="0,1", accelerator="ddp2")', 'Trainer(accelerator="gpu", devices="0,1", strategy="ddp2")'),
-        ('Trainer(gpus=0)', 'Trainer(accelerator="cpu")'),
+        ("Trainer(gpus=0)", 'Trainer(accelerator="cpu")'),
         ('Trainer(gpus=n, accelerator="horovod")', 'Trainer(accelerator="gpu", devices=n, strategy="horovod")'),
         ('Trainer(num_processes=2, accelerator="ddp_cpu")', 'Trainer(accelerator="cpu", devices=2, strategy="ddp")'),
         ('Trainer(gpus=2, plugins="ddp_sharded")', 'Trainer(accelerator="gpu", devices=2, strategy="ddp_sharded")'),
@@ -34,14 +37,20 @@ def upgraded(source: str) -> str:
         ('Trainer(accelerator="gpu", gpus=2)', 'Trainer(accelerator="gpu", devices=2)'),
         ('Trainer(precision=16, amp_backend="native")', 'Trainer(precision="16-mixed")'),
         ('Trainer(precision="bf16")', 'Trainer(precision="bf16-mixed")'),
-        ('Trainer(precision=32)', 'Trainer(precision=32)'),
-        ('Trainer(replace_sampler_ddp=False)', 'Trainer(use_distributed_sampler=False)'),
-        ('Trainer(checkpoint_callback=False)', 'Trainer(enable_checkpointing=False)'),
-        ('Trainer(weights_summary=None)', 'Trainer(enable_model_summary=False)'),
-        ('Trainer(weights_summary="top", max_epochs=2)', 'Trainer(max_epochs=2)'),
-        ('pl.Trainer.from_argparse_args(args, gpus=2)', 'pl.Trainer.from_argparse_args(args, accelerator="gpu", devices=2)'),
-        ('Trainer(**{"gpus": 2, "accelerator": "dp"})', 'Trainer(**{"accelerator": "gpu", "devices": 2, "strategy": "dp"})'),
-        ('Trainer(max_epochs=3)', 'Trainer(max_epochs=3)'),
+        ("Trainer(precision=32)", "Trainer(precision=32)"),
+        ("Trainer(replace_sampler_ddp=False)", "Trainer(use_distributed_sampler=False)"),
+        ("Trainer(checkpoint_callback=False)", "Trainer(enable_checkpointing=False)"),
+        ("Trainer(weights_summary=None)", "Trainer(enable_model_summary=False)"),
+        ('Trainer(weights_summary="top", max_epochs=2)', "Trainer(max_epochs=2)"),
+        (
+            "pl.Trainer.from_argparse_args(args, gpus=2)",
+            'pl.Trainer.from_argparse_args(args, accelerator="gpu", devices=2)',
+        ),
+        (
+            'Trainer(**{"gpus": 2, "accelerator": "dp"})',
+            'Trainer(**{"accelerator": "gpu", "devices": 2, "strategy": "dp"})',
+        ),
+        ("Trainer(max_epochs=3)", "Trainer(max_epochs=3)"),
     ],
 )
 def test_trainer_arguments(before: str, after: str) -> None:
@@ -60,7 +69,7 @@ def test_trainer_arguments(before: str, after: str) -> None:
         ("Trainer(resume_from_checkpoint=path)", "pass ckpt_path=path to trainer.fit"),
         ('Trainer(weights_summary="full")', "ModelSummary(max_depth=-1)"),
         ("Trainer(checkpoint_callback=ModelCheckpoint())", "put the ModelCheckpoint in callbacks"),
-        ('Trainer(gpus=2, devices=4)', "gpus=2 maps to devices, which this call already sets"),
+        ("Trainer(gpus=2, devices=4)", "gpus=2 maps to devices, which this call already sets"),
         ('Trainer(accelerator="ddp", strategy="ddp_spawn")', 'accelerator="ddp" maps to strategy'),
     ],
 )
@@ -84,11 +93,7 @@ def test_resume_from_checkpoint_moves_to_fit_in_the_same_scope() -> None:
 
 def test_comments_and_layout_survive() -> None:
     source = (
-        "trainer = Trainer(\n"
-        "    gpus=2,  # both cards\n"
-        '    accelerator="ddp",\n'
-        "    max_epochs=10,  # long enough\n"
-        ")\n"
+        'trainer = Trainer(\n    gpus=2,  # both cards\n    accelerator="ddp",\n    max_epochs=10,  # long enough\n)\n'
     )
     assert upgraded(source) == (
         "trainer = Trainer(\n"
@@ -103,13 +108,23 @@ def test_comments_and_layout_survive() -> None:
 @pytest.mark.parametrize(
     ("before", "after"),
     [
-        ("from pytorch_lightning.strategies import DDPShardedStrategy\n", "from lightning_mgpu.pl import ShardedStrategy as DDPShardedStrategy\n"),
+        (
+            "from pytorch_lightning.strategies import DDPShardedStrategy\n",
+            "from lightning_mgpu.pl import ShardedStrategy as DDPShardedStrategy\n",
+        ),
         ("from lightning.pytorch.strategies import HorovodStrategy\n", "from lightning_mgpu import HorovodStrategy\n"),
-        ("from pytorch_lightning.plugins import DDP2Plugin, DataParallelPlugin\n",
-         "from lightning_mgpu.pl import DDP2Strategy as DDP2Plugin\nfrom lightning_mgpu.pl import DataParallelStrategy as DataParallelPlugin\n"),
-        ("from pytorch_lightning.loggers import CSVLogger, NeptuneLogger\n",
-         "from pytorch_lightning.loggers import CSVLogger\nfrom lightning_mgpu.pl.loggers import NeptuneLogger\n"),
-        ("from pytorch_lightning.strategies import DDPStrategy\n", "from pytorch_lightning.strategies import DDPStrategy\n"),
+        (
+            "from pytorch_lightning.plugins import DDP2Plugin, DataParallelPlugin\n",
+            "from lightning_mgpu.pl import DDP2Strategy as DDP2Plugin\nfrom lightning_mgpu.pl import DataParallelStrategy as DataParallelPlugin\n",
+        ),
+        (
+            "from pytorch_lightning.loggers import CSVLogger, NeptuneLogger\n",
+            "from pytorch_lightning.loggers import CSVLogger\nfrom lightning_mgpu.pl.loggers import NeptuneLogger\n",
+        ),
+        (
+            "from pytorch_lightning.strategies import DDPStrategy\n",
+            "from pytorch_lightning.strategies import DDPStrategy\n",
+        ),
     ],
 )
 def test_imports_of_removed_classes_point_at_the_bundle_in_the_same_namespace(before: str, after: str) -> None:
@@ -128,12 +143,16 @@ def test_spawn_sharded_and_gpu_stats_monitor_call_sites() -> None:
         "s2 = pl.strategies.DataParallelStrategy()\n"
     )
     out = upgraded(source)
-    assert "s = ShardedStrategy(find_unused_parameters=False, start_method=\"spawn\")" in out
+    assert 's = ShardedStrategy(find_unused_parameters=False, start_method="spawn")' in out
     assert "cbs = [GPUUtilizationMonitor()]" in out and f"{TODO}GPUStatsMonitor(temperature=True) became" in out
     assert "ok = isinstance(cbs[0], GPUUtilizationMonitor)" in out
     assert "logger = NeptuneLogger(project='p')" in out and "s2 = DataParallelStrategy()" in out
-    for line in ("from lightning_mgpu.pl import ShardedStrategy", "from lightning_mgpu.pl.callbacks import GPUUtilizationMonitor",
-                 "from lightning_mgpu.pl.loggers import NeptuneLogger", "from lightning_mgpu.pl import DataParallelStrategy"):
+    for line in (
+        "from lightning_mgpu.pl import ShardedStrategy",
+        "from lightning_mgpu.pl.callbacks import GPUUtilizationMonitor",
+        "from lightning_mgpu.pl.loggers import NeptuneLogger",
+        "from lightning_mgpu.pl import DataParallelStrategy",
+    ):
         assert line in out.splitlines(), line
     assert "DDPSpawnShardedStrategy" not in out and "GPUStatsMonitor(" not in out.replace(f"{TODO}GPUStatsMonitor(", "")
 
@@ -195,12 +214,16 @@ def test_fairscale_checkpoint_wrapper_stays_with_a_note() -> None:
 
 
 def test_a_bundle_strategy_name_brings_the_import_that_registers_it() -> None:
-    out = upgraded('"""A script."""\nfrom pytorch_lightning import Trainer\n\nt = Trainer(gpus=2, accelerator="ddp2")\n')
+    out = upgraded(
+        '"""A script."""\nfrom pytorch_lightning import Trainer\n\nt = Trainer(gpus=2, accelerator="ddp2")\n'
+    )
     assert out.splitlines()[2] == f"import lightning_mgpu  {rules.REGISTERS_COMMENT}"
     # Already there, or imported through one of its modules, or a name Lightning has itself: nothing added.
-    for source in ('import lightning_mgpu\nt = Trainer(strategy="dp")\n',
-                   'from lightning_mgpu.callbacks import ActivationCheckpointing\nt = Trainer(strategy="horovod")\n',
-                   't = Trainer(accelerator="ddp")\n'):
+    for source in (
+        'import lightning_mgpu\nt = Trainer(strategy="dp")\n',
+        'from lightning_mgpu.callbacks import ActivationCheckpointing\nt = Trainer(strategy="horovod")\n',
+        't = Trainer(accelerator="ddp")\n',
+    ):
         assert "import lightning_mgpu  #" not in upgraded(source)
 
 

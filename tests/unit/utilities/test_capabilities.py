@@ -19,7 +19,9 @@ from lightning_mgpu.utilities.capabilities import DEFAULTS, capability
         ("ddp", False, False, True),  # Lightning's own: the defaults
     ],
 )
-def test_each_strategy_declares_what_it_does(name: str, loads_node_batch: bool, under_horovodrun: bool, on_ray: bool) -> None:
+def test_each_strategy_declares_what_it_does(
+    name: str, loads_node_batch: bool, under_horovodrun: bool, on_ray: bool
+) -> None:
     assert capability(name, "loads_node_batch") is loads_node_batch
     assert capability(name, "runs_under_horovodrun") is under_horovodrun
     assert (capability(name, "ray_incompatibility") is None) is on_ray
@@ -29,7 +31,11 @@ def test_each_strategy_declares_what_it_does(name: str, loads_node_batch: bool, 
 def test_instances_classes_and_names_agree_and_unknowns_are_refused() -> None:
     from lightning_mgpu.strategies import DataParallelStrategy
 
-    assert capability(DataParallelStrategy, "loads_node_batch") is capability(DataParallelStrategy(), "loads_node_batch") is True
+    assert (
+        capability(DataParallelStrategy, "loads_node_batch")
+        is capability(DataParallelStrategy(), "loads_node_batch")
+        is True
+    )
     assert capability(object(), "install_hint") is DEFAULTS["install_hint"]
     with pytest.raises(KeyError, match="unknown strategy capability 'fast'"):
         capability("dp", "fast")

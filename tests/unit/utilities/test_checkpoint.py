@@ -50,7 +50,11 @@ def test_loads_into_a_wrapped_model(trained: ImageClassifier) -> None:
 
 
 def test_lightning_checkpoint_layout_and_cpu_placement(trained: ImageClassifier, tmp_path: Path) -> None:
-    ckpt = {"epoch": 3, "state_dict": {"module." + k: v for k, v in trained.state_dict().items()}, "optimizer_states": []}
+    ckpt = {
+        "epoch": 3,
+        "state_dict": {"module." + k: v for k, v in trained.state_dict().items()},
+        "optimizer_states": [],
+    }
     path = tmp_path / "model.ckpt"
     torch.save(ckpt, path)
     fresh = ImageClassifier(width=8)

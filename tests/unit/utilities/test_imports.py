@@ -19,7 +19,10 @@ def test_require_imports_present_package() -> None:
     assert is_available("json") and not is_available("surely_not_a_pkg_1234")
 
 
-@pytest.mark.parametrize(("package", "extra"), [("neptune", "neptune"), ("psutil", "monitor"), ("plotly", "dashboard"), ("horovod", "horovod")])
+@pytest.mark.parametrize(
+    ("package", "extra"),
+    [("neptune", "neptune"), ("psutil", "monitor"), ("plotly", "dashboard"), ("horovod", "horovod")],
+)
 def test_each_optional_package_names_its_extra(monkeypatch: pytest.MonkeyPatch, package: str, extra: str) -> None:
     import importlib
 

@@ -34,34 +34,44 @@ def test_every_bundle_name_builds_a_pytorch_lightning_strategy() -> None:
 def test_lightning_pytorch_keeps_its_own_classes() -> None:
     for name in BUNDLE_STRATEGY_NAMES:
         strategy = lp.strategies.StrategyRegistry[name]["strategy"]
-        assert issubclass(strategy, lp.strategies.Strategy) and strategy.__module__.startswith("lightning_mgpu.strategies")
+        assert issubclass(strategy, lp.strategies.Strategy) and strategy.__module__.startswith(
+            "lightning_mgpu.strategies"
+        )
     assert lightning_mgpu.DataParallelStrategy is not twin.DataParallelStrategy
 
 
 def test_every_public_class_has_a_twin_on_pytorch_lightnings_bases() -> None:
-    from lightning_mgpu import callbacks, loggers
     from lightning_mgpu.pl import callbacks as pl_callbacks
     from lightning_mgpu.pl import loggers as pl_loggers
+
+    from lightning_mgpu import callbacks, loggers
 
     for name, cls in inspect.getmembers(callbacks, inspect.isclass):
         if issubclass(cls, lp.Callback):
             twin_cls = getattr(pl_callbacks, name)
             assert issubclass(twin_cls, pl.Callback) and not issubclass(twin_cls, lp.Callback), name
-    assert issubclass(pl_loggers.NeptuneLogger, pl.loggers.Logger) and issubclass(loggers.NeptuneLogger, lp.loggers.Logger)
+    assert issubclass(pl_loggers.NeptuneLogger, pl.loggers.Logger) and issubclass(
+        loggers.NeptuneLogger, lp.loggers.Logger
+    )
     from lightning_mgpu.pl.strategies.sharded.precision import ShardedMixedPrecision
 
     assert issubclass(ShardedMixedPrecision, pl.plugins.precision.Precision)
 
 
 def test_modules_that_do_not_reach_lightning_are_shared_not_copied() -> None:
-    import lightning_mgpu.data.fingerprint as fingerprint
     import lightning_mgpu.pl.data.fingerprint as pl_fingerprint
     import lightning_mgpu.pl.utilities.namespaces as pl_namespaces
+
+    import lightning_mgpu.data.fingerprint as fingerprint
 
     assert "lightning_mgpu.data.fingerprint" not in namespaces.twinned_modules()
     assert pl_fingerprint is fingerprint and pl_namespaces is namespaces  # one module state
     assert pl_fingerprint.__spec__.name == "lightning_mgpu.data.fingerprint"  # the alias left the original intact
-    assert {"lightning_mgpu", "lightning_mgpu.strategies.dp.strategy", "lightning_mgpu.callbacks"} <= namespaces.twinned_modules()
+    assert {
+        "lightning_mgpu",
+        "lightning_mgpu.strategies.dp.strategy",
+        "lightning_mgpu.callbacks",
+    } <= namespaces.twinned_modules()
 
 
 def test_twin_source_rewrites_namespaces_and_bundle_imports_only() -> None:
@@ -78,8 +88,10 @@ def test_twin_source_rewrites_namespaces_and_bundle_imports_only() -> None:
 def test_the_callbacks_factory_entry_point_is_declared_for_both_trainers() -> None:
     from importlib.metadata import entry_points
 
-    for group, target in (("lightning.pytorch.callbacks_factory", "lightning_mgpu.callbacks.factory"),
-                          ("pytorch_lightning.callbacks_factory", "lightning_mgpu.pl.callbacks.factory")):  # fmt: skip
+    for group, target in (
+        ("lightning.pytorch.callbacks_factory", "lightning_mgpu.callbacks.factory"),
+        ("pytorch_lightning.callbacks_factory", "lightning_mgpu.pl.callbacks.factory"),
+    ):
         (entry,) = [e for e in entry_points(group=group) if e.name == "lightning_mgpu"]
         assert entry.value == f"{target}:callbacks_factory"
         assert callable(entry.load())

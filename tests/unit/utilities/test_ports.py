@@ -19,7 +19,9 @@ def test_busy_port_is_explained() -> None:
         held.listen()
         port = held.getsockname()[1]
         assert not port_is_free(port)
-        with pytest.raises(PortInUseError, match=rf"MASTER_PORT={port} is already in use.*fuser -k {port}/tcp.*unset MASTER_PORT"):
+        with pytest.raises(
+            PortInUseError, match=rf"MASTER_PORT={port} is already in use.*fuser -k {port}/tcp.*unset MASTER_PORT"
+        ):
             check_master_port({"MASTER_PORT": str(port)})
         # Workers and other nodes never bind the store, so they are not checked.
         check_master_port({"MASTER_PORT": str(port), "LOCAL_RANK": "1"})
@@ -34,4 +36,3 @@ def test_unset_or_bad_port() -> None:
         check_master_port({"MASTER_PORT": "abc"})
     with pytest.raises(ValueError, match="out of range"):
         check_master_port({"MASTER_PORT": "70000"})
-

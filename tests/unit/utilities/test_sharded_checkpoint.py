@@ -39,8 +39,14 @@ def _checkpoint(version: float = 1.0) -> dict:
     model(torch.randn(5, 3)).sum().backward()
     optimizer.step()
     torch.nn.init.constant_(model[0].weight, version)  # tells the saves apart
-    return {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "global_step": 7,
-            "loops": {"fit_loop": {"epoch": 2}}, "rng": torch.arange(4), "hyper_parameters": {"lr": 0.1}}  # fmt: skip
+    return {
+        "state_dict": model.state_dict(),
+        "optimizer_states": [optimizer.state_dict()],
+        "global_step": 7,
+        "loops": {"fit_loop": {"epoch": 2}},
+        "rng": torch.arange(4),
+        "hyper_parameters": {"lr": 0.1},
+    }
 
 
 def _save(checkpoint: dict, path: Path) -> None:
@@ -91,14 +97,19 @@ def test_a_folder_of_another_number_of_optimizers_is_refused_naming_both(tmp_pat
     entries = saved_entries(path)  # the metadata, read once for every check and optimizer of a load
     assert {where[:2] for where, _ in entries if where[0] == "optimizer_states"} == {("optimizer_states", 0)}
     check_saved_optimizer_count(path, entries, 1)
-    with pytest.raises(ValueError, match=r"holds the state of 1 optimizer\(s\), this model has 2\. Resume it with the configure_optimizers"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds the state of 1 optimizer\(s\), this model has 2\. Resume it with the configure_optimizers",
+    ):
         check_saved_optimizer_count(path, entries, 2)
     assert is_sharded_checkpoint(path)  # refused before anything was read into the model, and left whole
 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "rename-aside"])
 @pytest.mark.parametrize("previous", ["file", "folder"])
-def test_a_save_replaces_what_was_there_and_leaves_no_temporary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool, previous: str) -> None:
+def test_a_save_replaces_what_was_there_and_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool, previous: str
+) -> None:
     if not exchange:  # a filesystem without RENAME_EXCHANGE
         monkeypatch.setattr(sharded_checkpoint, "_exchange", lambda a, b: False)
     path = tmp_path / "last.ckpt"
@@ -111,7 +122,9 @@ def test_a_save_replaces_what_was_there_and_leaves_no_temporary(tmp_path: Path, 
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
 
 
-def test_a_save_that_fails_midway_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_save_that_fails_midway_keeps_the_previous_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "last.ckpt"
     _save(_checkpoint(1.0), path)
 

@@ -41,14 +41,50 @@ RUNS = {"no-accumulation": ("6", "1"), "accumulate-2": ("3", "2"), "resumable": 
 def _ddp2_on_two_nodes(root: Path) -> None:
     port = str(find_free_network_port())
     env = launch_env(ONE_THREAD)
-    runs = [["--strategy", "ddp2_emulated", "--devices", "2", "--num-nodes", "2", "--num-samples", SAMPLES, "--out", str(root / name),
-             "--steps", steps, "--accumulate", accumulate] for name, (steps, accumulate) in RUNS.items()]  # fmt: skip
+    runs = [
+        [
+            "--strategy",
+            "ddp2_emulated",
+            "--devices",
+            "2",
+            "--num-nodes",
+            "2",
+            "--num-samples",
+            SAMPLES,
+            "--out",
+            str(root / name),
+            "--steps",
+            steps,
+            "--accumulate",
+            accumulate,
+        ]
+        for name, (steps, accumulate) in RUNS.items()
+    ]
     procs = [
         subprocess.Popen(
-            [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
-             "--master-port", port, "-m", "tests.integration.runners.run_parity", *join_runs(runs)],
-            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        )  # fmt: skip
+            [
+                TORCHRUN,
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--node-rank",
+                str(rank),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                port,
+                "-m",
+                "tests.integration.runners.run_parity",
+                *join_runs(runs),
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         for rank in (0, 1)
     ]
     logs = []
@@ -62,7 +98,9 @@ def _ddp2_on_two_nodes(root: Path) -> None:
     for proc, log in zip(procs, logs):
         assert proc.returncode == 0, log[-4000:]
     # One line per run, from one process: the topology is printed by rank 0 only.
-    assert "".join(logs).count("strategy='ddp2': 2 node process(es), each driving 2 device(s) with DataParallel") == len(RUNS)
+    assert "".join(logs).count(
+        "strategy='ddp2': 2 node process(es), each driving 2 device(s) with DataParallel"
+    ) == len(RUNS)
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +116,25 @@ def ddp(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[int, dict[st
     """``ddp`` on 4 processes for each parity case, in one launch."""
     root = tmp_path_factory.mktemp("ddp")
     cases = [name for name in RUNS if name != "resumable"]
-    done = run_parity_sequence([(root / name, "--strategy", "ddp", "--devices", "4", "--num-samples", SAMPLES, "--steps", RUNS[name][0],
-                                 "--accumulate", RUNS[name][1]) for name in cases], env=ONE_THREAD)  # fmt: skip
+    done = run_parity_sequence(
+        [
+            (
+                root / name,
+                "--strategy",
+                "ddp",
+                "--devices",
+                "4",
+                "--num-samples",
+                SAMPLES,
+                "--steps",
+                RUNS[name][0],
+                "--accumulate",
+                RUNS[name][1],
+            )
+            for name in cases
+        ],
+        env=ONE_THREAD,
+    )
     return dict(zip(cases, done))
 
 
@@ -104,6 +159,8 @@ def test_a_ddp2_checkpoint_resumes_under_ddp_and_dp(ddp2: Path, tmp_path: Path) 
     for strategy, devices in (("ddp", "2"), ("dp", "1")):
         # Resume one more step elsewhere: Lightning restores the weights, optimizer and loop position.
         run = run_parity_here if devices == "1" else run_parity  # one device: in this process, which saves a launch
-        resumed = run(tmp_path / strategy, "--strategy", strategy, "--devices", devices, "--steps", "5", "--resume", str(ckpt))
+        resumed = run(
+            tmp_path / strategy, "--strategy", strategy, "--devices", devices, "--steps", "5", "--resume", str(ckpt)
+        )
         assert set(resumed[0]) == set(state)
         assert max_abs_diff(resumed[0], {k: v for k, v in state.items()}) > 0  # it trained the fifth step from there

@@ -22,7 +22,9 @@ from tests.helpers.launch import max_abs_diff, run_parity_here, run_parity_seque
 from tests.helpers.models import ParityModule
 
 
-def _resume_in_process(ckpt: Path, steps: int, strategy: Any = "auto", accelerator: str = "cpu", devices: int = 1) -> dict[str, torch.Tensor]:
+def _resume_in_process(
+    ckpt: Path, steps: int, strategy: Any = "auto", accelerator: str = "cpu", devices: int = 1
+) -> dict[str, torch.Tensor]:
     model = ParityModule(global_batch=32, num_samples=32 * steps)
     trainer = pl.Trainer(
         strategy=strategy,
@@ -49,7 +51,9 @@ def test_dp_checkpoint_resumes_under_ddp_and_sharded(tmp_path: Path) -> None:
 
     expected = _resume_in_process(ckpt, steps=8)
     strategies = ["ddp", *(["sharded"] if is_available("fairscale") else [])]
-    resumed = run_parity_sequence([(tmp_path / s, "--strategy", s, "--devices", "2", "--steps", "8", "--resume", str(ckpt)) for s in strategies])
+    resumed = run_parity_sequence(
+        [(tmp_path / s, "--strategy", s, "--devices", "2", "--steps", "8", "--resume", str(ckpt)) for s in strategies]
+    )
     ddp = resumed[0]
     assert json.loads((tmp_path / "ddp" / "result.json").read_text())["global_step"] == 8
     for rank, params in ddp.items():
@@ -60,4 +64,3 @@ def test_dp_checkpoint_resumes_under_ddp_and_sharded(tmp_path: Path) -> None:
         pytest.skip("fairscale is not installed: the sharded resume needs lightning_mgpu[sharded]")
     for rank, params in resumed[1].items():
         assert max_abs_diff(params, expected) < 1e-5, rank
-

@@ -55,7 +55,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def workers(runs: Path) -> tuple[Path, str]:
     """Every scenario in one ``horovodrun -np 2 --gloo`` launch."""
     out = runs / "workers"
-    _, log, _ = _run([HOROVODRUN, "-np", "2", "--gloo", sys.executable, "-m", SCENARIOS, "workers", str(out)], timeout=420)
+    _, log, _ = _run(
+        [HOROVODRUN, "-np", "2", "--gloo", sys.executable, "-m", SCENARIOS, "workers", str(out)], timeout=420
+    )
     return out, log
 
 
@@ -94,7 +96,9 @@ def test_parity_with_single_process_on_the_global_batch(workers: tuple[Path, str
     assert "effective batch size = 16 per worker x 2 workers x 1 accumulation = 32" in log
 
 
-def test_accumulation_reduces_once_per_step_and_equals_the_doubled_batch(workers: tuple[Path, str], references: Path) -> None:
+def test_accumulation_reduces_once_per_step_and_equals_the_doubled_batch(
+    workers: tuple[Path, str], references: Path
+) -> None:
     out, _ = workers
     # 3 steps of 2 micro-batches of 32 (16 per worker), clipped by norm == 3 steps of 64 in one process.
     _assert_ranks_equal_and_match(out / "accumulate_clip_norm", references / "accumulate_clip_norm")
@@ -106,7 +110,9 @@ def test_accumulation_reduces_once_per_step_and_equals_the_doubled_batch(workers
 def test_clipping_by_norm_and_value_sees_synchronized_gradients(workers: tuple[Path, str], references: Path) -> None:
     out, _ = workers
     # The clip thresholds bite: clipped and unclipped single-process runs differ a lot.
-    assert max_abs_diff(_params(references / "accumulate_clip_norm"), _params(references / "accumulate_unclipped")) > 1e-2
+    assert (
+        max_abs_diff(_params(references / "accumulate_clip_norm"), _params(references / "accumulate_unclipped")) > 1e-2
+    )
     assert max_abs_diff(_params(references / "clip_value"), _params(references / "plain_unclipped_3")) > 1e-2
     # Clipping a worker's local gradients instead of the average would not match these references.
     _assert_ranks_equal_and_match(out / "accumulate_clip_norm", references / "accumulate_clip_norm")
@@ -208,7 +214,9 @@ def test_self_launch_from_plain_python_resumes_from_two_workers_and_from_one(
             assert (info["global_rank"], info["world_size"]) == (rank, 2), info
 
 
-def test_checkpoint_resumes_in_other_strategies_and_worker_counts(workers: tuple[Path, str], references: Path, runs: Path) -> None:
+def test_checkpoint_resumes_in_other_strategies_and_worker_counts(
+    workers: tuple[Path, str], references: Path, runs: Path
+) -> None:
     from lightning_mgpu.utilities.checkpoint import load_state_dict
     from tests.helpers.models import ParityModule
 
@@ -228,7 +236,9 @@ def test_checkpoint_resumes_in_other_strategies_and_worker_counts(workers: tuple
 
 
 def test_a_failing_rank_fails_the_whole_job_promptly(runs: Path) -> None:
-    code, log, elapsed = _run([sys.executable, "-m", SCENARIOS, "failing", str(runs / "failing")], timeout=300, expect_ok=False)
+    code, log, elapsed = _run(
+        [sys.executable, "-m", SCENARIOS, "failing", str(runs / "failing")], timeout=300, expect_ok=False
+    )
     assert code != 0
     # Bounded, not a hang: start-up (~10 s here) plus the launcher's stop; far below Horovod's own timeouts.
     assert elapsed < 120, f"the job took {elapsed:.0f}s to fail after one rank raised"
@@ -241,7 +251,9 @@ def test_a_failing_rank_fails_the_whole_job_promptly(runs: Path) -> None:
 def test_a_worker_failing_after_rank_0_finished_still_fails_the_job(runs: Path) -> None:
     """Rank 0 of a self-launch waits for the script's other runs at exit: a worker that died after fit (here with
     exit code 3, while rank 0 had finished) makes the job exit non-zero, naming it, as horovodrun would."""
-    code, log, _ = _run([sys.executable, "-m", SCENARIOS, "failing-after-fit", str(runs / "after_fit")], timeout=300, expect_ok=False)
+    code, log, _ = _run(
+        [sys.executable, "-m", SCENARIOS, "failing-after-fit", str(runs / "after_fit")], timeout=300, expect_ok=False
+    )
     assert (runs / "after_fit" / "rank0_finished").exists(), "rank 0 did not finish its fit: this tests nothing"
     assert code == 1, log[-4000:]
     assert re.search(r"worker rank 1 \(pid \d+\) exited with code 3", log), log[-4000:]

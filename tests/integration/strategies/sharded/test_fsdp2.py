@@ -40,25 +40,54 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # FSDP2 saves sharded folders by default; its sequence ends with the Adam run again as one full file, gathered by
     # DCP's full_state_dict and with a plain all_gather (the path gloo on CUDA takes).
     # ...and SGD with FSDP2's MixedPrecisionPolicy (bf16 parameters gathered and computed, fp32 shards and reduction).
-    full = {"sgd_bf16": (*CONFIGS["sgd"], "--fsdp2-mp", "bf16"),
-            "adam_full": (*CONFIGS["adam"], "--checkpoint-format", "full", "--fsdp2-gather", "dcp"),
-            "adam_by_hand": (*CONFIGS["adam"], "--checkpoint-format", "full", "--fsdp2-gather", "by_hand")}  # fmt: skip
+    full = {
+        "sgd_bf16": (*CONFIGS["sgd"], "--fsdp2-mp", "bf16"),
+        "adam_full": (*CONFIGS["adam"], "--checkpoint-format", "full", "--fsdp2-gather", "dcp"),
+        "adam_by_hand": (*CONFIGS["adam"], "--checkpoint-format", "full", "--fsdp2-gather", "by_hand"),
+    }
     for label, strategy, configs in (("fsdp2", FSDP2, {**CONFIGS, **full}), ("ddp", DDP, CONFIGS)):
-        done = run_parity_sequence([(root / f"{label}_{name}", *strategy, "--devices", "2", *extra) for name, extra in configs.items()])
+        done = run_parity_sequence(
+            [(root / f"{label}_{name}", *strategy, "--devices", "2", *extra) for name, extra in configs.items()]
+        )
         out.update({f"{label}/{name}": params for name, params in zip(configs, done)})
     # Resume the 5-step checkpoints for 3 more steps under the other strategy and on 1, 2 and 4 ranks, then the 1-rank
     # folder on 2 ranks for 3 more (resharding: saved by N ranks, loaded by M). The data of a run depends on its
     # length, so the reference is ddp resumed from ddp, not an 8-step run.
     resumes = [
-        ("2", {"ddp_from_ddp": (DDP, root / "ddp_sgd", 8), "ddp_from_fsdp2": (DDP, root / "fsdp2_sgd", 8),
-               "fsdp2_from_ddp": (FSDP2, root / "ddp_sgd", 8)}),
+        (
+            "2",
+            {
+                "ddp_from_ddp": (DDP, root / "ddp_sgd", 8),
+                "ddp_from_fsdp2": (DDP, root / "fsdp2_sgd", 8),
+                "fsdp2_from_ddp": (FSDP2, root / "ddp_sgd", 8),
+            },
+        ),
         ("1", {"fsdp2_1rank_from_fsdp2": (FSDP2, root / "fsdp2_sgd", 8)}),
-        ("2", {"fsdp2_2ranks_from_1rank": (FSDP2, root / "fsdp2_1rank_from_fsdp2", 11), "ddp_from_ddp_11": (DDP, root / "ddp_from_ddp", 11)}),
+        (
+            "2",
+            {
+                "fsdp2_2ranks_from_1rank": (FSDP2, root / "fsdp2_1rank_from_fsdp2", 11),
+                "ddp_from_ddp_11": (DDP, root / "ddp_from_ddp", 11),
+            },
+        ),
         ("4", {"fsdp2_4ranks_from_fsdp2": (FSDP2, root / "fsdp2_sgd", 8)}),
-    ]  # fmt: skip
+    ]
     for devices, group in resumes:
-        done = run_parity_sequence([(root / name, *strategy, "--devices", devices, "--steps", str(steps), "--resume",
-                                     str(source / "final.ckpt")) for name, (strategy, source, steps) in group.items()])  # fmt: skip
+        done = run_parity_sequence(
+            [
+                (
+                    root / name,
+                    *strategy,
+                    "--devices",
+                    devices,
+                    "--steps",
+                    str(steps),
+                    "--resume",
+                    str(source / "final.ckpt"),
+                )
+                for name, (strategy, source, steps) in group.items()
+            ]
+        )
         out.update(zip(group, done))
     return out
 
@@ -73,17 +102,28 @@ def test_parameters_match_ddp(runs: dict[str, Any], config: str) -> None:
 def test_checkpoint_holds_plain_keys_and_the_ordinary_optimizer_state(runs: dict[str, Any]) -> None:
     """Both formats: the sharded folder (the default) read whole, and the full file, hold what ddp's file holds."""
     folder = runs["root"] / "fsdp2_adam" / "final.ckpt"
-    assert is_sharded_checkpoint(folder) and sorted(p.name for p in folder.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert is_sharded_checkpoint(folder) and sorted(p.name for p in folder.glob("*.distcp")) == [
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]
     ddp = read_checkpoint(runs["root"] / "ddp_adam" / "final.ckpt", trusted=True)
-    for mine in (read_checkpoint(folder, trusted=True), read_checkpoint(runs["root"] / "fsdp2_adam_full" / "final.ckpt", trusted=True)):
-        assert list(mine["state_dict"]) == list(ddp["state_dict"]) and all(type(v) is torch.Tensor for v in mine["state_dict"].values())
+    for mine in (
+        read_checkpoint(folder, trusted=True),
+        read_checkpoint(runs["root"] / "fsdp2_adam_full" / "final.ckpt", trusted=True),
+    ):
+        assert list(mine["state_dict"]) == list(ddp["state_dict"]) and all(
+            type(v) is torch.Tensor for v in mine["state_dict"].values()
+        )
         assert mine["global_step"] == ddp["global_step"] and mine["loops"].keys() == ddp["loops"].keys()
         a, b = mine["optimizer_states"][0], ddp["optimizer_states"][0]
         assert [g["params"] for g in a["param_groups"]] == [g["params"] for g in b["param_groups"]]
         assert a["state"].keys() == b["state"].keys()
         for pid, slots in b["state"].items():
             for key, value in slots.items():
-                assert torch.allclose(torch.as_tensor(a["state"][pid][key]), torch.as_tensor(value), atol=1e-6), (pid, key)
+                assert torch.allclose(torch.as_tensor(a["state"][pid][key]), torch.as_tensor(value), atol=1e-6), (
+                    pid,
+                    key,
+                )
 
 
 def test_full_tensor_gather_writes_the_same_checkpoint_as_dcp(runs: dict[str, Any]) -> None:
@@ -103,7 +143,9 @@ def test_full_tensor_gather_writes_the_same_checkpoint_as_dcp(runs: dict[str, An
         assert a["param_groups"] == b["param_groups"] and a["state"].keys() == b["state"].keys()
         for pid, slots in b["state"].items():
             assert slots.keys() == a["state"][pid].keys()
-            assert all(torch.equal(torch.as_tensor(a["state"][pid][k]), torch.as_tensor(v)) for k, v in slots.items()), pid
+            assert all(
+                torch.equal(torch.as_tensor(a["state"][pid][k]), torch.as_tensor(v)) for k, v in slots.items()
+            ), pid
 
 
 def test_resume_under_ddp_and_from_ddp_continues_like_ddp(runs: dict[str, Any]) -> None:
@@ -127,13 +169,20 @@ def test_sharded_folders_reshard_from_2_to_1_to_2_and_to_4_ranks(runs: dict[str,
     assert max_abs_diff(runs["fsdp2_1rank_from_fsdp2"][0], runs["ddp_from_ddp"][0]) <= 1e-5
     assert max_abs_diff(runs["fsdp2_4ranks_from_fsdp2"][0], runs["ddp_from_ddp"][0]) <= 1e-5
     assert max_abs_diff(runs["fsdp2_2ranks_from_1rank"][0], runs["ddp_from_ddp_11"][0]) <= 1e-5
-    assert all(max_abs_diff(runs["fsdp2_4ranks_from_fsdp2"][0], runs["fsdp2_4ranks_from_fsdp2"][r]) == 0.0 for r in (1, 2, 3))
+    assert all(
+        max_abs_diff(runs["fsdp2_4ranks_from_fsdp2"][0], runs["fsdp2_4ranks_from_fsdp2"][r]) == 0.0 for r in (1, 2, 3)
+    )
 
 
 def test_each_rank_holds_half_the_optimizer_state(runs: dict[str, Any]) -> None:
     def local_bytes(rank: int, label: str) -> int:
         state = torch.load(runs["root"] / f"{label}_adam" / f"optimizer_rank{rank}.pt", weights_only=False)["state"]
-        tensors = [t.to_local() if hasattr(t, "to_local") else t for s in state.values() for t in s.values() if torch.is_tensor(t)]
+        tensors = [
+            t.to_local() if hasattr(t, "to_local") else t
+            for s in state.values()
+            for t in s.values()
+            if torch.is_tensor(t)
+        ]
         return sum(t.numel() * t.element_size() for t in tensors if t.dim() > 0)
 
     ddp = local_bytes(0, "ddp")
@@ -184,11 +233,34 @@ def test_policies_and_sharded_checkpoints_on_a_gpu(tmp_path) -> None:
     base = (*FSDP2, "--devices", "1", "--accelerator", "gpu")
     # Adam for the offload (its state and step live in CPU memory); SGD for bf16, whose distance from fp32 Adam would
     # normalise away: an H100 run (2026-11-27) measured 0.020 after 5 Adam steps at lr 0.01, against 5e-3 for SGD.
-    policies = {"fp32": (*CONFIGS["adam"],), "offload": (*CONFIGS["adam"], "--fsdp2-offload"),
-                "fp32_sgd": (*CONFIGS["sgd"],), "bf16": (*CONFIGS["sgd"], "--fsdp2-mp", "bf16")}  # fmt: skip
-    done = dict(zip(policies, run_parity_sequence([(tmp_path / name, *base, *extra) for name, extra in policies.items()])))
-    resumed = dict(zip(policies, run_parity_sequence([(tmp_path / f"{name}_resumed", *base, *extra, "--steps", "8", "--resume",
-                                                       str(tmp_path / name / "final.ckpt")) for name, extra in policies.items()])))  # fmt: skip
+    policies = {
+        "fp32": (*CONFIGS["adam"],),
+        "offload": (*CONFIGS["adam"], "--fsdp2-offload"),
+        "fp32_sgd": (*CONFIGS["sgd"],),
+        "bf16": (*CONFIGS["sgd"], "--fsdp2-mp", "bf16"),
+    }
+    done = dict(
+        zip(policies, run_parity_sequence([(tmp_path / name, *base, *extra) for name, extra in policies.items()]))
+    )
+    resumed = dict(
+        zip(
+            policies,
+            run_parity_sequence(
+                [
+                    (
+                        tmp_path / f"{name}_resumed",
+                        *base,
+                        *extra,
+                        "--steps",
+                        "8",
+                        "--resume",
+                        str(tmp_path / name / "final.ckpt"),
+                    )
+                    for name, extra in policies.items()
+                ]
+            ),
+        )
+    )
     assert all(is_sharded_checkpoint(tmp_path / name / "final.ckpt") for name in policies)
     assert max_abs_diff(done["offload"][0], done["fp32"][0]) <= 1e-5  # the same step, run by the CPU
     assert 0.0 < max_abs_diff(done["bf16"][0], done["fp32_sgd"][0]) <= 5e-3
@@ -201,7 +273,20 @@ def test_a_model_built_in_configure_model_is_never_whole_and_resumes_on_fewer_ra
     shards (reset_parameters). The model trains, saves a sharded folder, and resumes from it on one rank."""
     run = ["-m", "tests.integration.runners.run_configure_model"]
     run_python([*run, "--out", str(tmp_path / "two"), "--devices", "2"], timeout=240)
-    run_python([*run, "--out", str(tmp_path / "one"), "--devices", "1", "--steps", "16", "--resume", str(tmp_path / "two" / "final.ckpt")], timeout=240)
+    run_python(
+        [
+            *run,
+            "--out",
+            str(tmp_path / "one"),
+            "--devices",
+            "1",
+            "--steps",
+            "16",
+            "--resume",
+            str(tmp_path / "two" / "final.ckpt"),
+        ],
+        timeout=240,
+    )
     two = [json.loads((tmp_path / "two" / f"result_rank{r}.json").read_text()) for r in (0, 1)]
     one = json.loads((tmp_path / "one" / "result_rank0.json").read_text())
     for result in (*two, one):
@@ -218,8 +303,23 @@ def test_async_saves_land_the_same_folders_while_training_goes_on(tmp_path) -> N
     holds exactly what the synchronous run's does, and the background writes did not change the training."""
     from tests.helpers.launch import REPO_ROOT
 
-    args = [str(REPO_ROOT / "examples" / "train.py"), "--strategy", "sharded_fsdp2", "--devices", "2", "--accelerator", "cpu",
-            "--max-epochs", "2", "--logger", "none", "--optimizer", "adam", "--lr", "0.01"]  # fmt: skip
+    args = [
+        str(REPO_ROOT / "examples" / "train.py"),
+        "--strategy",
+        "sharded_fsdp2",
+        "--devices",
+        "2",
+        "--accelerator",
+        "cpu",
+        "--max-epochs",
+        "2",
+        "--logger",
+        "none",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.01",
+    ]
     env = {"OMP_NUM_THREADS": "1"}
     run_python([*args, "--output-dir", str(tmp_path / "sync")], timeout=300, env=env)
     proc = run_python([*args, "--output-dir", str(tmp_path / "async"), "--async-save"], timeout=300, env=env)
@@ -235,4 +335,8 @@ def test_async_saves_land_the_same_folders_while_training_goes_on(tmp_path) -> N
         assert max_abs_diff(a["state_dict"], b["state_dict"]) == 0.0, name
         for sa, sb in zip(a["optimizer_states"], b["optimizer_states"]):
             assert sa["state"].keys() == sb["state"].keys()
-            assert all(torch.equal(torch.as_tensor(sa["state"][k][n]), torch.as_tensor(v)) for k in sa["state"] for n, v in sb["state"][k].items()), name
+            assert all(
+                torch.equal(torch.as_tensor(sa["state"][k][n]), torch.as_tensor(v))
+                for k in sa["state"]
+                for n, v in sb["state"][k].items()
+            ), name

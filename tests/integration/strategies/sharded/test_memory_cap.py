@@ -30,10 +30,25 @@ FULL_STATE_BYTES = WIDTH * WIDTH * LAYERS * 16  # fp32 parameters, gradients and
 ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1"}
 
 
-def _fit(out: Path, strategy: str, devices: int, width: int, groups: list[cgroup.MemoryCgroup]) -> subprocess.CompletedProcess:
+def _fit(
+    out: Path, strategy: str, devices: int, width: int, groups: list[cgroup.MemoryCgroup]
+) -> subprocess.CompletedProcess:
     env = launch_env({**ENV, **cgroup.rank_env(groups)})
-    cmd = [sys.executable, "-m", "tests.integration.runners.run_capped_fit", "--out", str(out), "--strategy", strategy,
-           "--devices", str(devices), "--width", str(width), "--layers", str(LAYERS)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.integration.runners.run_capped_fit",
+        "--out",
+        str(out),
+        "--strategy",
+        strategy,
+        "--devices",
+        str(devices),
+        "--width",
+        str(width),
+        "--layers",
+        str(LAYERS),
+    ]
     return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
 
 
@@ -48,7 +63,11 @@ def test_a_model_too_big_for_one_capped_process_trains_and_saves_sharded_on_two(
     cap = baseline + FULL_STATE_BYTES * 3 // 4
     with cgroup.memory_cgroups(1, cap) as (single,):
         proc = _fit(tmp_path / "single", "auto", 1, WIDTH, [single])
-        assert proc.returncode == -9 and single.oom_kills() >= 1, (proc.returncode, single.oom_kills(), proc.stderr[-3000:])
+        assert proc.returncode == -9 and single.oom_kills() >= 1, (
+            proc.returncode,
+            single.oom_kills(),
+            proc.stderr[-3000:],
+        )
         assert not (tmp_path / "single" / "done.json").exists()
     with cgroup.memory_cgroups(2, cap) as groups:
         proc = _fit(tmp_path / "sharded", "sharded_fsdp2", 2, WIDTH, groups)

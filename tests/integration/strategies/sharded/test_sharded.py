@@ -36,7 +36,12 @@ def run_ranks(args: list[str], world: int, timeout: float = 300) -> None:
     """Start ``world`` ranks of ``python ARGS`` as a launcher would (env vars); fail fast if any rank fails."""
     from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
-    rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(find_free_network_port()), "NODE_RANK": "0", "WORLD_SIZE": str(world)}
+    rendezvous = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(find_free_network_port()),
+        "NODE_RANK": "0",
+        "WORLD_SIZE": str(world),
+    }
     launch_processes(args, [{**rendezvous, "LOCAL_RANK": str(rank)} for rank in range(world)], timeout)
 
 
@@ -175,7 +180,9 @@ def test_checkpoint_is_plain_and_loads_into_ddp_and_a_plain_module(runs: dict[st
     assert not any(k.startswith("module.") for k in sharded["state_dict"])
     # The consolidated optimizer state is the ordinary Adam format, identical to ddp's.
     _assert_optimizer_states_equal(sharded["optimizer_states"][0], ddp["optimizer_states"][0])
-    _assert_optimizer_states_equal(_ckpt(runs["main"] / "torch_adam.ckpt")["optimizer_states"][0], ddp["optimizer_states"][0])
+    _assert_optimizer_states_equal(
+        _ckpt(runs["main"] / "torch_adam.ckpt")["optimizer_states"][0], ddp["optimizer_states"][0]
+    )
     # A plain module and a plain torch optimizer take it as is.
     module = load_state_dict(ParityModule(), runs["main"] / "fairscale_adam.ckpt")
     _assert_same(dict(module.state_dict()), runs["ranks"][0]["params/fairscale/adam"], atol=0)
@@ -205,7 +212,10 @@ def test_resume_on_a_different_number_of_ranks(runs: dict[str, Any]) -> None:
 
 def test_two_rank_sharded_checkpoint_resumes_under_dp(runs: dict[str, Any]) -> None:
     back = runs["back"]
-    assert back["resume_2to1/dp_strategy"] == "DataParallelStrategy" and back["resume_2to1/dp_global_step"] == RESUMED_STEPS
+    assert (
+        back["resume_2to1/dp_strategy"] == "DataParallelStrategy"
+        and back["resume_2to1/dp_global_step"] == RESUMED_STEPS
+    )
     # One process on the global batch continues as the 2-rank ddp run did (up to float reordering).
     _assert_same(back["resume_2to1/params/dp"], runs["ranks"][0]["resumed/params/ddp_from_ddp"], atol=1e-5)
 
@@ -214,7 +224,9 @@ def test_train_py_under_sharded_spawn_then_resume_under_the_ddp_sharded_alias(tm
     common = ["--accelerator", "cpu", "--devices", "2", "--logger", "none", "--optimizer", "adam", "--lr", "0.01"]
     first = tmp_path / "spawn"
     # One epoch of digits is 23 steps at 2 x 32; validation runs and ModelCheckpoint writes last.ckpt.
-    run_python([TRAIN, "--strategy", "sharded_spawn", "--max-epochs", "1", "--output-dir", str(first), *common], timeout=300)
+    run_python(
+        [TRAIN, "--strategy", "sharded_spawn", "--max-epochs", "1", "--output-dir", str(first), *common], timeout=300
+    )
     summary = json.loads((first / "summary.json").read_text())
     assert summary["strategy"] == "sharded_spawn" and summary["world_size"] == 2 and summary["global_step"] == 23
     # (Under *_spawn the main process learns only the best path; last.ckpt is where ModelCheckpoint put it.)
@@ -228,7 +240,18 @@ def test_train_py_under_sharded_spawn_then_resume_under_the_ddp_sharded_alias(tm
 
     second = tmp_path / "alias"
     run_python(
-        [TRAIN, "--strategy", "ddp_sharded", "--max-epochs", "2", "--ckpt-path", str(last), "--output-dir", str(second), *common],
+        [
+            TRAIN,
+            "--strategy",
+            "ddp_sharded",
+            "--max-epochs",
+            "2",
+            "--ckpt-path",
+            str(last),
+            "--output-dir",
+            str(second),
+            *common,
+        ],
         timeout=300,
     )
     resumed = json.loads((second / "summary.json").read_text())

@@ -36,11 +36,14 @@ def _sharded_scaler_worker(rank: int, port: int, result_dir: str) -> None:
 def test_shard_aware_scaler_skips_the_step_on_every_rank(tmp_path: Path) -> None:
     from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
-    mp.start_processes(_sharded_scaler_worker, args=(find_free_network_port(), str(tmp_path)), nprocs=2, start_method="spawn")
+    mp.start_processes(
+        _sharded_scaler_worker, args=(find_free_network_port(), str(tmp_path)), nprocs=2, start_method="spawn"
+    )
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
     for name in ("plain", "shard_aware"):
-        assert torch.equal(r1[name]["param"], torch.ones(3)) and r1[name]["scale"] == 2.0**15  # the overflowing rank skips
+        assert (
+            torch.equal(r1[name]["param"], torch.ones(3)) and r1[name]["scale"] == 2.0**15
+        )  # the overflowing rank skips
     # A plain scaler lets rank 0 step: the ranks diverge. The shard-aware one skips on both.
     assert not torch.equal(r0["plain"]["param"], torch.ones(3)) and r0["plain"]["scale"] == 2.0**16
     assert torch.equal(r0["shard_aware"]["param"], torch.ones(3)) and r0["shard_aware"]["scale"] == 2.0**15
-

@@ -13,7 +13,6 @@ import torch
 from tests.helpers.launch import run_python
 from tests.helpers.runif import RunIf
 
-
 #: (strategy, limit_val_batches): every run of the module, in one launch (a launch is mostly imports).
 RUNS = [("ddp", 0), ("sharded", 0), ("ddp", 3), ("sharded", 3)]
 

@@ -35,17 +35,41 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out: dict[str, Any] = {"root": root}
     # One launch per world size (a launch is mostly imports): 5 Adam steps, then resumes to 8.
     first = {"fairscale": (*FAIRSCALE, *SHARDED), "fairscale_full": FAIRSCALE, "zero": (*ZERO, *SHARDED), "ddp": DDP}
-    done = run_parity_sequence([(root / name, *strategy, "--devices", "2", "--steps", "5", *ADAM) for name, strategy in first.items()])
+    done = run_parity_sequence(
+        [(root / name, *strategy, "--devices", "2", "--steps", "5", *ADAM) for name, strategy in first.items()]
+    )
     out.update(zip(first, done))
     resumes = [
-        ("2", {"fairscale_from_folder": (FAIRSCALE, "fairscale"), "fairscale_from_file": (FAIRSCALE, "fairscale_full"),
-               "ddp_from_ddp": (DDP, "ddp"), "fsdp2_from_zero": (FSDP2, "zero"), "ddp_from_fairscale": (DDP, "fairscale")}),
+        (
+            "2",
+            {
+                "fairscale_from_folder": (FAIRSCALE, "fairscale"),
+                "fairscale_from_file": (FAIRSCALE, "fairscale_full"),
+                "ddp_from_ddp": (DDP, "ddp"),
+                "fsdp2_from_zero": (FSDP2, "zero"),
+                "ddp_from_fairscale": (DDP, "fairscale"),
+            },
+        ),
         ("1", {"zero_1rank_from_fairscale": ((*ZERO, *SHARDED), "fairscale")}),
         ("4", {"fairscale_4ranks_from_zero": ((*FAIRSCALE, *SHARDED), "zero")}),
-    ]  # fmt: skip
+    ]
     for devices, group in resumes:
-        done = run_parity_sequence([(root / name, *strategy, "--devices", devices, "--steps", "8", *ADAM, "--resume",
-                                     str(root / source / "final.ckpt")) for name, (strategy, source) in group.items()])  # fmt: skip
+        done = run_parity_sequence(
+            [
+                (
+                    root / name,
+                    *strategy,
+                    "--devices",
+                    devices,
+                    "--steps",
+                    "8",
+                    *ADAM,
+                    "--resume",
+                    str(root / source / "final.ckpt"),
+                )
+                for name, (strategy, source) in group.items()
+            ]
+        )
         out.update(zip(group, done))
     return out
 
@@ -79,11 +103,30 @@ def test_same_world_size_resumes_exactly_as_from_the_full_file(runs: dict[str, A
 
 def test_other_world_sizes_and_backends_continue_like_ddp(runs: dict[str, Any]) -> None:
     reference = runs["ddp_from_ddp"][0]
-    for name in ("fairscale_from_folder", "zero_1rank_from_fairscale", "fairscale_4ranks_from_zero", "fsdp2_from_zero", "ddp_from_fairscale"):
+    for name in (
+        "fairscale_from_folder",
+        "zero_1rank_from_fairscale",
+        "fairscale_4ranks_from_zero",
+        "fsdp2_from_zero",
+        "ddp_from_fairscale",
+    ):
         assert max_abs_diff(runs[name][0], reference) <= 1e-6, name
     assert is_sharded_checkpoint(runs["root"] / "fairscale_4ranks_from_zero" / "final.ckpt")
     # The folders went straight into the sharded optimizers (each rank reading what it owns), not through a whole read.
-    in_place = {name: json.loads((runs["root"] / name / "result.json").read_text())["restored_in_place"]
-                for name in ("fairscale_from_folder", "zero_1rank_from_fairscale", "fairscale_4ranks_from_zero", "fsdp2_from_zero", "fairscale_from_file")}  # fmt: skip
-    assert in_place == {"fairscale_from_folder": True, "zero_1rank_from_fairscale": True, "fairscale_4ranks_from_zero": True,
-                        "fsdp2_from_zero": True, "fairscale_from_file": False}, in_place  # fmt: skip
+    in_place = {
+        name: json.loads((runs["root"] / name / "result.json").read_text())["restored_in_place"]
+        for name in (
+            "fairscale_from_folder",
+            "zero_1rank_from_fairscale",
+            "fairscale_4ranks_from_zero",
+            "fsdp2_from_zero",
+            "fairscale_from_file",
+        )
+    }
+    assert in_place == {
+        "fairscale_from_folder": True,
+        "zero_1rank_from_fairscale": True,
+        "fairscale_4ranks_from_zero": True,
+        "fsdp2_from_zero": True,
+        "fairscale_from_file": False,
+    }, in_place

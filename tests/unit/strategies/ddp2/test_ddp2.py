@@ -43,14 +43,38 @@ def test_ddp2_is_registered_and_runs_one_process_per_node() -> None:
     ("env", "says"),
     [
         # torchrun --nnodes 1 --nproc-per-node 2
-        ({"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0", "WORLD_SIZE": "2",
-          "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511"}, "(2 on this node)"),
+        (
+            {
+                "TORCHELASTIC_RUN_ID": "x",
+                "RANK": "0",
+                "LOCAL_RANK": "0",
+                "GROUP_RANK": "0",
+                "WORLD_SIZE": "2",
+                "LOCAL_WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "29511",
+            },
+            "(2 on this node)",
+        ),
         # torchrun on 2 nodes x 1 process, but num_nodes=1 passed
-        ({"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0", "WORLD_SIZE": "2",
-          "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511"}, "started 2 process(es) for num_nodes=1"),
+        (
+            {
+                "TORCHELASTIC_RUN_ID": "x",
+                "RANK": "0",
+                "LOCAL_RANK": "0",
+                "GROUP_RANK": "0",
+                "WORLD_SIZE": "2",
+                "LOCAL_WORLD_SIZE": "1",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "29511",
+            },
+            "started 2 process(es) for num_nodes=1",
+        ),
     ],
-)  # fmt: skip
-def test_more_processes_than_nodes_are_refused_before_training(env: dict[str, str], says: str, monkeypatch: pytest.MonkeyPatch) -> None:
+)
+def test_more_processes_than_nodes_are_refused_before_training(
+    env: dict[str, str], says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     with pytest.raises(DDP2TopologyError) as err:
@@ -155,8 +179,12 @@ def test_a_node_batch_loss_gives_the_gradients_of_one_process_on_that_batch(stra
 
 def test_one_node_of_ddp2_equals_dp_on_its_devices() -> None:
     a, b = _Net(), _Net()
-    quiet_trainer(strategy=EmulatedDDP2Strategy(), devices=2, max_steps=4, use_distributed_sampler=False).fit(a, _loader(30, batch=8))  # last batch: 6
-    quiet_trainer(strategy=EmulatedDataParallelStrategy(), devices=2, max_steps=4, use_distributed_sampler=False).fit(b, _loader(30, batch=8))
+    quiet_trainer(strategy=EmulatedDDP2Strategy(), devices=2, max_steps=4, use_distributed_sampler=False).fit(
+        a, _loader(30, batch=8)
+    )  # last batch: 6
+    quiet_trainer(strategy=EmulatedDataParallelStrategy(), devices=2, max_steps=4, use_distributed_sampler=False).fit(
+        b, _loader(30, batch=8)
+    )
     for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(x, y), name
     assert not torch.equal(a.net[0].weight, copy.deepcopy(_Net()).net[0].weight)  # it trained

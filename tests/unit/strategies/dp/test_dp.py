@@ -57,13 +57,25 @@ CPU = torch.device("cpu")
 
 # --------------------------------------------------------------------------- helpers
 def _trainer(strategy: Any, devices: int = 1, **kwargs: Any) -> pl.Trainer:
-    return quiet_trainer(strategy=strategy, devices=devices, **{"num_sanity_val_steps": 0, "use_distributed_sampler": False, **kwargs})
+    return quiet_trainer(
+        strategy=strategy, devices=devices, **{"num_sanity_val_steps": 0, "use_distributed_sampler": False, **kwargs}
+    )
 
 
-def _fit_parity(strategy: Any, devices: int, steps: int = 5, global_batch: int = 32, **kwargs: Any) -> tuple[ParityModule, pl.Trainer]:
+def _fit_parity(
+    strategy: Any, devices: int, steps: int = 5, global_batch: int = 32, **kwargs: Any
+) -> tuple[ParityModule, pl.Trainer]:
     """The harness model and data (tests/integration/runners/run_parity.py), in this process."""
-    trainer_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in ("accumulate_grad_batches", "gradient_clip_val", "precision", "callbacks")}
-    model = ParityModule(global_batch=global_batch, num_samples=global_batch * steps * trainer_kwargs.get("accumulate_grad_batches", 1), **kwargs)
+    trainer_kwargs = {
+        k: kwargs.pop(k)
+        for k in list(kwargs)
+        if k in ("accumulate_grad_batches", "gradient_clip_val", "precision", "callbacks")
+    }
+    model = ParityModule(
+        global_batch=global_batch,
+        num_samples=global_batch * steps * trainer_kwargs.get("accumulate_grad_batches", 1),
+        **kwargs,
+    )
     trainer = _trainer(strategy, devices, max_steps=steps, **trainer_kwargs)
     trainer.fit(model)
     return model, trainer
@@ -171,7 +183,11 @@ class _DataclassBatch:
 def test_scatter_batch_splits_every_tensor_and_passes_other_values() -> None:
     Pair = namedtuple("Pair", "a b")
     marker = object()
-    batch = {"x": torch.arange(7.0), "pair": Pair(torch.arange(7).view(7, 1), marker), "dc": _DataclassBatch(torch.arange(7.0), "m")}
+    batch = {
+        "x": torch.arange(7.0),
+        "pair": Pair(torch.arange(7).view(7, 1), marker),
+        "dc": _DataclassBatch(torch.arange(7.0), "m"),
+    }
     args, kwargs = (batch, 3), {"flag": torch.arange(7)}
     plan = plan_split(args, kwargs, 3)
     assert plan.sizes == (3, 2, 2)
@@ -196,7 +212,9 @@ def test_each_replica_runs_its_own_lightning_module() -> None:
     plan = plan_split((batch, 0), {}, 3)
     call = StepCall("training_step", original, [CPU] * 3, plan.sizes, "weighted_mean", CPU)
     chunks = scatter_batch((batch, 0), {}, plan, [CPU] * 3)
-    outputs = emulated_parallel_apply(replicas, [(call, i, *a) for i, (a, _) in enumerate(chunks)], [k for _, k in chunks])
+    outputs = emulated_parallel_apply(
+        replicas, [(call, i, *a) for i, (a, _) in enumerate(chunks)], [k for _, k in chunks]
+    )
 
     assert sorted(marker for _, marker, _ in original.seen) == ["replica0", "replica1", "replica2"]
     assert {module_id for module_id, _, _ in original.seen} == {id(r.module) for r in replicas}
@@ -237,7 +255,12 @@ def test_replica_gets_its_device_autocast_dtype_and_inference_mode() -> None:
 
     class Probe(TinyModule):
         def validation_step(self, batch: Any, batch_idx: int) -> None:
-            seen[self.marker] = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"), torch.is_inference_mode_enabled(), self.device)
+            seen[self.marker] = (
+                torch.is_autocast_enabled("cpu"),
+                torch.get_autocast_dtype("cpu"),
+                torch.is_inference_mode_enabled(),
+                self.device,
+            )
 
     original = Probe()
     replicas = emulated_replicate(StepModule(original), 2, detach=True)
@@ -276,7 +299,9 @@ def test_weighted_loss_and_gradients_equal_one_big_batch(n: int, devices: int) -
         replicas = emulated_replicate(wrapper, plan.num_replicas)
         call = StepCall("training_step", module, [CPU] * plan.num_replicas, plan.sizes, mode, CPU)  # type: ignore[arg-type]
         chunks = scatter_batch((batch, 0), {}, plan, [CPU] * plan.num_replicas)
-        outs = emulated_parallel_apply(replicas, [(call, i, *a) for i, (a, _) in enumerate(chunks)], [k for _, k in chunks])
+        outs = emulated_parallel_apply(
+            replicas, [(call, i, *a) for i, (a, _) in enumerate(chunks)], [k for _, k in chunks]
+        )
         loss = reduce_step_outputs(outs, plan.sizes, CPU, mode=mode)  # type: ignore[arg-type]
         loss.backward()
         return loss, module.layer.weight.grad, module.layer.bias.grad
@@ -293,8 +318,20 @@ def test_weighted_loss_and_gradients_equal_one_big_batch(n: int, devices: int) -
 
 def test_reduce_step_outputs_gathers_other_values_without_torch_warning() -> None:
     outputs = [
-        {"loss": torch.tensor(1.0), "preds": torch.zeros(3, 2), "acc": torch.tensor(0.5), "name": "r0", "nested": [torch.ones(3)]},
-        {"loss": torch.tensor(4.0), "preds": torch.ones(1, 2), "acc": torch.tensor(1.0), "name": "r1", "nested": [torch.zeros(1)]},
+        {
+            "loss": torch.tensor(1.0),
+            "preds": torch.zeros(3, 2),
+            "acc": torch.tensor(0.5),
+            "name": "r0",
+            "nested": [torch.ones(3)],
+        },
+        {
+            "loss": torch.tensor(4.0),
+            "preds": torch.ones(1, 2),
+            "acc": torch.tensor(1.0),
+            "name": "r1",
+            "nested": [torch.zeros(1)],
+        },
     ]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -441,7 +478,9 @@ def test_emulated_dp_logs_one_correct_value_per_step() -> None:
     def run(strategy: Any, devices: int) -> tuple[list[float], dict[str, float], pl.Trainer]:
         model = LoggingModule(global_batch=32, num_samples=96)
         values = _LoggedValues()
-        trainer = _trainer(strategy, devices, max_steps=3, callbacks=[values], limit_val_batches=1.0, val_check_interval=3)
+        trainer = _trainer(
+            strategy, devices, max_steps=3, callbacks=[values], limit_val_batches=1.0, val_check_interval=3
+        )
         trainer.fit(model)
         return values.train, {k: v.item() for k, v in trainer.callback_metrics.items()}, trainer
 
@@ -500,7 +539,9 @@ def test_a_training_batch_smaller_than_the_device_count_is_refused_before_traini
     model = ParityModule(global_batch=2, num_samples=8)
     trainer = _trainer(EmulatedDataParallelStrategy(), 4, max_epochs=1)
     before = [p.detach().clone() for p in model.parameters()]
-    with pytest.raises(MisconfigurationException, match=r"across 4 devices, but the training batch size is 2.*at least 4"):
+    with pytest.raises(
+        MisconfigurationException, match=r"across 4 devices, but the training batch size is 2.*at least 4"
+    ):
         trainer.fit(model)
     assert trainer.global_step == 0 and all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
@@ -520,7 +561,9 @@ def test_inconsistent_batch_fails_with_a_clear_error() -> None:
 
         def train_dataloader(self) -> DataLoader:
             data = make_data(8)
-            return DataLoader(data, batch_size=4, collate_fn=lambda items: (*torch.utils.data.default_collate(items), torch.ones(3)))
+            return DataLoader(
+                data, batch_size=4, collate_fn=lambda items: (*torch.utils.data.default_collate(items), torch.ones(3))
+            )
 
     with pytest.raises(BatchSplitError, match="same first dimension"):
         _trainer(EmulatedDataParallelStrategy(), 2, max_steps=1).fit(BadBatch())
@@ -540,7 +583,9 @@ def test_diverging_replicas_fail_promptly_instead_of_hanging() -> None:
 
     _FIRST.clear()
     with pytest.raises(ReplicaDivergenceError, match="same order"):
-        _trainer(EmulatedDataParallelStrategy(), 3, max_steps=1).fit(Diverging(manual=True, global_batch=6, num_samples=6))
+        _trainer(EmulatedDataParallelStrategy(), 3, max_steps=1).fit(
+            Diverging(manual=True, global_batch=6, num_samples=6)
+        )
 
 
 _FIRST: list[str] = []
@@ -565,7 +610,9 @@ def test_failing_replica_stops_the_others_waiting_in_a_collective() -> None:
 
     _FIRST.clear()
     with pytest.raises(ValueError, match="boom in one replica"):
-        _trainer(EmulatedDataParallelStrategy(), 3, max_steps=1).fit(Failing(manual=True, global_batch=6, num_samples=6))
+        _trainer(EmulatedDataParallelStrategy(), 3, max_steps=1).fit(
+            Failing(manual=True, global_batch=6, num_samples=6)
+        )
 
 
 def test_logging_a_metric_object_is_refused_with_the_fix() -> None:
@@ -649,7 +696,9 @@ def test_emulated_dp_trains_the_example_classifier_with_sync_batchnorm() -> None
 
     model = ImageClassifier()
     before = model.features[1].running_mean.clone()
-    trainer = _trainer(EmulatedDataParallelStrategy(), 3, max_steps=3, limit_val_batches=2, val_check_interval=3, sync_batchnorm=True)
+    trainer = _trainer(
+        EmulatedDataParallelStrategy(), 3, max_steps=3, limit_val_batches=2, val_check_interval=3, sync_batchnorm=True
+    )
     with pytest.warns(UserWarning, match="sync_batchnorm=True has no effect under strategy='dp'"):
         trainer.fit(model, DigitsDataModule(batch_size=48))
     assert type(model.features[1]) is nn.BatchNorm2d  # not converted: nothing to synchronise over

@@ -98,11 +98,17 @@ def test_dp_mixed_precision_on_gpus(precision: str) -> None:
 
     model = Recorder(global_batch=16, num_samples=48)
     trainer = pl.Trainer(
-        strategy="dp", accelerator="gpu", devices=2, precision=precision, max_steps=3, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, use_distributed_sampler=False,
+        strategy="dp",
+        accelerator="gpu",
+        devices=2,
+        precision=precision,
+        max_steps=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        use_distributed_sampler=False,
     )
     trainer.fit(model)
     expected = torch.float16 if precision == "16-mixed" else torch.bfloat16
     # parallel_apply alone would run bf16-mixed replicas in float16.
     assert dtypes == [expected] * 6
-

@@ -74,13 +74,12 @@ def test_self_launch_is_configured_without_initialising_horovod(monkeypatch: pyt
     import horovod.torch as hvd
     import lightning.pytorch as pl
 
+    import __main__
     from lightning_mgpu.strategies import HorovodStrategy
     from lightning_mgpu.strategies.horovod.launcher import _HorovodLauncher
     from lightning_mgpu.strategies.horovod.runtime import HorovodControllerError
     from lightning_mgpu.strategies.horovod.script_launcher import _HorovodScriptLauncher
     from tests.helpers.models import ParityModule
-
-    import __main__
 
     # From a script, the default self-launch runs that script again, as ddp does (an xdist worker has no script).
     monkeypatch.setattr(__main__, "__file__", "train.py", raising=False)
@@ -105,10 +104,9 @@ def test_self_launch_is_configured_without_initialising_horovod(monkeypatch: pyt
 
 
 def test_the_script_start_method_in_a_notebook_is_refused_with_the_alternative(monkeypatch: pytest.MonkeyPatch) -> None:
-    import __main__
-
     import lightning.pytorch as pl
 
+    import __main__
     from lightning_mgpu.strategies import HorovodStrategy
     from lightning_mgpu.strategies.horovod.launcher import _HorovodLauncher
 
@@ -183,6 +181,15 @@ def test_self_launch_of_an_unpicklable_model_names_horovodrun_and_the_callback(t
     model.net[2] = checkpoint_wrapper(nn.Linear(64, 64))
     from lightning_mgpu.strategies import HorovodStrategy
 
-    trainer = quiet_trainer(strategy=HorovodStrategy(start_method="run"), devices=2, accelerator="cpu", max_steps=1, default_root_dir=tmp_path)
-    with pytest.raises(HorovodLaunchError, match=r"cannot be pickled.*start_method='script'.*horovodrun -np N --gloo python train\.py.*ActivationCheckpointing"):
+    trainer = quiet_trainer(
+        strategy=HorovodStrategy(start_method="run"),
+        devices=2,
+        accelerator="cpu",
+        max_steps=1,
+        default_root_dir=tmp_path,
+    )
+    with pytest.raises(
+        HorovodLaunchError,
+        match=r"cannot be pickled.*start_method='script'.*horovodrun -np N --gloo python train\.py.*ActivationCheckpointing",
+    ):
         trainer.fit(model)

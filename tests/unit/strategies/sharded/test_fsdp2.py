@@ -33,7 +33,10 @@ def test_checkpoint_format_and_policies_are_checked_before_any_work() -> None:
     # The ZeRO-style backends write their optimizer shards into a folder when asked (not by default).
     assert ShardedStrategy(backend="torch", checkpoint_format="sharded").checkpoint_format == "sharded"
     assert ShardedStrategy(backend="torch").restore_checkpoint_after_setup  # a folder loads into the sharded optimizers
-    with pytest.raises(ValueError, match=r"async_save=True\) writes sharded folders in the background; pass checkpoint_format='sharded'"):
+    with pytest.raises(
+        ValueError,
+        match=r"async_save=True\) writes sharded folders in the background; pass checkpoint_format='sharded'",
+    ):
         ShardedStrategy(backend="fsdp2", checkpoint_format="full", async_save=True)
     with pytest.raises(ValueError, match="are FSDP2's policies; pass backend='fsdp2'"):
         ShardedStrategy(backend="torch", mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))

@@ -38,7 +38,9 @@ from lightning_mgpu.utilities.imports import MissingDependencyError
 
 
 def _trainer(strategy: object, **kwargs: object) -> pl.Trainer:
-    return pl.Trainer(strategy=strategy, accelerator="cpu", devices=2, logger=False, enable_progress_bar=False, **kwargs)
+    return pl.Trainer(
+        strategy=strategy, accelerator="cpu", devices=2, logger=False, enable_progress_bar=False, **kwargs
+    )
 
 
 @pytest.mark.parametrize(
@@ -78,7 +80,10 @@ def test_options_the_backend_does_not_take_are_rejected(kwargs: dict, match: str
 def test_options_reach_the_wrapper() -> None:
     # FairScale's options go to ShardedDataParallel (the wrapper backend.wrap_model builds), none to DDP.
     fairscale = ShardedStrategy(reduce_fp16=True, broadcast_buffers=False)
-    assert fairscale.options.wrapper_kwargs == {"reduce_fp16": True, "broadcast_buffers": False} and fairscale._ddp_kwargs == {}
+    assert (
+        fairscale.options.wrapper_kwargs == {"reduce_fp16": True, "broadcast_buffers": False}
+        and fairscale._ddp_kwargs == {}
+    )
     torch_backend = ShardedStrategy(backend="torch", find_unused_parameters=True, static_graph=False)
     assert torch_backend._ddp_kwargs == {"find_unused_parameters": True, "static_graph": False}
     assert ShardedStrategy(backend="torch")._ddp_kwargs == {"find_unused_parameters": False}
@@ -189,7 +194,9 @@ def _sharded_setup(strategy: ShardedStrategy, module: pl.LightningModule) -> tup
     return sdp, opt
 
 
-def test_block_backward_sync_skips_reduction_and_hooks_are_removed(one_rank_group: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_block_backward_sync_skips_reduction_and_hooks_are_removed(
+    one_rank_group: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     strategy = ShardedStrategy()
     module = _TwoHeads()
     module.unused_head.requires_grad_(False)
@@ -245,7 +252,9 @@ def test_knob_defaults_resolve_as_documented(one_rank_group: None, monkeypatch: 
     from lightning_mgpu.strategies.sharded import fairscale as sharded_fairscale
 
     wrapped: dict[str, object] = {}
-    monkeypatch.setattr(sharded_fairscale, "wrap_module", lambda module, optimizers, **kwargs: wrapped.update(kwargs) or module)
+    monkeypatch.setattr(
+        sharded_fairscale, "wrap_module", lambda module, optimizers, **kwargs: wrapped.update(kwargs) or module
+    )
 
     def resolved(num_nodes: int, precision: str | None = None, **kwargs: object) -> tuple[object, bool]:
         with warnings.catch_warnings():
@@ -256,7 +265,9 @@ def test_knob_defaults_resolve_as_documented(one_rank_group: None, monkeypatch: 
         module = _TwoHeads()
         # What setup() does: OSS from the strategy's factory, then ShardedDataParallel with the resolved knobs.
         backend = strategy._impl
-        strategy.optimizers = [backend.optimizer_factory()([{"params": list(module.parameters())}], torch.optim.SGD, {"lr": 0.1})]
+        strategy.optimizers = [
+            backend.optimizer_factory()([{"params": list(module.parameters())}], torch.optim.SGD, {"lr": 0.1})
+        ]
         strategy.model = module
         wrapped.clear()
         backend.wrap_model()

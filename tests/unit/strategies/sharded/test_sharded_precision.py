@@ -30,4 +30,3 @@ def test_torch_backend_keeps_the_plain_scaler() -> None:
     strategy = ShardedStrategy(backend="torch", precision_plugin=plugin)
     assert not strategy.shards_gradients
     assert type(plugin.scaler) is torch.amp.GradScaler
-
