@@ -5,6 +5,8 @@ Tables only (no libcst here), so that docs/upgrade.md and the tests read the sam
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 #: The Lightning namespaces a script may import, and the bundle module that serves each (the user's namespace stays).
 BUNDLE_FOR_NAMESPACE = {"pytorch_lightning": "lightning_mgpu.pl", "lightning.pytorch": "lightning_mgpu"}
 
@@ -81,27 +83,152 @@ MOVED_NAMES = {
 #: 1.x precision spellings -> 2.x.
 PRECISION = {"16": "16-mixed", "bf16": "bf16-mixed"}
 
-#: Trainer arguments renamed in 2.0, where the value carries over.
-RENAMED_ARGS = {"replace_sampler_ddp": "use_distributed_sampler"}
+#: Trainer arguments renamed in 2.0 (or earlier), where the value carries over.
+RENAMED_ARGS = {"replace_sampler_ddp": "use_distributed_sampler", "row_log_interval": "log_every_n_steps"}
 
-#: Trainer arguments removed in 2.0 that this tool cannot rewrite: the TODO's text says the 2.x way.
+#: Trainer arguments removed in 2.0 whose removal changes nothing a run computes: dropped, with a comment.
+DROPPED_ARGS = {
+    "auto_select_gpus": "trainer-auto-select-gpus",
+    "flush_logs_every_n_steps": "trainer-flush-logs",
+    "log_save_interval": "trainer-flush-logs",
+    "move_metrics_to_cpu": "trainer-move-metrics",
+    "enable_pl_optimizer": "trainer-enable-pl-optimizer",
+}
+
+#: Trainer arguments removed in 2.0 with no mechanical equivalent: the rule whose TODO says the 2.x way.
 REMOVED_ARGS = {
-    "tpu_cores": 'tpu_cores is gone: use accelerator="tpu", devices=N',
-    "ipus": 'ipus is gone: use accelerator="ipu", devices=N (Graphcore\'s lightning-graphcore package)',
-    "auto_select_gpus": 'auto_select_gpus is gone: use devices="auto" or pick free GPUs with CUDA_VISIBLE_DEVICES',
-    "track_grad_norm": "track_grad_norm is gone: log lightning.pytorch.utilities.grad_norm(self, norm_type=2) in on_before_optimizer_step",
-    "auto_lr_find": "auto_lr_find is gone: use lightning.pytorch.tuner.Tuner(trainer).lr_find(model)",
-    "auto_scale_batch_size": "auto_scale_batch_size is gone: use lightning.pytorch.tuner.Tuner(trainer).scale_batch_size(model)",
-    "stochastic_weight_avg": "stochastic_weight_avg is gone: add the StochasticWeightAveraging callback",
-    "move_metrics_to_cpu": "move_metrics_to_cpu is gone: move tensors yourself before logging them",
-    "multiple_trainloader_mode": "multiple_trainloader_mode is gone: wrap the loaders in CombinedLoader(loaders, mode=...)",
-    "reload_dataloaders_every_epoch": "reload_dataloaders_every_epoch is gone: use reload_dataloaders_every_n_epochs=1",
-    "progress_bar_refresh_rate": "progress_bar_refresh_rate is gone: pass callbacks=[TQDMProgressBar(refresh_rate=N)]",
-    "flush_logs_every_n_steps": "flush_logs_every_n_steps is gone: pass flush_logs_every_n_steps to the logger",
-    "terminate_on_nan": "terminate_on_nan is gone: use detect_anomaly=True, or check the loss in training_step",
-    "log_gpu_memory": "log_gpu_memory is gone: add lightning_mgpu's GPUUtilizationMonitor or DeviceStatsMonitor",
-    "prepare_data_per_node": "prepare_data_per_node moved to the LightningModule/DataModule attribute prepare_data_per_node",
-    "amp_level": 'amp_level was apex\'s: use precision="16-mixed" (native AMP)',
+    "tpu_cores": "trainer-tpu-cores",
+    "ipus": "trainer-ipus",
+    "track_grad_norm": "trainer-track-grad-norm",
+    "auto_lr_find": "trainer-auto-lr-find",
+    "auto_scale_batch_size": "trainer-auto-scale-batch-size",
+    "stochastic_weight_avg": "trainer-swa",
+    "multiple_trainloader_mode": "trainer-multiple-trainloader-mode",
+    "terminate_on_nan": "trainer-terminate-on-nan",
+    "log_gpu_memory": "trainer-log-gpu-memory",
+    "prepare_data_per_node": "trainer-prepare-data-per-node",
+    "weights_save_path": "trainer-weights-save-path",
+    "truncated_bptt_steps": "trainer-tbptt",
+    "automatic_optimization": "trainer-automatic-optimization",
+    "process_position": "trainer-process-position",
+}
+
+#: Keyword arguments of ``trainer.fit/validate/test/predict/tune`` renamed in 2.0.
+LOOP_KWARGS = {
+    "fit": {"train_dataloader": "train_dataloaders", "val_dataloader": "val_dataloaders"},
+    "validate": {"val_dataloaders": "dataloaders"},
+    "test": {"test_dataloaders": "dataloaders"},
+    "predict": {},
+}
+
+#: Removed module paths -> (2.x module below the namespace, or a whole module path outside it). Names keep.
+MOVED_MODULES = {
+    "core.lightning": "",
+    "callbacks.base": "callbacks",
+    "loggers.base": "loggers.logger",
+    "utilities.seed": "",
+    "utilities.distributed": "utilities",
+    "profiler": "profilers",
+    "core.memory": "utilities.model_summary",
+}
+#: Removed names -> (module below the namespace, new name).
+RENAMED_NAMES = {
+    ("loggers.base", "LightningLoggerBase"): ("loggers", "Logger"),
+    ("loggers", "LightningLoggerBase"): ("loggers", "Logger"),
+    ("loggers.logger", "LightningLoggerBase"): ("loggers", "Logger"),
+    ("callbacks", "ProgressBar"): ("callbacks", "TQDMProgressBar"),
+    ("callbacks.progress", "ProgressBar"): ("callbacks", "TQDMProgressBar"),
+    ("core.memory", "ModelSummary"): ("utilities.model_summary", "ModelSummary"),
+}
+#: Lightning's own 1.x training-type plugins -> their 2.x strategy classes (``strategies`` below the namespace), with
+#: extra keyword arguments at call sites.
+LIGHTNING_PLUGINS: dict[str, tuple[str, dict[str, str]]] = {
+    "DDPPlugin": ("DDPStrategy", {}),
+    "DDPSpawnPlugin": ("DDPStrategy", {"start_method": '"spawn"'}),
+    "DDPSpawnStrategy": ("DDPStrategy", {"start_method": '"spawn"'}),
+    "DeepSpeedPlugin": ("DeepSpeedStrategy", {}),
+    "SingleDevicePlugin": ("SingleDeviceStrategy", {}),
+    "DDPFullyShardedPlugin": ("FSDPStrategy", {}),
+    "DDPFullyShardedStrategy": ("FSDPStrategy", {}),
+}
+LIGHTNING_PLUGIN_MODULES = (
+    "plugins",
+    "plugins.training_type",
+    "strategies",
+    "plugins.training_type.ddp",
+    "plugins.training_type.ddp_spawn",
+    "plugins.training_type.deepspeed",
+    "plugins.training_type.single_device",
+    "plugins.training_type.fully_sharded",
+    "strategies.ddp_spawn",
+    "strategies.fully_sharded",
+)
+
+#: ``pytorch_lightning.metrics`` -> torchmetrics: 1.x names renamed there.
+TORCHMETRICS_RENAMED = {
+    "F1": "F1Score",
+    "FBeta": "FBetaScore",
+    "IoU": "JaccardIndex",
+    "SSIM": "StructuralSimilarityIndexMeasure",
+    "PSNR": "PeakSignalNoiseRatio",
+    "MeanSquaredLogError": "MeanSquaredLogError",
+    "ExplainedVariance": "ExplainedVariance",
+    "iou": "jaccard_index",
+    "f1": "f1_score",
+    "fbeta": "fbeta_score",
+    "ssim": "structural_similarity_index_measure",
+    "psnr": "peak_signal_noise_ratio",
+}
+#: torchmetrics classification metrics that need ``task=`` (and num_classes) since torchmetrics 0.11.
+TORCHMETRICS_TASK = frozenset(
+    {
+        "Accuracy",
+        "Precision",
+        "Recall",
+        "F1Score",
+        "FBetaScore",
+        "AUROC",
+        "AveragePrecision",
+        "ConfusionMatrix",
+        "ROC",
+        "PrecisionRecallCurve",
+        "StatScores",
+        "Specificity",
+        "JaccardIndex",
+        "HammingDistance",
+        "CohenKappa",
+        "MatthewsCorrCoef",
+        "accuracy",
+        "precision",
+        "recall",
+        "f1_score",
+        "fbeta_score",
+        "auroc",
+        "average_precision",
+        "confusion_matrix",
+        "roc",
+        "precision_recall_curve",
+        "stat_scores",
+        "specificity",
+        "jaccard_index",
+        "hamming_distance",
+    }
+)
+
+#: Callback and module hooks renamed in 2.0: old -> new (and the hooks the old one also stood for).
+RENAMED_HOOKS = {
+    "on_epoch_start": ("on_train_epoch_start", ("on_validation_epoch_start", "on_test_epoch_start")),
+    "on_epoch_end": ("on_train_epoch_end", ("on_validation_epoch_end", "on_test_epoch_end")),
+    "on_pretrain_routine_start": ("on_fit_start", ()),
+    "on_pretrain_routine_end": ("on_fit_start", ()),
+    "on_batch_start": ("on_train_batch_start", ()),
+    "on_batch_end": ("on_train_batch_end", ()),
+}
+#: Hooks that lost a parameter (callback signature has trainer, pl_module first).
+HOOK_PARAM_DROPS = {
+    "on_train_batch_start": "dataloader_idx",
+    "on_train_batch_end": "dataloader_idx",
+    "on_train_epoch_end": "outputs",
 }
 
 #: The module hooks that lost ``optimizer_idx`` (and what else each lost) in 2.0.
@@ -118,36 +245,289 @@ EPOCH_END_HOOKS = {
     "test_epoch_end": "on_test_epoch_end",
 }
 
-TODO_PREFIX = "# TODO(lightning-mgpu): "
+TODO_TAG = "TODO(lightning-mgpu:"
+TODO_PREFIX = "# " + TODO_TAG
 
-TODO_OPTIMIZER_IDX = (
-    "{hook} uses optimizer_idx: Lightning 2.x has one optimizer per step in automatic optimization. Set"
-    " self.automatic_optimization = False in __init__, then in training_step: opt_g, opt_d = self.optimizers(); for"
-    " each: loss = ...; opt.zero_grad(); self.manual_backward(loss); opt.step() (docs/upgrade.md)"
+
+@dataclass(frozen=True)
+class Rule:
+    """One rewrite or one thing left for a person.
+
+    ``todo`` is the short text of the TODO comment (``{...}`` filled in at the spot, each value cut to 24 characters);
+    ``text`` is the full explanation that ``lightning-mgpu upgrade --explain ID`` prints and docs/upgrade.md lists.
+    """
+
+    id: str
+    todo: str
+    text: str
+
+
+def _rules(*rules: Rule) -> dict[str, Rule]:
+    return {rule.id: rule for rule in rules}
+
+
+RULES = _rules(
+    # -- Trainer arguments ------------------------------------------------------------------------------------------
+    Rule(
+        "trainer-apex",
+        'apex AMP is gone: precision="16-mixed" is native AMP',
+        'amp_backend="apex" with precision=16 trained with NVIDIA apex at amp_level (O1/O2). Lightning 2.x has native AMP'
+        ' only: precision="16-mixed" is the closest (O1-like). The rewrite sets it; check convergence. Without'
+        " precision=16, amp_backend had no effect and is dropped.",
+    ),
+    Rule(
+        "trainer-amp-backend-variable",
+        'amp_backend={value}: "apex" means native AMP now',
+        'amp_backend was given a value this tool cannot read. Lightning 2.x has native AMP only; precision="16-mixed"'
+        ' is kept. If the value was "apex", the run now uses native AMP (O1-like) instead of apex.',
+    ),
+    Rule(
+        "trainer-resume",
+        "resume_from_checkpoint is gone: pass ckpt_path={value} to fit",
+        "Trainer(resume_from_checkpoint=X) moved to trainer.fit(model, ckpt_path=X) in 2.0. The tool moves it when the"
+        " Trainer is assigned to a name whose fit(...) calls are in the same function; otherwise do it by hand.",
+    ),
+    Rule(
+        "trainer-conflict",
+        "{old}={value} maps to {new}, set here too: choose",
+        "A 1.x argument maps to a 2.x argument that the call also sets to something else. The tool does not choose.",
+    ),
+    Rule(
+        "trainer-accelerator-unknown",
+        "accelerator={value}: a strategy name goes to strategy=",
+        'In 1.x, accelerator="ddp"/"dp"/"ddp2"/... named the distributed mode; in 2.x that is strategy= and'
+        " accelerator= is the device type (cpu, gpu, tpu). This value's source could not be read: if it can hold a"
+        ' strategy name, pass it as strategy= (with "auto" for None).',
+    ),
+    Rule(
+        "trainer-distributed-backend",
+        "distributed_backend={value} is unknown: pass strategy=",
+        "distributed_backend= was renamed accelerator= in 1.0 and strategy= in 1.5; 2.x takes strategy= only.",
+    ),
+    Rule(
+        "trainer-splat",
+        "Trainer(**{value}) may hold 1.x keys: check them",
+        "The settings splatted into this Trainer come from somewhere this tool cannot follow (a config file, a function"
+        " argument). Check them for 1.x keys: gpus -> accelerator+devices, accelerator/distributed_backend naming a"
+        ' strategy -> strategy, precision=16 -> "16-mixed", checkpoint_callback -> enable_checkpointing,'
+        " replace_sampler_ddp -> use_distributed_sampler, resume_from_checkpoint -> fit(ckpt_path=...)."
+        " Or build it with lightning_mgpu.upgrade.trainer_args.legacy_trainer_kwargs(settings), which translates them.",
+    ),
+    Rule(
+        "trainer-weights-summary",
+        "weights_summary={value}: use ModelSummary(max_depth=-1)",
+        'weights_summary="full" printed every layer; 2.x: the ModelSummary callback with max_depth=-1.',
+    ),
+    Rule(
+        "trainer-checkpoint-callback",
+        "checkpoint_callback={value}: move it into callbacks=[...]",
+        "checkpoint_callback= took a ModelCheckpoint in 1.x; 2.x takes it in callbacks=[...] (enable_checkpointing=True)."
+        " The tool moves it where callbacks= is absent or a literal list.",
+    ),
+    Rule(
+        "trainer-progress-bar",
+        "progress_bar_refresh_rate={value}: use TQDMProgressBar(refresh_rate=N)",
+        "progress_bar_refresh_rate=N became the TQDMProgressBar callback's refresh_rate; 0 became enable_progress_bar=False."
+        " The tool rewrites it where callbacks= is absent or a literal list.",
+    ),
+    Rule(
+        "trainer-accumulate-dict",
+        "accumulate_grad_batches={value}: GradientAccumulationScheduler",
+        "A dict for accumulate_grad_batches (epoch -> factor) became callbacks=[GradientAccumulationScheduler(scheduling=...)].",
+    ),
+    Rule(
+        "trainer-auto-select-gpus",
+        "auto_select_gpus dropped: find_usable_cuda_devices(N) picks free GPUs",
+        "auto_select_gpus=True picked N free GPUs. 2.x: devices=lightning.pytorch.accelerators.find_usable_cuda_devices(N)."
+        " Dropped: with exclusive-mode GPUs or a scheduler that sets CUDA_VISIBLE_DEVICES it changes nothing.",
+    ),
+    Rule(
+        "trainer-flush-logs",
+        "dropped: loggers flush on their own (CSVLogger(flush_logs_every_n_steps=N))",
+        "flush_logs_every_n_steps / log_save_interval moved to the loggers (CSVLogger's flush_logs_every_n_steps). Dropped:"
+        " it only changes when logs are written to disk.",
+    ),
+    Rule(
+        "trainer-move-metrics",
+        "move_metrics_to_cpu dropped: move tensors to the CPU before logging",
+        "move_metrics_to_cpu only saved accelerator memory for logged tensors; 2.x removed it. Dropped.",
+    ),
+    Rule(
+        "trainer-enable-pl-optimizer",
+        "enable_pl_optimizer dropped: optimizers are always wrapped in 2.x",
+        "enable_pl_optimizer (1.1) chose whether optimizers were wrapped; 2.x always wraps them. Dropped.",
+    ),
+    Rule(
+        "trainer-tpu-cores",
+        'tpu_cores is gone: use accelerator="tpu", devices=N',
+        'tpu_cores=N became accelerator="tpu", devices=N.',
+    ),
+    Rule(
+        "trainer-ipus",
+        'ipus is gone: accelerator="ipu", devices=N (lightning-graphcore)',
+        'ipus=N became accelerator="ipu", devices=N, served by Graphcore\'s lightning-graphcore package.',
+    ),
+    Rule(
+        "trainer-track-grad-norm",
+        "track_grad_norm is gone: log grad_norm(self, p) before optimizer steps",
+        "track_grad_norm=p logged gradient norms. 2.x: in the LightningModule, def on_before_optimizer_step(self,"
+        " optimizer): self.log_dict(lightning.pytorch.utilities.grad_norm(self, norm_type=p)).",
+    ),
+    Rule(
+        "trainer-auto-lr-find",
+        "auto_lr_find is gone: use Tuner(trainer).lr_find(model)",
+        "auto_lr_find=True ran the learning-rate finder in trainer.tune(). 2.x: lightning.pytorch.tuner.Tuner(trainer).lr_find(model).",
+    ),
+    Rule(
+        "trainer-auto-scale-batch-size",
+        "auto_scale_batch_size is gone: Tuner(trainer).scale_batch_size",
+        "2.x: lightning.pytorch.tuner.Tuner(trainer).scale_batch_size(model, mode=...).",
+    ),
+    Rule(
+        "trainer-swa",
+        "stochastic_weight_avg is gone: StochasticWeightAveraging(swa_lrs=...)",
+        "stochastic_weight_avg=True became the StochasticWeightAveraging callback, whose swa_lrs is now required.",
+    ),
+    Rule(
+        "trainer-multiple-trainloader-mode",
+        "multiple_trainloader_mode is gone: use CombinedLoader",
+        'Wrap the training loaders in lightning.pytorch.utilities.CombinedLoader(loaders, mode="max_size_cycle").',
+    ),
+    Rule(
+        "trainer-terminate-on-nan",
+        "terminate_on_nan is gone: check the loss in training_step",
+        "terminate_on_nan=True stopped on a NaN/inf loss. 2.x has no flag: raise in training_step when"
+        " not torch.isfinite(loss), or use detect_anomaly=True (slower, and it stops at the op that made the NaN).",
+    ),
+    Rule(
+        "trainer-log-gpu-memory",
+        "log_gpu_memory is gone: add DeviceStatsMonitor or GPUUtilizationMonitor",
+        "log_gpu_memory logged nvidia-smi's memory figures. 2.x: callbacks=[DeviceStatsMonitor()], or this bundle's"
+        " GPUUtilizationMonitor (utilisation, memory, power and a diagnosis per rank).",
+    ),
+    Rule(
+        "trainer-prepare-data-per-node",
+        "prepare_data_per_node moved: an attribute of the module/DataModule",
+        "2.x: self.prepare_data_per_node = False in the LightningModule's or DataModule's __init__.",
+    ),
+    Rule(
+        "trainer-weights-save-path",
+        "weights_save_path is gone: use ModelCheckpoint(dirpath=...)",
+        "weights_save_path set where checkpoints went; 2.x: ModelCheckpoint(dirpath=...).",
+    ),
+    Rule(
+        "trainer-tbptt",
+        "truncated_bptt_steps is gone: split sequences under manual optimization",
+        "2.x removed truncated BPTT from automatic optimization; split the batch yourself under manual optimization.",
+    ),
+    Rule(
+        "trainer-automatic-optimization",
+        "automatic_optimization moved: set it on the module",
+        "Set self.automatic_optimization = False in the LightningModule's __init__.",
+    ),
+    Rule(
+        "trainer-process-position",
+        "process_position is gone: TQDMProgressBar(process_position=N)",
+        "process_position moved to the TQDMProgressBar callback.",
+    ),
+    Rule(
+        "trainer-tune",
+        "trainer.tune() is gone: use Tuner(trainer).lr_find(model)",
+        "trainer.tune(model) ran the tuners that auto_lr_find/auto_scale_batch_size enabled; 2.x: Tuner(trainer).",
+    ),
+    # -- names ------------------------------------------------------------------------------------------------------
+    Rule(
+        "metrics-task",
+        "torchmetrics' {name} needs task= (and num_classes) since 0.11",
+        "pytorch_lightning.metrics moved to the torchmetrics package. Its classification metrics (Accuracy, F1Score,"
+        ' ...) need task= and, for multiclass, num_classes= (torchmetrics >= 0.11): Accuracy(task="multiclass",'
+        " num_classes=10).",
+    ),
+    Rule(
+        "test-tube-logger",
+        "TestTubeLogger was removed: use TensorBoardLogger(save_dir, name, version)",
+        "The test-tube package and its logger are gone. TensorBoardLogger takes the same save_dir, name and version;"
+        " description, debug and create_git_tag have no equivalent.",
+    ),
+    Rule(
+        "gpu-stats-monitor",
+        "GPUStatsMonitor({value}) became GPUUtilizationMonitor",
+        "GPUStatsMonitor became lightning_mgpu's GPUUtilizationMonitor: it logs utilisation, memory, power and a"
+        " diagnosis per rank; its arguments are log_every_n_steps, sample_interval_s, ... (docs/monitoring.md).",
+    ),
+    Rule(
+        "fsdp-plugin",
+        "{value}: FSDPStrategy is torch FSDP; its arguments differ",
+        "Lightning 1.x's DDPFullyShardedPlugin wrapped FairScale's FSDP; 2.x's FSDPStrategy wraps torch's, with"
+        " different arguments (auto_wrap_policy, ...). Or use this bundle's sharded_fsdp2 (torch FSDP2).",
+    ),
+    # -- hooks ------------------------------------------------------------------------------------------------------
+    Rule(
+        "optimizer-idx",
+        "{hook} uses optimizer_idx: use manual optimization",
+        "Lightning 2.x has one optimizer per step in automatic optimization. Set self.automatic_optimization = False"
+        " in __init__, then in training_step: opt_g, opt_d = self.optimizers(); for each: loss = ...;"
+        " opt.zero_grad(); self.manual_backward(loss); opt.step().",
+    ),
+    Rule(
+        "step-end",
+        "{hook} is never called in 2.x: move it to on_*_batch_end",
+        "*_step_end hooks are gone. Under DDP-based strategies (ddp, sharded, horovod, ...) 1.x called them once per"
+        " step with that step's output, so an EMA update, an all_gather or state stored there must move to"
+        " on_train_batch_end(self, outputs, batch, batch_idx) (or on_validation_batch_end / on_test_batch_end)."
+        " A value it returned replaced the step's output: return it from the step instead. Under this bundle's"
+        " dp/ddp2, a body that combines the replicas' outputs goes into combine_replica_outputs(self, step_name,"
+        " outputs) (docs/dp.md).",
+    ),
+    Rule(
+        "epoch-end",
+        "{hook}(outputs) is gone: collect outputs for {new}",
+        "training_epoch_end/validation_epoch_end/test_epoch_end(outputs) became on_*_epoch_end(self) without outputs."
+        " The tool collects the step's return value in self.<step>_outputs and hands it to the body as outputs,"
+        " where the step is in the same class and returns its output; otherwise do that by hand.",
+    ),
+    Rule(
+        "progress-bar-dict",
+        "get_progress_bar_dict is gone: override TQDMProgressBar.get_metrics",
+        "2.x: class Bar(TQDMProgressBar): def get_metrics(self, trainer, pl_module): items ="
+        " super().get_metrics(trainer, pl_module); ...; return items, and pass callbacks=[Bar()].",
+    ),
+    Rule(
+        "hook-conflict",
+        "{hook} became {new}, already defined here: merge them",
+        "A removed hook maps to a hook that the class already has; the tool does not merge bodies.",
+    ),
+    Rule(
+        "hook-param",
+        "{hook} lost {param} in 2.x: drop its uses",
+        "on_train_batch_start/on_train_batch_end lost dataloader_idx, and on_train_epoch_end lost outputs, in 2.0.",
+    ),
+    Rule(
+        "init-hooks",
+        "{hook} is never called in 2.x: move it to __init__ or setup()",
+        "Callback.on_init_start/on_init_end ran while the Trainer was built; 2.x removed them.",
+    ),
+    Rule(
+        "hparams-assign",
+        "self.hparams = ... fails in 2.x: call self.save_hyperparameters(...)",
+        "hparams is read-only in 2.x; self.save_hyperparameters(hparams) stores a Namespace or dict the same way.",
+    ),
+    # -- notes ------------------------------------------------------------------------------------------------------
+    Rule(
+        "fairscale-checkpoint",
+        "checkpoint_wrapper works; ActivationCheckpointing needs no model edit",
+        "FairScale's checkpoint_wrapper keeps working under every strategy; lightning_mgpu's ActivationCheckpointing"
+        " callback does the same without touching the model code and under every strategy.",
+    ),
 )
-TODO_STEP_END = (
-    "{hook} does more than reduce the replicas' outputs: under the bundle's dp/ddp2, define"
-    " combine_replica_outputs(self, step_name, outputs) (step_name is 'training_step', ...) with this body, then"
-    " delete {hook} (docs/upgrade.md)"
-)
-TODO_EPOCH_END = (
-    "{hook}(outputs) is gone in 2.x: append what you need to a list on self in the step, use it in {new}(self),"
-    " then clear the list (docs/upgrade.md)"
-)
-TODO_APEX = 'amp_backend="apex" is gone: apex AMP is replaced by native AMP, precision="16-mixed"'
-TODO_RESUME = "resume_from_checkpoint is gone: pass ckpt_path={value} to trainer.fit(...)"
-TODO_CONFLICT = "{old}={value} maps to {new}, which this call already sets: choose one"
-TODO_GPU_STATS = (
-    "GPUStatsMonitor({args}) became lightning_mgpu's GPUUtilizationMonitor: it logs utilisation, memory, power"
-    " and a diagnosis per rank; its arguments differ (log_every_n_steps, sample_interval_s, ...)"
-)
-TODO_WEIGHTS_SUMMARY = (
-    "weights_summary={value} is gone: add callbacks=[ModelSummary(max_depth=-1)] for the full summary"
-)
-TODO_CHECKPOINT_CALLBACK = (
-    "checkpoint_callback={value} is gone: put the ModelCheckpoint in callbacks=[...] and use enable_checkpointing=True"
-)
-NOTE_FAIRSCALE_CHECKPOINT = (
-    "FairScale's checkpoint_wrapper keeps working under every strategy; lightning_mgpu's ActivationCheckpointing"
-    " callback does the same without touching the model code and under every strategy (docs/upgrade.md)"
-)
+
+
+def todo_text(rule_id: str, **values: object) -> str:
+    """The comment text of a TODO (without the ``#``): the rule's short text with ``values`` cut to 40 characters."""
+    short = {k: (v if len(str(v)) <= 24 else str(v)[:21] + "...") for k, v in values.items()}
+    return f"{TODO_TAG}{rule_id}): {RULES[rule_id].todo.format(**short)}"
+
+
+def note_text(rule_id: str) -> str:
+    """The comment text of a note (advice on code that keeps working, or on what was dropped)."""
+    return f"NOTE(lightning-mgpu:{rule_id}): {RULES[rule_id].todo}"

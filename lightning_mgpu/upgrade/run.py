@@ -45,9 +45,12 @@ def python_files(paths: Iterable[Path]) -> list[Path]:
         if path.is_file():
             found.append(path)
             continue
+        before = len(found)
         for candidate in sorted(path.rglob("*.py")):
             if not SKIPPED_DIRS.intersection(candidate.relative_to(path).parts[:-1]):
                 found.append(candidate)
+        if len(found) == before:
+            raise FileNotFoundError(f"{path} holds no .py file (virtualenvs and build folders are skipped)")
     return list(dict.fromkeys(found))
 
 
@@ -85,7 +88,11 @@ def upgrade_paths(paths: Iterable[Path], write: bool = False, out: TextIO | None
         try:
             result = upgrade_source(source)
         except cst.ParserSyntaxError as err:
-            report.unparsable[path] = f"does not parse (line {err.editor_line}: {err.message})"
+            report.unparsable[path] = f"does not parse ({_syntax_error(source, err)})"
+            continue
+        except Exception as err:  # noqa: BLE001  (one file the tool cannot handle must not stop the others)
+            log.debug("upgrade failed on %s", path, exc_info=True)
+            report.unparsable[path] = f"the tool failed on it ({type(err).__name__}: {err}; please report it)"
             continue
         if result.todos:
             report.todos[path] = result.todos
@@ -105,6 +112,15 @@ def upgrade_paths(paths: Iterable[Path], write: bool = False, out: TextIO | None
     return report
 
 
+def _syntax_error(source: str, err: Exception) -> str:
+    """Where and why a file does not parse, in Python's own words (libcst reports the token after the error)."""
+    try:
+        compile(source, "<upgrade>", "exec", dont_inherit=True)
+    except SyntaxError as syntax:
+        return f"line {syntax.lineno}: {syntax.msg}"
+    return f"line {getattr(err, 'raw_line', '?')}: {getattr(err, 'message', err)}"
+
+
 def _write_atomically(path: Path, text: str) -> None:
     """Replace ``path`` whole or not at all (a kill mid-write leaves the user's file as it was)."""
     tmp = path.with_name(f".{path.name}.lightning-mgpu-upgrade.tmp")
@@ -119,9 +135,9 @@ def summary(report: RunReport, write: bool) -> str:
     for path, findings in report.changed.items():
         entries += [(str(path), f.line, f.message) for f in findings]
     for path, findings in report.todos.items():
-        entries += [(str(path), f.line, f"TODO {f.message}") for f in findings]
+        entries += [(str(path), f.line, f.message) for f in findings]
     for path, findings in report.notes.items():
-        entries += [(str(path), f.line, f"note: {f.message}") for f in findings]
+        entries += [(str(path), f.line, f.message) for f in findings]
     lines = [f"{path}:{line}: {message}" for path, line, message in sorted(entries, key=lambda e: (e[0], e[1]))]
     for path, reason in report.unparsable.items():
         lines.append(f"{path}: skipped, {reason}; left untouched")
@@ -132,20 +148,49 @@ def summary(report: RunReport, write: bool) -> str:
         f" TODO(s) left for a person, {len(report.unparsable)} file(s) skipped"
         + ("" if write or not report.changed else "; run again with --write to apply")
     )
+    if report.todos or report.notes:
+        lines.append("lightning-mgpu upgrade --explain RULE prints what a TODO(lightning-mgpu:RULE) asks, in full")
     return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", type=Path, help=".py files, or folders to walk")
+    """The ``upgrade`` subcommand's arguments."""
+    parser.add_argument("paths", nargs="*", type=Path, help=".py files, or folders to walk")
     parser.add_argument(
         "--write", action="store_true", help="apply the changes in place (default: print a unified diff)"
     )
+    parser.add_argument(
+        "--explain", metavar="RULE", help="print the full text of a rule named in a TODO(lightning-mgpu:RULE) and exit"
+    )
+
+
+def explain(rule_id: str) -> str | None:
+    """A rule's full text (None for an unknown rule)."""
+    from lightning_mgpu.upgrade.rules import RULES
+
+    rule = RULES.get(rule_id)
+    return None if rule is None else f"{rule.id}: {rule.todo}\n\n{rule.text}"
 
 
 def main(args: argparse.Namespace) -> int:
     """``lightning-mgpu upgrade``: returns the exit status."""
     from lightning_mgpu.utilities.imports import require
 
+    if args.explain is not None:
+        from lightning_mgpu.upgrade.rules import RULES
+
+        text = explain(args.explain)
+        if text is None:
+            print(  # noqa: T201  (the command's own output)
+                f"lightning-mgpu upgrade: error: no rule {args.explain!r}; the rules: {', '.join(sorted(RULES))}",
+                file=sys.stderr,
+            )
+            return 2
+        print(text)  # noqa: T201  (the command's own output)
+        return 0
+    if not args.paths:
+        print("lightning-mgpu upgrade: error: name .py files or folders (or --explain RULE)", file=sys.stderr)  # noqa: T201
+        return 2
     require("libcst", "lightning-mgpu upgrade")
     try:
         report = upgrade_paths(args.paths, write=args.write)

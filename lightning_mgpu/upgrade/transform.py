@@ -7,7 +7,7 @@ output, and a TODO comment is added only where the same comment is not there yet
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,9 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from lightning_mgpu.upgrade import rules
+from lightning_mgpu.upgrade.hooks import convert_epoch_ends, convert_renamed_hooks, with_comments
+from lightning_mgpu.upgrade.scopes import LIST, FileFacts, Scope, is_dict_builder
+from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
 
 
 @dataclass(frozen=True)
@@ -115,12 +118,16 @@ def _without_comment(comma: Any) -> Any:
     return comma
 
 
-def _todo_comment(text: str) -> str:
-    return rules.TODO_PREFIX + text
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Trainer arguments
+
+#: What a value may hold, as far as the file tells: a set of literals, or None when it cannot be read.
+Resolver = Callable[[cst.BaseExpression], "set[Any] | None"]
+
+
+def _no_resolver(node: cst.BaseExpression) -> set[Any] | None:
+    literal = _literal(node)
+    return None if literal is ... else {literal}
 
 
 @dataclass
@@ -129,7 +136,13 @@ class _TrainerArgs:
 
     items: list[tuple[str, cst.BaseExpression, cst.Arg | None]]
     changes: list[str] = field(default_factory=list)
-    todos: list[str] = field(default_factory=list)
+    todos: list[str] = field(default_factory=list)  # comment texts, "TODO(lightning-mgpu:rule): ..."
+    notes: list[str] = field(default_factory=list)  # comment texts, "NOTE(lightning-mgpu:rule): ..."
+    resolve: Resolver = _no_resolver
+    assigned: Callable[[cst.BaseExpression], list[cst.BaseExpression] | None] = lambda node: None
+    strategy_var: Callable[[cst.BaseExpression], bool] = lambda node: False
+    namespace: str = "pytorch_lightning"
+    imports: list[tuple[str, str]] = field(default_factory=list)  # (module, name) the rewrite needs
 
     def get(self, name: str) -> cst.BaseExpression | None:
         return next((value for key, value, _ in self.items if key == name), None)
@@ -153,7 +166,7 @@ class _TrainerArgs:
         then nothing changes."""
         existing = self.get(name)
         if existing is not None and _code(existing) != _code(value):
-            self.todos.append(rules.TODO_CONFLICT.format(old=replacing, value=_code(value), new=name))
+            self.todo("trainer-conflict", old=replacing, value=_code(value), new=name)
             return False
         if existing is not None:
             self.remove(replacing)
@@ -161,12 +174,107 @@ class _TrainerArgs:
             self.replace(replacing, [(name, value)])
         return True
 
+    def todo(self, rule: str, **values: Any) -> None:
+        self.todos.append(rules.todo_text(rule, **values))
+
+    def note(self, rule: str) -> None:
+        self.notes.append(rules.note_text(rule))
+
+    def add_callback(self, call: str, name: str, module: str, replacing: str) -> bool:
+        """Append ``call`` (a callback built from ``name``, imported from ``module`` below the namespace) to
+        ``callbacks=``, in ``replacing``'s place; False where ``callbacks=`` is something this tool cannot extend."""
+        existing = self.get("callbacks")
+        element = cst.Element(cst.parse_expression(call))
+        if existing is None:
+            self.replace(replacing, [("callbacks", cst.List([element]))])
+        elif isinstance(existing, cst.List):
+            elements = list(existing.elements)
+            if elements and elements[-1].comma is cst.MaybeSentinel.DEFAULT:
+                elements[-1] = elements[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            self.replace("callbacks", [("callbacks", existing.with_changes(elements=[*elements, element]))])
+            self.remove(replacing)
+        elif self.resolve(existing) is not None and all(v == LIST for v in self.resolve(existing) or ()):
+            starred = cst.StarredElement(existing, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            self.replace("callbacks", [("callbacks", cst.List([starred, element]))])
+            self.remove(replacing)
+        else:
+            return False
+        self.imports.append((f"{self.namespace}.{module}", name))
+        return True
+
+
+def _is_strategy_object(node: cst.BaseExpression, assigned: list[cst.BaseExpression] | None) -> bool:
+    """A call of a 1.x training-type plugin or a strategy class, or a name every assignment gave one."""
+    calls = [node] if isinstance(node, cst.Call) else (assigned or [])
+    if not calls or not all(isinstance(c, cst.Call) for c in calls):
+        return False
+    names = [(_dotted(c.func) or "").rsplit(".", 1)[-1] for c in calls]  # type: ignore[attr-defined]
+    return all(
+        n in rules.REMOVED_CLASSES or n in rules.LIGHTNING_PLUGINS or n.endswith("Strategy") or n.endswith("DDPPlugin")
+        for n in names
+    )
+
+
+def _strategy_value(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``node`` with each 1.x strategy string mapped to its 2.x name and None to "auto", where every branch of it is a
+    literal (a string, None, or a conditional of those); None where some branch is not."""
+    if isinstance(node, cst.IfExp):
+        body, orelse = _strategy_value(node.body), _strategy_value(node.orelse)
+        if body is None or orelse is None:
+            return None
+        return body if _code(body) == _code(orelse) else node.with_changes(body=body, orelse=orelse)
+    value = _literal(node)
+    if value is None:
+        return _quoted("auto")
+    if isinstance(value, str) and value in rules.STRATEGY_STRINGS:
+        return _quoted(rules.STRATEGY_STRINGS[value])
+    return None
+
+
+def _strategy_candidates(values: set[Any] | None) -> bool:
+    """Whether every value a setting may hold is a 1.x strategy name or None, and one of them is a name."""
+    if not values:
+        return False
+    return all(v is None or v in rules.STRATEGY_STRINGS for v in values) and any(v is not None for v in values)
+
+
+def _accelerator_for(
+    node: cst.BaseExpression, cpu_devices: cst.BaseExpression | None = None
+) -> tuple[cst.BaseExpression, cst.BaseExpression]:
+    """``gpus=<non-literal>`` keeps its CPU path: ``accelerator="gpu" if X else "cpu"``, ``devices=X or 1``. A
+    conditional with literal branches is rewritten branch by branch instead (and folded where both agree)."""
+    if isinstance(node, cst.IfExp) and _literal(node.body) is not ... and _literal(node.orelse) is not ...:
+
+        def branch(value: cst.BaseExpression) -> tuple[str, cst.BaseExpression]:
+            on = _literal(value) not in (0, None, "0", "", False)
+            return ("gpu" if on else "cpu"), (value if on else (cpu_devices or cst.Integer("1")))
+
+        (acc_a, dev_a), (acc_b, dev_b) = branch(node.body), branch(node.orelse)
+        accelerator = (
+            _quoted(acc_a) if acc_a == acc_b else node.with_changes(body=_quoted(acc_a), orelse=_quoted(acc_b))
+        )
+        devices = dev_a if _code(dev_a) == _code(dev_b) else node.with_changes(body=dev_a, orelse=dev_b)
+        return accelerator, devices
+    inner = node.deep_clone()
+    if isinstance(inner, (cst.IfExp, cst.BooleanOperation, cst.Comparison, cst.UnaryOperation)):
+        inner = inner.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    accelerator = cst.IfExp(
+        test=inner,
+        body=_quoted("gpu"),
+        orelse=_quoted("cpu"),
+        whitespace_before_if=cst.SimpleWhitespace(" "),
+        whitespace_after_if=cst.SimpleWhitespace(" "),
+        whitespace_before_else=cst.SimpleWhitespace(" "),
+        whitespace_after_else=cst.SimpleWhitespace(" "),
+    )
+    # 1.x ran num_processes CPU processes when gpus was 0 or None (one without it).
+    devices = cst.BooleanOperation(left=inner.deep_clone(), operator=cst.Or(), right=cpu_devices or cst.Integer("1"))
+    return accelerator, devices
+
 
 def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
     """Rewrite 1.x Trainer keyword arguments to 2.x (see docs/upgrade.md for the table)."""
-    strategy: cst.BaseExpression | None = None
-    strategy_from: str | None = None
-    written = ""  # what the user wrote, for the summary
+    found: list[tuple[cst.BaseExpression, str, str]] = []  # (2.x strategy value, 1.x key, what the user wrote)
     accelerator: str | None = None
     # accelerator="ddp" / distributed_backend="dp" / plugins="ddp_sharded": strategy names in 1.x.
     for key in ("accelerator", "distributed_backend", "plugins"):
@@ -176,66 +284,138 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         name = _string(value)
         if isinstance(value, cst.List) and len(value.elements) == 1:
             name = _string(value.elements[0].value)
-            if name is None and isinstance(value.elements[0].value, cst.Call) and key == "plugins":
-                # plugins=[DDPShardedPlugin()]: a training-type plugin instance is a strategy in 2.x.
-                func = _dotted(value.elements[0].value.func) or ""
-                if func.rsplit(".", 1)[-1] in rules.REMOVED_CLASSES or func.endswith(("Plugin", "Strategy")):
-                    strategy, strategy_from, written = value.elements[0].value, key, _code(value)
-                    continue
+            value = value.elements[0].value if name is None else value
+        if name is None and key == "plugins" and _is_strategy_object(value, args.assigned(value)):
+            # plugins=[DDPShardedPlugin()] / plugins=DDPPlugin(...) / plugins=plugin: a training-type plugin is a
+            # strategy in 2.x.
+            found.append((value, key, _code(args.get(key))))  # type: ignore[arg-type]
+            continue
         if name in rules.STRATEGY_STRINGS:
-            strategy, strategy_from, written = _quoted(rules.STRATEGY_STRINGS[name]), key, _code(value)
+            found.append((_quoted(rules.STRATEGY_STRINGS[name]), key, _code(value)))
             if name == "ddp_cpu":
                 accelerator = "cpu"
-        elif key == "distributed_backend" and name is not None:
-            args.todos.append(f"distributed_backend={name!r} is gone: pass strategy=... (docs/upgrade.md)")
-    if strategy is not None and strategy_from is not None:
-        if args.set("strategy", strategy, replacing=strategy_from):
-            args.changes.append(f"{strategy_from}={written} -> strategy={_code(strategy)}")
+            continue
+        if name is not None or key == "plugins":
+            if key == "distributed_backend" and name is not None:
+                args.todo("trainer-distributed-backend", value=name)
+            continue
+        # Not a literal: a conditional ('ddp' if n > 1 else None), a variable, or a command-line flag.
+        values = args.resolve(value)
+        mapped = _strategy_value(value)
+        if args.strategy_var(value):
+            found.append((value, key, _code(value)))  # its assignments are rewritten where they are
+        elif mapped is not None and _strategy_candidates(values):
+            found.append((mapped, key, _code(value)))
+        elif _strategy_candidates(values) or (key == "distributed_backend" and values is None):
+            # distributed_backend only ever held strategy names; None meant "no strategy", which 2.x spells "auto".
+            if values is not None and "ddp_cpu" in values:
+                args.todo("trainer-accelerator-unknown", value=_code(value))
+                continue
+            if values is None or None in values:
+                mapped = cst.BooleanOperation(left=value, operator=cst.Or(), right=_quoted("auto"))
+            else:
+                mapped = value
+            found.append((mapped, key, _code(value)))
+        elif key == "accelerator" and (values is None or any(v in rules.STRATEGY_STRINGS for v in values)):
+            args.todo("trainer-accelerator-unknown", value=_code(value))
+    # accelerator="ddp", plugins=[DDPShardedPlugin()]: in 1.x the plugin object refined the backend string, so it
+    # is the strategy and the string goes.
+    if found and found[-1][1] == "plugins" and not isinstance(found[-1][0], cst.SimpleString):
+        for strategy, key, written in found[:-1]:
+            if _string(strategy) in ("ddp", "ddp_spawn"):
+                args.remove(key)
+                args.changes.append(f"{key}={written} dropped: the plugin object is the strategy")
+        found = [f for f in found if not (f[1] != "plugins" and _string(f[0]) in ("ddp", "ddp_spawn"))]
+    # Two 1.x keys that both name a strategy: the last one moves, the others are left for a person with the same
+    # TODO that a second run would give them.
+    for strategy, key, _ in found[:-1]:
+        args.todo("trainer-conflict", old=key, value=_code(strategy), new="strategy")
+    if found:
+        strategy, key, written = found[-1]
+        if args.set("strategy", strategy, replacing=key):
+            args.changes.append(f"{key}={written} -> strategy={_code(strategy)}")
     # gpus=N / num_processes=N -> accelerator + devices.
+    accelerator_node: cst.BaseExpression | None = None
     gpus = args.get("gpus")
     if gpus is not None:
-        if _literal(gpus) in (0, None, "0", "") and _literal(gpus) is not False:
+        literal = _literal(gpus)
+        if literal in (0, None, "0", "") and literal is not False:
             accelerator = accelerator or "cpu"
             args.remove("gpus")
             args.changes.append(f'gpus={_code(gpus)} -> accelerator="cpu"')
-        else:
+        elif literal is not ... or isinstance(gpus, cst.List):
             accelerator = "gpu"
             if args.set("devices", gpus, replacing="gpus"):
-                args.changes.append(f'gpus={_code(gpus)} -> accelerator="gpu", devices={_code(gpus)}')
+                args.changes.append(f"gpus={_code(gpus)} -> devices={_code(gpus)}")
+        else:
+            # A variable or a condition: 1.x ran on the CPU when it was 0 or None, and so must the rewrite.
+            accelerator_node, devices = _accelerator_for(gpus, args.get("num_processes"))
+            if args.set("devices", devices, replacing="gpus"):
+                args.changes.append(f"gpus={_code(gpus)} -> devices={_code(devices)}")
+            else:
+                accelerator_node = None
         if args.has("num_processes"):
-            args.remove("num_processes")  # 1.x ignored it when gpus was given
+            args.remove("num_processes")  # 1.x ignored it when gpus was given (a variable gpus keeps it for CPU)
             args.changes.append("num_processes dropped (1.x ignored it beside gpus)")
     processes = args.get("num_processes")
     if processes is not None:
         accelerator = accelerator or "cpu"
         if args.set("devices", processes, replacing="num_processes"):
-            args.changes.append(f'num_processes={_code(processes)} -> accelerator="cpu", devices={_code(processes)}')
-    if accelerator is not None:
+            args.changes.append(f"num_processes={_code(processes)} -> devices={_code(processes)}")
+    for flag, device in (("tpu_cores", "tpu"), ("ipus", "ipu")):
+        count = args.get(flag)
+        if count is not None and accelerator is None and args.set("devices", count, replacing=flag):
+            accelerator = device
+            args.changes.append(f"{flag}={_code(count)} -> devices={_code(count)}")
+    if accelerator is not None or accelerator_node is not None:
+        new_node = accelerator_node if accelerator_node is not None else _quoted(accelerator)  # type: ignore[arg-type]
         current = _string(args.get("accelerator")) if args.get("accelerator") is not None else None
         if args.get("accelerator") is None or current in rules.STRATEGY_STRINGS:
             args.remove("accelerator")
             # Before devices, where a person would write it.
             position = next((i for i, item in enumerate(args.items) if item[0] == "devices"), len(args.items))
-            args.items.insert(position, ("accelerator", _quoted(accelerator), None))
-        elif current not in (accelerator, "auto"):
-            args.todos.append(
-                f"accelerator={_code(args.get('accelerator'))} and the 1.x device flags ({accelerator}) disagree: choose one"
-            )  # type: ignore[arg-type]
+            args.items.insert(position, ("accelerator", new_node, None))
+            args.changes.append(f"-> accelerator={_code(new_node)} (the device type the 1.x flags named)")
+        elif current == "auto" or (accelerator_node is None and current == accelerator):
+            args.changes.append(f"accelerator={_code(args.get('accelerator'))} kept")  # type: ignore[arg-type]
+        else:
+            args.todo("trainer-conflict", old="gpus", value=_code(new_node), new="accelerator")
     # precision=16 -> "16-mixed", "bf16" -> "bf16-mixed".
     precision = args.get("precision")
-    if precision is not None:
+    sixteen = False
+    if isinstance(precision, cst.IfExp):
+        # precision=16 if gpus else 32: each branch as 2.x spells it.
+        def branch(node: cst.BaseExpression) -> cst.BaseExpression:
+            key = str(_literal(node))
+            return _quoted(rules.PRECISION[key]) if key in rules.PRECISION else node
+
+        new = precision.with_changes(body=branch(precision.body), orelse=branch(precision.orelse))
+        if _code(new) != _code(precision):
+            args.replace("precision", [("precision", new)])
+            args.changes.append(f"precision={_code(precision)} -> precision={_code(new)}")
+            sixteen = True
+    elif precision is not None:
         literal = _literal(precision)
         key = str(literal) if isinstance(literal, (int, str)) and not isinstance(literal, bool) else None
+        sixteen = key == "16"
         if key in rules.PRECISION:
             args.replace("precision", [("precision", _quoted(rules.PRECISION[key]))])
             args.changes.append(f'precision={_code(precision)} -> precision="{rules.PRECISION[key]}"')
     backend = args.get("amp_backend")
+    level = args.get("amp_level")
     if backend is not None:
         args.remove("amp_backend")
         if _string(backend) == "native":
             args.changes.append('amp_backend="native" removed (native AMP is the only one in 2.x)')
+        elif not sixteen:
+            args.changes.append(f"amp_backend={_code(backend)} removed (without precision=16 it had no effect)")
+        elif _string(backend) == "apex":
+            args.todo("trainer-apex")
         else:
-            args.todos.append(rules.TODO_APEX)
+            args.todo("trainer-amp-backend-variable", value=_code(backend))
+    if level is not None:
+        args.remove("amp_level")
+        args.changes.append(f"amp_level={_code(level)} removed (apex's; native AMP has no level)")
     for old, new in rules.RENAMED_ARGS.items():
         value = args.get(old)
         if value is not None:
@@ -246,8 +426,11 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         if isinstance(_literal(checkpoint), bool):
             args.replace("checkpoint_callback", [("enable_checkpointing", checkpoint)])
             args.changes.append(f"checkpoint_callback={_code(checkpoint)} -> enable_checkpointing={_code(checkpoint)}")
+        elif args.add_callback(_code(checkpoint), "ModelCheckpoint", "callbacks", "checkpoint_callback"):
+            args.imports.pop()  # the ModelCheckpoint is built by the user's own code
+            args.changes.append(f"checkpoint_callback={_code(checkpoint)} -> callbacks=[..., {_code(checkpoint)}]")
         else:
-            args.todos.append(rules.TODO_CHECKPOINT_CALLBACK.format(value=_code(checkpoint)))
+            args.todo("trainer-checkpoint-callback", value=_code(checkpoint))
     summary = args.get("weights_summary")
     if summary is not None:
         literal = _literal(summary)
@@ -257,11 +440,61 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         elif literal == "top":
             args.remove("weights_summary")
             args.changes.append('weights_summary="top" removed (the 2.x default)')
+        elif literal == "full" and args.add_callback(
+            "ModelSummary(max_depth=-1)", "ModelSummary", "callbacks", "weights_summary"
+        ):
+            args.changes.append('weights_summary="full" -> callbacks=[ModelSummary(max_depth=-1)]')
         else:
-            args.todos.append(rules.TODO_WEIGHTS_SUMMARY.format(value=_code(summary)))
-    for name, advice in rules.REMOVED_ARGS.items():
+            args.todo("trainer-weights-summary", value=_code(summary))
+    rate = args.get("progress_bar_refresh_rate")
+    if rate is not None:
+        if _literal(rate) == 0:
+            args.replace("progress_bar_refresh_rate", [("enable_progress_bar", cst.Name("False"))])
+            args.changes.append("progress_bar_refresh_rate=0 -> enable_progress_bar=False")
+        elif isinstance(_literal(rate), int) and args.add_callback(
+            f"TQDMProgressBar(refresh_rate={_code(rate)})", "TQDMProgressBar", "callbacks", "progress_bar_refresh_rate"
+        ):
+            args.changes.append(f"progress_bar_refresh_rate={_code(rate)} -> callbacks=[TQDMProgressBar(...)]")
+        else:
+            args.todo("trainer-progress-bar", value=_code(rate))
+    reload = args.get("reload_dataloaders_every_epoch")
+    if reload is not None:
+        literal = _literal(reload)
+        if literal is False:
+            args.remove("reload_dataloaders_every_epoch")
+        else:
+            value = cst.Integer("1") if literal is True else cst.parse_expression(f"int({_code(reload)})")
+            args.replace("reload_dataloaders_every_epoch", [("reload_dataloaders_every_n_epochs", value)])
+        args.changes.append("reload_dataloaders_every_epoch -> reload_dataloaders_every_n_epochs")
+    accumulate = args.get("accumulate_grad_batches")
+    if isinstance(accumulate, cst.Dict):
+        if args.add_callback(
+            f"GradientAccumulationScheduler(scheduling={_code(accumulate)})",
+            "GradientAccumulationScheduler",
+            "callbacks",
+            "accumulate_grad_batches",
+        ):
+            args.changes.append("accumulate_grad_batches={...} -> callbacks=[GradientAccumulationScheduler(...)]")
+        else:
+            args.todo("trainer-accumulate-dict", value=_code(accumulate))
+    steps = args.get("max_steps")
+    if steps is not None and _literal(steps) is None:
+        args.replace("max_steps", [("max_steps", cst.parse_expression("-1"))])
+        args.changes.append("max_steps=None -> max_steps=-1 (2.x's no limit)")
+    for name, rule in rules.DROPPED_ARGS.items():
         if args.has(name):
-            args.todos.append(advice)
+            args.remove(name)
+            args.note(rule)
+            args.changes.append(f"{name} dropped")
+    # Removed with no 2.x argument: left in the call they stop the Trainer from being built, so they leave it, and
+    # the TODO keeps what was passed.
+    for name, rule in rules.REMOVED_ARGS.items():
+        value = args.get(name)
+        if value is not None:
+            args.remove(name)
+            args.todo(rule)
+            args.todos[-1] += f" (was {name}={_code(value)})" if len(_code(value)) <= 16 else ""
+            args.changes.append(f"{name}={_code(value)} removed from the call (a TODO says the 2.x way)")
     return args
 
 
@@ -368,65 +601,12 @@ def _reduce_only(func: cst.FunctionDef) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The resume_from_checkpoint pre-pass
-
-
-class _ResumeFinder(cst.CSTVisitor):
-    """Finds ``NAME = Trainer(..., resume_from_checkpoint=V)`` and ``NAME.fit(...)`` in the same scope (function or
-    module), so that ``V`` can move to ``fit(ckpt_path=V)``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.scopes: list[dict[str, Any]] = [{"trainers": {}, "fits": []}]
-        self.moved: dict[cst.Call, cst.BaseExpression] = {}  # fit call -> value
-        self.resolved: set[cst.Call] = set()  # Trainer calls whose value moved to a fit
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append({"trainers": {}, "fits": []})
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._close(self.scopes.pop())
-
-    def leave_Module(self, node: cst.Module) -> None:
-        self._close(self.scopes.pop())
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and isinstance(node.value, cst.Call):
-            if _is_trainer_call(node.value):
-                value = next(
-                    (a.value for a in node.value.args if a.keyword and a.keyword.value == "resume_from_checkpoint"),
-                    None,
-                )
-                if value is not None:
-                    self.scopes[-1]["trainers"][node.targets[0].target.value] = (node.value, value)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if (
-            isinstance(node.func, cst.Attribute)
-            and node.func.attr.value == "fit"
-            and isinstance(node.func.value, cst.Name)
-        ):
-            self.scopes[-1]["fits"].append((node.func.value.value, node))
-
-    def _close(self, scope: dict[str, Any]) -> None:
-        for name, (trainer_call, value) in scope["trainers"].items():
-            fits = [call for target, call in scope["fits"] if target == name]
-            if fits and all(not any(a.keyword and a.keyword.value == "ckpt_path" for a in call.args) for call in fits):
-                for call in fits:
-                    self.moved[call] = value
-                self.resolved.add(trainer_call)
-
-
-def _is_trainer_call(call: cst.Call) -> bool:
-    name = _dotted(call.func) or ""
-    return name == "Trainer" or name.endswith(".Trainer") or name.endswith("Trainer.from_argparse_args")
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # The transformer
 
 
 _STATEMENTS = (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef, cst.If, cst.For, cst.While, cst.With, cst.Try)
+#: Classes whose ``add_argparse_args``/``from_argparse_args`` 2.0 removed: the Trainer's and a DataModule's.
+_ARGPARSE_METHODS = ("add_argparse_args", "from_argparse_args")
 
 
 class UpgradeTransformer(cst.CSTTransformer):
@@ -434,19 +614,26 @@ class UpgradeTransformer(cst.CSTTransformer):
 
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, resume: _ResumeFinder) -> None:
+    def __init__(self, facts: FileFacts, namespace: str) -> None:
         super().__init__()
-        self.resume = resume
+        self.facts = facts
+        self.namespace = namespace  # the Lightning tree the file imports: what added imports come from
         self.findings: list[Finding] = []
-        self._pending: list[list[str]] = []  # TODO texts for the statement being visited, innermost last
+        self._pending: list[list[str]] = []  # comment texts for the statement being visited, innermost last
+        self._scopes: list[Scope] = []
         self._class_depth = 0
+        self._class_has_optimizer_idx: list[bool] = []
         #: local name -> (bundle module, new name, extra call kwargs) for the removed classes imported in this file.
         self.renamed: dict[str, tuple[str, str, dict[str, str]]] = {}
         #: aliases of the Lightning namespaces: {"pl": "pytorch_lightning", "L": "lightning.pytorch"}.
         self.namespace_aliases: dict[str, str] = {}
         self.imports_to_add: dict[tuple[str, str, str | None], None] = {}  # (module, name, asname), in order
+        self.plain_imports: dict[str, None] = {}  # ``import X`` statements to add
         self.fairscale_checkpoint_line: int | None = None
         self.needs_bundle_import = False  # a bundle strategy name is passed as a string: it must be registered
+        self.datamodules: set[str] = set()  # classes in this file that derive from a LightningDataModule
+        self._torchmetrics_imports: list[tuple[str, str]] = []  # (module, name) of metrics imported by this file
+        self._attribute_names: set[int] = set()  # ids of the Name nodes that are an attribute's attr
 
     # -- bookkeeping ---------------------------------------------------------------------------------------------
 
@@ -459,29 +646,55 @@ class UpgradeTransformer(cst.CSTTransformer):
     def _change(self, node: cst.CSTNode, message: str) -> None:
         self.findings.append(Finding(self._line(node), message))
 
-    def _todo(self, node: cst.CSTNode, message: str) -> None:
-        self.findings.append(Finding(self._line(node), message, todo=True))
+    def _todo(self, node: cst.CSTNode, text: str) -> None:
+        """A TODO comment (``text`` from :func:`rules.todo_text`) above the statement being visited."""
+        self.findings.append(Finding(self._line(node), text, todo=True))
         if self._pending:
-            self._pending[-1].append(message)
+            self._pending[-1].append(text)
+
+    def _note(self, node: cst.CSTNode, text: str) -> None:
+        self.findings.append(Finding(self._line(node), text, note=True))
+        if self._pending:
+            self._pending[-1].append(text)
+
+    def _args(self, items: list[tuple[str, cst.BaseExpression, cst.Arg | None]]) -> _TrainerArgs:
+        """Keyword arguments to rewrite, with what this file says about their values."""
+        scope = self._scopes[-1]
+        return _TrainerArgs(
+            items,
+            resolve=lambda node: self.facts.values(node, scope),
+            assigned=lambda node: self.facts.assigned(node, scope),
+            strategy_var=lambda node: isinstance(node, cst.Name) and self._is_strategy_var(node.value),
+            namespace=self.namespace,
+        )
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if isinstance(node, _STATEMENTS):
             self._pending.append([])
+        if isinstance(node, (cst.Module, cst.FunctionDef)):
+            self._scopes.append(self.facts.scopes[node])
         return super().on_visit(node)
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
         result = super().on_leave(original_node, updated_node)
+        if isinstance(original_node, (cst.Module, cst.FunctionDef)):
+            self._scopes.pop()
         if isinstance(original_node, _STATEMENTS):
-            todos = self._pending.pop()
-            if todos and isinstance(result, _STATEMENTS):
-                present = {line.comment.value for line in result.leading_lines if line.comment is not None}
+            comments = self._pending.pop()
+            first = result.nodes[0] if isinstance(result, cst.FlattenSentinel) and result.nodes else result
+            if comments and isinstance(first, _STATEMENTS):
+                present = {line.comment.value for line in first.leading_lines if line.comment is not None}
                 new_lines = [
-                    cst.EmptyLine(indent=True, comment=cst.Comment(_todo_comment(t)))
-                    for t in dict.fromkeys(todos)
-                    if _todo_comment(t) not in present
+                    cst.EmptyLine(indent=True, comment=cst.Comment(f"# {t}"))
+                    for t in dict.fromkeys(comments)
+                    if f"# {t}" not in present
                 ]
                 if new_lines:
-                    result = result.with_changes(leading_lines=[*result.leading_lines, *new_lines])
+                    first = first.with_changes(leading_lines=[*first.leading_lines, *new_lines])
+                    if isinstance(result, cst.FlattenSentinel):
+                        result = cst.FlattenSentinel([first, *result.nodes[1:]])
+                    else:
+                        result = first
         return result
 
     # -- imports -------------------------------------------------------------------------------------------------
@@ -492,6 +705,19 @@ class UpgradeTransformer(cst.CSTTransformer):
             local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
             if name in rules.BUNDLE_FOR_NAMESPACE:
                 self.namespace_aliases[local or name] = name
+
+    def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:
+        # import pytorch_lightning.metrics -> import torchmetrics
+        names = []
+        for alias in updated.names:
+            name = _dotted(alias.name) or ""
+            namespace = next((ns for ns in rules.BUNDLE_FOR_NAMESPACE if name.startswith(ns + ".metrics")), None)
+            if namespace is not None and alias.asname is not None:
+                new = "torchmetrics" + name[len(namespace) + len(".metrics") :]
+                alias = alias.with_changes(name=cst.parse_expression(new))
+                self._change(original, f"import {name} -> import {new}")
+            names.append(alias)
+        return updated.with_changes(names=names)
 
     def leave_ImportFrom(
         self, original: cst.ImportFrom, updated: cst.ImportFrom
@@ -512,33 +738,65 @@ class UpgradeTransformer(cst.CSTTransformer):
         if namespace is None:
             return updated
         below = module[len(namespace) + 1 :] if module != namespace else ""
+        if below == "metrics" or below.startswith("metrics."):
+            return self._metrics_import(original, updated, "torchmetrics" + below[len("metrics") :])
         bundle = rules.BUNDLE_FOR_NAMESPACE[namespace]
         kept: list[cst.ImportAlias] = []
         for alias in updated.names:
             name = alias.name.value if isinstance(alias.name, cst.Name) else None
             local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
+            asname = alias.asname.name.value if alias.asname else None
             if name in rules.REMOVED_CLASSES and below in rules.REMOVED_CLASS_MODULES:
+                # The bundle's class under its own name, and every use renamed; a user's own alias stays.
                 new, extra = rules.REMOVED_CLASSES[name]
-                self._add_import(bundle, new, local if not extra and local != new else None)
-                if extra:
-                    self.renamed[local] = (bundle, new, extra)
+                keep_alias = asname if not extra and asname != new else None
+                self._add_import(bundle, new, keep_alias)
+                if keep_alias is None:
+                    self.renamed[local] = (bundle, new, extra)  # type: ignore[index]
                 self._change(
                     original,
                     f"from {module} import {name} -> from {bundle} import {new}"
-                    + (f" as {local}" if not extra and local != new else ""),
+                    + (f" as {keep_alias}" if keep_alias else ""),
                 )
                 continue
-            moved = rules.MOVED_NAMES.get((below, name))
+            if name in rules.LIGHTNING_PLUGINS and below in rules.LIGHTNING_PLUGIN_MODULES:
+                new, extra = rules.LIGHTNING_PLUGINS[name]
+                self._add_import(f"{namespace}.strategies", new, None)
+                self.renamed[local] = (f"{namespace}.strategies", new, extra)  # type: ignore[index]
+                self._change(original, f"from {module} import {name} -> from {namespace}.strategies import {new}")
+                if new == "FSDPStrategy":
+                    self._todo(original, rules.todo_text("fsdp-plugin", value=name))
+                continue
+            moved = rules.MOVED_NAMES.get((below, name))  # type: ignore[arg-type]
             if moved is not None:
                 submodule, new = moved
                 target = f"{bundle}.{submodule}"
                 if new == name:
-                    self._add_import(target, new, alias.asname.name.value if alias.asname else None)
+                    self._add_import(target, new, asname)
                 else:
                     self._add_import(target, new, None)
-                    self.renamed[local] = (target, new, {})
+                    self.renamed[local] = (target, new, {})  # type: ignore[index]
                 self._change(original, f"from {module} import {name} -> from {target} import {new}")
                 continue
+            renamed = rules.RENAMED_NAMES.get((below, name))  # type: ignore[arg-type]
+            if renamed is not None:
+                submodule, new = renamed
+                self._add_import(f"{namespace}.{submodule}", new, asname)
+                if asname is None:
+                    self.renamed[local] = (f"{namespace}.{submodule}", new, {})  # type: ignore[index]
+                self._change(original, f"from {module} import {name} -> from {namespace}.{submodule} import {new}")
+                continue
+            if below in rules.MOVED_MODULES:
+                target = f"{namespace}.{rules.MOVED_MODULES[below]}".rstrip(".")
+                self._add_import(target, name, asname)  # type: ignore[arg-type]
+                self._change(original, f"from {module} import {name} -> from {target} import {name}")
+                continue
+            if below == "utilities.argparse" and name in _ARGPARSE_METHODS:
+                self._add_import("lightning_mgpu.upgrade.trainer_args", name, asname)
+                self._change(original, f"from {module} import {name} -> from lightning_mgpu.upgrade.trainer_args")
+                continue
+            if name == "TestTubeLogger":
+                self._todo(original, rules.todo_text("test-tube-logger"))
             kept.append(alias)
         if len(kept) == len(updated.names):
             return updated
@@ -547,12 +805,27 @@ class UpgradeTransformer(cst.CSTTransformer):
         kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated.with_changes(names=kept)
 
+    def _metrics_import(self, original: cst.ImportFrom, updated: cst.ImportFrom, target: str) -> cst.ImportFrom:
+        """``from pytorch_lightning.metrics[.x] import A`` -> ``from torchmetrics[.x] import A`` (renamed where
+        torchmetrics renamed it)."""
+        names = []
+        for alias in updated.names:
+            name = alias.name.value if isinstance(alias.name, cst.Name) else ""
+            new = rules.TORCHMETRICS_RENAMED.get(name, name)
+            if new != name:
+                if alias.asname is None:
+                    self.renamed[name] = (target, new, {})
+                alias = alias.with_changes(name=cst.Name(new))
+            names.append(alias)
+        self._change(original, f"from {_dotted(updated.module)} -> from {target} (torchmetrics)")  # type: ignore[arg-type]
+        return updated.with_changes(module=cst.parse_expression(target), names=names)
+
     def _add_import(self, module: str, name: str, asname: str | None) -> None:
         self.imports_to_add[(module, name, asname)] = None
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         updated = self._import_bundle(original, updated)
-        if not self.imports_to_add:
+        if not self.imports_to_add and not self.plain_imports:
             return updated
         existing = {
             (_dotted(s.module), a.name.value, a.asname.name.value if a.asname else None)
@@ -563,14 +836,26 @@ class UpgradeTransformer(cst.CSTTransformer):
             for a in s.names
             if isinstance(a.name, cst.Name)
         }
-        new_statements = []
+        plain = {
+            _dotted(a.name)
+            for stmt in updated.body
+            if isinstance(stmt, cst.SimpleStatementLine)
+            for s in stmt.body
+            if isinstance(s, cst.Import)
+            for a in s.names
+        }
+        new_statements = [
+            cst.SimpleStatementLine(body=[cst.Import(names=[cst.ImportAlias(name=cst.parse_expression(m))])])  # type: ignore[arg-type]
+            for m in self.plain_imports
+            if m not in plain
+        ]
         for module, name, asname in self.imports_to_add:
             if (module, name, asname) in existing:
                 continue
             alias = cst.ImportAlias(name=cst.Name(name), asname=cst.AsName(name=cst.Name(asname)) if asname else None)
             new_statements.append(
-                cst.SimpleStatementLine(body=[cst.ImportFrom(module=cst.parse_expression(module), names=[alias])])
-            )  # type: ignore[arg-type]
+                cst.SimpleStatementLine(body=[cst.ImportFrom(module=cst.parse_expression(module), names=[alias])])  # type: ignore[arg-type]
+            )
         if not new_statements:
             return updated
         return self._insert_after_imports(updated, new_statements)
@@ -627,7 +912,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         body[last_import + 1 : last_import + 1] = statements
         return module.with_changes(body=body)
 
-    # -- attribute chains: pl.loggers.NeptuneLogger, pl.strategies.DDPShardedStrategy --------------------------------
+    # -- attribute chains: pl.loggers.NeptuneLogger, pl.strategies.DDPShardedStrategy, pl.metrics.Accuracy ----------
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
         dotted = _dotted(updated)
@@ -646,6 +931,13 @@ class UpgradeTransformer(cst.CSTTransformer):
                 self.renamed[f"{dotted}"] = (bundle, new, extra)
             self._change(original, f"{dotted} -> {new} (from {bundle})")
             return cst.Name(new) if not extra else updated
+        if name in rules.LIGHTNING_PLUGINS and below in rules.LIGHTNING_PLUGIN_MODULES:
+            new, extra = rules.LIGHTNING_PLUGINS[name]
+            if extra:
+                self.renamed[dotted] = (f"{namespace}.strategies", new, extra)
+                return updated  # the call site rewrites it, with its extra arguments
+            self._change(original, f"{dotted} -> {head}.strategies.{new}")
+            return cst.parse_expression(f"{head}.strategies.{new}")  # type: ignore[return-value]
         moved = rules.MOVED_NAMES.get((below, name))
         if moved is not None:
             submodule, new = moved
@@ -654,10 +946,29 @@ class UpgradeTransformer(cst.CSTTransformer):
                 self.renamed[dotted] = (f"{bundle}.{submodule}", new, {})
             self._change(original, f"{dotted} -> {new} (from {bundle}.{submodule})")
             return cst.Name(new)
+        renamed = rules.RENAMED_NAMES.get((below, name))
+        if renamed is not None:
+            self._change(original, f"{dotted} -> {head}.{renamed[0]}.{renamed[1]}")
+            return cst.parse_expression(f"{head}.{renamed[0]}.{renamed[1]}")  # type: ignore[return-value]
+        if below in rules.MOVED_MODULES:
+            target = f"{head}.{rules.MOVED_MODULES[below]}".rstrip(".")
+            self._change(original, f"{dotted} -> {target}.{name}")
+            return cst.parse_expression(f"{target}.{name}")  # type: ignore[return-value]
+        if below == "metrics" or below.startswith("metrics."):
+            self.plain_imports["torchmetrics"] = None
+            new = rules.TORCHMETRICS_RENAMED.get(name, name)
+            target = "torchmetrics" + below[len("metrics") :]
+            self._change(original, f"{dotted} -> {target}.{new}")
+            return cst.parse_expression(f"{target}.{new}")  # type: ignore[return-value]
         return updated
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._attribute_names.add(id(node.attr))  # x.DDPPlugin is not the imported name DDPPlugin
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
         # References to a renamed import (isinstance(cb, GPUStatsMonitor)); calls that add arguments go through leave_Call.
+        if id(original) in self._attribute_names:
+            return updated
         entry = self.renamed.get(updated.value)
         return cst.Name(entry[1]) if entry is not None and not entry[2] else updated
 
@@ -666,32 +977,143 @@ class UpgradeTransformer(cst.CSTTransformer):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         func = _dotted(original.func) or ""
         if func in self.renamed:
-            _, new, extra = self.renamed[func]
-            args = list(updated.args)
-            if new == "GPUUtilizationMonitor" and args:
-                self._todo(original, rules.TODO_GPU_STATS.format(args=", ".join(_code(a).rstrip(", ") for a in args)))
-                args = []
-            for key, value in extra.items():
-                if not any(a.keyword is not None and a.keyword.value == key for a in args):
-                    if args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
-                        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                    args.append(_kwarg(key, cst.parse_expression(value)))
-            self._change(
-                original,
-                f"{func}(...) -> {new}(...)"
-                + (f" with {', '.join(f'{k}={v}' for k, v in extra.items())}" if extra else ""),
-            )
-            return updated.with_changes(func=cst.Name(new), args=args)
-        if original in self.resume.moved:
-            value = self.resume.moved[original]
+            return self._renamed_call(original, updated, func)
+        if original in self.facts.moved_resume:
+            value = self.facts.moved_resume[original]
             args = list(updated.args)
             if args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
                 args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
             args.append(_kwarg("ckpt_path", value.deep_clone()))
             self._change(original, f"resume_from_checkpoint={_code(value)} -> {func}(ckpt_path=...)")
-            return updated.with_changes(args=args)
+            updated = updated.with_changes(args=args)
+        owner, _, method = func.rpartition(".")
+        if method in _ARGPARSE_METHODS and self._argparse_owner(owner):
+            return self._argparse_call(original, updated, owner, method)
+        if method in rules.LOOP_KWARGS and owner and not owner.endswith("Trainer"):
+            updated = self._loop_kwargs(original, updated, method)
+        if method == "tune" and owner.endswith("trainer"):
+            self._todo(original, rules.todo_text("trainer-tune"))
+        if method == "set_defaults":
+            updated = self._set_defaults(original, updated)
+        new_func = _dotted(updated.func) or ""
+        if new_func.split(".")[-1] in rules.TORCHMETRICS_TASK and self._is_torchmetrics(new_func):
+            return self._metric_call(original, updated)
         if _is_trainer_call(original):
             return self._trainer_call(original, updated)
+        return updated
+
+    def _renamed_call(self, original: cst.Call, updated: cst.Call, func: str) -> cst.Call:
+        _, new, extra = self.renamed[func]
+        args = list(updated.args)
+        if new == "GPUUtilizationMonitor" and args:
+            self._todo(
+                original, rules.todo_text("gpu-stats-monitor", value=", ".join(_code(a).rstrip(", ") for a in args))
+            )
+            args = []
+        for key, value in extra.items():
+            if not any(a.keyword is not None and a.keyword.value == key for a in args):
+                if args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
+                    args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                args.append(_kwarg(key, cst.parse_expression(value)))
+        new_func: cst.BaseExpression = cst.Name(new)
+        head = func.split(".")[0]
+        if "." in func and head in self.namespace_aliases:
+            new_func = (
+                cst.parse_expression(f"{head}.strategies.{new}") if "strategies" in self.renamed[func][0] else new_func
+            )
+        self._change(
+            original,
+            f"{func}(...) -> {new}(...)"
+            + (f" with {', '.join(f'{k}={v}' for k, v in extra.items())}" if extra else ""),
+        )
+        renamed = updated.with_changes(func=new_func, args=args)
+        if new in rules.TORCHMETRICS_TASK and self.renamed[func][0].startswith("torchmetrics"):
+            return self._metric_call(original, renamed)
+        return renamed
+
+    def _argparse_owner(self, owner: str) -> bool:
+        last = owner.rsplit(".", 1)[-1]
+        return last == "Trainer" or last.endswith("DataModule") or last in self.datamodules
+
+    def _argparse_call(self, original: cst.Call, updated: cst.Call, owner: str, method: str) -> cst.Call:
+        """``Trainer.add_argparse_args(parser)`` -> ``add_argparse_args(Trainer, parser)``, and the same for
+        ``from_argparse_args``, whose keyword arguments are Trainer arguments to rewrite too."""
+        self._add_import("lightning_mgpu.upgrade.trainer_args", method, None)
+        owner_node = original.func.value  # type: ignore[attr-defined]
+        args = [cst.Arg(owner_node, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *updated.args]
+        new = updated.with_changes(func=cst.Name(method), args=args)
+        self._change(original, f"{owner}.{method}(...) -> {method}({owner}, ...) (lightning_mgpu.upgrade.trainer_args)")
+        if method == "from_argparse_args" and owner.rsplit(".", 1)[-1] == "Trainer":
+            return self._trainer_call(original, new)
+        return new
+
+    def _loop_kwargs(self, original: cst.Call, updated: cst.Call, method: str) -> cst.Call:
+        renames = rules.LOOP_KWARGS[method]
+        if not any(a.keyword is not None and a.keyword.value in renames for a in updated.args):
+            return updated
+        args = []
+        for arg in updated.args:
+            if arg.keyword is not None and arg.keyword.value in renames:
+                self._change(
+                    original, f"{method}({arg.keyword.value}=...) -> {method}({renames[arg.keyword.value]}=...)"
+                )
+                arg = arg.with_changes(keyword=cst.Name(renames[arg.keyword.value]))
+            args.append(arg)
+        return updated.with_changes(args=args)
+
+    def _set_defaults(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """``parser.set_defaults(replace_sampler_ddp=False)``: the renamed Trainer flags (the others stay 1.x flags,
+        which :mod:`lightning_mgpu.upgrade.trainer_args` accepts and translates)."""
+        args = []
+        for arg in updated.args:
+            if arg.keyword is not None and arg.keyword.value in rules.RENAMED_ARGS:
+                new = rules.RENAMED_ARGS[arg.keyword.value]
+                self._change(original, f"set_defaults({arg.keyword.value}=...) -> set_defaults({new}=...)")
+                arg = arg.with_changes(keyword=cst.Name(new))
+            args.append(arg)
+        return updated.with_changes(args=args)
+
+    def _is_torchmetrics(self, func: str) -> bool:
+        head = func.split(".")[0]
+        if head == "torchmetrics":
+            return True
+        if "." in func:
+            return False
+        return any(module.startswith("torchmetrics") and name == func for module, name, _ in self._metric_names())
+
+    def _metric_names(self) -> list[tuple[str, str, None]]:
+        return [
+            (entry[0], entry[1], None) for entry in self.renamed.values() if entry[0].startswith("torchmetrics")
+        ] + [(m, n, None) for m, n in self._torchmetrics_imports]
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        module = _dotted(node.module) if node.module is not None else ""
+        if isinstance(node.names, cst.ImportStar) or module is None:
+            return
+        below = next((module[len(ns) + 1 :] for ns in rules.BUNDLE_FOR_NAMESPACE if module.startswith(ns + ".")), "")
+        if module.startswith("torchmetrics") or below == "metrics" or below.startswith("metrics."):
+            for alias in node.names:
+                if isinstance(alias.name, cst.Name):
+                    name = alias.name.value
+                    self._torchmetrics_imports.append(("torchmetrics", rules.TORCHMETRICS_RENAMED.get(name, name)))
+
+    def _metric_call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """A torchmetrics classification metric without ``task=``: ``num_classes=N`` makes it multiclass, as 1.x read
+        it; with neither, a TODO."""
+        keywords = {a.keyword.value for a in updated.args if a.keyword is not None}
+        if "task" in keywords or any(a.star for a in updated.args):
+            return updated
+        name = (_dotted(updated.func) or "").split(".")[-1]
+        if "num_classes" in keywords and name[0].isupper():
+            args = [
+                _kwarg("task", _quoted("multiclass")).with_changes(
+                    comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                ),
+                *updated.args,
+            ]
+            self._change(original, f'{name}(num_classes=...) -> {name}(task="multiclass", num_classes=...)')
+            return updated.with_changes(args=args)
+        self._todo(original, rules.todo_text("metrics-task", name=name))
         return updated
 
     def _trainer_call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
@@ -699,42 +1121,171 @@ class UpgradeTransformer(cst.CSTTransformer):
         keywords = [a for a in updated.args if a.keyword is not None]
         stars = [a for a in updated.args if a.star]
         items = [(a.keyword.value, a.value, a) for a in keywords]  # type: ignore[union-attr]
-        trainer = rewrite_trainer_args(_TrainerArgs(items))
+        trainer = rewrite_trainer_args(self._args(items))
         if any(key == "resume_from_checkpoint" for key, _, _ in trainer.items):
             value = trainer.get("resume_from_checkpoint")
             trainer.remove("resume_from_checkpoint")
-            if original not in self.resume.resolved:
-                trainer.todos.append(rules.TODO_RESUME.format(value=_code(value)))  # type: ignore[arg-type]
+            if original not in self.facts.resolved_resume:
+                trainer.todo("trainer-resume", value=_code(value))  # type: ignore[arg-type]
         # Literal dicts splatted into the call: Trainer(**{"gpus": 2}).
         new_stars = []
         for star in stars:
-            if (
-                star.star == "**"
-                and isinstance(star.value, cst.Dict)
-                and all(isinstance(e, cst.DictElement) and _string(e.key) is not None for e in star.value.elements)
-            ):
-                inner = rewrite_trainer_args(
-                    _TrainerArgs([(_string(e.key), e.value, None) for e in star.value.elements])
-                )  # type: ignore[union-attr,misc]
-                if _string(inner.get("strategy") or cst.Name("None")) in rules.BUNDLE_STRATEGY_NAMES:
-                    self.needs_bundle_import = True
-                if inner.changes or inner.todos:
-                    trainer.changes += inner.changes
-                    trainer.todos += inner.todos
-                    elements = [cst.DictElement(key=_quoted(k), value=v) for k, v, _ in inner.items]
-                    star = star.with_changes(value=star.value.with_changes(elements=elements))
+            if star.star == "**" and is_dict_builder(star.value) and isinstance(star.value, cst.Dict):
+                inner = self._rewrite_dict(star.value, original)
+                if inner is not None:
+                    star = star.with_changes(value=inner)
             new_stars.append(star)
+        if original in self.facts.unknown_splats:
+            trainer.todo("trainer-splat", value=_code(self.facts.unknown_splats[original]))
         strategy = trainer.get("strategy")
         if strategy is not None and _string(strategy) in rules.BUNDLE_STRATEGY_NAMES:
             self.needs_bundle_import = True
-        for change in trainer.changes:
-            self._change(original, change)
-        for todo in trainer.todos:
-            self._todo(original, todo)
+        self._emit(original, trainer)
         if not trainer.changes and new_stars == stars and len(trainer.items) == len(items):
             return updated
         new_args = positional + [self._arg(key, value, like) for key, value, like in trainer.items] + new_stars
         return updated.with_changes(args=self._commas(new_args, updated.args))
+
+    def _emit(self, node: cst.CSTNode, trainer: _TrainerArgs) -> None:
+        for change in trainer.changes:
+            self._change(node, change)
+        for todo in trainer.todos:
+            self._todo(node, todo)
+        for note in trainer.notes:
+            self._note(node, note)
+        for module, name in trainer.imports:
+            self._add_import(module, name, None)
+        if any(_string(v) in rules.BUNDLE_STRATEGY_NAMES for k, v, _ in trainer.items if k == "strategy"):
+            self.needs_bundle_import = True
+        for key, value, _ in trainer.items:
+            if key == "strategy" and any(v in rules.BUNDLE_STRATEGY_NAMES for v in trainer.resolve(value) or ()):
+                self.needs_bundle_import = True  # strategy=args.backend with "dp" among its values
+
+    # -- dicts of Trainer settings ---------------------------------------------------------------------------------
+
+    def _rewrite_dict(self, node: cst.BaseExpression, at: cst.CSTNode) -> cst.BaseExpression | None:
+        """A dict literal or ``dict(...)`` of Trainer settings, rewritten (None: nothing to change). Its findings go to
+        the statement being visited."""
+        if isinstance(node, cst.Dict):
+            items = [(_string(e.key), e.value, None) for e in node.elements]  # type: ignore[union-attr]
+        else:
+            items = [(a.keyword.value, a.value, a) for a in node.args]  # type: ignore[union-attr,attr-defined]
+        inner = rewrite_trainer_args(self._args(items))  # type: ignore[arg-type]
+        if any(k == "resume_from_checkpoint" for k, _, _ in inner.items):
+            inner.todo("trainer-resume", value=_code(inner.get("resume_from_checkpoint")))  # type: ignore[arg-type]
+        self._emit(at, inner)
+        if not inner.changes and len(inner.items) == len(items):
+            return None
+        if isinstance(node, cst.Dict):
+            elements = [cst.DictElement(key=_quoted(k), value=v) for k, v, _ in inner.items]
+            return node.with_changes(elements=self._dict_commas(elements, node.elements))
+        args = [self._arg(k, v, like) for k, v, like in inner.items]
+        return node.with_changes(args=self._commas(args, node.args))  # type: ignore[attr-defined]
+
+    @staticmethod
+    def _dict_commas(elements: list[cst.DictElement], original: Sequence[cst.BaseDictElement]) -> list[cst.DictElement]:
+        separator = next(
+            (_without_comment(e.comma) for e in original[:-1] if isinstance(e.comma, cst.Comma)),
+            cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+        )
+        last = original[-1].comma if original else cst.MaybeSentinel.DEFAULT
+        return [e.with_changes(comma=last if i == len(elements) - 1 else separator) for i, e in enumerate(elements)]
+
+    def _is_trainer_dict(self, name: str) -> bool:
+        owner = self._scopes[-1].lookup(name)
+        return owner is not None and (owner.node, name) in self.facts.trainer_dicts
+
+    def _is_strategy_var(self, name: str) -> bool:
+        owner = self._scopes[-1].lookup(name)
+        return owner is not None and (owner.node, name) in self.facts.strategy_vars
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        target = updated.targets[0].target if len(updated.targets) == 1 else None
+        if isinstance(target, cst.Name) and self._is_strategy_var(target.value):
+            # backend = "ddp" if n > 1 else "ddp_cpu": the variable only carries a strategy into a Trainer.
+            mapped = _strategy_value(updated.value)
+            if mapped is not None and _code(mapped) != _code(updated.value):
+                self._change(original, f"{target.value} = {_code(updated.value)} -> {_code(mapped)} (a 2.x strategy)")
+                return updated.with_changes(value=mapped)
+            return updated
+        if isinstance(target, cst.Name) and is_dict_builder(updated.value) and self._is_trainer_dict(target.value):
+            new = self._rewrite_dict(updated.value, original)
+            return updated if new is None else updated.with_changes(value=new)
+        return updated
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if len(updated.body) != 1:
+            return updated
+        small = updated.body[0]
+        # self.hparams = hparams -> self.save_hyperparameters(hparams): hparams is read-only in 2.x.
+        if (
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and _dotted(small.targets[0].target) == "self.hparams"
+            and self._class_depth
+        ):
+            self._change(original, "self.hparams = ... -> self.save_hyperparameters(...)")
+            call = cst.parse_statement(f"self.save_hyperparameters({_code(small.value)})")
+            return call.with_changes(leading_lines=updated.leading_lines)  # type: ignore[return-value]
+        # settings["gpus"] = 2 on a dict that reaches a Trainer: each 1.x key rewritten as if passed to the call.
+        if (
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Subscript)
+            and isinstance(small.targets[0].target.value, cst.Name)
+            and self._is_trainer_dict(small.targets[0].target.value.value)
+        ):
+            return self._subscript_assign(original, updated, small)
+        # settings.update(gpus=2) / settings.update({"gpus": 2})
+        if (
+            isinstance(small, cst.Expr)
+            and isinstance(small.value, cst.Call)
+            and isinstance(small.value.func, cst.Attribute)
+            and small.value.func.attr.value == "update"
+            and isinstance(small.value.func.value, cst.Name)
+            and self._is_trainer_dict(small.value.func.value.value)
+        ):
+            call = small.value
+            if len(call.args) == 1 and call.args[0].keyword is None and is_dict_builder(call.args[0].value):
+                new = self._rewrite_dict(call.args[0].value, original)
+                if new is not None:
+                    call = call.with_changes(args=[call.args[0].with_changes(value=new)])
+            elif call.args and all(a.keyword is not None for a in call.args):
+                new = self._rewrite_dict(cst.Call(func=cst.Name("dict"), args=call.args), original)
+                if new is not None:
+                    call = call.with_changes(args=new.args)  # type: ignore[attr-defined]
+            return updated.with_changes(body=[small.with_changes(value=call)])
+        return updated
+
+    def _subscript_assign(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine, small: cst.Assign
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        target = small.targets[0].target
+        assert isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name)
+        element = target.slice[0].slice if len(target.slice) == 1 else None
+        key = _string(element.value) if isinstance(element, cst.Index) else None
+        if key is None:
+            return updated
+        inner = rewrite_trainer_args(self._args([(key, small.value, None)]))
+        self._emit(original, inner)
+        if not inner.changes:
+            return updated
+        name = target.value.value
+        lines = [
+            cst.parse_statement(f"{name}[{_quoted(k).value}] = {_code(v)}")
+            for k, v, _ in inner.items
+            if not (k == "callbacks" and isinstance(v, cst.List))
+        ]
+        for k, v, _ in inner.items:
+            if k == "callbacks" and isinstance(v, cst.List):  # a callback added by the rewrite: onto the dict's list
+                lines.append(cst.parse_statement(f'{name}.setdefault("callbacks", []).extend({_code(v)})'))
+        if not lines:
+            lines = [cst.parse_statement("pass")]
+        lines[0] = lines[0].with_changes(leading_lines=updated.leading_lines)
+        lines[-1] = lines[-1].with_changes(trailing_whitespace=updated.trailing_whitespace)  # type: ignore[call-arg]
+        return cst.FlattenSentinel(lines)
 
     @staticmethod
     def _arg(key: str, value: cst.BaseExpression, like: cst.Arg | None) -> cst.Arg:
@@ -767,14 +1318,43 @@ class UpgradeTransformer(cst.CSTTransformer):
             fixed.append(arg.with_changes(comma=comma))
         return fixed
 
-    # -- LightningModule hooks -------------------------------------------------------------------------------------
+    # -- LightningModule and callback hooks ------------------------------------------------------------------------
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._class_depth += 1
+        bases = {(_dotted(b.value) or "").rsplit(".", 1)[-1] for b in node.bases}
+        if bases & {"LightningDataModule"} or bases & self.datamodules:
+            self.datamodules.add(node.name.value)
+        methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
+        step = methods.get("training_step")
+        self._class_has_optimizer_idx.append(
+            step is not None
+            and any(p.name.value == "optimizer_idx" for p in step.params.params)
+            and _uses(step.body, "optimizer_idx", "training_step") > 0
+        )
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._class_depth -= 1
-        return updated
+        has_optimizer_idx = self._class_has_optimizer_idx.pop()
+        lines = {s.name.value: self._line(s) for s in original.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
+        comments: list[tuple[str, str]] = []
+        for result in (convert_epoch_ends(updated, has_optimizer_idx),):
+            updated = result.node
+            for method, message in result.changes:
+                self.findings.append(Finding(lines.get(method, self._line(original)), message))
+            for method, text in result.todos:
+                self.findings.append(Finding(lines.get(method, self._line(original)), text, todo=True))
+                comments.append((method, text))
+            for module, name in result.imports:
+                self._add_import(f"{self.namespace}.{module}", name, None)
+        result = convert_renamed_hooks(updated)
+        updated = result.node
+        for method, message in result.changes:
+            self.findings.append(Finding(lines.get(method, self._line(original)), message))
+        for method, text in result.todos:
+            self.findings.append(Finding(lines.get(method, self._line(original)), text, todo=True))
+            comments.append((method, text))
+        return with_comments(updated, comments) if comments else updated
 
     def leave_FunctionDef(
         self, original: cst.FunctionDef, updated: cst.FunctionDef
@@ -791,9 +1371,7 @@ class UpgradeTransformer(cst.CSTTransformer):
                     f"{hook} removed: it only reduced the replicas' outputs, which lightning_mgpu's dp does exactly",
                 )
                 return cst.RemoveFromParent()
-            self._todo(original, rules.TODO_STEP_END.format(hook=hook))
-        if hook in rules.EPOCH_END_HOOKS:
-            self._todo(original, rules.TODO_EPOCH_END.format(hook=hook, new=rules.EPOCH_END_HOOKS[hook]))
+            self._todo(original, rules.todo_text("step-end", hook=hook))
         return updated
 
     def _drop_params(self, original: cst.FunctionDef, updated: cst.FunctionDef, hook: str) -> cst.FunctionDef:
@@ -804,7 +1382,7 @@ class UpgradeTransformer(cst.CSTTransformer):
                 continue
             if _uses(updated.body, name, hook):
                 if name == "optimizer_idx":
-                    self._todo(original, rules.TODO_OPTIMIZER_IDX.format(hook=hook))
+                    self._todo(original, rules.todo_text("optimizer-idx", hook=hook))
                 continue
             dropped.add(name)
         if not dropped or (hook == "backward" and "optimizer_idx" not in names):
@@ -815,6 +1393,16 @@ class UpgradeTransformer(cst.CSTTransformer):
         body = updated.body.visit(_DropSuperArgs(hook, dropped))
         self._change(original, f"{hook}: dropped {', '.join(sorted(dropped))} (gone from the 2.x signature)")
         return updated.with_changes(params=updated.params.with_changes(params=params), body=body)
+
+
+def _namespace_of(module: cst.Module) -> str:
+    """The Lightning tree a file imports (``pytorch_lightning`` for 1.x code that names neither)."""
+    code = module.code
+    if "pytorch_lightning" in code:
+        return "pytorch_lightning"
+    if "lightning.pytorch" in code or "from lightning import pytorch" in code:
+        return "lightning.pytorch"
+    return "pytorch_lightning"
 
 
 def upgrade_source(source: str) -> FileResult:
@@ -836,11 +1424,13 @@ def upgrade_source(source: str) -> FileResult:
     """
     module = cst.parse_module(source)
     wrapper = MetadataWrapper(module)
-    resume = _ResumeFinder()
-    wrapper.module.visit(resume)
-    transformer = UpgradeTransformer(resume)
+    facts = FileFacts()
+    wrapper.module.visit(facts)
+    transformer = UpgradeTransformer(facts, _namespace_of(module))
     new = wrapper.visit(transformer)
     findings = sorted(transformer.findings, key=lambda f: (f.line, f.todo))
     if transformer.fairscale_checkpoint_line is not None:
-        findings.append(Finding(transformer.fairscale_checkpoint_line, rules.NOTE_FAIRSCALE_CHECKPOINT, note=True))
+        findings.append(
+            Finding(transformer.fairscale_checkpoint_line, rules.note_text("fairscale-checkpoint"), note=True)
+        )
     return FileResult(new.code, findings)

@@ -41,4 +41,4 @@ if __name__ == "__main__":
     trainer.fit(Regressor())
     if trainer.is_global_zero:
         with open(os.path.join(out, "done.txt"), "w") as f:
-            f.write(f"{type(trainer.strategy).__name__} {trainer.world_size} {trainer.global_step}\n")
+            f.write(f"{type(trainer.strategy).__name__} {trainer.world_size} {trainer.global_step} {trainer.precision}\n")

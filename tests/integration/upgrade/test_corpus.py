@@ -15,31 +15,30 @@ import pytest
 from lightning_mgpu.cli import main as cli_main
 from tests.helpers.launch import run_python
 from tests.helpers.runif import RunIf
-from tests.helpers.upgrade_corpus import CPU_RUNNABLE
+from tests.helpers.upgrade_corpus import CORPUS
 
-CORPUS = Path(__file__).resolve().parents[2] / "helpers" / "upgrade_corpus"
-#: script -> (the strategy class it ends up with, world size)
-EXPECTED = {
-    "ddp_cpu_processes.py": ("DDPStrategy", 2),
-    "sharded_plugin_cpu.py": ("ShardedStrategy", 2),
-    "horovod_processes.py": ("HorovodStrategy", 2),
-    "ddp2_cpu.py": ("DDP2Strategy", 1),
-}
-MARKS = {"horovod_processes.py": RunIf(horovod=True).marks, "sharded_plugin_cpu.py": RunIf(fairscale=True).marks}
+CORPUS_DIR = Path(__file__).resolve().parents[2] / "helpers" / "upgrade_corpus"
+RUNNABLE = sorted(name for name, script in CORPUS.items() if script.world)
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name", [pytest.param(n, marks=MARKS.get(n, ()), id=n) for n in sorted(CPU_RUNNABLE)])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=RunIf(**{k: True for k in CORPUS[n].needs}).marks, id=n) for n in RUNNABLE]
+)
 def test_a_converted_1x_script_trains_under_the_strategy_it_named(name: str, tmp_path: Path, capsys) -> None:
+    """Converted with --write and run with its 1.x command line, the script trains as 1.x ran it on this machine:
+    the strategy it named, on the processes it named, in the precision it ran (fp32 stays fp32)."""
     script = tmp_path / name
-    shutil.copy(CORPUS / name, script)
+    shutil.copy(CORPUS_DIR / name, script)
     assert cli_main(["upgrade", "--write", str(script)]) == 0
     assert "1 of 1 file(s) changed" in capsys.readouterr().err
     out = tmp_path / "out"
     out.mkdir()
-    run_python([str(script)], timeout=240, env={"CORPUS_OUT": str(out)}, cwd=tmp_path)
-    strategy, world, steps = (out / "done.txt").read_text().split()
-    assert (strategy, int(world)) == EXPECTED[name] and int(steps) > 0
+    run_python([str(script), *CORPUS[name].argv], timeout=240, env={"CORPUS_OUT": str(out)}, cwd=tmp_path)
+    strategy, world, steps, precision = (out / "done.txt").read_text().split()
+    expected = CORPUS[name]
+    assert (strategy, int(world), precision) == (expected.strategy, expected.world, expected.precision)
+    assert int(steps) > 0
 
 
 @pytest.mark.timeout(300)
@@ -48,7 +47,7 @@ def test_the_seed_guides_script_converted_trains_under_dp(tmp_path: Path, capsys
     """The seed guide's snippets (tests/helpers/upgrade_corpus/seed_guide.py) need no hand edit once converted: no TODO,
     and with ``accelerator="cpu"`` for this GPU-less machine the script trains under ``dp`` (one CPU device)."""
     script = tmp_path / "seed_guide.py"
-    shutil.copy(CORPUS / "seed_guide.py", script)
+    shutil.copy(CORPUS_DIR / "seed_guide.py", script)
     assert cli_main(["upgrade", "--write", str(script)]) == 0
     assert "0 TODO(s)" in capsys.readouterr().err
     script.write_text(script.read_text().replace('accelerator="gpu"', 'accelerator="cpu"'))

@@ -1,0 +1,286 @@
+"""The pre-pass of ``lightning-mgpu upgrade``: what one file says about its names, read before anything is rewritten.
+
+Real 1.x scripts seldom pass literals straight to ``Trainer(...)``. They build a dict of settings and splat it
+(``Trainer(**kwargs)``), pick a backend in a variable (``backend = "ddp" if n > 1 else None``), or read a flag
+(``accelerator=args.accelerator`` with ``parser.add_argument("--accelerator", default="ddp")``). This pass records,
+per scope (the module and each function), the values assigned to each name, the argparse flags of the file, the dicts
+that reach a Trainer, and the ``resume_from_checkpoint`` that can move to ``fit``; the transformer asks it what a value
+may hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import libcst as cst
+
+from lightning_mgpu.upgrade import rules
+
+#: Stands for "a list literal" among the values a name may hold (lists are not hashable).
+LIST = ("<list>",)
+#: Stands for "a dict literal".
+DICT = ("<dict>",)
+
+
+def dotted(node: cst.BaseExpression) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def literal(node: cst.BaseExpression) -> Any:
+    """A string, number, True/False/None literal's value; ``...`` for anything else."""
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[node.value]
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value
+    if isinstance(node, cst.Integer):
+        return int(node.value)
+    if isinstance(node, cst.Float):
+        return float(node.value)
+    if (
+        isinstance(node, cst.UnaryOperation)
+        and isinstance(node.operator, cst.Minus)
+        and isinstance(node.expression, cst.Integer)
+    ):
+        return -int(node.expression.value)
+    return ...
+
+
+def is_trainer_call(call: cst.Call) -> bool:
+    """``Trainer(...)``, ``pl.Trainer(...)`` and ``Trainer.from_argparse_args(...)`` (before or after the rewrite)."""
+    name = dotted(call.func) or ""
+    if name == "from_argparse_args" and call.args and (dotted(call.args[0].value) or "").endswith("Trainer"):
+        return True
+    return name == "Trainer" or name.endswith(".Trainer") or name.endswith("Trainer.from_argparse_args")
+
+
+def is_dict_builder(node: cst.BaseExpression) -> bool:
+    """A dict literal with string keys, or ``dict(key=value, ...)``."""
+    if isinstance(node, cst.Dict):
+        return all(isinstance(e, cst.DictElement) and isinstance(literal(e.key), str) for e in node.elements)
+    return isinstance(node, cst.Call) and dotted(node.func) == "dict" and all(a.keyword is not None for a in node.args)
+
+
+def strategy_literal(node: cst.BaseExpression) -> bool:
+    """A 1.x strategy string or None, or a conditional whose branches all are."""
+    if isinstance(node, cst.IfExp):
+        return strategy_literal(node.body) and strategy_literal(node.orelse)
+    value = literal(node)
+    return value is None or (isinstance(value, str) and value in rules.STRATEGY_STRINGS)
+
+
+@dataclass
+class Scope:
+    """The module or one function."""
+
+    node: cst.CSTNode
+    parent: Scope | None
+    assigns: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    trainers: dict[str, tuple[cst.Call, cst.BaseExpression]] = field(default_factory=dict)  # name -> (call, resume)
+    fits: list[tuple[str, cst.Call]] = field(default_factory=list)
+
+    def lookup(self, name: str) -> Scope | None:
+        """The innermost scope that assigns ``name``, from this one outwards."""
+        scope: Scope | None = self
+        while scope is not None and name not in scope.assigns:
+            scope = scope.parent
+        return scope
+
+
+class FileFacts(cst.CSTVisitor):
+    """Visit a module once; then ask :meth:`values` and read the recorded facts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scopes: dict[cst.CSTNode, Scope] = {}
+        self._stack: list[Scope] = []
+        #: argparse destinations -> (default node or None, choices node or None), from ``add_argument`` calls.
+        self.flags: dict[str, tuple[cst.BaseExpression | None, cst.BaseExpression | None]] = {}
+        #: (scope node, name) of the dicts splatted into a Trainer, in the scope that assigns them.
+        self.trainer_dicts: set[tuple[cst.CSTNode, str]] = set()
+        #: Trainer calls that splat something this pass cannot follow -> the expression splatted.
+        self.unknown_splats: dict[cst.Call, cst.BaseExpression] = {}
+        self.moved_resume: dict[cst.Call, cst.BaseExpression] = {}  # fit call -> the value for ckpt_path
+        self.resolved_resume: set[cst.Call] = set()  # Trainer calls whose value moved to a fit
+        self._splats: list[tuple[cst.Call, Scope, str]] = []  # Trainer(**name): resolved when the module ends
+        #: (scope node, name) of variables that only carry a 1.x strategy name into a Trainer: their assignments
+        #: are rewritten ("ddp_cpu" -> "ddp", None -> "auto") and the Trainer gets strategy=name.
+        self.strategy_vars: set[tuple[cst.CSTNode, str]] = set()
+        self._backend_names: list[tuple[Scope, str]] = []
+        self._name_uses: dict[tuple[int, str], int] = {}
+
+    # -- scopes --------------------------------------------------------------------------------------------------
+
+    def _push(self, node: cst.CSTNode) -> None:
+        scope = Scope(node, self._stack[-1] if self._stack else None)
+        self.scopes[node] = scope
+        self._stack.append(scope)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._push(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._push(node)
+        for param in [*node.params.params, *node.params.kwonly_params]:
+            self._stack[-1].assigns.setdefault(param.name.value, [])  # a parameter: its values are unknown
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._close(self._stack.pop())
+
+    def visit_Name(self, node: cst.Name) -> None:
+        key = (id(self._stack[-1]), node.value)
+        self._name_uses[key] = self._name_uses.get(key, 0) + 1
+
+    def leave_Module(self, node: cst.Module) -> None:
+        self._close(self._stack.pop())
+        for scope, name in self._backend_names:
+            values = scope.assigns.get(name) or []
+            used_once = self._name_uses.get((id(scope), name), 0) == len(values) + 1
+            if values and used_once and all(strategy_literal(v) for v in values):
+                if any(literal(v) is not None for v in values):
+                    self.strategy_vars.add((scope.node, name))
+        # A splat whose dict this file builds: the dict's own scope is rewritten; any other splat is unknown.
+        for call, scope, name in self._splats:
+            owner = scope.lookup(name)
+            values = owner.assigns[name] if owner is not None else []
+            if values and all(is_dict_builder(v) for v in values):
+                self.trainer_dicts.add((owner.node, name))  # type: ignore[union-attr]
+            else:
+                self.unknown_splats[call] = cst.Name(name)
+
+    # -- what is assigned, called and declared -------------------------------------------------------------------
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                self._stack[-1].assigns.setdefault(target.target.value, []).append(node.value)
+                if isinstance(node.value, cst.Call) and is_trainer_call(node.value):
+                    resume = next(
+                        (a.value for a in node.value.args if a.keyword and a.keyword.value == "resume_from_checkpoint"),
+                        None,
+                    )
+                    if resume is not None:
+                        self._stack[-1].trainers[target.target.value] = (node.value, resume)
+            elif isinstance(target.target, (cst.Tuple, cst.List)):
+                for element in target.target.elements:
+                    if isinstance(element.value, cst.Name):
+                        self._stack[-1].assigns.setdefault(element.value.value, []).append(cst.Name("__unknown__"))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if isinstance(node.target, cst.Name) and node.value is not None:
+            self._stack[-1].assigns.setdefault(node.target.value, []).append(node.value)
+
+    def visit_For(self, node: cst.For) -> None:
+        if isinstance(node.target, cst.Name):
+            self._stack[-1].assigns.setdefault(node.target.value, []).append(cst.Name("__unknown__"))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = dotted(node.func) or ""
+        if (
+            isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "fit"
+            and isinstance(node.func.value, cst.Name)
+        ):
+            self._stack[-1].fits.append((node.func.value.value, node))
+        if func.endswith("add_argument"):
+            self._flag(node)
+        if is_trainer_call(node):
+            for arg in node.args:
+                if arg.keyword is not None and arg.keyword.value in ("accelerator", "distributed_backend"):
+                    if isinstance(arg.value, cst.Name):
+                        self._backend_names.append((self._stack[-1], arg.value.value))
+                if arg.star != "**":
+                    continue
+                if isinstance(arg.value, cst.Name):
+                    self._splats.append((node, self._stack[-1], arg.value.value))
+                elif not is_dict_builder(arg.value):
+                    self.unknown_splats[node] = arg.value
+
+    def _flag(self, call: cst.Call) -> None:
+        """``parser.add_argument("--gpus", type=int, default=0, choices=...)``: its destination, default and choices."""
+        names = [literal(a.value) for a in call.args if a.keyword is None]
+        dest_arg = next((a.value for a in call.args if a.keyword and a.keyword.value == "dest"), None)
+        longs = [n for n in names if isinstance(n, str) and n.startswith("--")]
+        if dest_arg is not None and isinstance(literal(dest_arg), str):
+            dest = literal(dest_arg)
+        elif longs:
+            dest = longs[0][2:].replace("-", "_")
+        elif names and isinstance(names[0], str) and not names[0].startswith("-"):
+            dest = names[0]
+        else:
+            return
+        keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        action = literal(keywords["action"]) if "action" in keywords else None
+        default = keywords.get("default")
+        if default is None and action in ("store_true", "store_false"):
+            default = cst.Name("False" if action == "store_true" else "True")
+        self.flags[dest] = (default, keywords.get("choices"))
+
+    def _close(self, scope: Scope) -> None:
+        for name, (trainer_call, value) in scope.trainers.items():
+            fits = [call for target, call in scope.fits if target == name]
+            if fits and all(not any(a.keyword and a.keyword.value == "ckpt_path" for a in call.args) for call in fits):
+                for call in fits:
+                    self.moved_resume[call] = value
+                self.resolved_resume.add(trainer_call)
+
+    # -- questions -----------------------------------------------------------------------------------------------
+
+    def assigned(self, node: cst.BaseExpression, scope: Scope) -> list[cst.BaseExpression] | None:
+        """What each assignment in its scope gave a name (None for anything else, or a name it cannot follow)."""
+        if not isinstance(node, cst.Name):
+            return None
+        owner = scope.lookup(node.value)
+        return list(owner.assigns[node.value]) or None if owner is not None else None
+
+    def values(self, node: cst.BaseExpression, scope: Scope, depth: int = 0) -> set[Any] | None:
+        """The literal values ``node`` may hold, read from this file; None where some cannot be read.
+
+        A conditional holds either branch; a name holds what each assignment in its scope gave it; ``args.NAME``
+        holds its argparse flag's default and choices (a flag without a default holds None). Lists and dicts count
+        as :data:`LIST` and :data:`DICT`.
+        """
+        if depth > 8:
+            return None
+        value = literal(node)
+        if value is not ...:
+            return {value}
+        if isinstance(node, cst.List):
+            return {LIST}
+        if isinstance(node, cst.Dict):
+            return {DICT}
+        if isinstance(node, cst.IfExp):
+            body, orelse = self.values(node.body, scope, depth + 1), self.values(node.orelse, scope, depth + 1)
+            return None if body is None or orelse is None else body | orelse
+        if isinstance(node, cst.Name):
+            owner = scope.lookup(node.value)
+            if owner is None or not owner.assigns[node.value]:
+                return None
+            out: set[Any] = set()
+            for assigned in owner.assigns[node.value]:
+                found = self.values(assigned, owner, depth + 1)
+                if found is None:
+                    return None
+                out |= found
+            return out
+        if isinstance(node, cst.Attribute) and node.attr.value in self.flags:
+            default, choices = self.flags[node.attr.value]
+            out = {None} if default is None else self.values(default, scope, depth + 1)
+            if out is None:
+                return None
+            if choices is not None:
+                if not isinstance(choices, (cst.List, cst.Tuple, cst.Set)):
+                    return None
+                for element in choices.elements:
+                    found = self.values(element.value, scope, depth + 1)
+                    if found is None:
+                        return None
+                    out |= found
+            return out
+        return None

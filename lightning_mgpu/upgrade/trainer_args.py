@@ -1,0 +1,244 @@
+"""Lightning 1.x's Trainer command line, on Lightning 2.x: what ``lightning-mgpu upgrade`` turns
+``Trainer.add_argparse_args(parser)`` and ``Trainer.from_argparse_args(args, **kw)`` into.
+
+Lightning 2.0 removed both. A script built on them keeps its command line with these two functions (the 1.x utilities
+``pytorch_lightning.utilities.argparse.add_argparse_args/from_argparse_args`` had the same signatures)::
+
+    from lightning_mgpu.upgrade.trainer_args import add_argparse_args, from_argparse_args
+
+    parser = add_argparse_args(Trainer, parser)        # --max_epochs, --devices, ... and the 1.x --gpus, --accelerator ddp
+    args = parser.parse_args()
+    trainer = from_argparse_args(Trainer, args, logger=logger)
+
+Every 2.x Trainer argument with a simple type becomes a flag, with the Trainer's default. The 1.x flags that were
+removed (``--gpus``, ``--num_processes``, ``--distributed_backend``, ``--resume_from_checkpoint``, ...) are still
+accepted, default to None, and are translated by :func:`legacy_trainer_kwargs` as the 1.x Trainer read them, so an old
+command line (``python train.py --gpus 2 --accelerator ddp --precision 16``) trains the same way. A value with no 2.x
+meaning is refused with one line that names the 2.x way. Works with ``lightning.pytorch`` and ``pytorch_lightning``
+(the namespace is read from the class passed) and with any other class (a LightningDataModule): only a Trainer's
+arguments are translated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+from typing import Any
+
+from lightning_mgpu.upgrade import rules
+
+#: 1.x Trainer flags that 2.x removed, added beside the 2.x ones (default None: only a value given is translated).
+LEGACY_FLAGS = (
+    "gpus",
+    "num_processes",
+    "tpu_cores",
+    "ipus",
+    "distributed_backend",
+    "auto_select_gpus",
+    "amp_backend",
+    "amp_level",
+    "resume_from_checkpoint",
+    "checkpoint_callback",
+    "weights_summary",
+    "progress_bar_refresh_rate",
+    "replace_sampler_ddp",
+    "reload_dataloaders_every_epoch",
+    "flush_logs_every_n_steps",
+    "log_gpu_memory",
+    "terminate_on_nan",
+    "track_grad_norm",
+    "auto_lr_find",
+    "auto_scale_batch_size",
+    "stochastic_weight_avg",
+    "move_metrics_to_cpu",
+    "multiple_trainloader_mode",
+    "prepare_data_per_node",
+    "weights_save_path",
+)
+#: Values of a removed flag that mean "not used": dropped without a word.
+_UNSET = (None, False, "", "false", "False", "none", "None", -1)
+
+
+def _value(text: str) -> Any:
+    """A command-line value as 1.x's Trainer flags read it: ints, floats, booleans and None, else the string."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "yes"):
+        return True
+    if lowered in ("false", "no"):
+        return False
+    if lowered == "none":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _same(value: Any, default: Any) -> bool:
+    return type(value) is type(default) and value == default
+
+
+def _is_trainer(cls: type) -> bool:
+    return any(base.__name__ == "Trainer" for base in inspect.getmro(cls))
+
+
+def _namespace(cls: type) -> str:
+    """``lightning.pytorch`` or ``pytorch_lightning``: the Lightning tree ``cls`` (a Trainer subclass) belongs to."""
+    trainer = next(base for base in inspect.getmro(cls) if base.__name__ == "Trainer")
+    module = trainer.__module__
+    return module.split(".trainer", 1)[0] if ".trainer" in module else module.rsplit(".", 1)[0]
+
+
+def add_argparse_args(
+    cls: type, parser: argparse.ArgumentParser, *, use_argument_group: bool = True
+) -> argparse.ArgumentParser:
+    """Add a flag per argument of ``cls.__init__`` (and, for a Trainer, the removed 1.x flags) to ``parser``.
+
+    Args:
+        cls: the Trainer (or LightningDataModule) class whose arguments become flags.
+        parser: the parser to extend.
+        use_argument_group: group the flags under the class name in ``--help``, as 1.x did.
+
+    Returns:
+        ``parser``, as 1.x's ``Trainer.add_argparse_args`` did, so ``parser = add_argparse_args(Trainer, parser)`` works.
+    """
+    group = parser.add_argument_group(cls.__name__) if use_argument_group else parser
+    taken = {action.dest for action in parser._actions}  # a flag the script defines itself wins
+    for name, param in inspect.signature(cls.__init__).parameters.items():
+        if name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or name in taken:
+            continue
+        default = param.default if param.default is not inspect.Parameter.empty else None
+        if not isinstance(default, (bool, int, float, str, type(None))):
+            continue  # callbacks, loggers, plugins, profilers objects: not from a command line
+        group.add_argument(f"--{name}", dest=name, type=_value, default=default, help=f"(default: {default!r})")
+        taken.add(name)
+    if _is_trainer(cls):
+        for name in LEGACY_FLAGS:
+            if name not in taken:
+                group.add_argument(
+                    f"--{name}", dest=name, type=_value, default=None, help="Lightning 1.x flag, translated"
+                )
+    return parser
+
+
+def from_argparse_args(cls: type, args: argparse.Namespace | dict[str, Any], **kwargs: Any) -> Any:
+    """Build ``cls`` from parsed flags, as 1.x's ``Trainer.from_argparse_args(args, **kwargs)`` did.
+
+    Args:
+        cls: the class to build.
+        args: the parsed namespace (or a dict); entries that are not arguments of ``cls`` are ignored.
+        **kwargs: arguments that win over the flags.
+
+    Returns:
+        ``cls(**params)``, with a Trainer's 1.x flags translated by :func:`legacy_trainer_kwargs`.
+
+    Raises:
+        ValueError: a 1.x flag was given a value that has no 2.x meaning (the message names the 2.x way).
+    """
+    given = vars(args) if isinstance(args, argparse.Namespace) else dict(args)
+    signature = inspect.signature(cls.__init__).parameters
+    accepted = set(signature) | (set(LEGACY_FLAGS) if _is_trainer(cls) else set())
+    # A flag left at the class's own default says nothing: dropping it lets a 1.x flag (--gpus 2) set that argument.
+    params = {
+        name: value
+        for name, value in given.items()
+        if name in accepted and not (name in signature and _same(value, signature[name].default))
+    }
+    params.update(kwargs)
+    if _is_trainer(cls):
+        params = legacy_trainer_kwargs(params, namespace=_namespace(cls))
+    return cls(**params)
+
+
+def legacy_trainer_kwargs(params: dict[str, Any], namespace: str = "lightning.pytorch") -> dict[str, Any]:
+    """Translate Lightning 1.x Trainer keyword arguments into 2.x ones, as 1.x's Trainer read them.
+
+    Args:
+        params: keyword arguments for a Trainer, 1.x and 2.x spellings mixed; 2.x ones at their defaults ("auto",
+            None) are overridden by a 1.x one that says more.
+        namespace: the Lightning tree whose callbacks a translation adds (``lightning.pytorch`` or ``pytorch_lightning``).
+
+    Returns:
+        The 2.x keyword arguments.
+
+    Raises:
+        ValueError: a 1.x argument whose value has no 2.x meaning, named with the 2.x way.
+    """
+    out = {k: v for k, v in params.items() if k not in LEGACY_FLAGS}
+
+    def put(name: str, value: Any, old: str) -> None:
+        # A 2.x argument left at its default ("auto"/None) takes the 1.x value; a different explicit one conflicts.
+        if out.get(name) in (None, "auto") or out.get(name) == value:
+            out[name] = value
+        else:
+            raise ValueError(f"{old} maps to {name}={value!r}, but {name}={out[name]!r} is given too: choose one")
+
+    strategy_source = next(
+        (k for k in ("distributed_backend", "accelerator") if params.get(k) in rules.STRATEGY_STRINGS), None
+    )
+    if strategy_source is not None:
+        name = params[strategy_source]
+        if strategy_source == "accelerator":
+            out.pop("accelerator")
+        put("strategy", rules.STRATEGY_STRINGS[name], f"{strategy_source}={name!r}")
+        if name == "ddp_cpu":
+            put("accelerator", "cpu", f"{strategy_source}={name!r}")
+    elif params.get("distributed_backend") not in (None, ""):
+        raise ValueError(
+            f"distributed_backend={params['distributed_backend']!r} is not a strategy: pass strategy= instead"
+        )
+    gpus = params.get("gpus")
+    if gpus not in (None, 0, "0", "", []):
+        put("accelerator", "gpu", f"gpus={gpus!r}")
+        put("devices", gpus, f"gpus={gpus!r}")
+    elif params.get("num_processes") not in (None, 0):
+        put("accelerator", "cpu", f"num_processes={params['num_processes']!r}")
+        put("devices", params["num_processes"], f"num_processes={params['num_processes']!r}")
+    elif gpus is not None:
+        put("accelerator", "cpu", f"gpus={gpus!r}")
+    for flag, accelerator in (("tpu_cores", "tpu"), ("ipus", "ipu")):
+        if params.get(flag) not in (None, 0):
+            put("accelerator", accelerator, f"{flag}={params[flag]!r}")
+            put("devices", params[flag], f"{flag}={params[flag]!r}")
+    precision = out.get("precision")
+    if str(precision) in rules.PRECISION:
+        out["precision"] = rules.PRECISION[str(precision)]
+    if params.get("amp_backend") == "apex" and str(precision) == "16":
+        raise ValueError('amp_backend="apex" is gone: precision="16-mixed" is native AMP (drop --amp_backend)')
+    for old, new in rules.RENAMED_ARGS.items():
+        if old in params:
+            out.pop(old, None)
+            if params[old] is not None:
+                put(new, params[old], old)
+    if params.get("checkpoint_callback") is not None:
+        if not isinstance(params["checkpoint_callback"], bool):
+            raise ValueError("checkpoint_callback= takes no ModelCheckpoint in 2.x: pass it in callbacks=[...]")
+        put("enable_checkpointing", params["checkpoint_callback"], "checkpoint_callback")
+    if params.get("weights_summary", "top") is None:
+        put("enable_model_summary", False, "weights_summary=None")
+    if params.get("reload_dataloaders_every_epoch"):
+        put("reload_dataloaders_every_n_epochs", 1, "reload_dataloaders_every_epoch=True")
+    rate = params.get("progress_bar_refresh_rate")
+    if rate == 0:
+        put("enable_progress_bar", False, "progress_bar_refresh_rate=0")
+    elif rate is not None:
+        bar = importlib.import_module(f"{namespace}.callbacks").TQDMProgressBar(refresh_rate=int(rate))
+        callbacks = out.get("callbacks") or []
+        out["callbacks"] = [*(callbacks if isinstance(callbacks, list) else [callbacks]), bar]
+    if params.get("resume_from_checkpoint") is not None:
+        raise ValueError(
+            "resume_from_checkpoint is gone from the Trainer: pass ckpt_path=args.resume_from_checkpoint to trainer.fit"
+        )
+    for name in ("accelerator", "strategy", "devices"):
+        if name in out and out[name] is None:
+            del out[name]  # 1.x's "not given"; 2.x's default is "auto"
+    if out.get("max_steps") is None and "max_steps" in out:
+        out["max_steps"] = -1  # 1.x's "no limit"
+    # Removed flags whose unset values mean nothing, and whose set values have no 2.x Trainer argument.
+    for old, rule in {**rules.REMOVED_ARGS, **rules.DROPPED_ARGS}.items():
+        if params.get(old) not in _UNSET and old not in ("tpu_cores", "ipus") and old not in rules.DROPPED_ARGS:
+            raise ValueError(f"--{old}={params[old]!r}: {rules.RULES[rule].todo}")
+    return out
