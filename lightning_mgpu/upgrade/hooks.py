@@ -250,6 +250,84 @@ def convert_epoch_ends(cls: cst.ClassDef, has_optimizer_idx: bool) -> ClassResul
     return result
 
 
+#: The methods whose returned dict Lightning 1.0 read ``"log"`` and ``"progress_bar"`` keys from.
+_LOGGING_RETURNS = (
+    "training_step",
+    "validation_step",
+    "test_step",
+    "training_epoch_end",
+    "validation_epoch_end",
+    "test_epoch_end",
+)
+
+
+class _LogReturns(cst.CSTTransformer):
+    """``return {"loss": loss, "log": logs, "progress_bar": bar}`` -> ``self.log_dict(logs)``,
+    ``self.log_dict(bar, prog_bar=True)``, ``return {"loss": loss}`` (nested functions left alone)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = 0
+        self.changed = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.depth += 1
+        return self.depth == 1
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self.depth -= 1
+        return updated
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if len(updated.body) != 1 or not isinstance(updated.body[0], cst.Return):
+            return updated
+        value = updated.body[0].value
+        if not isinstance(value, cst.Dict):
+            return updated
+        keys = {literal(e.key): e for e in value.elements if isinstance(e, cst.DictElement)}
+        if "log" not in keys and "progress_bar" not in keys:
+            return updated
+        code = cst.Module(body=[]).code_for_node
+        lines: list[cst.BaseStatement] = []
+        if "log" in keys:
+            lines.append(cst.parse_statement(f"self.log_dict({code(keys['log'].value)})"))
+        if "progress_bar" in keys:
+            lines.append(cst.parse_statement(f"self.log_dict({code(keys['progress_bar'].value)}, prog_bar=True)"))
+        rest = [
+            e
+            for e in value.elements
+            if not (isinstance(e, cst.DictElement) and literal(e.key) in ("log", "progress_bar"))
+        ]
+        if rest:
+            rest[-1] = rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            lines.append(
+                updated.with_changes(body=[updated.body[0].with_changes(value=value.with_changes(elements=rest))])
+            )
+        lines[0] = lines[0].with_changes(leading_lines=updated.leading_lines)
+        if rest:
+            lines[-1] = lines[-1].with_changes(leading_lines=[])
+        self.changed = True
+        return cst.FlattenSentinel(lines)
+
+
+def convert_log_returns(cls: cst.ClassDef) -> ClassResult:
+    """Lightning 1.0 logged the ``"log"`` (and ``"progress_bar"``) entries of a step's or an epoch end's returned
+    dict; 2.x ignores them. They become ``self.log_dict(...)`` calls before the return."""
+    result = ClassResult(cls)
+    for name in _LOGGING_RETURNS:
+        method = _methods(result.node).get(name)
+        if method is None:
+            continue
+        transformer = _LogReturns()
+        new = method.visit(transformer)
+        if transformer.changed:
+            result.node = _replace_method(result.node, name, [new])  # type: ignore[list-item]
+            result.changes.append((name, f'{name}: returned "log"/"progress_bar" entries -> self.log_dict(...)'))
+    return result
+
+
 def _is_callback_hook(func: cst.FunctionDef) -> bool:
     """A callback's hook takes ``(self, trainer, pl_module, ...)``; a module's takes ``(self, ...)``."""
     names = _param_names(func)

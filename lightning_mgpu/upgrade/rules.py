@@ -84,7 +84,19 @@ MOVED_NAMES = {
 PRECISION = {"16": "16-mixed", "bf16": "bf16-mixed"}
 
 #: Trainer arguments renamed in 2.0 (or earlier), where the value carries over.
-RENAMED_ARGS = {"replace_sampler_ddp": "use_distributed_sampler", "row_log_interval": "log_every_n_steps"}
+RENAMED_ARGS = {
+    "replace_sampler_ddp": "use_distributed_sampler",
+    "row_log_interval": "log_every_n_steps",
+    # Lightning 0.x names that 1.0-era scripts still carried.
+    "max_nb_epochs": "max_epochs",
+    "min_nb_epochs": "min_epochs",
+    "default_save_path": "default_root_dir",
+    "nb_sanity_val_steps": "num_sanity_val_steps",
+    "nb_gpu_nodes": "num_nodes",
+    "train_percent_check": "limit_train_batches",
+    "val_percent_check": "limit_val_batches",
+    "test_percent_check": "limit_test_batches",
+}
 
 #: Trainer arguments removed in 2.0 whose removal changes nothing a run computes: dropped, with a comment.
 DROPPED_ARGS = {
@@ -112,6 +124,29 @@ REMOVED_ARGS = {
     "automatic_optimization": "trainer-automatic-optimization",
     "process_position": "trainer-process-position",
 }
+
+#: ModelCheckpoint keywords renamed in 1.x's deprecations (removed by 2.0).
+CHECKPOINT_RENAMED = {"period": "every_n_epochs", "every_n_val_epochs": "every_n_epochs"}
+#: Base classes that make a class plainly not Lightning's (its methods keep their names: a hand-written loop may call
+#: its own ``training_epoch_end``).
+NON_LIGHTNING_BASES = frozenset(
+    {
+        "Module",
+        "object",
+        "Dataset",
+        "IterableDataset",
+        "Enum",
+        "Exception",
+        "ABC",
+        "NamedTuple",
+        "TypedDict",
+        "dict",
+        "list",
+        "Sequential",
+        "ModuleList",
+        "ModuleDict",
+    }
+)
 
 #: Keyword arguments of ``trainer.fit/validate/test/predict/tune`` renamed in 2.0.
 LOOP_KWARGS = {
@@ -434,6 +469,19 @@ RULES = _rules(
         "trainer-tune",
         "trainer.tune() is gone: use Tuner(trainer).lr_find(model)",
         "trainer.tune(model) ran the tuners that auto_lr_find/auto_scale_batch_size enabled; 2.x: Tuner(trainer).",
+    ),
+    Rule(
+        "checkpoint-filepath",
+        "ModelCheckpoint(filepath={value}): pass dirpath= and filename=",
+        "ModelCheckpoint(filepath=X) took a folder, or a folder and a file pattern ('ckpts/{epoch}-{val_loss:.2f}');"
+        " 2.x takes dirpath= (the folder) and filename= (the pattern, without .ckpt). The tool splits a literal or a"
+        " visible pattern; a value it cannot read is left to you.",
+    ),
+    Rule(
+        "checkpoint-prefix",
+        "ModelCheckpoint's prefix is gone: put it at the start of filename=",
+        'ModelCheckpoint(prefix=P) prepended P to every checkpoint name; 2.x: filename="P-{epoch}" (or the filename'
+        " you had, with P in front).",
     ),
     # -- names ------------------------------------------------------------------------------------------------------
     Rule(

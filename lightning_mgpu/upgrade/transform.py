@@ -16,7 +16,7 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from lightning_mgpu.upgrade import rules
-from lightning_mgpu.upgrade.hooks import convert_epoch_ends, convert_renamed_hooks, with_comments
+from lightning_mgpu.upgrade.hooks import convert_epoch_ends, convert_log_returns, convert_renamed_hooks, with_comments
 from lightning_mgpu.upgrade.scopes import LIST, FileFacts, Scope, is_dict_builder
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
 
@@ -215,6 +215,12 @@ def _is_strategy_object(node: cst.BaseExpression, assigned: list[cst.BaseExpress
     )
 
 
+def _looks_like_a_pattern(node: cst.BaseExpression) -> bool:
+    """``os.path.join(out, "{epoch}-{val_loss:.2f}")`` or an f-string with ``{epoch}``: a file pattern, not a folder."""
+    code = _code(node)
+    return "{epoch" in code or "{step" in code or "{val" in code or ".ckpt" in code
+
+
 def _strategy_value(node: cst.BaseExpression) -> cst.BaseExpression | None:
     """``node`` with each 1.x strategy string mapped to its 2.x name and None to "auto", where every branch of it is a
     literal (a string, None, or a conditional of those); None where some branch is not."""
@@ -229,6 +235,13 @@ def _strategy_value(node: cst.BaseExpression) -> cst.BaseExpression | None:
     if isinstance(value, str) and value in rules.STRATEGY_STRINGS:
         return _quoted(rules.STRATEGY_STRINGS[value])
     return None
+
+
+def _branches(node: cst.BaseExpression) -> set[Any]:
+    """The literals a value or a conditional of values can be (``{...}`` where a branch is not a literal)."""
+    if isinstance(node, cst.IfExp):
+        return _branches(node.body) | _branches(node.orelse)
+    return {_literal(node)}
 
 
 def _strategy_candidates(values: set[Any] | None) -> bool:
@@ -322,10 +335,10 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
     # is the strategy and the string goes.
     if found and found[-1][1] == "plugins" and not isinstance(found[-1][0], cst.SimpleString):
         for strategy, key, written in found[:-1]:
-            if _string(strategy) in ("ddp", "ddp_spawn"):
+            if _branches(strategy) <= {"ddp", "ddp_spawn", "auto"}:
                 args.remove(key)
                 args.changes.append(f"{key}={written} dropped: the plugin object is the strategy")
-        found = [f for f in found if not (f[1] != "plugins" and _string(f[0]) in ("ddp", "ddp_spawn"))]
+        found = [f for f in found if f[1] == "plugins" or not _branches(f[0]) <= {"ddp", "ddp_spawn", "auto"}]
     # Two 1.x keys that both name a strategy: the last one moves, the others are left for a person with the same
     # TODO that a second run would give them.
     for strategy, key, _ in found[:-1]:
@@ -431,6 +444,19 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             args.changes.append(f"checkpoint_callback={_code(checkpoint)} -> callbacks=[..., {_code(checkpoint)}]")
         else:
             args.todo("trainer-checkpoint-callback", value=_code(checkpoint))
+    early = args.get("early_stop_callback")
+    if early is not None:
+        literal = _literal(early)
+        if literal is False or literal is None:
+            args.remove("early_stop_callback")
+            args.changes.append(f"early_stop_callback={_code(early)} removed (no early stopping, the 2.x default)")
+        elif literal is True and args.add_callback(
+            'EarlyStopping(monitor="val_loss")', "EarlyStopping", "callbacks", "early_stop_callback"
+        ):
+            args.changes.append('early_stop_callback=True -> callbacks=[EarlyStopping(monitor="val_loss")]')
+        elif literal is ... and args.add_callback(_code(early), "EarlyStopping", "callbacks", "early_stop_callback"):
+            args.imports.pop()  # built by the user's own code
+            args.changes.append(f"early_stop_callback={_code(early)} -> callbacks=[..., {_code(early)}]")
     summary = args.get("weights_summary")
     if summary is not None:
         literal = _literal(summary)
@@ -477,6 +503,14 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             args.changes.append("accumulate_grad_batches={...} -> callbacks=[GradientAccumulationScheduler(...)]")
         else:
             args.todo("trainer-accumulate-dict", value=_code(accumulate))
+    profiler = args.get("profiler")
+    if profiler is not None and isinstance(_literal(profiler), bool):
+        if _literal(profiler):
+            args.replace("profiler", [("profiler", _quoted("simple"))])
+        else:
+            args.remove("profiler")
+        new_profiler = 'profiler="simple"' if _literal(profiler) else "removed"
+        args.changes.append(f"profiler={_code(profiler)} -> {new_profiler}")
     steps = args.get("max_steps")
     if steps is not None and _literal(steps) is None:
         args.replace("max_steps", [("max_steps", cst.parse_expression("-1"))])
@@ -634,6 +668,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         self.datamodules: set[str] = set()  # classes in this file that derive from a LightningDataModule
         self._torchmetrics_imports: list[tuple[str, str]] = []  # (module, name) of metrics imported by this file
         self._attribute_names: set[int] = set()  # ids of the Name nodes that are an attribute's attr
+        self._lightning_class: list[bool] = []  # per enclosing class: whether it may be a Lightning class
 
     # -- bookkeeping ---------------------------------------------------------------------------------------------
 
@@ -995,6 +1030,8 @@ class UpgradeTransformer(cst.CSTTransformer):
             self._todo(original, rules.todo_text("trainer-tune"))
         if method == "set_defaults":
             updated = self._set_defaults(original, updated)
+        if func.rsplit(".", 1)[-1] == "ModelCheckpoint":
+            updated = self._model_checkpoint(original, updated)
         new_func = _dotted(updated.func) or ""
         if new_func.split(".")[-1] in rules.TORCHMETRICS_TASK and self._is_torchmetrics(new_func):
             return self._metric_call(original, updated)
@@ -1071,6 +1108,40 @@ class UpgradeTransformer(cst.CSTTransformer):
                 self._change(original, f"set_defaults({arg.keyword.value}=...) -> set_defaults({new}=...)")
                 arg = arg.with_changes(keyword=cst.Name(new))
             args.append(arg)
+        return updated.with_changes(args=args)
+
+    def _model_checkpoint(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """``ModelCheckpoint(filepath=...)`` (split into ``dirpath`` and ``filename`` as 1.x did), ``period`` and
+        ``every_n_val_epochs`` (``every_n_epochs``); ``prefix`` gets a TODO."""
+        args: list[cst.Arg] = []
+        for arg in updated.args:
+            key = arg.keyword.value if arg.keyword is not None else None
+            if key in rules.CHECKPOINT_RENAMED:
+                args.append(arg.with_changes(keyword=cst.Name(rules.CHECKPOINT_RENAMED[key])))
+                self._change(original, f"ModelCheckpoint({key}=...) -> ({rules.CHECKPOINT_RENAMED[key]}=...)")
+            elif key == "filepath":
+                path = _string(arg.value)
+                if path is None and not _looks_like_a_pattern(arg.value):
+                    # 1.x took a folder or a file pattern here; which one this value is, only the run knows.
+                    self._todo(original, rules.todo_text("checkpoint-filepath", value=_code(arg.value)))
+                    args.append(arg)
+                    continue
+                if path is not None:
+                    head, _, tail = path.rpartition("/")
+                    parts = [("dirpath", _quoted(head))] if head else []
+                    parts += [("filename", _quoted(tail.removesuffix(".ckpt")))] if tail else []
+                else:
+                    self.plain_imports["os"] = None
+                    parts = [
+                        ("dirpath", cst.parse_expression(f"os.path.dirname({_code(arg.value)})")),
+                        ("filename", cst.parse_expression(f"os.path.basename({_code(arg.value)})")),
+                    ]
+                args += [_kwarg(k, v, arg).with_changes(comma=arg.comma) for k, v in parts]
+                self._change(original, "ModelCheckpoint(filepath=...) -> (dirpath=..., filename=...)")
+            else:
+                if key == "prefix":
+                    self._todo(original, rules.todo_text("checkpoint-prefix"))
+                args.append(arg)
         return updated.with_changes(args=args)
 
     def _is_torchmetrics(self, func: str) -> bool:
@@ -1225,6 +1296,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             and len(small.targets) == 1
             and _dotted(small.targets[0].target) == "self.hparams"
             and self._class_depth
+            and self._lightning_class[-1]
         ):
             self._change(original, "self.hparams = ... -> self.save_hyperparameters(...)")
             call = cst.parse_statement(f"self.save_hyperparameters({_code(small.value)})")
@@ -1323,6 +1395,8 @@ class UpgradeTransformer(cst.CSTTransformer):
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._class_depth += 1
         bases = {(_dotted(b.value) or "").rsplit(".", 1)[-1] for b in node.bases}
+        # A plain nn.Module (or no base): its training_epoch_end is the user's own, called by their own loop.
+        self._lightning_class.append(bool(bases - rules.NON_LIGHTNING_BASES))
         if bases & {"LightningDataModule"} or bases & self.datamodules:
             self.datamodules.add(node.name.value)
         methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
@@ -1336,9 +1410,12 @@ class UpgradeTransformer(cst.CSTTransformer):
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._class_depth -= 1
         has_optimizer_idx = self._class_has_optimizer_idx.pop()
+        if not self._lightning_class.pop():
+            return updated
         lines = {s.name.value: self._line(s) for s in original.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
         comments: list[tuple[str, str]] = []
-        for result in (convert_epoch_ends(updated, has_optimizer_idx),):
+        for convert in (convert_log_returns, lambda c: convert_epoch_ends(c, has_optimizer_idx)):
+            result = convert(updated)
             updated = result.node
             for method, message in result.changes:
                 self.findings.append(Finding(lines.get(method, self._line(original)), message))
@@ -1359,7 +1436,7 @@ class UpgradeTransformer(cst.CSTTransformer):
     def leave_FunctionDef(
         self, original: cst.FunctionDef, updated: cst.FunctionDef
     ) -> cst.FunctionDef | cst.RemovalSentinel:
-        if self._class_depth == 0:
+        if self._class_depth == 0 or not self._lightning_class[-1]:
             return updated
         hook = updated.name.value
         if hook in rules.HOOK_DROPPED_PARAMS:

@@ -33,6 +33,15 @@ REMOVED_TRAINER_KEYWORDS = frozenset(
         "flush_logs_every_n_steps",
         "log_gpu_memory",
         "weights_save_path",
+        "max_nb_epochs",
+        "min_nb_epochs",
+        "default_save_path",
+        "nb_sanity_val_steps",
+        "nb_gpu_nodes",
+        "train_percent_check",
+        "val_percent_check",
+        "test_percent_check",
+        "early_stop_callback",
         "truncated_bptt_steps",
         "row_log_interval",
         "log_save_interval",
@@ -58,6 +67,8 @@ DICT_KEYS = frozenset(
 )
 #: 1.x strategy names that are not device types (accelerator="ddp" and friends).
 STRATEGY_NAMES = frozenset({"dp", "ddp", "ddp_spawn", "ddp2", "horovod", "ddp_cpu", "ddp_sharded", "ddp_sharded_spawn"})
+#: ModelCheckpoint keywords 2.0 no longer takes.
+CHECKPOINT_KEYWORDS = frozenset({"filepath", "period", "every_n_val_epochs", "prefix", "save_best_only"})
 #: Loop keywords 2.0 renamed.
 REMOVED_LOOP_KEYWORDS = {
     "fit": {"train_dataloader", "val_dataloader"},
@@ -147,6 +158,12 @@ def leftovers(source: str) -> list[tuple[int, str]]:
                     found.append((node.lineno, f"{name}({keyword.arg}=...)"))
             if name == "dict":
                 found += [(node.lineno, f"dict({k.arg}=...)") for k in node.keywords if k.arg in DICT_KEYS]
+            if name == "ModelCheckpoint":
+                found += [
+                    (node.lineno, f"ModelCheckpoint({k.arg}=...)")
+                    for k in node.keywords
+                    if k.arg in CHECKPOINT_KEYWORDS
+                ]
             if name in ("add_argparse_args", "from_argparse_args") and isinstance(func, ast.Attribute):
                 found.append((node.lineno, f".{name}(...)"))
         elif isinstance(node, ast.Dict):

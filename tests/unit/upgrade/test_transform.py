@@ -555,3 +555,56 @@ def test_the_summary_says_what_was_written() -> None:
     messages = [f.message for f in result.changes]
     assert "gpus=2 -> devices=2" in messages and 'accelerator="auto" kept' in messages
     assert not any('accelerator="gpu"' in m for m in messages)
+
+
+def test_1_0_logging_through_returned_dicts_becomes_log_dict() -> None:
+    source = """class M(pl.LightningModule):
+    def training_step(self, batch, batch_idx):
+        loss = self(batch)
+        return {"loss": loss, "log": {"train_loss": loss}}
+
+    def validation_step(self, batch, batch_idx):
+        return {"val_loss": self(batch)}
+
+    def validation_epoch_end(self, outputs):
+        avg = torch.stack([x["val_loss"] for x in outputs]).mean()
+        logs = {"val_loss": avg}
+        return {"val_loss": avg, "log": logs, "progress_bar": logs}
+"""
+    out = upgraded(source)
+    assert '        self.log_dict({"train_loss": loss})\n        return {"loss": loss}\n' in out
+    assert "        self.log_dict(logs)\n        self.log_dict(logs, prog_bar=True)\n" in out
+    assert '        return {"val_loss": avg}\n' in out and '"log":' not in out
+
+
+def test_a_plain_module_keeps_its_own_hooks() -> None:
+    """A hand-written loop's nn.Module may name its methods like Lightning's: they are its own, and stay."""
+    source = (
+        "class Net(nn.Module):\n"
+        "    def __init__(self, hparams):\n        super().__init__()\n        self.hparams = hparams\n\n"
+        "    def training_step(self, batch, batch_idx, optimizer_idx):\n        return batch\n\n"
+        "    def training_epoch_end(self, outputs):\n        return {'log': outputs}\n"
+    )
+    assert upgraded(source) == source
+
+
+def test_model_checkpoint_and_early_stopping_arguments() -> None:
+    source = (
+        "a = ModelCheckpoint(filepath='ckpts/{epoch}-{val_loss:.2f}', period=2, monitor='val_loss')\n"
+        "b = ModelCheckpoint(filepath=os.path.join(out, '{epoch}'), every_n_val_epochs=1)\n"
+        "c = ModelCheckpoint(prefix='run1', dirpath='x')\n"
+        "t = Trainer(early_stop_callback=EarlyStopping(patience=3), callbacks=[a])\n"
+        "u = Trainer(early_stop_callback=False)\n"
+    )
+    out = upgraded(source)
+    assert (
+        'a = ModelCheckpoint(dirpath="ckpts", filename="{epoch}-{val_loss:.2f}", every_n_epochs=2, monitor=\'val_loss\')'
+        in out
+    )
+    assert (
+        "b = ModelCheckpoint(dirpath=os.path.dirname(os.path.join(out, '{epoch}')), filename=os.path.basename(os.path.join(out, '{epoch}')), every_n_epochs=1)"
+        in out
+    )
+    assert out.startswith("import os\n")
+    assert "checkpoint-prefix): ModelCheckpoint's prefix is gone" in out
+    assert "t = Trainer(callbacks=[a, EarlyStopping(patience=3)])" in out and "u = Trainer()" in out
