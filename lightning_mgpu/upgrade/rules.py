@@ -171,8 +171,9 @@ RENAMED_NAMES = {
     ("loggers.base", "LightningLoggerBase"): ("loggers", "Logger"),
     ("loggers", "LightningLoggerBase"): ("loggers", "Logger"),
     ("loggers.logger", "LightningLoggerBase"): ("loggers", "Logger"),
-    ("callbacks", "ProgressBar"): ("callbacks", "TQDMProgressBar"),
-    ("callbacks.progress", "ProgressBar"): ("callbacks", "TQDMProgressBar"),
+    # 2.0 gave the base class the name 1.x's tqdm bar had (TQDMProgressBar since 1.5): only the base moves here.
+    ("callbacks", "ProgressBarBase"): ("callbacks", "ProgressBar"),
+    ("callbacks.progress", "ProgressBarBase"): ("callbacks", "ProgressBar"),
     ("core.memory", "ModelSummary"): ("utilities.model_summary", "ModelSummary"),
 }
 #: Lightning's own 1.x training-type plugins -> their 2.x strategy classes (``strategies`` below the namespace), with
@@ -469,6 +470,12 @@ RULES = _rules(
         "trainer-tune",
         "trainer.tune() is gone: use Tuner(trainer).lr_find(model)",
         "trainer.tune(model) ran the tuners that auto_lr_find/auto_scale_batch_size enabled; 2.x: Tuner(trainer).",
+    ),
+    Rule(
+        "auto-move-data",
+        "auto_move_data is gone: move inputs with .to(self.device) where forward is called",
+        "@auto_move_data moved forward's tensor arguments to the module's device when forward was called outside"
+        " the Trainer (inference). 2.x removed it: move the inputs yourself. Under the Trainer nothing changes.",
     ),
     Rule(
         "checkpoint-filepath",

@@ -669,6 +669,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._torchmetrics_imports: list[tuple[str, str]] = []  # (module, name) of metrics imported by this file
         self._attribute_names: set[int] = set()  # ids of the Name nodes that are an attribute's attr
         self._lightning_class: list[bool] = []  # per enclosing class: whether it may be a Lightning class
+        self._auto_move_data: set[str] = set()  # local names of the removed @auto_move_data decorator
 
     # -- bookkeeping ---------------------------------------------------------------------------------------------
 
@@ -832,6 +833,11 @@ class UpgradeTransformer(cst.CSTTransformer):
                 continue
             if name == "TestTubeLogger":
                 self._todo(original, rules.todo_text("test-tube-logger"))
+            if name == "auto_move_data":
+                # The module is gone in 2.x: the import would stop the script; the decorator goes with it.
+                self._auto_move_data.add(local or name)  # type: ignore[arg-type]
+                self._change(original, f"from {module} import auto_move_data removed (2.x has no such decorator)")
+                continue
             kept.append(alias)
         if len(kept) == len(updated.names):
             return updated
@@ -1436,6 +1442,10 @@ class UpgradeTransformer(cst.CSTTransformer):
     def leave_FunctionDef(
         self, original: cst.FunctionDef, updated: cst.FunctionDef
     ) -> cst.FunctionDef | cst.RemovalSentinel:
+        kept = [d for d in updated.decorators if _dotted(d.decorator) not in self._auto_move_data]
+        if len(kept) != len(updated.decorators):
+            self._todo(original, rules.todo_text("auto-move-data"))
+            updated = updated.with_changes(decorators=kept)
         if self._class_depth == 0 or not self._lightning_class[-1]:
             return updated
         hook = updated.name.value

@@ -104,6 +104,8 @@ REMOVED_NAMES = frozenset(
         "GPUStatsMonitor",
         "DDPSpawnStrategy",
         "DDPFullyShardedPlugin",
+        "ProgressBarBase",
+        "auto_move_data",
     }
 )
 #: Hooks 2.0 removed.

@@ -105,3 +105,43 @@ def test_the_docs_list_every_rule() -> None:
     docs = (Path(__file__).resolve().parents[3] / "docs" / "upgrade.md").read_text()
     missing = [rule.id for rule in RULES.values() if f"| `{rule.id}` | {rule.text} |" not in docs]
     assert not missing, f"docs/upgrade.md lacks (or has an old text for) {missing}"
+
+
+@pytest.mark.parametrize("namespace", ["lightning.pytorch", "pytorch_lightning"])
+def test_every_name_a_rewrite_imports_exists_in_lightning_2(namespace: str) -> None:
+    """The 2.x side of every table: a rewrite that imports a name Lightning does not have would break the script."""
+    import importlib
+
+    from lightning_mgpu.upgrade import rules
+
+    pytest.importorskip(namespace)
+    targets = {(f"{namespace}.{module}", name) for module, name in rules.RENAMED_NAMES.values()}
+    targets |= {
+        (f"{namespace}.strategies", new) for new, _ in rules.LIGHTNING_PLUGINS.values() if new != "DeepSpeedStrategy"
+    }
+    targets |= {
+        (f"{namespace}.callbacks", n)
+        for n in (
+            "ModelSummary",
+            "TQDMProgressBar",
+            "EarlyStopping",
+            "ModelCheckpoint",
+            "GradientAccumulationScheduler",
+        )
+    }
+    targets |= {
+        (f"{namespace}.utilities.memory", "recursive_detach"),
+        (f"{namespace}.loggers.logger", "rank_zero_experiment"),
+    }
+    for below, name in (
+        ("utilities.distributed", "rank_zero_only"),
+        ("core.lightning", "LightningModule"),
+        ("utilities.seed", "seed_everything"),
+        ("callbacks.base", "Callback"),
+    ):
+        target = f"{namespace}.{rules.MOVED_MODULES[below]}".rstrip(".")
+        targets.add((target, name))
+    targets.add((f"{namespace}.{rules.MOVED_MODULES['profiler']}", "SimpleProfiler"))
+    missing = [(m, n) for m, n in sorted(targets) if not hasattr(importlib.import_module(m), n)]
+    assert not missing, missing
+    assert hasattr(importlib.import_module(f"{namespace}.strategies"), "DeepSpeedStrategy")

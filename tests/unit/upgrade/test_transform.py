@@ -608,3 +608,16 @@ def test_model_checkpoint_and_early_stopping_arguments() -> None:
     assert out.startswith("import os\n")
     assert "checkpoint-prefix): ModelCheckpoint's prefix is gone" in out
     assert "t = Trainer(callbacks=[a, EarlyStopping(patience=3)])" in out and "u = Trainer()" in out
+
+
+def test_auto_move_data_goes_with_a_todo_and_progress_bar_base_is_renamed() -> None:
+    source = (
+        "from pytorch_lightning.core.decorators import auto_move_data\n"
+        "from pytorch_lightning.callbacks import ProgressBarBase\n"
+        "class M(LightningModule):\n    @auto_move_data\n    def forward(self, x):\n        return x\n"
+        "class Bar(ProgressBarBase):\n    pass\n"
+    )
+    out = upgraded(source)
+    assert "auto_move_data" not in out.replace("auto-move-data", "").replace("auto_move_data is gone", "")
+    assert "    # TODO(lightning-mgpu:auto-move-data): auto_move_data is gone" in out
+    assert "from pytorch_lightning.callbacks import ProgressBar\n" in out and "class Bar(ProgressBar):" in out
