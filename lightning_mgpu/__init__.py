@@ -2,7 +2,10 @@
 
 Importing the package registers the strategy names ``dp``, ``ddp2``, ``horovod``, ``sharded``,
 ``sharded_spawn``, ``ddp_sharded``, ``ddp_sharded_spawn`` (and their variants) in Lightning's ``StrategyRegistry``,
-so ``Trainer(strategy="dp")`` works. Lightning's own ``ddp`` and ``ddp_spawn`` are untouched.
+so ``Trainer(strategy="dp")`` works. Lightning's own ``ddp`` and ``ddp_spawn`` are untouched. The registration
+needs Lightning itself, seconds of import that the bundle's command line and its data tools do not need: it happens
+now if ``lightning.pytorch`` is imported already, and otherwise the moment it is, which is always before a
+``Trainer`` can be built. Importing any of the bundle's strategies registers them too.
 
 Both Lightning distributions are served: with ``pytorch_lightning`` installed, ``lightning_mgpu.pl`` is the bundle for it
 (its classes subclass ``pytorch_lightning``'s), loaded when ``pytorch_lightning`` is imported, before or after this
@@ -10,27 +13,61 @@ package, and the names are registered in its registry too (``lightning_mgpu/util
 ``pytorch_lightning`` alone installed, this package's names are the ``pytorch_lightning`` ones.
 """
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-from lightning_mgpu.utilities.namespaces import enable_twin, is_installed
+from lightning_mgpu.utilities.namespaces import (
+    after_import,
+    enable_twin,
+    is_installed,
+    track_bundle_imports,
+    when_bundle_imported,
+)
 
-if __name__ == "lightning_mgpu" and not (is_installed("lightning") or is_installed("pytorch_lightning")):
-    raise ImportError(
-        "lightning_mgpu needs PyTorch Lightning 2.5.1 or newer, and neither `lightning` nor `pytorch_lightning` is"
-        " installed: pip install 'lightning_mgpu[lightning]' (or 'lightning_mgpu[pytorch-lightning]' for code that"
-        " imports pytorch_lightning)."
-    )
-if __name__ == "lightning_mgpu" and not is_installed("lightning"):
-    # pytorch_lightning alone: the top-level names are its twin's (this file also runs as lightning_mgpu.pl).
-    enable_twin()
-    from lightning_mgpu.pl import (
-        DataParallelStrategy,
-        DDP2Strategy,
-        HorovodStrategy,
-        ShardedStrategy,
-        register_bundle_strategies,
-    )
+try:  # pyproject.toml is the one place the version is written
+    __version__ = version("lightning_mgpu")
+except PackageNotFoundError:  # a source checkout on PYTHONPATH, not installed
+    __version__ = "0+unknown"
+
+#: The names this package exports from its strategies (imported on first use, see ``__getattr__``).
+_STRATEGY_EXPORTS = (
+    "DDP2Strategy",
+    "DataParallelStrategy",
+    "HorovodStrategy",
+    "ShardedStrategy",
+    "register_bundle_strategies",
+)
+
+if __name__ == "lightning_mgpu":
+    if not (is_installed("lightning") or is_installed("pytorch_lightning")):
+        raise ImportError(
+            "lightning_mgpu needs PyTorch Lightning 2.5.1 or newer, and neither `lightning` nor `pytorch_lightning` is"
+            " installed: from a clone, pip install -e '.[lightning]' (or -e '.[pytorch-lightning]' for code that"
+            " imports pytorch_lightning); from the index once published, 'lightning_mgpu[lightning]' or"
+            " 'lightning_mgpu[pytorch-lightning]'."
+        )
+
+    def _register() -> None:
+        # Importing the strategies registers them (lightning_mgpu/strategies/__init__.py, last line). Lightning may
+        # be imported from inside one of the bundle's own modules: the strategies then wait until it has finished.
+        when_bundle_imported(lambda: importlib.import_module("lightning_mgpu.strategies"))
+
+    track_bundle_imports()
+    if is_installed("lightning"):
+        after_import("lightning.pytorch", _register)
+    enable_twin()  # pytorch_lightning's twin, now or as soon as pytorch_lightning is imported
+
+    def __getattr__(name: str) -> Any:
+        """``lightning_mgpu.DataParallelStrategy`` and friends, imported on first use (with ``pytorch_lightning``
+        alone installed, the twin's)."""
+        if name in _STRATEGY_EXPORTS:
+            home = "lightning_mgpu.strategies" if is_installed("lightning") else "lightning_mgpu.pl"
+            return getattr(importlib.import_module(home), name)
+        raise AttributeError(f"module 'lightning_mgpu' has no attribute {name!r}")
+
 else:
+    # The pytorch_lightning twin (this file, loaded as lightning_mgpu.pl once pytorch_lightning is imported).
     from lightning_mgpu.strategies import (
         DataParallelStrategy,
         DDP2Strategy,
@@ -40,14 +77,6 @@ else:
     )
 
     register_bundle_strategies()
-
-try:  # pyproject.toml is the one place the version is written
-    __version__ = version("lightning_mgpu")
-except PackageNotFoundError:  # a source checkout on PYTHONPATH, not installed
-    __version__ = "0+unknown"
-
-if __name__ == "lightning_mgpu":
-    enable_twin()  # last: the twin imports this package's modules
 
 __all__ = [
     "DDP2Strategy",

@@ -1,8 +1,11 @@
-"""Command line: ``python -m lightning_mgpu info | dashboard | upgrade | convert | build-horovod`` (also ``lightning-mgpu ...``).
+"""The ``lightning-mgpu`` command (also ``python -m lightning_mgpu``): info, dashboard, upgrade, convert, build-horovod.
 
 ``info`` says what is installed, what is registered and what to run; ``dashboard`` renders or serves a run;
 ``upgrade`` rewrites Lightning 1.x scripts for 2.x and this bundle; ``convert`` turns a sharded checkpoint folder into
 one file (or .safetensors) and back; ``build-horovod`` builds the patched horovod.
+
+Parsing imports neither torch nor Lightning (seconds of import): ``--help``, a bad argument and ``upgrade`` answer at
+once, and each command imports what it needs when it runs.
 """
 
 from __future__ import annotations
@@ -13,11 +16,35 @@ import os
 import platform
 import sys
 from dataclasses import dataclass
+from typing import NoReturn
 
-from lightning_mgpu.utilities.capabilities import capability
 from lightning_mgpu.utilities.imports import is_available, package_version
 
-_PACKAGES = ("torch", "lightning", "fairscale", "horovod", "ray", "neptune", "pynvml")
+PROG = "lightning-mgpu"
+#: (import name, distribution) of every package the extras name, in the order `info` lists them.
+_PACKAGES = (
+    ("torch", "torch"),
+    ("lightning", "lightning"),
+    ("pytorch_lightning", "pytorch-lightning"),
+    ("fairscale", "fairscale"),
+    ("horovod", "horovod"),
+    ("ray", "ray"),
+    ("neptune", "neptune"),
+    ("pynvml", "nvidia-ml-py"),
+    ("psutil", "psutil"),
+    ("plotly", "plotly"),
+    ("matplotlib", "matplotlib"),
+    ("tensorboard", "tensorboard"),
+    ("libcst", "libcst"),
+    ("safetensors", "safetensors"),
+)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line, ``PROG: error: ...``, exit 2, pointing at ``--help``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 @dataclass(frozen=True)
@@ -30,7 +57,7 @@ class DeviceInfo:
 def horovod_build() -> str:
     """Which controllers/ops the installed horovod was built with, or why it is unusable."""
     if not is_available("horovod"):
-        return "not installed (python -m lightning_mgpu build-horovod)"
+        return "not installed (lightning-mgpu build-horovod)"
     from lightning_mgpu.strategies.horovod.runtime import build_info
 
     built = build_info()
@@ -52,62 +79,78 @@ def devices() -> DeviceInfo:
     return DeviceInfo(os.cpu_count() or 1, os.environ.get("CUDA_VISIBLE_DEVICES"), gpus)
 
 
-def launch_commands(dev: DeviceInfo) -> dict[str, str]:
-    """The command to run examples/train.py under each strategy on this machine."""
+def launch_command(name: str, dev: DeviceInfo) -> str:
+    """The command that runs examples/train.py under registered strategy ``name`` on this machine."""
     n = len(dev.gpus) or 2
     acc = "gpu" if dev.gpus else "cpu"
-    base = f"python examples/train.py --accelerator {acc}"
-    cmds = {
-        "ddp": f"{base} --strategy ddp --devices {n}",
-        "ddp_spawn": f"{base} --strategy ddp_spawn --devices {n}",
-        "dp": f"{base} --strategy dp --devices {n}" + ("" if dev.gpus else "   # single device on CPU"),
-        "horovod": f"horovodrun -np {n}{'' if dev.gpus else ' --gloo'} {base} --strategy horovod"
-        f"   # or without horovodrun: {base} --strategy horovod --devices {n}",
-        "sharded": f"{base} --strategy sharded --devices {n}",
-        "sharded_spawn": f"{base} --strategy sharded_spawn --devices {n}",
-    }
-    return cmds
+    base = f"python examples/train.py --accelerator {acc} --strategy {name}"
+    if name == "dp":
+        # One process drives every visible GPU; on a CPU there is one device to drive.
+        return f"{base} --devices {n}" if dev.gpus else f"{base} --devices 1   # one process, one CPU device"
+    if name == "ddp2":
+        # One process per node drives the node's devices with dp's engine; on a CPU a process drives 2 CPU devices.
+        return f"{base} --devices {n}   # one process per node (torchrun --nproc-per-node 1 on several nodes)"
+    if name == "horovod":
+        return (
+            f"horovodrun -np {n}{'' if dev.gpus else ' --gloo'} {base}   # or without horovodrun: {base} --devices {n}"
+        )
+    return f"{base} --devices {n}"
+
+
+def launch_commands(dev: DeviceInfo, names: tuple[str, ...] | None = None) -> dict[str, str]:
+    """The command for each strategy name (default: Lightning's ddp/ddp_spawn and every bundle name)."""
+    if names is None:
+        from lightning_mgpu.strategies.registry import BUNDLE_STRATEGY_NAMES
+
+        names = ("ddp", "ddp_spawn", *BUNDLE_STRATEGY_NAMES)
+    return {name: launch_command(name, dev) for name in names}
 
 
 def _readiness(dependency: str | None, install_hint: str | None) -> str:
     if dependency is None or is_available(dependency):
         return "ready"
-    return f"needs {dependency}" + (f" ({install_hint})" if install_hint else "")
+    from lightning_mgpu.utilities.imports import install_hint as extra_hint
+
+    return f"needs {dependency}: {install_hint or extra_hint(dependency)}"
+
+
+def _table(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
+    """Rows as columns sized to their longest cell (the last column runs free)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)] if rows else []
+    return [indent + "  ".join([*(c.ljust(w) for c, w in zip(row, widths)), row[-1]]).rstrip() for row in rows]
 
 
 def render() -> str:
+    """The ``info`` report: versions, every registered name with its readiness, devices, launch commands."""
     from lightning.pytorch.strategies import StrategyRegistry
 
-    import lightning_mgpu  # noqa: F401  (registers the names)
-    from lightning_mgpu.strategies.registry import (
-        BUNDLE_STRATEGY_NAMES,
-        strategy_dependency,
-    )
+    import lightning_mgpu
+    from lightning_mgpu.strategies.registry import BUNDLE_STRATEGY_NAMES, strategy_dependency
 
     lines = [
         f"lightning_mgpu {lightning_mgpu.__version__}  (python {platform.python_version()}, {sys.platform})",
         "",
         "Packages:",
     ]
-    for pkg in _PACKAGES:
-        version = package_version(pkg)
-        label = "nvidia-ml-py" if pkg == "pynvml" else pkg
-        lines.append(f"  {label:<13} {version or 'not installed'}")
-    lines.append(f"  {'horovod build':<13} {horovod_build()}")
     import torch
 
-    lines.append(f"  {'torch cuda':<13} {torch.version.cuda or 'CPU build'}")
+    packages = [(dist, package_version(dist) or "not installed") for _, dist in _PACKAGES]
+    packages += [("horovod build", horovod_build()), ("torch cuda", torch.version.cuda or "CPU build")]
+    lines += _table(packages)
 
     lines += ["", "Strategies (Trainer(strategy=NAME)):"]
+    rows = []
     for name in ("ddp", "ddp_spawn", *BUNDLE_STRATEGY_NAMES):
         entry = StrategyRegistry[name] if name in StrategyRegistry else None
         if entry is None:
-            lines.append(f"  {name:<18} NOT REGISTERED")
+            rows.append((name, "NOT REGISTERED", "", ""))
             continue
-        ready = _readiness(strategy_dependency(name), capability(name, "install_hint"))
+        dependency = strategy_dependency(name)
         cls = entry["strategy"]
         owner = "lightning" if cls.__module__.startswith("lightning.") else "lightning_mgpu"
-        lines.append(f"  {name:<18} {cls.__name__:<22} [{owner}] {ready}  - {entry['description'] or ''}".rstrip())
+        ready = _readiness(dependency, None)
+        rows.append((name, f"{cls.__name__} [{owner}]", ready, entry["description"] or ""))
+    lines += _table(rows)
 
     dev = devices()
     lines += ["", "Devices:", f"  CPU cores: {dev.cpu_count}"]
@@ -117,7 +160,7 @@ def render() -> str:
     lines += [f"  {g}" for g in dev.gpus] or ["  GPUs: none (CPU runs use the gloo backend)"]
 
     lines += ["", "Launch commands on this machine:"]
-    lines += [f"  {name:<14} {cmd}" for name, cmd in launch_commands(dev).items()]
+    lines += _table(list(launch_commands(dev).items()))
     return "\n".join(lines)
 
 
@@ -127,54 +170,81 @@ def info_main() -> int:
 
 
 def build_horovod_main(args: argparse.Namespace) -> int:
-    from lightning_mgpu.tools.build_horovod import (
-        BuildConfig,
-        HorovodBuildError,
-        build_horovod,
-    )
+    from lightning_mgpu.tools.build_horovod import BuildConfig, HorovodBuildError, build_horovod
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         build_horovod(BuildConfig(python=args.python or sys.executable, force=args.force))
     except HorovodBuildError as err:
-        sys.stderr.write(f"error: {err}\n")
+        sys.stderr.write(f"{PROG} build-horovod: error: {err}\n")
         return 1
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m lightning_mgpu", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="versions, registered strategies, devices and launch commands")
-    dash = sub.add_parser("dashboard", help="render a self-contained HTML dashboard of a run, or serve it live")
-    dash.add_argument("run", help="a CSV-logger folder, a TensorBoard log folder or a Neptune offline run folder")
-    dash.add_argument(
-        "--out",
-        default=None,
-        help="output folder (default: RUN/dashboard; for a Neptune run, <data dir>/dashboards/<run>)",
+def _command(sub: argparse._SubParsersAction, name: str, summary: str, details: str = "") -> OneLineParser:
+    """A subcommand with its one-line summary in the command list and its description in its own --help."""
+    return sub.add_parser(  # type: ignore[no-any-return]
+        name,
+        help=summary,
+        description=f"{summary[0].upper()}{summary[1:]}." + (f"\n\n{details}" if details else ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    dash.add_argument(
-        "--no-png", action="store_true", help="write only the HTML page, not the charts as PNG (no matplotlib needed)"
+
+
+def build_parser() -> OneLineParser:
+    """The command line (light: nothing here imports torch or Lightning)."""
+    parser = OneLineParser(
+        prog=PROG,
+        description="Multi-GPU strategies, tools and checks for PyTorch Lightning 2.x (also: python -m lightning_mgpu).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    dash.add_argument(
-        "--serve", action="store_true", help="serve the page on 127.0.0.1 and refresh it while training writes"
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    _command(
+        sub,
+        "info",
+        "versions, registered strategies and their readiness, devices, and the launch command of each strategy",
     )
-    dash.add_argument("--port", type=int, default=8050, help="port for --serve (default 8050; 0 picks a free one)")
-    dash.add_argument("--interval", type=float, default=3.0, help="seconds between re-reads of the run under --serve")
-    upgrade = sub.add_parser(
+    dash = _command(
+        sub,
+        "dashboard",
+        "render a self-contained HTML dashboard of a run, or serve it live while training writes it",
+        "RUN is a CSV-logger folder (metrics.csv), a TensorBoard log folder (events.out.tfevents.*) or a Neptune\n"
+        "offline run folder (.neptune/offline/run__*).",
+    )
+    dash.add_argument("run", help="the run's folder: CSV logger, TensorBoard or Neptune offline")
+    dash.add_argument(
+        "--out", default=None, help="output folder (default: RUN/dashboard; a Neptune run: <data dir>/dashboards/<run>)"
+    )
+    dash.add_argument("--no-png", action="store_true", help="write only the HTML page, not the charts as PNG")
+    dash.add_argument("--serve", action="store_true", help="serve on 127.0.0.1 and refresh while training writes")
+    dash.add_argument("--port", type=int, default=8050, help="port for --serve (0 picks a free one; default 8050)")
+    dash.add_argument("--interval", type=float, default=3.0, help="seconds between re-reads under --serve (default 3)")
+    upgrade = _command(
+        sub,
         "upgrade",
-        help="rewrite Lightning 1.x multi-GPU scripts for Lightning 2.x and lightning_mgpu (a diff; --write applies)",
+        "rewrite Lightning 1.x multi-GPU scripts for Lightning 2.x and lightning_mgpu (prints a diff; --write applies)",
+        "Every TODO(lightning-mgpu:RULE) it leaves names a rule: --explain RULE prints it in full.",
     )
     from lightning_mgpu.upgrade.run import add_arguments
 
     add_arguments(upgrade)
-    convert = sub.add_parser(
-        "convert", help="a sharded checkpoint folder <-> one .ckpt file, or -> .safetensors (the weights)"
+    convert = _command(
+        sub,
+        "convert",
+        "turn a sharded checkpoint folder into one .ckpt file and back, or into .safetensors (the weights)",
     )
-    from lightning_mgpu.tools.convert_checkpoint import add_arguments as add_convert_arguments
-
-    add_convert_arguments(convert)
-    hvd = sub.add_parser("build-horovod", help="build horovod 0.28.1 against this torch (C++17 patch, Gloo; cached)")
+    convert.add_argument("src", help="a sharded checkpoint folder or a checkpoint file")
+    convert.add_argument("out", help="the output path (must not exist); .safetensors writes the weights alone")
+    convert.add_argument(
+        "--to",
+        default="auto",
+        choices=("auto", "ckpt", "sharded", "safetensors"),
+        help="auto: a folder becomes a .ckpt file, a file a folder, OUT.safetensors the weights (default: auto)",
+    )
+    convert.add_argument(
+        "--trusted", action="store_true", help="full unpickle of a file you wrote yourself (unsafe otherwise)"
+    )
+    hvd = _command(sub, "build-horovod", "build horovod 0.28.1 against this torch (C++17 patch, Gloo; cached)")
     hvd.add_argument(
         "--python", default=None, help="the interpreter whose environment gets horovod (default: this one)"
     )
@@ -183,14 +253,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported by the command they were given to, as its own error
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+        (commands.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command is None:
+        parser.print_help()
+        return 0
     if args.command == "info":
         return info_main()
     if args.command == "build-horovod":
         return build_horovod_main(args)
     if args.command == "convert":
+        from pathlib import Path
+
         from lightning_mgpu.tools.convert_checkpoint import main as convert_main
 
+        args.src, args.out = Path(args.src), Path(args.out)
         return convert_main(args)
     if args.command == "upgrade":
         from lightning_mgpu.upgrade.run import main as upgrade_main

@@ -135,13 +135,14 @@ def locate_run(path: str | Path) -> tuple[str, Path, list[str]]:
         FileNotFoundError: ``path`` does not exist.
         RunFormatError: no CSV-logger or Neptune offline run in or at ``path``.
     """
-    root = Path(path).expanduser()
+    given = root = Path(path).expanduser()
     if not root.exists():
         raise FileNotFoundError(
-            f"RUN {str(root)!r} does not exist: pass a CSV-logger folder or a Neptune offline run folder"
+            f"RUN {str(root)!r} does not exist: pass a CSV-logger folder, a TensorBoard log folder or a Neptune"
+            " offline run folder"
         )
     if root.is_file():
-        root = root.parent
+        root = root.parent  # metrics.csv or an events file names its run folder
     kind = _is_logger_run(root)
     if kind is not None:
         return kind, root, []
@@ -163,8 +164,9 @@ def locate_run(path: str | Path) -> tuple[str, Path, list[str]]:
                 [f"{offline} holds {len(runs)} Neptune offline run(s); showing the newest, {newest.name}"],
             )
     found = sorted(p.name + ("/" if p.is_dir() else "") for p in root.iterdir())[:12]
+    where = f"RUN {str(given)!r}" + (f" (a file; its folder {str(root)!r})" if given != root else "")
     raise RunFormatError(
-        f"RUN {str(root)!r} is neither a CSV-logger folder (expected metrics.csv, with hparams.yaml and maybe diagnosis.json,"
+        f"{where} is neither a CSV-logger folder (expected metrics.csv, with hparams.yaml and maybe diagnosis.json,"
         " e.g. outputs/logs/version_0 from CSVLogger), nor a TensorBoard folder (expected events.out.tfevents.*, e.g."
         " tb_logs/name/version_0 from TensorBoardLogger), nor a Neptune offline run folder (expected data-1.log and"
         " metadata.json, e.g. .neptune/offline/run__<id>__... from NeptuneLogger(mode='offline')); "

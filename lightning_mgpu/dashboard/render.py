@@ -891,7 +891,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = render_dashboard(args.run, args.out, png=not getattr(args, "no_png", False))
     except (FileNotFoundError, RunFormatError) as err:
-        sys.stderr.write(f"error: {err}\n")
+        sys.stderr.write(f"lightning-mgpu dashboard: error: {err}\n")
         return 2
     for note in result.run.notes:
         sys.stdout.write(f"note: {note}\n")

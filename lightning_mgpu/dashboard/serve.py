@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -161,6 +162,22 @@ def make_server(live: LiveRun, port: int) -> ThreadingHTTPServer:
     return server
 
 
+def _wait_for_run(live: LiveRun, run_path: str, interval: float) -> None:
+    """Start the live view before training writes: while RUN does not exist yet, or is an empty folder, wait until
+    a run appears in it (Ctrl-C stops). A folder that already holds files but no run is refused at once."""
+    path = Path(run_path).expanduser()
+    if path.exists() and (path.is_file() or any(path.iterdir())):
+        return  # refresh() below says what is wrong, if anything
+    sys.stdout.write(f"dashboard: waiting for {run_path} to be written (start training; Ctrl-C stops)\n")
+    sys.stdout.flush()
+    while True:
+        try:
+            live.refresh()
+            return
+        except (FileNotFoundError, RunFormatError):
+            time.sleep(interval)  # not there yet, or its logger has not written its first file
+
+
 def serve(run_path: str, port: int = 8050, interval: float = 3.0, ready: threading.Event | None = None) -> int:
     """Serve the live dashboard until Ctrl-C; returns the exit code.
 
@@ -172,6 +189,7 @@ def serve(run_path: str, port: int = 8050, interval: float = 3.0, ready: threadi
     if not interval > 0:
         raise ValueError(f"--interval {interval} must be a positive number of seconds")
     live = LiveRun(run_path, interval=interval)
+    _wait_for_run(live, run_path, interval)
     live.refresh()  # fails here, before binding, if RUN holds no run
     server = make_server(live, port)
     watcher = threading.Thread(target=live.watch, name="dashboard-watch", daemon=True)
@@ -198,5 +216,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         return serve(args.run, port=args.port, interval=args.interval)
     except (FileNotFoundError, RunFormatError, PortInUseError, ValueError) as err:
-        sys.stderr.write(f"error: {err.strerror if isinstance(err, PortInUseError) else err}\n")
+        sys.stderr.write(
+            f"lightning-mgpu dashboard: error: {err.strerror if isinstance(err, PortInUseError) else err}\n"
+        )
         return 2

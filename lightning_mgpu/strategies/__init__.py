@@ -25,3 +25,7 @@ __all__ = [
     "register_bundle_strategies",
     "register_strategy",
 ]
+
+# Importing the strategies registers their names (idempotent): `import lightning_mgpu` relies on it, and so does a
+# script whose first import is `from lightning_mgpu.strategies import ...`.
+register_bundle_strategies()

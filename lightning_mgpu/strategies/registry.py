@@ -137,7 +137,12 @@ def _bundle_entries() -> dict[str, dict[str, Any]]:
 def strategy_dependency(name: str) -> str | None:
     """The optional package a registered bundle name needs (``None``: torch alone, or not a bundle name)."""
     entry = _bundle_entries().get(name)
-    return getattr(entry["strategy"], "optional_dependency", None) if entry else None
+    if entry is None:
+        return None
+    per_name = getattr(entry["strategy"], "dependency_for", None)  # one class, several engines: the name's own
+    if per_name is not None:
+        return per_name(entry["init_params"])
+    return getattr(entry["strategy"], "optional_dependency", None)
 
 
 _LIGHTNING_OWN = frozenset({"ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "fsdp", "deepspeed", "single_device"})

@@ -15,6 +15,7 @@ holds little more than the tensor being written. ``OUT`` must not exist: nothing
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -64,10 +65,14 @@ def convert(src: str | Path, out: str | Path, to: str = "auto", trusted: bool = 
     """
     src, out = Path(src), Path(out)
     sharded_src = is_sharded_checkpoint(src)
-    if not (src.is_file() or sharded_src):
+    if not src.exists():
+        raise ConvertError(f"{src} does not exist: pass a checkpoint file or a sharded checkpoint folder.")
+    if src.is_dir() and not sharded_src:
         raise ConvertError(
-            f"{src} is neither a checkpoint file nor a sharded checkpoint folder (with .metadata and meta.pt)."
+            f"{src} is a folder but not a sharded checkpoint folder (it holds no .metadata and meta.pt)."
         )
+    if not (src.is_file() or sharded_src):
+        raise ConvertError(f"{src} is neither a checkpoint file nor a sharded checkpoint folder.")
     if out.exists() or out.is_symlink():
         raise ConvertError(f"{out} already exists; choose another output path (convert never overwrites).")
     target = target_of(src, out, to)
@@ -89,7 +94,10 @@ def convert(src: str | Path, out: str | Path, to: str = "auto", trusted: bool = 
         files.atomic_write(out, lambda f: torch.save(checkpoint, f))
         return f"{src} -> {out}: one checkpoint file ({_summary(checkpoint)})"
     checkpoint = load_checkpoint_file(src, trusted=trusted, mmap=True)
-    write_sharded_checkpoint(checkpoint, out, temporary_folder(out), coordinator=True, no_dist=True)
+    with warnings.catch_warnings():
+        # DCP notes that it saves in one process: convert asks for exactly that (no_dist), so the note is noise.
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        write_sharded_checkpoint(checkpoint, out, temporary_folder(out), coordinator=True, no_dist=True)
     return f"{src} -> {out}: a sharded checkpoint folder ({_summary(checkpoint)})"
 
 
@@ -108,27 +116,13 @@ def _weights(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 
 def _summary(checkpoint: dict[str, Any]) -> str:
+    if "state_dict" not in checkpoint and all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
+        return f"{len(checkpoint)} tensors of a plain state_dict (no optimizer state)"
     params = len(checkpoint.get("state_dict", {}))
     optimizers = len(checkpoint.get("optimizer_states", []))
     step = checkpoint.get("global_step")
     return f"{params} model tensors, {optimizers} optimizer state(s)" + (
         f", global step {step}" if step is not None else ""
-    )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("src", type=Path, help="a sharded checkpoint folder or a checkpoint file")
-    parser.add_argument(
-        "out", type=Path, help="the output path (must not exist); .safetensors writes the weights alone"
-    )
-    parser.add_argument(
-        "--to",
-        default="auto",
-        choices=("auto", "ckpt", "sharded", "safetensors"),
-        help="auto: a folder becomes a .ckpt file, a file becomes a folder, OUT.safetensors the weights",
-    )
-    parser.add_argument(
-        "--trusted", action="store_true", help="full unpickle of a file you wrote yourself (unsafe otherwise)"
     )
 
 

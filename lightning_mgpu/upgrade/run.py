@@ -169,7 +169,7 @@ def explain(rule_id: str) -> str | None:
     from lightning_mgpu.upgrade.rules import RULES
 
     rule = RULES.get(rule_id)
-    return None if rule is None else f"{rule.id}: {rule.todo}\n\n{rule.text}"
+    return None if rule is None else f"TODO(lightning-mgpu:{rule.id}): {rule.todo}\n\n{rule.text}"
 
 
 def main(args: argparse.Namespace) -> int:

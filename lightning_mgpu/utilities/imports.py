@@ -12,24 +12,36 @@ import importlib.util
 from functools import lru_cache
 from types import ModuleType
 
+
+def _hint(requirement: str, extra: str) -> str:
+    """The install line for an extra's package: the package itself (works anywhere), and the extra from a clone (the
+    ``lightning_mgpu[...]`` form works once the bundle is published on an index)."""
+    return f"pip install '{requirement}'  (the [{extra}] extra; from a clone: pip install -e '.[{extra}]')"
+
+
 # package import name -> (extra, install hint)
 _EXTRAS: dict[str, tuple[str, str]] = {
     "horovod": (
         "horovod",
         "python -m lightning_mgpu build-horovod  (horovod 0.28.1 needs a C++17 patch to build against torch>=2.1)",
     ),
-    "fairscale": ("sharded", "pip install 'lightning_mgpu[sharded]'"),
-    "ray": ("ray", "pip install 'lightning_mgpu[ray]'"),
-    "neptune": ("neptune", "pip install 'lightning_mgpu[neptune]'"),
-    "pynvml": ("gpu", "pip install 'lightning_mgpu[gpu]'"),
-    "matplotlib": ("dashboard", "pip install 'lightning_mgpu[dashboard]'"),
-    "plotly": ("dashboard", "pip install 'lightning_mgpu[dashboard]'"),
-    "tensorboard": ("dashboard", "pip install 'lightning_mgpu[dashboard]'"),
-    "psutil": ("monitor", "pip install 'lightning_mgpu[monitor]'"),
-    "ray.train": ("ray", "pip install 'lightning_mgpu[ray]'"),
-    "libcst": ("upgrade", "pip install 'lightning_mgpu[upgrade]'"),
-    "safetensors": ("safetensors", "pip install 'lightning_mgpu[safetensors]'"),
+    "fairscale": ("sharded", _hint("fairscale==0.4.13", "sharded")),
+    "ray": ("ray", _hint("ray[train]>=2.51", "ray")),
+    "neptune": ("neptune", _hint("neptune>=1.10,<2", "neptune")),
+    "pynvml": ("gpu", _hint("nvidia-ml-py>=12", "gpu")),
+    "matplotlib": ("dashboard", _hint("matplotlib>=3.7", "dashboard")),
+    "plotly": ("dashboard", _hint("plotly>=5.20", "dashboard")),
+    "tensorboard": ("dashboard", _hint("tensorboard>=2.14", "dashboard")),
+    "psutil": ("monitor", _hint("psutil>=5.9", "monitor")),
+    "ray.train": ("ray", _hint("ray[train]>=2.51", "ray")),
+    "libcst": ("upgrade", _hint("libcst>=1.1", "upgrade")),
+    "safetensors": ("safetensors", _hint("safetensors>=0.4", "safetensors")),
 }
+
+
+def install_hint(package: str) -> str:
+    """How to install optional ``package`` (the command, and the extra it belongs to)."""
+    return (_EXTRAS.get(package) or _EXTRAS.get(package.split(".")[0], (package, f"pip install {package}")))[1]
 
 
 class MissingDependencyError(ImportError):

@@ -29,7 +29,7 @@ import importlib.machinery
 import importlib.util
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -193,28 +193,98 @@ def is_installed(distribution_module: str) -> bool:
         return False
 
 
-class _TwinAfterPytorchLightning(importlib.abc.MetaPathFinder):
-    """Imports ``lightning_mgpu.pl`` right after ``pytorch_lightning`` finishes importing, for a user who imported the
-    bundle first: ``pl.Trainer(strategy="dp")`` then finds the name in ``pytorch_lightning``'s registry."""
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``callback`` right after module ``fullname`` finishes importing (once): the bundle's names are registered
+    with Lightning when Lightning is imported, so ``import lightning_mgpu`` itself stays light."""
+
+    def __init__(self, fullname: str, callback: Callable[[], object]) -> None:
+        self.fullname, self.callback = fullname, callback
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "pytorch_lightning":
+        if fullname != self.fullname:
             return None
-        sys.meta_path.remove(self)  # once, and so that the lookup below finds the real package
+        sys.meta_path.remove(self)  # once, and so that the lookup below finds the real module
         spec = importlib.util.find_spec(fullname)
         if spec is None or spec.loader is None:
             return spec
         loader_exec = spec.loader.exec_module
+        callback = self.callback
 
-        def exec_then_twin(module: ModuleType) -> None:
+        def exec_then_callback(module: ModuleType) -> None:
             loader_exec(module)
             del spec.loader.exec_module  # back to the loader's own method
-            import_twin()
+            callback()
 
-        spec.loader.exec_module = exec_then_twin  # type: ignore[method-assign]
+        spec.loader.exec_module = exec_then_callback  # type: ignore[method-assign]
         return spec
+
+
+def after_import(fullname: str, callback: Callable[[], object]) -> None:
+    """Run ``callback`` now if ``fullname`` is imported, else right after it is (idempotent per module name)."""
+    if fullname in sys.modules:
+        callback()
+    elif not any(isinstance(f, _AfterImport) and f.fullname == fullname for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(fullname, callback))
+
+
+class _BundleImports(importlib.abc.MetaPathFinder):
+    """Counts the bundle's own modules that are being imported, so that work which imports many of them (registering
+    the strategies) waits until none is half-done: run from inside ``lightning_mgpu.utilities.checkpoint``'s import of
+    Lightning, it would import that very module again, half-initialised."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending: list[Callable[[], object]] = []
+        self._finding = False
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if self._finding or not fullname.startswith(PACKAGE + ".") or fullname.startswith(TWIN):
+            return None
+        self._finding = True  # the lookup below goes through sys.meta_path again
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._finding = False
+        if spec is None or spec.loader is None:
+            return spec
+        loader_exec = spec.loader.exec_module
+
+        def counted(module: ModuleType) -> None:
+            self.depth += 1
+            try:
+                loader_exec(module)
+            finally:
+                del spec.loader.exec_module  # back to the loader's own method
+                self.depth -= 1
+            while self.depth == 0 and self.pending:
+                self.pending.pop(0)()
+
+        spec.loader.exec_module = counted  # type: ignore[method-assign]
+        return spec
+
+
+_BUNDLE_IMPORTS = _BundleImports()
+
+
+def when_bundle_imported(callback: Callable[[], object]) -> None:
+    """Run ``callback`` now, or, while one of the bundle's modules is being imported, as soon as the outermost one
+    has finished."""
+    if _BUNDLE_IMPORTS not in sys.meta_path:
+        sys.meta_path.insert(0, _BUNDLE_IMPORTS)
+    if _BUNDLE_IMPORTS.depth:
+        _BUNDLE_IMPORTS.pending.append(callback)
+    else:
+        callback()
+
+
+def track_bundle_imports() -> None:
+    """Start counting the bundle's module imports (the package's ``__init__`` calls it first)."""
+    if _BUNDLE_IMPORTS not in sys.meta_path:
+        sys.meta_path.insert(0, _BUNDLE_IMPORTS)
 
 
 def import_twin() -> ModuleType | None:
@@ -245,9 +315,5 @@ def enable_twin() -> None:
     """
     if not any(isinstance(finder, TwinFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, TwinFinder())
-    if "pytorch_lightning" in sys.modules:
-        import_twin()
-    elif is_installed("pytorch_lightning") and not any(
-        isinstance(f, _TwinAfterPytorchLightning) for f in sys.meta_path
-    ):
-        sys.meta_path.insert(0, _TwinAfterPytorchLightning())
+    if "pytorch_lightning" in sys.modules or is_installed("pytorch_lightning"):
+        after_import("pytorch_lightning", import_twin)

@@ -17,12 +17,12 @@ from lightning_mgpu.utilities.imports import is_available
 
 _INSTALL = {
     "horovod": "bash scripts/build_horovod.sh (or python -m lightning_mgpu build-horovod)",
-    "fairscale": "pip install 'lightning_mgpu[sharded]'",
-    "ray": "pip install 'lightning_mgpu[ray]'",
-    "neptune": "pip install 'lightning_mgpu[neptune]'",
-    "pynvml": "pip install 'lightning_mgpu[gpu]'",
-    "plotly": "pip install 'lightning_mgpu[dashboard]'",
-    "tensorboard": "pip install 'lightning_mgpu[dashboard]'",
+    "fairscale": "pip install -e '.[sharded]'",
+    "ray": "pip install -e '.[ray]'",
+    "neptune": "pip install -e '.[neptune]'",
+    "pynvml": "pip install -e '.[gpu]'",
+    "plotly": "pip install -e '.[dashboard]'",
+    "tensorboard": "pip install -e '.[dashboard]'",
 }
 
 

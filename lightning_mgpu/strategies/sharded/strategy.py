@@ -73,6 +73,7 @@ from lightning_mgpu.strategies.sharded.precision import (
 )
 from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO, load_checkpoint_file
 from lightning_mgpu.utilities.failures import on_training_failure
+from lightning_mgpu.utilities.imports import install_hint as _install_hint
 from lightning_mgpu.utilities.imports import require
 from lightning_mgpu.utilities.modules import ModuleSpec, as_spec_list
 from lightning_mgpu.utilities.ports import release_for_spawn
@@ -180,9 +181,14 @@ class ShardedStrategy(StepRouting, DDPStrategy):
     """
 
     strategy_name = "sharded"
-    # the optional package the registered names need (shown by `python -m lightning_mgpu info`)
+    # the optional package the default backend needs (shown by `lightning-mgpu info`; per name: dependency_for)
     optional_dependency: str | None = "fairscale"
-    install_hint = "pip install 'lightning_mgpu[sharded]'"  # a capability (lightning_mgpu/utilities/capabilities.py)
+    install_hint = _install_hint("fairscale")  # a capability (lightning_mgpu/utilities/capabilities.py)
+
+    @classmethod
+    def dependency_for(cls, init_params: dict[str, Any]) -> str | None:
+        """The optional package a registered name needs: its backend's (torch ZeRO and FSDP2 need none)."""
+        return _BACKEND_CLASSES[init_params.get("backend", "fairscale")][1]
 
     def __init__(
         self,

@@ -102,6 +102,31 @@ def _stop(proc: subprocess.Popen) -> tuple[int, str]:
     return proc.returncode, out
 
 
+@RunIf(plotly=True)
+@pytest.mark.timeout(120)
+def test_serve_started_before_training_waits_for_the_run(tmp_path: Path) -> None:
+    """The live view can be opened first: a folder that does not exist yet is waited on, then served."""
+    run = tmp_path / "logs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lightning_mgpu", "dashboard", str(run), "--serve", "--port", "0", "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert "waiting for" in (proc.stdout.readline() if proc.stdout else "")
+        logger = CSVLogger(tmp_path, name="logs")  # writes logs/version_0, as training would
+        for step in STEPS[:3]:
+            logger.log_metrics(monitor_metrics(step), step=step)
+        logger.save()
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert re.search(r"serving .* live at http://127\.0\.0\.1:\d+/", line), line
+    finally:
+        code, out = _stop(proc)
+    assert code == 0 and "dashboard: stopped" in out
+
+
 @RunIf(chromium=True, plotly=True)
 @pytest.mark.timeout(240)
 def test_serve_shows_a_point_logged_after_the_page_opened(tmp_path: Path) -> None:

@@ -68,6 +68,7 @@ def test_without_either_lightning_the_import_names_both_extras() -> None:
     proc = run_python(["-c", script], timeout=60, check=False)
     assert proc.returncode == 1 and "ImportError" in proc.stderr
     assert "lightning_mgpu[lightning]" in proc.stderr and "lightning_mgpu[pytorch-lightning]" in proc.stderr
+    assert "pip install -e '.[lightning]'" in proc.stderr  # the line that works from a clone today
 
 
 #: The runs of one launch, under each namespace. Both namespaces' runs share the launch (a launch is mostly imports):

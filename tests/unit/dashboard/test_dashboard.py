@@ -341,8 +341,20 @@ def test_tensorboard_reader_agrees_with_csv(csv_run: Path, tensorboard_run: Path
 def test_serve_refuses_a_folder_without_a_run_before_binding(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    (tmp_path / "notes.txt").write_text("not a run")  # a folder with files but no run: refused, not waited on
     assert cli_main(["dashboard", str(tmp_path), "--serve", "--port", "0"]) == 2
-    assert "neither a CSV-logger folder" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("lightning-mgpu dashboard: error: ") and "neither a CSV-logger folder" in err
+
+
+def test_the_errors_name_the_path_given_and_every_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["dashboard", str(tmp_path / "missing"), "--no-png"]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "TensorBoard" in err and "CSV-logger" in err and "Neptune" in err
+    stray = tmp_path / "notes.txt"
+    stray.write_text("x")
+    assert cli_main(["dashboard", str(stray), "--no-png"]) == 2
+    assert f"RUN {str(stray)!r} (a file; its folder {str(tmp_path)!r})" in capsys.readouterr().err
 
 
 def test_monitor_diagnosis_recorded_in_a_neptune_run_reaches_the_page(

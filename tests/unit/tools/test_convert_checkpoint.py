@@ -67,7 +67,16 @@ def test_bad_input_is_refused_and_nothing_is_overwritten(
     assert cli_main(["convert", str(full_file), str(existing)]) == 2
     assert "already exists" in capsys.readouterr().err and existing.read_bytes() == b"mine"
     assert cli_main(["convert", str(tmp_path / "nope.ckpt"), str(tmp_path / "x")]) == 2
-    assert "neither a checkpoint file nor a sharded checkpoint folder" in capsys.readouterr().err
+    assert "nope.ckpt does not exist: pass a checkpoint file or a sharded checkpoint folder" in capsys.readouterr().err
+    (tmp_path / "plain").mkdir()
+    assert cli_main(["convert", str(tmp_path / "plain"), str(tmp_path / "y")]) == 2
+    assert "is a folder but not a sharded checkpoint folder" in capsys.readouterr().err
+    for name, content in (("empty.ckpt", b""), ("notes.ckpt", b"hello")):
+        (tmp_path / name).write_bytes(content)
+        assert cli_main(["convert", str(tmp_path / name), str(tmp_path / f"{name}.out")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "_use_new_zipfile_serialization" not in err
+        assert ("is empty (0 bytes)" if not content else "is not a torch checkpoint") in err
     assert cli_main(["convert", str(full_file), str(tmp_path / "x.ckpt"), "--to", "ckpt"]) == 2
     assert "already one file; pass --to with the other format" in capsys.readouterr().err
     assert not (tmp_path / "x.ckpt").exists()

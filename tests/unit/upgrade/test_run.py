@@ -62,7 +62,7 @@ def test_write_applies_and_a_second_run_reports_no_change(scripts: Path, capsys:
 def test_explain_prints_a_rules_full_text(capsys: pytest.CaptureFixture) -> None:
     assert cli_main(["upgrade", "--explain", "epoch-end"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("epoch-end: ") and "self.<step>_outputs" in out
+    assert out.startswith("TODO(lightning-mgpu:epoch-end): ") and "self.<step>_outputs" in out
     assert cli_main(["upgrade", "--explain", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no rule 'nope'; the rules: " in err and "epoch-end" in err

@@ -546,7 +546,7 @@ def test_every_todo_names_a_rule_fits_a_line_and_is_explained() -> None:
             rule.id, **{k: "x" * 12 for k in ("value", "old", "new", "hook", "keys", "name", "param")}
         )
         assert len(f"    # {text}") <= 124, text
-        assert explain(rule.id).startswith(f"{rule.id}: ") and rule.text in explain(rule.id)
+        assert explain(rule.id).startswith(f"TODO(lightning-mgpu:{rule.id}): ") and rule.text in explain(rule.id)
     assert explain("no-such-rule") is None
 
 
