@@ -56,51 +56,21 @@ import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.strategies import StrategyRegistry
-from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
-from lightning.pytorch.utilities import rank_zero_only
-from torch.multiprocessing import ProcessExitedException
+# The command line is read and checked first, with nothing heavier than the standard library: a typo or an
+# impossible setting is refused at once, before Lightning and torch are imported (seconds) or any process starts.
+from lightning_mgpu.cli import OneLineParser
+from lightning_mgpu.launchers import DEFAULT_RENDEZVOUS_TIMEOUT_S
+from lightning_mgpu.utilities.files import checkpoint_path_problem
+from lightning_mgpu.utilities.strategy_names import BUNDLE_STRATEGY_NAMES, FSDP2_NAMES, SHARDED_NAMES
 
-import lightning_mgpu  # noqa: F401  (registers dp, horovod, sharded, ... with Lightning)
-from lightning_mgpu.callbacks import CleanExit, RNGStates, SaveOnInterrupt
-from lightning_mgpu.data.cache import CacheError
-from lightning_mgpu.demos import (
-    DigitsDataModule,
-    ImageClassifier,
-    SyntheticImageDataModule,
-)
-from lightning_mgpu.launchers.rendezvous import (
-    DEFAULT_RENDEZVOUS_TIMEOUT_S,
-    RendezvousTimeout,
-)
-from lightning_mgpu.launchers.torchrun import init_process_group_for_restart
-from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES, ShardedStrategy
-from lightning_mgpu.utilities._compat import UnsupportedTorchError
-from lightning_mgpu.utilities.capabilities import capability
-from lightning_mgpu.utilities.checkpoint import (
-    AtomicCheckpointIO,
-    CheckpointKeyMismatchError,
-    CheckpointReadError,
-    UnsafeCheckpointError,
-    check_checkpoint_matches,
-)
-from lightning_mgpu.utilities.imports import MissingDependencyError
-from lightning_mgpu.utilities.ports import PortInUseError, check_master_port
-from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
-from lightning_mgpu.utilities.signals import interrupts_to_workers
-
-# Lightning's own launch-style names, then every name the bundle registers (declared once, by each class).
+# Lightning's own launch-style names, then every name the bundle registers.
 STRATEGIES = ("auto", "ddp", "ddp_spawn", *BUNDLE_STRATEGY_NAMES)
 PRECISIONS = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true")
-# --checkpoint-format applies to the ShardedStrategy presets; --fsdp2-* to those on FSDP2.
-SHARDED_NAMES = {n for n in BUNDLE_STRATEGY_NAMES if StrategyRegistry[n]["strategy"] is ShardedStrategy}
-FSDP2_NAMES = {n for n in SHARDED_NAMES if StrategyRegistry[n]["init_params"].get("backend") == "fsdp2"}
 
 
 def _devices(value: str) -> int | str | list[int]:
@@ -130,6 +100,16 @@ def _positive_int(value: str) -> int:
     return n
 
 
+def _non_negative_float(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value!r}") from None
+    if not x >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {x}")
+    return x
+
+
 def _positive_float(value: str) -> float:
     try:
         x = float(value)
@@ -140,26 +120,41 @@ def _positive_float(value: str) -> float:
     return x
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--strategy", default="ddp", choices=STRATEGIES)
-    p.add_argument("--accelerator", default="auto", choices=("auto", "cpu", "gpu"))
-    p.add_argument(
-        "--devices", default=None, type=_devices, help="per node: a count, 'auto', or indices like '0,1' (default 2)"
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (every flag shows its default in --help; docs/train.md is checked against it)."""
+    p = OneLineParser(
+        prog="train.py",
+        usage="train.py [--strategy NAME] [--devices N] [--accelerator {auto,cpu,gpu}] [options]",
+        description=__doc__,
+        formatter_class=_Help,
     )
-    p.add_argument("--num-nodes", default=1, type=_positive_int)
+    p.add_argument(
+        "--strategy",
+        default="ddp",
+        choices=STRATEGIES,
+        metavar="NAME",
+        help=f"one of: {', '.join(STRATEGIES)}",
+    )
+    p.add_argument("--accelerator", default="auto", choices=("auto", "cpu", "gpu"), help="the device type")
+    p.add_argument(
+        "--devices",
+        default=None,
+        type=_devices,
+        help="per node: a count, 'auto', -1 (every GPU) or GPU indices like '0,1' (default: 2; 1 under --launcher ray)",
+    )
+    p.add_argument("--num-nodes", default=1, type=_positive_int, help="nodes (machines) in the job")
     p.add_argument(
         "--precision", default="32-true", choices=PRECISIONS, help="'auto' picks bf16/16-mixed/32 for the hardware"
     )
-    p.add_argument("--accumulate-grad-batches", default=1, type=_positive_int)
-    p.add_argument("--max-epochs", default=8, type=_positive_int)
+    p.add_argument("--accumulate-grad-batches", default=1, type=_positive_int, help="micro-batches per optimizer step")
+    p.add_argument("--max-epochs", default=8, type=_positive_int, help="epochs to train")
     p.add_argument("--max-steps", default=-1, type=int, help="-1: no step limit")
     p.add_argument("--batch-size", default=32, type=_positive_int, help="per device")
-    p.add_argument("--lr", default=0.05, type=_positive_float)
-    p.add_argument("--optimizer", default="sgd", choices=("sgd", "adam", "adamw"))
-    p.add_argument("--weight-decay", default=0.0, type=float)
+    p.add_argument("--lr", default=0.05, type=_positive_float, help="learning rate (see --scale-lr)")
+    p.add_argument("--optimizer", default="sgd", choices=("sgd", "adam", "adamw"), help="the optimizer")
+    p.add_argument("--weight-decay", default=0.0, type=_non_negative_float, help="the optimizer's weight decay")
     p.add_argument("--scale-lr", action="store_true", help="multiply --lr by devices x nodes x accumulation")
-    p.add_argument("--seed", default=42, type=int)
+    p.add_argument("--seed", default=42, type=int, help="seed of every rank's RNGs (each rank offsets it)")
     p.add_argument("--debug", action="store_true", help="on bad input, show the traceback under the message")
     # On GPUs, cuDNN's default kernels add in a varying order: an exact resume (bitwise) needs deterministic ones.
     p.add_argument(
@@ -167,10 +162,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="deterministic kernels (Trainer(deterministic=True)); on GPUs set CUBLAS_WORKSPACE_CONFIG=:4096:8",
     )
-    p.add_argument("--data", default="digits", choices=("digits", "synthetic"))
+    p.add_argument(
+        "--data", default="digits", choices=("digits", "synthetic"), help="the 8x8 digits shipped with the bundle"
+    )
     p.add_argument("--num-workers", default=0, type=int, help="DataLoader workers per process")
-    p.add_argument("--logger", default="csv", choices=("none", "csv", "tensorboard", "neptune"))
-    p.add_argument("--output-dir", default="outputs", type=Path)
+    p.add_argument(
+        "--logger", default="csv", choices=("none", "csv", "tensorboard", "neptune"), help="where metrics go"
+    )
+    p.add_argument(
+        "--output-dir", default="outputs", type=Path, help="logs, checkpoints and summary.json (created if missing)"
+    )
     p.add_argument(
         "--ckpt-path", default=None, type=Path, help="resume from this checkpoint (a file or a sharded folder)"
     )
@@ -219,7 +220,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f" --ray-address) before failing with the address named (default {DEFAULT_RENDEZVOUS_TIMEOUT_S:g})",
     )
     p.add_argument("--sync-batchnorm", action="store_true", help="synchronise BatchNorm statistics across processes")
-    p.add_argument("--gradient-clip-val", default=None, type=float)
+    p.add_argument("--gradient-clip-val", default=None, type=_positive_float, help="clip gradients to this norm")
     # Callbacks (lightning_mgpu.callbacks)
     p.add_argument(
         "--activation-checkpointing",
@@ -261,19 +262,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--preprocess", default="none", choices=("none", "processes", "ray"), help="cache an expensive transform once"
     )
     p.add_argument("--cache-dir", default=None, type=Path, help="preprocessing cache (default: OUTPUT_DIR/cache)")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse and check the command line: bad input exits 2 with one line, before anything heavy is imported."""
+    p = build_parser()
     args = p.parse_args(argv)
     _check_launcher_args(p, args)
+    _check_paths(p, args)
     if args.devices is None:
         args.devices = 1 if args.launcher == "ray" else 2  # under Ray, --ray-workers counts the processes
+    if args.activation_checkpointing is not None and not args.activation_checkpointing.strip():
+        p.error("--activation-checkpointing needs a pattern of module names, e.g. 'features.*'")
     if args.num_workers < 0:
         p.error(f"--num-workers must be >= 0, got {args.num_workers}")
     if args.max_steps < -1 or args.max_steps == 0:
         p.error(f"--max-steps must be -1 (no limit) or >= 1, got {args.max_steps}")
-    if args.ckpt_path is not None and not (args.ckpt_path.is_file() or is_sharded_checkpoint(args.ckpt_path)):
-        p.error(
-            f"--ckpt-path {str(args.ckpt_path)!r} does not exist; pass the path of a .ckpt (a file, or a sharded"
-            " checkpoint's folder) written by an earlier run"
-        )
     if args.checkpoint_format != "auto" and args.strategy not in SHARDED_NAMES:
         p.error(
             f"--checkpoint-format chooses how a sharded strategy saves; {args.strategy!r} always saves one file."
@@ -304,10 +309,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     if args.preprocess != "none" and args.data != "digits":
         p.error("--preprocess demonstrates the cache on the digits data; use it with --data digits")
-    for flag, path in (("--cache-dir", args.cache_dir), ("--output-dir", args.output_dir)):
-        if path is not None and path.exists() and not path.is_dir():
-            p.error(f"{flag} {str(path)!r} is a file, not a folder; pass a folder (it is created if missing)")
     on_cpu = args.accelerator == "cpu" or (args.accelerator == "auto" and not _cuda_available())
+    _check_devices(p, args, on_cpu)
     if args.fsdp2_offload and on_cpu:
         p.error(
             "--fsdp2-offload keeps FSDP2's shards in CPU memory between their uses on a GPU; without a GPU they are"
@@ -355,7 +358,7 @@ def _check_launcher_args(p: argparse.ArgumentParser, args: argparse.Namespace) -
             " reported checkpoint; resume an earlier run with the default launcher"
         )
     from lightning_mgpu.launchers.ray_train import RayStrategyError, check_strategy
-    from lightning_mgpu.utilities.imports import require
+    from lightning_mgpu.utilities.imports import MissingDependencyError, require
 
     try:
         require("ray.train", "--launcher ray")
@@ -364,10 +367,115 @@ def _check_launcher_args(p: argparse.ArgumentParser, args: argparse.Namespace) -
         p.error(str(err))
 
 
+def _check_paths(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The checkpoint to resume from, and the folders the run writes, before any process starts."""
+    if args.ckpt_path is not None:
+        problem = checkpoint_path_problem(args.ckpt_path)
+        if problem is not None:
+            p.error(f"--ckpt-path {problem}")
+    for flag, path in (("--output-dir", args.output_dir), ("--cache-dir", args.cache_dir)):
+        if path is None:
+            continue
+        if path.exists() and not path.is_dir():
+            p.error(f"{flag} {str(path)!r} is a file, not a folder; pass a folder (it is created if missing)")
+        problem = _unwritable(path)
+        if problem is not None:
+            p.error(f"{flag} {str(path)!r} cannot be written ({problem}); pass a folder you can write to")
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot hold the run's files, or None: it (and any missing parent) is created and a file written
+    into it, then everything this made is removed again, so a refused command line leaves nothing behind."""
+    missing = []
+    parent = folder
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as err:
+        return err.strerror or str(err)
+    finally:
+        for made in missing:  # deepest first
+            with contextlib.suppress(OSError):
+                made.rmdir()
+    return None
+
+
+def _check_devices(p: argparse.ArgumentParser, args: argparse.Namespace, on_cpu: bool) -> None:
+    """--accelerator and --devices against the hardware that is here."""
+    if args.launcher == "ray":
+        return  # Ray places the workers (--ray-workers); --devices is refused above
+    if args.accelerator == "gpu" and not _cuda_available():
+        p.error("--accelerator gpu: no CUDA GPU is visible here; use --accelerator cpu (or auto)")
+    if on_cpu and args.devices == -1:
+        p.error("--devices -1 means every GPU, and this run is on the CPU; pass a count of processes, e.g. --devices 2")
+    if on_cpu and isinstance(args.devices, list):
+        p.error(
+            f"--devices {','.join(map(str, args.devices))} picks GPUs by index, and this run is on the CPU; pass a"
+            " count of processes, e.g. --devices 2"
+        )
+    if not on_cpu:
+        count = _cuda_count()
+        wanted = max(args.devices) + 1 if isinstance(args.devices, list) and args.devices else args.devices
+        if isinstance(wanted, int) and wanted > count:
+            p.error(
+                f"--devices {args.devices if not isinstance(args.devices, list) else ','.join(map(str, args.devices))}"
+                f" asks for GPUs that are not here: {count} visible; pass --devices {count} or fewer"
+            )
+
+
 def _cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def _cuda_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+class _Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The docstring as written, and every flag's default."""
+
+
+if __name__ == "__main__":
+    ARGS = parse_args(sys.argv[1:])  # exits 2 with one line on bad input, before the imports below
+
+# Only now the heavy part: Lightning, torch and the bundle's strategies (importing them registers the names).
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.strategies import StrategyRegistry
+from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+from lightning.pytorch.utilities import rank_zero_only
+from torch.multiprocessing import ProcessExitedException
+
+import lightning_mgpu  # noqa: F401  (registers dp, horovod, sharded, ... with Lightning)
+from lightning_mgpu.callbacks import CleanExit, RNGStates, SaveOnInterrupt
+from lightning_mgpu.data.cache import CacheError
+from lightning_mgpu.demos import (
+    DigitsDataModule,
+    ImageClassifier,
+    SyntheticImageDataModule,
+)
+from lightning_mgpu.launchers.rendezvous import RendezvousTimeout
+from lightning_mgpu.launchers.torchrun import init_process_group_for_restart
+from lightning_mgpu.utilities._compat import UnsupportedTorchError
+from lightning_mgpu.utilities.capabilities import capability
+from lightning_mgpu.utilities.checkpoint import (
+    AtomicCheckpointIO,
+    CheckpointKeyMismatchError,
+    CheckpointReadError,
+    UnsafeCheckpointError,
+    check_checkpoint_matches,
+)
+from lightning_mgpu.utilities.imports import MissingDependencyError
+from lightning_mgpu.utilities.ports import PortInUseError, check_master_port
+from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
+from lightning_mgpu.utilities.signals import interrupts_to_workers
 
 
 class TrainingThroughput(Callback):
@@ -756,8 +864,8 @@ def write_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     say(json.dumps(summary, indent=2))
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any] | None:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, args: argparse.Namespace | None = None) -> dict[str, Any] | None:
+    args = args if args is not None else parse_args(argv)
     if args.launcher == "ray":
         return main_ray(args)
     trainer, facts = train(args)
@@ -801,16 +909,21 @@ BAD_INPUT = (
 )
 
 
-def run(argv: list[str]) -> None:
-    """``main``, with bad input reported as ``train.py: error: MESSAGE`` and exit status 2, as argparse does."""
+def run(argv: list[str], args: argparse.Namespace | None = None) -> None:
+    """``main``, with bad input reported as ``train.py: error: MESSAGE`` and exit status 2, as argparse does
+    (``--debug``: the traceback above the message, and still 2)."""
     try:
-        main(argv)
+        main(argv, args)
     except BAD_INPUT as err:
         if "--debug" in argv:
-            raise
-        print(f"train.py: error: {err}\n(--debug shows the traceback)", file=sys.stderr, flush=True)
+            import traceback
+
+            traceback.print_exc()
+        message = " ".join(str(err).split())  # one line, whatever the exception's own layout
+        hint = "" if "--debug" in argv else " (--debug shows the traceback)"
+        print(f"train.py: error: {message}{hint}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
 
 
 if __name__ == "__main__":
-    run(sys.argv[1:])
+    run(sys.argv[1:], ARGS)

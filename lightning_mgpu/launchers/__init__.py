@@ -7,3 +7,6 @@
 Otherwise torchrun, SLURM and horovodrun need no glue: Lightning's ``TorchElasticEnvironment`` and
 ``SLURMEnvironment`` and the bundle's ``HorovodEnvironment`` read what they set (docs/multinode.md).
 """
+
+#: Seconds to reach MASTER_ADDR:MASTER_PORT and for every process to join (a light constant: command lines show it).
+DEFAULT_RENDEZVOUS_TIMEOUT_S = 120.0

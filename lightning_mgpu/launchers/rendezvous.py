@@ -21,8 +21,10 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-#: Seconds allowed to reach the main address and for every process to join (``--rdzv-timeout``).
-DEFAULT_RENDEZVOUS_TIMEOUT_S = 120.0
+# Seconds allowed to reach the main address and for every process to join (``--rdzv-timeout``): defined with the
+# package, where command lines read it without importing Lightning.
+from lightning_mgpu.launchers import DEFAULT_RENDEZVOUS_TIMEOUT_S
+
 # torch's default for gloo collectives (and Lightning's when a strategy is given no timeout).
 _DEFAULT_COLLECTIVE_TIMEOUT = timedelta(minutes=30)
 

@@ -77,19 +77,9 @@ class CheckpointSaveError(OSError):
 
 def _check_checkpoint_bytes(path: Path) -> None:
     """Refuse, in the bundle's words, a file that cannot be a torch checkpoint (before torch quotes its own advice)."""
-    size = path.stat().st_size
-    if size == 0:
-        raise CheckpointReadError(
-            f"Checkpoint {str(path)!r} is empty (0 bytes): it is not a checkpoint. Pass a .ckpt file."
-        )
-    with path.open("rb") as f:
-        head = f.read(4)
-    # torch.save writes a zip archive (PK..); files from torch < 1.6 are a pickle (protocol byte 0x80).
-    if not head.startswith(b"PK") and not head.startswith(b"\x80"):
-        raise CheckpointReadError(
-            f"Checkpoint {str(path)!r} is not a torch checkpoint (it starts with {head!r}; torch.save writes a zip"
-            " archive). Pass a .ckpt file that Lightning or torch.save wrote."
-        )
+    problem = files.checkpoint_path_problem(path)
+    if problem is not None:
+        raise CheckpointReadError(f"Checkpoint {problem}")
 
 
 def load_checkpoint_file(

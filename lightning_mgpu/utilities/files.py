@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -69,3 +70,35 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None], tm
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     fsync_dir(path.parent)
+
+
+def checkpoint_path_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be a checkpoint to resume from, in one line, or None: checked without torch, before a run
+    starts (a missing path, a folder that is not a sharded checkpoint, an empty file, a file that is not torch's).
+    A file that passes may still be cut short inside: the loader says so when it reads it."""
+    path = Path(path)
+    if not path.exists():
+        return f"{str(path)!r} does not exist; pass a .ckpt file, or a sharded checkpoint's folder, from an earlier run"
+    if path.is_dir():
+        if (path / ".metadata").is_file() and (path / "meta.pt").is_file():
+            return None
+        return (
+            f"{str(path)!r} is a folder but not a sharded checkpoint (it holds no .metadata and meta.pt: a save into"
+            " it was cut short, or it is not a checkpoint); pass a .ckpt file or a complete sharded folder"
+        )
+    if path.stat().st_size == 0:
+        return f"{str(path)!r} is empty (0 bytes): it is not a checkpoint; pass a .ckpt file from an earlier run"
+    with path.open("rb") as f:
+        head = f.read(4)
+    # torch.save writes a zip archive (PK..); files from torch < 1.6 are a pickle (protocol byte 0x80).
+    if head.startswith(b"PK") and not zipfile.is_zipfile(path):
+        return (
+            f"{str(path)!r} is cut short or damaged (its zip archive has no end): a save into it was interrupted;"
+            " pass an earlier checkpoint"
+        )
+    if not head.startswith((b"PK", b"\x80")):
+        return (
+            f"{str(path)!r} is not a torch checkpoint (it starts with {head!r}; torch.save writes a zip archive);"
+            " pass a .ckpt file that Lightning or torch.save wrote"
+        )
+    return None

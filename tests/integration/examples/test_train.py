@@ -178,8 +178,47 @@ def test_preprocess_with_processes_under_ddp(tmp_path: Path) -> None:
     assert summary["val_acc"] is not None and summary["val_acc"] > 0.5, summary  # chance is 0.1
 
 
-def test_a_bad_flag_exits_the_script_with_status_2() -> None:
+#: Runs train.py as `python train.py ARGS` does, and reports on exit which heavy packages it had imported by then.
+_WATCHED = (
+    "import atexit, runpy, sys\n"
+    "heavy = lambda: sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'lightning', 'pytorch_lightning'})\n"
+    "atexit.register(lambda: sys.stderr.write(f'HEAVY={heavy()}\\n'))\n"
+    "sys.argv = [sys.argv[1], *sys.argv[2:]]\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says", "may_import"),
+    [
+        (["--devices", "0"], "--devices must be >= 1", []),
+        (["--bogus"], "unrecognized arguments: --bogus", []),
+        # The four that once reached Lightning and failed with a traceback: now refused by the script itself.
+        (["--devices", "-1"], "--devices -1 means every GPU, and this run is on the CPU", ["torch"]),
+        (["--devices", "0,1"], "--devices 0,1 picks GPUs by index, and this run is on the CPU", ["torch"]),
+        (["--accelerator", "gpu"], "--accelerator gpu: no CUDA GPU is visible here", ["torch"]),
+        (["--output-dir", "/proc/lightning_mgpu_x"], "--output-dir '/proc/lightning_mgpu_x' cannot be written", []),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) and v and str(v[0]).startswith("--") else None,
+)
+def test_bad_input_exits_2_with_one_line_before_lightning_is_imported(
+    argv: list[str], says: str, may_import: list[str]
+) -> None:
     proc = subprocess.run(
-        [sys.executable, TRAIN, "--devices", "0"], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT
+        [sys.executable, "-c", _WATCHED, str(TRAIN), *argv], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT
     )
-    assert proc.returncode == 2 and "--devices must be >= 1" in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 2 and lines[0].startswith("train.py: error: "), proc.stderr
+    assert says in lines[0] and "Traceback" not in proc.stderr
+    assert lines[1] == f"HEAVY={may_import}", lines[1]  # never Lightning: parsing comes first
+
+
+def test_debug_shows_the_traceback_and_keeps_status_2(tmp_path: Path) -> None:
+    foreign = tmp_path / "foreign.ckpt"
+    torch.save({"state_dict": {"other.weight": torch.ones(1)}, "pytorch-lightning_version": "2.6.0"}, foreign)
+    argv = ["--strategy", "dp", "--logger", "none", "--output-dir", str(tmp_path / "out"), "--ckpt-path", str(foreign)]
+    for debug in (False, True):
+        proc = run_python([str(TRAIN), *argv, *(["--debug"] if debug else [])], timeout=120, check=False)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert proc.stderr.strip().splitlines()[-1].startswith("train.py: error: "), proc.stderr[-2000:]
+        assert ("Traceback" in proc.stderr) == debug

@@ -136,3 +136,18 @@ def test_fsdp2_names_build_the_fsdp2_backend(name: str, start_method: str) -> No
     strategy = StrategyRegistry.get(name)
     assert isinstance(strategy, ShardedStrategy) and strategy.backend == "fsdp2"
     assert strategy._start_method == start_method
+
+
+def test_the_light_name_table_matches_what_the_classes_register() -> None:
+    """Command lines validate names from lightning_mgpu.utilities.strategy_names (no Lightning import): it must be
+    exactly what the classes register, in order, with the sharded and FSDP2 names right."""
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES, ShardedStrategy
+    from lightning_mgpu.utilities import strategy_names
+
+    assert strategy_names.BUNDLE_STRATEGY_NAMES == BUNDLE_STRATEGY_NAMES
+    sharded = {n for n in BUNDLE_STRATEGY_NAMES if StrategyRegistry[n]["strategy"] is ShardedStrategy}
+    assert strategy_names.SHARDED_NAMES == sharded
+    fsdp2 = {n for n in sharded if StrategyRegistry[n]["init_params"].get("backend") == "fsdp2"}
+    assert strategy_names.FSDP2_NAMES == fsdp2

@@ -108,5 +108,5 @@ def test_the_package_requires_neither_lightning_distribution_and_offers_each_as_
     names = [dep.split(">")[0].split("=")[0].split("<")[0].strip().lower() for dep in project["dependencies"]]
     assert "lightning" not in names and "pytorch-lightning" not in names
     extras = project["optional-dependencies"]
-    assert extras["lightning"] == [f"lightning>={LIGHTNING_MIN},<2.7"]
-    assert extras["pytorch-lightning"] == [f"pytorch-lightning>={LIGHTNING_MIN},<2.7"]
+    assert extras["lightning"] == [f"lightning>={LIGHTNING_MIN},<2.7,!=2.6.2,!=2.6.3"]
+    assert extras["pytorch-lightning"] == [f"pytorch-lightning>={LIGHTNING_MIN},<2.7,!=2.6.2,!=2.6.3"]
