@@ -1,8 +1,8 @@
 """Train the example image classifier under any lightning_mgpu configuration.
 
-One script for every strategy. The per-device batch size is fixed by ``--batch-size``; the
+One script for every strategy. The per-device batch size is fixed by --batch-size; the
 effective batch is per-device batch x devices x nodes x gradient accumulation, and is printed
-at start. ``--scale-lr`` multiplies ``--lr`` by devices x nodes x accumulation (linear scaling).
+at start. --scale-lr multiplies --lr by devices x nodes x accumulation (linear scaling).
 
 CPU, this machine (gloo), the default: ddp on 2 processes, digits data
     $ python examples/train.py
@@ -439,7 +439,12 @@ def _cuda_count() -> int:
 
 
 class _Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The docstring as written, and every flag's default."""
+    """The docstring as written, and every flag's default (a help text that states its own default keeps it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if "default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from typing_extensions import override
 # Seconds allowed to reach the main address and for every process to join (``--rdzv-timeout``): defined with the
 # package, where command lines read it without importing Lightning.
 from lightning_mgpu.launchers import DEFAULT_RENDEZVOUS_TIMEOUT_S
+from lightning_mgpu.utilities.child_observer import child_observer_paused
 
 # torch's default for gloo collectives (and Lightning's when a strategy is given no timeout).
 _DEFAULT_COLLECTIVE_TIMEOUT = timedelta(minutes=30)
@@ -74,7 +75,22 @@ class RendezvousTimeout(Callback):
         # Lightning keeps the DDP-family `timeout` argument here and passes it to init_process_group.
         self._collective_timeout = strategy._timeout or _DEFAULT_COLLECTIVE_TIMEOUT
         strategy._timeout = timedelta(seconds=self.seconds)
+        self._pause_child_observer_during_rendezvous(strategy)
         return True
+
+    @staticmethod
+    def _pause_child_observer_during_rendezvous(strategy: Any) -> None:
+        """The rendezvous happens in ``strategy.setup_environment``, after Lightning's launcher has started the other
+        ranks and its child observer. Each rank fails it within the bound on its own and says why; the observer must
+        not SIGKILL the launching rank in between because another rank said so first (found as 1 of 2 messages on a
+        loaded machine). Wraps this instance's ``setup_environment``; no class is changed."""
+        setup_environment = strategy.setup_environment
+
+        def setup_environment_with_every_rank_heard() -> None:
+            with child_observer_paused(getattr(strategy, "launcher", None)):
+                setup_environment()
+
+        strategy.setup_environment = setup_environment_with_every_rank_heard
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

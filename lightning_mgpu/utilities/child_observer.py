@@ -9,6 +9,9 @@ the middle of its exit: the job ends with -9 instead of its exit code, and whate
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -37,3 +40,39 @@ def stop_child_observer(launcher: Any) -> bool:
     launcher.procs = list(procs)
     procs.clear()
     return True
+
+
+@contextlib.contextmanager
+def child_observer_paused(launcher: Any) -> Iterator[None]:
+    """Keep Lightning's child-process observer from killing the job inside this block, and give it its children back
+    when the block succeeds (the job is then watched as before; after a failure it is not: this rank is exiting).
+
+    Used around the process-group rendezvous: when it cannot complete, every rank fails within the bound on its own
+    and says why; the observer would otherwise SIGKILL the launching rank as soon as another rank had exited, before it
+    could print its own message. A rank that dies meanwhile is still noticed: the others' rendezvous fails in bound.
+
+    Args:
+        launcher: ``trainer.strategy.launcher``; anything without a list of child processes is left alone.
+    """
+    watched = getattr(launcher, "procs", None)
+    if not isinstance(watched, list) or not watched:
+        yield
+        return
+    children = list(watched)
+    launcher.procs = children  # Lightning's own kill still reaches every child
+    watched.clear()  # the observer thread's list: nothing to watch, nothing to kill
+    yield  # on an exception the observer stays idle: this rank is failing and says why, then exits itself
+    watched.extend(children)
+    launcher.procs = watched
+    _keep_watching(watched)
+
+
+def _keep_watching(children: list) -> None:
+    """An observer on ``children`` again: the paused one ended if it woke to an empty list (it finishes once every
+    child it sees is fine), so a new one takes over; one that is still asleep simply goes on."""
+    for thread in threading.enumerate():
+        if getattr(thread, "_child_processes", None) is children and not getattr(thread, "_finished", True):
+            return
+    from lightning.fabric.strategies.launchers.subprocess_script import _launch_process_observer
+
+    _launch_process_observer(children)

@@ -61,3 +61,53 @@ def test_it_leaves_the_observer_nothing_to_kill_and_the_launcher_every_child(kil
 @pytest.mark.parametrize("launcher", [None, object(), _Launcher([])], ids=["none", "no-procs", "no-children"])
 def test_a_launcher_without_children_is_left_alone(launcher: Any) -> None:
     assert stop_child_observer(launcher) is False
+
+
+def test_paused_during_a_block_and_watching_again_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against Lightning's real observer: inside the block it finds nothing to kill; after a successful block the
+    children are watched again (by a new observer when the paused one ended); after a failed block it stays idle
+    (the rank is exiting and says why itself)."""
+    import threading
+
+    from lightning_mgpu.utilities.child_observer import child_observer_paused
+
+    killed: list[int] = []
+    monkeypatch.setattr(subprocess_script._ChildProcessObserver, "_terminate_all", lambda self: killed.append(1))
+
+    class Launcher:
+        procs: list = []
+
+    for fails in (False, True):
+        killed.clear()
+        launcher = Launcher()
+        child = _Exited(3)  # what the observer reads of a child: poll() and returncode
+        launcher.procs = [child]
+        observer = subprocess_script._ChildProcessObserver(main_pid=os.getpid(), child_processes=launcher.procs)
+        try:
+            with child_observer_paused(launcher):
+                observer._finished = observer._run()  # it wakes inside the block: nothing to watch, so it ends
+                assert observer._finished and not killed
+                assert launcher.procs == [child]  # Lightning's own kill still reaches it
+                if fails:
+                    raise RuntimeError("rendezvous")
+        except RuntimeError:
+            pass
+        watchers = [t for t in threading.enumerate() if getattr(t, "_child_processes", None) is launcher.procs]
+        if fails:
+            assert watchers == [] and not killed
+        else:
+            (watcher,) = watchers  # a new observer on the same children, which sees the dead one
+            assert watcher._run() and killed
+            watcher._finished = True
+
+
+class _Exited:
+    """A child process that has exited with ``code``, as far as Lightning's observer looks at one."""
+
+    pid = 12345
+
+    def __init__(self, code: int) -> None:
+        self.returncode = code
+
+    def poll(self) -> int:
+        return self.returncode
