@@ -1,6 +1,7 @@
 """Overhead of GPUUtilizationMonitor at default settings: the same training with and without it.
 
-Five arms run side by side in every round: no callback (off), an empty callback, the monitor (on), Lightning's
+Six arms run side by side in every round: no callback (off), an empty callback, the monitor (on), the monitor without
+its per-rank time line (no_timeline: what the time line costs), Lightning's
 DeviceStatsMonitor (the built-in peer), and a callback that only logs as many keys as the monitor does, as often
 (logging: the arms without a callback never log, so this separates the cost of logging itself, the logger's
 writes and Lightning's bookkeeping, from the monitor's work). The order rotates from round to round so drift in
@@ -112,7 +113,8 @@ class LoggingOnly(Callback):
 
 
 # devicestats: Lightning's DeviceStatsMonitor, the built-in peer; logging: the monitor's logging alone (LoggingOnly)
-ARMS = ("off", "empty", "on", "devicestats", "logging")
+# no_timeline: the monitor with its per-rank time line off (what the time line itself costs: on / no_timeline)
+ARMS = ("off", "empty", "on", "no_timeline", "devicestats", "logging")
 
 
 def run(args: argparse.Namespace, arm: str, data: TensorDataset, n_keys: int = 1) -> dict[str, float]:
@@ -123,6 +125,7 @@ def run(args: argparse.Namespace, arm: str, data: TensorDataset, n_keys: int = 1
     each_arm = {
         "timed": lambda: monitor,
         "on": GPUUtilizationMonitor,
+        "no_timeline": lambda: GPUUtilizationMonitor(timeline=False),
         "empty": EmptyCallback,
         "devicestats": DeviceStatsMonitor,
         "logging": lambda: LoggingOnly(n_keys),
@@ -193,6 +196,8 @@ def main() -> None:
             ratio_spec("monitor / no callback", "on", "off", goal=1.01),
             ratio_spec("monitor / no callback (median batch)", "on", "off", "median_batch_s", goal=1.01),
             ratio_spec("monitor / DeviceStatsMonitor", "on", "devicestats"),
+            ratio_spec("monitor / the monitor without its time line", "on", "no_timeline", goal=1.01),
+            ratio_spec("monitor / without its time line (process CPU)", "on", "no_timeline", "cpu_s"),
             ratio_spec("empty callback / no callback", "empty", "off"),
             ratio_spec("monitor / a callback that only logs its keys", "on", "logging"),
             ratio_spec("logging its keys only / no callback (process CPU)", "logging", "off", "cpu_s"),

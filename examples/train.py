@@ -233,6 +233,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--grad-sync-toggle", action="store_true", help="skip gradient sync on non-final accumulation micro-batches"
     )
     p.add_argument("--gpu-monitor", action="store_true", help="log per-rank utilisation and diagnose bottlenecks")
+    p.add_argument(
+        "--monitor-interval",
+        default=0.5,
+        type=_positive_float,
+        metavar="SECONDS",
+        help="--gpu-monitor: seconds between samples of the devices (the time line's resolution)",
+    )
     # Ray Train (lightning_mgpu.launchers.ray_train)
     p.add_argument(
         "--launcher",
@@ -632,7 +639,7 @@ def build_callbacks(args: argparse.Namespace) -> list[Callback]:
         if args.grad_sync_toggle:
             callbacks.append(mgpu_callbacks.GradSyncToggle())
         if args.gpu_monitor:
-            callbacks.append(mgpu_callbacks.GPUUtilizationMonitor())
+            callbacks.append(mgpu_callbacks.GPUUtilizationMonitor(sample_interval_s=args.monitor_interval))
     return callbacks
 
 

@@ -211,9 +211,16 @@ def build_parser() -> OneLineParser:
         "RUN is a CSV-logger folder (metrics.csv), a TensorBoard log folder (events.out.tfevents.*) or a Neptune\n"
         "offline run folder (.neptune/offline/run__*).",
     )
-    dash.add_argument("run", help="the run's folder: CSV logger, TensorBoard or Neptune offline")
     dash.add_argument(
-        "--out", default=None, help="output folder (default: RUN/dashboard; a Neptune run: <data dir>/dashboards/<run>)"
+        "run",
+        nargs="+",
+        help="the run's folder (CSV logger, TensorBoard or Neptune offline); several: one comparison page",
+    )
+    dash.add_argument(
+        "--out",
+        default=None,
+        help="output folder (default: RUN/dashboard; a Neptune run: <data dir>/dashboards/<run>; several runs:"
+        " <their common folder>/comparison)",
     )
     dash.add_argument("--no-png", action="store_true", help="write only the HTML page, not the charts as PNG")
     dash.add_argument("--serve", action="store_true", help="serve on 127.0.0.1 and refresh while training writes")
@@ -276,6 +283,15 @@ def main(argv: list[str] | None = None) -> int:
         from lightning_mgpu.upgrade.run import main as upgrade_main
 
         return upgrade_main(args)
+    runs = args.run
+    if len(runs) > 1:
+        if args.serve:
+            commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+            commands["dashboard"].error("--serve shows one run live; compare runs without it (a static page)")
+        from lightning_mgpu.dashboard.compare import main as compare_main
+
+        return compare_main(args)
+    args.run = runs[0]
     if args.serve:
         from lightning_mgpu.dashboard.serve import main as serve_main
 

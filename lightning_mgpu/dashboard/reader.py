@@ -26,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -86,6 +87,10 @@ class RunData:
     diagnosis_text: str | None = None
     model_summary: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: The monitor's time lines (``timeline/rank<R>.jsonl``), by rank: points at wall time with their phase.
+    timelines: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    #: The monitor's run context from ``diagnosis.json`` (strategy, precision, world size, ...), when it has one.
+    context: dict[str, Any] = field(default_factory=dict)
 
     def last_values(self) -> dict[str, float]:
         """The last logged value of every series."""
@@ -185,7 +190,28 @@ def read_run(path: str | Path) -> RunData:
     readers = {CSV_KIND: read_csv_run, TENSORBOARD_KIND: read_tensorboard_run, NEPTUNE_KIND: read_neptune_offline_run}
     run = readers[kind](run_dir)
     run.notes[:0] = notes
+    _read_monitor_files(run, run_dir)
     return run
+
+
+def _read_monitor_files(run: RunData, run_dir: Path) -> None:
+    """The monitor's time lines and run context, written beside the logger's files."""
+    from lightning_mgpu.monitoring.timeline import TIMELINE_DIR, read_timeline
+
+    folder = run_dir / TIMELINE_DIR
+    for path in sorted(folder.glob("rank*.jsonl")) if folder.is_dir() else []:
+        try:
+            rank = int(path.stem[len("rank") :])
+            run.timelines[rank] = read_timeline(path)
+        except (OSError, ValueError) as err:
+            run.notes.append(f"skipped {path.name} ({err})")
+    text = run.diagnosis_text
+    if text is None and run.diagnosis_path is not None:
+        with contextlib.suppress(OSError):
+            text = run.diagnosis_path.read_text()
+    if text:
+        with contextlib.suppress(ValueError, AttributeError):
+            run.context = dict(json.loads(text).get("context") or {})
 
 
 # ---------------------------------------------------------------------------- CSV logger

@@ -75,6 +75,9 @@ log = logging.getLogger(__name__)
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 TOTAL_COLOR = "#222222"
 SEGMENT_COLORS = {"data wait": "#d62728", "communication": "#ff7f0e", "compute": "#2ca02c"}
+#: Shading of the time line's phases (training itself is left plain).
+PHASE_COLORS = {"validation": "#4c78a8", "checkpoint": "#f58518"}
+TIME_AXIS = "seconds since the first sample"
 MAX_MARKERS = 60
 
 
@@ -102,6 +105,8 @@ class LineChart:
     y_min: float | None = None
     y_max: float | None = None
     x_label: str = "step"
+    #: ``(start, stop, phase)`` stretches of the x axis to shade (the time line's validation and checkpoint saves).
+    shading: list[tuple[float, float, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -222,6 +227,61 @@ def _add_memory_charts(section: Section, run: RunData, devices: Sequence[str]) -
     return section
 
 
+#: The time line's charts: (chart id, group, quantity, title, unit).
+_TIMELINE_CHARTS = (
+    ("timeline-gpu-util", GPU, UTIL_PCT, "GPU utilisation over time (NVML, every sample)", "%"),
+    ("timeline-cpu-util", CPU, UTIL_PCT, "CPU utilisation of each training process over time", "%"),
+    ("timeline-gpu-mem", GPU, MEM_USED_GB, "GPU memory used over time", "GB"),
+    ("timeline-cpu-mem", CPU, RSS_GB, "Resident memory of each training process over time", "GB"),
+    ("timeline-gpu-power", GPU, "power_w", "GPU power over time", "W"),
+)
+
+
+def timeline_series(run: RunData) -> tuple[dict[str, list[Point]], list[tuple[float, float, str]]]:
+    """The time lines as ``key -> [(seconds since the first sample, value)]``, and the shaded phase stretches
+    (validation, checkpoint) of the lowest rank, on the same axis."""
+    from lightning_mgpu.monitoring.timeline import phase_spans
+
+    points = [p for pts in run.timelines.values() for p in pts]
+    if not points:
+        return {}, []
+    t0 = min(float(p["t"]) for p in points)
+    series: dict[str, list[Point]] = {}
+    for rank in sorted(run.timelines):
+        for point in run.timelines[rank]:
+            for key, value in point.get("values", {}).items():
+                series.setdefault(key, []).append((float(point["t"]) - t0, float(value)))
+    end = max(float(p["t"]) for p in points)
+    spans = [
+        (start - t0, stop - t0, phase)
+        for start, stop, phase in phase_spans(run.timelines[min(run.timelines)], end=end)
+        if phase in PHASE_COLORS
+    ]
+    return series, spans
+
+
+def _timeline_section(run: RunData) -> Section | None:
+    """Every sample of the monitor's background thread over wall time, one line per device, with validation and
+    checkpoint saves shaded: where a dip or a stall happened, and during what."""
+    series, spans = timeline_series(run)
+    if not series:
+        return None
+    section = Section("timeline", "Over time: every sample, validation and checkpoint saves shaded")
+    for chart_id, group, name, title, unit in _TIMELINE_CHARTS:
+        keys = sorted(k for k in series if k.startswith(f"{group}/") and k.endswith(f"/{name}"))
+        devices = [k.split("/")[1] for k in keys]
+        lines = [
+            Line(k, d, sorted(series[k]), PALETTE[i % len(PALETTE)]) for i, (k, d) in enumerate(zip(keys, devices))
+        ]
+        if not lines:
+            continue
+        top = max(100.0, *(y for line in lines for _, y in line.points)) if name == UTIL_PCT else None
+        section.charts.append(
+            LineChart(chart_id, title, unit, lines, y_min=0.0, y_max=top, x_label=TIME_AXIS, shading=spans)
+        )
+    return section if section.charts else None
+
+
 def _mean(points: Sequence[Point]) -> float:
     return sum(y for _, y in points) / len(points) if points else 0.0
 
@@ -304,7 +364,9 @@ def _charted_keys(sections: Iterable[Section]) -> set[str]:
 def build_sections(run: RunData) -> list[Section]:
     """The chart sections of the dashboard, in page order (the diagnosis table is added by the renderer)."""
     devices = _devices(run)
+    timeline = _timeline_section(run)
     return [
+        *([timeline] if timeline is not None else []),
         _add_memory_charts(_utilisation_section(run, devices), run, devices),
         _step_time_section(run, devices),
         _throughput_section(run, devices),
@@ -362,7 +424,11 @@ def _extent(chart: LineChart) -> tuple[float, float, float, float]:
     y0 = chart.y_min if chart.y_min is not None else min(ys)
     y1 = chart.y_max if chart.y_max is not None else max(ys)
     if chart.y_max is None:
-        y1 = y1 + 0.05 * ((y1 - y0) or abs(y1) or 1.0)
+        # Headroom above the highest point, so the top line never sits on (or above) the axis' last tick.
+        y1 = y1 + 0.12 * ((y1 - y0) or abs(y1) or 1.0)
+    elif ys and max(ys) >= y1:
+        # A fixed top (100 %) that the data reaches (a process using more than one core): the data wins.
+        y1 = max(ys) + 0.06 * ((max(ys) - y0) or 1.0)
     if y1 <= y0:
         y1 = y0 + 1.0
     return x0, x1, y0, y1
@@ -403,8 +469,31 @@ def _line_figure(chart: LineChart) -> Any:
                 meta={"key": line.key},
                 mode="lines+markers" if len(xs) <= MAX_MARKERS else "lines",
                 line={"color": line.color, "dash": "dash" if line.dashed else "solid", "width": 1.8},
-                marker={"size": 4},
+                marker={"size": 4 if len(xs) > 3 else 8},  # a lone point must show
                 hovertemplate="%{y:.4~g}<extra>" + html.escape(line.label) + "</extra>",
+            )
+        )
+    for start, stop, phase in chart.shading:
+        fig.add_vrect(
+            x0=start,
+            x1=max(stop, start + 1e-3),
+            fillcolor=PHASE_COLORS.get(phase, "#999999"),
+            opacity=0.16,
+            line_width=0,
+            layer="below",
+            name=phase,
+        )
+    for phase in dict.fromkeys(phase for *_, phase in chart.shading):
+        # A legend entry per shaded phase (a shape has none of its own).
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=f"{phase} (shaded)",
+                marker={"size": 11, "symbol": "square", "color": _rgba(PHASE_COLORS.get(phase, "#999999"), 0.35)},
+                meta={"phase": phase},
+                hoverinfo="skip",
             )
         )
     _x0, _x1, y0, y1 = _extent(chart)
@@ -798,9 +887,14 @@ def _mpl_lines(ax: Any, chart: LineChart) -> None:
             marker="o" if len(xs) <= MAX_MARKERS else None,
             markersize=3,
         )
+    for phase in dict.fromkeys(phase for *_, phase in chart.shading):
+        for i, (start, stop, _) in enumerate(s for s in chart.shading if s[2] == phase):
+            color = PHASE_COLORS.get(phase, "#999999")
+            ax.axvspan(start, stop, color=color, alpha=0.16, linewidth=0, label=f"{phase} (shaded)" if i == 0 else None)
     from matplotlib.ticker import MaxNLocator
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    if chart.x_label == "step":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_xlabel(chart.x_label)
     ax.set_ylabel(chart.y_label)
     x0, x1, y0, y1 = _extent(chart)

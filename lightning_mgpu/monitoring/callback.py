@@ -46,6 +46,7 @@ from lightning_mgpu.monitoring.samplers import (
     merge_stat_sets,
 )
 from lightning_mgpu.monitoring.step_timing import StepTimer, SyncDetector, TimingAcc
+from lightning_mgpu.monitoring.timeline import Timeline, timeline_path
 from lightning_mgpu.utilities.collectives import gather_rows
 from lightning_mgpu.utilities.imports import is_available, require
 from lightning_mgpu.utilities.logging_steps import batches_that_stepped
@@ -60,6 +61,7 @@ FIELDS: tuple[tuple[str, str], ...] = (
     (K.THROUGHPUT, K.MFU),
 )
 _PROCESS = "__process__"  # sampler label of the per-process CPU source
+TIMELINE_PREFIX = "monitoring/timeline"  # where a Neptune run holds rank 0's time line
 _now = time.perf_counter  # the training-thread clock (a module attribute so tests can drive it)
 
 
@@ -129,6 +131,10 @@ class GPUUtilizationMonitor(Callback):
         json_filename: the file name of the diagnosis JSON.
         use_nvml: read GPUs through NVML (needs ``nvidia-ml-py``; without it only step timing and
             CPU metrics are logged, with a warning).
+        timeline: also write every poll, with the training phase, to ``<log_dir>/timeline/rank<R>.jsonl``
+            (:mod:`~lightning_mgpu.monitoring.timeline`; the dashboard draws it over wall time, validation and
+            checkpoint saves shaded). With the bundle's ``NeptuneLogger``, rank 0's points go into the run too, under
+            ``monitoring/timeline/``.
 
     Raises:
         ValueError: an argument is out of range.
@@ -155,6 +161,7 @@ class GPUUtilizationMonitor(Callback):
         write_json: bool = True,
         json_filename: str = "diagnosis.json",
         use_nvml: bool = True,
+        timeline: bool = True,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -189,6 +196,7 @@ class GPUUtilizationMonitor(Callback):
         self.write_json = write_json
         self.json_filename = json_filename
         self.use_nvml = use_nvml
+        self.timeline = timeline
 
         #: The last diagnosis (rank 0; ``None`` elsewhere and before the first).
         self.last_diagnosis: list[Diagnosis] | None = None
@@ -225,11 +233,13 @@ class GPUUtilizationMonitor(Callback):
         self._window_steps = 0  # optimizer steps in the current logging window
         self._period_steps = 0  # ... since the last periodic diagnosis
         self._period_start: int | None = None  # Lightning's logging step before the period's first batch
+        self._timeline: Timeline | None = None
+        self._neptune_index = 0  # time line points already sent to a Neptune run
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         # Threads, locks and the NVML module do not pickle; ddp_spawn rebuilds them in setup().
-        state.update(_sampler=None, _nvml=None, _detector=None, _active=False)
+        state.update(_sampler=None, _nvml=None, _detector=None, _active=False, _timeline=None)
         return state
 
     # ------------------------------------------------------------------ setup / teardown
@@ -247,7 +257,11 @@ class GPUUtilizationMonitor(Callback):
         self._context = self._run_context(trainer)
         self._replicas = max(trainer.world_size, len(self._devices))
         self._log_n = self.log_every_n_steps or max(1, int(getattr(trainer, "log_every_n_steps", 50) or 50))
-        self._sampler = BackgroundSampler(self._build_sources(), self.sample_interval_s)
+        if self.timeline:
+            path = timeline_path(self._log_dir, self._rank) if self._log_dir else None
+            self._timeline = Timeline(path)
+            self._timeline.set_step(trainer.global_step)  # a resumed fit goes on from its step
+        self._sampler = BackgroundSampler(self._build_sources(), self.sample_interval_s, on_poll=self._on_poll)
         self._sampler.start()
         if self.detect_sync:
             if any(d.type == "cuda" for d in self._devices):
@@ -268,10 +282,27 @@ class GPUUtilizationMonitor(Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self._shutdown()
 
+    def _on_poll(self, t: float, readings: list[tuple[str, str, float]]) -> None:
+        """The sampler thread's readings, into the time line under the logged metrics' names."""
+        if self._timeline is None:
+            return
+        values = {
+            (f"{K.CPU}/rank{self._rank}/{name}" if label == _PROCESS else f"{K.GPU}/{label}/{name}"): value
+            for label, name, value in readings
+        }
+        self._timeline.record(t, values)
+
+    def _phase(self, phase: str) -> None:
+        if self._timeline is not None:
+            self._timeline.set_phase(phase, time.time())
+
     def _shutdown(self) -> None:
         if self._sampler is not None:
             self._sampler.stop()
             self._sampler = None
+        if self._timeline is not None:
+            self._timeline.set_phase("idle", time.time())
+            self._flush_timeline()
         if self._detector is not None:
             self.sync_sites = self._detector.top_sites(10)
             self._detector.uninstall()
@@ -360,6 +391,7 @@ class GPUUtilizationMonitor(Callback):
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._timer.restart(_now())
+        self._phase("train")
 
     @override
     def on_train_batch_start(
@@ -368,6 +400,8 @@ class GPUUtilizationMonitor(Callback):
         arrived = _now()
         if not self._active:
             return
+        if self._timeline is not None and self._timeline.phase != "train":
+            self._phase("train")  # back from a checkpoint save
         step_start = arrived
         if self.flops_per_sample == "auto" and not self._flops_measured:
             self._flops_measured = True  # once per fit, even when it fails
@@ -398,6 +432,8 @@ class GPUUtilizationMonitor(Callback):
         self._timer.batch_end(now, self._batch_size(batch), self._stepped, syncs)
         if not self._stepped:
             return  # windows count optimizer steps, as log_every_n_steps does; every rank steps alike
+        if self._timeline is not None:
+            self._timeline.step += 1  # optimizer steps, counted here: cheaper than asking the trainer each batch
         self._window_steps += 1
         self._period_steps += 1
         every = self.diagnose_every_n_steps
@@ -419,16 +455,19 @@ class GPUUtilizationMonitor(Callback):
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._timer.pause()
+        self._phase("validation")
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._timer.restart(_now())
+        self._phase("idle")  # until the next batch (or a checkpoint save, or the end)
 
     @override
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
         self._timer.mark_gap()
+        self._phase("checkpoint")  # until the next batch or validation starts
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -445,6 +484,8 @@ class GPUUtilizationMonitor(Callback):
             self._flush_window(trainer, step=max(0, _logging_step(trainer) - 1))
         if self._detector is not None:
             self.sync_sites = self._detector.top_sites(10)
+        self._phase("idle")
+        self._flush_timeline(trainer)
         # on_train_end runs after the last batch's increment: this is the number of batches that stepped.
         self._run_diagnosis(
             trainer, self._fit_acc, self._fit_stats, scope="fit", span="the whole fit", step=_logging_step(trainer)
@@ -561,6 +602,7 @@ class GPUUtilizationMonitor(Callback):
             into_acc.merge(acc)
             merge_stat_sets(into_stats, stats)
         rows = self._gather(trainer, self._local_rows(acc, stats))
+        self._flush_timeline(trainer)
         if not trainer.is_global_zero:
             return
         metrics = self._to_metrics(self._per_device(rows))
@@ -568,6 +610,28 @@ class GPUUtilizationMonitor(Callback):
         if metrics:
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=step)
+
+    def _flush_timeline(self, trainer: pl.Trainer | None = None) -> None:
+        """The time line's new points to its file, and (rank 0) to a bundle NeptuneLogger's run."""
+        if self._timeline is None:
+            return
+        try:
+            self._timeline.flush()
+        except OSError as err:  # a full disk must not stop training: the window means are still logged
+            rank_zero_warn(f"GPUUtilizationMonitor: stopped writing the time line ({err}); its window means go on")
+            self._timeline = None
+            return
+        if trainer is None or not trainer.is_global_zero:
+            return
+        for logger in trainer.loggers:
+            if type(logger).__name__ == "NeptuneLogger" and type(logger).__module__.startswith("lightning_mgpu"):
+                points, self._neptune_index = self._timeline.since(self._neptune_index)
+                run = logger.experiment
+                for point in points:
+                    if point.get("mark"):
+                        run[f"{TIMELINE_PREFIX}/phase"].append(point["phase"], timestamp=point["t"])
+                    for key, value in point["values"].items():
+                        run[f"{TIMELINE_PREFIX}/{key}"].append(value, timestamp=point["t"])
 
     @staticmethod
     def _to_metrics(per_device: Mapping[str, Mapping[tuple[str, str], float]]) -> dict[str, float]:
@@ -590,6 +654,7 @@ class GPUUtilizationMonitor(Callback):
         self, trainer: pl.Trainer, acc: TimingAcc, stats: Mapping[str, StatSet], scope: str, span: str, step: int
     ) -> None:
         rows = self._gather(trainer, self._local_rows(acc, stats))
+        self._flush_timeline(trainer)
         if not trainer.is_global_zero:
             return
         per_device = {

@@ -96,11 +96,17 @@ class BackgroundSampler:
         sampler.stop()
     """
 
-    def __init__(self, sources: Sequence[Source], interval_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        interval_s: float = 0.5,
+        on_poll: Callable[[float, list[tuple[str, str, float]]], None] | None = None,
+    ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0 seconds, got {interval_s}")
         self.sources = list(sources)
         self.interval_s = interval_s
+        self.on_poll = on_poll  # every poll's (label, name, value) readings, at wall time: the time line
         self._lock = threading.Lock()
         self._window: dict[str, StatSet] = {}
         self._last: dict[str, dict[str, float]] = {}
@@ -146,6 +152,8 @@ class BackgroundSampler:
                 if math.isfinite(value):
                     self._window.setdefault(label, {}).setdefault(name, Stat()).add(value)
                     self._last.setdefault(label, {})[name] = value
+        if self.on_poll is not None:
+            self.on_poll(time.time(), [r for r in readings if math.isfinite(r[2])])
 
     def collect(self) -> dict[str, StatSet]:
         """This window's statistics, and start a new window.

@@ -20,8 +20,10 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 
+from lightning_mgpu.dashboard.compare import render_comparison
 from lightning_mgpu.dashboard.render import render_dashboard
 from tests.helpers.browser import Browser
+from tests.helpers.launch import TRAIN, run_python
 from tests.helpers.runif import RunIf
 from tests.unit.dashboard.test_dashboard import (  # noqa: F401
     DEVICES,
@@ -172,3 +174,63 @@ def test_serve_on_a_busy_port_names_the_port_and_the_fix(csv_run: Path) -> None:
         )
     assert proc.returncode == 2
     assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr and "--port 0" in proc.stderr
+
+
+# The time line chart's points per device, and the names of its shaded stretches, as the browser drew them.
+_TIMELINE_PROBE = """(function(){var el=document.getElementById('plot-timeline-cpu-util');
+  return {points: el.data.filter(function(t){return t.meta&&t.meta.key;}).map(function(t){
+            return [t.name, t.y.filter(function(y){return y!==null;}).length];}),
+          shapes: (el.layout.shapes||[]).map(function(s){return s.name;})};})()"""
+
+
+def _save_for_docs(shot: Path, name: str) -> None:
+    """The screenshots docs/neptune_and_dashboard.md shows: copied there when LIGHTNING_MGPU_DOCS_SCREENSHOTS names
+    the folder (a person refreshes them; the suite never writes into the repository)."""
+    folder = os.environ.get("LIGHTNING_MGPU_DOCS_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / name).write_bytes(shot.read_bytes())
+
+
+@RunIf(chromium=True, plotly=True)
+@pytest.mark.timeout(480)
+def test_real_ddp_and_dp_runs_on_the_time_line_and_compared_in_chromium(tmp_path: Path) -> None:
+    """The main job under ddp (2 ranks) and dp, 3 epochs on the CPU with the monitor: the ddp page draws at least
+    20 points per device over wall time with validation shaded, and the comparison page renders both runs."""
+    runs = {}
+    for strategy, devices in (("ddp", "2"), ("dp", "1")):
+        out = tmp_path / strategy
+        run_python(
+            [str(TRAIN), "--strategy", strategy, "--devices", devices, "--max-epochs", "3", "--gpu-monitor"]
+            + ["--monitor-interval", "0.02", "--logger", "csv", "--output-dir", str(out)],
+            timeout=300,
+        )
+        runs[strategy] = out / "logs" / "version_0"
+    page = render_dashboard(runs["ddp"], png=False).html
+    compare = render_comparison([runs["dp"], runs["ddp"]], tmp_path / "comparison")
+    with Browser(tmp_path / "profile", window=(1400, 1500)) as browser:
+        browser.open(page.as_uri())
+        browser.wait_for("document.body.dataset.rendered", timeout=60)
+        drawn = browser.evaluate(_TIMELINE_PROBE)
+        points = dict(drawn["points"])
+        assert set(points) == {"rank0", "rank1"} and min(points.values()) >= 20, drawn
+        assert "validation" in drawn["shapes"], drawn
+        assert browser.console_errors() == []
+        shot = browser.screenshot(tmp_path / "single.png")
+        _save_for_docs(shot, "dashboard_single_run.png")
+    with Browser(tmp_path / "profile-compare", window=(1400, 900)) as browser:
+        browser.open(compare.as_uri())
+        assert int(browser.wait_for("document.body.dataset.rendered", timeout=60)) == 2
+        names = browser.evaluate(
+            "Array.from(document.querySelectorAll('#comparison-table tbody tr td:first-child'))"
+            ".map(function(td){return td.textContent;})"
+        )
+        assert names == ["dp/logs/version_0", "ddp/logs/version_0"], names
+        traces = browser.evaluate(
+            "document.getElementById('plot-compare-utilisation').data.filter(function(t){return t.meta&&t.meta.key;})"
+            ".map(function(t){return [t.name, t.y.length];})"
+        )
+        assert [name for name, _ in traces] == names and all(n >= 10 for _, n in traces), traces
+        assert browser.console_errors() == []
+        shot = browser.screenshot(tmp_path / "compare.png")
+        _save_for_docs(shot, "dashboard_comparison.png")

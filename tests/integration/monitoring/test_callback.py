@@ -12,9 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from lightning_mgpu.callbacks import GPUUtilizationMonitor
 from lightning_mgpu.monitoring.diagnosis import load_diagnoses
 from tests.helpers.launch import REPO_ROOT, launch_env, run_python
+from tests.helpers.runif import RunIf
 from tests.unit.monitoring.test_callback import read_metrics  # noqa: F401
 
 RUN = str(REPO_ROOT / "tests" / "integration" / "runners" / "run_gpu_monitor.py")
@@ -91,3 +94,68 @@ def test_other_strategies_gather_every_rank(strategy: str, tmp_path: Path) -> No
     assert_keys_for_ranks(rows, range(2))
     diagnoses, _ = load_diagnoses(tmp_path / "input" / "version_0" / "diagnosis.json")
     assert {d.device: d.verdict for d in diagnoses} == {"rank0": "input-bound", "rank1": "input-bound"}
+
+
+@RunIf(neptune=True)
+def test_the_time_line_of_a_fit_has_its_phases_and_reaches_a_neptune_run(tmp_path: Path) -> None:
+    """In-process fit with validation: rank 0's time line file holds samples in train and validation phases and a
+    checkpoint save, and the bundle's NeptuneLogger gets the same series."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.loggers import CSVLogger
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from lightning_mgpu.loggers import NeptuneLogger
+    from lightning_mgpu.monitoring.timeline import read_timeline, timeline_path
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Linear(64, 1)
+
+        def training_step(self, batch, batch_idx):
+            x = batch[0]
+            for _ in range(200):  # some work per step, so that samples land inside steps
+                x = torch.tanh(x @ torch.eye(64))
+            return nn.functional.mse_loss(self.net(x), batch[1])
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", nn.functional.mse_loss(self.net(batch[0]), batch[1]))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    neptune = NeptuneLogger(
+        mode="debug", capture_hardware_metrics=False, capture_stdout=False, capture_stderr=False, git_ref=False
+    )
+    monitor = GPUUtilizationMonitor(log_every_n_steps=5, sample_interval_s=0.005)
+    data = DataLoader(TensorDataset(torch.randn(512, 64), torch.randn(512, 1)), batch_size=16)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        limit_val_batches=8,
+        logger=[CSVLogger(tmp_path), neptune],
+        callbacks=[monitor],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    try:
+        trainer.fit(Model(), data, data)
+        points = read_timeline(timeline_path(trainer.log_dir, 0))
+        phases = {p["phase"] for p in points}
+        assert {"train", "validation", "checkpoint", "idle"} <= phases, phases
+        sampled = [p for p in points if p["values"]]
+        assert len(sampled) >= 20 and all(
+            "cpu/rank0/util_pct" in p["values"] or "cpu/rank0/rss_gb" in p["values"] for p in sampled
+        )
+        assert [p["t"] for p in points] == sorted(p["t"] for p in points)
+        assert points[-1]["phase"] == "idle" and points[-1].get("mark")  # after the last batch
+        run = neptune.experiment
+        run.wait()
+        util = run["monitoring/timeline/cpu/rank0/util_pct"].fetch_values()
+        written = [p["values"]["cpu/rank0/util_pct"] for p in sampled if "cpu/rank0/util_pct" in p["values"]]
+        assert len(util) > 0 and list(util["value"])[: len(written)] == pytest.approx(written[: len(util)])
+        assert set(run["monitoring/timeline/phase"].fetch_values()["value"]) >= {"train", "validation"}
+    finally:
+        neptune.stop()

@@ -382,3 +382,86 @@ def test_monitor_diagnosis_recorded_in_a_neptune_run_reaches_the_page(
     text = render_dashboard(run_dir, png=False).html.read_text()
     assert verdicts(parse(text)) == {"rank1": "input-bound"}
     assert "the run&#x27;s recorded diagnosis.json" in text
+
+
+def _timeline_run(root: Path, name: str, strategy: str, util: float) -> Path:
+    """A CSV run with the monitor's time lines for two ranks: 40 samples each, a validation and a checkpoint save."""
+    from lightning_mgpu.monitoring.timeline import Timeline, timeline_path
+
+    logger = CSVLogger(root, name=name)
+    log_synthetic(logger)
+    logger.save()
+    run = Path(logger.log_dir)
+    write_diagnoses(run / "diagnosis.json", [Diagnosis("rank0", "compute-bound", ["fine"], {})], step=190)
+    data = json.loads((run / "diagnosis.json").read_text())
+    data["context"] = {"strategy": strategy, "world_size": 2}
+    (run / "diagnosis.json").write_text(json.dumps(data))
+    for rank in (0, 1):
+        timeline = Timeline(timeline_path(run, rank))
+        timeline.set_phase("train", 1000.0)
+        for i in range(40):
+            t = 1000.0 + 0.5 * i
+            if i == 20:
+                timeline.set_phase("validation", t - 0.1)
+            if i == 26:
+                timeline.set_phase("checkpoint", t - 0.1)
+            if i == 28:
+                timeline.set_phase("train", t - 0.1)
+            low = 20.0 if 20 <= i < 26 else util  # the dip during validation
+            timeline.record(t, {f"cpu/rank{rank}/util_pct": low + rank, f"cpu/rank{rank}/rss_gb": 0.4 + 0.001 * i})
+        timeline.set_phase("idle", 1020.0)
+        timeline.flush()
+    return run
+
+
+@RunIf(plotly=True)
+def test_the_time_line_is_drawn_over_wall_time_with_validation_shaded(tmp_path: Path) -> None:
+    from lightning_mgpu.dashboard.render import TIME_AXIS, build_sections, figure_json
+
+    run = read_run(_timeline_run(tmp_path, "logs", "ddp", 90.0))
+    assert sorted(run.timelines) == [0, 1] and run.context["strategy"] == "ddp"
+    section = build_sections(run)[0]
+    assert section.id == "timeline"
+    util = next(c for c in section.charts if c.id == "timeline-cpu-util")
+    assert util.x_label == TIME_AXIS and [line.label for line in util.lines] == ["rank0", "rank1"]
+    assert all(len(line.points) == 40 for line in util.lines)
+    assert util.lines[0].points[0] == (0.0, 90.0) and util.lines[0].points[20] == (10.0, 20.0)  # seconds since start
+    assert [(phase, round(a, 2), round(b, 2)) for a, b, phase in util.shading] == [
+        ("validation", 9.9, 12.9),
+        ("checkpoint", 12.9, 13.9),
+    ]
+    figure = figure_json(util)
+    shapes = figure["layout"]["shapes"]
+    assert [s["name"] for s in shapes] == ["validation", "checkpoint"] and shapes[0]["x0"] == pytest.approx(9.9)
+    assert {t["name"] for t in figure["data"] if t.get("meta", {}).get("phase")} == {
+        "validation (shaded)",
+        "checkpoint (shaded)",
+    }
+    assert figure["layout"]["yaxis"]["range"][1] >= 100  # every point inside the axis
+    memory = next(c for c in section.charts if c.id == "timeline-cpu-mem")
+    y_top = figure_json(memory)["layout"]["yaxis"]["range"][1]
+    assert y_top > max(y for line in memory.lines for _, y in line.points) * 1.05  # headroom above the top line
+
+
+@RunIf(plotly=True)
+def test_runs_compared_on_one_page(tmp_path: Path) -> None:
+    from lightning_mgpu.dashboard.compare import render_comparison
+
+    dp = _timeline_run(tmp_path / "dp", "logs", "dp", 60.0)
+    ddp = _timeline_run(tmp_path / "ddp", "logs", "ddp", 95.0)
+    page = render_comparison([dp, ddp])
+    assert page == tmp_path / "comparison" / "index.html"
+    dom = parse(page.read_text())
+    rows = [r for r in re.findall(r"<tr>(.*?)</tr>", page.read_text()) if "<td" in r]
+    assert len(rows) == 2 and "dp/logs/version_0" in rows[0] and "ddp/logs/version_0" in rows[1]
+    assert ">dp<" in rows[0] and ">ddp<" in rows[1] and "compute-bound" in rows[0]
+    state = dom.state
+    util = state["figures"]["compare-utilisation"]
+    names = [t["name"] for t in util["data"] if t.get("meta", {}).get("key")]
+    assert names == ["dp/logs/version_0", "ddp/logs/version_0"]
+    means = {t["name"]: sum(t["y"]) / len(t["y"]) for t in util["data"] if t.get("meta", {}).get("key")}
+    assert means["ddp/logs/version_0"] > means["dp/logs/version_0"]
+    assert "compare-throughput" in state["figures"]
+    assert cli_main(["dashboard", str(dp), str(ddp), "--out", str(tmp_path / "cmp")]) == 0
+    assert (tmp_path / "cmp" / "index.html").is_file()
+    assert cli_main(["dashboard", str(dp), str(tmp_path / "missing")]) == 2

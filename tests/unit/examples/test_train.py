@@ -158,6 +158,7 @@ def _bad_inputs(tmp: Path) -> dict[str, list[tuple[list[str], str]]]:
         "--zero-grad-set-to-none": [(["--zero-grad-set-to-none=1"], flag_value)],
         "--grad-sync-toggle": [(["--grad-sync-toggle=1"], flag_value)],
         "--gpu-monitor": [(["--gpu-monitor=1"], flag_value)],
+        "--monitor-interval": [(["--monitor-interval", "0"], "expected a positive number")],
         "--launcher": [(["--launcher", "slurm"], "invalid choice: 'slurm'")],
         "--ray-workers": [(["--ray-workers", "0"], "expected a positive integer")],
         "--ray-address": [(["--ray-address", "auto"], "only apply to --launcher ray")],
