@@ -170,14 +170,23 @@ def info_main() -> int:
 
 
 def build_horovod_main(args: argparse.Namespace) -> int:
-    from lightning_mgpu.tools.build_horovod import BuildConfig, HorovodBuildError, build_horovod
+    from pathlib import Path
+
+    from lightning_mgpu.tools.build_horovod import BuildConfig, HorovodBuildError, HorovodBuildRefused, build_horovod
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    config = BuildConfig(
+        python=args.python or sys.executable,
+        force=args.force,
+        gpu=args.gpu,
+        nvcc=args.nvcc,
+        nccl_home=Path(args.nccl_home) if args.nccl_home else None,
+    )
     try:
-        build_horovod(BuildConfig(python=args.python or sys.executable, force=args.force))
+        build_horovod(config)
     except HorovodBuildError as err:
         sys.stderr.write(f"{PROG} build-horovod: error: {err}\n")
-        return 1
+        return 2 if isinstance(err, HorovodBuildRefused) else 1  # 2: asked for what cannot be built here
     return 0
 
 
@@ -251,11 +260,22 @@ def build_parser() -> OneLineParser:
     convert.add_argument(
         "--trusted", action="store_true", help="full unpickle of a file you wrote yourself (unsafe otherwise)"
     )
-    hvd = _command(sub, "build-horovod", "build horovod 0.28.1 against this torch (C++17 patch, Gloo; cached)")
+    hvd = _command(
+        sub,
+        "build-horovod",
+        "build horovod 0.28.1 against this torch (C++17 patch, Gloo; --gpu: NCCL; cached)",
+        "--gpu compiles the GPU operations on NCCL against a CUDA build of torch: it needs nvcc (the CUDA toolkit) and\n"
+        "NCCL (pip install nvidia-nccl-cu<N>, or the system's libnccl-dev); the wheel is cached per torch and CUDA.",
+    )
     hvd.add_argument(
         "--python", default=None, help="the interpreter whose environment gets horovod (default: this one)"
     )
-    hvd.add_argument("--force", action="store_true", help="rebuild even if horovod with Gloo is already importable")
+    hvd.add_argument("--force", action="store_true", help="rebuild even if a suitable horovod is already importable")
+    hvd.add_argument("--gpu", action="store_true", help="GPU operations on NCCL (needs a CUDA torch, nvcc and NCCL)")
+    hvd.add_argument(
+        "--nvcc", default=None, help="--gpu: the CUDA compiler (default: nvcc on the PATH, or CUDA_HOME's)"
+    )
+    hvd.add_argument("--nccl-home", default=None, help="--gpu: a folder with include/nccl.h and lib/libnccl.so*")
     return parser
 
 

@@ -89,3 +89,11 @@ def test_every_bad_command_line_is_one_line_and_exit_2(argv: list[str], says: st
     lines = [line for line in out.strip().splitlines() if not line.startswith("HEAVY=")]
     assert code == 2 and len(lines) == 1 and lines[0].startswith(says), out
     assert "Traceback" not in out and heavy == []
+
+
+@pytest.mark.skipif(__import__("torch").version.cuda is not None, reason="a CUDA torch can build --gpu")
+def test_build_horovod_gpu_on_a_cpu_torch_is_refused_before_any_work() -> None:
+    out, heavy, code = _watched(["build-horovod", "--gpu"])
+    lines = [line for line in out.strip().splitlines() if not line.startswith("HEAVY=")]
+    assert code == 2 and len(lines) == 1, out
+    assert lines[0].startswith("lightning-mgpu build-horovod: error: build-horovod --gpu needs a CUDA build of torch")

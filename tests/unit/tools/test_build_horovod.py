@@ -87,3 +87,45 @@ def test_exit_status_patch_stops_reaping_the_shell_and_marks_the_file(tmp_path: 
 def test_the_set_up_script_asks_for_the_same_patch_level() -> None:
     script = (Path(__file__).resolve().parents[3] / "scripts" / "build_horovod.sh").read_text()
     assert f"\nPATCH_LEVEL={build.PATCH_LEVEL}\n" in script
+
+
+def _nccl_wheel(root: Path) -> Path:
+    """The layout of the nvidia-nccl-cu<N> wheel: include/nccl.h and lib/libnccl.so.2 (no libnccl.so link)."""
+    (root / "include").mkdir(parents=True)
+    (root / "lib").mkdir()
+    (root / "include" / "nccl.h").write_text("#define NCCL_MAJOR 2\n")
+    (root / "lib" / "libnccl.so.2").write_bytes(b"\x7fELF")
+    return root
+
+
+def test_a_gpu_build_is_refused_naming_what_is_missing(tmp_path: Path) -> None:
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("")
+    wheel = _nccl_wheel(tmp_path / "nvidia" / "nccl")
+    with pytest.raises(build.HorovodBuildRefused, match=r"needs a CUDA build of torch; .* torch 2.13.0 is the CPU"):
+        build.resolve_gpu_toolchain(None, str(nvcc), [wheel], "2.13.0")
+    with pytest.raises(build.HorovodBuildRefused, match=r"needs nvcc, the CUDA compiler: .*CUDA 13.0"):
+        build.resolve_gpu_toolchain("13.0", None, [wheel])
+    with pytest.raises(build.HorovodBuildRefused, match=r"needs NCCL .*pip install nvidia-nccl-cu13"):
+        build.resolve_gpu_toolchain("13.0", str(nvcc), [tmp_path / "nowhere"])
+    found = build.resolve_gpu_toolchain("13.0", str(nvcc), [tmp_path / "nowhere", wheel])
+    assert found == build.GpuToolchain(cuda_home=(tmp_path / "cuda").resolve(), cuda_version="13.0", nccl_home=wheel)
+
+
+def test_a_gpu_build_links_nccl_as_cmake_expects_and_sets_its_environment(tmp_path: Path) -> None:
+    toolchain = build.GpuToolchain(Path("/opt/cuda"), "13.0", _nccl_wheel(tmp_path / "wheel"))
+    linked = build.nccl_link_dir(toolchain, tmp_path / "work")
+    assert (linked / "include" / "nccl.h").read_text().startswith("#define NCCL_MAJOR")
+    assert (linked / "lib" / "libnccl.so").resolve() == (tmp_path / "wheel" / "lib" / "libnccl.so.2").resolve()
+    env = build.gpu_build_env(toolchain, linked)
+    assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL" and env["HOROVOD_NCCL_HOME"] == str(linked)
+    assert env["HOROVOD_CUDA_HOME"] == "/opt/cuda" and env["PATH"].startswith("/opt/cuda/bin")
+    assert env["HOROVOD_NCCL_LINK"] == "SHARED"
+
+
+def test_the_cache_key_names_the_cuda_of_a_gpu_build() -> None:
+    cpu = build.key_for("2.13.0", "cp311")
+    gpu = build.key_for("2.11.0_cu130", "cp312", build.GpuToolchain(Path("/c"), "13.0", Path("/n")))
+    assert cpu == f"hvd0.28.1-p{build.PATCH_LEVEL}-torch2.13.0-cp311"
+    assert gpu == f"hvd0.28.1-p{build.PATCH_LEVEL}-torch2.11.0_cu130-cp312-nccl-cuda13.0"
