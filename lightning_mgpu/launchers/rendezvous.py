@@ -84,6 +84,10 @@ class RendezvousTimeout(Callback):
         ranks and its child observer. Each rank fails it within the bound on its own and says why; the observer must
         not SIGKILL the launching rank in between because another rank said so first (found as 1 of 2 messages on a
         loaded machine). Wraps this instance's ``setup_environment``; no class is changed."""
+        if type(getattr(strategy, "launcher", None)).__name__ != "_SubprocessScriptLauncher":
+            # Only Lightning's script launcher starts ranks with an observer; a spawn launcher pickles the strategy,
+            # which must then carry no wrapper of its own.
+            return
         setup_environment = strategy.setup_environment
 
         def setup_environment_with_every_rank_heard() -> None:

@@ -16,7 +16,7 @@ from types import ModuleType
 def _hint(requirement: str, extra: str) -> str:
     """The install line for an extra's package: the package itself (works anywhere), and the extra from a clone (the
     ``lightning_mgpu[...]`` form works once the bundle is published on an index)."""
-    return f"pip install '{requirement}'  (the [{extra}] extra; from a clone: pip install -e '.[{extra}]')"
+    return f"pip install '{requirement}' (the [{extra}] extra; from a clone: pip install -e '.[{extra}]')"
 
 
 # package import name -> (extra, install hint)

@@ -45,9 +45,10 @@ def _foreign(tmp_path: Path) -> Path:
     return path
 
 
-#: Refused after the Trainer is built, before its processes start: run as a user runs them.
+#: Refused before any process starts (a truncated file by the command line check, a foreign one once the model is
+#: built): run as a user runs them.
 SCRIPT_CASES = {
-    "truncated checkpoint": (lambda t: ["--ckpt-path", str(_truncated(t))], "truncated or not a torch checkpoint"),
+    "truncated checkpoint": (lambda t: ["--ckpt-path", str(_truncated(t))], "is cut short or damaged"),
     "foreign checkpoint": (lambda t: ["--ckpt-path", str(_foreign(t))], "missing key(s)"),
 }
 
@@ -84,6 +85,6 @@ def test_a_missing_optional_dependency_names_the_extra(tmp_path: Path) -> None:
     )
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text[-3000:]
-    assert "needs `fairscale`" in text and "pip install 'fairscale==0.4.13'  (the [sharded] extra" in text, text[-3000:]
+    assert "needs `fairscale`" in text and "pip install 'fairscale==0.4.13' (the [sharded] extra" in text, text[-3000:]
     assert "Initializing distributed" not in text and "Epoch 0" not in text
     assert time.monotonic() - start < REFUSAL_BOUND_S

@@ -56,7 +56,7 @@ def test_names_build_a_sharded_strategy(name: str, start_method: str) -> None:
 
 def test_missing_fairscale_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "fairscale", None)  # makes `import fairscale` fail
-    with pytest.raises(MissingDependencyError, match=r"pip install 'fairscale==0.4.13'  \(the \[sharded\] extra"):
+    with pytest.raises(MissingDependencyError, match=r"pip install 'fairscale==0.4.13' \(the \[sharded\] extra"):
         ShardedStrategy()
     ShardedStrategy(backend="torch")  # the torch backend does not need it
 
