@@ -391,22 +391,18 @@ def _check_paths(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def _unwritable(folder: Path) -> str | None:
-    """Why ``folder`` cannot hold the run's files, or None: it (and any missing parent) is created and a file written
-    into it, then everything this made is removed again, so a refused command line leaves nothing behind."""
-    missing = []
+    """Why ``folder`` cannot hold the run's files, or None. Nothing is created: a file is opened and dropped at once
+    in the folder, or in its nearest existing parent (where the run would create it). Every rank of a job checks at
+    the same moment, so the check must not make or remove folders another rank may be using."""
     parent = folder
     while not parent.exists() and parent != parent.parent:
-        missing.append(parent)
         parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is a file"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=folder).close()
+        tempfile.TemporaryFile(dir=parent).close()
     except OSError as err:
         return err.strerror or str(err)
-    finally:
-        for made in missing:  # deepest first
-            with contextlib.suppress(OSError):
-                made.rmdir()
     return None
 
 

@@ -189,25 +189,29 @@ def serve(run_path: str, port: int = 8050, interval: float = 3.0, ready: threadi
     if not interval > 0:
         raise ValueError(f"--interval {interval} must be a positive number of seconds")
     live = LiveRun(run_path, interval=interval)
-    _wait_for_run(live, run_path, interval)
-    live.refresh()  # fails here, before binding, if RUN holds no run
-    server = make_server(live, port)
-    watcher = threading.Thread(target=live.watch, name="dashboard-watch", daemon=True)
-    watcher.start()
-    host, bound = server.server_address[:2]
-    sys.stdout.write(
-        f"dashboard: serving {run_path} live at http://{host}:{bound}/ (re-read every {interval:g} s; Ctrl-C stops)\n"
-    )
-    sys.stdout.flush()
-    if ready is not None:
-        ready.set()
+    server = None
+    # Ctrl-C stops cleanly from the first line printed on: a user (or a test) may press it as soon as they read one.
     try:
+        _wait_for_run(live, run_path, interval)
+        live.refresh()  # fails here, before binding, if RUN holds no run
+        server = make_server(live, port)
+        watcher = threading.Thread(target=live.watch, name="dashboard-watch", daemon=True)
+        watcher.start()
+        host, bound = server.server_address[:2]
+        sys.stdout.write(
+            f"dashboard: serving {run_path} live at http://{host}:{bound}/ (re-read every {interval:g} s;"
+            " Ctrl-C stops)\n"
+        )
+        sys.stdout.flush()
+        if ready is not None:
+            ready.set()
         server.serve_forever(poll_interval=0.5)
     except KeyboardInterrupt:
         sys.stdout.write("dashboard: stopped\n")
     finally:
         live.stop()
-        server.server_close()
+        if server is not None:
+            server.server_close()
     return 0
 
 

@@ -43,6 +43,8 @@ import json, sys
 sys.argv = ["train.py", *json.loads(sys.argv[1])]
 sys.path.insert(0, "examples")
 import train
+# The sbatch's line asks for the GPU nodes it was written for: their 4 GPUs each, as the parser sees them there.
+train._cuda_available, train._cuda_count = (lambda: True), (lambda: 4)
 args = train.parse_args(sys.argv[1:])
 import lightning.pytorch as pl
 t = pl.Trainer(strategy=args.strategy, accelerator="cpu", devices=args.devices, num_nodes=args.num_nodes, logger=False)
