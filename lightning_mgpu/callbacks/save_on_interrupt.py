@@ -59,6 +59,13 @@ def _any_rank(trainer: pl.Trainer, flag: bool) -> bool:
     return trainer.strategy.reduce_boolean_decision(flag, all=False)
 
 
+def _last_batch_of_epoch(trainer: pl.Trainer) -> bool:
+    """Whether the batch that just ended was its epoch's last (the loader ran out, or a limit was reached)."""
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    total = trainer.num_training_batches
+    return bool(progress.is_last_batch) or (total != float("inf") and progress.current.ready >= total)
+
+
 def _no_broadcast() -> None:
     """Stands in for Lightning's per-step SIGTERM broadcast while :class:`SaveOnInterrupt` handles SIGTERM."""
 
@@ -109,6 +116,7 @@ class SaveOnInterrupt(Callback):
         self._signalled: float | None = None  # when the first signal came
         self._previous: dict[signal.Signals, Any] = {}
         self._quieted_loop: Any = None  # the epoch loop whose SIGTERM broadcast is skipped while we handle SIGTERM
+        self._at_epoch_end = False  # interrupted at an epoch's last batch: save when the epoch has ended
 
     def checkpoint_path(self, trainer: pl.Trainer) -> Path:
         """Where the interrupted step is saved."""
@@ -148,7 +156,7 @@ class SaveOnInterrupt(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._signalled, self.saved_path = None, None
+        self._signalled, self.saved_path, self._at_epoch_end = None, None, False
         if threading.current_thread() is not threading.main_thread():
             rank_zero_warn("SaveOnInterrupt: training runs outside the main thread, where Python cannot catch Ctrl-C.")
             return
@@ -168,6 +176,25 @@ class SaveOnInterrupt(Callback):
             return  # the same on every rank (global_step agrees), so the all-reduce below always has every rank
         if not _any_rank(trainer, self._signalled is not None):
             return
+        if _last_batch_of_epoch(trainer):
+            # Lightning resumes a checkpoint taken after an epoch's last batch but before its end one epoch too far
+            # (it counts the epoch as done, then starts the next but one: found as a Ctrl-C resume that trained an
+            # epoch less). Saved once the epoch has ended instead, where Lightning's own checkpoints are taken; every
+            # rank voted, so every rank waits. Remove when Lightning restarts such a checkpoint in the next epoch.
+            self._at_epoch_end = True
+            return
+        self._save_and_stop(
+            trainer, f"step {trainer.global_step} (epoch {trainer.current_epoch}, batch {batch_idx + 1})"
+        )
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._at_epoch_end:
+            self._at_epoch_end = False
+            self._save_and_stop(trainer, f"the end of epoch {trainer.current_epoch} (step {trainer.global_step})")
+
+    def _save_and_stop(self, trainer: pl.Trainer, where: str) -> None:
+        """Save the checkpoint every rank agreed on, then stop through Lightning's KeyboardInterrupt shutdown."""
         path = self.checkpoint_path(trainer)
         trainer.save_checkpoint(
             path, weights_only=False
@@ -179,8 +206,8 @@ class SaveOnInterrupt(Callback):
             wait()  # lands before "saved" is said and the process stops
         self.saved_path = path
         rank_zero_info(
-            f"Interrupted at step {trainer.global_step} (epoch {trainer.current_epoch}, batch {batch_idx + 1});"
-            f" saved {path}. Resume with `fit(..., ckpt_path={str(path)!r})` (train.py: --ckpt-path {path})."
+            f"Interrupted at {where}; saved {path}."
+            f" Resume with `fit(..., ckpt_path={str(path)!r})` (train.py: --ckpt-path {path})."
         )
         self._restore_handler()
         if in_spawned_worker():

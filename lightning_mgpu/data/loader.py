@@ -80,7 +80,7 @@ def resumable_loader(
         rank, world = group
         kwargs["sampler"] = ResumableDistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed)
     elif shuffle:
-        kwargs["sampler"] = ResumableRandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
+        kwargs["sampler"] = ResumableRandomSampler(dataset, seed=seed)
     return StatefulDataLoader(
         dataset,
         batch_size=batch_size,
@@ -94,17 +94,32 @@ def resumable_loader(
 
 
 class ResumableRandomSampler(RandomSampler):
-    """torchdata's stateful shuffling sampler, as a ``torch.utils.data.RandomSampler``.
+    """A shuffling sampler whose order is a function of its seed and epoch, and whose iterator checkpoints its position.
 
-    Lightning recognises a shuffling loader by that class (to give its ``DistributedSampler`` ``shuffle=True``);
-    torchdata's sampler does not derive from it, so this subclass iterates the torchdata way, whose iterator saves
-    and restores the generator and the position.
+    A ``torch.utils.data.RandomSampler`` (Lightning recognises a shuffling loader by that class). Each epoch's order
+    comes from ``seed + epoch`` alone, not from a generator's history: a run resumed from a checkpoint taken at an
+    epoch's end shuffles the next epoch as a run that never stopped does (a generator restored to that epoch's start
+    would replay it). Lightning calls :meth:`set_epoch` at every epoch; without Lightning, the epoch advances by one
+    each time an iteration runs to its end.
+
+    Args:
+        data_source: the dataset.
+        seed: the base of every epoch's permutation.
     """
 
-    def __iter__(self) -> Iterator[int]:
-        from torchdata.stateful_dataloader.sampler import _StatefulRandomSamplerIterator
+    def __init__(self, data_source: Any, seed: int = 0) -> None:
+        super().__init__(data_source)
+        self.seed, self.epoch = seed, 0
 
-        return _StatefulRandomSamplerIterator(self)
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def epoch_indices(self, epoch: int) -> list[int]:
+        generator = torch.Generator().manual_seed(self.seed + epoch)
+        return torch.randperm(len(self.data_source), generator=generator).tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        return _EpochIterator(self)
 
 
 class ResumableDistributedSampler(DistributedSampler):
@@ -116,24 +131,27 @@ class ResumableDistributedSampler(DistributedSampler):
     yields, after ``set_epoch``, and on load rebuilds the saved epoch's order at the saved position.
     """
 
+    def epoch_indices(self, epoch: int) -> list[int]:
+        current, self.epoch = self.epoch, epoch
+        try:
+            return list(DistributedSampler.__iter__(self))
+        finally:
+            self.epoch = current
+
     def __iter__(self) -> Iterator[int]:
         return _EpochIterator(self)
 
 
 class _EpochIterator(Iterator[int]):
-    """One epoch of a :class:`ResumableDistributedSampler`; ``state_dict`` makes torchdata save it (``Stateful``)."""
+    """One epoch of a resumable sampler (random or distributed); ``state_dict`` makes torchdata save it (``Stateful``)."""
 
-    def __init__(self, sampler: ResumableDistributedSampler) -> None:
+    def __init__(self, sampler: ResumableRandomSampler | ResumableDistributedSampler) -> None:
         self.sampler = sampler
         self.indices: list[int] | None = None  # chosen at the first __next__, or by load_state_dict
         self.epoch, self.yielded = sampler.epoch, 0
 
     def _start(self, epoch: int, yielded: int) -> None:
-        current, self.sampler.epoch = self.sampler.epoch, epoch
-        try:
-            self.indices = list(DistributedSampler.__iter__(self.sampler))
-        finally:
-            self.sampler.epoch = current
+        self.indices = self.sampler.epoch_indices(epoch)
         self.epoch, self.yielded = epoch, yielded
 
     def __next__(self) -> int:
@@ -141,6 +159,9 @@ class _EpochIterator(Iterator[int]):
             self._start(self.sampler.epoch, 0)
         assert self.indices is not None
         if self.yielded >= len(self.indices):
+            if isinstance(self.sampler, ResumableRandomSampler) and self.sampler.epoch <= self.epoch:
+                # A fresh order next time, as RandomSampler gives (set_epoch, which Lightning calls, has the last word).
+                self.sampler.epoch = self.epoch + 1
             raise StopIteration
         self.yielded += 1
         return self.indices[self.yielded - 1]
@@ -149,7 +170,7 @@ class _EpochIterator(Iterator[int]):
         return {"epoch": self.epoch, "yielded": self.yielded}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        if int(state["yielded"]) >= self.sampler.num_samples:
+        if int(state["yielded"]) >= len(self.sampler):
             return  # saved at the end of an epoch: the next one starts afresh, with the epoch set_epoch gives
         self._start(int(state["epoch"]), int(state["yielded"]))
 

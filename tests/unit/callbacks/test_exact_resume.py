@@ -163,3 +163,22 @@ def test_a_sigterm_before_training_is_not_lost(tmp_path: Path) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert saver.saved_path is not None and torch.load(saver.saved_path, weights_only=False)["global_step"] == 1
+
+
+@pytest.mark.parametrize("step", [12, 25], ids=["end_of_epoch_0", "end_of_epoch_1"])
+def test_ctrl_c_at_an_epochs_last_batch_saves_at_its_end_and_resumes_exactly(tmp_path: Path, step: int) -> None:
+    """Found by the Ctrl-C test under load: a Ctrl-C during an epoch's last batch. Saved right after that batch,
+    Lightning resumed one epoch too far and the loader replayed epoch 0's order; the save now waits for the epoch's
+    end (validation included), and the next epoch's order depends on its number alone."""
+    _, reference = _fit(tmp_path / "ref", [RNGStates()])
+    saver = SaveOnInterrupt(dirpath=tmp_path / "ckpt")
+    with pytest.raises(SystemExit):
+        _fit(tmp_path / "int", [saver, CtrlCAt(step), RNGStates()])
+    saved = torch.load(saver.saved_path, weights_only=False)
+    progress = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]
+    assert saved["global_step"] == step + 1 and progress["completed"] == progress["ready"] == 13  # the epoch ended
+    _, resumed = _fit(tmp_path / "res", [RNGStates()], ckpt_path=saver.saved_path)
+    differ = [
+        k for (k, a), b in zip(reference.state_dict().items(), resumed.state_dict().values()) if not torch.equal(a, b)
+    ]
+    assert differ == []

@@ -57,3 +57,17 @@ def test_distributed_sampler_iterator_keeps_its_epoch_and_position() -> None:
     fresh.set_epoch(4)
     sampler.set_epoch(4)
     assert list(done) == list(iter(sampler))
+
+
+def test_a_state_saved_at_an_epochs_end_gives_the_next_epochs_order() -> None:
+    """A single process shuffles by seed and epoch: a loader restored from the end of epoch 0 shuffles epoch 1 as an
+    uninterrupted loader does (restoring a generator to epoch 0's start would replay epoch 0)."""
+    data = TensorDataset(torch.arange(20))
+    reference = _epochs(resumable_loader(data, batch_size=4, shuffle=True, seed=3), 2)
+    first = resumable_loader(data, batch_size=4, shuffle=True, seed=3)
+    _epochs(first, 1)
+    state = first.state_dict()
+    resumed = resumable_loader(data, batch_size=4, shuffle=True, seed=3)
+    resumed.load_state_dict(state)
+    resumed.sampler.set_epoch(1)  # what Lightning does at the start of the resumed epoch
+    assert _epochs(resumed, 1)[0] == reference[1] != reference[0]
