@@ -18,7 +18,9 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.hooks import convert_epoch_ends, convert_log_returns, convert_renamed_hooks, with_comments
 from lightning_mgpu.upgrade.scopes import LIST, FileFacts, Scope, is_dict_builder
+from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
+from lightning_mgpu.upgrade.scopes import literal as _literal
 
 
 @dataclass(frozen=True)
@@ -55,39 +57,12 @@ class FileResult:
 # Small helpers on nodes
 
 
-def _dotted(node: cst.BaseExpression) -> str | None:
-    """``a.b.c`` for a Name/Attribute chain, else None."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr.value}" if base else None
-    return None
-
-
 def _string(node: cst.BaseExpression) -> str | None:
     """The value of a plain string literal, else None."""
     if isinstance(node, cst.SimpleString):
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     return None
-
-
-def _int(node: cst.BaseExpression) -> int | None:
-    if isinstance(node, cst.Integer):
-        return int(node.value)
-    return None
-
-
-def _literal(node: cst.BaseExpression) -> str | int | bool | None:
-    """A string, integer, True/False or None literal's value; ``...`` (Ellipsis) for anything else."""
-    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[node.value]
-    text = _string(node)
-    if text is not None:
-        return text
-    number = _int(node)
-    return number if number is not None else ...  # type: ignore[return-value]
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -474,11 +449,20 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             args.todo("trainer-weights-summary", value=_code(summary))
     rate = args.get("progress_bar_refresh_rate")
     if rate is not None:
-        if _literal(rate) == 0:
+        value = _literal(rate)
+        if value == 0:
             args.replace("progress_bar_refresh_rate", [("enable_progress_bar", cst.Name("False"))])
             args.changes.append("progress_bar_refresh_rate=0 -> enable_progress_bar=False")
-        elif isinstance(_literal(rate), int) and args.add_callback(
-            f"TQDMProgressBar(refresh_rate={_code(rate)})", "TQDMProgressBar", "callbacks", "progress_bar_refresh_rate"
+        # A negative rate had no meaning in 1.x: left for a person (the TODO below), not copied into the callback.
+        elif (
+            isinstance(value, int)
+            and value > 0
+            and args.add_callback(
+                f"TQDMProgressBar(refresh_rate={_code(rate)})",
+                "TQDMProgressBar",
+                "callbacks",
+                "progress_bar_refresh_rate",
+            )
         ):
             args.changes.append(f"progress_bar_refresh_rate={_code(rate)} -> callbacks=[TQDMProgressBar(...)]")
         else:
@@ -1420,7 +1404,11 @@ class UpgradeTransformer(cst.CSTTransformer):
             return updated
         lines = {s.name.value: self._line(s) for s in original.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
         comments: list[tuple[str, str]] = []
-        for convert in (convert_log_returns, lambda c: convert_epoch_ends(c, has_optimizer_idx)):
+        for convert in (
+            convert_log_returns,
+            lambda c: convert_epoch_ends(c, has_optimizer_idx),
+            convert_renamed_hooks,
+        ):
             result = convert(updated)
             updated = result.node
             for method, message in result.changes:
@@ -1430,13 +1418,6 @@ class UpgradeTransformer(cst.CSTTransformer):
                 comments.append((method, text))
             for module, name in result.imports:
                 self._add_import(f"{self.namespace}.{module}", name, None)
-        result = convert_renamed_hooks(updated)
-        updated = result.node
-        for method, message in result.changes:
-            self.findings.append(Finding(lines.get(method, self._line(original)), message))
-        for method, text in result.todos:
-            self.findings.append(Finding(lines.get(method, self._line(original)), text, todo=True))
-            comments.append((method, text))
         return with_comments(updated, comments) if comments else updated
 
     def leave_FunctionDef(

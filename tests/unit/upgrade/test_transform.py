@@ -31,6 +31,8 @@ def upgraded(source: str) -> str:
         ),
         ('Trainer(gpus="0,1", accelerator="ddp2")', 'Trainer(accelerator="gpu", devices="0,1", strategy="ddp2")'),
         ("Trainer(gpus=0)", 'Trainer(accelerator="cpu")'),
+        # -1 ("every GPU") is a literal too: no conditional on it.
+        ("Trainer(gpus=-1)", 'Trainer(accelerator="gpu", devices=-1)'),
         (
             'Trainer(gpus=n, accelerator="horovod")',
             'Trainer(accelerator="gpu" if n else "cpu", devices=n or 1, strategy="horovod")',
