@@ -638,6 +638,8 @@ class UpgradeTransformer(cst.CSTTransformer):
         self.namespace = namespace  # the Lightning tree the file imports: what added imports come from
         self.findings: list[Finding] = []
         self._pending: list[list[str]] = []  # comment texts for the statement being visited, innermost last
+        self._first_statement: cst.CSTNode | None = None
+        self._header_comments: set[str] = set()
         self._scopes: list[Scope] = []
         self._class_depth = 0
         self._class_has_optimizer_idx: list[bool] = []
@@ -691,6 +693,11 @@ class UpgradeTransformer(cst.CSTTransformer):
     def on_visit(self, node: cst.CSTNode) -> bool:
         if isinstance(node, _STATEMENTS):
             self._pending.append([])
+        if isinstance(node, cst.Module):
+            # libcst keeps the comments above a file's first statement in Module.header, not in its leading_lines:
+            # a TODO written there by an earlier run is found here, so a second run does not write it again.
+            self._first_statement = node.body[0] if node.body else None
+            self._header_comments = {line.comment.value for line in node.header if line.comment is not None}
         if isinstance(node, (cst.Module, cst.FunctionDef)):
             self._scopes.append(self.facts.scopes[node])
         return super().on_visit(node)
@@ -704,6 +711,8 @@ class UpgradeTransformer(cst.CSTTransformer):
             first = result.nodes[0] if isinstance(result, cst.FlattenSentinel) and result.nodes else result
             if comments and isinstance(first, _STATEMENTS):
                 present = {line.comment.value for line in first.leading_lines if line.comment is not None}
+                if original_node is self._first_statement:
+                    present |= self._header_comments
                 new_lines = [
                     cst.EmptyLine(indent=True, comment=cst.Comment(f"# {t}"))
                     for t in dict.fromkeys(comments)

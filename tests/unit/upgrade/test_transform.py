@@ -295,6 +295,24 @@ def test_real_1x_values(before: str, after: str) -> None:
     assert rules.TODO_TAG not in out, out
 
 
+@pytest.mark.parametrize(
+    ("rate", "kept"), [("20", "callbacks=[TQDMProgressBar(refresh_rate=20)]"), ("-1", "progress_bar_refresh_rate=-1")]
+)
+def test_progress_bar_refresh_rate(rate: str, kept: str) -> None:
+    """A positive rate becomes the callback's; a negative one meant nothing in 1.x and is left to a person."""
+    out = upgraded(f"t = Trainer(progress_bar_refresh_rate={rate})\n")
+    assert out.splitlines()[-1] == f"t = Trainer({kept})", out
+    assert (rules.TODO_TAG in out) == (rate == "-1"), out
+
+
+@pytest.mark.parametrize("above", ["", "# mine\n\n", '"""A script."""\n'])
+def test_a_todo_on_a_files_first_statement_is_written_once(above: str) -> None:
+    """libcst puts comments above a file's first statement in the module header: a rerun must find its TODO there."""
+    once = upgrade_source(f"{above}t = Trainer(weights_summary='full', callbacks=cbs)\n").source
+    assert once.count(TODO) == 1 and once.startswith(above), once
+    assert upgrade_source(once).source == once
+
+
 def test_gpus_conditional_keeps_the_cpu_path_when_it_runs() -> None:
     """The rewrite of gpus=<variable> gives 1.x's device choice for both values."""
     source = upgraded("t = Trainer(gpus=n, num_processes=2)\n")
