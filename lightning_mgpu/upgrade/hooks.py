@@ -82,12 +82,11 @@ def _returns(func: cst.FunctionDef) -> Iterator[cst.Return]:
     return iter(found)
 
 
-class _CollectReturns(cst.CSTTransformer):
-    """Before each ``return X`` of one function: ``self.ATTR.append(WRAP(X))`` (X evaluated once)."""
+class _OwnStatements(cst.CSTTransformer):
+    """Visits the statements of the one function it is run on, not those of functions or classes nested in it."""
 
-    def __init__(self, func: cst.FunctionDef, attr: str, wrap: str) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.func, self.attr, self.wrap = func, attr, wrap
         self.depth = 0
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
@@ -100,6 +99,14 @@ class _CollectReturns(cst.CSTTransformer):
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         return False
+
+
+class _CollectReturns(_OwnStatements):
+    """Before each ``return X`` of one function: ``self.ATTR.append(WRAP(X))`` (X evaluated once)."""
+
+    def __init__(self, func: cst.FunctionDef, attr: str, wrap: str) -> None:
+        super().__init__()
+        self.func, self.attr, self.wrap = func, attr, wrap
 
     def leave_SimpleStatementLine(
         self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
@@ -261,22 +268,13 @@ _LOGGING_RETURNS = (
 )
 
 
-class _LogReturns(cst.CSTTransformer):
+class _LogReturns(_OwnStatements):
     """``return {"loss": loss, "log": logs, "progress_bar": bar}`` -> ``self.log_dict(logs)``,
     ``self.log_dict(bar, prog_bar=True)``, ``return {"loss": loss}`` (nested functions left alone)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.depth = 0
         self.changed = False
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self.depth += 1
-        return self.depth == 1
-
-    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
-        self.depth -= 1
-        return updated
 
     def leave_SimpleStatementLine(
         self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
