@@ -190,6 +190,11 @@ def build_horovod_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The subcommands' own parsers, by name (argparse keeps them on its private subparsers action)."""
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices  # type: ignore[return-value]
+
+
 def _command(sub: argparse._SubParsersAction, name: str, summary: str, details: str = "") -> OneLineParser:
     """A subcommand with its one-line summary in the command list and its description in its own --help."""
     return sub.add_parser(  # type: ignore[no-any-return]
@@ -283,8 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # reported by the command they were given to, as its own error
-        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-        (commands.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+        (_subcommands(parser).get(args.command) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help()
         return 0
@@ -306,8 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = args.run
     if len(runs) > 1:
         if args.serve:
-            commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-            commands["dashboard"].error("--serve shows one run live; compare runs without it (a static page)")
+            _subcommands(parser)["dashboard"].error(
+                "--serve shows one run live; compare runs without it (a static page)"
+            )
         from lightning_mgpu.dashboard.compare import main as compare_main
 
         return compare_main(args)

@@ -39,9 +39,14 @@ _EXTRAS: dict[str, tuple[str, str]] = {
 }
 
 
+def _extra(package: str) -> tuple[str, str]:
+    """``(extra, install command)`` for ``package`` (or its top-level package); a plain pip install if unknown."""
+    return _EXTRAS.get(package) or _EXTRAS.get(package.split(".")[0], (package, f"pip install {package}"))
+
+
 def install_hint(package: str) -> str:
     """How to install optional ``package`` (the command, and the extra it belongs to)."""
-    return (_EXTRAS.get(package) or _EXTRAS.get(package.split(".")[0], (package, f"pip install {package}")))[1]
+    return _extra(package)[1]
 
 
 class MissingDependencyError(ImportError):
@@ -71,7 +76,7 @@ def require(package: str, feature: str) -> ModuleType:
 
         fairscale = require("fairscale", "strategy='sharded'")
     """
-    extra, hint = _EXTRAS.get(package) or _EXTRAS.get(package.split(".")[0], (package, f"pip install {package}"))
+    extra, hint = _extra(package)
     try:
         return importlib.import_module(package)
     except ImportError as err:
