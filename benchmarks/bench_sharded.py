@@ -93,7 +93,7 @@ def _device(args: argparse.Namespace) -> Any:
 def model_state(module: Any, optimizer: Any) -> dict[str, int]:
     """Bytes of parameters, gradients and optimizer state this rank holds, after an optimizer step (gradients are still
     there until the next zero_grad). A DTensor (FSDP2) counts its local shard, a sharded optimizer its own state."""
-    from lightning_mgpu.strategies.sharded.strategy import local_optimizer_state_bytes
+    from lightning_mgpu.strategies.sharded.optim import local_optimizer_state_bytes
 
     def local_bytes(tensors):
         return sum((t.to_local() if hasattr(t, "to_local") else t).nbytes for t in tensors)

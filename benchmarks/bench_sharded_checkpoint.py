@@ -117,7 +117,7 @@ def _build(args: argparse.Namespace, sharded: bool) -> tuple[Any, Any]:
     else:
         from lightning.fabric.utilities.init import _materialize_distributed_module
 
-        from lightning_mgpu.strategies.sharded.fsdp2 import apply_fully_shard
+        from lightning_mgpu.strategies.fsdp2.sharding import apply_fully_shard
 
         with torch.device("meta"):
             model = layers()
@@ -190,7 +190,7 @@ def worker(args: argparse.Namespace) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    from lightning_mgpu.strategies.sharded import fsdp2
+    from lightning_mgpu.strategies.fsdp2 import state as fsdp2
     from lightning_mgpu.utilities import files
     from lightning_mgpu.utilities.checkpoint import load_checkpoint_file
     from lightning_mgpu.utilities.sharded_checkpoint import (

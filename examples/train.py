@@ -289,7 +289,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.checkpoint_format != "auto" and args.strategy not in SHARDED_NAMES:
         p.error(
             f"--checkpoint-format chooses how a sharded strategy saves; {args.strategy!r} always saves one file."
-            " Use it with --strategy sharded or sharded_fsdp2 (or their _spawn and 1.x names), or leave it out"
+            " Use it with --strategy sharded, sharded_zero or sharded_fsdp2 (or their _spawn and 1.x names), or leave it out"
         )
     sharded_folders = args.checkpoint_format == "sharded" or (
         args.checkpoint_format == "auto" and args.strategy in FSDP2_NAMES
@@ -529,7 +529,7 @@ class TrainingThroughput(Callback):
 
 
 def strategy_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The ShardedStrategy options chosen on the command line (checkpoint format, FSDP2's policies)."""
+    """The sharded strategy options chosen on the command line (checkpoint format, FSDP2's policies)."""
     overrides: dict[str, Any] = {}
     if args.checkpoint_format != "auto":
         overrides["checkpoint_format"] = args.checkpoint_format

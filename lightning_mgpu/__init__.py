@@ -34,8 +34,10 @@ except PackageNotFoundError:  # a source checkout on PYTHONPATH, not installed
 _STRATEGY_EXPORTS = (
     "DDP2Strategy",
     "DataParallelStrategy",
+    "FSDP2Strategy",
     "HorovodStrategy",
     "ShardedStrategy",
+    "ZeroStrategy",
     "register_bundle_strategies",
 )
 
@@ -71,8 +73,10 @@ else:
     from lightning_mgpu.strategies import (
         DataParallelStrategy,
         DDP2Strategy,
+        FSDP2Strategy,
         HorovodStrategy,
         ShardedStrategy,
+        ZeroStrategy,
         register_bundle_strategies,
     )
 
@@ -81,8 +85,10 @@ else:
 __all__ = [
     "DDP2Strategy",
     "DataParallelStrategy",
+    "FSDP2Strategy",
     "HorovodStrategy",
     "ShardedStrategy",
+    "ZeroStrategy",
     "__version__",
     "register_bundle_strategies",
 ]

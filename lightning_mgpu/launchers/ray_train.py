@@ -8,8 +8,9 @@ last reported checkpoint, and brings the metrics and checkpoint path back to the
 
 Strategies under Ray:
     - ``ddp`` (and Lightning's ``ddp_find_unused_parameters_*``): ``RayDDPStrategy``.
-    - ``sharded``, ``ddp_sharded``, ``sharded_fsdp2`` and their ``find_unused_parameters`` spellings: the
-      bundle's :class:`~lightning_mgpu.strategies.ShardedStrategy` on Ray's device and environment.
+    - ``sharded``, ``ddp_sharded``, ``sharded_zero``, ``sharded_fsdp2`` and their ``find_unused_parameters``
+      spellings: the bundle's sharded engine of that name (FairScale, torch ZeRO-1, FSDP2) on Ray's device and
+      environment.
     - Not ``*_spawn``: Ray starts one process per worker itself; use the name without ``_spawn``.
     - Not ``dp``: one process drives several devices there, while Ray Train runs one process per device.
     - Not ``horovod``: Ray runs Horovod through its own ``HorovodTrainer``, which the bundle does not wire; use
@@ -32,7 +33,7 @@ from typing import Any
 from lightning.pytorch.strategies import DDPStrategy, Strategy, StrategyRegistry
 from lightning.pytorch.utilities import rank_zero_info
 
-from lightning_mgpu.strategies import ShardedStrategy
+from lightning_mgpu.strategies._sharded_base import ShardedBase
 from lightning_mgpu.utilities.capabilities import capability
 from lightning_mgpu.utilities.imports import require
 
@@ -106,29 +107,34 @@ def check_strategy(name: str) -> None:
             f"strategy {name!r} starts its own processes ({params['start_method']}), but Ray starts one process per"
             f" worker itself; use {name.replace('_spawn', '')!r}"
         )
-    if entry["strategy"] not in (DDPStrategy, ShardedStrategy):
+    if not (entry["strategy"] is DDPStrategy or issubclass(entry["strategy"], ShardedBase)):
         raise RayStrategyError(
             f"strategy {name!r} ({entry['strategy'].__name__}) has no Ray form; use 'ddp' or 'sharded'"
         )
 
 
 @functools.lru_cache(maxsize=None)
-def _ray_sharded_class() -> type[Strategy]:
+def _ray_sharded_class(engine: type[ShardedBase]) -> type[Strategy]:
     # A subclass of Ray's strategy base passes `prepare_trainer`'s check, and takes the device and sampler ranks
-    # from Ray's context; ShardedStrategy comes first in the MRO, so its sharding stays as it is.
+    # from Ray's context; the sharded engine comes first in the MRO, so its sharding stays as it is.
     from ray.train.lightning import RayDDPStrategy
 
-    class RayShardedStrategy(ShardedStrategy, RayDDPStrategy):
-        """:class:`~lightning_mgpu.strategies.ShardedStrategy` on a Ray Train worker."""
-
-    return RayShardedStrategy
+    return type(
+        f"Ray{engine.__name__}",
+        (engine, RayDDPStrategy),
+        {
+            "__doc__": f":class:`{engine.__module__}.{engine.__qualname__}` on a Ray Train worker.",
+            "__module__": __name__,
+        },
+    )
 
 
 def ray_strategy(name: str, **kwargs: Any) -> Strategy:
     """The Ray Train form of a registered strategy name, for use inside a Ray Train worker.
 
     Args:
-        name: ``"ddp"``, ``"sharded"``, ``"sharded_fsdp2"`` or another popen-launched DDP/sharded name.
+        name: ``"ddp"``, ``"sharded"``, ``"sharded_zero"``, ``"sharded_fsdp2"`` or another popen-launched DDP/sharded
+            name.
         **kwargs: passed to the strategy, over the registered name's own settings.
 
     Raises:
@@ -145,7 +151,8 @@ def ray_strategy(name: str, **kwargs: Any) -> Strategy:
 
     entry = StrategyRegistry[name]
     params = {k: v for k, v in entry["init_params"].items() if k != "start_method"} | kwargs
-    cls = _ray_sharded_class() if entry["strategy"] is ShardedStrategy else RayDDPStrategy
+    engine = entry["strategy"]
+    cls = _ray_sharded_class(engine) if issubclass(engine, ShardedBase) else RayDDPStrategy
     return cls(**params)
 
 

@@ -1,10 +1,12 @@
-"""Strategies that Lightning 2.0 removed, rebuilt for Lightning 2.x: ``dp``, ``ddp2``, ``horovod`` and ``sharded``.
+"""Strategies that Lightning 2.0 removed, rebuilt for Lightning 2.x: ``dp``, ``ddp2``, ``horovod`` and ``sharded`` (FairScale,
+torch ZeRO-1, FSDP2).
 
-One package per strategy; :mod:`~lightning_mgpu.strategies.registry` imports them and registers their names.
+One class per engine, one package per strategy family; :mod:`~lightning_mgpu.strategies.registry` imports them and registers their names.
 """
 
 from lightning_mgpu.strategies.ddp2 import DDP2Strategy
 from lightning_mgpu.strategies.dp import DataParallelStrategy
+from lightning_mgpu.strategies.fsdp2 import FSDP2Strategy
 from lightning_mgpu.strategies.horovod import HorovodEnvironment, HorovodStrategy
 from lightning_mgpu.strategies.registry import (
     BUNDLE_STRATEGY_NAMES,
@@ -12,18 +14,20 @@ from lightning_mgpu.strategies.registry import (
     register_bundle_strategies,
     register_strategy,
 )
-from lightning_mgpu.strategies.sharded import ShardedStrategy
+from lightning_mgpu.strategies.sharded import ShardedStrategy, ZeroStrategy
 
 __all__ = [
     "BUNDLE_STRATEGY_NAMES",
     "DDP2Strategy",
     "DataParallelStrategy",
+    "FSDP2Strategy",
     "HorovodEnvironment",
     "HorovodStrategy",
     "ShardedStrategy",
     "StrategyNameClashError",
     "register_bundle_strategies",
     "register_strategy",
+    "ZeroStrategy",
 ]
 
 # Importing the strategies registers their names (idempotent): `import lightning_mgpu` relies on it, and so does a

@@ -16,9 +16,10 @@ from lightning.pytorch.strategies import Strategy
 
 from lightning_mgpu.strategies.ddp2 import DDP2Strategy
 from lightning_mgpu.strategies.dp import DataParallelStrategy
+from lightning_mgpu.strategies.fsdp2 import FSDP2Strategy
 from lightning_mgpu.strategies.horovod import HorovodStrategy
 from lightning_mgpu.strategies.mixed_namespaces import guard_mixed_namespaces
-from lightning_mgpu.strategies.sharded import ShardedStrategy
+from lightning_mgpu.strategies.sharded import ShardedStrategy, ZeroStrategy
 
 
 class StrategyNameClashError(ValueError):
@@ -97,7 +98,7 @@ class _Recorder(dict):
 
 def bundle_strategy_classes() -> list[type[Strategy]]:
     """The bundle's strategy classes, each of which registers its own names."""
-    return [DataParallelStrategy, DDP2Strategy, HorovodStrategy, ShardedStrategy]
+    return [DataParallelStrategy, DDP2Strategy, HorovodStrategy, ShardedStrategy, ZeroStrategy, FSDP2Strategy]
 
 
 def register_bundle_strategies(registry: Any = None) -> list[str]:
@@ -139,9 +140,6 @@ def strategy_dependency(name: str) -> str | None:
     entry = _bundle_entries().get(name)
     if entry is None:
         return None
-    per_name = getattr(entry["strategy"], "dependency_for", None)  # one class, several engines: the name's own
-    if per_name is not None:
-        return per_name(entry["init_params"])
     return getattr(entry["strategy"], "optional_dependency", None)
 
 

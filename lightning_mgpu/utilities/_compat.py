@@ -64,9 +64,9 @@ def check_fsdp2_device(device_type: str) -> None:
 
     if device_type == "cpu" and not fsdp2_runs_on_cpu():
         raise UnsupportedTorchError(
-            f"sharded_fsdp2 (ShardedStrategy(backend='fsdp2')) on the CPU needs torch {FSDP2_ON_CPU_SINCE} or newer"
+            f"sharded_fsdp2 (FSDP2Strategy) on the CPU needs torch {FSDP2_ON_CPU_SINCE} or newer"
             f" (FSDP2 records events on CPU streams); this is torch {torch.__version__}. Upgrade torch, train on GPUs,"
-            " or use strategy='sharded' (FairScale) or ShardedStrategy(backend='torch') on the CPU."
+            " or use strategy='sharded' (FairScale) or strategy='sharded_zero' (torch ZeRO-1) on the CPU."
         )
 
 

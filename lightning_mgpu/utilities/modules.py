@@ -1,5 +1,5 @@
 """Choosing submodules by class, qualified-name pattern or predicate: what ``ActivationCheckpointing`` checkpoints and
-which blocks ``ShardedStrategy(backend="fsdp2")`` shards on their own."""
+which blocks ``FSDP2Strategy`` shards on their own."""
 
 from __future__ import annotations
 

@@ -17,10 +17,12 @@ BUNDLE_STRATEGY_NAMES: tuple[str, ...] = (
     "ddp_sharded_spawn_find_unused_parameters_false",
     "sharded_find_unused_parameters_true",
     "sharded_spawn_find_unused_parameters_true",
+    "sharded_zero",
+    "sharded_zero_spawn",
     "sharded_fsdp2",
     "sharded_fsdp2_spawn",
 )
-#: The names ShardedStrategy registers (they take --checkpoint-format).
+#: The names of the three sharded engines, ShardedStrategy, ZeroStrategy and FSDP2Strategy (they take --checkpoint-format).
 SHARDED_NAMES = frozenset(BUNDLE_STRATEGY_NAMES[3:])
 #: The names on torch FSDP2 (they take FSDP2's policies).
 FSDP2_NAMES = frozenset({"sharded_fsdp2", "sharded_fsdp2_spawn"})

@@ -1,15 +1,14 @@
-"""The FairScale side of the ``sharded`` strategy: OSS, ShardedDataParallel and ShardedGradScaler.
+"""FairScale's pieces for :class:`~lightning_mgpu.strategies.sharded.ShardedStrategy`: OSS, ShardedDataParallel and
+ShardedGradScaler, each function taking what it works on.
 
-This module imports FairScale at the top, so it is imported only after
-``require("fairscale", ...)`` succeeded (see :mod:`lightning_mgpu.strategies.sharded.strategy`).
+This module imports FairScale at the top, so the strategy imports it only after ``require("fairscale", ...)`` succeeded.
 FairScale 0.4.13 is the last release (2022); the private attributes read here are pinned to it.
 """
 
 from __future__ import annotations
 
 import inspect
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -18,13 +17,6 @@ from fairscale.optim import OSS
 from fairscale.optim.grad_scaler import ShardedGradScaler
 from torch import nn
 from torch.optim import Optimizer
-from typing_extensions import override
-
-from lightning_mgpu.strategies._optim import unwrap_optimizer
-from lightning_mgpu.strategies.sharded.backend import OptimizerShardingBackend, ShardedOptions
-
-if TYPE_CHECKING:
-    import lightning.pytorch as pl
 
 # Keyword arguments ShardedDataParallel accepts besides the module and the optimizers.
 SDP_OPTIONS = frozenset(inspect.signature(ShardedDataParallel.__init__).parameters) - {
@@ -35,7 +27,6 @@ SDP_OPTIONS = frozenset(inspect.signature(ShardedDataParallel.__init__).paramete
 
 __all__ = [
     "OSS",
-    "FairScaleBackend",
     "SDP_OPTIONS",
     "ShardedDataParallel",
     "ShardedGradScaler",
@@ -238,152 +229,3 @@ def sharded_grad_scaler(scaler: torch.amp.GradScaler) -> ShardedGradScaler:
         growth_interval=scaler.get_growth_interval(),
         enabled=scaler.is_enabled(),
     )
-
-
-# FairScale's bucket for small gradients, used by default across nodes (Lightning 1.x's choice: 8M elements).
-_MULTI_NODE_REDUCE_BUFFER_SIZE = 2**23
-
-
-class FairScaleBackend(OptimizerShardingBackend):
-    """``backend="fairscale"``: OSS shards the optimizer state and ShardedDataParallel reduces each gradient only
-    to the rank that owns it (ZeRO-2)."""
-
-    name = "fairscale"
-    shards_gradients = True
-
-    @classmethod
-    @override
-    def check_options(cls, options: ShardedOptions) -> None:
-        super().check_options(options)
-        allowed = set(SDP_OPTIONS) - {"reduce_buffer_size"}
-        unknown = sorted(set(options.wrapper_kwargs) - allowed)
-        if unknown:
-            raise ValueError(
-                f"ShardedStrategy(backend='fairscale') got option(s) {unknown} that fairscale's ShardedDataParallel does"
-                f" not accept. Accepted: {sorted(allowed)}. For DDP's options use backend='torch'."
-            )
-
-    @override
-    def optimizer_factory(self) -> Any:
-        return make_oss(broadcast_fp16=self._broadcast_fp16())
-
-    def _broadcast_fp16(self) -> bool:
-        if self.options.broadcast_fp16 is not None:
-            return self.options.broadcast_fp16
-        # fp16 parameter broadcasts halve the inter-node traffic and are safe under AMP (Lightning 1.x default).
-        return getattr(self.strategy.precision_plugin, "precision", None) == "16-mixed" and self.strategy.num_nodes > 1
-
-    def _reduce_buffer_size(self) -> int:
-        if self.options.reduce_buffer_size is not None:
-            return self.options.reduce_buffer_size
-        # Buckets help across nodes; on one node they only cost memory (bucketed grads are not sharded).
-        return _MULTI_NODE_REDUCE_BUFFER_SIZE if self.strategy.num_nodes > 1 else 0
-
-    def wrapper(self) -> ShardedDataParallel | None:
-        """The ShardedDataParallel wrapper while fitting, else ``None``."""
-        model = self.strategy.model
-        return model if isinstance(model, ShardedDataParallel) else None
-
-    @override
-    def setup_fit(self, trainer: pl.Trainer) -> None:
-        # OSS must exist before ShardedDataParallel, which reduces each gradient to its OSS owner.
-        self.strategy.setup_optimizers(trainer)
-        self.shard_optimizers()
-        self.wrap_model()
-
-    def wrap_model(self) -> None:
-        """Wrap the model in ShardedDataParallel over the OSS optimizers (none: the model stays as it is)."""
-        strategy = self.strategy
-        oss = [opt for opt in strategy.optimizers if isinstance(opt, OSS)]
-        if not oss:
-            return
-        assert strategy.model is not None
-        kwargs = {**self.options.wrapper_kwargs, "reduce_buffer_size": self._reduce_buffer_size()}
-        strategy.model = wrap_module(strategy.model, oss, **kwargs)
-        self.on_optimizers_set()
-
-    @override
-    def no_sync(self) -> AbstractContextManager | None:
-        sdp = self.wrapper()
-        return None if sdp is None else sdp.no_sync()
-
-    @override
-    def backward(
-        self, closure_loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any
-    ) -> torch.Tensor | None:
-        sdp = self.wrapper()
-        if sdp is None or not sdp.training:
-            return None
-        # Each backward reduces what requires grad now: manual optimization may run several per forward, e.g. one
-        # per optimizer of a GAN, with toggle_model() freezing the other optimizers' parameters.
-        partial = arm_reduction(sdp)
-        find_unused = self.options.find_unused_parameters
-        if not partial and not find_unused:
-            return None  # FairScale's hooks reduce each gradient as autograd finishes it, overlapping the backward
-        # Strategy.backward, with the reduction moved out of the autograd hooks, for two reasons. Ranks that use
-        # different parameters finish their gradients in different orders, so reduce afterwards in a fixed order.
-        # A partial backward must not reduce the buckets, which also hold the frozen gradients.
-        strategy = self.strategy
-        module = strategy.lightning_module
-        assert module is not None
-        strategy.pre_backward(closure_loss)
-        closure_loss = strategy.precision_plugin.pre_backward(closure_loss, module)
-        accumulating = sdp._should_accumulate_grads
-        with sdp.no_sync():
-            strategy.precision_plugin.backward(closure_loss, module, optimizer, *args, **kwargs)
-        if not accumulating:
-            reduce_in_fixed_order(sdp, missing_as_zero=find_unused)
-        closure_loss = strategy.precision_plugin.post_backward(closure_loss, module)
-        strategy.post_backward(closure_loss)
-        return closure_loss
-
-    @override
-    def post_backward(self) -> None:
-        sdp = self.wrapper()
-        if sdp is None:
-            return
-        missing = params_not_reduced(sdp)
-        if missing:
-            # Fail now, on this rank: the other ranks wait in a reduce that this rank never issues, and this process
-            # exiting is what releases them (instead of a hang until the collective timeout).
-            raise RuntimeError(self._unused_parameters_message(missing))
-
-    def _unused_parameters_message(self, missing: list[torch.Tensor]) -> str:
-        module = self.strategy.lightning_module
-        assert module is not None
-        names = {id(p): n for n, p in module.named_parameters()}
-        listed = [names.get(id(p), f"<unnamed {tuple(p.shape)}>") for p in missing]
-        shown = ", ".join(listed[:10]) + (f", ... ({len(listed) - 10} more)" if len(listed) > 10 else "")
-        return (
-            f"strategy='sharded': {len(missing)} parameter(s) that require grad received no gradient in this backward"
-            f" pass on rank {self.strategy.global_rank}: [{shown}]. ShardedDataParallel reduces each gradient with its own"
-            " collective, so ranks that skip different parameters fall out of step and hang. Pass"
-            " `Trainer(strategy=ShardedStrategy(find_unused_parameters=True))`, or freeze the parameters that do"
-            " not take part in the loss with `requires_grad_(False)`."
-        )
-
-    @override
-    def before_training_step(self) -> None:
-        sdp = self.wrapper()
-        if sdp is not None:
-            follow_module_mode(sdp)
-
-    @override
-    def on_optimizers_set(self) -> None:
-        """Make ``self.optimizers().zero_grad()`` (manual optimization) the bucket-safe one of the OSS it wraps.
-
-        LightningOptimizer subclasses the wrapped optimizer's class and forwards only missing attributes, so it finds
-        OSS's class ``zero_grad`` before the instance attribute ``wrap_module`` installed on the OSS. That
-        ``zero_grad`` frees the bucketed gradients and the ranks silently diverge (``reduce_buffer_size > 0``).
-        """
-        for lightning_optimizer in self.strategy._lightning_optimizers:
-            zero_grad = bucket_safe_zero_grad(unwrap_optimizer(lightning_optimizer))
-            if zero_grad is not None:
-                lightning_optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
-
-    @override
-    def teardown(self) -> None:
-        sdp = self.wrapper()
-        if sdp is not None:
-            remove_grad_hooks(sdp)
-            self.strategy.model = self.strategy.lightning_module

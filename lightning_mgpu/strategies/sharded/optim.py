@@ -60,7 +60,7 @@ def local_optimizer_state_bytes(optimizer: Any) -> int:
 
     Example::
 
-        from lightning_mgpu.strategies.sharded.strategy import local_optimizer_state_bytes
+        from lightning_mgpu.strategies.sharded.optim import local_optimizer_state_bytes
         print(local_optimizer_state_bytes(trainer.optimizers[0]))  # about 1/N of the ddp figure
     """
     seen: set[tuple[int, int]] = set()

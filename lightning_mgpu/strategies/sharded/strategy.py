@@ -1,8 +1,9 @@
-"""``sharded``: sharded data parallelism (ZeRO-2 with FairScale, ZeRO-1 with torch) on Lightning 2.x.
+"""``sharded``: FairScale's sharded data parallelism (ZeRO-2) on Lightning 2.x, as Lightning 1.x's ``ddp_sharded``.
 
-Lightning 2.0 removed ``ddp_sharded`` and ``ddp_sharded_spawn``. :class:`ShardedStrategy` brings them back:
-each rank keeps only its shard of the optimizer state (and, with FairScale, of the reduced gradients), so
-a model whose Adam state does not fit with plain DDP can fit.
+Lightning 2.0 removed ``ddp_sharded`` and ``ddp_sharded_spawn``. :class:`ShardedStrategy` brings them back: each
+optimizer becomes ``fairscale.optim.OSS`` and the module is wrapped in ``ShardedDataParallel``, which reduces every
+gradient only to the rank that owns it. Each rank keeps only its shard of the optimizer state and of the reduced
+gradients, so a model whose Adam state does not fit with plain DDP can fit.
 
 Names registered with Lightning::
 
@@ -10,164 +11,82 @@ Names registered with Lightning::
     Trainer(strategy="sharded_spawn")      # launched like "ddp_spawn"
     Trainer(strategy="ddp_sharded")        # Lightning 1.x alias of "sharded"
     Trainer(strategy="ddp_sharded_spawn")  # Lightning 1.x alias of "sharded_spawn"
-    Trainer(strategy=ShardedStrategy(backend="torch"))  # torch's ZeroRedundancyOptimizer + DDP
 
-Backends:
-
-- ``"fairscale"`` (default): each optimizer becomes ``fairscale.optim.OSS`` and the module is wrapped in
-  ``ShardedDataParallel``, which reduces every gradient only to the rank that owns it (ZeRO stage 2).
-- ``"torch"``: each optimizer becomes ``torch.distributed.optim.ZeroRedundancyOptimizer`` and the module
-  is wrapped in ``DistributedDataParallel`` (ZeRO stage 1: the optimizer state is sharded, gradients are
-  all-reduced in full). FairScale has had no release since 2022; this keeps a path that works with
-  future torch releases.
-- ``"fsdp2"``: torch's ``fully_shard`` on each block, then the root (ZeRO-2 by default; ``reshard_after_forward=True``
-  for ZeRO-3). Parameters, gradients and optimizer state are all sharded; the optimizer stays the user's own.
-  Registered as ``sharded_fsdp2`` and ``sharded_fsdp2_spawn``.
+The other engines are classes of their own: :class:`~lightning_mgpu.strategies.sharded.ZeroStrategy` (torch's
+``ZeroRedundancyOptimizer``, ZeRO-1, no FairScale needed: ``sharded_zero``) and
+:class:`~lightning_mgpu.strategies.fsdp2.FSDP2Strategy` (torch's ``fully_shard``: ``sharded_fsdp2``).
 
 Checkpoints hold plain model keys and the ordinary optimizer state, so they load into ``ddp``, ``dp``, ``horovod``,
-a plain ``nn.Module``, and ``sharded`` on any number of ranks. ``checkpoint_format="full"`` (the default of the
-FairScale and torch backends, as in Lightning 1.x) consolidates them on rank 0 into one file; ``"sharded"`` (the
-default of fsdp2) has every rank write its own shards into a folder, and nothing is gathered
-(``lightning_mgpu/utilities/sharded_checkpoint.py``).
+a plain ``nn.Module``, and any sharded strategy on any number of ranks. ``checkpoint_format="full"`` (the default, as
+in Lightning 1.x) consolidates them on rank 0 into one file; ``"sharded"`` has every rank write its optimizer shard into
+a folder (``lightning_mgpu/utilities/sharded_checkpoint.py``).
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Generator, Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Generator
 from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
-from lightning.fabric.utilities.init import _has_meta_device_parameters_or_buffers
-from lightning.fabric.utilities.optimizer import _optimizers_to_device
-from lightning.pytorch.overrides.distributed import _sync_module_states
 from lightning.pytorch.plugins.precision import Precision
-from lightning.pytorch.strategies import DDPStrategy
-from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import Tensor
 from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_mgpu.strategies._optim import unwrap_optimizer
-from lightning_mgpu.strategies._spawn import CleanExitSpawnLauncher
-from lightning_mgpu.strategies._steps import StepRouting
-from lightning_mgpu.strategies.sharded.backend import CheckpointFormat, ShardedOptions, ShardingBackend
-from lightning_mgpu.strategies.sharded.optim import (
-    local_optimizer,
-    local_optimizer_state_bytes,
-)
-from lightning_mgpu.strategies.sharded.precision import (
-    ShardAwareGradScaler,
-    ShardedDoublePrecision,
-    ShardedHalfPrecision,
-    ShardedMixedPrecision,
-    ShardedPrecision,
-    shard_aware_precision,
-)
-from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO, load_checkpoint_file
-from lightning_mgpu.utilities.failures import on_training_failure
+from lightning_mgpu.strategies._sharded_base import CheckpointFormat, StartMethod
+from lightning_mgpu.strategies.sharded.base import OptimizerShardedBase
+from lightning_mgpu.strategies.sharded.optim import ShardedOptimizerFactory
+from lightning_mgpu.strategies.sharded.precision import fairscale_precision
 from lightning_mgpu.utilities.imports import install_hint as _install_hint
 from lightning_mgpu.utilities.imports import require
-from lightning_mgpu.utilities.modules import ModuleSpec, as_spec_list
-from lightning_mgpu.utilities.ports import release_for_spawn
-from lightning_mgpu.utilities.process_group import destroy_at_exit
-from lightning_mgpu.utilities.sharded_checkpoint import (
-    META_FILENAME,
-    is_sharded_checkpoint,
-    temporary_folder,
-    write_sharded_checkpoint,
-)
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-Backend = Literal["fairscale", "torch", "fsdp2"]
-#: Each backend's class, imported when chosen, and the optional package it needs (FairScale's module imports it).
-_BACKEND_CLASSES = {
-    "fairscale": ("lightning_mgpu.strategies.sharded.fairscale:FairScaleBackend", "fairscale"),
-    "torch": ("lightning_mgpu.strategies.sharded.zero:TorchZeroBackend", None),
-    "fsdp2": ("lightning_mgpu.strategies.sharded.fsdp2:FSDP2Backend", None),
-}
-_BACKENDS = tuple(_BACKEND_CLASSES)
-_FORMATS = ("sharded", "full")
+__all__ = ["ShardedStrategy"]
 
-__all__ = [
-    "ShardAwareGradScaler",
-    "ShardedDoublePrecision",
-    "ShardedHalfPrecision",
-    "ShardedMixedPrecision",
-    "ShardedPrecision",
-    "ShardedStrategy",
-    "local_optimizer",
-    "local_optimizer_state_bytes",
-]
+# FairScale's bucket for small gradients, used by default across nodes (Lightning 1.x's choice: 8M elements).
+_MULTI_NODE_REDUCE_BUFFER_SIZE = 2**23
 
 
-def backend_class(name: str) -> type[ShardingBackend]:
-    """The :class:`~lightning_mgpu.strategies.sharded.backend.ShardingBackend` subclass of backend ``name``.
+def _fairscale() -> ModuleType:
+    """``sharded/fairscale.py``, which imports FairScale (only once the constructor has required it)."""
+    from lightning_mgpu.strategies.sharded import fairscale
 
-    Raises:
-        MissingDependencyError: the backend's optional package is not installed (the message names the extra).
-    """
-    where, package = _BACKEND_CLASSES[name]
-    if package is not None:
-        require(package, f"strategy='sharded' (backend={name!r})")
-    module, _, cls = where.partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return fairscale
 
 
-class ShardedStrategy(StepRouting, DDPStrategy):
-    """Sharded data parallelism: each rank keeps its shard of the optimizer state (and gradients).
+class ShardedStrategy(OptimizerShardedBase):
+    """Sharded data parallelism on FairScale: OSS shards the optimizer state, ShardedDataParallel the gradients.
 
     Args:
         accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin: as for
             Lightning's ``DDPStrategy``; the Trainer normally fills them in.
-        backend: ``"fairscale"`` (FairScale OSS + ShardedDataParallel, ZeRO-2; the default) or ``"torch"``
-            (``ZeroRedundancyOptimizer`` + ``DistributedDataParallel``, ZeRO-1).
-        reduce_buffer_size: FairScale only. Elements in the bucket that batches small gradient reductions;
-            ``None`` picks 0 on one node and ``2**23`` on several (bucketed gradients are not sharded).
-        find_unused_parameters: allow parameters that receive no gradient on some rank. torch: passed to
-            DDP. FairScale has no such option; the strategy then reduces all gradients after the backward
-            pass, in a fixed order, counting a missing gradient as zero (DDP leaves ``None`` for a parameter
-            no rank used). This gives up overlapping the reduction with the backward pass. Off by default,
-            as in DDP.
-        broadcast_fp16: FairScale only. Broadcast the updated parameter shards in fp16. ``None`` turns it on
-            for ``16-mixed`` across several nodes.
-        reshard_after_forward: fsdp2 only. ``False`` (default, ZeRO-2) keeps each block's gathered parameters from its
-            forward to its backward; ``True`` (ZeRO-3) frees them after forward and gathers them again in backward.
-        fsdp_modules: fsdp2 only. The blocks that get their own ``fully_shard``, as ``ActivationCheckpointing`` chooses
-            modules: classes, qualified-name patterns (``"net.blocks.*"``) or predicates. ``None``: every submodule
-            holding parameters of its own. Whole blocks (a transformer layer) overlap communication best.
-        checkpoint_format: ``"sharded"``: every rank writes its shards into a folder named like the checkpoint file
-            (nothing is gathered; it loads on any number of ranks, and under other strategies through
-            ``AtomicCheckpointIO``); ``"full"``: one file, consolidated on rank 0. ``None``: ``"sharded"`` for fsdp2,
-            ``"full"`` for FairScale and torch (one file, as in Lightning 1.x; their ``"sharded"`` folder holds each
-            rank's optimizer shard, and the model, the same on every rank, once).
-        async_save: with ``checkpoint_format="sharded"``, saves made while fitting return once the shards are copied to
-            CPU memory, and each rank writes them in a background thread (``torch.distributed.checkpoint.async_save``,
-            over a gloo group of its own); the folder lands atomically when the last rank is done. The next save, the
-            end of ``fit`` and the interpreter's exit wait for it (:meth:`wait_for_checkpoint`). Costs one copy of the
-            rank's shards in CPU memory while a save is in flight.
-        mp_policy: fsdp2 only. ``torch.distributed.fsdp.MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)``:
-            parameters gathered and computed in ``param_dtype`` (the shards and the optimizer stay fp32), gradients
-            reduced in ``reduce_dtype``. Use it instead of ``precision="bf16-mixed"``, not with it.
-        offload_policy: fsdp2 only. ``torch.distributed.fsdp.CPUOffloadPolicy()``: shards, gradients and optimizer
-            state live in CPU memory and the optimizer step runs there; each block is copied to the GPU to run.
+        reduce_buffer_size: elements in the bucket that batches small gradient reductions; ``None`` picks 0 on one
+            node and ``2**23`` on several (bucketed gradients are not sharded).
+        find_unused_parameters: allow parameters that receive no gradient on some rank. FairScale has no such
+            option; the strategy then reduces all gradients after the backward pass, in a fixed order, counting a
+            missing gradient as zero (DDP leaves ``None`` for a parameter no rank used). This gives up overlapping the
+            reduction with the backward pass. Off by default, as in DDP.
+        broadcast_fp16: broadcast the updated parameter shards in fp16. ``None`` turns it on for ``16-mixed`` across
+            several nodes.
+        checkpoint_format: ``"full"`` (the default): one file, consolidated on rank 0; ``"sharded"``: a folder into
+            which each rank writes its optimizer shard (and rank 0 the model, the same on every rank, once).
+        async_save: with ``checkpoint_format="sharded"``, write the folder in the background (see
+            :class:`~lightning_mgpu.strategies._sharded_base.ShardedBase`).
         process_group_backend, timeout, start_method: as for ``DDPStrategy``.
-        **kwargs: passed to ``ShardedDataParallel`` (FairScale; e.g. ``reduce_fp16``,
-            ``auto_refresh_trainable``) or to ``DistributedDataParallel`` (torch; e.g. ``static_graph``).
+        **kwargs: passed to ``ShardedDataParallel`` (e.g. ``reduce_fp16``, ``auto_refresh_trainable``).
 
     Raises:
-        MissingDependencyError: ``backend="fairscale"`` and FairScale is not installed.
-        ValueError: an unknown backend or checkpoint format, an option the backend does not accept, or (fsdp2)
-            ``fsdp_modules`` matching nothing.
+        MissingDependencyError: FairScale is not installed (the message names the extra).
+        ValueError: a negative ``reduce_buffer_size``, a keyword ``ShardedDataParallel`` does not accept, an unknown
+            checkpoint format, or ``async_save`` with ``checkpoint_format="full"``.
 
     Example::
 
@@ -176,19 +95,14 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         from lightning_mgpu.strategies import ShardedStrategy
 
         trainer = pl.Trainer(strategy="sharded", accelerator="gpu", devices=4, precision="16-mixed")
-        trainer = pl.Trainer(strategy=ShardedStrategy(backend="torch"), accelerator="gpu", devices=4)
-        trainer = pl.Trainer(strategy=ShardedStrategy(backend="fsdp2", fsdp_modules=[nn.TransformerEncoderLayer]), devices=4)
+        trainer = pl.Trainer(strategy=ShardedStrategy(reduce_buffer_size=2**23), accelerator="gpu", devices=4)
     """
 
     strategy_name = "sharded"
-    # the optional package the default backend needs (shown by `lightning-mgpu info`; per name: dependency_for)
+    shards_gradients = True
+    # the optional package this engine needs (shown by `lightning-mgpu info`)
     optional_dependency: str | None = "fairscale"
     install_hint = _install_hint("fairscale")  # a capability (lightning_mgpu/utilities/capabilities.py)
-
-    @classmethod
-    def dependency_for(cls, init_params: dict[str, Any]) -> str | None:
-        """The optional package a registered name needs: its backend's (torch ZeRO and FSDP2 need none)."""
-        return _BACKEND_CLASSES[init_params.get("backend", "fairscale")][1]
 
     def __init__(
         self,
@@ -197,164 +111,100 @@ class ShardedStrategy(StepRouting, DDPStrategy):
         cluster_environment: ClusterEnvironment | None = None,
         checkpoint_io: CheckpointIO | None = None,
         precision_plugin: Precision | None = None,
-        backend: Backend = "fairscale",
         reduce_buffer_size: int | None = None,
         find_unused_parameters: bool = False,
         broadcast_fp16: bool | None = None,
-        reshard_after_forward: bool | None = None,
-        fsdp_modules: Sequence[ModuleSpec] | None = None,
         checkpoint_format: CheckpointFormat | None = None,
         async_save: bool = False,
-        mp_policy: Any | None = None,
-        offload_policy: Any | None = None,
         process_group_backend: str | None = None,
         timeout: timedelta | None = default_pg_timeout,
-        start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
+        start_method: StartMethod = "popen",
         **kwargs: Any,
     ) -> None:
-        if backend not in _BACKENDS:
-            raise ValueError(f"ShardedStrategy(backend={backend!r}) is not supported; choose one of {_BACKENDS}.")
-        if checkpoint_format not in (None, *_FORMATS):
+        require("fairscale", "strategy='sharded'")
+        if reduce_buffer_size is not None and reduce_buffer_size < 0:
             raise ValueError(
-                f"ShardedStrategy(checkpoint_format={checkpoint_format!r}) is not supported; choose one of {_FORMATS}."
+                f"ShardedStrategy(reduce_buffer_size={reduce_buffer_size}) must be >= 0 (0 disables bucketing)."
             )
-        impl_cls = backend_class(backend)
-        if checkpoint_format == "sharded" and not impl_cls.writes_sharded_checkpoints:
+        allowed = set(_fairscale().SDP_OPTIONS) - {"reduce_buffer_size"}
+        unknown = sorted(set(kwargs) - allowed)
+        if unknown:
             raise ValueError(
-                f"ShardedStrategy(backend={backend!r}, checkpoint_format='sharded') is not supported: this backend's"
-                " ranks cannot write their own parts. Use checkpoint_format='full' (one file, consolidated on rank 0)."
+                f"ShardedStrategy got option(s) {unknown} that fairscale's ShardedDataParallel does not accept."
+                f" Accepted: {sorted(allowed)}. For DDP's options use ZeroStrategy (strategy='sharded_zero')."
             )
-        options = ShardedOptions(
-            reduce_buffer_size=reduce_buffer_size,
-            find_unused_parameters=bool(find_unused_parameters),
-            broadcast_fp16=broadcast_fp16,
-            reshard_after_forward=reshard_after_forward,
-            fsdp_modules=None if fsdp_modules is None else as_spec_list(fsdp_modules),
-            mp_policy=mp_policy,
-            offload_policy=offload_policy,
-            wrapper_kwargs=dict(kwargs),
-        )
-        impl_cls.check_options(options)
-        # Set before the parent constructor, which assigns the precision plugin through our setter.
-        self._backend: Backend = backend
-        self._impl: ShardingBackend = impl_cls(self, options)
-        self._checkpoint_format: CheckpointFormat = checkpoint_format or impl_cls.default_checkpoint_format
-        if async_save and self._checkpoint_format != "sharded":
-            raise ValueError(
-                "ShardedStrategy(async_save=True) writes sharded folders in the background; pass"
-                " checkpoint_format='sharded' with it (a full checkpoint is gathered to rank 0 first: use Lightning's"
-                " AsyncCheckpointIO plugin for files)."
-            )
-        self._async_save = async_save
-        self._async_group: Any = None
-        self._pending_save: Future | None = None
-        self._failed = False
-        # Set by load_checkpoint when a sharded folder went straight into the sharded model and optimizers.
-        self._restored_in_place = False
+        self._reduce_buffer_size = reduce_buffer_size
+        self._find_unused_parameters = bool(find_unused_parameters)
+        self._broadcast_fp16 = broadcast_fp16
+        self._sdp_kwargs = dict(kwargs)
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
             cluster_environment=cluster_environment,
-            # Atomic saves and safe loads by default (a kill mid-save never leaves a torn .ckpt).
-            checkpoint_io=checkpoint_io if checkpoint_io is not None else AtomicCheckpointIO(),
+            checkpoint_io=checkpoint_io,
             precision_plugin=precision_plugin,
+            checkpoint_format=checkpoint_format,
+            async_save=async_save,
             process_group_backend=process_group_backend,
             timeout=timeout,
             start_method=start_method,
-            **self._impl.ddp_kwargs(),
         )
 
     @property
-    def backend(self) -> Backend:
-        """``"fairscale"``, ``"torch"`` or ``"fsdp2"``."""
-        return self._backend
+    def find_unused_parameters(self) -> bool:
+        """Whether parameters that get no gradient on some rank are allowed (reduced as zeros, in a fixed order)."""
+        return self._find_unused_parameters
 
     @property
-    def options(self) -> ShardedOptions:
-        """The backend options this strategy was built with (checked against the backend)."""
-        return self._impl.options
+    def sdp_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments passed on to ``ShardedDataParallel``."""
+        return dict(self._sdp_kwargs)
 
-    @property
-    def checkpoint_format(self) -> CheckpointFormat:
-        """``"sharded"`` (a folder of per-rank shards) or ``"full"`` (one file consolidated on rank 0)."""
-        return self._checkpoint_format
-
-    @property
-    def shards_gradients(self) -> bool:
-        """Whether each rank holds only its shard of the reduced gradients (ZeRO-2: FairScale, FSDP2).
-
-        Callbacks ask this capability instead of checking the class: with sharded gradients, loss scaling and
-        clipping by norm must agree across ranks. torch's ZeRO-1 all-reduces full gradients, so no.
-        """
-        return self._impl.shards_gradients
-
-    # ------------------------------------------------------------------ launch
     @override
-    def _configure_launcher(self) -> None:
-        if self._start_method == "popen":
-            super()._configure_launcher()
-            return
-        assert self.cluster_environment is not None
-        # A notebook's earlier in-process fit holds MASTER_PORT: the workers about to be spawned need a free one.
-        release_for_spawn(self.cluster_environment, self.num_nodes)
-        self._launcher = CleanExitSpawnLauncher(self, start_method=self._start_method)
-
-    # ------------------------------------------------------------------ precision
-    @property  # type: ignore[override]
-    @override
-    def precision_plugin(self) -> Precision:
-        if self._precision_plugin is None:
-            self._precision_plugin = self._shard_aware(Precision())
-        return self._precision_plugin
-
-    @precision_plugin.setter
-    @override
-    def precision_plugin(self, precision_plugin: Precision | None) -> None:
-        self._precision_plugin = None if precision_plugin is None else self._shard_aware(precision_plugin)
-
     def _shard_aware(self, plugin: Precision) -> Precision:
-        return shard_aware_precision(plugin, shards_gradients=self.shards_gradients)
+        return fairscale_precision(plugin)
 
     # ------------------------------------------------------------------ setup
     @override
-    def setup(self, trainer: pl.Trainer) -> None:
-        assert self.accelerator is not None
-        assert self.model is not None
-        self.accelerator.setup(trainer)
-        fitting = trainer.state.fn == TrainerFn.FITTING
-        if fitting and self._layer_sync:
-            self.model = self._layer_sync.apply(self.model)
-        self.model = self.precision_plugin.convert_module(self.model)
-        if not _has_meta_device_parameters_or_buffers(self.model):  # built on meta: sharded, then materialised
-            self.model_to_device()
-        if fitting:
-            self._note_single_process()
-            self._impl.setup_fit(trainer)
-        elif not self._impl.model_is_sharded():
-            # Validation, test and predict run on the bare module; only the states need to agree.
-            _sync_module_states(self.model)
-        self.setup_precision_plugin()
-        if fitting:
-            _optimizers_to_device(self.optimizers, self.root_device)
+    def _optimizer_factory(self) -> ShardedOptimizerFactory:
+        return _fairscale().make_oss(broadcast_fp16=self._resolved_broadcast_fp16())
 
-    @contextmanager
+    def _resolved_broadcast_fp16(self) -> bool:
+        if self._broadcast_fp16 is not None:
+            return self._broadcast_fp16
+        # fp16 parameter broadcasts halve the inter-node traffic and are safe under AMP (Lightning 1.x default).
+        return getattr(self.precision_plugin, "precision", None) == "16-mixed" and self.num_nodes > 1
+
+    def _resolved_reduce_buffer_size(self) -> int:
+        if self._reduce_buffer_size is not None:
+            return self._reduce_buffer_size
+        # Buckets help across nodes; on one node they only cost memory (bucketed grads are not sharded).
+        return _MULTI_NODE_REDUCE_BUFFER_SIZE if self.num_nodes > 1 else 0
+
     @override
-    def model_sharded_context(self) -> Generator[None, None, None]:
-        """Where ``configure_model`` builds the layers: under fsdp2 while fitting, on the meta device (no memory), and
-        ``setup`` materialises only each rank's shards. Elsewhere layers are built as usual."""
-        with self._impl.sharded_context(self._fitting()):
-            yield
+    def _setup_fit(self, trainer: pl.Trainer) -> None:
+        # OSS must exist before ShardedDataParallel, which reduces each gradient to its OSS owner.
+        self.setup_optimizers(trainer)
+        self._shard_optimizers()
+        self._wrap_model()
 
-    def _fitting(self) -> bool:
-        trainer = getattr(self.lightning_module, "_trainer", None)
-        return trainer is not None and trainer.state.fn == TrainerFn.FITTING
+    def _wrap_model(self) -> None:
+        """Wrap the model in ShardedDataParallel over the OSS optimizers (none: the model stays as it is)."""
+        fairscale = _fairscale()
+        oss = [opt for opt in self.optimizers if isinstance(opt, fairscale.OSS)]
+        if not oss:
+            return
+        assert self.model is not None
+        kwargs = {**self._sdp_kwargs, "reduce_buffer_size": self._resolved_reduce_buffer_size()}
+        self.model = fairscale.wrap_module(self.model, oss, **kwargs)
+        self._use_bucket_safe_zero_grad()
 
-    def _note_single_process(self) -> None:
-        if self.world_size == 1:
-            rank_zero_info(
-                "strategy='sharded' on a single process: there is nothing to shard, the one rank holds the whole"
-                " optimizer state. Training runs normally; use devices > 1 (or several nodes) to save memory."
-            )
+    def _wrapper(self) -> Any:
+        """The ShardedDataParallel wrapper while fitting, else ``None``."""
+        model = self.model
+        if model is None or type(model).__name__ != "ShardedDataParallel":  # cheap test first: no import
+            return None
+        return model if isinstance(model, _fairscale().ShardedDataParallel) else None
 
     @property  # type: ignore[override]
     @override
@@ -364,9 +214,23 @@ class ShardedStrategy(StepRouting, DDPStrategy):
     @optimizers.setter
     @override
     def optimizers(self, optimizers: list[Optimizer]) -> None:
-        # The parent setter rebuilds the LightningOptimizer wrappers; the backend may need to adjust them again.
-        DDPStrategy.optimizers.fset(self, optimizers)  # type: ignore[attr-defined]
-        self._impl.on_optimizers_set()
+        # The parent setter rebuilds the LightningOptimizer wrappers: point them at the bucket-safe zero_grad again.
+        OptimizerShardedBase.optimizers.fset(self, optimizers)  # type: ignore[attr-defined]
+        self._use_bucket_safe_zero_grad()
+
+    def _use_bucket_safe_zero_grad(self) -> None:
+        """Make ``self.optimizers().zero_grad()`` (manual optimization) the bucket-safe one of the OSS it wraps.
+
+        LightningOptimizer subclasses the wrapped optimizer's class and forwards only missing attributes, so it finds
+        OSS's class ``zero_grad`` before the instance attribute ``wrap_module`` installed on the OSS. That
+        ``zero_grad`` frees the bucketed gradients and the ranks silently diverge (``reduce_buffer_size > 0``).
+        """
+        if self._wrapper() is None:
+            return
+        for lightning_optimizer in self._lightning_optimizers:
+            zero_grad = _fairscale().bucket_safe_zero_grad(unwrap_optimizer(lightning_optimizer))
+            if zero_grad is not None:
+                lightning_optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ training
     @contextmanager
@@ -376,170 +240,83 @@ class ShardedStrategy(StepRouting, DDPStrategy):
 
         Lightning's automatic loop and ``LightningOptimizer.toggle_model(sync_grad=False)`` call this.
         """
-        context = self._impl.no_sync()
-        if context is None:
+        sdp = self._wrapper()
+        if sdp is None:
             with super().block_backward_sync():
                 yield None
         else:
-            with context:
+            with sdp.no_sync():
                 yield None
 
     @override
     def backward(self, closure_loss: Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> Tensor:
-        loss = self._impl.backward(closure_loss, optimizer, *args, **kwargs)
-        return super().backward(closure_loss, optimizer, *args, **kwargs) if loss is None else loss
+        sdp = self._wrapper()
+        if sdp is None or not sdp.training:
+            return super().backward(closure_loss, optimizer, *args, **kwargs)
+        fairscale = _fairscale()
+        # Each backward reduces what requires grad now: manual optimization may run several per forward, e.g. one
+        # per optimizer of a GAN, with toggle_model() freezing the other optimizers' parameters.
+        partial = fairscale.arm_reduction(sdp)
+        if not partial and not self._find_unused_parameters:
+            # FairScale's hooks reduce each gradient as autograd finishes it, overlapping the backward.
+            return super().backward(closure_loss, optimizer, *args, **kwargs)
+        # Strategy.backward, with the reduction moved out of the autograd hooks, for two reasons. Ranks that use
+        # different parameters finish their gradients in different orders, so reduce afterwards in a fixed order.
+        # A partial backward must not reduce the buckets, which also hold the frozen gradients.
+        module = self.lightning_module
+        assert module is not None
+        self.pre_backward(closure_loss)
+        closure_loss = self.precision_plugin.pre_backward(closure_loss, module)
+        accumulating = sdp._should_accumulate_grads
+        with sdp.no_sync():
+            self.precision_plugin.backward(closure_loss, module, optimizer, *args, **kwargs)
+        if not accumulating:
+            fairscale.reduce_in_fixed_order(sdp, missing_as_zero=self._find_unused_parameters)
+        closure_loss = self.precision_plugin.post_backward(closure_loss, module)
+        self.post_backward(closure_loss)
+        return closure_loss
 
     @override
     def post_backward(self, closure_loss: Tensor) -> None:
         super().post_backward(closure_loss)
-        self._impl.post_backward()
+        sdp = self._wrapper()
+        if sdp is None:
+            return
+        missing = _fairscale().params_not_reduced(sdp)
+        if missing:
+            # Fail now, on this rank: the other ranks wait in a reduce that this rank never issues, and this process
+            # exiting is what releases them (instead of a hang until the collective timeout).
+            raise RuntimeError(self._unused_parameters_message(missing))
+
+    def _unused_parameters_message(self, missing: list[Tensor]) -> str:
+        module = self.lightning_module
+        assert module is not None
+        names = {id(p): n for n, p in module.named_parameters()}
+        listed = [names.get(id(p), f"<unnamed {tuple(p.shape)}>") for p in missing]
+        shown = ", ".join(listed[:10]) + (f", ... ({len(listed) - 10} more)" if len(listed) > 10 else "")
+        return (
+            f"strategy='sharded': {len(missing)} parameter(s) that require grad received no gradient in this backward"
+            f" pass on rank {self.global_rank}: [{shown}]. ShardedDataParallel reduces each gradient with its own"
+            " collective, so ranks that skip different parameters fall out of step and hang. Pass"
+            " `Trainer(strategy=ShardedStrategy(find_unused_parameters=True))`, or freeze the parameters that do"
+            " not take part in the loss with `requires_grad_(False)`."
+        )
 
     @override
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        self._impl.before_training_step()
+        sdp = self._wrapper()
+        if sdp is not None:
+            _fairscale().follow_module_mode(sdp)
         return super().training_step(*args, **kwargs)
-
-    def _step_runner(self, step_name: str) -> Any:
-        # Validation, test and predict run on the bare module: no gradients to reduce, and ShardedDataParallel
-        # would rebuild its hooks and buckets each time it sees the module switch between train and eval.
-        if step_name == "training_step" or self._impl.model_is_sharded():
-            return None  # Lightning's path; under fsdp2 the step methods are registered with FSDP to gather parameters
-        assert self.lightning_module is not None
-        return getattr(self.lightning_module, step_name)
-
-    # ------------------------------------------------------------------ checkpoints
-    def _saves_sharded(self) -> bool:
-        return self._checkpoint_format == "sharded" and self._impl.holds_shards()
-
-    @property
-    @override
-    def restore_checkpoint_after_setup(self) -> bool:
-        # A sharded folder loads into the sharded model and its sharded optimizers, which setup() creates: each rank
-        # reads only what it holds. (A full file loads the same either way.)
-        return self._impl.writes_sharded_checkpoints
-
-    @property
-    @override
-    def lightning_restore_optimizer(self) -> bool:
-        return not self._restored_in_place
-
-    @override
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None) -> None:
-        """One file from rank 0 (``"full"``), or with ``"sharded"`` a folder that every rank writes its shards into,
-        swapped into place atomically by rank 0. Called on every rank (Lightning's ``save_checkpoint``)."""
-        if not self._saves_sharded():
-            super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
-            return
-        if storage_options is not None:
-            raise TypeError(
-                f"ShardedStrategy(checkpoint_format='sharded') saves take no storage_options, got {storage_options!r}."
-            )
-        # Rank 0's path and one temporary folder beside it for all ranks: the shards of this save must land together
-        # (a caller may pass each rank its own path, as Ray's report callback does with per-rank temporary folders).
-        # Across nodes this needs a filesystem they share, as Lightning's FSDP sharded checkpoints do.
-        # The previous background save must land first: this one's start removes stale temporary folders.
-        self.wait_for_checkpoint()
-        filepath = self.broadcast(str(filepath))
-        tmp = Path(self.broadcast(str(temporary_folder(filepath))))
-        group = self._checkpoint_group() if self._async_save and self._fitting() else None
-        self._pending_save = write_sharded_checkpoint(
-            checkpoint, filepath, tmp, coordinator=self.is_global_zero, async_group=group
-        )
-
-    def wait_for_checkpoint(self) -> None:
-        """Block until the last background save (``async_save=True``) has landed; raise its error if it failed."""
-        pending, self._pending_save = self._pending_save, None
-        if pending is not None:
-            pending.result()
-
-    def _checkpoint_group(self) -> Any:
-        """A gloo group for the background saves' collectives, apart from training's (made on the first save, a
-        collective: every rank saves)."""
-        if self._async_group is None:
-            import atexit
-
-            import torch.distributed as dist
-
-            self._async_group = dist.new_group(backend="gloo")
-            rank_zero_info(
-                "strategy='sharded': checkpoints are written in the background (async_save); each lands when its last rank is done."
-            )
-            # Registered after destroy_at_exit's hook, so it runs first: the save's collectives need the groups.
-            atexit.register(self.wait_for_checkpoint)
-        return self._async_group
-
-    @override
-    def load_checkpoint(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """A sharded folder goes straight into the sharded model and optimizers (each rank reads what overlaps its
-        shards, so any number of ranks can load it); anything else is read whole through the checkpoint IO."""
-        self._restored_in_place = False
-        path = Path(checkpoint_path)
-        if not (self._impl.holds_shards() and is_sharded_checkpoint(path)):
-            return super().load_checkpoint(checkpoint_path, *args, **kwargs)
-        self._impl.load_sharded_checkpoint(path)
-        self._restored_in_place = True
-        return load_checkpoint_file(path / META_FILENAME, trusted=kwargs.get("weights_only") is False)
-
-    @override
-    def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
-        """The full, unsharded optimizer state on rank 0 and ``{}`` elsewhere (``"sharded"``: this rank's shards, on
-        every rank).
-
-        Consolidation is a collective: every rank must call this (Lightning's ``dump_checkpoint`` does, on
-        every rank); only rank 0 then writes the checkpoint.
-        """
-        return self._impl.optimizer_state(unwrap_optimizer(optimizer), sharded=self._saves_sharded())
-
-    @override
-    def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
-        """Load the ordinary (unsharded) optimizer states; each rank keeps only its shard."""
-        if self._restored_in_place:  # a sharded folder: load_checkpoint has loaded them
-            return
-        for optimizer, opt_state in zip(self.optimizers, checkpoint["optimizer_states"]):
-            self._impl.load_optimizer_state(unwrap_optimizer(optimizer), opt_state)
-
-    @override
-    def lightning_module_state_dict(self) -> dict[str, Any]:
-        """Plain keys; under fsdp2 the whole model gathered to rank 0 (a collective; ``{}`` on other ranks), or with
-        ``"sharded"`` this rank's shards (DTensors)."""
-        state = self._impl.model_state(sharded=self._saves_sharded())
-        return super().lightning_module_state_dict() if state is None else state
-
-    def handoff_state_dict(self) -> dict[str, Any]:
-        """The weights a spawn launcher hands to the launching process after ``fit``: whole plain tensors (rank 0;
-        a collective under fsdp2), never DTensors, which the launching process has no process group for."""
-        return self._impl.handoff_state()
-
-    @override
-    def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
-        if self._restored_in_place:  # a sharded folder: load_checkpoint has loaded the model
-            return
-        if not self._impl.load_model_state(dict(checkpoint["state_dict"]), strict=strict):
-            super().load_model_state_dict(checkpoint, strict=strict)
 
     # ------------------------------------------------------------------ teardown
     @override
-    def setup_environment(self) -> None:
-        super().setup_environment()
-        # Destroy the process group at exit after success: a gloo worker can abort at shutdown otherwise.
-        destroy_at_exit()
-
-    @override
-    def on_exception(self, exception: BaseException) -> None:
-        super().on_exception(exception)
-        self._failed = not isinstance(exception, (KeyboardInterrupt, SystemExit))  # Ctrl-C: every rank stops alike
-        # Keep the group (other ranks may be inside a collective); under the script launcher, name a dead rank
-        # (not after Ctrl-C, where every rank stops on purpose).
-        on_training_failure(self, report=not isinstance(exception, KeyboardInterrupt))
-
-    @override
     def teardown(self) -> None:
-        if self._failed:
-            # Another rank may never finish its part of a background save: do not wait for it. Its temporary folder
-            # is removed by the next save, and the previous checkpoint stays in place.
-            self._pending_save = None
-        self.wait_for_checkpoint()  # the end of fit: the last checkpoint is in place when fit returns
-        self._impl.teardown()
+        sdp = self._wrapper()
+        if sdp is not None:
+            # The reduce hooks would otherwise outlive the wrapper and issue collectives in a later backward.
+            _fairscale().remove_grad_hooks(sdp)
+            self.model = self.lightning_module
         super().teardown()
 
     @classmethod
@@ -579,17 +356,6 @@ class ShardedStrategy(StepRouting, DDPStrategy):
                 "spawn",
                 "`sharded_spawn` with find_unused_parameters=True",
                 {"find_unused_parameters": True},
-            ),
-            # torch FSDP2 (maintained; no FairScale needed): ZeRO-2 by default.
-            "sharded_fsdp2": (
-                "popen",
-                "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2), launched like ddp",
-                {"backend": "fsdp2"},
-            ),
-            "sharded_fsdp2_spawn": (
-                "spawn",
-                "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2), launched like ddp_spawn",
-                {"backend": "fsdp2"},
             ),
         }
         for name, (start_method, description, extra) in presets.items():

@@ -23,7 +23,7 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import lightning_mgpu  # noqa: E402,F401  (registers sharded_fsdp2)
-from lightning_mgpu.strategies import ShardedStrategy  # noqa: E402
+from lightning_mgpu.strategies import FSDP2Strategy  # noqa: E402
 from tests.helpers.trainer import quiet_trainer  # noqa: E402
 
 
@@ -59,9 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--save", default=True, action=argparse.BooleanOptionalAction, help="save a checkpoint after fit")
     args = p.parse_args(argv)
     # ZeRO-3: one block's parameters gathered at a time, the setting for a model that does not fit whole.
-    strategy: Any = (
-        ShardedStrategy(backend="fsdp2", reshard_after_forward=True) if args.strategy == "sharded_fsdp2" else "auto"
-    )
+    strategy: Any = FSDP2Strategy(reshard_after_forward=True) if args.strategy == "sharded_fsdp2" else "auto"
     trainer = quiet_trainer(accelerator="cpu", strategy=strategy, devices=args.devices, max_steps=args.steps)
     model = WideMLP(args.width, args.layers)
     trainer.fit(model)

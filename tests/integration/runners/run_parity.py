@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 import lightning_mgpu  # noqa: F401
-from lightning_mgpu.strategies.sharded.strategy import local_optimizer
+from lightning_mgpu.strategies.sharded.optim import local_optimizer
 from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
 from tests.helpers.launch import split_runs
 from tests.helpers.models import IN, OUT, ParityModule, make_data, parity_module_for  # noqa: F401
@@ -63,7 +63,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--sharded-backend",
         default=None,
         choices=("fairscale", "torch", "fsdp2"),
-        help="ShardedStrategy(backend=...) for --strategy sharded*",
+        help="the sharded engine for --strategy sharded*: ShardedStrategy, ZeroStrategy or FSDP2Strategy",
     )
     p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
     p.add_argument("--namespace", default="lightning.pytorch", choices=("lightning.pytorch", "pytorch_lightning"))
@@ -76,11 +76,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--fsdp2-mp",
         default=None,
         choices=("bf16", "fp16"),
-        help="ShardedStrategy(mp_policy=MixedPrecisionPolicy(param_dtype=...))",
+        help="FSDP2Strategy(mp_policy=MixedPrecisionPolicy(param_dtype=...))",
     )
-    p.add_argument("--fsdp2-offload", action="store_true", help="ShardedStrategy(offload_policy=CPUOffloadPolicy())")
+    p.add_argument("--fsdp2-offload", action="store_true", help="FSDP2Strategy(offload_policy=CPUOffloadPolicy())")
     p.add_argument(
-        "--checkpoint-format", default=None, choices=("sharded", "full"), help="ShardedStrategy(checkpoint_format=...)"
+        "--checkpoint-format", default=None, choices=("sharded", "full"), help="the sharded engine's checkpoint_format"
     )
     p.add_argument(
         "--fsdp2-gather",
@@ -102,9 +102,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     if args.fsdp2_gather is None:
         return _main(args)
-    # The choice is read from the environment at each save (strategies/sharded/fsdp2.py gathers_by_hand): set it for
+    # The choice is read from the environment at each save (strategies/fsdp2/state.py gathers_by_hand): set it for
     # this run only, so one launch can compare both gathers.
-    from lightning_mgpu.strategies.sharded.fsdp2 import GATHER_ENV
+    from lightning_mgpu.strategies.fsdp2.state import GATHER_ENV
 
     os.environ[GATHER_ENV] = "1" if args.fsdp2_gather == "by_hand" else "0"
     try:
@@ -135,7 +135,10 @@ def _main(args: argparse.Namespace) -> None:
                 )
             if args.fsdp2_offload:
                 fmt["offload_policy"] = CPUOffloadPolicy()
-        strategy = bundle.ShardedStrategy(backend=args.sharded_backend, start_method=start_method, **fmt, **pg)
+        engine = {"fairscale": "ShardedStrategy", "torch": "ZeroStrategy", "fsdp2": "FSDP2Strategy"}[
+            args.sharded_backend
+        ]
+        strategy = getattr(bundle, engine)(start_method=start_method, **fmt, **pg)
     elif pg and args.strategy in ("ddp", "ddp_spawn"):
         strategies = importlib.import_module(f"{args.namespace}.strategies")
         strategy = strategies.DDPStrategy(start_method=start_method, **pg)
@@ -196,7 +199,7 @@ def _main(args: argparse.Namespace) -> None:
         torch.save(local_optimizer(opt).state_dict(), args.out / f"optimizer_rank{rank}.pt")
     (args.out / f"memory_rank{rank}.json").write_text(json.dumps(_memory(model, opt)))
     if args.sharded_backend == "fsdp2":  # which full-checkpoint gather the save below takes, and why
-        from lightning_mgpu.strategies.sharded.fsdp2 import cuda_backend, gathers_by_hand
+        from lightning_mgpu.strategies.fsdp2.state import cuda_backend, gathers_by_hand
 
         gather = {
             "backend": str(torch.distributed.get_backend()),

@@ -30,8 +30,8 @@ from torch.utils.data import DataLoader
 
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.callbacks import CleanExit, ZeroGradSetToNone
-from lightning_mgpu.strategies import ShardedStrategy
-from lightning_mgpu.strategies.sharded.strategy import (
+from lightning_mgpu.strategies import ShardedStrategy, ZeroStrategy
+from lightning_mgpu.strategies.sharded.optim import (
     local_optimizer,
     local_optimizer_state_bytes,
 )
@@ -55,12 +55,12 @@ def world() -> int:
 
 
 def strategy(name: str, **kwargs: Any) -> pl.strategies.Strategy | str:
-    """A fresh strategy: ``ddp``, ``dp``, ``fairscale`` (ShardedStrategy) or ``torch`` (ShardedStrategy ZeRO)."""
+    """A fresh strategy: ``ddp``, ``dp``, ``fairscale`` (ShardedStrategy) or ``torch`` (ZeroStrategy)."""
     if name == "dp":
         return "dp"  # the bundle's DataParallelStrategy by its registered name (one device on the CPU)
     if name == "ddp":
         return DDPStrategy(timeout=TIMEOUT, **kwargs)
-    return ShardedStrategy(backend=name, timeout=TIMEOUT, **kwargs)
+    return {"fairscale": ShardedStrategy, "torch": ZeroStrategy}[name](timeout=TIMEOUT, **kwargs)
 
 
 def fit(

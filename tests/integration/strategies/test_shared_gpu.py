@@ -58,7 +58,7 @@ DATA = ("--num-samples", "96")
 #: Cases that torch refuses on CUDA tensors over gloo, with what it does. Strict: once torch stops refusing, the test
 #: fails until the mark goes. (Empty now: sharded_fsdp2's full-checkpoint gather, DCP's full_state_dict, died with
 #: SIGSEGV over gloo on CUDA on an H100 with torch 2.11; the bundle now gathers those shards with DTensor.full_tensor,
-#: lightning_mgpu/strategies/sharded/fsdp2.py gathers_by_hand.)
+#: lightning_mgpu/strategies/fsdp2/state.py gathers_by_hand.)
 REFUSED: dict[str, str] = {}
 
 

@@ -45,14 +45,15 @@ def test_ray_forms_keep_the_registered_settings() -> None:
     from ray.train.lightning import RayDDPStrategy
 
     from lightning_mgpu.launchers.ray_train import ray_strategy
-    from lightning_mgpu.strategies import ShardedStrategy
+    from lightning_mgpu.strategies import FSDP2Strategy, ShardedStrategy, ZeroStrategy
 
     fsdp2 = ray_strategy("sharded_fsdp2")
-    assert isinstance(fsdp2, ShardedStrategy) and isinstance(fsdp2, RayDDPStrategy)  # prepare_trainer accepts it
-    assert fsdp2.backend == "fsdp2"
-    # ShardedStrategy's methods come first: the sharding is the bundle's, only device and ranks are Ray's.
-    assert type(fsdp2).configure_ddp is ShardedStrategy.configure_ddp
-    assert ray_strategy("sharded_find_unused_parameters_true").options.find_unused_parameters is True
+    assert isinstance(fsdp2, FSDP2Strategy) and isinstance(fsdp2, RayDDPStrategy)  # prepare_trainer accepts it
+    # The engine's methods come first: the sharding is the bundle's, only device and ranks are Ray's.
+    assert type(fsdp2).configure_ddp is FSDP2Strategy.configure_ddp
+    assert isinstance(ray_strategy("sharded"), ShardedStrategy)
+    assert ray_strategy("sharded_find_unused_parameters_true").find_unused_parameters is True
+    assert isinstance(ray_strategy("sharded_zero"), ZeroStrategy)
     ddp = ray_strategy("ddp")
     assert type(ddp) is RayDDPStrategy
 

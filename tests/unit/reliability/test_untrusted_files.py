@@ -18,8 +18,10 @@ import torch
 from lightning_mgpu.demos import ImageClassifier
 from lightning_mgpu.strategies import (
     DataParallelStrategy,
+    FSDP2Strategy,
     HorovodStrategy,
     ShardedStrategy,
+    ZeroStrategy,
 )
 from lightning_mgpu.utilities.checkpoint import (
     AtomicCheckpointIO,
@@ -106,7 +108,7 @@ def test_every_strategys_resume_refuses_a_payload(tmp_path: Path, marker: Path, 
 @RunIf(horovod=True, fairscale=True)
 def test_bundle_strategies_default_to_the_safe_atomic_io(tmp_path: Path, marker: Path) -> None:
     path = plant(tmp_path / "evil.ckpt", marker, ParityModule())
-    for strategy in (DataParallelStrategy(), HorovodStrategy(), ShardedStrategy(), ShardedStrategy(backend="torch")):
+    for strategy in (DataParallelStrategy(), HorovodStrategy(), ShardedStrategy(), ZeroStrategy(), FSDP2Strategy()):
         assert isinstance(strategy.checkpoint_io, AtomicCheckpointIO), type(strategy).__name__
         # Lightning's resume calls strategy.load_checkpoint -> checkpoint_io.load_checkpoint.
         with pytest.raises(UnsafeCheckpointError):

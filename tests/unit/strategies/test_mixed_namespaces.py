@@ -20,8 +20,8 @@ QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": 
 def test_bundle_strategy_of_the_other_namespace_names_the_twin() -> None:
     with pytest.raises(MixedLightningNamespacesError, match=r"from lightning_mgpu\.pl import DataParallelStrategy"):
         pl.Trainer(strategy=lightning_mgpu.DataParallelStrategy(), accelerator="cpu", **QUIET)
-    with pytest.raises(MixedLightningNamespacesError, match=r"from lightning_mgpu import ShardedStrategy"):
-        lp.Trainer(strategy=twin.ShardedStrategy(backend="torch"), accelerator="cpu", devices=2, **QUIET)
+    with pytest.raises(MixedLightningNamespacesError, match=r"from lightning_mgpu import ZeroStrategy"):
+        lp.Trainer(strategy=twin.ZeroStrategy(), accelerator="cpu", devices=2, **QUIET)
 
 
 def test_lightning_classes_of_the_other_namespace_name_the_package() -> None:

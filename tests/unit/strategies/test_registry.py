@@ -18,9 +18,11 @@ from lightning_mgpu.strategies import (
     BUNDLE_STRATEGY_NAMES,
     DataParallelStrategy,
     DDP2Strategy,
+    FSDP2Strategy,
     HorovodStrategy,
     ShardedStrategy,
     StrategyNameClashError,
+    ZeroStrategy,
     register_bundle_strategies,
 )
 
@@ -36,8 +38,10 @@ EXPECTED = {
     "ddp_sharded_spawn_find_unused_parameters_false": ShardedStrategy,
     "sharded_find_unused_parameters_true": ShardedStrategy,
     "sharded_spawn_find_unused_parameters_true": ShardedStrategy,
-    "sharded_fsdp2": ShardedStrategy,
-    "sharded_fsdp2_spawn": ShardedStrategy,
+    "sharded_zero": ZeroStrategy,
+    "sharded_zero_spawn": ZeroStrategy,
+    "sharded_fsdp2": FSDP2Strategy,
+    "sharded_fsdp2_spawn": FSDP2Strategy,
 }
 
 
@@ -71,7 +75,7 @@ def test_find_unused_parameters_spellings_build_the_strategy_they_name(
 
     strategy = Trainer(strategy=name, accelerator="cpu", devices=2, logger=False).strategy
     assert isinstance(strategy, ShardedStrategy)
-    assert strategy._start_method == start_method and strategy.options.find_unused_parameters is find_unused
+    assert strategy._start_method == start_method and strategy.find_unused_parameters is find_unused
 
 
 def test_lightning_1_9_names_for_dp_horovod_and_sharded_are_all_registered() -> None:
@@ -130,11 +134,11 @@ def test_unknown_strategy_name_is_rejected_by_lightning() -> None:
 
 
 @pytest.mark.parametrize(("name", "start_method"), [("sharded_fsdp2", "popen"), ("sharded_fsdp2_spawn", "spawn")])
-def test_fsdp2_names_build_the_fsdp2_backend(name: str, start_method: str) -> None:
+def test_fsdp2_names_build_the_fsdp2_strategy(name: str, start_method: str) -> None:
     from lightning.pytorch.strategies import StrategyRegistry
 
     strategy = StrategyRegistry.get(name)
-    assert isinstance(strategy, ShardedStrategy) and strategy.backend == "fsdp2"
+    assert type(strategy) is FSDP2Strategy
     assert strategy._start_method == start_method
 
 
@@ -143,11 +147,12 @@ def test_the_light_name_table_matches_what_the_classes_register() -> None:
     exactly what the classes register, in order, with the sharded and FSDP2 names right."""
     from lightning.pytorch.strategies import StrategyRegistry
 
-    from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES, ShardedStrategy
+    from lightning_mgpu.strategies import BUNDLE_STRATEGY_NAMES
+    from lightning_mgpu.strategies._sharded_base import ShardedBase
     from lightning_mgpu.utilities import strategy_names
 
     assert strategy_names.BUNDLE_STRATEGY_NAMES == BUNDLE_STRATEGY_NAMES
-    sharded = {n for n in BUNDLE_STRATEGY_NAMES if StrategyRegistry[n]["strategy"] is ShardedStrategy}
+    sharded = {n for n in BUNDLE_STRATEGY_NAMES if issubclass(StrategyRegistry[n]["strategy"], ShardedBase)}
     assert strategy_names.SHARDED_NAMES == sharded
-    fsdp2 = {n for n in sharded if StrategyRegistry[n]["init_params"].get("backend") == "fsdp2"}
+    fsdp2 = {n for n in sharded if StrategyRegistry[n]["strategy"] is FSDP2Strategy}
     assert strategy_names.FSDP2_NAMES == fsdp2

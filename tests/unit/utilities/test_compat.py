@@ -13,7 +13,7 @@ def test_fsdp2_on_cpu_with_a_torch_that_cannot_run_it_names_the_version(monkeypa
     check_fsdp2_device("cpu")
     monkeypatch.setattr(torch.cpu, "Stream", type("Stream", (), {}))  # torch 2.6's CPU stream: no record_event
     with pytest.raises(
-        UnsupportedTorchError, match=rf"needs torch {FSDP2_ON_CPU_SINCE} or newer.*ShardedStrategy\(backend='torch'\)"
+        UnsupportedTorchError, match=rf"needs torch {FSDP2_ON_CPU_SINCE} or newer.*strategy='sharded_zero'"
     ):
         check_fsdp2_device("cpu")
     check_fsdp2_device("cuda")  # CUDA streams record events on every supported torch

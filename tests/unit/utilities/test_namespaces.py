@@ -27,7 +27,7 @@ def test_every_bundle_name_builds_a_pytorch_lightning_strategy() -> None:
         assert strategy.__module__.startswith("lightning_mgpu.pl."), name
     # Lightning's own validation accepts the name and the instance (it refused both before the twin).
     assert isinstance(pl.Trainer(strategy="dp", accelerator="cpu", logger=False).strategy, twin.DataParallelStrategy)
-    trainer = pl.Trainer(strategy=twin.ShardedStrategy(backend="torch"), accelerator="cpu", devices=2, logger=False)
+    trainer = pl.Trainer(strategy=twin.ZeroStrategy(), accelerator="cpu", devices=2, logger=False)
     assert isinstance(trainer.strategy, pl.strategies.DDPStrategy)
 
 

@@ -1,7 +1,7 @@
 """Sharded checkpoint folders in one process: the layout, the round trip to a full checkpoint, the atomic swap.
 
 The multi-rank saves and the resharding (2 -> 1 -> 2, 2 -> 4 ranks) are in
-``tests/integration/strategies/sharded/test_fsdp2.py``; a SIGKILL during folder saves in
+``tests/integration/strategies/fsdp2/test_fsdp2.py``; a SIGKILL during folder saves in
 ``tests/integration/reliability/test_atomic_checkpoints.py``.
 """
 

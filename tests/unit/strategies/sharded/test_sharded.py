@@ -1,4 +1,5 @@
-"""``ShardedStrategy`` in process: names, options, precision plugins, optimizer rebuilding, FairScale hooks.
+"""``ShardedStrategy`` (FairScale) and ``ZeroStrategy`` in process: names, options, precision plugins, optimizer
+rebuilding, FairScale hooks.
 
 The FairScale pieces run on a real one-rank gloo process group (world size 1 is enough to exercise
 ``no_sync``, the unreduced-parameter check and hook removal); multi-rank behaviour is in
@@ -19,20 +20,16 @@ import torch
 import torch.distributed as dist
 from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.accelerators import CPUAccelerator
-from lightning.pytorch.plugins.precision import MixedPrecision
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from torch import nn
 
 import lightning_mgpu  # noqa: F401
-from lightning_mgpu.strategies import ShardedStrategy
+from lightning_mgpu.strategies import FSDP2Strategy, ShardedStrategy, ZeroStrategy
 from lightning_mgpu.strategies._optim import rebind_scheduler
-from lightning_mgpu.strategies.sharded.optim import rebuild_optimizer
+from lightning_mgpu.strategies.sharded.optim import local_optimizer, local_optimizer_state_bytes, rebuild_optimizer
 from lightning_mgpu.strategies.sharded.precision import (
     ShardedMixedPrecision,
     ShardedPrecision,
-)
-from lightning_mgpu.strategies.sharded.strategy import (
-    local_optimizer,
-    local_optimizer_state_bytes,
 )
 from lightning_mgpu.utilities.imports import MissingDependencyError
 
@@ -49,8 +46,7 @@ def _trainer(strategy: object, **kwargs: object) -> pl.Trainer:
 )
 def test_names_build_a_sharded_strategy(name: str, start_method: str) -> None:
     strategy = _trainer(name).strategy
-    assert isinstance(strategy, ShardedStrategy)
-    assert strategy.backend == "fairscale" and strategy._start_method == start_method
+    assert type(strategy) is ShardedStrategy and strategy._start_method == start_method
     assert isinstance(strategy.precision_plugin, ShardedPrecision)
 
 
@@ -58,51 +54,76 @@ def test_missing_fairscale_names_the_install_command(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "fairscale", None)  # makes `import fairscale` fail
     with pytest.raises(MissingDependencyError, match=r"pip install 'fairscale==0.4.13' \(the \[sharded\] extra"):
         ShardedStrategy()
-    ShardedStrategy(backend="torch")  # the torch backend does not need it
+    ZeroStrategy()  # the torch engines do not need it
+    FSDP2Strategy()
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "match"),
+    ("cls", "kwargs", "match"),
     [
-        ({"backend": "deepspeed"}, "backend='deepspeed'"),
-        ({"backend": "torch", "reduce_buffer_size": 2**20}, "bucket_cap_mb"),
-        ({"backend": "torch", "broadcast_fp16": True}, "FairScale option"),
-        ({"static_graph": True}, r"static_graph.*backend='torch'"),
-        ({"backend": "torch", "reduce_fp16": True}, "reduce_fp16"),
-        ({"reduce_buffer_size": -1}, ">= 0"),
+        (
+            ShardedStrategy,
+            {"static_graph": True},
+            r"\['static_graph'\] that fairscale's ShardedDataParallel.*ZeroStrategy",
+        ),
+        (ShardedStrategy, {"reduce_buffer_size": -1}, ">= 0"),
+        (ZeroStrategy, {"reduce_fp16": True}, r"\['reduce_fp16'\] that torch.nn.parallel.DistributedDataParallel"),
+        (ZeroStrategy, {"model_averaging_period": 4}, "post-local SGD"),
     ],
 )
-def test_options_the_backend_does_not_take_are_rejected(kwargs: dict, match: str) -> None:
+def test_wrapper_options_each_engine_does_not_take_are_rejected(cls: type, kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        ShardedStrategy(**kwargs)
+        cls(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("cls", "option"),
+    [
+        (ZeroStrategy, "reduce_buffer_size"),
+        (ZeroStrategy, "broadcast_fp16"),
+        (FSDP2Strategy, "find_unused_parameters"),
+        (FSDP2Strategy, "reduce_buffer_size"),
+        (ShardedStrategy, "backend"),
+        (ShardedStrategy, "fsdp_modules"),
+    ],
+)
+def test_each_engine_takes_only_its_own_options(cls: type, option: str) -> None:
+    # One class per engine: another engine's option is not in the signature (nothing to refuse per engine).
+    import inspect
+
+    assert option not in inspect.signature(cls).parameters
+    with pytest.raises((TypeError, ValueError), match=option):
+        cls(**{option: 1})
 
 
 def test_options_reach_the_wrapper() -> None:
-    # FairScale's options go to ShardedDataParallel (the wrapper backend.wrap_model builds), none to DDP.
+    # FairScale's options go to ShardedDataParallel (the wrapper _wrap_model builds), none to DDP.
     fairscale = ShardedStrategy(reduce_fp16=True, broadcast_buffers=False)
-    assert (
-        fairscale.options.wrapper_kwargs == {"reduce_fp16": True, "broadcast_buffers": False}
-        and fairscale._ddp_kwargs == {}
-    )
-    torch_backend = ShardedStrategy(backend="torch", find_unused_parameters=True, static_graph=False)
-    assert torch_backend._ddp_kwargs == {"find_unused_parameters": True, "static_graph": False}
-    assert ShardedStrategy(backend="torch")._ddp_kwargs == {"find_unused_parameters": False}
+    assert fairscale.sdp_kwargs == {"reduce_fp16": True, "broadcast_buffers": False} and fairscale._ddp_kwargs == {}
+    zero = ZeroStrategy(find_unused_parameters=True, static_graph=False)
+    assert zero._ddp_kwargs == {"find_unused_parameters": True, "static_graph": False} and zero.find_unused_parameters
+    assert ZeroStrategy()._ddp_kwargs == {"find_unused_parameters": False}
 
 
-def test_precision_plugins_are_shard_aware_and_picklable() -> None:
+def test_precision_plugins_are_each_engines_own_and_picklable() -> None:
     assert isinstance(_trainer("sharded", precision="bf16-mixed").precision_plugin, ShardedMixedPrecision)
     assert _trainer("sharded", precision="bf16-mixed").precision_plugin.scaler is None
-    # The strategy owns its plugin for every backend; with torch's ZeRO-1 every rank has the full gradients, so
-    # clipping falls through to Lightning's and a plain scaler is kept (see test_sharded_precision.py).
-    assert type(_trainer(ShardedStrategy(backend="torch")).precision_plugin) is ShardedPrecision
+    # torch's ZeRO-1 all-reduces the full gradients: Lightning's own plugin and scaler are right for it.
+    assert type(_trainer("sharded_zero").precision_plugin) is Precision
+    assert type(_trainer("sharded_zero", precision="bf16-mixed").precision_plugin) is MixedPrecision
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "CUDA is not available" from the scalers on this machine
         from fairscale.optim.grad_scaler import ShardedGradScaler
 
         plugin = MixedPrecision("16-mixed", "cuda")
         strategy = ShardedStrategy(precision_plugin=plugin)
-        assert strategy.precision_plugin is plugin and isinstance(plugin, ShardedMixedPrecision)
-        assert isinstance(plugin.scaler, ShardedGradScaler)
+        built = strategy.precision_plugin
+        assert isinstance(built, ShardedMixedPrecision) and isinstance(built.scaler, ShardedGradScaler)
+        # A new plugin with the stock one's settings: the stock object is not changed in place.
+        assert type(plugin) is MixedPrecision and type(plugin.scaler) is torch.amp.GradScaler
+        assert (built.precision, built.device) == ("16-mixed", "cuda")
+        strategy.precision_plugin = built  # assigned again (Lightning's connector does): kept as it is
+        assert strategy.precision_plugin is built
     # sharded_spawn pickles the strategy with its plugin into the workers.
     assert type(pickle.loads(pickle.dumps(strategy)).precision_plugin) is ShardedMixedPrecision
 
@@ -264,13 +285,12 @@ def test_knob_defaults_resolve_as_documented(one_rank_group: None, monkeypatch: 
         strategy.num_nodes = num_nodes
         module = _TwoHeads()
         # What setup() does: OSS from the strategy's factory, then ShardedDataParallel with the resolved knobs.
-        backend = strategy._impl
         strategy.optimizers = [
-            backend.optimizer_factory()([{"params": list(module.parameters())}], torch.optim.SGD, {"lr": 0.1})
+            strategy._optimizer_factory()([{"params": list(module.parameters())}], torch.optim.SGD, {"lr": 0.1})
         ]
         strategy.model = module
         wrapped.clear()
-        backend.wrap_model()
+        strategy._wrap_model()
         return wrapped["reduce_buffer_size"], strategy.optimizers[0].broadcast_fp16  # type: ignore[attr-defined]
 
     assert resolved(1) == (0, False)

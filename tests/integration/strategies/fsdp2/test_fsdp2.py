@@ -1,4 +1,4 @@
-"""``ShardedStrategy(backend="fsdp2")``: torch FSDP2 under the ``sharded`` guarantees, on 2 CPU ranks with gloo.
+"""``FSDP2Strategy``: torch FSDP2 under the ``sharded`` guarantees, on 2 CPU ranks with gloo.
 
 Parity with ``ddp`` (SGD and Adam, accumulation, clipping), checkpoints in both formats (a sharded folder, the
 default, and one full file) that hold ddp's keys, resume under ``ddp`` and reshard (2 -> 1 -> 2 ranks, 2 -> 4), and
@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_mgpu.strategies import ShardedStrategy
 from lightning_mgpu.utilities.checkpoint import read_checkpoint
 from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
 from tests.helpers.launch import max_abs_diff, run_parity_sequence, run_python
@@ -189,19 +188,10 @@ def test_each_rank_holds_half_the_optimizer_state(runs: dict[str, Any]) -> None:
     assert [local_bytes(r, "fsdp2") for r in (0, 1)] == [ddp // 2, ddp // 2]
 
 
-def test_bad_options_are_refused_with_the_fix() -> None:
-    with pytest.raises(ValueError, match="does not take \\['reduce_buffer_size'\\]"):
-        ShardedStrategy(backend="fsdp2", reduce_buffer_size=1)
-    with pytest.raises(ValueError, match="find_unused_parameters=True\\) is not supported"):
-        ShardedStrategy(backend="fsdp2", find_unused_parameters=True)
-    with pytest.raises(ValueError, match="options of backend='fsdp2'"):
-        ShardedStrategy(backend="fairscale", reshard_after_forward=True)
-
-
 _BLOCKS = """
 import os, torch.distributed as dist
 from torch import nn
-from lightning_mgpu.strategies.sharded.fsdp2 import apply_fully_shard
+from lightning_mgpu.strategies.fsdp2.sharding import apply_fully_shard
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
 dist.init_process_group("gloo", rank=0, world_size=1)
 model = nn.Sequential(nn.Linear(4, 8), nn.Sequential(nn.Linear(8, 8), nn.ReLU()), nn.Linear(8, 2))
@@ -221,7 +211,7 @@ def test_blocks_are_chosen_as_activation_checkpointing_chooses_modules() -> None
 
     out = run_python(["-c", _BLOCKS], timeout=120, env={"PORT": str(find_free_network_port())}).stdout
     assert "BLOCKS ['0', '1', '1.0', '2']" in out  # a nested block is sharded before its parent
-    assert "REFUSED ShardedStrategy(fsdp_modules=...): pattern 'net.blocks.*' matched no submodule" in out
+    assert "REFUSED FSDP2Strategy(fsdp_modules=...): pattern 'net.blocks.*' matched no submodule" in out
 
 
 @pytest.mark.gpu

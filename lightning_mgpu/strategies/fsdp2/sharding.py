@@ -1,0 +1,122 @@
+"""``fully_shard`` per block, then the root (torchtitan's recipe), for :class:`~lightning_mgpu.strategies.fsdp2.FSDP2Strategy`.
+
+Each block's parameters are gathered just before it runs, and its gradients reduce-scattered as soon as its backward
+finishes. Parameters become DTensors sharded over one mesh dimension; the optimizer built after it holds only this
+rank's shard of its state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from lightning_mgpu.utilities._compat import check_fsdp2_device
+from lightning_mgpu.utilities.modules import ModuleSpec, select_modules
+
+__all__ = ["apply_fully_shard", "is_fully_sharded", "no_sync"]
+
+# The LightningModule methods Lightning calls instead of forward: FSDP2 must gather the root's parameters for them.
+_STEP_METHODS = ("training_step", "validation_step", "test_step", "predict_step")
+
+
+def apply_fully_shard(
+    module: nn.Module,
+    world_size: int,
+    device_type: str,
+    reshard_after_forward: bool,
+    blocks: list[ModuleSpec] | None,
+    mp_policy: Any = None,
+    offload_policy: Any = None,
+) -> list[str]:
+    """Shard ``module`` in place with FSDP2: each chosen block, then the root. Returns the blocks' names.
+
+    Args:
+        module: the LightningModule, on its device, with the same weights on every rank.
+        world_size: ranks in the (single) mesh dimension.
+        device_type: ``"cpu"`` (gloo) or ``"cuda"``.
+        reshard_after_forward: ``False`` keeps gathered parameters from forward to backward (ZeRO-2); ``True`` frees
+            them after forward and gathers again in backward (ZeRO-3: less memory, one more all-gather).
+        blocks: which submodules get their own ``fully_shard`` (classes, name patterns or predicates). ``None``:
+            every submodule that holds parameters of its own (a Linear, a Conv, a norm layer).
+        mp_policy: ``torch.distributed.fsdp.MixedPrecisionPolicy`` (the dtype parameters are gathered and computed
+            in, and the one gradients are reduced in); ``None``: fp32 throughout.
+        offload_policy: ``torch.distributed.fsdp.CPUOffloadPolicy`` (shards, gradients and optimizer state on the
+            CPU; the step runs there); ``None``: kept on the device.
+
+    Raises:
+        ValueError: an entry of ``blocks`` matches no submodule.
+        UnsupportedTorchError: the CPU, with a torch whose FSDP2 cannot run there (``_compat.FSDP2_ON_CPU_SINCE``).
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
+    if offload_policy is not None and device_type == "cpu":
+        raise ValueError(
+            "FSDP2Strategy(offload_policy=CPUOffloadPolicy()) needs a GPU: it keeps the shards in CPU memory between"
+            " their uses on the device, and on the CPU they are there already. Remove offload_policy (--fsdp2-offload)."
+        )
+    check_fsdp2_device(device_type)
+    mesh = init_device_mesh(device_type, (world_size,))
+    if blocks is None:
+        chosen = [(n, m) for n, m in module.named_modules() if n and any(True for _ in m.parameters(recurse=False))]
+    else:
+        chosen = select_modules(module, blocks, owner="FSDP2Strategy(fsdp_modules=...)")
+    # Innermost first: a block nested in another chosen block must be sharded before its parent.
+    policies: dict[str, Any] = {}
+    if mp_policy is not None:
+        policies["mp_policy"] = mp_policy
+    if offload_policy is not None:
+        policies["offload_policy"] = offload_policy
+    for _, block in sorted(chosen, key=lambda item: item[0].count("."), reverse=True):
+        fully_shard(
+            block,
+            mesh=mesh,
+            reshard_after_forward=reshard_after_forward,
+            **{**policies, **_norm_policy(block, mp_policy)},
+        )
+    fully_shard(module, mesh=mesh, reshard_after_forward=reshard_after_forward, **policies)
+    for name in _STEP_METHODS:
+        if callable(getattr(module, name, None)):
+            register_fsdp_forward_method(module, name)
+    return [name for name, _ in chosen]
+
+
+def _norm_policy(block: nn.Module, mp_policy: Any) -> dict[str, Any]:
+    """Normalization layers keep fp32 parameters under a low-precision ``mp_policy``: their running statistics are fp32
+    buffers, and batch norm refuses bf16/fp16 weights beside fp32 statistics. Their input is cast up and their output
+    back to the policy's dtype, so the layers around them still compute in it."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    from torch.nn.modules.batchnorm import _NormBase
+
+    if mp_policy is None or mp_policy.param_dtype in (None, torch.float32):
+        return {}
+    if not isinstance(block, (_NormBase, nn.LayerNorm, nn.GroupNorm)):
+        return {}
+    return {
+        "mp_policy": MixedPrecisionPolicy(
+            param_dtype=torch.float32,
+            reduce_dtype=mp_policy.reduce_dtype,
+            output_dtype=mp_policy.param_dtype,
+            cast_forward_inputs=True,
+        )
+    }
+
+
+def is_fully_sharded(module: nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
+
+
+@contextmanager
+def no_sync(module: nn.Module) -> Iterator[None]:
+    """Accumulate gradients locally: no reduce-scatter in the backward passes inside (non-final micro-batches)."""
+    module.set_requires_gradient_sync(False)  # type: ignore[operator]
+    try:
+        yield
+    finally:
+        module.set_requires_gradient_sync(True)  # type: ignore[operator]

@@ -1,0 +1,76 @@
+"""``FSDP2Strategy`` in process: its options, checkpoint formats, precision plugins and full-checkpoint gather (the
+launched checks are in tests/integration/strategies/fsdp2/test_fsdp2.py)."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.plugins.precision import MixedPrecision
+from torch import nn
+
+import lightning_mgpu  # noqa: F401
+from lightning_mgpu.strategies import FSDP2Strategy, ZeroStrategy
+from lightning_mgpu.strategies.fsdp2 import FSDP2MixedPrecision, FSDP2Precision
+from lightning_mgpu.strategies.fsdp2.sharding import apply_fully_shard
+from lightning_mgpu.strategies.fsdp2.state import GATHER_ENV, gathers_by_hand
+from lightning_mgpu.strategies.sharded import ShardAwareGradScaler
+
+
+def test_the_environment_forces_or_forbids_the_full_tensor_gather(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = nn.Linear(2, 2)
+    monkeypatch.delenv(GATHER_ENV, raising=False)
+    assert not gathers_by_hand(module)  # CPU parameters, no process group: DCP's gather
+    monkeypatch.setenv(GATHER_ENV, "1")
+    assert gathers_by_hand(module)
+    monkeypatch.setenv(GATHER_ENV, "0")
+    assert not gathers_by_hand(module)
+
+
+def test_checkpoint_format_and_policies_are_checked_before_any_work() -> None:
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    assert FSDP2Strategy().checkpoint_format == "sharded"
+    assert ZeroStrategy().checkpoint_format == "full"  # Lightning 1.x's one file
+    assert FSDP2Strategy(checkpoint_format="full").checkpoint_format == "full"
+    with pytest.raises(ValueError, match="checkpoint_format='zip'\\) is not supported; choose one of"):
+        FSDP2Strategy(checkpoint_format="zip")  # type: ignore[arg-type]
+    # The ZeRO-style engines write their optimizer shards into a folder when asked (not by default).
+    assert ZeroStrategy(checkpoint_format="sharded").checkpoint_format == "sharded"
+    assert ZeroStrategy().restore_checkpoint_after_setup  # a folder loads into the sharded optimizers
+    with pytest.raises(
+        ValueError,
+        match=r"FSDP2Strategy\(async_save=True\) writes sharded folders in the background; pass checkpoint_format='sharded'",
+    ):
+        FSDP2Strategy(checkpoint_format="full", async_save=True)
+    with pytest.raises(ValueError, match="FSDP2Strategy\\(offload_policy=CPUOffloadPolicy\\(\\)\\) needs a GPU"):
+        apply_fully_shard(nn.Linear(2, 2), 1, "cpu", False, None, offload_policy=CPUOffloadPolicy())
+
+
+def test_options_are_kept_as_given() -> None:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+    strategy = FSDP2Strategy(reshard_after_forward=True, fsdp_modules=[nn.Linear, "net.*"], mp_policy=policy)
+    assert strategy.reshard_after_forward and strategy.mp_policy is policy and len(strategy.fsdp_modules or []) == 2
+    assert strategy.shards_gradients and strategy._ddp_kwargs == {}
+
+
+def test_precision_plugins_are_fsdp2s_own_and_picklable() -> None:
+    trainer = pl.Trainer(
+        strategy="sharded_fsdp2", accelerator="cpu", devices=2, logger=False, enable_progress_bar=False
+    )
+    assert type(trainer.precision_plugin) is FSDP2Precision
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "CUDA is not available" from the scaler on this machine
+        plugin = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", init_scale=512.0))
+        strategy = FSDP2Strategy(precision_plugin=plugin)
+    built = strategy.precision_plugin
+    assert (
+        type(built) is FSDP2MixedPrecision and type(plugin) is MixedPrecision
+    )  # a new object, the stock one as it was
+    assert isinstance(built.scaler, ShardAwareGradScaler) and built.scaler.get_scale() == 512.0
+    assert type(pickle.loads(pickle.dumps(strategy)).precision_plugin) is FSDP2MixedPrecision
