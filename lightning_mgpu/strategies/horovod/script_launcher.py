@@ -6,8 +6,8 @@ with each worker's ``HOROVOD_*`` variables. Every worker builds its own Trainer 
 (a model holding FairScale's ``checkpoint_wrapper`` trains), and each child sees what ``horovodrun`` would give it.
 
 When one worker fails, the others are stopped and the job exits non-zero within seconds, naming the worker.
-Notebooks and ``python -c`` have no script to run again; they get :class:`~.launcher._HorovodLauncher`
-(``horovod.run``, which pickles the Trainer).
+Notebooks and ``python -c`` have no script to run again: the strategy refuses ``devices > 1`` there, naming the
+alternatives.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightning.fabric.strategies.launchers.subprocess_script import _basic_subprocess_cmd, _hydra_subprocess_cmd
 from lightning.fabric.utilities.distributed import _set_num_threads_if_needed
+from lightning.pytorch.strategies import ParallelStrategy
 from lightning.pytorch.strategies.launchers.subprocess_script import _HYDRA_AVAILABLE, _SubprocessScriptLauncher
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
@@ -33,8 +34,6 @@ from lightning_mgpu.utilities.failures import describe_exit, wait_until_first_fa
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
-
-    from lightning_mgpu.strategies.horovod.strategy import HorovodStrategy
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +74,13 @@ class _HorovodScriptLauncher(_SubprocessScriptLauncher):
     Trainer's interrupt handling stops the children after this process's own graceful shutdown.
 
     Args:
-        strategy: the :class:`~lightning_mgpu.strategies.HorovodStrategy` being launched.
+        strategy: the strategy being launched (:class:`~lightning_mgpu.strategies.HorovodStrategy`): its cluster
+            environment and ``num_processes``.
         start_timeout: seconds the workers may take to meet at the rendezvous (``HOROVOD_GLOO_TIMEOUT_SECONDS``;
             Horovod's default is 30).
     """
 
-    def __init__(self, strategy: HorovodStrategy, start_timeout: int | None = None) -> None:
+    def __init__(self, strategy: ParallelStrategy, start_timeout: int | None = None) -> None:
         super().__init__(strategy.cluster_environment, num_processes=strategy.num_processes, num_nodes=1)  # type: ignore[arg-type]
         self._start_timeout = start_timeout
         self._rendezvous: Any = None

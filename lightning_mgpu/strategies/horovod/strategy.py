@@ -7,8 +7,8 @@ averages gradients with ring all-reduce. Launch it either way:
     $ horovodrun -np 16 -H node0:8,node1:8 python train.py --devices 8 ...     # two machines
     $ python examples/train.py --strategy horovod --devices 2                  # self-launch (Gloo, localhost)
 
-The self-launch runs the script again as each further worker, as ``ddp`` does (``start_method="script"``), or,
-in a notebook, sends the Trainer to ``horovod.run`` workers (``start_method="run"``).
+The self-launch runs the script again as each further worker, as ``ddp`` does. A notebook or ``python -c`` has no
+script to run again: there ``devices > 1`` is refused, naming horovodrun, ``dp`` and Lightning's ``ddp_notebook``.
 
 What the strategy does in each worker, in order: ``hvd.init()``; pin the worker to device
 ``local_rank``; point Lightning's rank-zero utilities, samplers, loggers and checkpointing at the
@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -61,6 +61,7 @@ from lightning_mgpu.data.loader import loader_batch_size
 from lightning_mgpu.strategies._optim import rebind_schedulers
 from lightning_mgpu.strategies.horovod import runtime
 from lightning_mgpu.strategies.horovod.environment import HorovodEnvironment
+from lightning_mgpu.strategies.horovod.script_launcher import _HorovodScriptLauncher, can_run_script_again
 from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
 from lightning_mgpu.utilities.failures import failed_rank_report
 
@@ -87,15 +88,12 @@ class HorovodStrategy(ParallelStrategy):
         gradient_predivide_factor: averaging is split into ``1/factor`` before the sum and
             ``factor/size`` after it (horovod's option, useful against fp16 overflow).
         start_timeout: seconds the self-launch may take to start the workers (default: Horovod's, 30 s).
-        start_method: how ``devices=N`` starts its workers outside horovodrun. ``"script"`` runs the script
-            again in each worker, as ``ddp`` does (nothing is pickled; the script needs no ``__main__`` guard
-            beyond what ``ddp`` needs). ``"run"`` uses ``horovod.run``, which pickles the Trainer and model into
-            the workers and returns rank 0's results, as ``ddp_spawn`` does; it is what a notebook or
-            ``python -c`` can use. ``"auto"`` (default): ``"script"`` when there is a script, else ``"run"``.
 
     Raises:
         MissingDependencyError: horovod or its PyTorch extension is not installed; the message
             gives the install command (``python -m lightning_mgpu build-horovod``).
+        ValueError: (at ``Trainer(...)``) ``devices > 1`` outside horovodrun where there is no script to run again
+            (a notebook, ``python -c``), or ``num_nodes > 1`` outside horovodrun.
 
     Example::
 
@@ -124,7 +122,6 @@ class HorovodStrategy(ParallelStrategy):
         compression: Any = "none",
         gradient_predivide_factor: float = 1.0,
         start_timeout: int | None = None,
-        start_method: Literal["auto", "script", "run"] = "auto",
     ) -> None:
         # Fail at Trainer(strategy="horovod"), with the install command, not deep inside fit.
         runtime.horovod_torch()
@@ -136,8 +133,6 @@ class HorovodStrategy(ParallelStrategy):
             checkpoint_io=checkpoint_io if checkpoint_io is not None else AtomicCheckpointIO(),
             precision_plugin=precision_plugin,
         )
-        if start_method not in ("auto", "script", "run"):
-            raise ValueError(f"start_method must be 'auto', 'script' or 'run', got {start_method!r}")
         if compression not in ("none", "fp16") and not hasattr(compression, "compress"):
             raise ValueError(
                 f"compression must be 'none', 'fp16' or a horovod.torch.Compression member, got {compression!r}"
@@ -146,7 +141,6 @@ class HorovodStrategy(ParallelStrategy):
         self._compression = compression
         self._gradient_predivide_factor = gradient_predivide_factor
         self._start_timeout = start_timeout
-        self._start_method = start_method
         self._num_nodes = 1
         self._sync_blocked = 0
         self._failed = False
@@ -221,23 +215,16 @@ class HorovodStrategy(ParallelStrategy):
                 " (plain `python train.py`) only starts workers on this machine. Drop num_nodes or use horovodrun."
             )
         if self.num_processes > 1:
-            from lightning_mgpu.strategies.horovod.script_launcher import can_run_script_again
-
-            method = self._start_method
-            if method == "script" and not can_run_script_again():
+            if not can_run_script_again():
+                # The one self-launch runs the script again per worker; pickling the Trainer into workers instead
+                # (horovod.run) was a second launcher with its own failure modes, for notebooks only.
                 raise ValueError(
-                    "HorovodStrategy(start_method='script') runs the script again in each worker, but this is a"
-                    " notebook or `python -c`, with no script to run. Use start_method='run' (horovod.run, which"
-                    " pickles the Trainer into the workers), or save the code as a script."
+                    f"Trainer(strategy='horovod', devices={self.num_processes}) starts its workers by running the script"
+                    " again, and a notebook or `python -c` has no script. Save the code as train.py and run"
+                    f" `python train.py` or `horovodrun -np {self.num_processes} --gloo python train.py`; in the"
+                    " notebook, use strategy='dp' or Lightning's strategy='ddp_notebook'."
                 )
-            if method == "run" or (method == "auto" and not can_run_script_again()):
-                from lightning_mgpu.strategies.horovod.launcher import _HorovodLauncher
-
-                self._launcher = _HorovodLauncher(self, start_timeout=self._start_timeout)
-            else:
-                from lightning_mgpu.strategies.horovod.script_launcher import _HorovodScriptLauncher
-
-                self._launcher = _HorovodScriptLauncher(self, start_timeout=self._start_timeout)
+            self._launcher = _HorovodScriptLauncher(self, start_timeout=self._start_timeout)
 
     def _init_horovod(self) -> None:
         hvd = runtime.horovod_torch()

@@ -76,7 +76,6 @@ def test_self_launch_is_configured_without_initialising_horovod(monkeypatch: pyt
 
     import __main__
     from lightning_mgpu.strategies import HorovodStrategy
-    from lightning_mgpu.strategies.horovod.launcher import _HorovodLauncher
     from lightning_mgpu.strategies.horovod.runtime import HorovodControllerError
     from lightning_mgpu.strategies.horovod.script_launcher import _HorovodScriptLauncher
     from tests.helpers.models import ParityModule
@@ -86,37 +85,35 @@ def test_self_launch_is_configured_without_initialising_horovod(monkeypatch: pyt
     trainer = pl.Trainer(strategy="horovod", accelerator="cpu", devices=2, logger=False, enable_progress_bar=False)
     strategy = trainer.strategy
     assert isinstance(strategy, HorovodStrategy) and isinstance(strategy.launcher, _HorovodScriptLauncher)
-    run = pl.Trainer(strategy=HorovodStrategy(start_method="run"), accelerator="cpu", devices=2, logger=False)
-    assert isinstance(run.strategy.launcher, _HorovodLauncher)
     assert (trainer.world_size, trainer.global_rank, trainer.num_devices) == (2, 0, 2)
     assert trainer._accelerator_connector.is_distributed  # so Lightning injects DistributedSamplers
     assert strategy.distributed_sampler_kwargs == {"num_replicas": 2, "rank": 0}
     # The self-launch runs Gloo workers: a horovod without Gloo is refused before any process starts.
     monkeypatch.setattr(hvd, "gloo_built", lambda: False)
     monkeypatch.setenv("WORLD_SIZE", "7")
-    for t in (trainer, run):
-        with pytest.raises(HorovodControllerError, match="without Gloo"):
-            t.fit(ParityModule())
+    with pytest.raises(HorovodControllerError, match="without Gloo"):
+        trainer.fit(ParityModule())
     assert not hvd.is_initialized()
     assert not trainer.strategy.launcher.procs, "a worker was started before the refusal"
     # The failed fit tore the strategy down; unlike Lightning's default environment, it leaves os.environ alone.
     assert os.environ["WORLD_SIZE"] == "7"
 
 
-def test_the_script_start_method_in_a_notebook_is_refused_with_the_alternative(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_notebook_self_launch_is_refused_naming_the_alternatives(monkeypatch: pytest.MonkeyPatch) -> None:
     import lightning.pytorch as pl
 
     import __main__
-    from lightning_mgpu.strategies import HorovodStrategy
-    from lightning_mgpu.strategies.horovod.launcher import _HorovodLauncher
+    import lightning_mgpu  # noqa: F401
 
     monkeypatch.delattr(__main__, "__file__", raising=False)  # what a notebook or `python -c` looks like
-    with pytest.raises(ValueError, match=r"no script to run.*start_method='run'"):
-        pl.Trainer(strategy=HorovodStrategy(start_method="script"), accelerator="cpu", devices=2, logger=False)
-    auto = pl.Trainer(strategy="horovod", accelerator="cpu", devices=2, logger=False)
-    assert isinstance(auto.strategy.launcher, _HorovodLauncher)
-    with pytest.raises(ValueError, match="start_method must be"):
-        HorovodStrategy(start_method="spawn")  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError,
+        match=r"devices=2\) starts its workers by running the script again, and a notebook or `python -c` has no script"
+        r".*`horovodrun -np 2 --gloo python train.py`.*strategy='dp' or Lightning's strategy='ddp_notebook'",
+    ):
+        pl.Trainer(strategy="horovod", accelerator="cpu", devices=2, logger=False)
+    # One device needs no launch: a notebook trains on it as usual.
+    assert pl.Trainer(strategy="horovod", accelerator="cpu", devices=1, logger=False).strategy.launcher is None
 
 
 def test_multi_node_without_horovodrun_is_refused() -> None:
@@ -163,33 +160,3 @@ def test_invalid_compression_is_refused() -> None:
 
     with pytest.raises(ValueError, match="compression"):
         HorovodStrategy(compression="zstd")
-
-
-@RunIf(fairscale=True)
-def test_self_launch_of_an_unpicklable_model_names_horovodrun_and_the_callback(tmp_path) -> None:
-    """The seed guide's FairScale checkpoint_wrapper cannot be pickled: horovod.run's self-launch (which pickles the
-    Trainer into its workers) says so before any worker starts, naming the script launch and ActivationCheckpointing.
-    (The script launch trains that model: tests/integration/strategies/horovod/test_horovod.py.)"""
-    from fairscale.nn import checkpoint_wrapper
-    from torch import nn
-
-    from lightning_mgpu.strategies.horovod.launcher import HorovodLaunchError
-    from tests.helpers.models import ParityModule
-    from tests.helpers.trainer import quiet_trainer
-
-    model = ParityModule()
-    model.net[2] = checkpoint_wrapper(nn.Linear(64, 64))
-    from lightning_mgpu.strategies import HorovodStrategy
-
-    trainer = quiet_trainer(
-        strategy=HorovodStrategy(start_method="run"),
-        devices=2,
-        accelerator="cpu",
-        max_steps=1,
-        default_root_dir=tmp_path,
-    )
-    with pytest.raises(
-        HorovodLaunchError,
-        match=r"cannot be pickled.*start_method='script'.*horovodrun -np N --gloo python train\.py.*ActivationCheckpointing",
-    ):
-        trainer.fit(model)
