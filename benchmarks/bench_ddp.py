@@ -43,12 +43,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RankFailure, interleave, run_ranks, write_rank_result
+from benchmarks.harness import ProcessFailure, finish_rank, interleave, run_ranks
 from benchmarks.harness.cli import config, parser
 from benchmarks.harness.clock import now, raw_steps, timed
 from benchmarks.harness.result import figure, ratio, write_result
 from benchmarks.harness.stats import median_duration, median_interval
-from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
 
 WORLD = 2
 #: The raw loop's figures besides its step: see the module docstring.
@@ -293,9 +292,7 @@ def worker(args: argparse.Namespace) -> None:
         report=rank == 0,
     )
     # Each arm's figures by name, round by round: "ddp" and "ddp_body" from the ddp arm, and so on.
-    write_rank_result(args.worker_out, {key: [r[key] for r in runs] for runs in rounds.values() for key in runs[0]})
-    # A live gloo group at interpreter exit can abort the rank ("terminate called without an active exception").
-    destroy_process_group_if_done()
+    finish_rank(args.worker_out, {key: [r[key] for r in runs] for runs in rounds.values() for key in runs[0]})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -305,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     try:
         times = run_ranks(__spec__.name, list(sys.argv[1:] if argv is None else argv), WORLD, what="bench_ddp")[0]
-    except RankFailure as err:
+    except ProcessFailure as err:
         raise SystemExit(str(err)) from err
     comm, overhead = communication_figures(times), overhead_figures(times)
     fixed_ms = statistics.median(a - b for a, b in zip(times["ddp"], times["raw"])) * 1e3

@@ -1,6 +1,6 @@
 """Parity: every strategy's parameters after k SGD steps, against a raw torch DDP loop and one process on the global batch.
 
-The model, data and run are the parity tests' (``tests/helpers/models.py``, ``tests/integration/runners/run_parity.py``):
+The model, data and run are the parity tests' (``lightning_mgpu/testing/parity.py``, ``tests/integration/runners/run_parity.py``):
 an MLP regressor from a fixed seed, SGD with momentum, a fixed tensor dataset read in order, so that every
 configuration sees the same global batches (32 samples per step; each of 2 ranks reads 16). The raw arm is the loop
 of torch's DDP tutorial on the same module, data, sampler and optimizer, in 2 processes.
@@ -78,7 +78,7 @@ def raw_worker(args: argparse.Namespace) -> None:
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader, DistributedSampler
 
-    from tests.helpers.models import ParityModule, make_data
+    from lightning_mgpu.testing.parity import ParityModule, make_data
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")

@@ -26,11 +26,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from benchmarks.harness import RankFailure, run_ranks, write_rank_result
+from benchmarks.harness import ProcessFailure, finish_rank, run_ranks
 from benchmarks.harness.cli import config, parser
 from benchmarks.harness.result import progress, ratio, write_result
 from benchmarks.harness.stats import median_interval
-from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
 
 RANKED = ("ddp", "sharded")  # one process per device
 SINGLE = ("dp",)  # one process driving every device (GPU only)
@@ -93,10 +92,9 @@ def worker(args: argparse.Namespace) -> None:
 
     if args.accelerator == "cpu":
         torch.set_num_threads(args.threads)
-    write_rank_result(
+    finish_rank(
         args.worker_out, {name: fit(args, name, args.worker_devices) for name in args.worker_strategies.split(",")}
     )
-    destroy_process_group_if_done()  # a live gloo group at interpreter exit can abort the rank
 
 
 def launch(
@@ -105,7 +103,7 @@ def launch(
     """Start ``ranks`` processes that fit ``strategies`` on ``devices`` devices; the slowest rank's step per strategy.
 
     Raises:
-        RankFailure: a rank failed or the launch ran past ``--launch-timeout`` (every rank is killed; the message
+        ProcessFailure: a rank failed or the launch ran past ``--launch-timeout`` (every rank is killed; the message
             carries the failing rank's last lines).
     """
     per_rank = run_ranks(
@@ -171,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
             for strategies, ranks in groups:
                 try:
                     steps = launch(args, argv, strategies, n, ranks)
-                except RankFailure as err:
+                except ProcessFailure as err:
                     failed |= {f"{s}@{n}": str(err) for s in strategies}
                     steps = {}
                 for s in strategies:

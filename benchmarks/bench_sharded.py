@@ -36,11 +36,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RankFailure, interleave, run_ranks, write_rank_result
+from benchmarks.harness import ProcessFailure, finish_rank, interleave, run_ranks
 from benchmarks.harness.cli import config, parser
 from benchmarks.harness.result import figure, ratio, write_result
 from benchmarks.harness.stats import median_interval
-from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
 
 WORLD = 2
 ARMS = ["ddp", "sharded", "sharded_fsdp2", "raw", "fsdp2"]  # raw: FairScale by hand; fsdp2: torch FSDP2 by hand
@@ -233,10 +232,7 @@ def worker(args: argparse.Namespace) -> None:
         result["arms"] = interleave(timings, args.rounds, report=rank == 0)
     if dist.is_initialized():
         dist.barrier()
-    write_rank_result(args.worker_out, result)
-    # A gloo group left alive at exit can abort the process ("terminate called without an active exception"); the raw
-    # FSDP2 arm creates one itself, with nothing to destroy it.
-    destroy_process_group_if_done()
+    finish_rank(args.worker_out, result)
 
 
 # ----------------------------------------------------------------------------- launcher side
@@ -247,7 +243,7 @@ def launch(argv: list[str], kind: str, config: str) -> list[dict[str, Any]]:
         return run_ranks(
             __spec__.name, [*argv, "--worker", kind, "--config", config], WORLD, what=f"worker {kind}/{config}"
         )
-    except RankFailure as err:
+    except ProcessFailure as err:
         raise SystemExit(str(err)) from err
 
 

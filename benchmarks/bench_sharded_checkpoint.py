@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RankFailure, run_ranks, write_rank_result
+from benchmarks.harness import ProcessFailure, finish_rank, run_ranks
 from benchmarks.harness.cli import parser
 from benchmarks.harness.result import figure, progress, ratio, write_result
 
@@ -190,13 +190,13 @@ def worker(args: argparse.Namespace) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    from lightning_mgpu.strategies.fsdp2 import state as fsdp2
-    from lightning_mgpu.utilities import files
-    from lightning_mgpu.utilities.checkpoint import load_checkpoint_file
-    from lightning_mgpu.utilities.sharded_checkpoint import (
+    from lightning_mgpu.checkpoint.io import load_checkpoint_file
+    from lightning_mgpu.checkpoint.sharded import (
         temporary_folder,
         write_sharded_checkpoint,
     )
+    from lightning_mgpu.strategies.fsdp2 import state as fsdp2
+    from lightning_mgpu.utilities import files
 
     torch.set_num_threads(1)
     rank, arm = int(os.environ["RANK"]), args.worker
@@ -236,9 +236,7 @@ def worker(args: argparse.Namespace) -> None:
             rounds(lambda: trainer.save_checkpoint(target), lambda: trainer.strategy.load_checkpoint(target))
 
         _fit(args, arm, at_end)
-        write_rank_result(args.worker_out, out)
-        dist.destroy_process_group()
-        return
+        finish_rank(args.worker_out, out)
     model, optimizer = _build(args, sharded=arm != "ddp")
     out |= {
         "after_build_mib": built_mib[0] - baseline,
@@ -287,15 +285,14 @@ def worker(args: argparse.Namespace) -> None:
 
     if arm != "ddp":
         rounds(save, load)
-    write_rank_result(args.worker_out, out)
-    dist.destroy_process_group()
+    finish_rank(args.worker_out, out)
 
 
 def launch(args: argparse.Namespace, arm: str) -> list[dict[str, Any]]:
     """Two ranks of this script as ``--worker ARM``.
 
     Raises:
-        RankFailure: a rank failed (both were stopped).
+        ProcessFailure: a rank failed (both were stopped).
     """
     # glibc raises its mmap threshold after the first large free, then keeps freed tensors' pages in its heap: RSS
     # would count memory no tensor holds. A fixed threshold maps and unmaps each large tensor.
@@ -327,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     for arm in args.arms:
         try:
             results[arm] = launch(args, arm)
-        except RankFailure as err:
+        except ProcessFailure as err:
             failed[arm] = str(err)[-2000:]
     # Per round, the slower rank's time is the save's time (both ranks wait at the barrier anyway).
     arms = {

@@ -463,6 +463,14 @@ from torch.multiprocessing import ProcessExitedException
 
 import lightning_mgpu  # noqa: F401  (registers dp, horovod, sharded, ... with Lightning)
 from lightning_mgpu.callbacks import CleanExit, RNGStates, SaveOnInterrupt
+from lightning_mgpu.checkpoint.io import (
+    AtomicCheckpointIO,
+    CheckpointKeyMismatchError,
+    CheckpointReadError,
+    UnsafeCheckpointError,
+    check_checkpoint_matches,
+)
+from lightning_mgpu.checkpoint.sharded import is_sharded_checkpoint
 from lightning_mgpu.data.cache import CacheError
 from lightning_mgpu.demos import (
     DigitsDataModule,
@@ -473,16 +481,8 @@ from lightning_mgpu.launchers.rendezvous import RendezvousTimeout
 from lightning_mgpu.launchers.torchrun import init_process_group_for_restart
 from lightning_mgpu.utilities._compat import UnsupportedTorchError
 from lightning_mgpu.utilities.capabilities import capability
-from lightning_mgpu.utilities.checkpoint import (
-    AtomicCheckpointIO,
-    CheckpointKeyMismatchError,
-    CheckpointReadError,
-    UnsafeCheckpointError,
-    check_checkpoint_matches,
-)
 from lightning_mgpu.utilities.imports import MissingDependencyError
 from lightning_mgpu.utilities.ports import PortInUseError, check_master_port
-from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
 from lightning_mgpu.utilities.signals import interrupts_to_workers
 
 

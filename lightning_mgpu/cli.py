@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "convert":
         from pathlib import Path
 
-        from lightning_mgpu.tools.convert_checkpoint import main as convert_main
+        from lightning_mgpu.checkpoint.convert import main as convert_main
 
         args.src, args.out = Path(args.src), Path(args.out)
         return convert_main(args)

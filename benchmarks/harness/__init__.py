@@ -9,7 +9,7 @@ from the repository root: FairScale installs a top-level ``benchmarks`` package 
   (registry.py), the machine they ran on (machine.py) and the report (report.py).
 """
 
-from .ranks import RankFailure, launch_ranks, run_ranks, write_rank_result
+from .ranks import ProcessFailure, finish_rank, launch_ranks, run_ranks, write_rank_result
 from .rounds import interleave
 
-__all__ = ["RankFailure", "interleave", "launch_ranks", "run_ranks", "write_rank_result"]
+__all__ = ["ProcessFailure", "finish_rank", "interleave", "launch_ranks", "run_ranks", "write_rank_result"]

@@ -7,20 +7,14 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-QUIET: dict[str, Any] = {
-    "logger": False,
-    "enable_checkpointing": False,
-    "enable_progress_bar": False,
-    "enable_model_summary": False,
-    "num_sanity_val_steps": 0,
-    "limit_val_batches": 0,
-}
+#: The library's quiet Trainer (lightning_mgpu.testing.QUIET), without the sanity check and validation.
+QUIET: dict[str, Any] = {"num_sanity_val_steps": 0, "limit_val_batches": 0}
 
 
 def quiet_trainer(**kwargs: Any) -> Any:
-    """``lightning.pytorch.Trainer(**QUIET, **kwargs)``; ``kwargs`` win (an arm that logs passes its logger).
-    Lightning's per-fit banners (devices, tips, "stopped: max_steps", the GPU monitor's diagnosis table) are silenced as
-    well: warnings still show.
+    """:func:`lightning_mgpu.testing.quiet_trainer` with :data:`QUIET`; ``kwargs`` win (an arm that logs passes its
+    logger). Lightning's per-fit banners (devices, tips, "stopped: max_steps", the GPU monitor's diagnosis table) are
+    silenced as well: warnings still show.
 
     Example::
 
@@ -28,13 +22,12 @@ def quiet_trainer(**kwargs: Any) -> Any:
     """
     import logging
 
-    import lightning.pytorch as pl
-
     import lightning_mgpu  # noqa: F401  (registers the bundle's strategy names)
+    from lightning_mgpu.testing.trainer import quiet_trainer as library_quiet_trainer
 
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    return pl.Trainer(**{**QUIET, **kwargs})
+    return library_quiet_trainer(**{**QUIET, **kwargs})
 
 
 def timed_fit(

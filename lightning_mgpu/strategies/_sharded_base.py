@@ -30,19 +30,19 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_mgpu.strategies._optim import unwrap_optimizer
-from lightning_mgpu.strategies._spawn import CleanExitSpawnLauncher
-from lightning_mgpu.strategies._steps import StepRouting
-from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO, load_checkpoint_file
-from lightning_mgpu.utilities.failures import on_training_failure
-from lightning_mgpu.utilities.ports import release_for_spawn
-from lightning_mgpu.utilities.process_group import destroy_at_exit
-from lightning_mgpu.utilities.sharded_checkpoint import (
+from lightning_mgpu.checkpoint.io import AtomicCheckpointIO, load_checkpoint_file
+from lightning_mgpu.checkpoint.sharded import (
     META_FILENAME,
     is_sharded_checkpoint,
     temporary_folder,
     write_sharded_checkpoint,
 )
+from lightning_mgpu.strategies._optim import unwrap_optimizer
+from lightning_mgpu.strategies._spawn import CleanExitSpawnLauncher
+from lightning_mgpu.strategies._steps import StepRouting
+from lightning_mgpu.utilities.failures import on_training_failure
+from lightning_mgpu.utilities.ports import release_for_spawn
+from lightning_mgpu.utilities.process_group import destroy_at_exit
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -125,6 +125,15 @@ class ShardedBase(StepRouting, DDPStrategy):
             start_method=start_method,
             **ddp_kwargs,
         )
+
+    @classmethod
+    def _register_presets(
+        cls, strategy_registry: Any, presets: dict[str, tuple[str, str, dict[str, Any]]]
+    ) -> list[str]:
+        """Register each ``name: (start_method, description, init_params)``; the names, in order."""
+        for name, (start_method, description, init_params) in presets.items():
+            strategy_registry.register(name, cls, description=description, start_method=start_method, **init_params)
+        return list(presets)
 
     @property
     def checkpoint_format(self) -> CheckpointFormat:

@@ -231,7 +231,7 @@ def after_import(fullname: str, callback: Callable[[], object]) -> None:
 
 class _BundleImports(importlib.abc.MetaPathFinder):
     """Counts the bundle's own modules that are being imported, so that work which imports many of them (registering
-    the strategies) waits until none is half-done: run from inside ``lightning_mgpu.utilities.checkpoint``'s import of
+    the strategies) waits until none is half-done: run from inside ``lightning_mgpu.checkpoint.io``'s import of
     Lightning, it would import that very module again, half-initialised."""
 
     def __init__(self) -> None:

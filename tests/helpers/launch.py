@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -174,61 +173,17 @@ def parity_params(out: Path) -> dict[int, dict[str, torch.Tensor]]:
 def launch_processes(
     args: list[str], rank_envs: list[dict[str, str]], timeout: float = 300, env: dict[str, str] | None = None
 ) -> list[str]:
-    """Start ``python ARGS`` once per entry of ``rank_envs`` (each on top of ``env`` and a clean environment) and wait
-    for all of them, as a launcher would.
-
-    Each process writes to its own file, so none blocks on a full pipe. The first that fails, or ``timeout`` passing,
-    kills every process group (a surviving rank would wait for the dead one in a collective).
-
-    Returns:
-        Each process's output, in order.
+    """:func:`lightning_mgpu.testing.launch_processes` from the repository root, each process's environment being a
+    clean one with ``env`` and its entry of ``rank_envs`` on top.
 
     Raises:
-        AssertionError: a process exited non-zero, or the launch ran past ``timeout``; with the failing one's output.
+        ProcessFailure: a process exited non-zero, or the launch ran past ``timeout``; with its last 80 lines.
     """
-    from lightning_mgpu.utilities.failures import (
-        wait_until_first_failure,  # the one wait loop, also the benchmarks' and horovod's
-    )
+    from lightning_mgpu.testing.processes import launch_processes as launch
 
     base = launch_env(env)
-    with tempfile.TemporaryDirectory() as tmp:
-        procs, logs = [], []
-        for i, rank_env in enumerate(rank_envs):
-            log = open(Path(tmp) / f"process{i}.log", "w+")  # noqa: SIM115  (closed below, after the processes end)
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, *args],
-                    cwd=REPO_ROOT,
-                    env={**base, **rank_env},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-            logs.append(log)
-        deadline = time.monotonic() + timeout
-        try:
-            first_failed = wait_until_first_failure(procs, deadline)  # seen failing before the others are killed
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)  # the process and whatever it started (a spawn launcher's ranks)
-                p.wait()
-        outputs = []
-        for log in logs:
-            log.seek(0)
-            outputs.append(log.read())
-            log.close()
-    if first_failed is not None or any(p.returncode != 0 for p in procs):
-        i = first_failed if first_failed is not None else 0
-        why = f"process {i} exited with {procs[i].returncode}" if first_failed is not None else f"ran past {timeout}s"
-        raise AssertionError(f"{args} as {len(procs)} processes: {why}\n{outputs[i][-8000:]}")
-    return outputs
-
-
-def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    assert a.keys() == b.keys(), (sorted(a), sorted(b))
-    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+    what = f"{args} as {len(rank_envs)} processes"
+    return launch(args, [{**base, **e} for e in rank_envs], timeout=timeout, cwd=REPO_ROOT, what=what, tail_lines=80)
 
 
 def run_command(cmd: list[str], timeout: float, expect_ok: bool = True) -> tuple[int, str, float]:

@@ -1,4 +1,4 @@
-"""One quiet ``Trainer`` for tests: no progress bar, summary, logger or checkpoints unless asked for."""
+"""The tests' quiet ``Trainer`` (the library's, on the CPU) and a callback that saves where the fit ran."""
 
 from __future__ import annotations
 
@@ -6,37 +6,21 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from tests.helpers.namespaces import picklable, pytorch_lightning_twin
+from lightning_mgpu.testing import trainer as testing_trainer
+from lightning_mgpu.testing.parity import picklable, pytorch_lightning_twin
 
-QUIET = {
-    "accelerator": "cpu",
-    "devices": 1,
-    "logger": False,
-    "enable_checkpointing": False,
-    "enable_progress_bar": False,
-    "enable_model_summary": False,
-}
+#: The tests' quiet Trainer: the library's (lightning_mgpu.testing.QUIET), pinned to one CPU device unless asked.
+QUIET = {**testing_trainer.QUIET, "accelerator": "cpu", "devices": 1}
 
 
 def quiet_trainer(namespace: str = "lightning.pytorch", **kwargs: Any) -> pl.Trainer:
-    """``pl.Trainer(**QUIET | kwargs)``: keyword arguments override the quiet defaults.
-
-    ``namespace="pytorch_lightning"`` builds that distribution's Trainer, with the bundle's twin callbacks.
+    """:func:`lightning_mgpu.testing.quiet_trainer` on one CPU device unless ``kwargs`` say otherwise.
 
     Example::
 
         trainer = quiet_trainer(strategy="ddp_spawn", devices=2, max_steps=4)
     """
-    # CleanExit as a user of the bundle would add it: spawned workers release their process group after success.
-    if namespace == "pytorch_lightning":
-        import pytorch_lightning as trainer_module
-        from lightning_mgpu.pl.callbacks import CleanExit
-    else:
-        trainer_module = pl
-        from lightning_mgpu.callbacks import CleanExit
-
-    kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), CleanExit()]
-    return trainer_module.Trainer(**{**QUIET, **kwargs})
+    return testing_trainer.quiet_trainer(namespace, **{**QUIET, **kwargs})
 
 
 def _save_at_train_end(base: type) -> type:

@@ -132,7 +132,13 @@ def _importers_of(prefix: str) -> dict[str, set[str]]:
 
 # (who, must not import): the one-way direction of the layout
 # Glue to the outside and command-line tools: nothing in the library uses them (only cli reaches upgrade and tools).
-_ABOVE_ALL = ["lightning_mgpu.launchers", "lightning_mgpu.cli", "lightning_mgpu.upgrade", "lightning_mgpu.tools"]
+_ABOVE_ALL = [
+    "lightning_mgpu.launchers",
+    "lightning_mgpu.cli",
+    "lightning_mgpu.upgrade",
+    "lightning_mgpu.tools",
+    "lightning_mgpu.testing",  # what tests, benchmarks and users check modules with; the library never needs it
+]
 _LIBRARY = [
     "lightning_mgpu.strategies",
     "lightning_mgpu.callbacks",
@@ -145,6 +151,8 @@ _LIBRARY = [
 ]
 RULES = [
     ("lightning_mgpu.utilities", ["lightning_mgpu"]),  # the bottom floor imports nothing above it
+    # The formats stand on the bottom floor only: every strategy, callback and tool reads and writes through them.
+    ("lightning_mgpu.checkpoint", [*_LIBRARY, *_ABOVE_ALL]),
     (
         "lightning_mgpu.strategies",
         [
@@ -205,6 +213,20 @@ RULES = [
             "lightning_mgpu.cli",
         ],
     ),
+    # The testing aids drive strategies and callbacks the way a user does; nothing above them.
+    (
+        "lightning_mgpu.testing",
+        [
+            "lightning_mgpu.dashboard",
+            "lightning_mgpu.loggers",
+            "lightning_mgpu.data",
+            "lightning_mgpu.demos",
+            "lightning_mgpu.launchers",
+            "lightning_mgpu.cli",
+            "lightning_mgpu.upgrade",
+            "lightning_mgpu.tools",
+        ],
+    ),
     # The tools stand beside the library: they read source files or build wheels, and import none of it.
     ("lightning_mgpu.upgrade", [*_LIBRARY, *_ABOVE_ALL]),
     ("lightning_mgpu.tools", [*_LIBRARY, *_ABOVE_ALL]),
@@ -241,19 +263,32 @@ def test_old_private_paths_are_gone() -> None:
         "utilities/info.py",
         "models",
         "strategies/horovod/build.py",
+        # the re-cut along engines: FSDP2 has a package of its own, the emulators are testing aids, one horovod launcher
+        "strategies/sharded/fsdp2.py",
+        "strategies/sharded/backend.py",
+        "strategies/dp/emulation.py",
+        "strategies/ddp2/emulation.py",
+        "strategies/horovod/launcher.py",
+        # checkpoint formats have one home, lightning_mgpu/checkpoint/
+        "utilities/checkpoint.py",
+        "utilities/sharded_checkpoint.py",
+        "tools/convert_checkpoint.py",
     ]
     assert [p for p in old if (ROOT / p).exists()] == []
 
 
 def test_public_paths_users_import_still_work() -> None:
     from lightning_mgpu.callbacks import GPUUtilizationMonitor
+    from lightning_mgpu.checkpoint import AtomicCheckpointIO, load_state_dict, read_checkpoint  # noqa: F401
     from lightning_mgpu.monitoring import GPUUtilizationMonitor as Home
     from lightning_mgpu.strategies import (  # noqa: F401
         DataParallelStrategy,
+        FSDP2Strategy,
         HorovodStrategy,
         ShardedStrategy,
+        ZeroStrategy,
     )
-    from lightning_mgpu.utilities.checkpoint import load_state_dict  # noqa: F401
+    from lightning_mgpu.testing import EmulatedDataParallelStrategy, ParityModule, quiet_trainer  # noqa: F401
 
     assert GPUUtilizationMonitor is Home
 
@@ -267,3 +302,22 @@ def test_an_import_only_for_annotations_still_counts_for_circles(
     monkeypatch.setitem(MODULES, "lightning_mgpu.annotated", source)
     assert _imports("lightning_mgpu.annotated") == set()
     assert _imports("lightning_mgpu.annotated", typing_only_too=True) == {"lightning_mgpu.cli"}
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.partition(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def test_benchmarks_never_import_tests() -> None:
+    # What both need lives in lightning_mgpu/testing/; the tests may import the benchmarks they test, not the reverse.
+    benchmarks = ROOT.parent / "benchmarks"
+    scripts = [p for p in benchmarks.rglob("*.py") if "results" not in p.relative_to(benchmarks).parts]
+    assert len(scripts) > 10
+    assert [str(p.relative_to(benchmarks)) for p in scripts if "tests" in _top_level_imports(p)] == []

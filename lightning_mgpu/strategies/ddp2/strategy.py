@@ -21,11 +21,11 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
+from lightning_mgpu.checkpoint.io import AtomicCheckpointIO
 from lightning_mgpu.strategies._steps import StepRouting
 from lightning_mgpu.strategies.dp.engine import LightningDataParallel, combine_hook, single_device_step
 from lightning_mgpu.strategies.dp.reduce import LOSS_REDUCTIONS, BatchSplitError, LossReduction, plan_split
 from lightning_mgpu.strategies.dp.strategy import data_parallel_devices, splits_across
-from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
 
 
 class DDP2TopologyError(ValueError):

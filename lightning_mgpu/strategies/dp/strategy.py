@@ -29,6 +29,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lightning_mgpu.checkpoint.io import AtomicCheckpointIO, strip_prefix
 from lightning_mgpu.data.loader import loader_batch_size
 from lightning_mgpu.strategies._steps import StepRouting
 from lightning_mgpu.strategies.dp.engine import (
@@ -41,7 +42,6 @@ from lightning_mgpu.strategies.dp.reduce import (
     BatchSplitError,
     LossReduction,
 )
-from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO, strip_prefix
 
 __all__ = [
     "BatchSplitError",

@@ -1,6 +1,6 @@
 """FSDP2's model and optimizer state in the bundle's checkpoint layout: full model keys, torch's ordinary optimizer state.
 
-``"sharded"`` (the default): every rank writes its own shards into a folder (``utilities/sharded_checkpoint.py``),
+``"sharded"`` (the default): every rank writes its own shards into a folder (``checkpoint/sharded.py``),
 nothing is gathered; ``"full"``: gathered to rank 0 into one file. Both load under ``ddp``, ``dp``, the other sharded
 strategies and any number of ranks.
 """
@@ -13,13 +13,8 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from lightning_mgpu.utilities.sharded_checkpoint import (
-    check_saved_optimizer_count,
-    ids_from_names,
-    names_from_ids,
-    saved_entries,
-    split_checkpoint,
-)
+from lightning_mgpu.checkpoint.keys import ids_from_names, names_from_ids
+from lightning_mgpu.checkpoint.sharded import check_saved_optimizer_count, saved_entries, split_checkpoint
 
 __all__ = [
     "full_model_state",
@@ -194,7 +189,7 @@ def load_full_optimizer_state(module: nn.Module, optimizer: Optimizer, state: di
     set_optimizer_state_dict(module, optimizer, by_name, options=_options(full_state_dict=True))
 
 
-# ---------------------------------------------------------------- sharded folders (utilities/sharded_checkpoint.py)
+# ---------------------------------------------------------------- sharded folders (checkpoint/sharded.py)
 def sharded_model_state(module: nn.Module) -> dict[str, Any]:
     """This rank's shards of the model state (DTensors, plain keys): what a sharded folder holds. Nothing is gathered."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict

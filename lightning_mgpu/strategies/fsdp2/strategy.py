@@ -248,12 +248,12 @@ class FSDP2Strategy(ShardedBase):
             cls.strategy_name: (
                 "popen",
                 "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2), launched like ddp",
+                {},
             ),
             "sharded_fsdp2_spawn": (
                 "spawn",
                 "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2), launched like ddp_spawn",
+                {},
             ),
         }
-        for name, (start_method, description) in presets.items():
-            strategy_registry.register(name, cls, description=description, start_method=start_method)
-        return list(presets)
+        return cls._register_presets(strategy_registry, presets)

@@ -16,17 +16,16 @@ from lightning.pytorch.core.optimizer import _MockOptimizer
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_mgpu.strategies._optim import rebind_schedulers, unwrap_optimizer
-from lightning_mgpu.strategies._sharded_base import ShardedBase
-from lightning_mgpu.strategies.sharded.optim import ShardedOptimizerFactory, is_sharded_optimizer, rebuild_optimizer
-from lightning_mgpu.utilities.sharded_checkpoint import (
+from lightning_mgpu.checkpoint.keys import param_groups_with_ids, param_ids
+from lightning_mgpu.checkpoint.sharded import (
     check_saved_optimizer_count,
-    param_groups_with_ids,
-    param_ids,
     read_owned_optimizer_state,
     read_sharded_model,
     saved_entries,
 )
+from lightning_mgpu.strategies._optim import rebind_schedulers, unwrap_optimizer
+from lightning_mgpu.strategies._sharded_base import ShardedBase
+from lightning_mgpu.strategies.sharded.optim import ShardedOptimizerFactory, is_sharded_optimizer, rebuild_optimizer
 
 __all__ = ["OptimizerShardedBase", "owned_optimizer_state"]
 

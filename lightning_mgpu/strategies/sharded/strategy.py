@@ -19,7 +19,7 @@ The other engines are classes of their own: :class:`~lightning_mgpu.strategies.s
 Checkpoints hold plain model keys and the ordinary optimizer state, so they load into ``ddp``, ``dp``, ``horovod``,
 a plain ``nn.Module``, and any sharded strategy on any number of ranks. ``checkpoint_format="full"`` (the default, as
 in Lightning 1.x) consolidates them on rank 0 into one file; ``"sharded"`` has every rank write its optimizer shard into
-a folder (``lightning_mgpu/utilities/sharded_checkpoint.py``).
+a folder (``lightning_mgpu/checkpoint/sharded.py``).
 """
 
 from __future__ import annotations
@@ -358,6 +358,4 @@ class ShardedStrategy(OptimizerShardedBase):
                 {"find_unused_parameters": True},
             ),
         }
-        for name, (start_method, description, extra) in presets.items():
-            strategy_registry.register(name, cls, description=description, start_method=start_method, **extra)
-        return list(presets)
+        return cls._register_presets(strategy_registry, presets)

@@ -149,12 +149,12 @@ class ZeroStrategy(OptimizerShardedBase):
             cls.strategy_name: (
                 "popen",
                 "Sharded data parallel on torch ZeroRedundancyOptimizer + DDP (ZeRO-1), launched like ddp",
+                {},
             ),
             "sharded_zero_spawn": (
                 "spawn",
                 "Sharded data parallel on torch ZeroRedundancyOptimizer + DDP (ZeRO-1), launched like ddp_spawn",
+                {},
             ),
         }
-        for name, (start_method, description) in presets.items():
-            strategy_registry.register(name, cls, description=description, start_method=start_method)
-        return list(presets)
+        return cls._register_presets(strategy_registry, presets)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.launch import max_abs_diff
+from lightning_mgpu.testing.parity import max_abs_diff
 from tests.integration.runners.run_callbacks import launch, matrix_params
 
 

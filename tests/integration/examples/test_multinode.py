@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.launch import REPO_ROOT, kill_tree, launch_env, max_abs_diff, run_python
+from lightning_mgpu.testing.parity import max_abs_diff
+from tests.helpers.launch import REPO_ROOT, kill_tree, launch_env, run_python
 from tests.helpers.netns import two_nodes
 from tests.helpers.runif import RunIf
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from lightning_mgpu.checkpoint.io import load_state_dict
 from lightning_mgpu.demos import ImageClassifier
-from lightning_mgpu.utilities.checkpoint import load_state_dict
 from tests.helpers.launch import REPO_ROOT, TRAIN, run_python
 
 

@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
-from tests.helpers.launch import REPO_ROOT, launch_env, max_abs_diff, run_python
+from lightning_mgpu.checkpoint.sharded import is_sharded_checkpoint
+from lightning_mgpu.testing.parity import max_abs_diff
+from tests.helpers.launch import REPO_ROOT, launch_env, run_python
 from tests.helpers.runif import RunIf
 
 pytestmark = [pytest.mark.timeout(600), *RunIf(ray=True).marks]
@@ -83,7 +84,7 @@ def _finish(proc: subprocess.Popen, timeout: float = 400) -> str:
 
 
 def _parameters(ckpt: Path) -> dict[str, torch.Tensor]:
-    from lightning_mgpu.utilities.checkpoint import read_checkpoint
+    from lightning_mgpu.checkpoint.io import read_checkpoint
 
     state = read_checkpoint(ckpt)["state_dict"]  # a file, or a sharded folder
     return {k: v for k, v in state.items() if not k.endswith(_BUFFERS)}

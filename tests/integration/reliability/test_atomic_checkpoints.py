@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_mgpu.utilities.checkpoint import (
+from lightning_mgpu.checkpoint.io import (
     AtomicCheckpointIO,
     CheckpointSaveError,
     load_checkpoint_file,
     read_checkpoint,
 )
-from lightning_mgpu.utilities.sharded_checkpoint import (
+from lightning_mgpu.checkpoint.sharded import (
     temporary_folder,
     write_sharded_checkpoint,
 )
@@ -138,7 +138,7 @@ def test_an_unwritable_folder_names_the_path_and_the_fix(readonly_dir: Path) -> 
 def test_a_full_disk_during_training_fails_clearly(small_disk: Path) -> None:
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from tests.helpers.models import ParityModule
+    from lightning_mgpu.testing.parity import ParityModule
     from tests.helpers.trainer import quiet_trainer
 
     class Big(ParityModule):

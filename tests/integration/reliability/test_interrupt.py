@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_mgpu.utilities.checkpoint import read_checkpoint
+from lightning_mgpu.checkpoint.io import read_checkpoint
 from tests.helpers.launch import REPO_ROOT, launch_env, processes_naming, run_python
 from tests.helpers.runif import RunIf
 

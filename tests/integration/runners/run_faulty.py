@@ -18,7 +18,7 @@ import lightning.pytorch as pl
 
 import lightning_mgpu  # noqa: F401  (registers the bundle's strategy names)
 from lightning_mgpu.callbacks import CleanExit
-from tests.helpers.models import ParityModule
+from lightning_mgpu.testing.parity import ParityModule
 from tests.helpers.trainer import quiet_trainer
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 import lightning_mgpu  # noqa: F401
-from tests.helpers.models import ParityModule
+from lightning_mgpu.testing.parity import ParityModule
 from tests.helpers.trainer import quiet_trainer
 
 

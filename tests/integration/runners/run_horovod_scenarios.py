@@ -36,9 +36,9 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.callbacks import GradSyncToggle
+from lightning_mgpu.checkpoint.io import AtomicCheckpointIO
 from lightning_mgpu.strategies import HorovodStrategy
-from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
-from tests.helpers.models import IN, OUT, ParityModule, make_data
+from lightning_mgpu.testing.parity import IN, OUT, ParityModule, make_data
 
 GLOBAL_BATCH = 32
 NUM_SAMPLES = GLOBAL_BATCH * 8  # enough for 8 steps; every fit sees the same data

@@ -31,10 +31,10 @@ from pathlib import Path
 import torch
 
 import lightning_mgpu  # noqa: F401
+from lightning_mgpu.checkpoint.sharded import is_sharded_checkpoint
 from lightning_mgpu.strategies.sharded.optim import local_optimizer
-from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
+from lightning_mgpu.testing.parity import IN, OUT, ParityModule, make_data, parity_module_for  # noqa: F401
 from tests.helpers.launch import split_runs
-from tests.helpers.models import IN, OUT, ParityModule, make_data, parity_module_for  # noqa: F401
 from tests.helpers.trainer import quiet_trainer, save_at_train_end
 
 
@@ -92,7 +92,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--hidden",
         default=None,
         type=int,
-        help="the MLP's width (default: tests.helpers.models.HIDDEN); wider for memory figures",
+        help="the MLP's width (default: lightning_mgpu.testing.parity.HIDDEN); wider for memory figures",
     )
     p.add_argument("--out", required=True, type=Path)
     return p.parse_args(argv)
@@ -119,9 +119,9 @@ def _main(args: argparse.Namespace) -> None:
     bundle = importlib.import_module("lightning_mgpu.pl" if args.namespace == "pytorch_lightning" else "lightning_mgpu")
     strategy = args.strategy
     if args.strategy == "ddp2_emulated":  # ddp2 with CPU threads as each node's devices
-        strategy = importlib.import_module(f"{bundle.__name__}.strategies.ddp2.emulation").EmulatedDDP2Strategy()
+        strategy = importlib.import_module(f"{bundle.__name__}.testing.ddp2").EmulatedDDP2Strategy()
     elif args.strategy == "dp_emulated":
-        strategy = importlib.import_module(f"{bundle.__name__}.strategies.dp.emulation").EmulatedDataParallelStrategy()
+        strategy = importlib.import_module(f"{bundle.__name__}.testing.dp").EmulatedDataParallelStrategy()
     start_method = "spawn" if args.strategy.endswith("_spawn") else "popen"
     pg = {"process_group_backend": args.process_group_backend} if args.process_group_backend else {}
     if args.sharded_backend:
@@ -151,7 +151,7 @@ def _main(args: argparse.Namespace) -> None:
     plugins = None
     if args.resume and is_sharded_checkpoint(args.resume) and isinstance(strategy, str):
         # Lightning's own ddp reads a sharded folder through the bundle's checkpoint IO (the shards joined).
-        plugins = [importlib.import_module(f"{bundle.__name__}.utilities.checkpoint").AtomicCheckpointIO()]
+        plugins = [importlib.import_module(f"{bundle.__name__}.checkpoint.io").AtomicCheckpointIO()]
     spawned = start_method == "spawn"  # the fit runs in spawned workers: they save (SaveAtTrainEnd)
     trainer = quiet_trainer(
         namespace=args.namespace,

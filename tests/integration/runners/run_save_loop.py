@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO
-from lightning_mgpu.utilities.sharded_checkpoint import temporary_folder, write_sharded_checkpoint
+from lightning_mgpu.checkpoint.io import AtomicCheckpointIO
+from lightning_mgpu.checkpoint.sharded import temporary_folder, write_sharded_checkpoint
 
 
 def save_forever(out: Path, fmt: str) -> None:

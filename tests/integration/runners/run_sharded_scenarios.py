@@ -35,7 +35,7 @@ from lightning_mgpu.strategies.sharded.optim import (
     local_optimizer,
     local_optimizer_state_bytes,
 )
-from tests.helpers.models import IN, OUT, ParityModule, make_data
+from lightning_mgpu.testing.parity import IN, OUT, ParityModule, make_data
 
 GLOBAL_BATCH = 32
 NUM_SAMPLES = GLOBAL_BATCH * 8  # enough for 8 steps; every fit (and the harness with --steps 8) sees the same data

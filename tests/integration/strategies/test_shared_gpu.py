@@ -30,7 +30,8 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers.launch import join_runs, max_abs_diff, parity_params, run_parity_here
+from lightning_mgpu.testing.parity import max_abs_diff
+from tests.helpers.launch import join_runs, parity_params, run_parity_here
 from tests.helpers.runif import RunIf
 from tests.helpers.shared_gpu import launch_nodes, node_args, shares_one_gpu
 

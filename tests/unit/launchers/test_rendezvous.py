@@ -14,7 +14,7 @@ from lightning_mgpu.launchers.rendezvous import (
     RendezvousTimeout,
     RendezvousTimeoutError,
 )
-from tests.helpers.models import ParityModule
+from lightning_mgpu.testing.parity import ParityModule
 from tests.helpers.trainer import quiet_trainer
 
 

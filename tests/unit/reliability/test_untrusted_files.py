@@ -15,6 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from lightning_mgpu.checkpoint.io import (
+    AtomicCheckpointIO,
+    UnsafeCheckpointError,
+    load_checkpoint_file,
+    load_state_dict,
+)
 from lightning_mgpu.demos import ImageClassifier
 from lightning_mgpu.strategies import (
     DataParallelStrategy,
@@ -23,13 +29,7 @@ from lightning_mgpu.strategies import (
     ShardedStrategy,
     ZeroStrategy,
 )
-from lightning_mgpu.utilities.checkpoint import (
-    AtomicCheckpointIO,
-    UnsafeCheckpointError,
-    load_checkpoint_file,
-    load_state_dict,
-)
-from tests.helpers.models import ParityModule
+from lightning_mgpu.testing.parity import ParityModule
 from tests.helpers.runif import RunIf
 from tests.helpers.trainer import quiet_trainer
 

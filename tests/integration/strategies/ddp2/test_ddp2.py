@@ -15,17 +15,16 @@ import pytest
 import torch
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
+from lightning_mgpu.testing.parity import ParityModule, max_abs_diff
 from tests.helpers.launch import (
     REPO_ROOT,
     join_runs,
     kill_tree,
     launch_env,
-    max_abs_diff,
     run_parity,
     run_parity_here,
     run_parity_sequence,
 )
-from tests.helpers.models import ParityModule
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 # 172 = 5 x 32 + 12: the last global batch has 12 samples (3 per ddp rank, 6 per node, 3 per emulated device).

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 import lightning_mgpu  # noqa: F401
+from lightning_mgpu.testing.parity import ParityModule, max_abs_diff
 from lightning_mgpu.utilities.imports import is_available
-from tests.helpers.launch import max_abs_diff, run_parity_here, run_parity_sequence
-from tests.helpers.models import ParityModule
+from tests.helpers.launch import run_parity_here, run_parity_sequence
 
 
 def _resume_in_process(

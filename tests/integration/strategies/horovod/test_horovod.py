@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.launch import max_abs_diff
+from lightning_mgpu.testing.parity import max_abs_diff
 from tests.helpers.launch import run_command as _run
 from tests.helpers.runif import RunIf
 
@@ -217,8 +217,8 @@ def test_self_launch_from_plain_python_resumes_from_two_workers_and_from_one(
 def test_checkpoint_resumes_in_other_strategies_and_worker_counts(
     workers: tuple[Path, str], references: Path, runs: Path
 ) -> None:
-    from lightning_mgpu.utilities.checkpoint import load_state_dict
-    from tests.helpers.models import ParityModule
+    from lightning_mgpu.checkpoint.io import load_state_dict
+    from lightning_mgpu.testing.parity import ParityModule
 
     out, _ = workers
     target = runs / "elsewhere"
@@ -260,8 +260,8 @@ def test_a_worker_failing_after_rank_0_finished_still_fails_the_job(runs: Path) 
 
 
 def test_train_script_under_horovodrun(runs: Path) -> None:
+    from lightning_mgpu.checkpoint.io import load_state_dict
     from lightning_mgpu.demos import ImageClassifier
-    from lightning_mgpu.utilities.checkpoint import load_state_dict
 
     out = runs / "train_script"
     cmd = [HOROVODRUN, "-np", "2", "--gloo", sys.executable, "examples/train.py", "--strategy", "horovod"]

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_mgpu.checkpoint.io import load_state_dict
 from lightning_mgpu.demos import ImageClassifier
-from lightning_mgpu.utilities.checkpoint import load_state_dict
-from tests.helpers.launch import REPO_ROOT, launch_processes, max_abs_diff, run_python
-from tests.helpers.models import ParityModule
+from lightning_mgpu.testing.parity import ParityModule, max_abs_diff
+from tests.helpers.launch import REPO_ROOT, launch_processes, run_python
 from tests.helpers.runif import RunIf
 from tests.integration.runners.run_sharded_scenarios import (
     CLIP_NORM,

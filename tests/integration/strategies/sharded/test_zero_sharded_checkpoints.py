@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_mgpu.utilities.checkpoint import read_checkpoint
-from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
-from tests.helpers.launch import max_abs_diff, run_parity_sequence
+from lightning_mgpu.checkpoint.io import read_checkpoint
+from lightning_mgpu.checkpoint.sharded import is_sharded_checkpoint
+from lightning_mgpu.testing.parity import max_abs_diff
+from tests.helpers.launch import run_parity_sequence
 from tests.helpers.runif import RunIf
 
 pytestmark = [pytest.mark.timeout(900), *RunIf(fairscale=True).marks]

@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import lightning_mgpu  # noqa: F401  (registers ddp2)
 from lightning_mgpu.strategies.ddp2 import DDP2Strategy, DDP2TopologyError
-from lightning_mgpu.strategies.ddp2.emulation import EmulatedDDP2Strategy
-from lightning_mgpu.strategies.dp.emulation import EmulatedDataParallelStrategy
+from lightning_mgpu.testing.ddp2 import EmulatedDDP2Strategy
+from lightning_mgpu.testing.dp import EmulatedDataParallelStrategy
 from tests.helpers.trainer import quiet_trainer
 
 

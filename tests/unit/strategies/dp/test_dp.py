@@ -27,13 +27,8 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import lightning_mgpu  # noqa: F401
+from lightning_mgpu.checkpoint.io import load_state_dict
 from lightning_mgpu.strategies import DataParallelStrategy
-from lightning_mgpu.strategies.dp.emulation import (
-    EmulatedDataParallel,
-    EmulatedDataParallelStrategy,
-    emulated_parallel_apply,
-    emulated_replicate,
-)
 from lightning_mgpu.strategies.dp.reduce import (
     BatchSplitError,
     balanced_sizes,
@@ -48,8 +43,13 @@ from lightning_mgpu.strategies.dp.replica import (
     StepModule,
 )
 from lightning_mgpu.strategies.dp.strategy import SmallBatchError, physical_device_ids
-from lightning_mgpu.utilities.checkpoint import load_state_dict
-from tests.helpers.models import ParityModule, make_data
+from lightning_mgpu.testing.dp import (
+    EmulatedDataParallel,
+    EmulatedDataParallelStrategy,
+    emulated_parallel_apply,
+    emulated_replicate,
+)
+from lightning_mgpu.testing.parity import ParityModule, make_data
 from tests.helpers.trainer import quiet_trainer
 
 CPU = torch.device("cpu")

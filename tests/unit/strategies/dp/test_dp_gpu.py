@@ -16,8 +16,7 @@ import pytest
 import torch
 
 import lightning_mgpu  # noqa: F401
-from tests.helpers.launch import max_abs_diff
-from tests.helpers.models import ParityModule
+from lightning_mgpu.testing.parity import ParityModule, max_abs_diff
 from tests.helpers.runif import RunIf
 
 

@@ -78,7 +78,7 @@ def test_self_launch_is_configured_without_initialising_horovod(monkeypatch: pyt
     from lightning_mgpu.strategies import HorovodStrategy
     from lightning_mgpu.strategies.horovod.runtime import HorovodControllerError
     from lightning_mgpu.strategies.horovod.script_launcher import _HorovodScriptLauncher
-    from tests.helpers.models import ParityModule
+    from lightning_mgpu.testing.parity import ParityModule
 
     # From a script, the default self-launch runs that script again, as ddp does (an xdist worker has no script).
     monkeypatch.setattr(__main__, "__file__", "train.py", raising=False)

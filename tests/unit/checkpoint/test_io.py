@@ -1,4 +1,4 @@
-"""``lightning_mgpu.utilities.checkpoint.load_state_dict``."""
+"""``lightning_mgpu.checkpoint.io.load_state_dict``."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_mgpu.demos import ImageClassifier
-from lightning_mgpu.utilities.checkpoint import (
+from lightning_mgpu.checkpoint.io import (
     CheckpointKeyMismatchError,
     extract_state_dict,
     load_state_dict,
     strip_prefix,
 )
+from lightning_mgpu.demos import ImageClassifier
 
 
 def _assert_same(a: nn.Module, b: nn.Module) -> None:

@@ -1,7 +1,7 @@
-"""``ddp2`` with CPU "devices" per node: the DataParallel-within-DDP path on a machine without GPUs (tests only).
+"""``ddp2`` with CPU "devices" per node: the DataParallel-within-DDP path on a machine without GPUs.
 
 The replicas of each node run as CPU threads through
-:class:`~lightning_mgpu.strategies.dp.emulation.EmulatedDataParallel`; the node processes synchronise with real
+:class:`~lightning_mgpu.testing.dp.EmulatedDataParallel`; the node processes synchronise with real
 DDP over gloo.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from torch import nn
 
 from lightning_mgpu.strategies.ddp2.strategy import DDP2Strategy
-from lightning_mgpu.strategies.dp.emulation import EmulatedDataParallel
+from lightning_mgpu.testing.dp import EmulatedDataParallel
 
 
 class EmulatedDDP2Strategy(DDP2Strategy):

@@ -13,7 +13,8 @@ device primitives, imitating torch's CUDA ones:
   default dtype but not inference mode, exactly like ``parallel_apply``.
 
 Use :class:`EmulatedDataParallelStrategy` as ``Trainer(strategy=EmulatedDataParallelStrategy(),
-accelerator="cpu", devices=3)``. It is a testing aid, not faster than one CPU device.
+accelerator="cpu", devices=3)`` to check your own LightningModule under ``dp``'s replica split (what each replica
+sees, how the losses and logged values combine) without GPUs. It is a testing aid, not faster than one CPU device.
 """
 
 from __future__ import annotations

@@ -21,14 +21,14 @@ from typing import Any, Literal
 
 import torch
 
-from lightning_mgpu.utilities import files
-from lightning_mgpu.utilities.checkpoint import extract_state_dict, load_checkpoint_file, read_checkpoint
-from lightning_mgpu.utilities.imports import require
-from lightning_mgpu.utilities.sharded_checkpoint import (
+from lightning_mgpu.checkpoint.io import extract_state_dict, load_checkpoint_file, read_checkpoint
+from lightning_mgpu.checkpoint.sharded import (
     is_sharded_checkpoint,
     temporary_folder,
     write_sharded_checkpoint,
 )
+from lightning_mgpu.utilities import files
+from lightning_mgpu.utilities.imports import require
 
 Target = Literal["ckpt", "sharded", "safetensors"]
 
@@ -130,7 +130,7 @@ def main(args: argparse.Namespace) -> int:
     """The ``convert`` command: 0 on success, 2 with a one-line error on bad input."""
     import sys
 
-    from lightning_mgpu.utilities.checkpoint import CheckpointReadError, UnsafeCheckpointError
+    from lightning_mgpu.checkpoint.io import CheckpointReadError, UnsafeCheckpointError
     from lightning_mgpu.utilities.imports import MissingDependencyError
 
     try:

@@ -27,13 +27,13 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from torch import nn
 from typing_extensions import override
 
-from lightning_mgpu.utilities import files
-from lightning_mgpu.utilities.sharded_checkpoint import (
+from lightning_mgpu.checkpoint.sharded import (
     META_FILENAME,
     is_sharded_checkpoint,
     read_sharded_tensors,
     sharded_model_keys,
 )
+from lightning_mgpu.utilities import files
 
 _WRAPPER_PREFIX = "module."
 _MAX_LISTED_KEYS = 20

@@ -13,15 +13,15 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_mgpu.utilities import sharded_checkpoint
-from lightning_mgpu.utilities.checkpoint import (
+from lightning_mgpu.checkpoint import sharded as sharded_checkpoint
+from lightning_mgpu.checkpoint.io import (
     AtomicCheckpointIO,
     CheckpointKeyMismatchError,
     CheckpointReadError,
     check_checkpoint_matches,
     read_checkpoint,
 )
-from lightning_mgpu.utilities.sharded_checkpoint import (
+from lightning_mgpu.checkpoint.sharded import (
     check_saved_optimizer_count,
     is_sharded_checkpoint,
     saved_entries,

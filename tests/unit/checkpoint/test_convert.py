@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
+from lightning_mgpu.checkpoint.io import AtomicCheckpointIO, read_checkpoint
+from lightning_mgpu.checkpoint.sharded import is_sharded_checkpoint
 from lightning_mgpu.cli import main as cli_main
-from lightning_mgpu.utilities.checkpoint import AtomicCheckpointIO, read_checkpoint
-from lightning_mgpu.utilities.sharded_checkpoint import is_sharded_checkpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch.distributed")
 
