@@ -18,9 +18,9 @@ if [ -n "${LIGHTNING_MGPU_PYTHON:-}" ]; then
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
   "$PY" - <<'EOF'
 import importlib.util, sys
-# What the package and the gpu-marked tests import; pytest's addopts use the rerun and timeout plugins.
+# What the package and the gpu-marked tests import; pytest's config uses the timeout plugin.
 need = {"torch": "torch", "lightning": "lightning", "torchdata": "torchdata", "threadpoolctl": "threadpoolctl",
-        "pytest": "pytest", "pytest_rerunfailures": "pytest-rerunfailures", "pytest_timeout": "pytest-timeout",
+        "pytest": "pytest", "pytest_timeout": "pytest-timeout",
         "tqdm": "tqdm", "matplotlib": "matplotlib", "pynvml": "nvidia-ml-py", "psutil": "psutil"}
 missing = [pkg for mod, pkg in need.items() if importlib.util.find_spec(mod) is None]
 if missing:

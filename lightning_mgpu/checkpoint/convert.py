@@ -87,7 +87,12 @@ def convert(src: str | Path, out: str | Path, to: str = "auto", trusted: bool = 
             if sharded_src
             else load_checkpoint_file(src, trusted=trusted, mmap=True)
         )
-        files.atomic_write(out, lambda f: f.write(safetensors_torch.save(weights, metadata={"format": "pt"})))
+        payload = safetensors_torch.save(weights, metadata={"format": "pt"})
+
+        def write(f: Any) -> None:
+            f.write(payload)
+
+        files.atomic_write(out, write)
         return f"{src} -> {out}: {len(weights)} tensors of the model's weights (safetensors)"
     if target == "ckpt":
         checkpoint = read_checkpoint(src, trusted=trusted)

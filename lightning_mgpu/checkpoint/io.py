@@ -366,7 +366,7 @@ def load_state_dict(
     model_keys = set(model.state_dict())
     state_dict = _align_keys(state_dict, model_keys)
     if map_location is None:
-        first = next(iter(model.parameters()), None)
+        first: torch.Tensor | None = next(iter(model.parameters()), None)
         if first is None:
             first = next(iter(model.buffers()), None)
         map_location = first.device if first is not None else torch.device("cpu")
@@ -404,7 +404,7 @@ def check_checkpoint_matches(model: nn.Module, path: str | os.PathLike, trusted:
     else:
         state_dict = extract_state_dict(load_checkpoint_file(path, trusted=trusted, mmap=True))
     model_keys = set(model.state_dict())
-    missing, unexpected = _key_mismatch(model_keys, _align_keys(state_dict, model_keys))
+    missing, unexpected = _key_mismatch(model_keys, _align_keys(dict(state_dict), model_keys))
     if missing or unexpected:
         raise CheckpointKeyMismatchError(
             f"--ckpt-path {path} was not written by this model ({type(model).__name__}): {len(missing)} missing key(s)"

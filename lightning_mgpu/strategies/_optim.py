@@ -47,7 +47,8 @@ def mark_step_calls(optimizer: Optimizer) -> None:
     @functools.wraps(step)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         opt = opt_ref()
-        opt._opt_called = True  # type: ignore[union-attr]
+        assert opt is not None  # the wrapper lives on the optimizer: called, the optimizer is alive
+        opt._opt_called = True  # type: ignore[attr-defined]
         return step(opt, *args, **kwargs)
 
     wrapper._wrapped_by_lr_sched = True  # type: ignore[attr-defined]

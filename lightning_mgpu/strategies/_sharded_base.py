@@ -127,13 +127,10 @@ class ShardedBase(StepRouting, DDPStrategy):
         )
 
     @classmethod
-    def _register_presets(
-        cls, strategy_registry: Any, presets: dict[str, tuple[str, str, dict[str, Any]]]
-    ) -> list[str]:
-        """Register each ``name: (start_method, description, init_params)``; the names, in order."""
+    def _register_presets(cls, strategy_registry: Any, presets: dict[str, tuple[str, str, dict[str, Any]]]) -> None:
+        """Register each ``name: (start_method, description, init_params)``, in order."""
         for name, (start_method, description, init_params) in presets.items():
             strategy_registry.register(name, cls, description=description, start_method=start_method, **init_params)
-        return list(presets)
 
     @property
     def checkpoint_format(self) -> CheckpointFormat:
@@ -182,7 +179,7 @@ class ShardedBase(StepRouting, DDPStrategy):
         self._launcher = CleanExitSpawnLauncher(self, start_method=self._start_method)
 
     # ------------------------------------------------------------------ precision
-    @property  # type: ignore[override]
+    @property
     @override
     def precision_plugin(self) -> Precision:
         if self._precision_plugin is None:

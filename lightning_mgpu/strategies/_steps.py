@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
@@ -17,7 +18,7 @@ _CONTEXTS = {
 }
 
 
-class StepRouting:
+class StepRouting(Strategy):
     """Mixin for a Lightning ``Strategy``: ``_step_runner(name)`` decides where each step runs.
 
     A runner returned for a step is called under the precision plugin's context for that step; ``None`` keeps
@@ -32,7 +33,7 @@ class StepRouting:
         runner = self._step_runner(step_name)
         if runner is None:
             return getattr(super(), step_name)(*args, **kwargs)
-        with getattr(self.precision_plugin, _CONTEXTS[step_name])():  # type: ignore[attr-defined]
+        with getattr(self.precision_plugin, _CONTEXTS[step_name])():
             return runner(*args, **kwargs)
 
     @override

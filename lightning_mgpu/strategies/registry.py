@@ -10,7 +10,7 @@ imports the strategy packages and is never imported by them, so names live in on
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from lightning.pytorch.strategies import Strategy
 
@@ -124,14 +124,14 @@ def register_bundle_strategies(registry: Any = None) -> list[str]:
         raise RuntimeError(f"lightning_mgpu must not re-register Lightning's own names: {set(names) & _LIGHTNING_OWN}")
     view = _IdempotentRegistry(registry)
     for cls in bundle_strategy_classes():
-        cls.register_strategies(view)
+        cls.register_strategies(cast(Any, view))  # Lightning types the registry as its dict; ours has its `register`
     return names
 
 
 def _bundle_entries() -> dict[str, dict[str, Any]]:
     recorder = _Recorder()
     for cls in bundle_strategy_classes():
-        cls.register_strategies(recorder)
+        cls.register_strategies(cast(Any, recorder))
     return recorder
 
 

@@ -7,6 +7,7 @@ DDP over gloo.
 
 from __future__ import annotations
 
+from lightning.pytorch import LightningModule
 from torch import nn
 
 from lightning_mgpu.strategies.ddp2.strategy import DDP2Strategy
@@ -25,4 +26,5 @@ class EmulatedDDP2Strategy(DDP2Strategy):
     _data_parallel_device_types = ("cpu",)
 
     def _wrap_node(self, model: nn.Module) -> EmulatedDataParallel:
+        assert isinstance(model, LightningModule), f"ddp2 wraps a LightningModule, got {type(model).__name__}"
         return EmulatedDataParallel(model, len(self.parallel_devices or []), loss_reduction=self.loss_reduction)

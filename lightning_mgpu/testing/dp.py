@@ -54,7 +54,7 @@ class _CPUBroadcast(torch.autograd.Function):
         return (None, *summed)
 
 
-def _broadcast(tensors: list[Tensor], num_replicas: int, detach: bool) -> list[list[Tensor]]:
+def _broadcast(tensors: Sequence[Tensor], num_replicas: int, detach: bool) -> list[list[Tensor]]:
     if not tensors:
         return [[] for _ in range(num_replicas)]
     if detach:

@@ -68,7 +68,7 @@ def _parity_module(base: type) -> type:
     """``ParityModule`` on ``base``: ``lightning.pytorch``'s or ``pytorch_lightning``'s LightningModule (the same code,
     so a fit under either namespace can be compared bit for bit)."""
 
-    class ParityModule(base):  # type: ignore[valid-type,misc]
+    class ParityModule(base):
         """An MLP regressor whose init depends only on ``init_seed``.
 
         Args:
@@ -122,7 +122,9 @@ def _parity_module(base: type) -> type:
                 raise ValueError(f"global batch {self.hparams.global_batch} must divide by the world size {world}")
             data = make_data(self.hparams.num_samples)
             # No shuffling: every configuration sees the same batches in the same order.
-            sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False) if world > 1 else None
+            sampler: DistributedSampler | None = (
+                DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False) if world > 1 else None
+            )
             return DataLoader(data, batch_size=self.hparams.global_batch // world, sampler=sampler, shuffle=False)
 
         def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __all__ = ["QUIET", "quiet_trainer"]
@@ -28,13 +29,8 @@ def quiet_trainer(namespace: str = "lightning.pytorch", **kwargs: Any) -> Any:
         trainer = quiet_trainer(strategy="ddp_spawn", accelerator="cpu", devices=2, max_steps=4)
     """
     # CleanExit as a user of the bundle would add it: spawned workers release their process group after success.
-    if namespace == "pytorch_lightning":
-        import pytorch_lightning as lightning
-
-        from lightning_mgpu.pl.callbacks import CleanExit
-    else:
-        import lightning.pytorch as lightning
-
-        from lightning_mgpu.callbacks import CleanExit
-    kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), CleanExit()]
+    twin = namespace == "pytorch_lightning"
+    lightning = importlib.import_module("pytorch_lightning" if twin else "lightning.pytorch")
+    callbacks = importlib.import_module("lightning_mgpu.pl.callbacks" if twin else "lightning_mgpu.callbacks")
+    kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), callbacks.CleanExit()]
     return lightning.Trainer(**{**QUIET, **kwargs})

@@ -246,7 +246,9 @@ def key_for(torch_version: str, python_tag: str, gpu: GpuToolchain | None = None
 
 
 def patch_cxx17(source: Path) -> None:
-    """Ask CMake for C++17 instead of C++14 in horovod's two CMake files.
+    """Ask CMake for C++17 instead of C++14 in horovod's two CMake files (torch >= 2.1's headers need C++17).
+
+    Remove when a horovod release asks for C++17 itself: 0.28.1 (2023) is the last one.
 
     Raises:
         HorovodBuildError: a file is missing or no longer holds the line to patch (another horovod version).
@@ -261,6 +263,8 @@ def patch_cxx17(source: Path) -> None:
 
 def patch_exit_status(source: Path) -> None:
     """Make horovodrun report a worker's real exit status after it terminates the workers (Ctrl-C, a failed rank).
+
+    Remove when horovod's ``safe_shell_exec`` polls for the shell's exit status itself (not in 0.28.1, the last release).
 
     Raises:
         HorovodBuildError: the file no longer holds the code to patch (another horovod version).

@@ -214,6 +214,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_then_callback(module: ModuleType) -> None:
             loader_exec(module)
+            assert spec.loader is not None
             del spec.loader.exec_module  # back to the loader's own method
             callback()
 
@@ -258,6 +259,7 @@ class _BundleImports(importlib.abc.MetaPathFinder):
             try:
                 loader_exec(module)
             finally:
+                assert spec.loader is not None
                 del spec.loader.exec_module  # back to the loader's own method
                 self.depth -= 1
             while self.depth == 0 and self.pending:

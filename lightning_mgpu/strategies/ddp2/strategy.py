@@ -189,6 +189,7 @@ class DDP2Strategy(StepRouting, DDPStrategy):
 
     def _training_step(self, *args: Any, **kwargs: Any) -> Any:
         self._loss_scale = self._node_share(args, kwargs)
+        assert self.model is not None and self.lightning_module is not None
         if self._node_engine is not None:
             return self.model("training_step", *args, **kwargs)  # DDP's forward, then the node's replicas
         # One device per node: the step runs inside DDP's forward (Lightning's redirection), the hook after it.
@@ -216,8 +217,7 @@ class DDP2Strategy(StepRouting, DDPStrategy):
 
     @classmethod
     @override
-    def register_strategies(cls, strategy_registry: Any) -> list[str]:
+    def register_strategies(cls, strategy_registry: Any) -> None:
         strategy_registry.register(
             cls.strategy_name, cls, description="DataParallel within each node, DistributedDataParallel across nodes"
         )
-        return [cls.strategy_name]

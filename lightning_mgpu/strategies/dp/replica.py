@@ -291,8 +291,8 @@ class StepCall:
 
     def _replay_one(self, name: str, records: list[_Logged]) -> None:
         params = dict(records[0].params)
-        given = [r.params.get("batch_size") for r in records]
-        if all(b is not None for b in given):
+        given = [b for r in records if (b := r.params.get("batch_size")) is not None]
+        if len(given) == len(records):
             weights = [float(b) for b in given]
             params["batch_size"] = int(sum(given))
         else:

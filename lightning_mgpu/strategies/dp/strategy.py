@@ -93,7 +93,7 @@ def physical_device_ids(indices: list[int], visible: str | None = None) -> list[
 
 def splits_across(devices: list[torch.device] | None, device_types: tuple[str, ...]) -> bool:
     """Whether DataParallel splits steps across ``devices``: two or more, each of one of ``device_types``."""
-    return bool(devices) and len(devices) > 1 and all(torch.device(d).type in device_types for d in devices)
+    return devices is not None and len(devices) > 1 and all(torch.device(d).type in device_types for d in devices)
 
 
 def data_parallel_devices(
@@ -403,8 +403,7 @@ class DataParallelStrategy(StepRouting, ParallelStrategy):
 
     @classmethod
     @override
-    def register_strategies(cls, strategy_registry: Any) -> list[str]:
+    def register_strategies(cls, strategy_registry: Any) -> None:
         strategy_registry.register(
             cls.strategy_name, cls, description="torch.nn.DataParallel: one process, several GPUs"
         )
-        return [cls.strategy_name]

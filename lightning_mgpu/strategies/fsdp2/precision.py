@@ -21,7 +21,7 @@ from lightning_mgpu.strategies._shard_precision import ShardAwareGradScaler, eng
 __all__ = ["FSDP2DoublePrecision", "FSDP2HalfPrecision", "FSDP2MixedPrecision", "FSDP2Precision", "fsdp2_precision"]
 
 
-class _DTensorGradClipping:
+class _DTensorGradClipping(Precision):
     """Mixin: clip by the global norm of DTensor gradient shards."""
 
     @override
@@ -30,7 +30,7 @@ class _DTensorGradClipping:
         params = [p for group in inner.param_groups for p in group["params"]]
         grads = [p.grad for p in params if p.grad is not None]
         if not any(hasattr(g, "full_tensor") for g in grads):
-            super().clip_grad_by_norm(optimizer, clip_val)  # type: ignore[misc]  # not sharded: the whole gradients
+            super().clip_grad_by_norm(optimizer, clip_val)  # not sharded: the whole gradients
             return
         norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # a collective: the global norm

@@ -46,6 +46,9 @@ def gathers_by_hand(module: nn.Module) -> bool:
     - the shards are no longer on the mesh's device: Lightning's ``Strategy.teardown`` moves the model to the CPU
       after ``fit``, so a ``trainer.save_checkpoint`` after ``fit`` finds CPU shards on a CUDA mesh;
     - gloo carries the CUDA mesh (several ranks sharing one GPU).
+
+    Remove when DCP's ``full_state_dict`` gather survives both (recheck with ``benchmarks/gpu_check.sh`` on each torch
+    release: the run prints which gather each save took); this costs one ``all_gather`` per tensor, as DCP's does.
     """
     import os
 
@@ -56,7 +59,7 @@ def gathers_by_hand(module: nn.Module) -> bool:
         return forced == "1"
     param = next(iter(module.parameters()), None)
     mesh = getattr(param, "device_mesh", None)
-    if mesh is None or not dist.is_initialized():
+    if param is None or mesh is None or not dist.is_initialized():
         return False
     if param.device.type != mesh.device_type:
         return True
@@ -132,7 +135,7 @@ def _gather_full(state: dict[str, Any]) -> dict[str, Any]:
     return gathered if rank0 else {}
 
 
-def full_model_state(module: nn.Module) -> dict[str, torch.Tensor]:
+def full_model_state(module: nn.Module) -> dict[str, Any]:
     """The whole model's state with plain keys, on CPU, on rank 0 (``{}`` elsewhere). A collective."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 

@@ -243,8 +243,8 @@ class FSDP2Strategy(ShardedBase):
 
     @classmethod
     @override
-    def register_strategies(cls, strategy_registry: Any) -> list[str]:
-        presets = {
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        presets: dict[str, tuple[str, str, dict[str, Any]]] = {
             cls.strategy_name: (
                 "popen",
                 "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2), launched like ddp",
@@ -256,4 +256,4 @@ class FSDP2Strategy(ShardedBase):
                 {},
             ),
         }
-        return cls._register_presets(strategy_registry, presets)
+        cls._register_presets(strategy_registry, presets)

@@ -81,7 +81,8 @@ class _HorovodScriptLauncher(_SubprocessScriptLauncher):
     """
 
     def __init__(self, strategy: ParallelStrategy, start_timeout: int | None = None) -> None:
-        super().__init__(strategy.cluster_environment, num_processes=strategy.num_processes, num_nodes=1)  # type: ignore[arg-type]
+        assert strategy.cluster_environment is not None
+        super().__init__(strategy.cluster_environment, num_processes=len(strategy.parallel_devices or []), num_nodes=1)
         self._start_timeout = start_timeout
         self._rendezvous: Any = None
         self._failed = False

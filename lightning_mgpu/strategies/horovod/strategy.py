@@ -232,7 +232,7 @@ class HorovodStrategy(ParallelStrategy):
             runtime.check_controller(hvd, runtime.required_controller())
             hvd.init()
         # Loggers, checkpoint writing and rank_zero_* helpers all consult these.
-        rank_zero_only.rank = utils_rank_zero_only.rank = hvd.rank()
+        rank_zero_only.rank = utils_rank_zero_only.rank = hvd.rank()  # type: ignore[attr-defined]
 
     def _adopt_launcher_topology(self) -> None:
         """Check ``devices``/``num_nodes`` against the workers horovodrun started; map one device per worker."""
@@ -400,7 +400,7 @@ class HorovodStrategy(ParallelStrategy):
             return result
 
         # horovod's step() would synchronize *before* running the closure (i.e. before backward).
-        with optimizer.skip_synchronize():
+        with optimizer.skip_synchronize():  # type: ignore[attr-defined]  # hvd.DistributedOptimizer's
             output = super().optimizer_step(optimizer, closure_then_synchronize, model, **kwargs)
         self._synchronized.discard(id(optimizer))
         self._optimizer_steps += 1
@@ -563,7 +563,7 @@ class HorovodStrategy(ParallelStrategy):
             ratio = factor / float(getattr(scheduler, "horovod_lr_scale", 1.0))
             if hasattr(scheduler, "base_lrs") and ratio != 1.0:
                 scheduler.base_lrs = [lr * ratio for lr in scheduler.base_lrs]
-            scheduler.horovod_lr_scale = factor
+            setattr(scheduler, "horovod_lr_scale", factor)  # our mark on a torch scheduler
         if announce or changes:
             rates = ", ".join(f"{a:g} -> {b:g}" for a, b in changes) or "already scaled"
             rank_zero_info(f"HorovodStrategy(scale_lr=True): learning rates x {factor:g} (hvd.size()): {rates}")
@@ -624,11 +624,10 @@ class HorovodStrategy(ParallelStrategy):
 
     @classmethod
     @override
-    def register_strategies(cls, strategy_registry: Any) -> list[str]:
+    def register_strategies(cls, strategy_registry: Any) -> None:
         strategy_registry.register(
             cls.strategy_name, cls, description="Horovod ring all-reduce (horovodrun or self-launch)"
         )
-        return [cls.strategy_name]
 
 
 def _replace_batchnorm(module: Module, sync_cls: type) -> Module:

@@ -107,7 +107,7 @@ class OptimizerShardedBase(ShardedBase):
             if not is_sharded_optimizer(optimizer):
                 continue
             ids = param_ids(optimizer)
-            owned = [ids[id(p)] for group in optimizer.optim.param_groups for p in group["params"]]  # type: ignore[attr-defined]
+            owned = [ids[id(p)] for group in optimizer.optim.param_groups for p in group["params"]]
             state = read_owned_optimizer_state(
                 path, entries, index, owned, param_groups_with_ids(optimizer), len(optimizers)
             )

@@ -78,7 +78,7 @@ def _keep_bucketed_grads_on_zero_grad(optimizer: OSS, module: ShardedDataParalle
     # An instance attribute: Lightning's automatic loop calls the OSS's own zero_grad. LightningOptimizer
     # (manual optimization's `self.optimizers()`) subclasses OSS's class, so it would find the class method
     # first; the strategy points each LightningOptimizer at this function as well.
-    optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
+    optimizer.zero_grad = zero_grad
 
 
 def bucket_safe_zero_grad(optimizer: Optimizer) -> Any:

@@ -66,7 +66,7 @@ def local_optimizer_state_bytes(optimizer: Any) -> int:
     seen: set[tuple[int, int]] = set()
     total = 0
     for tensor in _tensors(dict(local_optimizer(optimizer).state)):
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        key = (tensor.untyped_storage().data_ptr(), int(tensor.storage_offset()))
         if key in seen:
             continue
         seen.add(key)

@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 
-class _OSSGradClipping:
+class _OSSGradClipping(Precision):
     """Mixin: clip by norm with ``OSS.clip_grad_norm`` once the optimizer is FairScale's OSS."""
 
     @override
@@ -40,7 +40,7 @@ class _OSSGradClipping:
             # A collective: every rank reaches this point in the same step (the automatic loop clips on all).
             inner.clip_grad_norm(clip_val)
             return
-        super().clip_grad_by_norm(optimizer, clip_val)  # type: ignore[misc]  # not sharded (yet): the whole gradients
+        super().clip_grad_by_norm(optimizer, clip_val)  # not sharded (yet): the whole gradients
 
 
 class ShardedPrecision(_OSSGradClipping, Precision):
@@ -73,7 +73,7 @@ def _scaler(scaler: torch.amp.GradScaler, device: str) -> torch.amp.GradScaler:
     from lightning_mgpu.strategies.sharded.fairscale import sharded_grad_scaler
 
     new = sharded_grad_scaler(scaler)
-    new.shard_aware = True  # type: ignore[attr-defined]
+    new.shard_aware = True
     return new
 
 

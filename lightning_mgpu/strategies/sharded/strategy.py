@@ -206,7 +206,7 @@ class ShardedStrategy(OptimizerShardedBase):
             return None
         return model if isinstance(model, _fairscale().ShardedDataParallel) else None
 
-    @property  # type: ignore[override]
+    @property
     @override
     def optimizers(self) -> list[Optimizer]:
         return self._optimizers
@@ -230,7 +230,7 @@ class ShardedStrategy(OptimizerShardedBase):
         for lightning_optimizer in self._lightning_optimizers:
             zero_grad = _fairscale().bucket_safe_zero_grad(unwrap_optimizer(lightning_optimizer))
             if zero_grad is not None:
-                lightning_optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
+                lightning_optimizer.zero_grad = zero_grad  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ training
     @contextmanager
@@ -321,8 +321,8 @@ class ShardedStrategy(OptimizerShardedBase):
 
     @classmethod
     @override
-    def register_strategies(cls, strategy_registry: Any) -> list[str]:
-        presets = {
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        presets: dict[str, tuple[str, str, dict[str, Any]]] = {
             cls.strategy_name: (
                 "popen",
                 "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2), launched like ddp",
@@ -358,4 +358,4 @@ class ShardedStrategy(OptimizerShardedBase):
                 {"find_unused_parameters": True},
             ),
         }
-        return cls._register_presets(strategy_registry, presets)
+        cls._register_presets(strategy_registry, presets)

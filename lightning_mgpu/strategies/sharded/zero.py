@@ -144,8 +144,8 @@ class ZeroStrategy(OptimizerShardedBase):
 
     @classmethod
     @override
-    def register_strategies(cls, strategy_registry: Any) -> list[str]:
-        presets = {
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        presets: dict[str, tuple[str, str, dict[str, Any]]] = {
             cls.strategy_name: (
                 "popen",
                 "Sharded data parallel on torch ZeroRedundancyOptimizer + DDP (ZeRO-1), launched like ddp",
@@ -157,4 +157,4 @@ class ZeroStrategy(OptimizerShardedBase):
                 {},
             ),
         }
-        return cls._register_presets(strategy_registry, presets)
+        cls._register_presets(strategy_registry, presets)
