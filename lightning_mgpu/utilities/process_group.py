@@ -29,10 +29,16 @@ def mark_failed() -> None:
 
 
 def destroy_process_group_if_done() -> bool:
-    """Destroy the default process group if it exists and this process has not failed; whether it did."""
+    """Destroy the default process group if it exists and this process has not failed; whether it did.
+
+    Failed: marked so (:func:`mark_failed`), or ending on an uncaught exception (``sys.last_value`` is set before the
+    exit handlers run).
+    """
     import torch.distributed as dist
 
-    if _state["failed"] or not (dist.is_available() and dist.is_initialized()):
+    if _state["failed"] or getattr(sys, "last_value", None) is not None:
+        return False
+    if not (dist.is_available() and dist.is_initialized()):
         return False
     dist.destroy_process_group()
     return True
