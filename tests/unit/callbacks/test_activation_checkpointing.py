@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_mgpu.callbacks import ActivationCheckpointing
 from tests.helpers.runif import RunIf
+from tests.helpers.trainer import quiet_trainer
 
 IMPLS = ["torch", pytest.param("fairscale", marks=RunIf(fairscale=True).marks)]
 
@@ -258,15 +259,7 @@ def test_lightning_patches_configure_model_modules_before_the_strategy_wraps(tmp
     strategy = _RecordingStrategy(device=torch.device("cpu"))
     ac = ActivationCheckpointing(["blocks.*"])
     model = LitNet()
-    trainer = pl.Trainer(
-        strategy=strategy,
-        max_epochs=1,
-        callbacks=[ac],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = quiet_trainer(strategy=strategy, max_epochs=1, callbacks=[ac])
     patched_in_training: list[bool] = []
     CountingBlock.calls = 0
     model.on_train_batch_start = lambda *a: patched_in_training.append(
@@ -351,15 +344,7 @@ def test_sync_batchnorm_conversion_after_setup(
 ) -> None:
     ac = ActivationCheckpointing([spec])
     model = _ConvNet()
-    trainer = pl.Trainer(
-        strategy=_SyncBatchNormStrategy(device=torch.device("cpu")),
-        max_epochs=1,
-        callbacks=[ac],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = quiet_trainer(strategy=_SyncBatchNormStrategy(device=torch.device("cpu")), max_epochs=1, callbacks=[ac])
     trainer.fit(model)  # the strategy converts the BatchNorm layers after the callback's setup
     assert model.bn_types and all(issubclass(t, nn.SyncBatchNorm) for t in model.bn_types)
     checkpointed_in_training = [t is not nn.SyncBatchNorm for t in model.bn_types]  # a generated subclass when patched

@@ -20,6 +20,7 @@ from torch.utils.data import TensorDataset
 from lightning_mgpu.callbacks import RNGStates, SaveOnInterrupt
 from lightning_mgpu.callbacks.save_on_interrupt import _no_broadcast
 from lightning_mgpu.data.loader import resumable_loader
+from tests.helpers.trainer import quiet_trainer
 
 
 class DropoutModule(pl.LightningModule):
@@ -60,17 +61,7 @@ class CtrlCAt(pl.Callback):
 
 def _fit(root: Path, callbacks: list, ckpt_path: Path | None = None) -> tuple[pl.Trainer, DropoutModule]:
     pl.seed_everything(7, verbose=False)
-    trainer = pl.Trainer(
-        max_epochs=3,
-        accelerator="cpu",
-        devices=1,
-        callbacks=callbacks,
-        default_root_dir=root,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-    )
+    trainer = quiet_trainer(max_epochs=3, callbacks=callbacks, default_root_dir=root)
     model = DropoutModule()
     trainer.fit(model, ckpt_path=ckpt_path)
     return trainer, model

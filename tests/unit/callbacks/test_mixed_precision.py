@@ -249,14 +249,9 @@ def test_resolves_and_monitors_on_a_real_gpu() -> None:
     amp = AutoMixedPrecision()
     precision = amp.resolve_precision("gpu")
     assert precision == ("bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed")
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         accelerator="gpu",
-        devices=1,
         max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         callbacks=[amp],
         plugins=[MixedPrecision("16-mixed", "cuda", scaler=torch.amp.GradScaler("cuda", init_scale=2.0**8))],
     )

@@ -12,6 +12,7 @@ from lightning_mgpu.demos import (
     load_digits_tensors,
     make_synthetic_images,
 )
+from tests.helpers.trainer import quiet_trainer
 
 
 def test_digits_split_is_fixed_and_complete() -> None:
@@ -69,15 +70,7 @@ def test_classifier_learns_digits_in_process() -> None:
     import lightning.pytorch as pl
 
     pl.seed_everything(0, verbose=False)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = quiet_trainer(max_epochs=2)
     trainer.fit(ImageClassifier(), DigitsDataModule(batch_size=32))
     assert trainer.callback_metrics["val_acc"] > 0.85
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import lightning.pytorch as pl
 import numpy as np
 import torch
 
@@ -13,6 +12,7 @@ from lightning_mgpu.demos.digits_preprocessed import (
     digits_preprocessed_datamodule,
     digits_splits,
 )
+from tests.helpers.trainer import quiet_trainer
 
 
 def test_features_are_deterministic_orientation_maps():
@@ -39,15 +39,7 @@ def test_datamodule_trains_from_the_cache(tmp_path):
     )
     assert dm.image_shape == (17, 8, 8) and dm.num_classes == 10
     model = ImageClassifier(in_channels=dm.image_shape[0], num_classes=dm.num_classes)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = quiet_trainer(max_epochs=1)
     trainer.fit(model, dm)
     assert trainer.global_step == 4 and "val_acc" in trainer.callback_metrics
     assert (tmp_path / "train" / "manifest.json").exists() and (tmp_path / "val" / "manifest.json").exists()

@@ -18,21 +18,18 @@ import torch
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.testing.parity import ParityModule, max_abs_diff
 from tests.helpers.runif import RunIf
+from tests.helpers.trainer import quiet_trainer
 
 
 # --------------------------------------------------------------------------- real GPUs
 def _fit_on_gpus(devices: int, steps: int = 5, strategy: Any = "dp") -> tuple[dict[str, torch.Tensor], pl.Trainer]:
     # 31 samples split unevenly on any count of 2+ GPUs, so a plain mean of replica losses would fail parity.
     model = ParityModule(global_batch=31, num_samples=31 * steps)
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         strategy=strategy,
         accelerator="gpu",
         devices=devices,
         max_steps=steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         use_distributed_sampler=False,
     )
     trainer.fit(model)
