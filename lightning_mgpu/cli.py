@@ -15,6 +15,7 @@ import logging
 import os
 import platform
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -114,7 +115,7 @@ def _readiness(dependency: str | None, install_hint: str | None) -> str:
     return f"needs {dependency}: {install_hint or extra_hint(dependency)}"
 
 
-def _table(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
+def _table(rows: Sequence[tuple[str, ...]], indent: str = "  ") -> list[str]:
     """Rows as columns sized to their longest cell (the last column runs free)."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)] if rows else []
     return [indent + "  ".join([*(c.ljust(w) for c, w in zip(row, widths)), row[-1]]).rstrip() for row in rows]
@@ -192,12 +193,12 @@ def build_horovod_main(args: argparse.Namespace) -> int:
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     """The subcommands' own parsers, by name (argparse keeps them on its private subparsers action)."""
-    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices  # type: ignore[return-value]
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
 
 
 def _command(sub: argparse._SubParsersAction, name: str, summary: str, details: str = "") -> OneLineParser:
     """A subcommand with its one-line summary in the command list and its description in its own --help."""
-    return sub.add_parser(  # type: ignore[no-any-return]
+    return sub.add_parser(
         name,
         help=summary,
         description=f"{summary[0].upper()}{summary[1:]}." + (f"\n\n{details}" if details else ""),

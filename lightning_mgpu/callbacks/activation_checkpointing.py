@@ -287,7 +287,7 @@ def _checkpointed_class(cls: type[nn.Module], impl: str) -> type[nn.Module]:
             _ORIGINAL_CLASS: cls,
             _IMPL: impl,
         }
-        _CLASS_CACHE[key] = type(cls)(cls.__name__, (cls,), namespace)
+        _CLASS_CACHE[key] = type(cls)(cls.__name__, (cls,), namespace)  # type: ignore[misc]  # cls's own metaclass
     return _CLASS_CACHE[key]
 
 

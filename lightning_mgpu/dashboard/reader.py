@@ -30,6 +30,7 @@ import contextlib
 import csv
 import json
 import math
+import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -133,7 +134,7 @@ def _neptune_created(run_dir: Path) -> tuple[str, float]:
     return created, run_dir.stat().st_mtime
 
 
-def locate_run(path: str | Path) -> tuple[str, Path, list[str]]:
+def locate_run(path: str | os.PathLike) -> tuple[str, Path, list[str]]:
     """Find the run inside ``path``: ``(kind, run folder, notes)``.
 
     Raises:
@@ -157,6 +158,7 @@ def locate_run(path: str | Path) -> tuple[str, Path, list[str]]:
     newest = _newest(versions, key=lambda p: int(_VERSION_RE.match(p.name).group(1)))  # type: ignore[union-attr]
     if newest is not None:
         kind = _is_logger_run(newest)
+        assert kind is not None  # chosen among logger runs
         label = "CSV-logger" if kind == CSV_KIND else "TensorBoard"
         return kind, newest, [f"{root} holds {len(versions)} {label} run(s); showing the newest, {newest.name}"]
     for offline in (root, root / "offline", root / ".neptune" / "offline"):
@@ -179,7 +181,7 @@ def locate_run(path: str | Path) -> tuple[str, Path, list[str]]:
     )
 
 
-def read_run(path: str | Path) -> RunData:
+def read_run(path: str | os.PathLike) -> RunData:
     """Read the run at (or newest run under) ``path``; see :func:`locate_run` for what is accepted.
 
     Raises:

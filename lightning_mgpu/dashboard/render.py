@@ -28,6 +28,7 @@ deletes after uploading.
 from __future__ import annotations
 
 import argparse
+import functools
 import html
 import json
 import logging
@@ -158,7 +159,7 @@ def _devices(run: RunData) -> list[str]:
         parsed = parse_metric_key(key)
         if parsed is not None and parsed[1] is not None:
             found.add(parsed[1])
-    return sorted(found, key=lambda d: parse_device_label(d) or (10**9, None))  # type: ignore[arg-type,return-value]
+    return sorted(found, key=lambda d: parse_device_label(d) or (10**9, None))
 
 
 def _color(devices: Sequence[str], device: str) -> str:
@@ -381,7 +382,9 @@ def run_diagnoses(run: RunData) -> tuple[list[Diagnosis], str]:
     in a Neptune run by the logger) wins; otherwise
     :func:`~lightning_mgpu.monitoring.diagnosis.diagnose` runs on the last logged per-device values.
     """
-    recorded = [(run.diagnosis_path, f"{run.diagnosis_path.name}")] if run.diagnosis_path is not None else []
+    recorded: list[tuple[Path | str, str]] = (
+        [(run.diagnosis_path, f"{run.diagnosis_path.name}")] if run.diagnosis_path is not None else []
+    )
     if run.diagnosis_text:
         recorded.append((run.diagnosis_text, "the run's recorded diagnosis.json"))
     for source, label in recorded:
@@ -821,9 +824,9 @@ def _details_html(run: RunData, sections: Sequence[Section]) -> str:
             + _table(rows, ("metric", "points", "last", "min", "max"), "other-metrics")
         )
     if run.hparams:
-        rows = [(k, str(v)) for k, v in sorted(run.hparams.items())]
+        hparams = [(k, str(v)) for k, v in sorted(run.hparams.items())]
         out.append(
-            f"<details open><summary>Hyperparameters ({len(rows)})</summary>{_table(rows, ('name', 'value'), 'hparams', numeric_from=9)}</details>"
+            f"<details open><summary>Hyperparameters ({len(hparams)})</summary>{_table(hparams, ('name', 'value'), 'hparams', numeric_from=9)}</details>"
         )
     if run.model_summary:
         out.append(f"<details><summary>Model summary</summary><pre>{_esc(run.model_summary)}</pre></details>")
@@ -866,7 +869,7 @@ def render_pngs(sections: Sequence[Section], out_dir: Path) -> dict[str, Path]:
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
         fig.tight_layout()
         path = out_dir / f"{chart.id}.png"
-        atomic_write(path, lambda f, fig=fig: fig.savefig(f, format="png"))
+        atomic_write(path, functools.partial(fig.savefig, format="png"))
         written[chart.id] = path
     return written
 

@@ -197,7 +197,7 @@ def serve(run_path: str, port: int = 8050, interval: float = 3.0, ready: threadi
         server = make_server(live, port)
         watcher = threading.Thread(target=live.watch, name="dashboard-watch", daemon=True)
         watcher.start()
-        host, bound = server.server_address[:2]
+        host, bound = str(server.server_address[0]), server.server_address[1]
         sys.stdout.write(
             f"dashboard: serving {run_path} live at http://{host}:{bound}/ (re-read every {interval:g} s;"
             " Ctrl-C stops)\n"

@@ -168,7 +168,7 @@ class ProcessPool:
                 # A forked worker also gets the parent ends of its own and earlier pipes, which it
                 # closes: holding them would hide the driver's exit (no EOF) from the workers.
                 args = (child,) if inherit is None else (child, inherit, [*self.conns, parent])
-                proc = ctx.Process(target=_worker.pool_worker, args=args, name="lightning_mgpu-preprocess")
+                proc = ctx.Process(target=_worker.pool_worker, args=args, name="lightning_mgpu-preprocess")  # type: ignore[attr-defined]
                 proc.start()
                 child.close()
                 self.procs.append(proc)

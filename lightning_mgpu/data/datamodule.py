@@ -195,7 +195,7 @@ class PreprocessedDataModule(LightningDataModule):
         )
 
     @override
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader | list:
         return self._loader("train", train=True)
 
     @override

@@ -102,7 +102,7 @@ class _Hasher:
             arr = v.detach().float().cpu().numpy()
         arr = np.ascontiguousarray(arr)
         self.tag("array", arr.dtype.str, arr.shape)
-        self.h.update(arr.view(np.uint8).reshape(-1) if arr.size else b"")
+        self.h.update(arr.view(np.uint8).reshape(-1) if arr.size else b"")  # type: ignore[arg-type]  # ndarray: a buffer
 
     def _container_or_object(self, v: Any, depth: int) -> None:
         if isinstance(v, Mapping):

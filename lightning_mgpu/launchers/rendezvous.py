@@ -105,7 +105,7 @@ class RendezvousTimeout(Callback):
             return
         import torch.distributed as dist
 
-        trainer.strategy._timeout = self._collective_timeout
+        trainer.strategy._timeout = self._collective_timeout  # type: ignore[attr-defined]  # DDP-like strategies' own
         if dist.is_available() and dist.is_initialized():
             from torch.distributed.distributed_c10d import _set_pg_timeout
 

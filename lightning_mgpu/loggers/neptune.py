@@ -39,7 +39,7 @@ import urllib.request
 from argparse import Namespace
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from lightning.fabric.utilities.logger import _convert_params, _sanitize_callable_params
 from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
@@ -330,8 +330,8 @@ class NeptuneLogger(Logger):
         self._mode = mode if mode in MODES else "offline"
         self._project, self._api_key, self._api_url = None, None, None
         self._run_kwargs = dict(QUIET_RUN_DEFAULTS)
-        self._run = root
-        self._on_run_opened(root)
+        self._run = cast("Run", root)
+        self._on_run_opened(self._run)
 
     # ------------------------------------------------------------------ the run
 
@@ -439,7 +439,7 @@ class NeptuneLogger(Logger):
         Lightning asks for it to name the checkpoint folder; other ranks answer ``None`` and get
         rank 0's folder by broadcast.
         """
-        if self._run_id is None and rank_zero_only.rank == 0:
+        if self._run_id is None and rank_zero_only.rank == 0:  # type: ignore[attr-defined]
             _ = self.experiment
         return self._run_id
 

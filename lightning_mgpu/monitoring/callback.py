@@ -626,7 +626,7 @@ class GPUUtilizationMonitor(Callback):
         for logger in trainer.loggers:
             if type(logger).__name__ == "NeptuneLogger" and type(logger).__module__.startswith("lightning_mgpu"):
                 points, self._neptune_index = self._timeline.since(self._neptune_index)
-                run = logger.experiment
+                run = logger.experiment  # type: ignore[attr-defined]  # the bundle's NeptuneLogger (checked above)
                 for point in points:
                     if point.get("mark"):
                         run[f"{TIMELINE_PREFIX}/phase"].append(point["phase"], timestamp=point["t"])

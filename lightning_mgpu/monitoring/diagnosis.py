@@ -309,9 +309,11 @@ def per_device_from_metrics(metrics: Mapping[str, Any]) -> dict[str, dict[str, f
     out: dict[str, dict[str, float]] = {}
     for key, value in metrics.items():
         parsed = parse_metric_key(str(key))
-        if parsed is None or parsed[1] is None:
+        if parsed is None:
             continue
         group, device, name = parsed
+        if device is None:
+            continue
         try:
             out.setdefault(device, {})[diagnosis_name(group, name)] = float(value)
         except (TypeError, ValueError):

@@ -79,8 +79,8 @@ class StepTimer:
 
     def batch_start(self, wait_end: float, step_start: float | None = None) -> None:
         """The batch arrived at ``wait_end``; its compute starts at ``step_start`` (default: then)."""
-        counted = self._prev_end is not None and not self._gap
-        self._wait = max(0.0, wait_end - self._prev_end) if counted else None
+        prev_end = None if self._gap else self._prev_end  # a gap (validation, a save) is not a wait for data
+        self._wait = max(0.0, wait_end - prev_end) if prev_end is not None else None
         self._start = wait_end if step_start is None else step_start
         self._gap = False
 
@@ -238,7 +238,7 @@ class SyncDetector:
         if warnings.showwarning == self._showwarning:
             warnings.showwarning = self._prev_showwarning
         if self._filter in warnings.filters:
-            warnings.filters.remove(self._filter)
+            warnings.filters.remove(self._filter)  # type: ignore[attr-defined]  # a list at run time
             getattr(warnings, "_filters_mutated", lambda: None)()  # invalidate the per-module "once" caches
         if self._prev_empty_cache is not None:
             torch.cuda.empty_cache = self._prev_empty_cache

@@ -46,7 +46,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None], tmp: Path | None = None) -> None:
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object], tmp: Path | None = None) -> None:
     """``write(file)`` into a temporary file beside ``path``, fsync it, rename it over ``path``, fsync the folder.
 
     The temporary file is removed if anything fails; ``path`` is then unchanged. Errors propagate as raised.
