@@ -9,6 +9,7 @@ exit 130 within ``STOP_BOUND_S`` of the signal with no process of the job left.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -44,7 +45,8 @@ STRATEGIES = [
     pytest.param("horovod", "2", HOROVODRUN, id="horovod-horovodrun", marks=RunIf(horovod=True).marks),
 ]
 # Adam: its state (moments, step count) must come back exactly as well; one thread per rank for bitwise repeatability.
-ARGS = ["--max-epochs", "3", "--logger", "none", "--optimizer", "adam", "--lr", "0.01"]
+EPOCHS = 3
+ARGS = ["--max-epochs", str(EPOCHS), "--logger", "none", "--optimizer", "adam", "--lr", "0.01"]
 ENV = {"OMP_NUM_THREADS": "1"}
 
 
@@ -88,8 +90,11 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def _interrupt(cmd: list[str], out: Path, seed: int, env: dict[str, str] = ENV) -> tuple[int, str, float]:
-    """Start ``cmd`` in its own process group; once the first epoch's checkpoint exists, SIGINT the group."""
+def _interrupt(
+    cmd: list[str], out: Path, seed: int, env: dict[str, str] = ENV, epoch_s: float | None = None
+) -> tuple[int, str, float]:
+    """Start ``cmd`` in its own process group; once the first epoch's checkpoint exists, SIGINT the group somewhere in
+    the second epoch: at most 0.4 s later, and at most 0.8 of ``epoch_s`` (one epoch of the uninterrupted run)."""
     env = launch_env(env)
     proc = subprocess.Popen(
         [sys.executable, *cmd],
@@ -108,7 +113,10 @@ def _interrupt(cmd: list[str], out: Path, seed: int, env: dict[str, str] = ENV) 
             )
             assert time.monotonic() < deadline, f"seed {seed}: no first-epoch checkpoint within 120 s"
             time.sleep(0.02)
-        time.sleep(random.Random(seed).uniform(0.0, 0.4))  # somewhere in the second epoch
+        # Somewhere in the second epoch. dp trains its 3 epochs in 0.6 s here: a fixed 0.4 s bound let the signal land
+        # after the run had ended (exit 0, nothing to save), so the bound follows the run's own epoch length.
+        latest = 0.4 if epoch_s is None else min(0.4, 0.8 * epoch_s)
+        time.sleep(random.Random(seed).uniform(0.0, latest))
         os.killpg(proc.pid, signal.SIGINT)
         sent = time.monotonic()
         output, _ = proc.communicate(timeout=STOP_BOUND_S + 30)
@@ -156,7 +164,8 @@ def test_ctrl_c_saves_the_step_and_resume_is_exact(
     reference_dir = references(strategy, devices)
 
     out = tmp_path / "interrupted"
-    code, log, stop_s = _interrupt(_train(out, strategy, devices, launcher=launcher), out, seed)
+    epoch_s = json.loads((reference_dir / "summary.json").read_text())["wall_seconds"] / EPOCHS
+    code, log, stop_s = _interrupt(_train(out, strategy, devices, launcher=launcher), out, seed, epoch_s=epoch_s)
     if launcher:
         # horovodrun: Horovod 0.28.1's safe_shell_exec reaped a worker's shell with psutil while subprocess waited on it
         # too, and read the ECHILD as status 0 (2 of 8 interrupts here); the bundle's horovod build patches that
