@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, NoReturn
@@ -79,17 +78,11 @@ def finish_rank(folder: Path, value: Any) -> NoReturn:
     """The last thing a launched rank does: write its result (:func:`write_rank_result`), leave the process group, and
     end the process there."""
     write_rank_result(folder, value)
-    from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
+    # A gloo rank can still abort at interpreter exit after its work (seen once in a full CI run, in this suite's
+    # sharded_checkpoint FSDP2 arm): end it now, as the bundle's spawn launcher ends its workers.
+    from lightning_mgpu.utilities.process_group import end_after_success
 
-    destroy_process_group_if_done()
-    # torch 2.13 + gloo: even after destroy_process_group(), a rank can abort in C++ static destructors at interpreter
-    # exit ("terminate called without an active exception", SIGABRT), seen once in a full CI run, in the
-    # sharded_checkpoint benchmark's FSDP2 arm (its DeviceMesh stays cached). The result is written and nothing is left
-    # to do, so the rank ends now, as strategies/_spawn.py ends spawned workers. Remove when a torch release ends gloo
-    # processes cleanly (check: the sharded_checkpoint benchmark, looped under load).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    end_after_success()
 
 
 def _free_port() -> int:

@@ -11,7 +11,6 @@ and torch.multiprocessing reports its error.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +22,7 @@ from lightning.pytorch.strategies.launchers.multiprocessing import (
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
-from lightning_mgpu.utilities.process_group import destroy_process_group_if_done
+from lightning_mgpu.utilities.process_group import end_after_success
 from lightning_mgpu.utilities.signals import interrupts_to_workers
 
 
@@ -39,12 +38,7 @@ class CleanExitSpawnLauncher(_MultiProcessingLauncher):
     @override
     def _wrapping_function(self, *args: Any, **kwargs: Any) -> None:
         super()._wrapping_function(*args, **kwargs)
-        destroy_process_group_if_done()  # let the other ranks see an orderly goodbye, not a reset connection
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # Workaround (module docstring): remove when a torch release ends gloo processes cleanly at interpreter exit
-        # (pytorch#179291; still there in torch 2.13: the sharded_checkpoint benchmark's ranks aborted without it).
-        os._exit(0)
+        end_after_success()  # the workaround of the module docstring, and when it can go
 
     @override
     def _collect_rank_zero_results(self, trainer: Any, results: Any) -> _WorkerOutput | None:
