@@ -15,8 +15,7 @@ Everything here builds on :mod:`lightning_mgpu.utilities` only; the strategies, 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from lightning_mgpu.utilities.imports import lazy_exports
 
 # name -> module, imported on first use (reading a name here imports torch and Lightning; the package does not).
 _EXPORTS = {
@@ -33,9 +32,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

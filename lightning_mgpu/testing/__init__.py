@@ -22,8 +22,7 @@ Nothing in the library imports this package.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from lightning_mgpu.utilities.imports import lazy_exports
 
 # name -> module, imported on first use: the emulators import Lightning, the launcher needs only the standard library.
 _EXPORTS = {
@@ -40,9 +39,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

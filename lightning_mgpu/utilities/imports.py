@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Callable
 from functools import lru_cache
 from types import ModuleType
+from typing import Any
 
 
 def _hint(requirement: str, extra: str) -> str:
@@ -95,3 +97,19 @@ def package_version(package: str) -> str | None:
         return version(dist)
     except PackageNotFoundError:
         return None
+
+
+def lazy_exports(package: str, exports: dict[str, str]) -> Callable[[str], Any]:
+    """A package's module ``__getattr__`` that imports each name of ``exports`` (name -> submodule) on first use.
+
+    Example::
+
+        __getattr__ = lazy_exports(__name__, {"AtomicCheckpointIO": "io"})
+    """
+
+    def __getattr__(name: str) -> Any:
+        if name in exports:
+            return getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
