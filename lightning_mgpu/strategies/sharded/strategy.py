@@ -86,7 +86,8 @@ class ShardedStrategy(OptimizerShardedBase):
     Raises:
         MissingDependencyError: FairScale is not installed (the message names the extra).
         ValueError: a negative ``reduce_buffer_size``, a keyword ``ShardedDataParallel`` does not accept, an unknown
-            checkpoint format, or ``async_save`` with ``checkpoint_format="full"``.
+            checkpoint format, ``async_save`` with ``checkpoint_format="full"``, or ``backend=`` (the other engines are
+            :class:`ZeroStrategy` and :class:`FSDP2Strategy`; the message names them).
 
     Example::
 
@@ -121,6 +122,12 @@ class ShardedStrategy(OptimizerShardedBase):
         start_method: StartMethod = "popen",
         **kwargs: Any,
     ) -> None:
+        if "backend" in kwargs:  # the one-class spelling of an earlier release of the bundle
+            raise ValueError(
+                f"ShardedStrategy(backend={kwargs['backend']!r}) is gone: each engine is a class of its own. FairScale:"
+                " ShardedStrategy(); torch ZeRO-1: ZeroStrategy() (strategy='sharded_zero'); FSDP2: FSDP2Strategy()"
+                " (strategy='sharded_fsdp2')."
+            )
         require("fairscale", "strategy='sharded'")
         if reduce_buffer_size is not None and reduce_buffer_size < 0:
             raise ValueError(

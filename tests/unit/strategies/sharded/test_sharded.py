@@ -69,6 +69,7 @@ def test_missing_fairscale_names_the_install_command(monkeypatch: pytest.MonkeyP
         (ShardedStrategy, {"reduce_buffer_size": -1}, ">= 0"),
         (ZeroStrategy, {"reduce_fp16": True}, r"\['reduce_fp16'\] that torch.nn.parallel.DistributedDataParallel"),
         (ZeroStrategy, {"model_averaging_period": 4}, "post-local SGD"),
+        (ShardedStrategy, {"backend": "torch"}, r"backend='torch'\) is gone.*ZeroStrategy\(\).*FSDP2Strategy\(\)"),
     ],
 )
 def test_wrapper_options_each_engine_does_not_take_are_rejected(cls: type, kwargs: dict, match: str) -> None:
