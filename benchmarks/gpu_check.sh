@@ -4,6 +4,12 @@
 # lands under benchmarks/results/<date>_<N>x<GPU>/. Without a visible GPU it says what it skipped and exits 0.
 #
 #   bash benchmarks/gpu_check.sh                     # extra arguments go to python -m benchmarks.run, e.g. --quick
+#   GPU_CHECK_TESTS="tests/integration/strategies/horovod" bash benchmarks/gpu_check.sh --only real_models
+#                                                    # some gpu-marked tests, some benchmarks
+#
+# With horovod installed it also asks NCCL whether two Horovod workers may share one GPU
+# (benchmarks/probe_horovod_shared_gpu.py; the answer lands in the report folder). For horovod's GPU tests, install a
+# build with NCCL first: python -m lightning_mgpu build-horovod --gpu (docs/horovod.md).
 #
 # A node without network (most cluster compute nodes) cannot run the set-up: point LIGHTNING_MGPU_PYTHON at an
 # interpreter that already has CUDA torch, Lightning and the test tools (a cluster module, a container's python):
@@ -45,7 +51,17 @@ rm -f "$report/shared_gpu.jsonl"
 # Three test files at a time (xdist, one file per worker): the shared-GPU runs are mostly process start-up.
 parallel=$("$PY" -c "import importlib.util as u; print('-n 3 --dist loadfile' if u.find_spec('xdist') else '-p no:xdist')")
 # shellcheck disable=SC2086
-LIGHTNING_MGPU_REPORT_DIR="$report" "$PY" -m pytest -m gpu -q -p no:cacheprovider $parallel -rA --durations=15 tests || status=$?
+LIGHTNING_MGPU_REPORT_DIR="$report" "$PY" -m pytest -m gpu -q -p no:cacheprovider $parallel -rA --durations=15 ${GPU_CHECK_TESTS:-tests} || status=$?
 [ -f "$report/shared_gpu.jsonl" ] && "$PY" -m benchmarks.shared_gpu_report "$report"
+# Two Horovod workers on one GPU: NCCL's answer, whatever it is, is the figure (bounded: a refusal may hang).
+horovodrun="$(dirname "$PY")/horovodrun"
+[ -x "$horovodrun" ] || horovodrun=$(command -v horovodrun || true)
+if [ "$gpus" = "1" ] && [ -n "$horovodrun" ] && "$PY" -c "import horovod.torch" 2>/dev/null; then
+  mkdir -p "$report"
+  rm -f "$report/horovod_shared_gpu.jsonl"
+  timeout 120 "$horovodrun" -np 2 -H localhost:2 --gloo "$PY" -m benchmarks.probe_horovod_shared_gpu \
+    "$report/horovod_shared_gpu.jsonl" >"$report/horovod_shared_gpu.txt" 2>&1 || echo "exit status $?" >>"$report/horovod_shared_gpu.txt"
+  echo "gpu_check: two horovod workers on one GPU: $report/horovod_shared_gpu.txt"
+fi
 "$PY" -m benchmarks.run --gpu "$@" || status=$?
 exit "$status"

@@ -107,10 +107,21 @@ def skip_reason(bench: Benchmark, size: str, gpu: bool, gpus: int) -> str | None
     return None
 
 
+#: Where a benchmark that keeps files beyond its figures (run logs, dashboards) writes them: the report's folder.
+ARTEFACTS_ENV = "BENCHMARK_ARTEFACTS"
+
+
 def run_one(
-    bench: Benchmark, size: str, workdir: Path, bar_position: int, gpu: bool = False, gpus: int = 0
+    bench: Benchmark,
+    size: str,
+    workdir: Path,
+    bar_position: int,
+    gpu: bool = False,
+    gpus: int = 0,
+    artefacts: Path | None = None,
 ) -> reporting.BenchRun:
-    """Run one benchmark in its own process, following its ``round i/N`` lines with a progress bar."""
+    """Run one benchmark in its own process, following its ``round i/N`` lines with a progress bar; ``artefacts``:
+    the folder its files go to (``$BENCHMARK_ARTEFACTS``)."""
     from tqdm import tqdm
 
     skipped = skip_reason(bench, size, gpu, gpus)
@@ -121,7 +132,9 @@ def run_one(
     module = f"benchmarks.{bench.script.removesuffix('.py')}"
     cmd = [sys.executable, "-m", module, *extra, "--result", str(result_path)]
     shown = ["python", "-m", module, *extra]
-    env = repo_env(PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
+    env = repo_env(
+        PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1", **({ARTEFACTS_ENV: str(artefacts)} if artefacts else {})
+    )
     start, tail = time.monotonic(), []
     bar = tqdm(total=None, desc=f"{bench.name:12s}", unit="round", position=bar_position, leave=True, file=sys.stderr)
     proc = subprocess.Popen(
@@ -212,7 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[reporting.BenchRun] = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, bench in enumerate(chosen):
-            runs.append(run_one(bench, size, Path(tmp), i, gpu=args.gpu, gpus=len(machine["gpus"])))
+            artefacts = out / bench.name
+            runs.append(
+                run_one(bench, size, Path(tmp), i, gpu=args.gpu, gpus=len(machine["gpus"]), artefacts=artefacts)
+            )
             if i + 1 < len(chosen):
                 # A run stopped part-way (a killed job, a machine taken back) keeps the benchmarks that finished; the
                 # plots wait for the end.

@@ -197,6 +197,31 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         cpu_sizes=("dry",),  # the figures mean something on a GPU only
     ),
     Benchmark(
+        "starved_gpu",
+        ("data", "callbacks"),
+        "bench_starved_gpu.py",
+        "JPEG decoding in __getitem__ against preprocess's cache under GPUUtilizationMonitor: its verdict, utilisation,"
+        " data wait and samples/s, and both runs' dashboards",
+        {
+            "full": ["--size", "cpu", "--device", "cpu"],
+            "quick": ["--size", "cpu", "--device", "cpu"],
+            "dry": ["--size", "cpu", "--device", "cpu", "--steps", "8"],
+        },
+        needs=("PIL",),
+        gpu_args=["--size", "gpu", "--device", "cuda"],
+    ),
+    Benchmark(
+        "real_models",
+        ("strategies",),
+        "bench_real_models.py",
+        "ResNet-50 and GPT-2 small in bf16-mixed under ddp, dp, sharded_fsdp2, horovod, with ActivationCheckpointing and"
+        " with GPUUtilizationMonitor, each against the same model in a plain torch loop: step time and MFU",
+        {"dry": ["--device", "cpu", "--size", "tiny", "--rounds", "1", "--steps", "2", "--warmup", "1"]},
+        # Two rounds: 32 fits, about 2.5 minutes on an H100, inside the few minutes a lent GPU has for the whole check.
+        gpu_args=["--device", "cuda", "--size", "full", "--rounds", "2"],
+        cpu_sizes=("dry",),  # the figures mean something on a GPU only
+    ),
+    Benchmark(
         "preprocess",
         ("data",),
         "bench_preprocess.py",

@@ -35,7 +35,7 @@ from lightning_mgpu.monitoring.diagnosis import (
     format_table,
     write_diagnoses,
 )
-from lightning_mgpu.monitoring.peak_flops import dense_peak_flops
+from lightning_mgpu.monitoring.peak_flops import dense_peak_flops, describe_peak
 from lightning_mgpu.monitoring.samplers import (
     BackgroundSampler,
     NvmlSource,
@@ -365,7 +365,10 @@ class GPUUtilizationMonitor(Callback):
             _plugin_to_compute_dtype,
         )
 
-        return dense_peak_flops(device, _plugin_to_compute_dtype(trainer.precision_plugin))
+        dtype = _plugin_to_compute_dtype(trainer.precision_plugin)
+        # Said once, so that an MFU figure can be read against the peak it used (sparse and dense differ by 2x).
+        rank_zero_info(f"GPUUtilizationMonitor: MFU against {describe_peak(device, dtype)}")
+        return dense_peak_flops(device, dtype)
 
     @staticmethod
     def _run_context(trainer: pl.Trainer) -> dict[str, Any]:
@@ -385,7 +388,10 @@ class GPUUtilizationMonitor(Callback):
         loader = getattr(trainer, "train_dataloader", None)
         if isinstance(loader, torch.utils.data.DataLoader):
             self._context.update(
-                num_workers=loader.num_workers, pin_memory=bool(loader.pin_memory), batch_size=loader_batch_size(loader)
+                num_workers=loader.num_workers,
+                pin_memory=bool(loader.pin_memory),
+                persistent_workers=bool(loader.persistent_workers),
+                batch_size=loader_batch_size(loader),
             )
 
     @override

@@ -171,12 +171,14 @@ def _is_mixed(precision: Any) -> bool:
 def _advice_input(m: Mapping[str, float], ctx: Mapping[str, Any]) -> list[str]:
     workers, pin, cuda = ctx.get("num_workers"), ctx.get("pin_memory"), ctx.get("accelerator") == "cuda"
     cores = os.cpu_count() or 1
+    # Only what the loader does not do already: a run with persistent workers is not told to set them.
+    persistent = "" if ctx.get("persistent_workers") else " and set persistent_workers=True"
     if workers == 0:
         tip = f"set DataLoader(num_workers=...) > 0 (up to the CPU cores per device; this host has {cores}): the training process loads every batch itself now"
     elif workers is not None:
-        tip = f"raise DataLoader num_workers above {workers} (up to the CPU cores per device; this host has {cores}) and set persistent_workers=True"
+        tip = f"raise DataLoader num_workers above {workers} (up to the CPU cores per device; this host has {cores}){persistent}"
     else:
-        tip = "raise DataLoader num_workers (up to the CPU cores per device) and set persistent_workers=True"
+        tip = f"raise DataLoader num_workers (up to the CPU cores per device){persistent}"
     advice = [tip]
     if cuda and not pin:
         advice.append("set DataLoader(pin_memory=True) so host-to-device copies are asynchronous")

@@ -1,9 +1,9 @@
 """A GPU's dense peak FLOP/s, the denominator of MFU: Lightning's table, corrected where it is silent or sparse.
 
 Lightning 2.6's ``get_available_flops`` finds no entry for an H200 named ``"NVIDIA H200"`` (it looks for
-``"sxm1"``/``"nvl1"`` in the name, which CUDA does not report), so MFU went missing there; and its H200 entries are
-the datasheet's figures *with* 2:4 sparsity, twice what dense training can reach. Hopper parts below use NVIDIA's
-dense figures; everything else goes to Lightning's table.
+``"sxm1"``/``"nvl1"`` in the name, which CUDA does not report), so MFU went missing there; its H200 entries are
+the datasheet's figures *with* 2:4 sparsity, twice what dense training can reach, and its H100 NVL entry is a pair of
+boards. Those Hopper parts use NVIDIA's dense figures below; everything else goes to Lightning's table.
 """
 
 from __future__ import annotations
@@ -12,8 +12,18 @@ from typing import Any
 
 import torch
 
-# Dense FLOP/s. The H200 SXM is the H100 SXM's GH100 at the same clocks; the NVL part runs at a lower power limit.
+# Dense FLOP/s. The H200 SXM is the H100 SXM's GH100 at the same clocks; the NVL parts run at a lower power limit.
+# Lightning's "h100 nvl" entry holds the pair's figures of the first NVL datasheet (two boards); one H100 NVL board is
+# the H200 NVL's GH100 at the same 835.5 TFLOP/s dense bf16. The H100 SXM and PCIe figures in Lightning's table are
+# dense already.
 _DENSE: dict[str, dict[Any, float]] = {
+    "h100 nvl": {
+        torch.float64: 30e12,
+        torch.float32: 60e12,
+        "tfloat32": 417.5e12,
+        torch.bfloat16: 835.5e12,
+        torch.float16: 835.5e12,
+    },
     "h200 nvl": {
         torch.float64: 30e12,
         torch.float32: 60e12,
@@ -53,3 +63,19 @@ def dense_peak_flops(device: torch.device, dtype: Any) -> float | None:
 
     found = get_available_flops(device, dtype)
     return float(found) if found else None
+
+
+def describe_peak(device: torch.device, dtype: Any = torch.bfloat16) -> str:
+    """One line naming the peak MFU is taken against, for ``info`` and the monitor's log.
+
+    Example::
+
+        >>> describe_peak(torch.device("cpu"))
+        'no known peak for cpu (pass the peak yourself for MFU)'
+    """
+    peak = dense_peak_flops(device, dtype)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    label = str(dtype).removeprefix("torch.")
+    if peak is None:
+        return f"no known peak for {name} (pass the peak yourself for MFU)"
+    return f"{name}: dense {label} peak {peak / 1e12:.1f} TFLOP/s"

@@ -80,6 +80,9 @@ class GpuToolchain:
     cuda_home: Path
     cuda_version: str  # torch's CUDA (``torch.version.cuda``), which the wheel is tied to
     nccl_home: Path  # holds include/nccl.h and lib/libnccl.so*
+    # The GPU architectures horovod's kernels are compiled for (``HOROVOD_BUILD_CUDA_CC_LIST``): torch's own, so the
+    # wheel runs wherever that torch does. Empty: horovod's default, every architecture nvcc knows (slower to build).
+    cuda_archs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,12 @@ def _has_nccl(home: Path) -> bool:
 
 
 def resolve_gpu_toolchain(
-    torch_cuda: str | None, nvcc: str | None, nccl_candidates: list[Path], torch_version: str = "?"
+    torch_cuda: str | None,
+    nvcc: str | None,
+    nccl_candidates: list[Path],
+    torch_version: str = "?",
+    torch_archs: str = "",
+    cuda_home: Path | None = None,
 ) -> GpuToolchain:
     """Decide what a GPU build compiles against, or say in one message what is missing and how to get it.
 
@@ -154,6 +162,8 @@ def resolve_gpu_toolchain(
         nvcc: the CUDA compiler found, if any.
         nccl_candidates: folders that may hold NCCL, best first (the nvidia-nccl wheel's, then the system's).
         torch_version: for the message.
+        torch_archs: the architectures torch was compiled for, as torch lists them (``"sm_80 sm_90 ..."``).
+        cuda_home: the toolkit nvcc belongs to (:func:`cuda_toolkit_home`); default: the folder above nvcc's.
 
     Raises:
         HorovodBuildRefused: a CPU torch, no nvcc, or no NCCL.
@@ -175,7 +185,28 @@ def resolve_gpu_toolchain(
             f"build-horovod --gpu needs NCCL (include/nccl.h and libnccl.so): pip install nvidia-nccl-cu{major} into"
             " this environment, install the system's libnccl-dev, or pass --nccl-home DIR."
         )
-    return GpuToolchain(cuda_home=Path(nvcc).resolve().parent.parent, cuda_version=torch_cuda, nccl_home=nccl)
+    archs = tuple(sorted({int(a.split("_")[1]) for a in torch_archs.split() if a.startswith("sm_")}))
+    home = cuda_home or Path(nvcc).resolve().parent.parent
+    return GpuToolchain(cuda_home=home, cuda_version=torch_cuda, nccl_home=nccl, cuda_archs=archs)
+
+
+def cuda_toolkit_home(nvcc: str) -> Path:
+    """The CUDA toolkit that ``nvcc`` belongs to: ``$CUDA_HOME``, else the folder nvcc itself reports.
+
+    ``nvcc`` on the PATH is often a wrapper script or a link (``/usr/local/bin/nvcc`` running
+    ``/usr/local/cuda-13.0/bin/nvcc``), whose own folder holds no headers or libraries; nvcc's dry run names its real
+    ``bin`` folder (``_HERE_``).
+    """
+    env = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if env and (Path(env) / "include" / "cuda_runtime.h").is_file():
+        return Path(env)
+    proc = subprocess.run(
+        [nvcc, "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull], capture_output=True, text=True
+    )
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if line.startswith("#$ _HERE_="):
+            return Path(line.split("=", 1)[1]).resolve().parent
+    return Path(nvcc).resolve().parent.parent
 
 
 def gpu_toolchain(config: BuildConfig) -> GpuToolchain:
@@ -188,12 +219,19 @@ def gpu_toolchain(config: BuildConfig) -> GpuToolchain:
         nvcc = None
     wheel_nccl = _probe(config.python, "import nvidia.nccl as n; print(list(n.__path__)[0])")
     candidates = [*([config.nccl_home] if config.nccl_home else []), *([Path(wheel_nccl)] if wheel_nccl else [])]
-    return resolve_gpu_toolchain(torch_cuda, nvcc, [*candidates, *_SYSTEM_NCCL], torch_version)
+    # torch.cuda.get_arch_list() is empty without a visible GPU, and a build machine often has none; the flags torch
+    # was compiled with are known either way.
+    archs = _probe(config.python, "import torch; print(torch._C._cuda_getArchFlags())") or ""
+    home = cuda_toolkit_home(nvcc) if nvcc else None
+    return resolve_gpu_toolchain(torch_cuda, nvcc, [*candidates, *_SYSTEM_NCCL], torch_version, archs, home)
 
 
 def gpu_build_env(toolchain: GpuToolchain, nccl_link_dir: Path) -> dict[str, str]:
-    """The environment of a GPU build: NCCL for the GPU operations, linked dynamically (as torch links it)."""
+    """The environment of a GPU build: NCCL for the GPU operations, linked dynamically (as torch links it), kernels for
+    torch's architectures unless ``HOROVOD_BUILD_CUDA_CC_LIST`` is already set."""
+    archs = os.environ.get("HOROVOD_BUILD_CUDA_CC_LIST") or ",".join(map(str, toolchain.cuda_archs))
     return {
+        **({"HOROVOD_BUILD_CUDA_CC_LIST": archs} if archs else {}),
         "HOROVOD_GPU_OPERATIONS": "NCCL",
         "HOROVOD_CUDA_HOME": str(toolchain.cuda_home),
         "HOROVOD_NCCL_HOME": str(nccl_link_dir),

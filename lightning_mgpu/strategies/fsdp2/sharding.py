@@ -17,7 +17,7 @@ from torch import nn
 from lightning_mgpu.utilities._compat import check_fsdp2_device
 from lightning_mgpu.utilities.modules import ModuleSpec, select_modules
 
-__all__ = ["apply_fully_shard", "is_fully_sharded", "no_sync"]
+__all__ = ["apply_fully_shard", "default_blocks", "is_fully_sharded", "no_sync"]
 
 # The LightningModule methods Lightning calls instead of forward: FSDP2 must gather the root's parameters for them.
 _STEP_METHODS = ("training_step", "validation_step", "test_step", "predict_step")
@@ -41,7 +41,8 @@ def apply_fully_shard(
         reshard_after_forward: ``False`` keeps gathered parameters from forward to backward (ZeRO-2); ``True`` frees
             them after forward and gathers again in backward (ZeRO-3: less memory, one more all-gather).
         blocks: which submodules get their own ``fully_shard`` (classes, name patterns or predicates). ``None``:
-            every submodule that holds parameters of its own (a Linear, a Conv, a norm layer).
+            every submodule that holds parameters of its own (a Linear, a Conv, a norm layer) and shares none with
+            another module (:func:`default_blocks`).
         mp_policy: ``torch.distributed.fsdp.MixedPrecisionPolicy`` (the dtype parameters are gathered and computed
             in, and the one gradients are reduced in); ``None``: fp32 throughout.
         offload_policy: ``torch.distributed.fsdp.CPUOffloadPolicy`` (shards, gradients and optimizer state on the
@@ -62,7 +63,7 @@ def apply_fully_shard(
     check_fsdp2_device(device_type)
     mesh = init_device_mesh(device_type, (world_size,))
     if blocks is None:
-        chosen = [(n, m) for n, m in module.named_modules() if n and any(True for _ in m.parameters(recurse=False))]
+        chosen = default_blocks(module)
     else:
         chosen = select_modules(module, blocks, owner="FSDP2Strategy(fsdp_modules=...)")
     # Innermost first: a block nested in another chosen block must be sharded before its parent.
@@ -83,6 +84,25 @@ def apply_fully_shard(
         if callable(getattr(module, name, None)):
             register_fsdp_forward_method(module, name)
     return [name for name, _ in chosen]
+
+
+def default_blocks(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Every submodule that holds parameters of its own, except those holding a parameter tied to another module's.
+
+    ``fully_shard`` refuses one parameter in two groups, and a GPT's token embedding and output head share their
+    weight: such modules stay in the root's group (as torchtitan leaves tied embeddings to the root).
+    """
+    owners: dict[int, int] = {}
+    for _, sub in module.named_modules(remove_duplicate=False):
+        for param in sub.parameters(recurse=False):
+            owners[id(param)] = owners.get(id(param), 0) + 1
+    return [
+        (name, sub)
+        for name, sub in module.named_modules()
+        if name
+        and any(True for _ in sub.parameters(recurse=False))
+        and all(owners[id(p)] == 1 for p in sub.parameters(recurse=False))
+    ]
 
 
 def _norm_policy(block: nn.Module, mp_policy: Any) -> dict[str, Any]:

@@ -596,7 +596,8 @@ class HorovodStrategy(ParallelStrategy):
         if self.root_device.type != "cuda":
             raise ValueError(
                 "Trainer(sync_batchnorm=True) with strategy='horovod' uses horovod.torch.SyncBatchNorm, which runs on"
-                " GPUs only. Drop sync_batchnorm on CPU, or use strategy='ddp' whose SyncBatchNorm runs on CPU (gloo)."
+                " GPUs only (as torch's SyncBatchNorm does under 'ddp'). Drop sync_batchnorm on CPU: each worker"
+                " then normalises its own batch."
             )
         return _replace_batchnorm(model, hvd.SyncBatchNorm)
 

@@ -103,7 +103,7 @@ def test_scaling_curves_are_plotted_beside_their_linear_ideal(tmp_path: Path) ->
 
 
 def test_selection_and_bad_names() -> None:
-    assert {b.name for b in registry.select(["data"])} == {"preprocess"}
+    assert {b.name for b in registry.select(["data"])} == {"preprocess", "starved_gpu"}
     assert [b.name for b in registry.select(None, ["dp"])] == ["dp"]
     assert all("--result" not in " ".join(a) for b in registry.BENCHMARKS for a in b.args.values())
     with pytest.raises(ValueError, match="unknown suite.*choose from"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,16 @@ def test_high_data_wait_is_input_bound_with_loader_advice() -> None:
     text = " ".join(d.advice)
     assert "num_workers" in text and "pin_memory=True" in text and "lightning_mgpu.data" in text
     assert d.evidence == {"data_wait_pct": 45.0, "gpu_util_pct": 30.0, "step_ms": 12.0}
+
+
+def test_input_advice_asks_only_for_what_the_loader_does_not_do() -> None:
+    facts = {"data_wait_pct": 60.0, "gpu_util_pct": 12.0}
+    kept = verdict(facts, num_workers=4, accelerator="cuda", pin_memory=True, persistent_workers=True).advice[0]
+    assert (
+        kept == f"raise DataLoader num_workers above 4 (up to the CPU cores per device; this host has {os.cpu_count()})"
+    )
+    fresh = verdict(facts, num_workers=4, accelerator="cuda", pin_memory=True, persistent_workers=False).advice[0]
+    assert fresh.endswith("and set persistent_workers=True")
 
 
 def test_data_wait_with_a_busy_gpu_is_not_input_bound() -> None:

@@ -47,3 +47,19 @@ def test_other_gpus_use_lightnings_table_and_the_cpu_has_none(gpu_named) -> None
     gpu_named("NVIDIA A100-SXM4-80GB")
     assert dense_peak_flops(CUDA0, torch.bfloat16) == 312e12
     assert dense_peak_flops(torch.device("cpu"), torch.bfloat16) is None
+
+
+def test_one_h100_nvl_board_gets_its_dense_figure_not_the_pairs(gpu_named) -> None:
+    from lightning.fabric.utilities.throughput import get_available_flops
+
+    gpu_named("NVIDIA H100 NVL")
+    assert get_available_flops(CUDA0, torch.bfloat16) == 1978.8e12  # Lightning's: the first datasheet's two boards
+    assert dense_peak_flops(CUDA0, torch.bfloat16) == 835.5e12
+
+
+def test_the_peak_is_named_with_its_device_and_dtype(gpu_named) -> None:
+    from lightning_mgpu.monitoring.peak_flops import describe_peak
+
+    gpu_named("NVIDIA H100 80GB HBM3")
+    assert describe_peak(CUDA0) == "NVIDIA H100 80GB HBM3: dense bfloat16 peak 989.4 TFLOP/s"
+    assert describe_peak(torch.device("cpu")) == "no known peak for cpu (pass the peak yourself for MFU)"

@@ -113,6 +113,30 @@ def test_a_gpu_build_is_refused_naming_what_is_missing(tmp_path: Path) -> None:
     assert found == build.GpuToolchain(cuda_home=(tmp_path / "cuda").resolve(), cuda_version="13.0", nccl_home=wheel)
 
 
+def test_a_gpu_build_compiles_for_torchs_architectures_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """horovod's default is every architecture nvcc knows (CUDA 13: a dozen, twice each); torch's own list is the set
+    the wheel can run on anyway. HOROVOD_BUILD_CUDA_CC_LIST set by the user wins."""
+    wheel = _nccl_wheel(tmp_path / "nccl")
+    found = build.resolve_gpu_toolchain(
+        "13.0",
+        "/usr/bin/nvcc",
+        [wheel],
+        torch_archs="sm_75 sm_80 sm_86 sm_90 sm_100 sm_120 compute_120",
+        cuda_home=Path("/usr/local/cuda-13.0"),
+    )
+    assert found.cuda_archs == (75, 80, 86, 90, 100, 120)
+    assert found.cuda_home == Path("/usr/local/cuda-13.0")  # nvcc on the PATH is often a wrapper elsewhere
+    monkeypatch.delenv("HOROVOD_BUILD_CUDA_CC_LIST", raising=False)
+    assert build.gpu_build_env(found, tmp_path)["HOROVOD_BUILD_CUDA_CC_LIST"] == "75,80,86,90,100,120"
+    monkeypatch.setenv("HOROVOD_BUILD_CUDA_CC_LIST", "90")
+    assert build.gpu_build_env(found, tmp_path)["HOROVOD_BUILD_CUDA_CC_LIST"] == "90"
+    monkeypatch.delenv("HOROVOD_BUILD_CUDA_CC_LIST")
+    unknown = build.resolve_gpu_toolchain("13.0", "/usr/bin/nvcc", [wheel])  # torch listed none: horovod's default
+    assert "HOROVOD_BUILD_CUDA_CC_LIST" not in build.gpu_build_env(unknown, tmp_path)
+
+
 def test_a_gpu_build_links_nccl_as_cmake_expects_and_sets_its_environment(tmp_path: Path) -> None:
     toolchain = build.GpuToolchain(Path("/opt/cuda"), "13.0", _nccl_wheel(tmp_path / "wheel"))
     linked = build.nccl_link_dir(toolchain, tmp_path / "work")

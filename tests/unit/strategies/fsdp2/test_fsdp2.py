@@ -74,3 +74,17 @@ def test_precision_plugins_are_fsdp2s_own_and_picklable() -> None:
     )  # a new object, the stock one as it was
     assert isinstance(built.scaler, ShardAwareGradScaler) and built.scaler.get_scale() == 512.0
     assert type(pickle.loads(pickle.dumps(strategy)).precision_plugin) is FSDP2MixedPrecision
+
+
+def test_tied_weights_stay_in_the_roots_group_by_default() -> None:
+    """A GPT ties its output head to its token embedding: ``fully_shard`` refuses one parameter in two groups, so by
+    default both modules stay with the root, and every other module with parameters gets its own group."""
+    from lightning_mgpu.strategies.fsdp2.sharding import default_blocks
+
+    tokens, head = nn.Embedding(10, 4), nn.Linear(4, 10, bias=False)
+    head.weight = tokens.weight
+    model = nn.ModuleDict({"tokens": tokens, "block": nn.Linear(4, 4), "norm": nn.LayerNorm(4), "head": head})
+    assert [name for name, _ in default_blocks(model)] == ["block", "norm"]
+    untied = nn.ModuleDict({"tokens": nn.Embedding(10, 4), "head": nn.Linear(4, 10, bias=False)})
+    assert [name for name, _ in default_blocks(untied)] == ["tokens", "head"]
+

@@ -129,7 +129,9 @@ def test_sync_batchnorm_on_cpu_is_refused_with_the_alternative() -> None:
     from lightning_mgpu.strategies import HorovodStrategy
 
     strategy = HorovodStrategy(parallel_devices=[torch.device("cpu")])
-    with pytest.raises(ValueError, match=r"GPUs only.*strategy='ddp'"):
+    with pytest.raises(
+        ValueError, match=r"GPUs only \(as torch's SyncBatchNorm does under 'ddp'\)\. Drop sync_batchnorm"
+    ):
         strategy._convert_sync_batchnorm(torch.nn.BatchNorm1d(3))
 
 
