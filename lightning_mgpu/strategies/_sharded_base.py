@@ -299,10 +299,26 @@ class ShardedBase(StepRouting, DDPStrategy):
         self._restored_in_place = False
         path = Path(checkpoint_path)
         if not (self._holds_shards() and is_sharded_checkpoint(path)):
-            return super().load_checkpoint(checkpoint_path, *args, **kwargs)
+            return self._adopt_legacy_precision_state(super().load_checkpoint(checkpoint_path, *args, **kwargs))
         self._load_sharded_folder(path)
         self._restored_in_place = True
-        return load_checkpoint_file(path / META_FILENAME, trusted=kwargs.get("weights_only") is False)
+        meta = load_checkpoint_file(path / META_FILENAME, trusted=kwargs.get("weights_only") is False)
+        return self._adopt_legacy_precision_state(meta)
+
+    def _adopt_legacy_precision_state(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
+        """File the precision plugin's state of an older checkpoint under this plugin's name.
+
+        Lightning restores the plugin's state (the 16-mixed grad scaler's scale and growth tracker) only from the key
+        named by the plugin's class. Until 889f4d2 every sharded engine's plugin was ``Sharded<Kind>Precision``; ZeRO
+        now runs Lightning's own plugins and FSDP2 its ``FSDP2<Kind>Precision``, so their older checkpoints would resume
+        with a fresh scaler, silently. Remove when checkpoints written before 2026-11-28 need not resume.
+        """
+        name = type(self.precision_plugin).__qualname__
+        kind = name.removeprefix("FSDP2").removeprefix("Sharded")  # MixedPrecision, Precision, ...
+        legacy = f"Sharded{kind}"
+        if name not in checkpoint and legacy != name and legacy in checkpoint:
+            checkpoint[name] = checkpoint[legacy]
+        return checkpoint
 
     @override
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:

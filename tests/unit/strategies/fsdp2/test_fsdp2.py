@@ -88,3 +88,16 @@ def test_tied_weights_stay_in_the_roots_group_by_default() -> None:
     untied = nn.ModuleDict({"tokens": nn.Embedding(10, 4), "head": nn.Linear(4, 10, bias=False)})
     assert [name for name, _ in default_blocks(untied)] == ["tokens", "head"]
 
+
+def test_a_checkpoint_from_before_the_engine_classes_resumes_its_grad_scaler() -> None:
+    """Until 889f4d2 every sharded engine's plugin was ``ShardedMixedPrecision``, and Lightning files the grad scaler's
+    state under the plugin's class name: an FSDP2 or ZeRO checkpoint of that time would resume with a fresh scale."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "CUDA is not available" from the scaler on this machine
+        plugin = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))
+        fsdp2, zero = FSDP2Strategy(precision_plugin=plugin), ZeroStrategy(precision_plugin=plugin)
+    old = {"state_dict": {}, "ShardedMixedPrecision": {"scale": 8.0, "_growth_tracker": 3}}
+    assert fsdp2._adopt_legacy_precision_state(dict(old))["FSDP2MixedPrecision"] == old["ShardedMixedPrecision"]
+    assert zero._adopt_legacy_precision_state(dict(old))["MixedPrecision"] == old["ShardedMixedPrecision"]
+    new = {"FSDP2MixedPrecision": {"scale": 2.0}, "ShardedMixedPrecision": {"scale": 8.0}}
+    assert fsdp2._adopt_legacy_precision_state(dict(new))["FSDP2MixedPrecision"] == {"scale": 2.0}  # its own wins
