@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The formatter, the linter and the type checker, as CI runs them (configured in pyproject.toml: 120 columns, one
-# annotation spelling; mypy over the floors listed under [tool.mypy]).
+# annotation spelling; mypy over the whole library, as [tool.mypy] says).
 # Set up first (idempotent). `bash scripts/lint.sh --fix` rewrites instead of checking.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -113,8 +113,9 @@ class ImageClassifier(LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
-        if hp.optimizer == "sgd":
-            return torch.optim.SGD(self.parameters(), lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
-        if hp.optimizer == "adam":
-            return torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
-        return torch.optim.AdamW(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+        lr, decay = hp["lr"], hp["weight_decay"]
+        if hp["optimizer"] == "sgd":
+            return torch.optim.SGD(self.parameters(), lr=lr, momentum=hp["momentum"], weight_decay=decay)
+        if hp["optimizer"] == "adam":
+            return torch.optim.Adam(self.parameters(), lr=lr, weight_decay=decay)
+        return torch.optim.AdamW(self.parameters(), lr=lr, weight_decay=decay)

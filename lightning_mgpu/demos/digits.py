@@ -90,8 +90,8 @@ class DigitsDataModule(LightningDataModule):
         if self.train_set is not None:
             return
         x, y = load_digits_tensors()
-        perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(self.hparams.split_seed))
-        n_val = int(round(len(x) * self.hparams.val_fraction))
+        perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(self.hparams["split_seed"]))
+        n_val = int(round(len(x) * self.hparams["val_fraction"]))
         val_idx, train_idx = perm[:n_val], perm[n_val:]
         self.train_set = TensorDataset(x[train_idx], y[train_idx])
         self.val_set = TensorDataset(x[val_idx], y[val_idx])
@@ -100,16 +100,16 @@ class DigitsDataModule(LightningDataModule):
         # Stateful and seeded, so that a mid-epoch checkpoint resumes exactly (lightning_mgpu.data.loader).
         return resumable_loader(
             dataset,
-            batch_size=self.hparams.batch_size,
+            batch_size=self.hparams["batch_size"],
             shuffle=shuffle,
-            seed=self.hparams.seed,
+            seed=self.hparams["seed"],
             drop_last=drop_last,
-            num_workers=self.hparams.num_workers,
+            num_workers=self.hparams["num_workers"],
         )
 
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None
-        return self._loader(self.train_set, shuffle=True, drop_last=self.hparams.drop_last)
+        return self._loader(self.train_set, shuffle=True, drop_last=self.hparams["drop_last"])
 
     def val_dataloader(self) -> DataLoader:
         assert self.val_set is not None

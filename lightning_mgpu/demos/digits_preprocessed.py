@@ -173,7 +173,7 @@ def digits_preprocessed_datamodule(
         batch_size=batch_size,
         num_workers=num_workers,
         cache=cache,
-        backend=backend,  # type: ignore[arg-type]
+        backend=backend,
         image_shape=transform.output_shape,
         **kwargs,
     )

@@ -65,7 +65,8 @@ class SyntheticImageDataModule(LightningDataModule):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
         self.save_hyperparameters()
-        self.image_shape = tuple(image_shape)
+        c, h, w = image_shape  # a list from a YAML config becomes the tuple the generator takes
+        self.image_shape = (c, h, w)
         self.num_classes = num_classes
         self.train_set: TensorDataset | None = None
         self.val_set: TensorDataset | None = None
@@ -74,27 +75,28 @@ class SyntheticImageDataModule(LightningDataModule):
         if self.train_set is not None:
             return
         hp = self.hparams
-        x, y = make_synthetic_images(hp.size + hp.val_size, self.image_shape, hp.num_classes, hp.seed)
-        self.train_set = TensorDataset(x[: hp.size], y[: hp.size])
-        self.val_set = TensorDataset(x[hp.size :], y[hp.size :])
+        size = hp["size"]
+        x, y = make_synthetic_images(size + hp["val_size"], self.image_shape, hp["num_classes"], hp["seed"])
+        self.train_set = TensorDataset(x[:size], y[:size])
+        self.val_set = TensorDataset(x[size:], y[size:])
 
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None
         # Stateful and seeded, so that a mid-epoch checkpoint resumes exactly (lightning_mgpu.data.loader).
         return resumable_loader(
             self.train_set,
-            batch_size=self.hparams.batch_size,
+            batch_size=self.hparams["batch_size"],
             shuffle=True,
-            seed=self.hparams.seed,
-            drop_last=self.hparams.drop_last,
-            num_workers=self.hparams.num_workers,
+            seed=self.hparams["seed"],
+            drop_last=self.hparams["drop_last"],
+            num_workers=self.hparams["num_workers"],
         )
 
     def val_dataloader(self) -> DataLoader:
         assert self.val_set is not None
         return resumable_loader(
             self.val_set,
-            batch_size=self.hparams.batch_size,
-            seed=self.hparams.seed,
-            num_workers=self.hparams.num_workers,
+            batch_size=self.hparams["batch_size"],
+            seed=self.hparams["seed"],
+            num_workers=self.hparams["num_workers"],
         )

@@ -175,7 +175,9 @@ def _ensure_init_attr(cls: cst.ClassDef, attr: str) -> cst.ClassDef:
         )
         body = list(cls.body.body)
         index = next((i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef)), len(body))
-        body.insert(index, new.with_changes(leading_lines=body[index].leading_lines if index < len(body) else ()))
+        first = body[index] if index < len(body) else None
+        lead = first.leading_lines if isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) else ()
+        body.insert(index, new.with_changes(leading_lines=lead))
         if index < len(body) - 1:
             body[index + 1] = body[index + 1].with_changes(leading_lines=[cst.EmptyLine()])
         return cls.with_changes(body=cls.body.with_changes(body=body))
@@ -219,6 +221,7 @@ def convert_epoch_ends(cls: cst.ClassDef, has_optimizer_idx: bool) -> ClassResul
             if blocked:
                 result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
                 continue
+            assert step is not None  # a missing step blocks
             if step_name == "training_step":
                 wrap = "{}" if _returns_dict(step) or not _loss_keyed(hook, params[1]) else '{{"loss": {}}}'
                 wrap = f"recursive_detach({wrap})"

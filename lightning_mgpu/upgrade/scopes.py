@@ -271,8 +271,8 @@ class FileFacts(cst.CSTVisitor):
             return out
         if isinstance(node, cst.Attribute) and node.attr.value in self.flags:
             default, choices = self.flags[node.attr.value]
-            out = {None} if default is None else self.values(default, scope, depth + 1)
-            if out is None:
+            flag: set[Any] | None = {None} if default is None else self.values(default, scope, depth + 1)
+            if flag is None:
                 return None
             if choices is not None:
                 if not isinstance(choices, (cst.List, cst.Tuple, cst.Set)):
@@ -281,6 +281,6 @@ class FileFacts(cst.CSTVisitor):
                     found = self.values(element.value, scope, depth + 1)
                     if found is None:
                         return None
-                    out |= found
-            return out
+                    flag |= found
+            return flag
         return None

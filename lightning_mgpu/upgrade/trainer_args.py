@@ -107,7 +107,7 @@ def add_argparse_args(
     """
     group = parser.add_argument_group(cls.__name__) if use_argument_group else parser
     taken = {action.dest for action in parser._actions}  # a flag the script defines itself wins
-    for name, param in inspect.signature(cls.__init__).parameters.items():
+    for name, param in inspect.signature(cls).parameters.items():
         if name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or name in taken:
             continue
         default = param.default if param.default is not inspect.Parameter.empty else None
@@ -139,7 +139,7 @@ def from_argparse_args(cls: type, args: argparse.Namespace | dict[str, Any], **k
         ValueError: a 1.x flag was given a value that has no 2.x meaning (the message names the 2.x way).
     """
     given = vars(args) if isinstance(args, argparse.Namespace) else dict(args)
-    signature = inspect.signature(cls.__init__).parameters
+    signature = inspect.signature(cls).parameters
     accepted = set(signature) | (set(LEGACY_FLAGS) if _is_trainer(cls) else set())
     # A flag left at the class's own default says nothing: dropping it lets a 1.x flag (--gpus 2) set that argument.
     params = {

@@ -73,6 +73,11 @@ def _quoted(value: str) -> cst.SimpleString:
     return cst.SimpleString(f'"{value}"')
 
 
+def _alias_of(alias: cst.ImportAlias) -> str | None:
+    """The ``as`` name of an import (always a plain name in an import; libcst's type also allows tuples)."""
+    return alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
+
+
 def _kwarg(name: str, value: cst.BaseExpression, like: cst.Arg | None = None) -> cst.Arg:
     """A keyword argument, spaced like ``like`` (``x=1`` or ``x = 1``)."""
     equal = (
@@ -357,7 +362,8 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             args.changes.append(f"{flag}={_code(count)} -> devices={_code(count)}")
     if accelerator is not None or accelerator_node is not None:
         new_node = accelerator_node if accelerator_node is not None else _quoted(accelerator)  # type: ignore[arg-type]
-        current = _string(args.get("accelerator")) if args.get("accelerator") is not None else None
+        given = args.get("accelerator")
+        current = _string(given) if given is not None else None
         if args.get("accelerator") is None or current in rules.STRATEGY_STRINGS:
             args.remove("accelerator")
             # Before devices, where a person would write it.
@@ -377,18 +383,18 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             key = str(_literal(node))
             return _quoted(rules.PRECISION[key]) if key in rules.PRECISION else node
 
-        new = precision.with_changes(body=branch(precision.body), orelse=branch(precision.orelse))
-        if _code(new) != _code(precision):
-            args.replace("precision", [("precision", new)])
-            args.changes.append(f"precision={_code(precision)} -> precision={_code(new)}")
+        both = precision.with_changes(body=branch(precision.body), orelse=branch(precision.orelse))
+        if _code(both) != _code(precision):
+            args.replace("precision", [("precision", both)])
+            args.changes.append(f"precision={_code(precision)} -> precision={_code(both)}")
             sixteen = True
     elif precision is not None:
         literal = _literal(precision)
-        key = str(literal) if isinstance(literal, (int, str)) and not isinstance(literal, bool) else None
-        sixteen = key == "16"
-        if key in rules.PRECISION:
-            args.replace("precision", [("precision", _quoted(rules.PRECISION[key]))])
-            args.changes.append(f'precision={_code(precision)} -> precision="{rules.PRECISION[key]}"')
+        spelled = str(literal) if isinstance(literal, (int, str)) and not isinstance(literal, bool) else None
+        sixteen = spelled == "16"
+        if spelled is not None and spelled in rules.PRECISION:
+            args.replace("precision", [("precision", _quoted(rules.PRECISION[spelled]))])
+            args.changes.append(f'precision={_code(precision)} -> precision="{rules.PRECISION[spelled]}"')
     backend = args.get("amp_backend")
     level = args.get("amp_level")
     if backend is not None:
@@ -759,7 +765,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         ):
             for a in updated.names:
                 if isinstance(a.name, cst.Name) and a.name.value == "pytorch":
-                    self.namespace_aliases[a.asname.name.value if a.asname else "pytorch"] = "lightning.pytorch"
+                    self.namespace_aliases[_alias_of(a) or "pytorch"] = "lightning.pytorch"
         namespace = next((ns for ns in rules.BUNDLE_FOR_NAMESPACE if module == ns or module.startswith(ns + ".")), None)
         if module == "fairscale.nn" or module.startswith("fairscale.nn.checkpoint"):
             if any(isinstance(a.name, cst.Name) and a.name.value == "checkpoint_wrapper" for a in updated.names):
@@ -773,8 +779,8 @@ class UpgradeTransformer(cst.CSTTransformer):
         kept: list[cst.ImportAlias] = []
         for alias in updated.names:
             name = alias.name.value if isinstance(alias.name, cst.Name) else None
-            local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
-            asname = alias.asname.name.value if alias.asname else None
+            local = _alias_of(alias) or name
+            asname = _alias_of(alias)
             if name in rules.REMOVED_CLASSES and below in rules.REMOVED_CLASS_MODULES:
                 # The bundle's class under its own name, and every use renamed; a user's own alias stays.
                 new, extra = rules.REMOVED_CLASSES[name]
@@ -828,7 +834,7 @@ class UpgradeTransformer(cst.CSTTransformer):
                 self._todo(original, rules.todo_text("test-tube-logger"))
             if name == "auto_move_data":
                 # The module is gone in 2.x: the import would stop the script; the decorator goes with it.
-                self._auto_move_data.add(local or name)  # type: ignore[arg-type]
+                self._auto_move_data.add(local or name)
                 self._change(original, f"from {module} import auto_move_data removed (2.x has no such decorator)")
                 continue
             kept.append(alias)
@@ -842,8 +848,8 @@ class UpgradeTransformer(cst.CSTTransformer):
     def _metrics_import(self, original: cst.ImportFrom, updated: cst.ImportFrom, target: str) -> cst.ImportFrom:
         """``from pytorch_lightning.metrics[.x] import A`` -> ``from torchmetrics[.x] import A`` (renamed where
         torchmetrics renamed it)."""
-        names = []
-        for alias in updated.names:
+        names: list[cst.ImportAlias] = []
+        for alias in () if isinstance(updated.names, cst.ImportStar) else updated.names:
             name = alias.name.value if isinstance(alias.name, cst.Name) else ""
             new = rules.TORCHMETRICS_RENAMED.get(name, name)
             if new != name:
@@ -852,7 +858,7 @@ class UpgradeTransformer(cst.CSTTransformer):
                 alias = alias.with_changes(name=cst.Name(new))
             names.append(alias)
         self._change(original, f"from {_dotted(updated.module)} -> from {target} (torchmetrics)")  # type: ignore[arg-type]
-        return updated.with_changes(module=cst.parse_expression(target), names=names)
+        return updated.with_changes(module=cst.parse_expression(target), names=names or updated.names)
 
     def _add_import(self, module: str, name: str, asname: str | None) -> None:
         self.imports_to_add[(module, name, asname)] = None
@@ -862,7 +868,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         if not self.imports_to_add and not self.plain_imports:
             return updated
         existing = {
-            (_dotted(s.module), a.name.value, a.asname.name.value if a.asname else None)
+            (_dotted(s.module), a.name.value, _alias_of(a))
             for stmt in updated.body
             if isinstance(stmt, cst.SimpleStatementLine)
             for s in stmt.body
@@ -971,7 +977,7 @@ class UpgradeTransformer(cst.CSTTransformer):
                 self.renamed[dotted] = (f"{namespace}.strategies", new, extra)
                 return updated  # the call site rewrites it, with its extra arguments
             self._change(original, f"{dotted} -> {head}.strategies.{new}")
-            return cst.parse_expression(f"{head}.strategies.{new}")  # type: ignore[return-value]
+            return cst.parse_expression(f"{head}.strategies.{new}")
         moved = rules.MOVED_NAMES.get((below, name))
         if moved is not None:
             submodule, new = moved
@@ -983,17 +989,17 @@ class UpgradeTransformer(cst.CSTTransformer):
         renamed = rules.RENAMED_NAMES.get((below, name))
         if renamed is not None:
             self._change(original, f"{dotted} -> {head}.{renamed[0]}.{renamed[1]}")
-            return cst.parse_expression(f"{head}.{renamed[0]}.{renamed[1]}")  # type: ignore[return-value]
+            return cst.parse_expression(f"{head}.{renamed[0]}.{renamed[1]}")
         if below in rules.MOVED_MODULES:
             target = f"{head}.{rules.MOVED_MODULES[below]}".rstrip(".")
             self._change(original, f"{dotted} -> {target}.{name}")
-            return cst.parse_expression(f"{target}.{name}")  # type: ignore[return-value]
+            return cst.parse_expression(f"{target}.{name}")
         if below == "metrics" or below.startswith("metrics."):
             self.plain_imports["torchmetrics"] = None
             new = rules.TORCHMETRICS_RENAMED.get(name, name)
             target = "torchmetrics" + below[len("metrics") :]
             self._change(original, f"{dotted} -> {target}.{new}")
-            return cst.parse_expression(f"{target}.{new}")  # type: ignore[return-value]
+            return cst.parse_expression(f"{target}.{new}")
         return updated
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -1127,7 +1133,7 @@ class UpgradeTransformer(cst.CSTTransformer):
                     continue
                 if path is not None:
                     head, _, tail = path.rpartition("/")
-                    parts = [("dirpath", _quoted(head))] if head else []
+                    parts: list[tuple[str, cst.BaseExpression]] = [("dirpath", _quoted(head))] if head else []
                     parts += [("filename", _quoted(tail.removesuffix(".ckpt")))] if tail else []
                 else:
                     self.plain_imports["os"] = None
@@ -1190,7 +1196,9 @@ class UpgradeTransformer(cst.CSTTransformer):
         positional = [a for a in updated.args if a.keyword is None and not a.star]
         keywords = [a for a in updated.args if a.keyword is not None]
         stars = [a for a in updated.args if a.star]
-        items = [(a.keyword.value, a.value, a) for a in keywords]  # type: ignore[union-attr]
+        items: list[tuple[str, cst.BaseExpression, cst.Arg | None]] = [
+            (a.keyword.value, a.value, a) for a in keywords if a.keyword is not None
+        ]
         trainer = rewrite_trainer_args(self._args(items))
         if any(key == "resume_from_checkpoint" for key, _, _ in trainer.items):
             value = trainer.get("resume_from_checkpoint")
@@ -1236,11 +1244,14 @@ class UpgradeTransformer(cst.CSTTransformer):
     def _rewrite_dict(self, node: cst.BaseExpression, at: cst.CSTNode) -> cst.BaseExpression | None:
         """A dict literal or ``dict(...)`` of Trainer settings, rewritten (None: nothing to change). Its findings go to
         the statement being visited."""
+        # is_dict_builder admitted plain elements with string keys, or keyword arguments only.
+        items: list[tuple[str, cst.BaseExpression, cst.Arg | None]] = []
         if isinstance(node, cst.Dict):
-            items = [(_string(e.key), e.value, None) for e in node.elements]  # type: ignore[union-attr]
-        else:
-            items = [(a.keyword.value, a.value, a) for a in node.args]  # type: ignore[union-attr,attr-defined]
-        inner = rewrite_trainer_args(self._args(items))  # type: ignore[arg-type]
+            elements = [e for e in node.elements if isinstance(e, cst.DictElement)]
+            items = [(_string(e.key) or "", e.value, None) for e in elements]
+        elif isinstance(node, cst.Call):
+            items = [(a.keyword.value, a.value, a) for a in node.args if a.keyword is not None]
+        inner = rewrite_trainer_args(self._args(items))
         if any(k == "resume_from_checkpoint" for k, _, _ in inner.items):
             inner.todo("trainer-resume", value=_code(inner.get("resume_from_checkpoint")))  # type: ignore[arg-type]
         self._emit(at, inner)
@@ -1299,7 +1310,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         ):
             self._change(original, "self.hparams = ... -> self.save_hyperparameters(...)")
             call = cst.parse_statement(f"self.save_hyperparameters({_code(small.value)})")
-            return call.with_changes(leading_lines=updated.leading_lines)  # type: ignore[return-value]
+            return call.with_changes(leading_lines=updated.leading_lines)
         # settings["gpus"] = 2 on a dict that reaches a Trainer: each 1.x key rewritten as if passed to the call.
         if (
             isinstance(small, cst.Assign)
@@ -1318,16 +1329,16 @@ class UpgradeTransformer(cst.CSTTransformer):
             and isinstance(small.value.func.value, cst.Name)
             and self._is_trainer_dict(small.value.func.value.value)
         ):
-            call = small.value
-            if len(call.args) == 1 and call.args[0].keyword is None and is_dict_builder(call.args[0].value):
-                new = self._rewrite_dict(call.args[0].value, original)
+            update = small.value
+            if len(update.args) == 1 and update.args[0].keyword is None and is_dict_builder(update.args[0].value):
+                new = self._rewrite_dict(update.args[0].value, original)
                 if new is not None:
-                    call = call.with_changes(args=[call.args[0].with_changes(value=new)])
-            elif call.args and all(a.keyword is not None for a in call.args):
-                new = self._rewrite_dict(cst.Call(func=cst.Name("dict"), args=call.args), original)
-                if new is not None:
-                    call = call.with_changes(args=new.args)  # type: ignore[attr-defined]
-            return updated.with_changes(body=[small.with_changes(value=call)])
+                    update = update.with_changes(args=[update.args[0].with_changes(value=new)])
+            elif update.args and all(a.keyword is not None for a in update.args):
+                new = self._rewrite_dict(cst.Call(func=cst.Name("dict"), args=update.args), original)
+                if isinstance(new, cst.Call):  # dict(...) in, dict(...) out
+                    update = update.with_changes(args=new.args)
+            return updated.with_changes(body=[small.with_changes(value=update)])
         return updated
 
     def _subscript_assign(
@@ -1355,7 +1366,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         if not lines:
             lines = [cst.parse_statement("pass")]
         lines[0] = lines[0].with_changes(leading_lines=updated.leading_lines)
-        lines[-1] = lines[-1].with_changes(trailing_whitespace=updated.trailing_whitespace)  # type: ignore[call-arg]
+        lines[-1] = lines[-1].with_changes(trailing_whitespace=updated.trailing_whitespace)
         return cst.FlattenSentinel(lines)
 
     @staticmethod
@@ -1398,7 +1409,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._lightning_class.append(bool(bases - rules.NON_LIGHTNING_BASES))
         if bases & {"LightningDataModule"} or bases & self.datamodules:
             self.datamodules.add(node.name.value)
-        methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
+        methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}
         step = methods.get("training_step")
         self._class_has_optimizer_idx.append(
             step is not None
@@ -1411,7 +1422,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         has_optimizer_idx = self._class_has_optimizer_idx.pop()
         if not self._lightning_class.pop():
             return updated
-        lines = {s.name.value: self._line(s) for s in original.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
+        lines = {s.name.value: self._line(s) for s in original.body.body if isinstance(s, cst.FunctionDef)}
         comments: list[tuple[str, str]] = []
         for convert in (
             convert_log_returns,
