@@ -29,7 +29,6 @@ On the CPU the figures say nothing about a GPU: the suite runs this benchmark th
 from __future__ import annotations
 
 import argparse
-import gc
 import statistics
 import sys
 from typing import Any
@@ -41,6 +40,7 @@ from torch.utils.data import DataLoader
 from benchmarks.harness import interleave
 from benchmarks.harness.cli import parser
 from benchmarks.harness.clock import raw_steps
+from benchmarks.harness.memory import peak_since, start_peak
 from benchmarks.harness.models import Trainable
 from benchmarks.harness.result import figure, ratio, write_result
 from benchmarks.harness.stats import median_interval
@@ -113,20 +113,6 @@ def step_flops(args: argparse.Namespace) -> int:
     return int(measure_flops(model, lambda: model(x), lambda out: nn.functional.mse_loss(out, y)))
 
 
-def start_peak(device: torch.device) -> int:
-    """Free what earlier arms left (a Trainer holds reference cycles) and start a peak; returns what is allocated.
-
-    Without the collection, a previous fit's model and optimizer state can still be allocated during the next arm
-    and count in its peak.
-    """
-    gc.collect()
-    if device.type != "cuda":
-        return 0
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats(device)
-    return torch.cuda.memory_allocated(device)
-
-
 def lightning_arm(
     args: argparse.Namespace, arm: str, batches: list, device: torch.device
 ) -> tuple[float, int, dict[str, Any]]:
@@ -160,7 +146,7 @@ def lightning_arm(
         plugins=plugins,
         precision=None if plugins else precision,
     )
-    peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
+    peak = peak_since(base, device)
     counted = {"optimizer_steps": amp.optimizer_steps, "skipped_steps": amp.skipped_steps} if amp is not None else {}
     torch.set_float32_matmul_precision("highest")
     return median_interval(clock.marks, args.warmup, args.steps), peak, counted
@@ -188,7 +174,7 @@ def raw_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.dev
 
     count = args.warmup + args.steps + 1
     marks = raw_steps(step, (batches[i % len(batches)] for i in range(count)), count, device)[0]
-    peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
+    peak = peak_since(base, device)
     return median_interval(marks, args.warmup, args.steps), peak
 
 

@@ -30,7 +30,6 @@ On the CPU the figures say nothing about a GPU: the suite runs this benchmark th
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib.util
 import os
 import statistics
@@ -45,6 +44,7 @@ from torch.utils.data import DataLoader
 from benchmarks.harness import interleave
 from benchmarks.harness.cli import parser
 from benchmarks.harness.clock import raw_steps
+from benchmarks.harness.memory import peak_since, start_peak
 from benchmarks.harness.models import Trainable
 from benchmarks.harness.networks import ModelSpec, gpt_spec, resnet_spec, step_flops
 from benchmarks.harness.result import figure, ratio, write_result
@@ -145,16 +145,6 @@ def wrap_by_hand(model: nn.Module, arm: str, device: torch.device) -> nn.Module:
     return model
 
 
-def start_peak(device: torch.device) -> int:
-    """Free what earlier arms left (a Trainer holds reference cycles) and start a peak; returns what is allocated."""
-    gc.collect()
-    if device.type != "cuda":
-        return 0
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats(device)
-    return torch.cuda.memory_allocated(device)
-
-
 def lightning_arm(
     args: argparse.Namespace, spec: ModelSpec, arm: str, batches: list, device: torch.device
 ) -> tuple[float, int]:
@@ -190,7 +180,7 @@ def lightning_arm(
         # The monitor writes its diagnosis under the log folder; the other arms log nothing.
         default_root_dir=args.root_dir,
     )
-    peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
+    peak = peak_since(base, device)
     return median_interval(clock.marks, args.warmup, args.steps), peak
 
 
@@ -215,7 +205,7 @@ def raw_arm(
 
     count = args.warmup + args.steps + 1
     marks = raw_steps(step, (batches[i % len(batches)] for i in range(count)), count, device)[0]
-    peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
+    peak = peak_since(base, device)
     return median_interval(marks, args.warmup, args.steps), peak
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.bench_real_models import ARMS, PEERS
+from benchmarks.harness.registry import BENCHMARKS
 from lightning_mgpu.utilities.imports import is_available
 from tests.helpers.launch import run_python
 
@@ -16,25 +17,8 @@ from tests.helpers.launch import run_python
 @pytest.mark.timeout(300)
 def test_every_arm_trains_both_models_and_is_paired_with_its_peers(tmp_path: Path) -> None:
     result = tmp_path / "real_models.json"
-    run_python(
-        [
-            "-m",
-            "benchmarks.bench_real_models",
-            "--device",
-            "cpu",
-            "--size",
-            "tiny",
-            "--rounds",
-            "1",
-            "--steps",
-            "2",
-            "--warmup",
-            "1",
-            "--result",
-            str(result),
-        ],
-        timeout=240,
-    )
+    dry = next(b for b in BENCHMARKS if b.name == "real_models").args["dry"]  # the suite's own dry size
+    run_python(["-m", "benchmarks.bench_real_models", *dry, "--result", str(result)], timeout=240)
     out = json.loads(result.read_text())
     ran = [a for a in ARMS if a != "horovod" or is_available("horovod")]
     models = ("ResNet(1, 1)x8", "GPT 2x32")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.harness.registry import BENCHMARKS
 from lightning_mgpu.monitoring.diagnosis import load_diagnoses
 from tests.helpers.launch import run_python
 from tests.helpers.runif import RunIf
@@ -19,22 +20,9 @@ VERDICTS = {"input-bound", "communication-bound", "low-utilisation-unexplained",
 @pytest.mark.timeout(300)
 def test_both_runs_are_diagnosed_and_leave_their_dashboards(tmp_path: Path) -> None:
     result, runs = tmp_path / "starved_gpu.json", tmp_path / "runs"
+    dry = next(b for b in BENCHMARKS if b.name == "starved_gpu").args["dry"]  # the suite's own dry size
     run_python(
-        [
-            "-m",
-            "benchmarks.bench_starved_gpu",
-            "--size",
-            "cpu",
-            "--device",
-            "cpu",
-            "--steps",
-            "8",
-            "--runs-dir",
-            str(runs),
-            "--result",
-            str(result),
-        ],
-        timeout=240,
+        ["-m", "benchmarks.bench_starved_gpu", *dry, "--runs-dir", str(runs), "--result", str(result)], timeout=240
     )
     out = json.loads(result.read_text())
     assert set(out["config"]["verdicts"]) == {"raw", "cached"} and set(out["config"]["verdicts"].values()) <= VERDICTS
