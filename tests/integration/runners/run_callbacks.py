@@ -43,12 +43,12 @@ import lightning_mgpu  # noqa: F401  (registers the bundle strategies)
 from lightning_mgpu.callbacks import (
     ActivationCheckpointing,
     AutoMixedPrecision,
-    CleanExit,
     GradSyncToggle,
     ZeroGradSetToNone,
     mixed_precision,
 )
 from tests.helpers.runif import RunIf
+from tests.helpers.trainer import quiet_trainer
 
 IN, HIDDEN, OUT, DEPTH = 8, 32, 4, 3
 LR = 0.1
@@ -371,18 +371,13 @@ def main(argv: list[str] | None = None) -> None:
                 precision = amp.resolve_precision("cpu")
         callbacks.append(amp)
     callbacks.append(Probe(args.out))
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         strategy=build_strategy(args.strategy, args.mode),
-        accelerator="cpu",
         devices=args.devices,
         max_epochs=1,
         accumulate_grad_batches=args.accumulate if args.mode == "auto" else 1,
         precision=precision,
-        callbacks=[*callbacks, CleanExit()],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        callbacks=callbacks,
         num_sanity_val_steps=0,
         use_distributed_sampler=False,
     )

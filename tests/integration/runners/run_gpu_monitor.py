@@ -25,7 +25,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import lightning_mgpu  # noqa: F401  (registers the bundle's strategies)
-from lightning_mgpu.callbacks import CleanExit, GPUUtilizationMonitor
+from lightning_mgpu.callbacks import GPUUtilizationMonitor
+from tests.helpers.trainer import quiet_trainer
 
 
 class SlowDataset(Dataset):
@@ -87,17 +88,13 @@ SCENARIOS = {
 def fit(scenario: str, args: argparse.Namespace) -> dict:
     sleep_s, kind, batch, accumulate = SCENARIOS[scenario]
     monitor = GPUUtilizationMonitor(log_every_n_steps=2, sample_interval_s=0.05)
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         strategy=args.strategy,
-        accelerator="cpu",
         devices=args.devices,
         max_steps=args.max_steps,
         accumulate_grad_batches=accumulate,
         logger=CSVLogger(args.out, name=scenario, version=0),
-        callbacks=[monitor, CleanExit()],
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
+        callbacks=[monitor],
         limit_val_batches=0,
     )
     trainer.fit(Net(kind), DataLoader(SlowDataset(512, sleep_s), batch_size=batch))

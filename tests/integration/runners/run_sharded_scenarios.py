@@ -29,13 +29,14 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 import lightning_mgpu  # noqa: F401
-from lightning_mgpu.callbacks import CleanExit, ZeroGradSetToNone
+from lightning_mgpu.callbacks import ZeroGradSetToNone
 from lightning_mgpu.strategies import ShardedStrategy, ZeroStrategy
 from lightning_mgpu.strategies.sharded.optim import (
     local_optimizer,
     local_optimizer_state_bytes,
 )
 from lightning_mgpu.testing.parity import IN, OUT, ParityModule, make_data
+from tests.helpers.trainer import quiet_trainer
 
 GLOBAL_BATCH = 32
 NUM_SAMPLES = GLOBAL_BATCH * 8  # enough for 8 steps; every fit (and the harness with --steps 8) sees the same data
@@ -78,22 +79,17 @@ def fit(
 ) -> pl.Trainer:
     # Lightning's environment teardown removes WORLD_SIZE; the next Trainer needs it back.
     os.environ["WORLD_SIZE"] = str(world())
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         strategy=strategy(name, **strategy_kwargs),
-        accelerator="cpu",
         devices=world(),
         max_steps=steps,
         accumulate_grad_batches=accumulate,
         gradient_clip_val=clip,
         gradient_clip_algorithm=clip_algo if clip else None,
         precision=precision,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         num_sanity_val_steps=0,
         use_distributed_sampler=False,
-        callbacks=[*callbacks, CleanExit()],
+        callbacks=list(callbacks),
     )
     trainer.fit(module, ckpt_path=resume)
     if save is not None:

@@ -14,6 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import lightning_mgpu  # noqa: F401
+from tests.helpers.trainer import quiet_trainer
 
 
 class Module(pl.LightningModule):
@@ -43,17 +44,8 @@ class Module(pl.LightningModule):
 
 def main(strategy: str, out: str, limit_val_batches: int) -> None:
     pl.seed_everything(7, verbose=False)
-    trainer = pl.Trainer(
-        max_epochs=2,
-        strategy=strategy,
-        accelerator="cpu",
-        devices=2,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=limit_val_batches,
+    trainer = quiet_trainer(
+        max_epochs=2, strategy=strategy, devices=2, num_sanity_val_steps=0, limit_val_batches=limit_val_batches
     )
     trainer.fit(Module())
     if trainer.is_global_zero:
