@@ -758,7 +758,14 @@ class UpgradeTransformer(cst.CSTTransformer):
         self, original: cst.ImportFrom, updated: cst.ImportFrom
     ) -> cst.ImportFrom | cst.RemovalSentinel:
         module = _dotted(updated.module) if updated.module is not None else None
-        if module is None or isinstance(updated.names, cst.ImportStar):
+        if module is None:
+            return updated
+        if isinstance(updated.names, cst.ImportStar):
+            # Only a removed module matters here: `from pytorch_lightning.metrics import *` would stop the script.
+            namespace = next((ns for ns in rules.BUNDLE_FOR_NAMESPACE if module.startswith(ns + ".")), None)
+            below = module[len(namespace) + 1 :] if namespace is not None else ""
+            if below == "metrics" or below.startswith("metrics."):
+                return self._metrics_import(original, updated, "torchmetrics" + below[len("metrics") :])
             return updated
         if module == "lightning" and any(
             a.name.value == "pytorch" for a in updated.names if isinstance(a.name, cst.Name)

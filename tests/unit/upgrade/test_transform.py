@@ -641,3 +641,16 @@ def test_auto_move_data_goes_with_a_todo_and_progress_bar_base_is_renamed() -> N
     assert "auto_move_data" not in out.replace("auto-move-data", "").replace("auto_move_data is gone", "")
     assert "    # TODO(lightning-mgpu:auto-move-data): auto_move_data is gone" in out
     assert "from pytorch_lightning.callbacks import ProgressBar\n" in out and "class Bar(ProgressBar):" in out
+
+
+def test_a_star_import_from_the_removed_metrics_package_comes_from_torchmetrics() -> None:
+    out = upgraded(
+        "from pytorch_lightning.metrics import *\n"
+        "from pytorch_lightning.metrics.functional import *\n"
+        "from pytorch_lightning.callbacks import *\n"
+    )
+    assert out.splitlines() == [
+        "from torchmetrics import *",
+        "from torchmetrics.functional import *",
+        "from pytorch_lightning.callbacks import *",  # a module 2.x still has: left alone
+    ]
