@@ -760,12 +760,12 @@ class UpgradeTransformer(cst.CSTTransformer):
         module = _dotted(updated.module) if updated.module is not None else None
         if module is None:
             return updated
+        namespace = next((ns for ns in rules.BUNDLE_FOR_NAMESPACE if module == ns or module.startswith(ns + ".")), None)
+        below = module[len(namespace) + 1 :] if namespace is not None and module != namespace else ""
+        if below == "metrics" or below.startswith("metrics."):
+            # A removed package: every import from it, a star import too, would stop the script.
+            return self._metrics_import(original, updated, "torchmetrics" + below[len("metrics") :])
         if isinstance(updated.names, cst.ImportStar):
-            # Only a removed module matters here: `from pytorch_lightning.metrics import *` would stop the script.
-            namespace = next((ns for ns in rules.BUNDLE_FOR_NAMESPACE if module.startswith(ns + ".")), None)
-            below = module[len(namespace) + 1 :] if namespace is not None else ""
-            if below == "metrics" or below.startswith("metrics."):
-                return self._metrics_import(original, updated, "torchmetrics" + below[len("metrics") :])
             return updated
         if module == "lightning" and any(
             a.name.value == "pytorch" for a in updated.names if isinstance(a.name, cst.Name)
@@ -773,15 +773,11 @@ class UpgradeTransformer(cst.CSTTransformer):
             for a in updated.names:
                 if isinstance(a.name, cst.Name) and a.name.value == "pytorch":
                     self.namespace_aliases[_alias_of(a) or "pytorch"] = "lightning.pytorch"
-        namespace = next((ns for ns in rules.BUNDLE_FOR_NAMESPACE if module == ns or module.startswith(ns + ".")), None)
         if module == "fairscale.nn" or module.startswith("fairscale.nn.checkpoint"):
             if any(isinstance(a.name, cst.Name) and a.name.value == "checkpoint_wrapper" for a in updated.names):
                 self.fairscale_checkpoint_line = self._line(original)
         if namespace is None:
             return updated
-        below = module[len(namespace) + 1 :] if module != namespace else ""
-        if below == "metrics" or below.startswith("metrics."):
-            return self._metrics_import(original, updated, "torchmetrics" + below[len("metrics") :])
         bundle = rules.BUNDLE_FOR_NAMESPACE[namespace]
         kept: list[cst.ImportAlias] = []
         for alias in updated.names:
