@@ -72,17 +72,14 @@ def devices() -> DeviceInfo:
 
     gpus: tuple[str, ...] = ()
     if torch.cuda.is_available():
-        from lightning_mgpu.monitoring.peak_flops import dense_peak_flops
+        from lightning_mgpu.monitoring.peak_flops import dense_peak_flops, peak_phrase
 
-        def peak(i: int) -> str:
-            # The peak the GPU monitor's MFU uses, so a figure can be checked against it.
-            flops = dense_peak_flops(torch.device("cuda", i), torch.bfloat16)
-            return f", dense bf16 peak {flops / 1e12:.1f} TFLOP/s" if flops else ", bf16 peak unknown"
-
-        # torch already honours CUDA_VISIBLE_DEVICES: index i here is the i-th visible device.
+        # torch already honours CUDA_VISIBLE_DEVICES: index i here is the i-th visible device. Each shows the peak the
+        # GPU monitor's MFU uses, so a figure can be checked against it.
         gpus = tuple(
             f"cuda:{i} {torch.cuda.get_device_name(i)}"
-            f" ({torch.cuda.get_device_properties(i).total_memory / 2**30:.1f} GiB{peak(i)})"
+            f" ({torch.cuda.get_device_properties(i).total_memory / 2**30:.1f} GiB,"
+            f" {peak_phrase(dense_peak_flops(torch.device('cuda', i), torch.bfloat16))})"
             for i in range(torch.cuda.device_count())
         )
     return DeviceInfo(os.cpu_count() or 1, os.environ.get("CUDA_VISIBLE_DEVICES"), gpus)

@@ -35,7 +35,7 @@ from lightning_mgpu.monitoring.diagnosis import (
     format_table,
     write_diagnoses,
 )
-from lightning_mgpu.monitoring.peak_flops import dense_peak_flops, describe_peak
+from lightning_mgpu.monitoring.peak_flops import dense_peak_flops, peak_phrase
 from lightning_mgpu.monitoring.samplers import (
     BackgroundSampler,
     NvmlSource,
@@ -366,9 +366,11 @@ class GPUUtilizationMonitor(Callback):
         )
 
         dtype = _plugin_to_compute_dtype(trainer.precision_plugin)
+        peak = dense_peak_flops(device, dtype)
         # Said once, so that an MFU figure can be read against the peak it used (sparse and dense differ by 2x).
-        rank_zero_info(f"GPUUtilizationMonitor: MFU against {describe_peak(device, dtype)}")
-        return dense_peak_flops(device, dtype)
+        name = torch.cuda.get_device_name(device)
+        rank_zero_info(f"GPUUtilizationMonitor: MFU against {name}: {peak_phrase(peak, dtype)}")
+        return peak
 
     @staticmethod
     def _run_context(trainer: pl.Trainer) -> dict[str, Any]:

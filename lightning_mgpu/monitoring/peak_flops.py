@@ -65,17 +65,17 @@ def dense_peak_flops(device: torch.device, dtype: Any) -> float | None:
     return float(found) if found else None
 
 
-def describe_peak(device: torch.device, dtype: Any = torch.bfloat16) -> str:
-    """One line naming the peak MFU is taken against, for ``info`` and the monitor's log.
+def peak_phrase(peak: float | None, dtype: Any = torch.bfloat16) -> str:
+    """How ``info`` and the monitor's log name the peak MFU is taken against (``peak`` from :func:`dense_peak_flops`).
 
     Example::
 
-        >>> describe_peak(torch.device("cpu"))
-        'no known peak for cpu (pass the peak yourself for MFU)'
+        >>> peak_phrase(989.4e12)
+        'dense bfloat16 peak 989.4 TFLOP/s'
+        >>> peak_phrase(None)
+        'no known bfloat16 peak (pass the peak yourself for MFU)'
     """
-    peak = dense_peak_flops(device, dtype)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     label = str(dtype).removeprefix("torch.")
     if peak is None:
-        return f"no known peak for {name} (pass the peak yourself for MFU)"
-    return f"{name}: dense {label} peak {peak / 1e12:.1f} TFLOP/s"
+        return f"no known {label} peak (pass the peak yourself for MFU)"
+    return f"dense {label} peak {peak / 1e12:.1f} TFLOP/s"

@@ -57,9 +57,11 @@ def test_one_h100_nvl_board_gets_its_dense_figure_not_the_pairs(gpu_named) -> No
     assert dense_peak_flops(CUDA0, torch.bfloat16) == 835.5e12
 
 
-def test_the_peak_is_named_with_its_device_and_dtype(gpu_named) -> None:
-    from lightning_mgpu.monitoring.peak_flops import describe_peak
+def test_the_peak_is_named_with_its_dtype(gpu_named) -> None:
+    from lightning_mgpu.monitoring.peak_flops import peak_phrase
 
     gpu_named("NVIDIA H100 80GB HBM3")
-    assert describe_peak(CUDA0) == "NVIDIA H100 80GB HBM3: dense bfloat16 peak 989.4 TFLOP/s"
-    assert describe_peak(torch.device("cpu")) == "no known peak for cpu (pass the peak yourself for MFU)"
+    assert peak_phrase(dense_peak_flops(CUDA0, torch.bfloat16)) == "dense bfloat16 peak 989.4 TFLOP/s"
+    assert peak_phrase(dense_peak_flops(torch.device("cpu"), torch.float16), torch.float16) == (
+        "no known float16 peak (pass the peak yourself for MFU)"
+    )
