@@ -35,7 +35,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
 
 from benchmarks.harness import interleave
 from benchmarks.harness.cli import parser
@@ -44,7 +43,7 @@ from benchmarks.harness.memory import peak_since, start_peak
 from benchmarks.harness.models import Trainable
 from benchmarks.harness.result import figure, ratio, write_result
 from benchmarks.harness.stats import median_interval
-from benchmarks.harness.trainer import timed_fit
+from benchmarks.harness.trainer import cycled, timed_fit_on_device
 from lightning_mgpu.callbacks import AutoMixedPrecision
 from lightning_mgpu.monitoring.peak_flops import dense_peak_flops
 
@@ -130,19 +129,14 @@ def lightning_arm(
         else []
     )
     base = start_peak(device)
-    loader = DataLoader(
-        [batches[i % len(batches)] for i in range(args.warmup + args.steps + 1)], batch_size=None
-    )  # as they are
     model = Trainable(build_model(args), mse_fp32, lambda params: torch.optim.AdamW(params, lr=1e-4))
-    clock = timed_fit(
+    clock = timed_fit_on_device(
         model,
-        loader,
+        batches,
         warmup=args.warmup,
         steps=args.steps,
         device=device,
         callbacks=[amp] if amp else [],
-        devices=1,
-        accelerator="gpu" if device.type == "cuda" else "cpu",
         plugins=plugins,
         precision=None if plugins else precision,
     )
@@ -173,7 +167,7 @@ def raw_arm(args: argparse.Namespace, arm: str, batches: list, device: torch.dev
             scaler.update()
 
     count = args.warmup + args.steps + 1
-    marks = raw_steps(step, (batches[i % len(batches)] for i in range(count)), count, device)[0]
+    marks = raw_steps(step, cycled(batches, count), count, device)[0]
     peak = peak_since(base, device)
     return median_interval(marks, args.warmup, args.steps), peak
 

@@ -39,7 +39,6 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from torch.utils.data import DataLoader
 
 from benchmarks.harness import interleave
 from benchmarks.harness.cli import parser
@@ -49,7 +48,7 @@ from benchmarks.harness.models import Trainable
 from benchmarks.harness.networks import ModelSpec, gpt_spec, resnet_spec, step_flops
 from benchmarks.harness.result import figure, ratio, write_result
 from benchmarks.harness.stats import median_interval
-from benchmarks.harness.trainer import timed_fit
+from benchmarks.harness.trainer import cycled, timed_fit_on_device
 from lightning_mgpu.monitoring.peak_flops import dense_peak_flops
 
 GOAL_VS_RAW = 1.03
@@ -152,7 +151,7 @@ def lightning_arm(
     from lightning_mgpu.callbacks import ActivationCheckpointing, GPUUtilizationMonitor
     from lightning_mgpu.strategies import FSDP2Strategy
 
-    block = type(blocks_of(spec.build())[0])
+    block = spec.block
     # The callbacks on Lightning's single-device strategy, against the plain loop: their own cost, no engine's.
     strategy: Any = "auto" if arm in ("lightning", "monitor", "ac") else arm
     if arm == "sharded_fsdp2":
@@ -164,18 +163,15 @@ def lightning_arm(
     if arm == "ac":
         callbacks.append(ActivationCheckpointing(modules=[block]))
     base = start_peak(device)
-    loader = DataLoader([batches[i % len(batches)] for i in range(args.warmup + args.steps + 1)], batch_size=None)
     model = Trainable(spec.build(), spec.loss, lambda params: torch.optim.AdamW(params, lr=1e-4))
-    clock = timed_fit(
+    clock = timed_fit_on_device(
         model,
-        loader,
+        batches,
         warmup=args.warmup,
         steps=args.steps,
         device=device,
         callbacks=callbacks,
         strategy=strategy,
-        devices=1,
-        accelerator="gpu" if device.type == "cuda" else "cpu",
         precision="bf16-mixed",
         # The monitor writes its diagnosis under the log folder; the other arms log nothing.
         default_root_dir=args.root_dir,
@@ -204,7 +200,7 @@ def raw_arm(
         optimizer.step()
 
     count = args.warmup + args.steps + 1
-    marks = raw_steps(step, (batches[i % len(batches)] for i in range(count)), count, device)[0]
+    marks = raw_steps(step, cycled(batches, count), count, device)[0]
     peak = peak_since(base, device)
     return median_interval(marks, args.warmup, args.steps), peak
 

@@ -132,6 +132,7 @@ class ModelSpec:
         loss: ``loss(output, y)``.
         batch_size: samples per step.
         unit: what a sample is ("images", "sequences of 1024 tokens").
+        block: the class of the repeated unit in ``blocks`` (what checkpointing and FSDP2 wrap).
     """
 
     name: str
@@ -140,6 +141,7 @@ class ModelSpec:
     loss: Callable[[Any, Any], torch.Tensor]
     batch_size: int
     unit: str
+    block: type[nn.Module]
 
 
 def resnet_spec(
@@ -151,7 +153,9 @@ def resnet_spec(
         return torch.randn(n, 3, image, image, generator=g), torch.randint(0, 1000, (n,), generator=g)
 
     name = "ResNet-50" if (layers, width) == ((3, 4, 6, 3), 64) else f"ResNet{layers}x{width}"
-    return ModelSpec(name, lambda: ResNet(layers, width), batch, F.cross_entropy, batch_size, f"{image}x{image} images")
+    return ModelSpec(
+        name, lambda: ResNet(layers, width), batch, F.cross_entropy, batch_size, f"{image}x{image} images", Bottleneck
+    )
 
 
 def gpt_spec(batch_size: int, context: int = 1024, layers: int = 12, heads: int = 12, dim: int = 768) -> ModelSpec:
@@ -170,6 +174,7 @@ def gpt_spec(batch_size: int, context: int = 1024, layers: int = 12, heads: int 
         next_token_loss,
         batch_size,
         f"sequences of {context} tokens",
+        DecoderBlock,
     )
 
 

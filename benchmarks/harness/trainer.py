@@ -57,3 +57,27 @@ def timed_fit(
     clock = step_clock(device)
     quiet_trainer(max_steps=warmup + steps + 1, callbacks=[clock, *callbacks], **kwargs).fit(model, loader)
     return clock
+
+
+def cycled(batches: Sequence[Any], count: int) -> list[Any]:
+    """``count`` batches, going round ``batches`` (a few distinct batches already on the device, reused as they are)."""
+    return [batches[i % len(batches)] for i in range(count)]
+
+
+def timed_fit_on_device(
+    model: Any, batches: Sequence[Any], *, warmup: int, steps: int, device: Any, **kwargs: Any
+) -> Any:
+    """:func:`timed_fit` on one device of ``device``'s type over :func:`cycled` ``batches`` (batch_size=None: as
+    they are), ``kwargs`` going to the Trainer; returns the clock. The raw peer is ``raw_steps(step, cycled(...))``.
+
+    Example::
+
+        clock = timed_fit_on_device(model, batches, warmup=3, steps=20, device=device, precision="bf16-mixed")
+    """
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(cycled(batches, warmup + steps + 1), batch_size=None)
+    accelerator = "gpu" if device.type == "cuda" else "cpu"
+    return timed_fit(
+        model, loader, warmup=warmup, steps=steps, device=device, devices=1, accelerator=accelerator, **kwargs
+    )
