@@ -192,26 +192,25 @@ def per_item_seconds(dataset: Dataset, count: int = 32) -> float:
     return statistics.median(times)
 
 
-class ValidationClock:
-    """Wall time spent in validation, as a Lightning callback (built lazily: the module imports without Lightning)."""
+def validation_clock() -> Any:
+    """A Lightning callback timing the validations (``seconds_after(t)``: their wall time from ``t`` on); built on
+    call, as ``harness.clock.step_clock`` is."""
+    import lightning.pytorch as pl
 
-    def __new__(cls) -> Any:
-        import lightning.pytorch as pl
+    class ValidationClock(pl.Callback):
+        def __init__(self) -> None:
+            self.spans: list[tuple[float, float]] = []
 
-        class _Clock(pl.Callback):
-            def __init__(self) -> None:
-                self.spans: list[tuple[float, float]] = []
+        def on_validation_start(self, *_: Any) -> None:
+            self.spans.append((time.perf_counter(), float("nan")))
 
-            def on_validation_start(self, *_: Any) -> None:
-                self.spans.append((time.perf_counter(), float("nan")))
+        def on_validation_end(self, *_: Any) -> None:
+            self.spans[-1] = (self.spans[-1][0], time.perf_counter())
 
-            def on_validation_end(self, *_: Any) -> None:
-                self.spans[-1] = (self.spans[-1][0], time.perf_counter())
+        def seconds_after(self, start: float) -> float:
+            return sum(b - a for a, b in self.spans if a >= start)
 
-            def seconds_after(self, start: float) -> float:
-                return sum(b - a for a, b in self.spans if a >= start)
-
-        return _Clock()
+    return ValidationClock()
 
 
 def train(name: str, dataset: Dataset, size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -230,7 +229,7 @@ def train(name: str, dataset: Dataset, size: Size, args: argparse.Namespace, roo
         persistent_workers=workers > 0,
         drop_last=True,
     )
-    clock, validation = step_clock(torch.device(args.device)), ValidationClock()
+    clock, validation = step_clock(torch.device(args.device)), validation_clock()
     warmup = min(size.warmup, steps // 2)
     # Polls every 0.2 s and a window every 10 steps: the cached run is short, and its time line should still show it.
     monitor = GPUUtilizationMonitor(log_every_n_steps=10, sample_interval_s=0.2)
