@@ -5,15 +5,24 @@ A process that exits with its gloo group alive can abort at interpreter shutdown
 an active exception", SIGABRT) while gloo's threads still hold work: a finished job then reports a failure.
 torch documents that each trainer process should call ``destroy_process_group()`` when done (pytorch#122358);
 torchtitan does it only after success, since destroying while other ranks are inside a collective can hang.
+
+Destroying is not enough under gloo: ``destroy_process_group()`` only unregisters the groups (gloo's backend has no
+``shutdown()``), and the threads live on while any object still holds the group. The sharded engines do:
+FairScale's ``OSS.group``, torch's ``ZeroRedundancyOptimizer.process_group``, FSDP2's mesh info, and an async save's
+own group. The group was then torn down during interpreter finalization, which aborts now and then. So the
+references to the destroyed groups are dropped too (:func:`release_destroyed_groups`).
 """
 
 from __future__ import annotations
 
 import atexit
+import gc
 import multiprocessing
 import os
 import sys
-from typing import NoReturn
+import weakref
+from types import FunctionType
+from typing import Any, NoReturn
 
 import torch
 
@@ -30,11 +39,15 @@ def mark_failed() -> None:
     _state["failed"] = True
 
 
-def destroy_process_group_if_done() -> bool:
+def destroy_process_group_if_done(release: bool = True) -> bool:
     """Destroy the default process group if it exists and this process has not failed; whether it did.
 
     Failed: marked so (:func:`mark_failed`), or ending on an uncaught exception (``sys.last_value`` is set before the
     exit handlers run).
+
+    Args:
+        release: also drop what still holds the destroyed groups (:func:`release_destroyed_groups`). A process that
+            ends with ``os._exit`` next runs no destructors and can skip that scan.
     """
     import torch.distributed as dist
 
@@ -42,8 +55,55 @@ def destroy_process_group_if_done() -> bool:
         return False
     if not (dist.is_available() and dist.is_initialized()):
         return False
+    # Every group (the default one and those made by new_group), weakly: destroy_process_group() destroys them all.
+    world = getattr(dist.distributed_c10d, "_world", None)
+    groups = [weakref.ref(pg) for pg in getattr(world, "pg_map", None) or [dist.group.WORLD]]
     dist.destroy_process_group()
+    if release:
+        release_destroyed_groups(groups)
     return True
+
+
+def release_destroyed_groups(groups: list[weakref.ref[Any]]) -> int:
+    """Drop what still holds the destroyed ``groups``, so that each one's C++ side (gloo's threads) ends now, while the
+    interpreter is whole; how many references were dropped.
+
+    Dropped, to ``None``: object attributes, dict values and function defaults. FairScale binds ``dist.group.WORLD`` as
+    a default argument when it is imported after ``init_process_group`` (``oss._broadcast_object``), FSDP2's
+    ``DeviceMesh`` keeps its groups in a dict, the optimizers in an attribute. A destroyed group is unusable by torch's
+    contract, so nothing loses a working group. Lists, tuples and C++ holders (DDP's reducer) are left alone.
+
+    Workaround: remove when gloo's ``shutdown()`` ends its threads, so that ``destroy_process_group()`` alone suffices
+    (check: ``tests/unit/utilities/test_process_group.py`` without this call).
+    """
+    alive = {id(pg): pg for ref in groups if (pg := ref()) is not None}
+    if not alive:
+        return 0
+    released = 0
+    # Untracked containers (a dict or tuple holding only such C++ objects) are not in gc.get_objects(): they are found
+    # through their holders, one level down.
+    for holder in gc.get_objects():
+        parts = gc.get_referents(holder)
+        if not any(
+            id(part) in alive or (isinstance(part, (dict, tuple)) and not gc.is_tracked(part)) for part in parts
+        ):
+            continue
+        for part in (holder, *parts):
+            if isinstance(part, dict) and (part is holder or not gc.is_tracked(part)):
+                for key in [k for k, v in part.items() if id(v) in alive]:
+                    part[key] = None
+                    released += 1
+        if isinstance(holder, FunctionType) and any(id(d) in alive for d in holder.__defaults__ or ()):
+            holder.__defaults__ = tuple(None if id(d) in alive else d for d in holder.__defaults__ or ())
+            released += 1
+        elif not isinstance(holder, (dict, type)) and any(id(part) in alive for part in parts):
+            # An object whose attributes are stored inline (Python 3.11+) refers to the group itself, not via a dict.
+            # Written into __dict__, past any __setattr__ (a frozen dataclass's refuses).
+            attributes = getattr(holder, "__dict__", {})
+            for key in [k for k, v in attributes.items() if id(v) in alive]:
+                attributes[key] = None
+                released += 1
+    return released
 
 
 def end_after_success() -> NoReturn:
@@ -54,7 +114,7 @@ def end_after_success() -> NoReturn:
     ranks, whose DeviceMesh stays cached; pytorch#179291). Nothing is left to do, so the process ends before them.
     Remove when a torch release ends gloo processes cleanly (check: the sharded_checkpoint benchmark, looped under load).
     """
-    destroy_process_group_if_done()  # let the other ranks see an orderly goodbye, not a reset connection
+    destroy_process_group_if_done(release=False)  # an orderly goodbye for the other ranks, not a reset connection
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

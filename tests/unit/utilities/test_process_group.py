@@ -5,7 +5,10 @@ The in-process tests; the ones that launch processes are in ``tests/integration/
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ import torch.distributed as dist
 
 from lightning_mgpu.data.loader import ResumableDistributedSampler, resumable_loader
 from lightning_mgpu.utilities.process_group import data_parallel_rank_and_size
+from tests.helpers.runif import RunIf
 
 
 @pytest.fixture
@@ -69,3 +73,61 @@ def test_every_trainer_has_a_process_that_ends_well_leave_its_group(monkeypatch:
     monkeypatch.setattr(atexit, "register", registered.append)
     pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)  # the entry point runs here
     assert registered == [process_group.destroy_process_group_if_done]
+
+
+@dataclass(frozen=True)
+class _FrozenInfo:
+    group: object
+
+
+def test_what_still_holds_a_destroyed_group_lets_go_so_that_gloo_ends_before_interpreter_exit(
+    group_of_one: None,
+) -> None:
+    """``destroy_process_group()`` only unregisters a gloo group; while anything holds it, its threads live on and are
+    torn down during interpreter finalization, which aborts now and then ("terminate called without an active
+    exception" after a finished fit). Each holder below is one the sharded engines were found to leave."""
+    from lightning_mgpu.utilities import process_group
+
+    world = dist.group.WORLD
+    assert world is not None
+    alive = weakref.ref(world)
+
+    class Holder:  # attributes stored inline (Python 3.11+): the object itself refers to the group
+        pass
+
+    optimizer = Holder()
+    optimizer.group = world  # FairScale's OSS.group, torch's ZeroRedundancyOptimizer.process_group
+    frozen = _FrozenInfo(world)  # FSDP2's mesh info is a dataclass; a frozen one refuses setattr
+    mesh = Holder()
+    mesh.registry = {"0": world}  # FSDP2's DeviceMesh._pg_registry
+    assert not gc.is_tracked(mesh.registry)  # it holds only a C++ object, so gc.get_objects() does not list it
+
+    def broadcast(obj: object, group: object = world) -> object:  # FairScale's oss._broadcast_object, imported late
+        return obj
+
+    del world
+    assert process_group.destroy_process_group_if_done()
+    assert alive() is None
+    assert (
+        optimizer.group is None
+        and frozen.group is None
+        and mesh.registry == {"0": None}
+        and broadcast.__defaults__ == (None,)
+    )
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    [pytest.param("sharded", marks=RunIf(fairscale=True).marks), "sharded_zero", "sharded_fsdp2"],
+)
+def test_a_sharded_engine_leaves_no_group_alive_after_it_is_destroyed(strategy: str) -> None:
+    """The cause of the abort at exit, found in a FairScale script: every sharded engine kept the group alive after
+    ``destroy_process_group()`` (the optimizer, FairScale's default argument, FSDP2's DeviceMesh)."""
+    from lightning_mgpu.testing import ParityModule
+    from lightning_mgpu.utilities import process_group
+    from tests.helpers.trainer import quiet_trainer
+
+    quiet_trainer(strategy=strategy, max_steps=2).fit(ParityModule())
+    groups = [weakref.ref(pg) for pg in dist.distributed_c10d._world.pg_map]
+    assert groups and process_group.destroy_process_group_if_done()
+    assert [ref() for ref in groups] == [None] * len(groups)
