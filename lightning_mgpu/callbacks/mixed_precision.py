@@ -116,7 +116,7 @@ class AutoMixedPrecision(Callback):
                 f" rank, but the loss scaler is a plain {type(scaler).__name__}: ranks would disagree on skipping a"
                 " step after inf/NaN and silently diverge. Use the strategy's own precision plugin (pass"
                 " `precision='16-mixed'` instead of a hand-built plugin), or a scaler that all-reduces its inf/NaN"
-                " flag such as `lightning_mgpu.strategies.sharded.ShardAwareGradScaler`."
+                " flag such as `lightning_mgpu.plugins.ShardAwareGradScaler`."
             )
 
     @override

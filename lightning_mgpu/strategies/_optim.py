@@ -1,4 +1,4 @@
-"""Optimizer plumbing that several strategies share: unwrapping, re-binding LR schedulers, step marking.
+"""Optimizer plumbing that several strategies share: re-binding LR schedulers and marking step calls.
 
 A strategy that replaces the user's optimizers (``horovod`` wraps them in ``hvd.DistributedOptimizer``,
 ``sharded`` rebuilds them as OSS/ZeRO) must point the LR schedulers at the replacements, including the
@@ -15,21 +15,7 @@ from typing import Any
 
 from torch.optim import Optimizer
 
-__all__ = ["mark_step_calls", "rebind_scheduler", "rebind_schedulers", "unwrap_optimizer"]
-
-
-def unwrap_optimizer(optimizer: Any) -> Any:
-    """The optimizer inside a Lightning ``LightningOptimizer``, or ``optimizer`` itself.
-
-    Only the instance's own ``_optimizer`` counts: ``LightningOptimizer`` forwards unknown attributes to the
-    optimizer it wraps, and Horovod's ``DistributedOptimizer`` classes are subclassed by it, so a class-level
-    or forwarded lookup could find the wrong object.
-    """
-    while True:
-        inner = getattr(optimizer, "__dict__", {}).get("_optimizer")
-        if inner is None or inner is optimizer:
-            return optimizer
-        optimizer = inner
+__all__ = ["mark_step_calls", "rebind_scheduler", "rebind_schedulers"]
 
 
 def mark_step_calls(optimizer: Optimizer) -> None:

@@ -37,10 +37,10 @@ from lightning_mgpu.checkpoint.sharded import (
     temporary_folder,
     write_sharded_checkpoint,
 )
-from lightning_mgpu.strategies._optim import unwrap_optimizer
 from lightning_mgpu.strategies._spawn import CleanExitSpawnLauncher
 from lightning_mgpu.strategies._steps import StepRouting
 from lightning_mgpu.utilities.failures import on_training_failure
+from lightning_mgpu.utilities.optimizers import unwrap_optimizer
 from lightning_mgpu.utilities.ports import release_for_spawn
 from lightning_mgpu.utilities.process_group import destroy_at_exit
 

@@ -84,6 +84,11 @@ def _bundle_imports(name: str, path: Path) -> set[str]:
     return found
 
 
+def _is_twin(name: str) -> bool:
+    """Whether ``name`` is the twin package or a module under it (``lightning_mgpu.plugins`` is not)."""
+    return name == TWIN or name.startswith(TWIN + ".")
+
+
 @cache
 def twinned_modules() -> frozenset[str]:
     """Bundle modules that need a ``pytorch_lightning`` twin: those that import Lightning, those that import one of
@@ -92,7 +97,7 @@ def twinned_modules() -> frozenset[str]:
     for path in ROOT.rglob("*.py"):
         parts = path.relative_to(ROOT.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        if not name.startswith(TWIN):
+        if not _is_twin(name):
             modules[name] = path
     direct = {name for name, path in modules.items() if _LIGHTNING.search(path.read_text())}
     imports = {name: _bundle_imports(name, path) for name, path in modules.items()}
@@ -167,7 +172,7 @@ class TwinFinder(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != TWIN and not fullname.startswith(TWIN + "."):
+        if not _is_twin(fullname):
             return None
         original = original_name(fullname)
         source = _module_path(original)
@@ -243,7 +248,7 @@ class _BundleImports(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if self._finding or not fullname.startswith(PACKAGE + ".") or fullname.startswith(TWIN):
+        if self._finding or not fullname.startswith(PACKAGE + ".") or _is_twin(fullname):
             return None
         self._finding = True  # the lookup below goes through sys.meta_path again
         try:

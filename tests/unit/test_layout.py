@@ -141,6 +141,7 @@ _ABOVE_ALL = [
 ]
 _LIBRARY = [
     "lightning_mgpu.strategies",
+    "lightning_mgpu.plugins",
     "lightning_mgpu.callbacks",
     "lightning_mgpu.monitoring",
     "lightning_mgpu.loggers",
@@ -153,6 +154,20 @@ RULES = [
     ("lightning_mgpu.utilities", ["lightning_mgpu"]),  # the bottom floor imports nothing above it
     # The formats stand on the bottom floor only: every strategy, callback and tool reads and writes through them.
     ("lightning_mgpu.checkpoint", [*_LIBRARY, *_ABOVE_ALL]),
+    # The plugins the strategies train with (Lightning's plugins/precision) know no strategy.
+    (
+        "lightning_mgpu.plugins",
+        [
+            "lightning_mgpu.strategies",
+            "lightning_mgpu.dashboard",
+            "lightning_mgpu.callbacks",
+            "lightning_mgpu.monitoring",
+            "lightning_mgpu.loggers",
+            "lightning_mgpu.data",
+            "lightning_mgpu.demos",
+            *_ABOVE_ALL,
+        ],
+    ),
     (
         "lightning_mgpu.strategies",
         [
@@ -273,6 +288,10 @@ def test_old_private_paths_are_gone() -> None:
         "utilities/checkpoint.py",
         "utilities/sharded_checkpoint.py",
         "tools/convert_checkpoint.py",
+        # precision plugins live where Lightning keeps them, lightning_mgpu/plugins/precision/
+        "strategies/_shard_precision.py",
+        "strategies/sharded/precision.py",
+        "strategies/fsdp2/precision.py",
     ]
     assert [p for p in old if (ROOT / p).exists()] == []
 
@@ -281,6 +300,7 @@ def test_public_paths_users_import_still_work() -> None:
     from lightning_mgpu.callbacks import GPUUtilizationMonitor
     from lightning_mgpu.checkpoint import AtomicCheckpointIO, load_state_dict, read_checkpoint  # noqa: F401
     from lightning_mgpu.monitoring import GPUUtilizationMonitor as Home
+    from lightning_mgpu.plugins import FSDP2MixedPrecision, ShardAwareGradScaler, ShardedMixedPrecision  # noqa: F401
     from lightning_mgpu.strategies import (  # noqa: F401
         DataParallelStrategy,
         FSDP2Strategy,

@@ -32,12 +32,12 @@ from torch import nn
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_mgpu.strategies._optim import unwrap_optimizer
+from lightning_mgpu.plugins.precision.fsdp2 import fsdp2_precision
 from lightning_mgpu.strategies._sharded_base import CheckpointFormat, ShardedBase, StartMethod
 from lightning_mgpu.strategies.fsdp2 import state
-from lightning_mgpu.strategies.fsdp2.precision import fsdp2_precision
 from lightning_mgpu.strategies.fsdp2.sharding import apply_fully_shard, is_fully_sharded, no_sync
 from lightning_mgpu.utilities.modules import ModuleSpec, as_spec_list
+from lightning_mgpu.utilities.optimizers import unwrap_optimizer
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl

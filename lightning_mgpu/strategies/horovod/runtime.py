@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
-from lightning_mgpu.strategies._optim import unwrap_optimizer
 from lightning_mgpu.utilities.imports import MissingDependencyError, require
+from lightning_mgpu.utilities.optimizers import unwrap_optimizer
 
 FEATURE = "strategy='horovod'"
 BUILD_HINT = "python -m lightning_mgpu build-horovod"

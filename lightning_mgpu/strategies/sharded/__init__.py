@@ -1,32 +1,20 @@
 """``sharded``: ZeRO-style sharded data parallelism on FairScale (OSS + ShardedDataParallel) or torch's ZeRO-1.
 
 ``strategy.py`` is :class:`ShardedStrategy` (FairScale, ZeRO-2: Lightning 1.x's ``ddp_sharded``), whose FairScale
-pieces are in ``fairscale.py`` and whose precision plugins are in ``precision.py``; ``zero.py`` is
+pieces are in ``fairscale.py`` and whose precision plugins are in :mod:`lightning_mgpu.plugins.precision`; ``zero.py`` is
 :class:`ZeroStrategy` (torch's ``ZeroRedundancyOptimizer`` with DDP, ZeRO-1). ``base.py`` holds what the two share
 (optimizers rebuilt as sharded ones, their state consolidated or written per rank), ``optim.py`` the rebuilding.
 FSDP2 is a package of its own: :mod:`lightning_mgpu.strategies.fsdp2`.
 """
 
-from lightning_mgpu.strategies._shard_precision import ShardAwareGradScaler
 from lightning_mgpu.strategies.sharded.optim import (
     local_optimizer,
     local_optimizer_state_bytes,
-)
-from lightning_mgpu.strategies.sharded.precision import (
-    ShardedDoublePrecision,
-    ShardedHalfPrecision,
-    ShardedMixedPrecision,
-    ShardedPrecision,
 )
 from lightning_mgpu.strategies.sharded.strategy import ShardedStrategy
 from lightning_mgpu.strategies.sharded.zero import ZeroStrategy
 
 __all__ = [
-    "ShardAwareGradScaler",
-    "ShardedDoublePrecision",
-    "ShardedHalfPrecision",
-    "ShardedMixedPrecision",
-    "ShardedPrecision",
     "ShardedStrategy",
     "ZeroStrategy",
     "local_optimizer",

@@ -1,5 +1,5 @@
-"""FairScale's pieces for :class:`~lightning_mgpu.strategies.sharded.ShardedStrategy`: OSS, ShardedDataParallel and
-ShardedGradScaler, each function taking what it works on.
+"""FairScale's pieces for :class:`~lightning_mgpu.strategies.sharded.ShardedStrategy`: OSS and ShardedDataParallel, each
+function taking what it works on (its ShardedGradScaler is the precision plugin's: ``plugins/precision/fairscale.py``).
 
 This module imports FairScale at the top, so the strategy imports it only after ``require("fairscale", ...)`` succeeded.
 FairScale 0.4.13 is the last release (2022); the private attributes read here are pinned to it.
@@ -14,7 +14,6 @@ import torch
 import torch.distributed as dist
 from fairscale.nn.data_parallel import ShardedDataParallel
 from fairscale.optim import OSS
-from fairscale.optim.grad_scaler import ShardedGradScaler
 from torch import nn
 from torch.optim import Optimizer
 
@@ -29,7 +28,6 @@ __all__ = [
     "OSS",
     "SDP_OPTIONS",
     "ShardedDataParallel",
-    "ShardedGradScaler",
     "arm_reduction",
     "bucket_safe_zero_grad",
     "follow_module_mode",
@@ -37,7 +35,6 @@ __all__ = [
     "params_not_reduced",
     "reduce_in_fixed_order",
     "remove_grad_hooks",
-    "sharded_grad_scaler",
     "wrap_module",
 ]
 
@@ -211,21 +208,3 @@ def _reduce_each(module: ShardedDataParallel, indices: list[int]) -> None:
         else:
             assert param.grad is not None
             param.grad.data = param.grad.data.to(dtype=param.dtype)
-
-
-def sharded_grad_scaler(scaler: torch.amp.GradScaler) -> ShardedGradScaler:
-    """A ShardedGradScaler with the settings of ``scaler``.
-
-    Each rank holds only its shard of the gradients, so the inf/NaN check must be all-reduced, or one
-    rank skips a step that another takes.
-    """
-    if not scaler.is_enabled():
-        # A disabled torch scaler (e.g. built without CUDA) has no settings to carry over.
-        return ShardedGradScaler(enabled=False)
-    return ShardedGradScaler(
-        init_scale=scaler.get_scale(),
-        growth_factor=scaler.get_growth_factor(),
-        backoff_factor=scaler.get_backoff_factor(),
-        growth_interval=scaler.get_growth_interval(),
-        enabled=scaler.is_enabled(),
-    )

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
-from lightning_mgpu.strategies._optim import unwrap_optimizer
+from lightning_mgpu.utilities.optimizers import unwrap_optimizer
 
 # Builds a sharded optimizer from (param groups, optimizer class, optimizer defaults).
 ShardedOptimizerFactory = Callable[[list[dict[str, Any]], type[Optimizer], dict[str, Any]], Optimizer]

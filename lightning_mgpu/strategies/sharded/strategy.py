@@ -38,13 +38,13 @@ from torch import Tensor
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_mgpu.strategies._optim import unwrap_optimizer
+from lightning_mgpu.plugins.precision.fairscale import fairscale_precision
 from lightning_mgpu.strategies._sharded_base import CheckpointFormat, StartMethod
 from lightning_mgpu.strategies.sharded.base import OptimizerShardedBase
 from lightning_mgpu.strategies.sharded.optim import ShardedOptimizerFactory
-from lightning_mgpu.strategies.sharded.precision import fairscale_precision
 from lightning_mgpu.utilities.imports import install_hint as _install_hint
 from lightning_mgpu.utilities.imports import require
+from lightning_mgpu.utilities.optimizers import unwrap_optimizer
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from lightning_mgpu.callbacks import AutoMixedPrecision
 from lightning_mgpu.callbacks import mixed_precision as amp_module
 from lightning_mgpu.callbacks.mixed_precision import cpu_has_fast_bf16
-from lightning_mgpu.strategies.sharded import ShardAwareGradScaler
+from lightning_mgpu.plugins import ShardAwareGradScaler
 from tests.helpers.runif import RunIf
 from tests.helpers.trainer import quiet_trainer
 

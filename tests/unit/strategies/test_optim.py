@@ -8,24 +8,13 @@ import weakref
 
 import pytest
 import torch
-from lightning.pytorch.core.optimizer import LightningOptimizer
 from torch import nn
 
-from lightning_mgpu.strategies._optim import (
-    mark_step_calls,
-    rebind_scheduler,
-    unwrap_optimizer,
-)
+from lightning_mgpu.strategies._optim import mark_step_calls, rebind_scheduler
 
 
 def _sgd(model: nn.Module, lr: float = 1.0) -> torch.optim.SGD:
     return torch.optim.SGD(model.parameters(), lr=lr)
-
-
-def test_unwrap_peels_lightning_optimizers_only() -> None:
-    opt = _sgd(nn.Linear(2, 2))
-    assert unwrap_optimizer(opt) is opt
-    assert unwrap_optimizer(LightningOptimizer(opt)) is opt
 
 
 def _sequential(opt: torch.optim.Optimizer) -> tuple[torch.optim.lr_scheduler.SequentialLR, list]:

@@ -53,7 +53,7 @@ def test_every_public_class_has_a_twin_on_pytorch_lightnings_bases() -> None:
     assert issubclass(pl_loggers.NeptuneLogger, pl.loggers.Logger) and issubclass(
         loggers.NeptuneLogger, lp.loggers.Logger
     )
-    from lightning_mgpu.pl.strategies.sharded.precision import ShardedMixedPrecision
+    from lightning_mgpu.pl.plugins.precision.fairscale import ShardedMixedPrecision
 
     assert issubclass(ShardedMixedPrecision, pl.plugins.precision.Precision)
 

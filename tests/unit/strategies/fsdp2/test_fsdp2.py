@@ -13,11 +13,10 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from torch import nn
 
 import lightning_mgpu  # noqa: F401
+from lightning_mgpu.plugins import FSDP2MixedPrecision, FSDP2Precision, ShardAwareGradScaler
 from lightning_mgpu.strategies import FSDP2Strategy, ZeroStrategy
-from lightning_mgpu.strategies.fsdp2 import FSDP2MixedPrecision, FSDP2Precision
 from lightning_mgpu.strategies.fsdp2.sharding import apply_fully_shard
 from lightning_mgpu.strategies.fsdp2.state import GATHER_ENV, gathers_by_hand
-from lightning_mgpu.strategies.sharded import ShardAwareGradScaler
 
 
 def test_the_environment_forces_or_forbids_the_full_tensor_gather(monkeypatch: pytest.MonkeyPatch) -> None:

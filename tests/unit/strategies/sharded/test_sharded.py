@@ -24,13 +24,13 @@ from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from torch import nn
 
 import lightning_mgpu  # noqa: F401
-from lightning_mgpu.strategies import FSDP2Strategy, ShardedStrategy, ZeroStrategy
-from lightning_mgpu.strategies._optim import rebind_scheduler
-from lightning_mgpu.strategies.sharded.optim import local_optimizer, local_optimizer_state_bytes, rebuild_optimizer
-from lightning_mgpu.strategies.sharded.precision import (
+from lightning_mgpu.plugins.precision.fairscale import (
     ShardedMixedPrecision,
     ShardedPrecision,
 )
+from lightning_mgpu.strategies import FSDP2Strategy, ShardedStrategy, ZeroStrategy
+from lightning_mgpu.strategies._optim import rebind_scheduler
+from lightning_mgpu.strategies.sharded.optim import local_optimizer, local_optimizer_state_bytes, rebuild_optimizer
 from lightning_mgpu.utilities.imports import MissingDependencyError
 
 

@@ -1,6 +1,6 @@
 """The sharded strategy's own precision: shard-aware scalers and clipping for each engine.
 
-The in-process tests; the ones that launch processes are in ``tests/integration/strategies/sharded/test_sharded_precision.py``.
+The scaler across processes: ``tests/integration/plugins/precision/test_shard_aware.py``.
 """
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision
 
-from lightning_mgpu.strategies.sharded import ShardAwareGradScaler, ShardedStrategy, ZeroStrategy
+from lightning_mgpu.plugins import ShardAwareGradScaler
+from lightning_mgpu.strategies.sharded import ShardedStrategy, ZeroStrategy
 
 
 def test_fairscale_installs_a_shard_aware_scaler_keeping_its_settings() -> None:

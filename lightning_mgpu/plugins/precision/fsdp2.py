@@ -2,7 +2,7 @@
 
 After FSDP2's reduce-scatter each rank holds DTensor shards of the gradients. Their norm is a partial DTensor;
 ``full_tensor()`` all-reduces it into the global norm (a collective), as torchtitan does, and every rank scales by
-the same factor. ``16-mixed`` gets :class:`~lightning_mgpu.strategies._shard_precision.ShardAwareGradScaler`, whose
+the same factor. ``16-mixed`` gets :class:`~lightning_mgpu.plugins.precision.shard_aware.ShardAwareGradScaler`, whose
 inf/NaN check is all-reduced. For low-precision compute prefer ``FSDP2Strategy(mp_policy=...)``.
 
 The classes are defined at module level so that a strategy holding them can be pickled for ``sharded_fsdp2_spawn``.
@@ -15,8 +15,8 @@ from lightning.pytorch.plugins.precision import DoublePrecision, HalfPrecision, 
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_mgpu.strategies._optim import unwrap_optimizer
-from lightning_mgpu.strategies._shard_precision import ShardAwareGradScaler, engine_precision
+from lightning_mgpu.plugins.precision.shard_aware import ShardAwareGradScaler, engine_precision
+from lightning_mgpu.utilities.optimizers import unwrap_optimizer
 
 __all__ = ["FSDP2DoublePrecision", "FSDP2HalfPrecision", "FSDP2MixedPrecision", "FSDP2Precision", "fsdp2_precision"]
 

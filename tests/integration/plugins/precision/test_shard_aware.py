@@ -1,6 +1,6 @@
-"""The sharded strategy's own precision: shard-aware scalers and clipping for every backend.
+"""``ShardAwareGradScaler`` across processes: a rank whose shard overflowed makes every rank skip the step.
 
-The tests that launch processes; the in-process ones are in ``tests/unit/strategies/sharded/test_sharded_precision.py``.
+How each engine installs it is tested in process: ``tests/unit/strategies/sharded/test_sharded_precision.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from lightning_mgpu.strategies.sharded import ShardAwareGradScaler
+from lightning_mgpu.plugins import ShardAwareGradScaler
 
 
 def _sharded_scaler_worker(rank: int, port: int, result_dir: str) -> None:

@@ -2,9 +2,9 @@
 
 With ZeRO-2/3 each rank holds only its shard of the reduced gradients. A plain ``GradScaler`` would then find inf/NaN
 on one rank only and let the ranks disagree on skipping a step, and ``clip_grad_norm_`` would compute a partial norm
-on each rank. Each engine has its own precision plugins for the clipping (``sharded/precision.py``,
-``fsdp2/precision.py``); the scaler that agrees across ranks and the step that builds an engine's plugin from the one
-the Trainer chose live here.
+on each rank. Each engine has its own precision plugins for the clipping (``fairscale.py``, ``fsdp2.py``);
+the scaler that agrees across ranks and the step that builds an engine's plugin from the one the Trainer chose live
+here.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 After ShardedDataParallel's backward each rank holds only the gradients of the parameters it owns, so
 ``torch.nn.utils.clip_grad_norm_`` would compute a different, partial norm on every rank. ``OSS.clip_grad_norm``
 all-reduces the shard norms into the global norm. ``16-mixed`` gets FairScale's ``ShardedGradScaler`` on CUDA and
-:class:`~lightning_mgpu.strategies._shard_precision.ShardAwareGradScaler` elsewhere (FairScale's disables itself
+:class:`~lightning_mgpu.plugins.precision.shard_aware.ShardAwareGradScaler` elsewhere (FairScale's disables itself
 without CUDA). Clipping by value is elementwise and needs nothing special.
 
 The classes are defined at module level so that a strategy holding them can be pickled for ``sharded_spawn``.
@@ -16,8 +16,8 @@ from lightning.pytorch.plugins.precision import DoublePrecision, HalfPrecision, 
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_mgpu.strategies._optim import unwrap_optimizer
-from lightning_mgpu.strategies._shard_precision import ShardAwareGradScaler, engine_precision
+from lightning_mgpu.plugins.precision.shard_aware import ShardAwareGradScaler, engine_precision
+from lightning_mgpu.utilities.optimizers import unwrap_optimizer
 
 __all__ = [
     "ShardedDoublePrecision",
@@ -70,10 +70,20 @@ _CLASSES: dict[type[Precision], type[Precision]] = {
 def _scaler(scaler: torch.amp.GradScaler, device: str) -> torch.amp.GradScaler:
     if device != "cuda":
         return ShardAwareGradScaler.like(scaler)  # FairScale's ShardedGradScaler disables itself without CUDA
-    from lightning_mgpu.strategies.sharded.fairscale import sharded_grad_scaler
+    from fairscale.optim.grad_scaler import ShardedGradScaler  # this plugin exists only under ShardedStrategy
 
-    new = sharded_grad_scaler(scaler)
-    new.shard_aware = True
+    # Each rank holds only its shard of the gradients, so the inf/NaN check is all-reduced, or one rank skips a step
+    # that another takes.
+    if not scaler.is_enabled():  # a disabled torch scaler (e.g. built without CUDA) has no settings to carry over
+        new = ShardedGradScaler(enabled=False)
+    else:
+        new = ShardedGradScaler(
+            init_scale=scaler.get_scale(),
+            growth_factor=scaler.get_growth_factor(),
+            backoff_factor=scaler.get_backoff_factor(),
+            growth_interval=scaler.get_growth_interval(),
+        )
+    new.shard_aware = True  # our mark (is_shard_aware)
     return new
 
 
