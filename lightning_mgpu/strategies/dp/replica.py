@@ -52,6 +52,14 @@ REPLICA_OVERRIDES = (
 )
 
 
+#: What every divergence error advises.
+_SAME_ORDER = (
+    "Under dp every replica runs the same step on its share of the batch and must call manual_backward(),"
+    " optimizer.step()/zero_grad(), clip_gradients() and toggle_optimizer() in the same order; avoid data-dependent"
+    " calls, or use strategy='ddp'."
+)
+
+
 class ReplicaAbortedError(RuntimeError):
     """A replica stopped because another replica failed; the other replica's error is the cause."""
 
@@ -87,9 +95,7 @@ class _Rendezvous:
                 self._break(
                     ReplicaDivergenceError(
                         f"dp: replica {index} called {name}, but replica(s) {done} already returned from the step"
-                        " without calling it. Under dp every replica runs the same step on its share of the batch"
-                        " and must call manual_backward(), optimizer.step()/zero_grad(), clip_gradients() and"
-                        " toggle_optimizer() in the same order; avoid data-dependent calls, or use strategy='ddp'."
+                        f" without calling it. {_SAME_ORDER}"
                     )
                 )
                 self._raise_if_broken(index)
@@ -106,9 +112,7 @@ class _Rendezvous:
                 calls = ", ".join(f"replica {i}: {n}" for i, n in sorted(self._arrived.items()))
                 self._break(
                     ReplicaDivergenceError(
-                        f"dp: the replicas called different methods at the same point ({calls}). Under dp every"
-                        " replica must call the optimizer methods in the same order; avoid data-dependent"
-                        " calls, or use strategy='ddp'."
+                        f"dp: the replicas called different methods at the same point ({calls}). {_SAME_ORDER}"
                     )
                 )
                 self._raise_if_broken(index)
@@ -132,9 +136,7 @@ class _Rendezvous:
                 waiting = ", ".join(f"replica {i} in {n}" for i, n in sorted(self._arrived.items()))
                 self._break(
                     ReplicaDivergenceError(
-                        f"dp: replica {index} returned from the step while other replicas wait ({waiting}). Under"
-                        " dp every replica must call the optimizer methods in the same order; avoid"
-                        " data-dependent calls, or use strategy='ddp'."
+                        f"dp: replica {index} returned from the step while other replicas wait ({waiting}). {_SAME_ORDER}"
                     )
                 )
 
@@ -313,18 +315,10 @@ class StepCall:
         self.rendezvous.collective(index, "manual_backward()", loss, action)
 
     def _optimizers(self, index: int, use_pl_optimizer: bool = True) -> Any:
-        optimizers = self.original.optimizers(use_pl_optimizer=use_pl_optimizer)
-        if isinstance(optimizers, list):
-            return [LockstepOptimizer(o, self, index) for o in optimizers]
-        return LockstepOptimizer(optimizers, self, index)
+        return _each(self.original.optimizers(use_pl_optimizer=use_pl_optimizer), LockstepOptimizer, self, index)
 
     def _lr_schedulers(self, index: int) -> Any:
-        schedulers = self.original.lr_schedulers()
-        if schedulers is None:
-            return None
-        if isinstance(schedulers, list):
-            return [LockstepScheduler(s, self, index) for s in schedulers]
-        return LockstepScheduler(schedulers, self, index)
+        return _each(self.original.lr_schedulers(), LockstepScheduler, self, index)
 
     def _clip_gradients(self, index: int, optimizer: Any, *args: Any, **kwargs: Any) -> None:
         target = _lockstep_target(optimizer)
@@ -408,12 +402,14 @@ class StepCall:
 
 def _autocast_state(device_type: str) -> tuple[str, bool, torch.dtype]:
     """``(device_type, enabled, dtype)`` of autocast on this thread."""
-    try:
-        return device_type, torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
-    except (AttributeError, TypeError):  # torch < 2.4 has per-device functions only
-        if device_type == "cpu":
-            return device_type, torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
-        return device_type, torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+    return device_type, torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
+
+
+def _each(found: Any, view: type[_Lockstep], call: StepCall, index: int) -> Any:
+    """``view`` around what ``optimizers()``/``lr_schedulers()`` returned: one object, a list of them, or ``None``."""
+    if found is None:
+        return None
+    return [view(o, call, index) for o in found] if isinstance(found, list) else view(found, call, index)
 
 
 def _is_metric(value: Any) -> bool:
@@ -435,16 +431,23 @@ def _combine_value(values: list[Any], weights: list[float], params: dict[str, An
     return combine_logged_values(tensors, weights, params.get("reduce_fx", "mean"))
 
 
-class LockstepOptimizer:
+class _Lockstep:
+    """A replica's view of an object the whole model shares: every attribute not overridden is the object's."""
+
+    def __init__(self, target: Any, call: StepCall, index: int) -> None:
+        self._lockstep_target = target
+        self._lockstep_call = call
+        self._lockstep_index = index
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._lockstep_target, item)
+
+
+class LockstepOptimizer(_Lockstep):
     """What ``self.optimizers()`` returns inside a replica: ``step``/``zero_grad`` run once for all replicas.
 
     Every other attribute (``param_groups``, ``state``, ...) is the wrapped optimizer's.
     """
-
-    def __init__(self, optimizer: Any, call: StepCall, index: int) -> None:
-        self._lockstep_target = optimizer
-        self._lockstep_call = call
-        self._lockstep_index = index
 
     @property
     def optimizer(self) -> Any:
@@ -478,20 +481,12 @@ class LockstepOptimizer:
         yield
         self._lockstep_call._toggle(self._lockstep_index, False, self._lockstep_target)
 
-    def __getattr__(self, item: str) -> Any:
-        return getattr(self._lockstep_target, item)
-
     def __repr__(self) -> str:
         return f"LockstepOptimizer({self._lockstep_target!r})"
 
 
-class LockstepScheduler:
+class LockstepScheduler(_Lockstep):
     """What ``self.lr_schedulers()`` returns inside a replica: ``step`` runs once for all replicas."""
-
-    def __init__(self, scheduler: Any, call: StepCall, index: int) -> None:
-        self._lockstep_target = scheduler
-        self._lockstep_call = call
-        self._lockstep_index = index
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         target = self._lockstep_target
@@ -500,9 +495,6 @@ class LockstepScheduler:
             f"lr_scheduler.step({type(target).__name__}@{id(target):x})",
             lambda: target.step(*args, **kwargs),
         )
-
-    def __getattr__(self, item: str) -> Any:
-        return getattr(self._lockstep_target, item)
 
 
 class StepModule(nn.Module):
