@@ -18,6 +18,7 @@ from lightning_mgpu.callbacks import GPUUtilizationMonitor
 from lightning_mgpu.monitoring.diagnosis import load_diagnoses
 from tests.helpers.launch import REPO_ROOT, launch_env, run_python
 from tests.helpers.runif import RunIf
+from tests.helpers.trainer import quiet_trainer
 from tests.unit.monitoring.test_callback import read_metrics  # noqa: F401
 
 RUN = str(REPO_ROOT / "tests" / "integration" / "runners" / "run_gpu_monitor.py")
@@ -130,14 +131,12 @@ def test_the_time_line_of_a_fit_has_its_phases_and_reaches_a_neptune_run(tmp_pat
     )
     monitor = GPUUtilizationMonitor(log_every_n_steps=5, sample_interval_s=0.005)
     data = DataLoader(TensorDataset(torch.randn(512, 64), torch.randn(512, 1)), batch_size=16)
-    trainer = pl.Trainer(
-        accelerator="cpu",
+    trainer = quiet_trainer(
         max_epochs=2,
         limit_val_batches=8,
         logger=[CSVLogger(tmp_path), neptune],
         callbacks=[monitor],
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        enable_checkpointing=True,
         default_root_dir=tmp_path,
     )
     try:

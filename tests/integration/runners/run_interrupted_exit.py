@@ -16,6 +16,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.demos.boring_classes import BoringModel
 
 from lightning_mgpu.callbacks import CleanExit
+from tests.helpers.trainer import QUIET
 
 
 class InterruptedOnRankZero(BoringModel):
@@ -36,16 +37,13 @@ def main() -> None:
         print("EXIT HANDLERS DONE", flush=True)
 
     atexit.register(slow_exit)
+    # The tests' quiet settings; CleanExit only where the scenario asks for it.
     trainer = pl.Trainer(
+        **QUIET,
         strategy="ddp",
-        accelerator="cpu",
         devices=2,
         max_epochs=1,
         limit_train_batches=8,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         callbacks=[] if args.without_clean_exit else [CleanExit()],
     )
     trainer.fit(InterruptedOnRankZero())

@@ -18,12 +18,12 @@ import os
 from pathlib import Path
 
 import torch
-from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch import LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_mgpu.callbacks import CleanExit
 from lightning_mgpu.loggers import NeptuneLogger
+from tests.helpers.trainer import quiet_trainer
 
 STEPS = 6
 BATCH = 4
@@ -75,16 +75,15 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     logger = NeptuneLogger(mode="offline", project=None, name=f"tiny-{args.strategy}", tags=["test"])
-    trainer = Trainer(
+    trainer = quiet_trainer(  # with CleanExit
         strategy=args.strategy,
-        accelerator="cpu",
         devices=2,
         max_epochs=1,
         logger=logger,
         log_every_n_steps=1,
         num_sanity_val_steps=0,
-        enable_progress_bar=False,
-        callbacks=[ModelCheckpoint(dirpath=args.out / "ckpt", monitor="val_loss", save_last=True), CleanExit()],
+        enable_checkpointing=True,
+        callbacks=[ModelCheckpoint(dirpath=args.out / "ckpt", monitor="val_loss", save_last=True)],
     )
     trainer.fit(TinyModel(str(args.out)))
 

@@ -233,15 +233,7 @@ def evaluate(trainer: pl.Trainer, module: EvalModule) -> dict[str, Any]:
     os.environ["WORLD_SIZE"] = str(world())
     r["predict"] = torch.cat(trainer.predict(module))
     os.environ["WORLD_SIZE"] = str(world())
-    fresh = pl.Trainer(
-        strategy=strategy("fairscale"),
-        accelerator="cpu",
-        devices=world(),
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        use_distributed_sampler=False,
-    )
+    fresh = quiet_trainer(strategy=strategy("fairscale"), devices=world(), use_distributed_sampler=False)
     r["test"] = fresh.test(module, verbose=False)[0]["test_loss"]
     x, y = make_data(EVAL_SAMPLES, seed=5).tensors
     with torch.no_grad():

@@ -286,14 +286,7 @@ class _ValidatingLitNet(LitNet):
 def test_validate_and_test_do_not_patch() -> None:
     model = _ValidatingLitNet()
     model.configure_model()
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[ActivationCheckpointing(["no.such.module"])],
-    )
+    trainer = quiet_trainer(callbacks=[ActivationCheckpointing(["no.such.module"])])
     trainer.validate(
         model, dataloaders=model.train_dataloader()
     )  # no backward, so nothing is patched (and the bad pattern is not even resolved)

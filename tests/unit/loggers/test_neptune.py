@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch import LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from torch.utils.data import DataLoader, TensorDataset
@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from lightning_mgpu.loggers import NeptuneLogger, NeptuneServerUnreachableError
 from lightning_mgpu.loggers.neptune_layout import from_neptune_path, to_neptune_path
 from tests.helpers.runif import require_or_skip
+from tests.helpers.trainer import quiet_trainer
 
 require_or_skip("neptune")
 
@@ -206,14 +207,12 @@ def test_trainer_records_summary_and_checkpoint_paths(tmp_path: Path, loggers: l
     logger = NeptuneLogger(mode="offline", save_dir=tmp_path / "logs", name="tiny")
     loggers.append(logger)
     named = ModelCheckpoint(monitor="val_loss", save_last=True)  # no dirpath: Lightning asks the logger
-    trainer = Trainer(
-        accelerator="cpu",
+    trainer = quiet_trainer(
         max_epochs=2,
         logger=logger,
         callbacks=[named],
         log_every_n_steps=1,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        enable_checkpointing=True,
         num_sanity_val_steps=0,
     )
     trainer.fit(_TinyModel())

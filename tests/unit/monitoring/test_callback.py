@@ -32,6 +32,7 @@ from lightning_mgpu.monitoring.samplers import (
 )
 from lightning_mgpu.monitoring.step_timing import SYNC_WARNING, StepTimer, SyncDetector
 from tests.helpers.runif import RunIf, require_or_skip
+from tests.helpers.trainer import quiet_trainer
 
 
 # --------------------------------------------------------------------------- fake NVML
@@ -382,15 +383,7 @@ def test_single_process_fit_logs_mfu_and_periodic_diagnosis(tmp_path: Path, capl
     monitor = GPUUtilizationMonitor(
         log_every_n_steps=2, diagnose_every_n_steps=4, flops_per_sample="auto", peak_flops_per_device=1e12
     )
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=8,
-        logger=CSVLogger(tmp_path),
-        callbacks=[monitor],
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-    )
+    trainer = quiet_trainer(max_steps=8, logger=CSVLogger(tmp_path), callbacks=[monitor])
     data = TensorDataset(torch.randn(256, 16), torch.randn(256, 1))
     with caplog.at_level(logging.INFO):
         trainer.fit(model, DataLoader(data, batch_size=16))
@@ -439,16 +432,7 @@ def test_logs_on_lightnings_step_axis_with_two_optimizers(tmp_path: Path) -> Non
             return torch.optim.SGD(self.gen.parameters(), lr=0.01), torch.optim.SGD(self.disc.parameters(), lr=0.01)
 
     monitor = GPUUtilizationMonitor(write_json=False)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=14,
-        log_every_n_steps=2,
-        logger=CSVLogger(tmp_path),
-        callbacks=[monitor],
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-    )
+    trainer = quiet_trainer(max_steps=14, log_every_n_steps=2, logger=CSVLogger(tmp_path), callbacks=[monitor])
     trainer.fit(GAN(), DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8))
     assert trainer.global_step == 14  # 7 batches x 2 optimizers
     rows = read_metrics(Path(trainer.log_dir) / "metrics.csv")

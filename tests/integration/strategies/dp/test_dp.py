@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import pytest
 import torch
 
@@ -20,22 +19,15 @@ import lightning_mgpu  # noqa: F401
 from lightning_mgpu.testing.parity import ParityModule, max_abs_diff
 from lightning_mgpu.utilities.imports import is_available
 from tests.helpers.launch import run_parity_here, run_parity_sequence
+from tests.helpers.trainer import quiet_trainer
 
 
 def _resume_in_process(
     ckpt: Path, steps: int, strategy: Any = "auto", accelerator: str = "cpu", devices: int = 1
 ) -> dict[str, torch.Tensor]:
     model = ParityModule(global_batch=32, num_samples=32 * steps)
-    trainer = pl.Trainer(
-        strategy=strategy,
-        accelerator=accelerator,
-        devices=devices,
-        max_steps=steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        use_distributed_sampler=False,
+    trainer = quiet_trainer(
+        strategy=strategy, accelerator=accelerator, devices=devices, max_steps=steps, use_distributed_sampler=False
     )
     trainer.fit(model, ckpt_path=ckpt)
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
