@@ -71,70 +71,64 @@ class ReplicaDivergenceError(RuntimeError):
 class _Rendezvous:
     """Runs an action once when every replica has reached the same call (a lock-step collective).
 
-    The last replica to arrive runs the action while the others wait; all of them get its result.
-    A replica that fails or returns early breaks the rendezvous so the others fail promptly
-    instead of waiting forever.
+    A ``threading.Barrier`` whose action is the call's: the last replica to arrive runs it while the others wait, and
+    all of them get its result. A replica that fails or returns early aborts the barrier, so the others fail promptly
+    instead of waiting forever; the first failure is kept as ``root_error``.
     """
 
     def __init__(self, parties: int) -> None:
-        self.parties = parties
-        self._cond = threading.Condition()
-        self._generation = 0
-        self._arrived: dict[int, str] = {}
-        self._values: dict[int, Any] = {}
+        self._barrier = threading.Barrier(parties, action=self._run)
+        self._lock = threading.Lock()
+        self._calls: dict[int, tuple[str, Any]] = {}  # index -> (call, value), for the round under way
+        self._action: Callable[[list[Any]], Any] | None = None
         self._finished: set[int] = set()
         self._result: Any = None
-        self._broken: BaseException | None = None
         self.root_error: BaseException | None = None
 
     def collective(self, index: int, name: str, value: Any, action: Callable[[list[Any]], Any]) -> Any:
-        with self._cond:
-            self._raise_if_broken(index)
-            if self._finished:
+        with self._lock:
+            if self._finished and self.root_error is None:
                 done = sorted(self._finished)
-                self._break(
+                self._fail(
                     ReplicaDivergenceError(
                         f"dp: replica {index} called {name}, but replica(s) {done} already returned from the step"
                         f" without calling it. {_SAME_ORDER}"
                     )
                 )
-                self._raise_if_broken(index)
-            self._arrived[index] = name
-            self._values[index] = value
-            generation = self._generation
-            if len(self._arrived) < self.parties:
-                while self._generation == generation and self._broken is None:
-                    self._cond.wait()
-                self._raise_if_broken(index)
-                return self._result
-            names = set(self._arrived.values())
-            if len(names) > 1:
-                calls = ", ".join(f"replica {i}: {n}" for i, n in sorted(self._arrived.items()))
-                self._break(
-                    ReplicaDivergenceError(
-                        f"dp: the replicas called different methods at the same point ({calls}). {_SAME_ORDER}"
-                    )
-                )
-                self._raise_if_broken(index)
-            values = [self._values[i] for i in range(self.parties)]
-            try:
-                self._result = action(values)
-            except BaseException as err:
-                self._break(err)
-                raise
-            self._arrived.clear()
-            self._values.clear()
-            self._generation += 1
-            self._cond.notify_all()
-            return self._result
+            if self.root_error is not None:
+                raise self._stopped(index)
+            self._calls[index] = (name, value)
+            self._action = action  # the replicas' actions are alike: any one of them serves
+        try:
+            self._barrier.wait()  # the last to arrive runs _run; an error it raises comes out here, in its thread
+        except threading.BrokenBarrierError:
+            raise self._stopped(index) from None
+        return self._result
+
+    def _run(self) -> None:
+        calls = sorted(self._calls.items())
+        self._calls = {}
+        if len({name for _, (name, _) in calls}) > 1:
+            listed = ", ".join(f"replica {i}: {name}" for i, (name, _) in calls)
+            error: BaseException = ReplicaDivergenceError(
+                f"dp: the replicas called different methods at the same point ({listed}). {_SAME_ORDER}"
+            )
+            self.root_error = self.root_error or error
+            raise error  # the barrier breaks itself (it holds its lock here: no abort())
+        assert self._action is not None
+        try:
+            self._result = self._action([value for _, (_, value) in calls])
+        except BaseException as err:
+            self.root_error = self.root_error or err
+            raise
 
     def finish(self, index: int) -> None:
         """Replica ``index`` returned from its step."""
-        with self._cond:
+        with self._lock:
             self._finished.add(index)
-            if self._arrived and self._broken is None:
-                waiting = ", ".join(f"replica {i} in {n}" for i, n in sorted(self._arrived.items()))
-                self._break(
+            if self._calls and self.root_error is None:
+                waiting = ", ".join(f"replica {i} in {name}" for i, (name, _) in sorted(self._calls.items()))
+                self._fail(
                     ReplicaDivergenceError(
                         f"dp: replica {index} returned from the step while other replicas wait ({waiting}). {_SAME_ORDER}"
                     )
@@ -142,22 +136,19 @@ class _Rendezvous:
 
     def abort(self, index: int, error: BaseException) -> None:
         """Replica ``index`` failed with ``error``; wake and fail everyone waiting."""
-        with self._cond:
-            if not isinstance(error, ReplicaAbortedError):
-                self._break(error)
+        if not isinstance(error, ReplicaAbortedError):
+            self._fail(error)
 
-    def _break(self, error: BaseException) -> None:
+    def _fail(self, error: BaseException) -> None:
         if self.root_error is None:
             self.root_error = error
-        if self._broken is None:
-            self._broken = error
-        self._cond.notify_all()
+        self._barrier.abort()
 
-    def _raise_if_broken(self, index: int) -> None:
-        if self._broken is not None:
-            if self._broken is self.root_error and isinstance(self._broken, ReplicaDivergenceError):
-                raise self._broken
-            raise ReplicaAbortedError(f"dp: replica {index} stopped because another replica failed: {self._broken!r}")
+    def _stopped(self, index: int) -> BaseException:
+        # A divergence is every replica's own error; anything else is the failed replica's, and the others only stop.
+        if isinstance(self.root_error, ReplicaDivergenceError):
+            return self.root_error
+        return ReplicaAbortedError(f"dp: replica {index} stopped because another replica failed: {self.root_error!r}")
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import warnings
 from collections import namedtuple
 from dataclasses import dataclass
@@ -733,3 +734,65 @@ def test_topology_note_maps_gpus_through_cuda_visible_devices(monkeypatch: pytes
     assert strategy.is_data_parallel and strategy.root_device == torch.device("cuda", 2)
     note = strategy._topology_note()
     assert "cuda:2, cuda:3 (physical GPUs 6, 7 via CUDA_VISIBLE_DEVICES)" in note and "\n" not in note
+
+
+def _in_threads(parties: int, body: Any) -> list[Any]:
+    """``body(index)`` on ``parties`` threads at once; what each returned or raised."""
+    results: list[Any] = [None] * parties
+
+    def run(index: int) -> None:
+        try:
+            results[index] = body(index)
+        except BaseException as err:  # noqa: BLE001 - the test looks at what each replica raised
+            results[index] = err
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(parties)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads), "a replica hangs in the rendezvous"
+    return results
+
+
+@pytest.mark.timeout(60)
+def test_the_rendezvous_runs_each_call_once_and_fails_every_replica_promptly() -> None:
+    from lightning_mgpu.strategies.dp.replica import ReplicaAbortedError, _Rendezvous
+
+    # Every replica gets the one result of an action that saw every replica's value, round after round.
+    rendezvous, runs = _Rendezvous(3), []
+
+    def two_rounds(i: int) -> list[Any]:
+        return [rendezvous.collective(i, f"step{r}", i * 10 + r, lambda v: runs.append(v) or sum(v)) for r in (1, 2)]
+
+    assert _in_threads(3, two_rounds) == [[33, 36]] * 3 and sorted(runs) == [[1, 11, 21], [2, 12, 22]]
+
+    # Different calls at the same point: every replica raises the one divergence error.
+    rendezvous = _Rendezvous(2)
+    raised = _in_threads(2, lambda i: rendezvous.collective(i, "optimizer.step()" if i else "zero_grad()", None, len))
+    assert all(isinstance(e, ReplicaDivergenceError) and "different methods" in str(e) for e in raised)
+    assert raised[0] is raised[1] is rendezvous.root_error
+
+    # The action fails: the replica that ran it raises its error, the other stops, naming it.
+    rendezvous = _Rendezvous(2)
+    raised = _in_threads(2, lambda i: rendezvous.collective(i, "manual_backward()", None, lambda v: 1 / 0))
+    assert sorted(type(e).__name__ for e in raised) == ["ReplicaAbortedError", "ZeroDivisionError"]
+    assert isinstance(rendezvous.root_error, ZeroDivisionError)
+    assert "ZeroDivisionError" in str(next(e for e in raised if isinstance(e, ReplicaAbortedError)))
+
+    # A replica returns from the step while another waits in a call: the waiting one fails instead of hanging.
+    rendezvous = _Rendezvous(2)
+
+    def one_returns_early(i: int) -> Any:
+        if i == 0:
+            while not rendezvous._calls:  # replica 1 is waiting
+                time.sleep(0.001)
+            return rendezvous.finish(0)
+        return rendezvous.collective(1, "optimizer.step()", None, len)
+
+    raised = _in_threads(2, one_returns_early)
+    assert (
+        raised[0] is None
+        and isinstance(raised[1], ReplicaDivergenceError)
+        and "returned from the step" in str(raised[1])
+    )
