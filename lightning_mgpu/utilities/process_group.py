@@ -21,7 +21,7 @@ import multiprocessing
 import os
 import sys
 import weakref
-from types import FunctionType
+from types import CellType, FunctionType
 from typing import Any, NoReturn
 
 import torch
@@ -68,7 +68,7 @@ def release_destroyed_groups(groups: list[weakref.ref[Any]]) -> int:
     """Drop what still holds the destroyed ``groups``, so that each one's C++ side (gloo's threads) ends now, while the
     interpreter is whole; how many references were dropped.
 
-    Dropped, to ``None``: object attributes, dict values and function defaults. FairScale binds ``dist.group.WORLD`` as
+    Dropped, to ``None``: object attributes, dict values, function defaults and closure variables. FairScale binds ``dist.group.WORLD`` as
     a default argument when it is imported after ``init_process_group`` (``oss._broadcast_object``), FSDP2's
     ``DeviceMesh`` keeps its groups in a dict, the optimizers in an attribute. A destroyed group is unusable by torch's
     contract, so nothing loses a working group. Lists, tuples and C++ holders (DDP's reducer) are left alone.
@@ -80,30 +80,36 @@ def release_destroyed_groups(groups: list[weakref.ref[Any]]) -> int:
     if not alive:
         return 0
     released = 0
-    # Untracked containers (a dict or tuple holding only such C++ objects) are not in gc.get_objects(): they are found
-    # through their holders, one level down.
     for holder in gc.get_objects():
-        parts = gc.get_referents(holder)
-        if not any(
-            id(part) in alive or (isinstance(part, (dict, tuple)) and not gc.is_tracked(part)) for part in parts
-        ):
-            continue
-        for part in (holder, *parts):
-            if isinstance(part, dict) and (part is holder or not gc.is_tracked(part)):
-                for key in [k for k, v in part.items() if id(v) in alive]:
-                    part[key] = None
-                    released += 1
+        # A default argument: the defaults tuple is tracked or not depending on whether a collection has run since.
         if isinstance(holder, FunctionType) and any(id(d) in alive for d in holder.__defaults__ or ()):
             holder.__defaults__ = tuple(None if id(d) in alive else d for d in holder.__defaults__ or ())
             released += 1
-        elif not isinstance(holder, (dict, type)) and any(id(part) in alive for part in parts):
+        elif isinstance(holder, CellType) and id(_cell_contents(holder)) in alive:  # a closure's variable
+            holder.cell_contents = None
+            released += 1
+        parts = gc.get_referents(holder)
+        # Dicts: this one, and those it holds that gc.get_objects() does not list (holding only untracked objects, such
+        # as FSDP2's DeviceMesh._pg_registry, they are untracked).
+        mappings = [part for part in parts if isinstance(part, dict) and not gc.is_tracked(part)]
+        if isinstance(holder, dict):
+            mappings.append(holder)
+        elif not isinstance(holder, type) and any(id(part) in alive for part in parts):
             # An object whose attributes are stored inline (Python 3.11+) refers to the group itself, not via a dict.
             # Written into __dict__, past any __setattr__ (a frozen dataclass's refuses).
-            attributes = getattr(holder, "__dict__", {})
-            for key in [k for k, v in attributes.items() if id(v) in alive]:
-                attributes[key] = None
+            mappings.append(getattr(holder, "__dict__", {}))
+        for mapping in mappings:
+            for key in [k for k, v in mapping.items() if id(v) in alive]:
+                mapping[key] = None
                 released += 1
     return released
+
+
+def _cell_contents(cell: CellType) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
 
 
 def end_after_success() -> NoReturn:
