@@ -74,15 +74,29 @@ def devices() -> DeviceInfo:
     if torch.cuda.is_available():
         from lightning_mgpu.monitoring.peak_flops import dense_peak_flops, peak_phrase
 
-        # torch already honours CUDA_VISIBLE_DEVICES: index i here is the i-th visible device. Each shows the peak the
-        # GPU monitor's MFU uses, so a figure can be checked against it.
+        # torch already honours CUDA_VISIBLE_DEVICES: index i here is the i-th visible device, named with the GPU it is
+        # on the machine (what nvidia-smi shows). Each shows the peak the GPU monitor's MFU uses, so a figure can be
+        # checked against it.
         gpus = tuple(
-            f"cuda:{i} {torch.cuda.get_device_name(i)}"
+            f"cuda:{i}{physical_note(i)} {torch.cuda.get_device_name(i)}"
             f" ({torch.cuda.get_device_properties(i).total_memory / 2**30:.1f} GiB,"
             f" {peak_phrase(dense_peak_flops(torch.device('cuda', i), torch.bfloat16))})"
             for i in range(torch.cuda.device_count())
         )
     return DeviceInfo(os.cpu_count() or 1, os.environ.get("CUDA_VISIBLE_DEVICES"), gpus)
+
+
+def physical_note(index: int, visible: str | None = None) -> str:
+    """`` (physical GPU 6)`` where ``CUDA_VISIBLE_DEVICES`` maps ``cuda:index`` to another GPU of the machine, else ``""``."""
+    from lightning_mgpu.utilities.devices import physical_device_ids
+
+    try:
+        (physical,) = physical_device_ids([index], visible)
+    except ValueError:  # torch accepted an odd CUDA_VISIBLE_DEVICES; say nothing rather than guess
+        return ""
+    if physical == str(index):
+        return ""
+    return f" (physical GPU {physical})" if physical.isdigit() else f" ({physical})"  # a UUID or MIG name as written
 
 
 def launch_command(name: str, dev: DeviceInfo) -> str:

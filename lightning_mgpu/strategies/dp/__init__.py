@@ -10,7 +10,6 @@ from lightning_mgpu.strategies.dp.strategy import (
     DataParallelStrategy,
     LightningDataParallel,
     SmallBatchError,
-    physical_device_ids,
 )
 
-__all__ = ["BatchSplitError", "DataParallelStrategy", "LightningDataParallel", "SmallBatchError", "physical_device_ids"]
+__all__ = ["BatchSplitError", "DataParallelStrategy", "LightningDataParallel", "SmallBatchError"]

@@ -290,21 +290,13 @@ def reduce_step_outputs(
     return _gather(outputs, device)
 
 
-_MEAN_NAMES = {"mean", "avg"}
-_SUM_NAMES = {"sum"}
-_MAX_NAMES = {"max"}
-_MIN_NAMES = {"min"}
+#: ``reduce_fx`` names (strings, or functions such as ``torch.mean``) that reduce as named; others are applied as given.
+_REDUCE_KINDS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
 
 
 def _reduce_kind(reduce_fx: Any) -> str:
-    if isinstance(reduce_fx, str):
-        name = reduce_fx.lower()
-    else:
-        name = getattr(reduce_fx, "__name__", "")
-    for kind, names in (("mean", _MEAN_NAMES), ("sum", _SUM_NAMES), ("max", _MAX_NAMES), ("min", _MIN_NAMES)):
-        if name in names:
-            return kind
-    return "custom"
+    name = reduce_fx.lower() if isinstance(reduce_fx, str) else getattr(reduce_fx, "__name__", "")
+    return _REDUCE_KINDS.get(name, "custom")
 
 
 def to_log_tensor(value: Any, device: torch.device) -> Tensor:

@@ -43,7 +43,7 @@ from lightning_mgpu.strategies.dp.replica import (
     StepCall,
     StepModule,
 )
-from lightning_mgpu.strategies.dp.strategy import SmallBatchError, physical_device_ids
+from lightning_mgpu.strategies.dp.strategy import SmallBatchError
 from lightning_mgpu.testing.dp import (
     EmulatedDataParallel,
     EmulatedDataParallelStrategy,
@@ -147,14 +147,6 @@ def test_block_backward_sync_is_a_noop_context() -> None:
     strategy = DataParallelStrategy()
     with strategy.block_backward_sync() as value:
         assert value is None
-
-
-def test_physical_device_ids_follow_cuda_visible_devices() -> None:
-    assert physical_device_ids([2, 3], visible="4,5,6,7") == ["6", "7"]
-    assert physical_device_ids([2, 3], visible="") == ["2", "3"]
-    assert physical_device_ids([0], visible="GPU-1a2b, GPU-3c4d") == ["GPU-1a2b"]
-    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES='2,3'.*devices=2"):
-        physical_device_ids([2, 3], visible="2,3")
 
 
 # --------------------------------------------------------------------------- split
