@@ -118,7 +118,9 @@ def end_after_success() -> NoReturn:
     Workaround: with torch 2.13 and gloo a process can still abort in C++ static destructors at interpreter exit
     ("terminate called without an active exception", SIGABRT), even after ``destroy_process_group()`` (seen in FSDP2
     ranks, whose DeviceMesh stays cached; pytorch#179291). Nothing is left to do, so the process ends before them.
-    Remove when a torch release ends gloo processes cleanly (check: the sharded_checkpoint benchmark, looped under load).
+    The cause found since (the engines keep the destroyed group alive) is what :func:`release_destroyed_groups` treats
+    at an ordinary exit. Remove when a looped check shows spawned workers ending cleanly with that alone, or when a
+    torch release ends gloo processes cleanly (check: the sharded_checkpoint benchmark, looped under load).
     """
     destroy_process_group_if_done(release=False)  # an orderly goodbye for the other ranks, not a reset connection
     sys.stdout.flush()
