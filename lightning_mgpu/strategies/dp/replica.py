@@ -313,36 +313,25 @@ class StepCall:
 
     def _clip_gradients(self, index: int, optimizer: Any, *args: Any, **kwargs: Any) -> None:
         target = _lockstep_target(optimizer)
-        self.rendezvous.collective(
-            index,
-            f"clip_gradients({_describe(target)})",
-            None,
-            lambda _: self.original.clip_gradients(target, *args, **kwargs),
-        )
+        clip = functools.partial(self.original.clip_gradients, target, *args, **kwargs)
+        self.collective_call(index, f"clip_gradients({_describe(target)})", clip)
 
     def _toggle(self, index: int, on: bool, optimizer: Any) -> None:
         target = _lockstep_target(optimizer)
         method = self.original.toggle_optimizer if on else self.original.untoggle_optimizer
         verb = "toggle_optimizer" if on else "untoggle_optimizer"
-        self.rendezvous.collective(index, f"{verb}({_describe(target)})", None, lambda _: method(target))
+        self.collective_call(index, f"{verb}({_describe(target)})", functools.partial(method, target))
         self._sync_requires_grad(index)
 
     def collective_step(self, index: int, optimizer: Any, kwargs: dict[str, Any]) -> Any:
-        result = self.rendezvous.collective(
-            index, f"optimizer.step({_describe(optimizer)})", None, lambda _: optimizer.step(**kwargs)
+        result = self.collective_call(
+            index, f"optimizer.step({_describe(optimizer)})", lambda: optimizer.step(**kwargs)
         )
         self._refresh(index, optimizer)
         return result
 
-    def collective_zero_grad(self, index: int, optimizer: Any, set_to_none: bool) -> None:
-        self.rendezvous.collective(
-            index,
-            f"optimizer.zero_grad({_describe(optimizer)})",
-            None,
-            lambda _: optimizer.zero_grad(set_to_none=set_to_none),
-        )
-
     def collective_call(self, index: int, name: str, fn: Callable[[], Any]) -> Any:
+        """``fn()`` once for all replicas when every one has reached call ``name``; each gets its result."""
         return self.rendezvous.collective(index, name, None, lambda _: fn())
 
     # ------------------------------------------------------------------ replica parameters
@@ -463,7 +452,11 @@ class LockstepOptimizer(_Lockstep):
         return result
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        self._lockstep_call.collective_zero_grad(self._lockstep_index, self._lockstep_target, set_to_none)
+        target = self._lockstep_target
+        zero_grad = functools.partial(target.zero_grad, set_to_none=set_to_none)
+        self._lockstep_call.collective_call(
+            self._lockstep_index, f"optimizer.zero_grad({_describe(target)})", zero_grad
+        )
 
     @contextmanager
     def toggle_model(self, sync_grad: bool = True) -> Generator[None, None, None]:
