@@ -25,14 +25,14 @@ from lightning_mgpu.checkpoint.io import AtomicCheckpointIO
 from lightning_mgpu.strategies._steps import StepRouting
 from lightning_mgpu.strategies.dp.engine import LightningDataParallel, combine_hook, single_device_step
 from lightning_mgpu.strategies.dp.reduce import LOSS_REDUCTIONS, BatchSplitError, LossReduction, plan_split
-from lightning_mgpu.strategies.dp.strategy import data_parallel_devices, splits_across
+from lightning_mgpu.strategies.dp.strategy import DataParallelDevices
 
 
 class DDP2TopologyError(ValueError):
     """``ddp2`` was started with other than one process per node."""
 
 
-class DDP2Strategy(StepRouting, DDPStrategy):
+class DDP2Strategy(DataParallelDevices, StepRouting, DDPStrategy):
     """One process per node, DataParallel over the node's devices, DDP across the nodes.
 
     Launch it like ``ddp`` with one process per node: Lightning's launcher (``num_nodes`` machines, each started
@@ -75,8 +75,6 @@ class DDP2Strategy(StepRouting, DDPStrategy):
     ray_incompatibility = (
         "one `ddp2` process per node drives the node's devices, while Ray Train runs one process per device; use 'ddp'"
     )
-    # Device types on which a node's devices are run by DataParallel (others fall back to one device per node).
-    _data_parallel_device_types: tuple[str, ...] = ("cuda",)
 
     def __init__(self, loss_reduction: LossReduction = "weighted_mean", **kwargs: Any) -> None:
         if loss_reduction not in LOSS_REDUCTIONS:
@@ -86,22 +84,11 @@ class DDP2Strategy(StepRouting, DDPStrategy):
                 "ddp2 starts one process per node from the launcher (start_method='popen'); spawning is not supported."
             )
         kwargs.setdefault("checkpoint_io", AtomicCheckpointIO())  # a kill mid-save never leaves a torn .ckpt
-        self._requested_devices: list[torch.device] | None = None
         super().__init__(**kwargs)
         self.loss_reduction: LossReduction = loss_reduction
         self._loss_scale = 1.0
 
     # ------------------------------------------------------------------ topology: one process per node
-    @property
-    @override
-    def parallel_devices(self) -> list[torch.device] | None:
-        return self._parallel_devices
-
-    @parallel_devices.setter
-    def parallel_devices(self, devices: list[torch.device] | None) -> None:
-        self._requested_devices = list(devices) if devices else devices
-        self._parallel_devices = data_parallel_devices(devices, self._data_parallel_device_types)
-
     @property
     @override
     def num_processes(self) -> int:
@@ -138,19 +125,12 @@ class DDP2Strategy(StepRouting, DDPStrategy):
         super().setup_environment()
         devices = self.node_devices
         asked = len(self._requested_devices or [])
-        how = (
-            "DataParallel"
-            if self._node_is_data_parallel()
-            else "a single device (DataParallel needs several CUDA GPUs)"
-        )
+        how = "DataParallel" if self.is_data_parallel else "a single device (DataParallel needs several CUDA GPUs)"
         rank_zero_info(
             f"strategy='ddp2': {self.num_nodes} node process(es), each driving {devices} device(s) with {how}"
             + (f" ({asked} requested)" if asked > devices else "")
             + "; gradients are all-reduced across nodes by DDP."
         )
-
-    def _node_is_data_parallel(self) -> bool:
-        return splits_across(self.parallel_devices, self._data_parallel_device_types)
 
     # ------------------------------------------------------------------ the model: DDP around DataParallel
     @override
@@ -161,7 +141,7 @@ class DDP2Strategy(StepRouting, DDPStrategy):
                 " process and cannot join a process group. Each device normalises its own chunk, as under 'dp';"
                 " use strategy='ddp' (one process per device) for synchronised BatchNorm."
             )
-        node = self._wrap_node(model) if self._node_is_data_parallel() else model
+        node = self._wrap_node(model) if self.is_data_parallel else model
         # A module spread over several devices (or on the CPU) takes device_ids=None; DataParallel moves inputs.
         device_ids = None if node is not model else self.determine_ddp_device_ids()
         return DistributedDataParallel(module=node, device_ids=device_ids, **self._ddp_kwargs)

@@ -48,30 +48,44 @@ __all__ = [
     "DataParallelStrategy",
     "LightningDataParallel",
     "SmallBatchError",
-    "data_parallel_devices",
-    "splits_across",
+    "DataParallelDevices",
 ]
 
 
-def splits_across(devices: list[torch.device] | None, device_types: tuple[str, ...]) -> bool:
-    """Whether DataParallel splits steps across ``devices``: two or more, each of one of ``device_types``."""
-    return devices is not None and len(devices) > 1 and all(torch.device(d).type in device_types for d in devices)
+class DataParallelDevices:
+    """The devices of a strategy whose one process drives several with DataParallel (``dp``, ``ddp2``).
 
-
-def data_parallel_devices(
-    devices: list[torch.device] | None, device_types: tuple[str, ...]
-) -> list[torch.device] | None:
-    """``devices`` where DataParallel can split across them, else the first alone.
-
-    DataParallel needs several CUDA devices; elsewhere one device does the same work, so ``trainer.num_devices``
-    (and the loader batch sized from it) must say 1.
+    DataParallel needs several devices of ``_data_parallel_device_types`` (CUDA); elsewhere one device does the same
+    work, so ``parallel_devices`` keeps the first alone and ``trainer.num_devices`` (and the loader batch sized from it)
+    says 1.
     """
-    if devices and len(devices) > 1 and not splits_across(devices, device_types):
-        return [devices[0]]
-    return devices
+
+    #: Device types whose devices DataParallel drives (the CPU emulators of lightning_mgpu.testing add "cpu").
+    _data_parallel_device_types: tuple[str, ...] = ("cuda",)
+    #: The devices the Trainer asked for, before the fallback to one.
+    _requested_devices: list[torch.device] | None = None
+    _parallel_devices: list[torch.device] | None
+
+    @property
+    def parallel_devices(self) -> list[torch.device] | None:
+        return self._parallel_devices
+
+    @parallel_devices.setter
+    def parallel_devices(self, devices: list[torch.device] | None) -> None:
+        self._requested_devices = list(devices) if devices else devices
+        self._parallel_devices = devices[:1] if devices and not self._splits_across(devices) else devices
+
+    @property
+    def is_data_parallel(self) -> bool:
+        """Whether steps are split across several devices (``False``: one device does the work)."""
+        return self._splits_across(self.parallel_devices)
+
+    def _splits_across(self, devices: list[torch.device] | None) -> bool:
+        types = self._data_parallel_device_types
+        return devices is not None and len(devices) > 1 and all(torch.device(d).type in types for d in devices)
 
 
-class DataParallelStrategy(StepRouting, ParallelStrategy):
+class DataParallelStrategy(DataParallelDevices, StepRouting, ParallelStrategy):
     """One process, several GPUs of one machine: the LightningModule wrapped in ``torch.nn.DataParallel``.
 
     Training, validation, test and predict steps are split across the devices: the batch is cut
@@ -132,8 +146,6 @@ class DataParallelStrategy(StepRouting, ParallelStrategy):
     ray_incompatibility = (
         "one `dp` process drives several devices, while Ray Train runs one process per device; use 'ddp'"
     )
-    # Device types on which several devices are run by DataParallel (others fall back to one).
-    _data_parallel_device_types: tuple[str, ...] = ("cuda",)
 
     def __init__(
         self,
@@ -145,7 +157,6 @@ class DataParallelStrategy(StepRouting, ParallelStrategy):
     ) -> None:
         if loss_reduction not in LOSS_REDUCTIONS:
             raise ValueError(f"loss_reduction={loss_reduction!r} is not supported; choose one of {LOSS_REDUCTIONS}.")
-        self._requested_devices: list[torch.device] | None = None
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -157,22 +168,7 @@ class DataParallelStrategy(StepRouting, ParallelStrategy):
         self.loss_reduction: LossReduction = loss_reduction
         self._noted = False
 
-    # ------------------------------------------------------------------ topology: one process
-    @property
-    @override
-    def parallel_devices(self) -> list[torch.device] | None:
-        return self._parallel_devices
-
-    @parallel_devices.setter
-    def parallel_devices(self, devices: list[torch.device] | None) -> None:
-        self._requested_devices = list(devices) if devices else devices
-        self._parallel_devices = data_parallel_devices(devices, self._data_parallel_device_types)
-
-    @property
-    def is_data_parallel(self) -> bool:
-        """Whether steps are split across several devices (``False``: single-device mode)."""
-        return splits_across(self.parallel_devices, self._data_parallel_device_types)
-
+    # ------------------------------------------------------------------ topology: one process (devices: the mixin)
     @property
     @override
     def root_device(self) -> torch.device:
