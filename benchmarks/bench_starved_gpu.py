@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import os
 import shutil
 import statistics
@@ -193,8 +194,8 @@ def per_item_seconds(dataset: Dataset, count: int = 32) -> float:
 
 
 def validation_clock() -> Any:
-    """A Lightning callback timing the validations (``seconds_after(t)``: their wall time from ``t`` on); built on
-    call, as ``harness.clock.step_clock`` is."""
+    """A Lightning callback timing the validations (``seconds_between(start, end)``: their wall time inside that
+    window); built on call, as ``harness.clock.step_clock`` is."""
     import lightning.pytorch as pl
 
     class ValidationClock(pl.Callback):
@@ -207,8 +208,10 @@ def validation_clock() -> Any:
         def on_validation_end(self, *_: Any) -> None:
             self.spans[-1] = (self.spans[-1][0], time.perf_counter())
 
-        def seconds_after(self, start: float) -> float:
-            return sum(b - a for a, b in self.spans if a >= start)
+        def seconds_between(self, start: float, end: float) -> float:
+            # Clipped to the window: the last validation runs after the last training batch has ended.
+            finished = [(a, b) for a, b in self.spans if not math.isnan(b)]  # NaN: the fit stopped inside it
+            return sum(max(0.0, min(b, end) - max(a, start)) for a, b in finished)
 
     return ValidationClock()
 
@@ -251,8 +254,10 @@ def train(name: str, dataset: Dataset, size: Size, args: argparse.Namespace, roo
     )
     val = DataLoader(dataset, batch_size=size.batch_size, num_workers=workers, drop_last=True)
     trainer.fit(model, loader, val)
-    # The clock's samples/s over the training batches after the warm-up, the validations' time taken out.
-    timed = clock.ends[-1] - clock.marks[warmup] - validation.seconds_after(clock.marks[warmup])
+    # The clock's samples/s over the training batches after the warm-up, the validations inside that window taken out
+    # (the last one runs after the last batch: counting it made the figure negative on a short CPU run).
+    start, end = clock.marks[warmup], clock.ends[-1]
+    timed = end - start - validation.seconds_between(start, end)
     diagnosis = monitor.last_diagnosis[0]
     evidence = diagnosis.evidence
     return {
