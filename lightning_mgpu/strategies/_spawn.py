@@ -11,6 +11,7 @@ and torch.multiprocessing reports its error.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -20,24 +21,55 @@ from lightning.pytorch.strategies.launchers.multiprocessing import (
     _WorkerOutput,
 )
 from lightning.pytorch.trainer.states import TrainerFn
+from torch.multiprocessing import ProcessRaisedException
 from typing_extensions import override
 
+from lightning_mgpu.utilities.failures import first_failure, record_failure
 from lightning_mgpu.utilities.process_group import end_after_success
 from lightning_mgpu.utilities.signals import interrupts_to_workers
 
 
 class CleanExitSpawnLauncher(_MultiProcessingLauncher):
-    """``_MultiProcessingLauncher`` whose workers end with ``os._exit(0)`` once their results are delivered, and
-    whose launching process leaves a first Ctrl-C to the workers (they save and stop: ``SaveOnInterrupt``)."""
+    """``_MultiProcessingLauncher`` whose workers end with ``os._exit(0)`` once their results are delivered, whose
+    launching process leaves a first Ctrl-C to the workers (they save and stop: ``SaveOnInterrupt``), and which reports
+    the worker that failed first.
+
+    torch.multiprocessing reports the first failed worker *it sees exit*. When one rank raises, another rank's
+    collective breaks with "Connection closed by peer" and that rank may finish exiting sooner, so the job reported a
+    broken connection instead of the error. Each worker records its failure with the time it happened, and the
+    launching process reports the earliest.
+    """
+
+    _failures: str | None = None  # the folder the workers record their failures in (set before they start)
 
     @override
     def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
-        with interrupts_to_workers():
-            return super().launch(function, *args, trainer=trainer, **kwargs)
+        self._failures = tempfile.mkdtemp(prefix="lightning_mgpu-failures-")
+        try:
+            with interrupts_to_workers():
+                return super().launch(function, *args, trainer=trainer, **kwargs)
+        except ProcessRaisedException as reported:
+            first = first_failure(self._failures)
+            if first is None or first.rank == reported.error_index:
+                raise
+            pid = (self.procs[first.rank].pid if first.rank < len(self.procs) else None) or -1
+            raise ProcessRaisedException(
+                f"\n\n-- Process {first.rank:d} failed first, with the following error (process"
+                f" {reported.error_index:d} failed after it):\n{first.trace}",
+                first.rank,
+                pid,
+            ) from None
+        finally:
+            shutil.rmtree(self._failures, ignore_errors=True)
 
     @override
-    def _wrapping_function(self, *args: Any, **kwargs: Any) -> None:
-        super()._wrapping_function(*args, **kwargs)
+    def _wrapping_function(self, process_idx: int, *args: Any, **kwargs: Any) -> None:
+        try:
+            super()._wrapping_function(process_idx, *args, **kwargs)
+        except Exception:
+            if self._failures is not None:
+                record_failure(self._failures, process_idx)
+            raise  # torch.multiprocessing reports it to the launching process
         end_after_success()  # the workaround of the module docstring, and when it can go
 
     @override

@@ -8,11 +8,15 @@ their exit status says it.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import subprocess
 import threading
 import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from lightning_mgpu.utilities.process_group import mark_failed
@@ -104,3 +108,33 @@ def on_training_failure(strategy: Any, report: bool = True) -> None:
     report_text = failed_rank_report(strategy)
     if report_text:
         log.error(report_text)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A worker's error as it recorded it: its rank, when (``time.time()``) and its traceback."""
+
+    rank: int
+    at: float
+    trace: str
+
+
+def record_failure(folder: str | Path, rank: int) -> None:
+    """Record the exception being handled as worker ``rank``'s failure, in ``folder`` (call from an ``except`` block)."""
+    record = {"rank": rank, "at": time.time(), "trace": traceback.format_exc()}
+    (Path(folder) / f"rank{rank}.json").write_text(json.dumps(record))
+
+
+def first_failure(folder: str | Path) -> Failure | None:
+    """The earliest failure :func:`record_failure` wrote in ``folder``, or ``None``.
+
+    The earliest is the cause: a rank that lost its peer fails only after the peer's process has closed its
+    connections, which the peer does after it recorded its own error.
+    """
+    records = []
+    for path in Path(folder).glob("rank*.json"):
+        try:
+            records.append(Failure(**json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError):  # a record being written as the worker was stopped
+            continue
+    return min(records, key=lambda f: f.at, default=None)

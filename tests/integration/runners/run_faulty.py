@@ -1,23 +1,26 @@
 """Train the parity model under a strategy and inject one fault: ``python -m tests.integration.runners.run_faulty``.
 
-    --strategy ddp|ddp_spawn|sharded|sharded_spawn|horovod --fault raise|kill --rank R --step S --out DIR
+    --strategy ddp|ddp_spawn|sharded|sharded_spawn|horovod --fault raise|kill --rank R --step S --out DIR [--linger T]
 
 ``raise`` makes rank R raise at training step S; ``kill`` makes rank R SIGKILL itself there (an OOM killer, a
-pre-empted node). Every process writes ``pid_rank{r}`` and ``port_rank{r}`` first, so the test can check that no
+pre-empted node). ``--linger T``: after raising, rank R closes its connections first thing at exit and then takes T
+seconds more to end, so another rank, whose collective breaks, ends sooner. Every process writes ``pid_rank{r}`` and ``port_rank{r}`` first, so the test can check that no
 process and no listening port is left behind.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import signal
+import time
+import weakref
 from pathlib import Path
 
 import lightning.pytorch as pl
 
 import lightning_mgpu  # noqa: F401  (registers the bundle's strategy names)
-from lightning_mgpu.callbacks import CleanExit
 from lightning_mgpu.testing.parity import ParityModule
 from tests.helpers.trainer import quiet_trainer
 
@@ -27,8 +30,8 @@ class InjectedFault(RuntimeError):
 
 
 class FaultInjector(pl.Callback):
-    def __init__(self, fault: str, rank: int, step: int, out: Path) -> None:
-        self.fault, self.rank, self.step, self.out = fault, rank, step, out
+    def __init__(self, fault: str, rank: int, step: int, out: Path, linger: float = 0.0) -> None:
+        self.fault, self.rank, self.step, self.out, self.linger = fault, rank, step, out, linger
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         (self.out / f"pid_rank{trainer.global_rank}").write_text(str(os.getpid()))
@@ -44,7 +47,21 @@ class FaultInjector(pl.Callback):
             return
         if self.fault == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if self.linger:
+            atexit.register(_close_then_linger, self.linger)  # registered last: runs first at exit
         raise InjectedFault(f"injected fault on rank {self.rank} at step {self.step}")
+
+
+def _close_then_linger(seconds: float) -> None:
+    """Tear the process group down (the peers' collectives break now), then take ``seconds`` more to exit."""
+    import torch.distributed as dist
+
+    from lightning_mgpu.utilities.process_group import release_destroyed_groups
+
+    groups = [weakref.ref(pg) for pg in dist.distributed_c10d._world.pg_map]
+    dist.destroy_process_group()
+    release_destroyed_groups(groups)
+    time.sleep(seconds)
 
 
 def main() -> None:
@@ -54,6 +71,7 @@ def main() -> None:
     p.add_argument("--rank", type=int, default=1)
     p.add_argument("--step", type=int, default=3)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--linger", type=float, default=0.0)
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "pid_launcher").write_text(str(os.getpid()))
@@ -62,7 +80,7 @@ def main() -> None:
         devices=2,
         max_steps=40,
         use_distributed_sampler=False,
-        callbacks=[FaultInjector(args.fault, args.rank, args.step, args.out), CleanExit()],
+        callbacks=[FaultInjector(args.fault, args.rank, args.step, args.out, args.linger)],  # CleanExit: quiet_trainer
     )
     trainer.fit(ParityModule(global_batch=8, num_samples=8 * 40))
 
