@@ -8,8 +8,8 @@ torchtitan does it only after success, since destroying while other ranks are in
 
 Destroying is not enough under gloo: ``destroy_process_group()`` only unregisters the groups (gloo's backend has no
 ``shutdown()``), and the threads live on while any object still holds the group. The sharded engines do:
-FairScale's ``OSS.group``, torch's ``ZeroRedundancyOptimizer.process_group``, FSDP2's mesh info, and an async save's
-own group. The group was then torn down during interpreter finalization, which aborts now and then. So the
+FairScale's ``OSS.group`` and a default argument, torch's ``ZeroRedundancyOptimizer.process_group``, FSDP2's
+``DeviceMesh``, and an async save's own group. The group was then torn down during interpreter finalization, which aborts now and then. So the
 references to the destroyed groups are dropped too (:func:`release_destroyed_groups`).
 """
 
@@ -55,22 +55,30 @@ def destroy_process_group_if_done(release: bool = True) -> bool:
         return False
     if not (dist.is_available() and dist.is_initialized()):
         return False
+    destroy_all_groups(release)
+    return True
+
+
+def destroy_all_groups(release: bool = True) -> None:
+    """``destroy_process_group()``, then (``release``) drop what still holds the destroyed groups, whatever the state
+    of this process. Callers that must not destroy after a failure use :func:`destroy_process_group_if_done`."""
+    import torch.distributed as dist
+
     # Every group (the default one and those made by new_group), weakly: destroy_process_group() destroys them all.
     world = getattr(dist.distributed_c10d, "_world", None)
     groups = [weakref.ref(pg) for pg in getattr(world, "pg_map", None) or [dist.group.WORLD]]
     dist.destroy_process_group()
     if release:
         release_destroyed_groups(groups)
-    return True
 
 
 def release_destroyed_groups(groups: list[weakref.ref[Any]]) -> int:
     """Drop what still holds the destroyed ``groups``, so that each one's C++ side (gloo's threads) ends now, while the
     interpreter is whole; how many references were dropped.
 
-    Dropped, to ``None``: object attributes, dict values, function defaults and closure variables. FairScale binds ``dist.group.WORLD`` as
-    a default argument when it is imported after ``init_process_group`` (``oss._broadcast_object``), FSDP2's
-    ``DeviceMesh`` keeps its groups in a dict, the optimizers in an attribute. A destroyed group is unusable by torch's
+    Dropped, to ``None``: object attributes, dict values, function defaults and closure variables. FairScale binds
+    ``dist.group.WORLD`` as a default argument when it is imported after ``init_process_group``
+    (``oss._broadcast_object``), FSDP2's ``DeviceMesh`` keeps its groups in a dict, the optimizers in an attribute. A destroyed group is unusable by torch's
     contract, so nothing loses a working group. Lists, tuples and C++ holders (DDP's reducer) are left alone.
 
     Workaround: remove when gloo's ``shutdown()`` ends its threads, so that ``destroy_process_group()`` alone suffices

@@ -15,7 +15,6 @@ import atexit
 import os
 import signal
 import time
-import weakref
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -54,13 +53,9 @@ class FaultInjector(pl.Callback):
 
 def _close_then_linger(seconds: float) -> None:
     """Tear the process group down (the peers' collectives break now), then take ``seconds`` more to exit."""
-    import torch.distributed as dist
+    from lightning_mgpu.utilities.process_group import destroy_all_groups
 
-    from lightning_mgpu.utilities.process_group import release_destroyed_groups
-
-    groups = [weakref.ref(pg) for pg in dist.distributed_c10d._world.pg_map]
-    dist.destroy_process_group()
-    release_destroyed_groups(groups)
+    destroy_all_groups()  # after the failure, which destroy_process_group_if_done would leave alone
     time.sleep(seconds)
 
 
