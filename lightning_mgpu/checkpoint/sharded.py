@@ -19,6 +19,7 @@ name, never a torn folder; a killed save's temporary folder is removed by the ne
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import errno
@@ -143,6 +144,40 @@ def write_sharded_checkpoint(
 
     saved.add_done_callback(_finish)  # type: ignore[union-attr]
     return landed
+
+
+class BackgroundSaves:
+    """One strategy's sharded saves that land in the background (``async_save=True``), one in flight at a time.
+
+    Their collectives run over a gloo group of their own, apart from training's, made on the first save (a collective:
+    every rank saves). The interpreter's exit waits for the save in flight.
+    """
+
+    def __init__(self) -> None:
+        self.group: Any = None
+        self._pending: Future | None = None
+
+    def start(self, checkpoint: Mapping[str, Any], path: str | os.PathLike, tmp: Path, coordinator: bool) -> None:
+        """Copy ``checkpoint``'s shards to CPU memory and write them in the background, once the previous save landed."""
+        self.wait()
+        if self.group is None:
+            import torch.distributed as dist
+
+            self.group = dist.new_group(backend="gloo")
+            # Registered after destroy_at_exit's hook, so it runs first: the save's collectives need the groups.
+            atexit.register(self.wait)
+        self._pending = write_sharded_checkpoint(checkpoint, path, tmp, coordinator, async_group=self.group)
+
+    def wait(self) -> None:
+        """Block until the save in flight has landed; raise its error if it failed."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def abandon(self) -> None:
+        """Stop waiting for the save in flight: another rank failed and may never write its part. The previous checkpoint
+        stays in place, and the next save removes the temporary folder."""
+        self._pending = None
 
 
 def _serialized(meta: Mapping[str, Any]) -> bytes:

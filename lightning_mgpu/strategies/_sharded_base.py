@@ -10,9 +10,7 @@ logic needs to ask it something.
 
 from __future__ import annotations
 
-import atexit
 from collections.abc import Mapping
-from concurrent.futures import Future
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -33,6 +31,7 @@ from typing_extensions import override
 from lightning_mgpu.checkpoint.io import AtomicCheckpointIO, load_checkpoint_file
 from lightning_mgpu.checkpoint.sharded import (
     META_FILENAME,
+    BackgroundSaves,
     is_sharded_checkpoint,
     temporary_folder,
     write_sharded_checkpoint,
@@ -108,8 +107,7 @@ class ShardedBase(StepRouting, DDPStrategy):
                 " files)."
             )
         self._async_save = async_save
-        self._async_group: Any = None
-        self._pending_save: Future | None = None
+        self._background = BackgroundSaves()
         self._failed = False
         # Set by load_checkpoint when a sharded folder went straight into the sharded model and optimizers.
         self._restored_in_place = False
@@ -266,31 +264,19 @@ class ShardedBase(StepRouting, DDPStrategy):
         self.wait_for_checkpoint()
         filepath = self.broadcast(str(filepath))
         tmp = Path(self.broadcast(str(temporary_folder(filepath))))
-        group = self._checkpoint_group() if self._async_save and self._fitting() else None
-        self._pending_save = write_sharded_checkpoint(
-            checkpoint, filepath, tmp, coordinator=self.is_global_zero, async_group=group
-        )
-
-    def wait_for_checkpoint(self) -> None:
-        """Block until the last background save (``async_save=True``) has landed; raise its error if it failed."""
-        pending, self._pending_save = self._pending_save, None
-        if pending is not None:
-            pending.result()
-
-    def _checkpoint_group(self) -> Any:
-        """A gloo group for the background saves' collectives, apart from training's (made on the first save, a
-        collective: every rank saves)."""
-        if self._async_group is None:
-            import torch.distributed as dist
-
-            self._async_group = dist.new_group(backend="gloo")
+        if not (self._async_save and self._fitting()):
+            write_sharded_checkpoint(checkpoint, filepath, tmp, coordinator=self.is_global_zero)
+            return
+        if self._background.group is None:
             rank_zero_info(
                 f"strategy={self.strategy_name!r}: checkpoints are written in the background (async_save); each lands"
                 " when its last rank is done."
             )
-            # Registered after destroy_at_exit's hook, so it runs first: the save's collectives need the groups.
-            atexit.register(self.wait_for_checkpoint)
-        return self._async_group
+        self._background.start(checkpoint, filepath, tmp, coordinator=self.is_global_zero)
+
+    def wait_for_checkpoint(self) -> None:
+        """Block until the last background save (``async_save=True``) has landed; raise its error if it failed."""
+        self._background.wait()
 
     @override
     def load_checkpoint(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -368,8 +354,6 @@ class ShardedBase(StepRouting, DDPStrategy):
     @override
     def teardown(self) -> None:
         if self._failed:
-            # Another rank may never finish its part of a background save: do not wait for it. Its temporary folder
-            # is removed by the next save, and the previous checkpoint stays in place.
-            self._pending_save = None
+            self._background.abandon()  # another rank may never finish its part of a background save
         self.wait_for_checkpoint()  # the end of fit: the last checkpoint is in place when fit returns
         super().teardown()

@@ -18,8 +18,8 @@ from lightning_mgpu.strategies.ddp2 import DDP2Strategy
 from lightning_mgpu.strategies.dp import DataParallelStrategy
 from lightning_mgpu.strategies.fsdp2 import FSDP2Strategy
 from lightning_mgpu.strategies.horovod import HorovodStrategy
-from lightning_mgpu.strategies.mixed_namespaces import guard_mixed_namespaces
 from lightning_mgpu.strategies.sharded import ShardedStrategy, ZeroStrategy
+from lightning_mgpu.utilities.namespace_guard import guard_mixed_namespaces
 
 
 class StrategyNameClashError(ValueError):

@@ -48,7 +48,7 @@ _LIGHTNING = re.compile(r"^\s*(?:from|import)\s+lightning\.(?:pytorch|fabric)\b"
 
 class MixedLightningNamespacesError(TypeError):
     """A ``lightning.pytorch`` object was handed to a ``pytorch_lightning`` Trainer, or the reverse (raised by
-    ``lightning_mgpu.strategies.mixed_namespaces``; defined here so that both namespaces raise the same class)."""
+    ``lightning_mgpu.utilities.namespace_guard``; defined here so that both namespaces raise the same class)."""
 
 
 def _module_path(name: str) -> Path | None:

@@ -59,11 +59,11 @@ from typing_extensions import override
 
 from lightning_mgpu.checkpoint.io import AtomicCheckpointIO
 from lightning_mgpu.data.loader import loader_batch_size
-from lightning_mgpu.strategies._optim import rebind_schedulers
 from lightning_mgpu.strategies.horovod import runtime
 from lightning_mgpu.strategies.horovod.environment import HorovodEnvironment
 from lightning_mgpu.strategies.horovod.script_launcher import _HorovodScriptLauncher, can_run_script_again
 from lightning_mgpu.utilities.failures import failed_rank_report
+from lightning_mgpu.utilities.optimizers import rebind_schedulers
 
 __all__ = ["HorovodStrategy"]
 

@@ -23,10 +23,9 @@ from lightning_mgpu.checkpoint.sharded import (
     read_sharded_model,
     saved_entries,
 )
-from lightning_mgpu.strategies._optim import rebind_schedulers
 from lightning_mgpu.strategies._sharded_base import ShardedBase
 from lightning_mgpu.strategies.sharded.optim import ShardedOptimizerFactory, is_sharded_optimizer, rebuild_optimizer
-from lightning_mgpu.utilities.optimizers import unwrap_optimizer
+from lightning_mgpu.utilities.optimizers import rebind_schedulers, unwrap_optimizer
 
 __all__ = ["OptimizerShardedBase", "owned_optimizer_state"]
 

@@ -1,5 +1,5 @@
 """Backend-neutral helpers of the ``sharded`` strategy: rebuilding optimizers as sharded ones and measuring
-the optimizer state a process holds (scheduler re-binding is shared, in :mod:`lightning_mgpu.strategies._optim`).
+the optimizer state a process holds (scheduler re-binding is shared, in :mod:`lightning_mgpu.utilities.optimizers`).
 
 Nothing here imports FairScale; :mod:`lightning_mgpu.strategies.sharded.fairscale` holds what does.
 """

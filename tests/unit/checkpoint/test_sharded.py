@@ -22,6 +22,7 @@ from lightning_mgpu.checkpoint.io import (
     read_checkpoint,
 )
 from lightning_mgpu.checkpoint.sharded import (
+    BackgroundSaves,
     check_saved_optimizer_count,
     is_sharded_checkpoint,
     saved_entries,
@@ -152,3 +153,47 @@ def test_a_folder_cut_short_is_named_not_misread(tmp_path: Path) -> None:
     next(path.glob("*.distcp")).write_bytes(b"")
     with pytest.raises(CheckpointReadError, match="a shard is missing or cut short"):
         read_checkpoint(path)
+
+
+def test_background_saves_land_one_at_a_time_and_a_failure_surfaces_at_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch.distributed as dist
+
+    from lightning_mgpu.utilities.process_group import destroy_all_groups
+
+    def weight(path: Path) -> float:
+        return float(read_checkpoint(path)["state_dict"]["0.weight"][0, 0])
+
+    def dies_after_the_shards(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        saves = BackgroundSaves()
+        path = tmp_path / "ckpts" / "last.ckpt"
+        saves.start(_checkpoint(1.0), path, temporary_folder(path), coordinator=True)
+        group = saves.group
+        assert group is not None and group is not dist.group.WORLD  # the saves' collectives stay off training's group
+        saves.start(_checkpoint(2.0), path, temporary_folder(path), coordinator=True)  # after the first has landed
+        assert saves.group is group
+        saves.wait()
+        assert weight(path) == 2.0 and [p.name for p in path.parent.iterdir()] == ["last.ckpt"]
+
+        monkeypatch.setattr(sharded_checkpoint, "fsync_dir", dies_after_the_shards)
+        saves.start(_checkpoint(3.0), path, temporary_folder(path), coordinator=True)
+        with pytest.raises(OSError, match="No space"):
+            saves.wait()  # the background failure reaches whoever waits
+        saves.wait()  # and only once
+        assert weight(path) == 2.0
+
+        saves.start(_checkpoint(4.0), path, temporary_folder(path), coordinator=True)
+        pending = saves._pending
+        saves.abandon()
+        saves.wait()  # a failed run does not wait for (or raise) the save it abandoned
+        assert pending is not None
+        with pytest.raises(OSError, match="No space"):
+            pending.result(timeout=60)
+        assert weight(path) == 2.0  # the previous checkpoint stays in place
+    finally:
+        destroy_all_groups(release=True)

@@ -29,9 +29,9 @@ from lightning_mgpu.plugins.precision.fairscale import (
     ShardedPrecision,
 )
 from lightning_mgpu.strategies import FSDP2Strategy, ShardedStrategy, ZeroStrategy
-from lightning_mgpu.strategies._optim import rebind_scheduler
 from lightning_mgpu.strategies.sharded.optim import local_optimizer, local_optimizer_state_bytes, rebuild_optimizer
 from lightning_mgpu.utilities.imports import MissingDependencyError
+from lightning_mgpu.utilities.optimizers import rebind_scheduler
 
 
 def _trainer(strategy: object, **kwargs: object) -> pl.Trainer:

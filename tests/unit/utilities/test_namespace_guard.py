@@ -1,5 +1,5 @@
 """A Trainer of one Lightning namespace handed the other namespace's strategy, accelerator or plugin refuses it by
-name, pointing at the import that matches (``lightning_mgpu/strategies/mixed_namespaces.py``)."""
+name, pointing at the import that matches (``lightning_mgpu/utilities/namespace_guard.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from lightning.fabric.plugins.environments import LightningEnvironment
 
 import lightning_mgpu
-from lightning_mgpu.strategies.mixed_namespaces import foreign_namespace
+from lightning_mgpu.utilities.namespace_guard import foreign_namespace
 from lightning_mgpu.utilities.namespaces import MixedLightningNamespacesError
 
 pl = pytest.importorskip("pytorch_lightning")
