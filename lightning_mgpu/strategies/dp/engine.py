@@ -17,7 +17,7 @@ Differences from a plain ``nn.DataParallel`` around a LightningModule:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from lightning.pytorch import LightningModule
@@ -153,27 +153,24 @@ class LightningDataParallel(nn.DataParallel):
             if plan.batch_size is None:
                 self._warn_unsplittable(args)
             try:
-                output = getattr(self.lightning_module, step_name)(*args, **kwargs)
+                outputs = [getattr(self.lightning_module, step_name)(*args, **kwargs)]
             except Exception as err:
                 self._raise_explained(err, None, plan, step_name)
-            output = reduce_step_outputs(
-                [output], plan.sizes, self.root_device, mode=self.loss_reduction, has_loss=has_loss
-            )
-            return output if combine is None or output is None else combine(step_name, output)
-        used = devices[: plan.num_replicas]
-        chunks = scatter_batch(args, kwargs, plan, used, self.split_tensor)
-        call = StepCall(step_name, self.lightning_module, used, plan.sizes, self.loss_reduction, self.root_device)
-        replicas = self.replicate(self.module, [d.index for d in used])
-        inputs = [(call, i, *chunk_args) for i, (chunk_args, _) in enumerate(chunks)]
-        try:
-            outputs = self.parallel_apply(replicas, inputs, [chunk_kwargs for _, chunk_kwargs in chunks])
-        except Exception as err:
-            self._raise_explained(err, call, plan, step_name)
-        call.replay_logs()
+        else:
+            used = devices[: plan.num_replicas]
+            chunks = scatter_batch(args, kwargs, plan, used, self.split_tensor)
+            call = StepCall(step_name, self.lightning_module, used, plan.sizes, self.loss_reduction, self.root_device)
+            replicas = self.replicate(self.module, [d.index for d in used])
+            inputs = [(call, i, *chunk_args) for i, (chunk_args, _) in enumerate(chunks)]
+            try:
+                outputs = self.parallel_apply(replicas, inputs, [chunk_kwargs for _, chunk_kwargs in chunks])
+            except Exception as err:
+                self._raise_explained(err, call, plan, step_name)
+            call.replay_logs()
         output = reduce_step_outputs(outputs, plan.sizes, self.root_device, mode=self.loss_reduction, has_loss=has_loss)
         return output if combine is None or output is None else combine(step_name, output)
 
-    def _raise_explained(self, err: Exception, call: StepCall | None, plan: SplitPlan, step_name: str) -> None:
+    def _raise_explained(self, err: Exception, call: StepCall | None, plan: SplitPlan, step_name: str) -> NoReturn:
         cause: BaseException = err
         if isinstance(err, ReplicaAbortedError) and call is not None and call.rendezvous.root_error is not None:
             # The first replica (in device order) only stopped because another one failed.
@@ -186,9 +183,7 @@ class LightningDataParallel(nn.DataParallel):
                 " training; if that is the cause, use DataLoader(..., drop_last=True) or a batch size of at least"
                 f" {2 * plan.num_devices} (a multiple of {plan.num_devices}). Original error: {cause}"
             ) from cause
-        if cause is not err:
-            raise cause
-        raise err
+        raise cause
 
     def _warn_unsplittable(self, args: tuple[Any, ...]) -> None:
         if self._warned_unsplittable:

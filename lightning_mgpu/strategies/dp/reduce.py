@@ -1,16 +1,6 @@
-"""Splitting a batch across DataParallel replicas and combining what the replicas return.
-
-Pure functions without CUDA, so the exact arithmetic of ``dp`` is tested on any machine:
-
-- :func:`plan_split` checks the batch and decides how many samples each replica gets
-  (balanced: sizes differ by at most one, and a batch smaller than the number of devices
-  runs on fewer replicas);
-- :func:`scatter_batch` cuts every tensor of the batch along dim 0 with those sizes;
-- :func:`reduce_step_outputs` combines the step outputs: the loss is the batch-share
-  weighted sum of the replica losses (exact for per-sample-mean losses, also on uneven
-  splits), other tensors are concatenated on the output device, everything else passes
-  through from the first replica;
-- :func:`combine_logged_values` reduces what the replicas passed to ``self.log``.
+"""Splitting a batch across DataParallel replicas (:func:`plan_split`, :func:`scatter_batch`) and combining what they
+return (:func:`reduce_step_outputs`) and log (:func:`combine_logged_values`). Pure functions without CUDA, so the exact
+arithmetic of ``dp`` is tested on any machine.
 """
 
 from __future__ import annotations
@@ -290,13 +280,12 @@ def reduce_step_outputs(
     return _gather(outputs, device)
 
 
-#: ``reduce_fx`` names (strings, or functions such as ``torch.mean``) that reduce as named; others are applied as given.
-_REDUCE_KINDS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
-
-
-def _reduce_kind(reduce_fx: Any) -> str:
-    name = reduce_fx.lower() if isinstance(reduce_fx, str) else getattr(reduce_fx, "__name__", "")
-    return _REDUCE_KINDS.get(name, "custom")
+#: ``reduce_fx`` names (strings, or functions such as ``torch.mean``) that reduce the stacked values as named.
+_REDUCERS: dict[str, Callable[[Tensor], Tensor]] = {
+    "sum": lambda stacked: stacked.sum(dim=0),
+    "max": lambda stacked: stacked.max(dim=0).values,
+    "min": lambda stacked: stacked.min(dim=0).values,
+}
 
 
 def to_log_tensor(value: Any, device: torch.device) -> Tensor:
@@ -326,16 +315,10 @@ def combine_logged_values(values: Sequence[Tensor], weights: Sequence[float], re
     """
     if len(values) == 1:
         return values[0]
-    kind = _reduce_kind(reduce_fx)
     stacked = torch.stack(list(values))
-    if kind == "sum":
-        return stacked.sum(dim=0)
-    if kind == "max":
-        return stacked.max(dim=0).values
-    if kind == "min":
-        return stacked.min(dim=0).values
-    if kind == "custom":
-        return reduce_fx(stacked)
+    name = reduce_fx.lower() if isinstance(reduce_fx, str) else getattr(reduce_fx, "__name__", "")
+    if name not in ("mean", "avg"):
+        return _REDUCERS.get(name, reduce_fx)(stacked)  # anything unnamed is applied as given
     dtype = stacked.dtype if stacked.is_floating_point() else torch.get_default_dtype()
     w = torch.tensor(list(weights), dtype=dtype, device=stacked.device).reshape((-1,) + (1,) * (stacked.dim() - 1))
     return (stacked.to(dtype) * w).sum(dim=0) / w.sum()

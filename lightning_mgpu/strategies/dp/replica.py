@@ -168,10 +168,10 @@ class _ParamSlot:
     live: Tensor
 
 
-def _lockstep_target(optimizer: Any) -> Any:
+def _lockstep_target(obj: Any) -> Any:
     # Peels only the replica's own lock-step view: what is left is what the module's optimizers() returned
     # (a LightningOptimizer), so calls still go through the strategy.
-    return optimizer._lockstep_target if isinstance(optimizer, LockstepOptimizer) else optimizer
+    return obj._lockstep_target if isinstance(obj, _Lockstep) else obj
 
 
 def _describe(obj: Any) -> str:
@@ -452,11 +452,8 @@ class LockstepOptimizer(_Lockstep):
         return result
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        target = self._lockstep_target
-        zero_grad = functools.partial(target.zero_grad, set_to_none=set_to_none)
-        self._lockstep_call.collective_call(
-            self._lockstep_index, f"optimizer.zero_grad({_describe(target)})", zero_grad
-        )
+        zero_grad = functools.partial(self._lockstep_target.zero_grad, set_to_none=set_to_none)
+        self._lockstep_call.collective_call(self._lockstep_index, f"optimizer.zero_grad({_describe(self)})", zero_grad)
 
     @contextmanager
     def toggle_model(self, sync_grad: bool = True) -> Generator[None, None, None]:
@@ -473,12 +470,8 @@ class LockstepScheduler(_Lockstep):
     """What ``self.lr_schedulers()`` returns inside a replica: ``step`` runs once for all replicas."""
 
     def step(self, *args: Any, **kwargs: Any) -> None:
-        target = self._lockstep_target
-        self._lockstep_call.collective_call(
-            self._lockstep_index,
-            f"lr_scheduler.step({type(target).__name__}@{id(target):x})",
-            lambda: target.step(*args, **kwargs),
-        )
+        step = functools.partial(self._lockstep_target.step, *args, **kwargs)
+        self._lockstep_call.collective_call(self._lockstep_index, f"lr_scheduler.step({_describe(self)})", step)
 
 
 class StepModule(nn.Module):
@@ -498,14 +491,7 @@ class StepModule(nn.Module):
         self.module = module
 
     def forward(self, call: StepCall, index: int, *args: Any, **kwargs: Any) -> Any:
-        """Run ``call.step_name`` of this replica's module on its chunk (``args``/``kwargs``).
-
-        Args:
-            call: the state of the split step, shared by every replica.
-            index: this replica's position (device order).
-            *args: the replica's chunk of the positional step arguments.
-            **kwargs: the replica's chunk of the keyword step arguments.
-        """
+        """Run ``call.step_name`` of this replica's module (replica ``index``, in device order) on its chunk."""
         module = self.module
         with call.replica_scope(index, module):
             return getattr(module, call.step_name)(*args, **kwargs)

@@ -236,11 +236,9 @@ class DataParallelStrategy(DataParallelDevices, StepRouting, ParallelStrategy):
         except ValueError:  # an odd CUDA_VISIBLE_DEVICES; torch already accepted the indices
             physical = [str(i) for i in indices]
         where = ", ".join(f"cuda:{i}" for i in indices)
-        mapped = (
-            ""
-            if physical == [str(i) for i in indices]
-            else f" (physical GPUs {', '.join(physical)} via CUDA_VISIBLE_DEVICES)"
-        )
+        mapped = f" (physical GPUs {', '.join(physical)} via CUDA_VISIBLE_DEVICES)"
+        if physical == [str(i) for i in indices]:
+            mapped = ""
         return (
             f"strategy='dp': one process drives {where}{mapped} with torch.nn.DataParallel; batches are split on and"
             f" outputs gathered to cuda:{indices[0]}."
@@ -320,12 +318,8 @@ class DataParallelStrategy(DataParallelDevices, StepRouting, ParallelStrategy):
     @contextmanager
     @override
     def block_backward_sync(self) -> Generator[None, None, None]:
-        """A no-op: DataParallel has nothing to skip during gradient accumulation.
-
-        Gradients reduce onto the root module's parameters inside ``backward`` itself (the
-        replicas are copies made by an autograd ``Broadcast``), so there is no separate
-        synchronisation step, unlike DDP's all-reduce that ``no_sync()`` postpones.
-        """
+        """A no-op: gradients reduce onto the root module's parameters inside ``backward`` itself (the replicas are
+        copies made by an autograd ``Broadcast``), so unlike DDP there is no later all-reduce to skip."""
         yield None
 
     # ------------------------------------------------------------------ collectives: one process
