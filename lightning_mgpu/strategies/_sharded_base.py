@@ -125,10 +125,12 @@ class ShardedBase(StepRouting, DDPStrategy):
         )
 
     @classmethod
-    def _register_presets(cls, strategy_registry: Any, presets: dict[str, tuple[str, str, dict[str, Any]]]) -> None:
-        """Register each ``name: (start_method, description, init_params)``, in order."""
-        for name, (start_method, description, init_params) in presets.items():
-            strategy_registry.register(name, cls, description=description, start_method=start_method, **init_params)
+    def _register_pair(cls, registry: Any, name: str, spawn_name: str, description: str, **init_params: Any) -> None:
+        """Register ``name``, launched like ``ddp``, and ``spawn_name``, launched like ``ddp_spawn``."""
+        for key, start_method, like in ((name, "popen", "ddp"), (spawn_name, "spawn", "ddp_spawn")):
+            registry.register(
+                key, cls, f"{description}, launched like {like}", start_method=start_method, **init_params
+            )
 
     @property
     def checkpoint_format(self) -> CheckpointFormat:

@@ -244,16 +244,5 @@ class FSDP2Strategy(ShardedBase):
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
-        presets: dict[str, tuple[str, str, dict[str, Any]]] = {
-            cls.strategy_name: (
-                "popen",
-                "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2), launched like ddp",
-                {},
-            ),
-            "sharded_fsdp2_spawn": (
-                "spawn",
-                "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2), launched like ddp_spawn",
-                {},
-            ),
-        }
-        cls._register_presets(strategy_registry, presets)
+        description = "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2)"
+        cls._register_pair(strategy_registry, cls.strategy_name, "sharded_fsdp2_spawn", description)

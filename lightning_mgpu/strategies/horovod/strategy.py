@@ -346,14 +346,7 @@ class HorovodStrategy(ParallelStrategy):
         The next backward pass outside the context (or the optimizer step) averages everything
         accumulated, in one allreduce round. Nested use is fine; only the outermost level acts.
         """
-        optimizers = self._distributed_optimizers()
-        if self._sync_blocked or not optimizers:
-            self._sync_blocked += 1
-            try:
-                yield None
-            finally:
-                self._sync_blocked -= 1
-            return
+        optimizers = [] if self._sync_blocked else self._distributed_optimizers()  # the outer level blocked them
         self._sync_blocked += 1
         try:
             with runtime.blocked_gradient_hooks(optimizers):

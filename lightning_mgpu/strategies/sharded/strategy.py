@@ -24,6 +24,7 @@ a folder (``lightning_mgpu/checkpoint/sharded.py``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Generator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -329,40 +330,20 @@ class ShardedStrategy(OptimizerShardedBase):
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
-        presets: dict[str, tuple[str, str, dict[str, Any]]] = {
-            cls.strategy_name: (
-                "popen",
-                "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2), launched like ddp",
-                {},
-            ),
-            "sharded_spawn": (
-                "spawn",
-                "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2), launched like ddp_spawn",
-                {},
-            ),
-            "ddp_sharded": ("popen", "Alias of `sharded` (the Lightning 1.x name)", {}),
-            "ddp_sharded_spawn": ("spawn", "Alias of `sharded_spawn` (the Lightning 1.x name)", {}),
-            # Lightning 1.9's explicit spellings (its tests checked that they set find_unused_parameters=False).
-            "ddp_sharded_find_unused_parameters_false": (
-                "popen",
-                "`sharded` with find_unused_parameters=False (Lightning 1.x name)",
-                {"find_unused_parameters": False},
-            ),
-            "ddp_sharded_spawn_find_unused_parameters_false": (
-                "spawn",
-                "`sharded_spawn` with find_unused_parameters=False (Lightning 1.x name)",
-                {"find_unused_parameters": False},
-            ),
-            # Lightning 2.x's pattern (`ddp_find_unused_parameters_true`) for the opt-in.
-            "sharded_find_unused_parameters_true": (
-                "popen",
-                "`sharded` with find_unused_parameters=True",
-                {"find_unused_parameters": True},
-            ),
-            "sharded_spawn_find_unused_parameters_true": (
-                "spawn",
-                "`sharded_spawn` with find_unused_parameters=True",
-                {"find_unused_parameters": True},
-            ),
-        }
-        cls._register_presets(strategy_registry, presets)
+        register = functools.partial(cls._register_pair, strategy_registry)
+        register("sharded", "sharded_spawn", "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2)")
+        register("ddp_sharded", "ddp_sharded_spawn", "`sharded` under its Lightning 1.x name")
+        # Lightning 1.9's explicit spellings (its tests checked that they set find_unused_parameters=False).
+        register(
+            "ddp_sharded_find_unused_parameters_false",
+            "ddp_sharded_spawn_find_unused_parameters_false",
+            "`sharded` with find_unused_parameters=False (Lightning 1.x name)",
+            find_unused_parameters=False,
+        )
+        # Lightning 2.x's pattern (`ddp_find_unused_parameters_true`) for the opt-in.
+        register(
+            "sharded_find_unused_parameters_true",
+            "sharded_spawn_find_unused_parameters_true",
+            "`sharded` with find_unused_parameters=True",
+            find_unused_parameters=True,
+        )

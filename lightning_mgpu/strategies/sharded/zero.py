@@ -145,16 +145,5 @@ class ZeroStrategy(OptimizerShardedBase):
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
-        presets: dict[str, tuple[str, str, dict[str, Any]]] = {
-            cls.strategy_name: (
-                "popen",
-                "Sharded data parallel on torch ZeroRedundancyOptimizer + DDP (ZeRO-1), launched like ddp",
-                {},
-            ),
-            "sharded_zero_spawn": (
-                "spawn",
-                "Sharded data parallel on torch ZeroRedundancyOptimizer + DDP (ZeRO-1), launched like ddp_spawn",
-                {},
-            ),
-        }
-        cls._register_presets(strategy_registry, presets)
+        description = "Sharded data parallel on torch ZeroRedundancyOptimizer + DDP (ZeRO-1)"
+        cls._register_pair(strategy_registry, cls.strategy_name, "sharded_zero_spawn", description)
