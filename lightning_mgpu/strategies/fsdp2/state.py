@@ -156,15 +156,6 @@ def _param_names(module: nn.Module, optimizer: Optimizer) -> list[list[str]]:
     return [[names[id(p)] for p in group["params"]] for group in optimizer.param_groups]
 
 
-def _names_from_ids(module: nn.Module, optimizer: Optimizer, state: dict[str, Any]) -> dict[str, Any]:
-    """An ordinary (id-keyed) optimizer state keyed by this optimizer's parameter names, as DCP wants it.
-
-    Raises:
-        ValueError: the saved state has a different number of parameters per group than the optimizer.
-    """
-    return names_from_ids(_param_names(module, optimizer), state)
-
-
 def full_optimizer_state(module: nn.Module, optimizer: Optimizer) -> dict[str, Any]:
     """The optimizer's whole state in torch's ordinary format (integer ids, in param-group order), on rank 0.
 
@@ -188,7 +179,7 @@ def load_full_optimizer_state(module: nn.Module, optimizer: Optimizer, state: di
     """
     from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
-    by_name = _names_from_ids(module, optimizer, state)
+    by_name = names_from_ids(_param_names(module, optimizer), state)  # keyed as DCP wants it
     set_optimizer_state_dict(module, optimizer, by_name, options=_options(full_state_dict=True))
 
 
@@ -232,5 +223,8 @@ def load_sharded_checkpoint(module: nn.Module, optimizers: list[Optimizer], path
     for optimizer, state in zip(optimizers, tensors["optimizer_states"]):
         ids = {**state, "state": {int(pid): slots for pid, slots in state["state"].items()}}
         set_optimizer_state_dict(
-            module, optimizer, _names_from_ids(module, optimizer, ids), options=_options(full_state_dict=False)
+            module,
+            optimizer,
+            names_from_ids(_param_names(module, optimizer), ids),
+            options=_options(full_state_dict=False),
         )

@@ -9,23 +9,8 @@ averages gradients with ring all-reduce. Launch it either way:
 
 The self-launch runs the script again as each further worker, as ``ddp`` does. A notebook or ``python -c`` has no
 script to run again: there ``devices > 1`` is refused, naming horovodrun, ``dp`` and Lightning's ``ddp_notebook``.
-
-What the strategy does in each worker, in order: ``hvd.init()``; pin the worker to device
-``local_rank``; point Lightning's rank-zero utilities, samplers, loggers and checkpointing at the
-Horovod rank and size; broadcast rank 0's weights (and any optimizer state) to everyone; wrap each
-optimizer in ``hvd.DistributedOptimizer`` over its own parameters with
-``backward_passes_per_step = accumulate_grad_batches``.
-
-Gradient sync, precisely (see ``docs/horovod.md``):
-
-- A backward pass outside :meth:`HorovodStrategy.block_backward_sync` ends an accumulation window:
-  the strategy calls ``optimizer.synchronize()`` right after it, before ``on_after_backward``, so
-  hooks, gradient clipping (norm and value) and ``optimizer.step()`` all see averaged gradients.
-  The step itself runs under ``optimizer.skip_synchronize()``, so nothing is reduced twice.
-- Inside ``block_backward_sync()`` (Lightning uses it on non-final accumulation micro-batches, and
-  ``LightningOptimizer.toggle_model(sync_grad=False)`` / the ``GradSyncToggle`` callback use it in
-  manual optimization) no allreduce is launched; gradients accumulate locally and are reduced once
-  by the next unblocked backward pass. One allreduce round per optimizer step.
+Gradients are reduced once per optimizer step, before ``on_after_backward``, so hooks and clipping see averaged
+gradients; ``docs/horovod.md`` ("Gradient sync, clipping and accumulation") says how accumulation defers it.
 """
 
 from __future__ import annotations

@@ -3,23 +3,12 @@
 Lightning 2.0 removed ``ddp_sharded`` and ``ddp_sharded_spawn``. :class:`ShardedStrategy` brings them back: each
 optimizer becomes ``fairscale.optim.OSS`` and the module is wrapped in ``ShardedDataParallel``, which reduces every
 gradient only to the rank that owns it. Each rank keeps only its shard of the optimizer state and of the reduced
-gradients, so a model whose Adam state does not fit with plain DDP can fit.
-
-Names registered with Lightning::
+gradients, so a model whose Adam state does not fit with plain DDP can fit. Names registered with Lightning::
 
     Trainer(strategy="sharded")            # launched like "ddp" (one script per rank)
     Trainer(strategy="sharded_spawn")      # launched like "ddp_spawn"
-    Trainer(strategy="ddp_sharded")        # Lightning 1.x alias of "sharded"
-    Trainer(strategy="ddp_sharded_spawn")  # Lightning 1.x alias of "sharded_spawn"
-
-The other engines are classes of their own: :class:`~lightning_mgpu.strategies.sharded.ZeroStrategy` (torch's
-``ZeroRedundancyOptimizer``, ZeRO-1, no FairScale needed: ``sharded_zero``) and
-:class:`~lightning_mgpu.strategies.fsdp2.FSDP2Strategy` (torch's ``fully_shard``: ``sharded_fsdp2``).
-
-Checkpoints hold plain model keys and the ordinary optimizer state, so they load into ``ddp``, ``dp``, ``horovod``,
-a plain ``nn.Module``, and any sharded strategy on any number of ranks. ``checkpoint_format="full"`` (the default, as
-in Lightning 1.x) consolidates them on rank 0 into one file; ``"sharded"`` has every rank write its optimizer shard into
-a folder (``lightning_mgpu/checkpoint/sharded.py``).
+    Trainer(strategy="ddp_sharded")        # Lightning 1.x's names of the two
+    Trainer(strategy="ddp_sharded_spawn")
 """
 
 from __future__ import annotations
@@ -65,6 +54,9 @@ def _fairscale() -> ModuleType:
 
 class ShardedStrategy(OptimizerShardedBase):
     """Sharded data parallelism on FairScale: OSS shards the optimizer state, ShardedDataParallel the gradients.
+
+    Checkpoints hold plain model keys and torch's ordinary optimizer state, so they load under ``ddp``, ``dp``,
+    ``horovod``, into a plain ``nn.Module``, and under any sharded strategy on any number of ranks.
 
     Args:
         accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin: as for
