@@ -23,7 +23,7 @@ Run (CPU, gloo; uses 2 processes with 1 thread each by default)::
     python -m benchmarks.bench_sharded --accelerator gpu   # 2 GPUs, NCCL, max_memory_allocated
 
 Only public APIs are used: Lightning's ``Trainer``, the ``sharded``/``ddp`` strategy names,
-``lightning_mgpu.strategies.sharded.local_optimizer_state_bytes``, and FairScale's OSS/ShardedDataParallel
+``lightning_mgpu.utilities.optimizers.local_optimizer_state_bytes``, and FairScale's OSS/ShardedDataParallel
 for the raw loop.
 """
 
@@ -92,7 +92,7 @@ def _device(args: argparse.Namespace) -> Any:
 def model_state(module: Any, optimizer: Any) -> dict[str, int]:
     """Bytes of parameters, gradients and optimizer state this rank holds, after an optimizer step (gradients are still
     there until the next zero_grad). A DTensor (FSDP2) counts its local shard, a sharded optimizer its own state."""
-    from lightning_mgpu.strategies.sharded.optim import local_optimizer_state_bytes
+    from lightning_mgpu.utilities.optimizers import local_optimizer_state_bytes
 
     def local_bytes(tensors):
         return sum((t.to_local() if hasattr(t, "to_local") else t).nbytes for t in tensors)

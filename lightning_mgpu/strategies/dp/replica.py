@@ -40,17 +40,6 @@ from lightning_mgpu.strategies.dp.reduce import (
 )
 
 _LOG_SIGNATURE = inspect.signature(LightningModule.log)
-# The methods a replica must not run on its own: they log, step or change shared state.
-REPLICA_OVERRIDES = (
-    "log",
-    "optimizers",
-    "lr_schedulers",
-    "manual_backward",
-    "clip_gradients",
-    "toggle_optimizer",
-    "untoggle_optimizer",
-)
-
 
 #: What every divergence error advises.
 _SAME_ORDER = (
@@ -242,8 +231,8 @@ class StepCall:
         if replica is self.original:
             raise RuntimeError("dp: a replica must be a copy made by DataParallel, not the original LightningModule")
         self.replicas[index] = replica
-        # Instance attributes shadow the class methods on this replica only: replica.__dict__ is
-        # its own copy, so the original module and the other replicas are untouched.
+        # The methods a replica must not run on its own (they log, step or change shared state), as instance attributes:
+        # they shadow the class methods on this replica only (replica.__dict__ is its own copy).
         overrides = {
             "log": functools.partial(self._log, index),
             "optimizers": functools.partial(self._optimizers, index),

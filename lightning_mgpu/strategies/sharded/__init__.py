@@ -7,12 +7,11 @@ pieces are in ``fairscale.py`` and whose precision plugins are in :mod:`lightnin
 FSDP2 is a package of its own: :mod:`lightning_mgpu.strategies.fsdp2`.
 """
 
-from lightning_mgpu.strategies.sharded.optim import (
-    local_optimizer,
-    local_optimizer_state_bytes,
-)
 from lightning_mgpu.strategies.sharded.strategy import ShardedStrategy
 from lightning_mgpu.strategies.sharded.zero import ZeroStrategy
+
+# Measuring what a sharded optimizer holds, where users of the sharded strategies look for it (its home: utilities).
+from lightning_mgpu.utilities.optimizers import local_optimizer, local_optimizer_state_bytes
 
 __all__ = [
     "ShardedStrategy",

@@ -24,8 +24,8 @@ from lightning_mgpu.checkpoint.sharded import (
     saved_entries,
 )
 from lightning_mgpu.strategies._sharded_base import ShardedBase
-from lightning_mgpu.strategies.sharded.optim import ShardedOptimizerFactory, is_sharded_optimizer, rebuild_optimizer
-from lightning_mgpu.utilities.optimizers import rebind_schedulers, unwrap_optimizer
+from lightning_mgpu.strategies.sharded.optim import ShardedOptimizerFactory, rebuild_optimizer
+from lightning_mgpu.utilities.optimizers import is_sharded_optimizer, rebind_schedulers, unwrap_optimizer
 
 __all__ = ["OptimizerShardedBase", "owned_optimizer_state"]
 

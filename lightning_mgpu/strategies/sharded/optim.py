@@ -1,5 +1,5 @@
-"""Backend-neutral helpers of the ``sharded`` strategy: rebuilding optimizers as sharded ones and measuring
-the optimizer state a process holds (scheduler re-binding is shared, in :mod:`lightning_mgpu.utilities.optimizers`).
+"""Backend-neutral helpers of the ``sharded`` strategy: rebuilding optimizers as sharded ones (telling them apart,
+scheduler re-binding and measuring the state a process holds are shared: :mod:`lightning_mgpu.utilities.optimizers`).
 
 Nothing here imports FairScale; :mod:`lightning_mgpu.strategies.sharded.fairscale` holds what does.
 """
@@ -7,71 +7,13 @@ Nothing here imports FairScale; :mod:`lightning_mgpu.strategies.sharded.fairscal
 from __future__ import annotations
 
 import inspect
-import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import torch
 from torch.optim import Optimizer
-
-from lightning_mgpu.utilities.optimizers import unwrap_optimizer
 
 # Builds a sharded optimizer from (param groups, optimizer class, optimizer defaults).
 ShardedOptimizerFactory = Callable[[list[dict[str, Any]], type[Optimizer], dict[str, Any]], Optimizer]
-
-
-def is_sharded_optimizer(optimizer: Any) -> bool:
-    """Whether ``optimizer`` is a FairScale ``OSS`` or a torch ``ZeroRedundancyOptimizer``.
-
-    FairScale is looked up only if something already imported it, so this never imports it.
-    """
-    optimizer = unwrap_optimizer(optimizer)
-    from torch.distributed.optim import ZeroRedundancyOptimizer
-
-    if isinstance(optimizer, ZeroRedundancyOptimizer):
-        return True
-    oss_module = sys.modules.get("fairscale.optim.oss")
-    return oss_module is not None and isinstance(optimizer, oss_module.OSS)
-
-
-def local_optimizer(optimizer: Any) -> Optimizer:
-    """The optimizer that holds this process's state: the shard's optimizer for OSS/ZeRO, else itself."""
-    optimizer = unwrap_optimizer(optimizer)
-    return optimizer.optim if is_sharded_optimizer(optimizer) else optimizer
-
-
-def _tensors(value: Any) -> Iterable[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        # A DTensor (FSDP2's optimizer state) reports its global size; this process holds only the local shard.
-        yield value.to_local() if hasattr(value, "to_local") else value
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            yield from _tensors(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _tensors(v)
-
-
-def local_optimizer_state_bytes(optimizer: Any) -> int:
-    """Bytes of optimizer state (e.g. Adam's ``exp_avg``/``exp_avg_sq``/``step``) held by this process.
-
-    For a sharded optimizer this counts only the local shard; tensors shared between entries are
-    counted once.
-
-    Example::
-
-        from lightning_mgpu.strategies.sharded.optim import local_optimizer_state_bytes
-        print(local_optimizer_state_bytes(trainer.optimizers[0]))  # about 1/N of the ddp figure
-    """
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    for tensor in _tensors(dict(local_optimizer(optimizer).state)):
-        key = (tensor.untyped_storage().data_ptr(), int(tensor.storage_offset()))
-        if key in seen:
-            continue
-        seen.add(key)
-        total += tensor.numel() * tensor.element_size()
-    return total
 
 
 def copy_param_groups(optimizer: Optimizer) -> list[dict[str, Any]]:

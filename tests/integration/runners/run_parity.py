@@ -32,8 +32,8 @@ import torch
 
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.checkpoint.sharded import is_sharded_checkpoint
-from lightning_mgpu.strategies.sharded.optim import local_optimizer
 from lightning_mgpu.testing.parity import IN, OUT, ParityModule, make_data, parity_module_for  # noqa: F401
+from lightning_mgpu.utilities.optimizers import local_optimizer
 from tests.helpers.launch import split_runs
 from tests.helpers.trainer import quiet_trainer, save_at_train_end
 

@@ -31,11 +31,8 @@ from torch.utils.data import DataLoader
 import lightning_mgpu  # noqa: F401
 from lightning_mgpu.callbacks import ZeroGradSetToNone
 from lightning_mgpu.strategies import ShardedStrategy, ZeroStrategy
-from lightning_mgpu.strategies.sharded.optim import (
-    local_optimizer,
-    local_optimizer_state_bytes,
-)
 from lightning_mgpu.testing.parity import IN, OUT, ParityModule, make_data
+from lightning_mgpu.utilities.optimizers import local_optimizer, local_optimizer_state_bytes
 from tests.helpers.trainer import quiet_trainer
 
 GLOBAL_BATCH = 32

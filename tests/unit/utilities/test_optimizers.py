@@ -11,7 +11,12 @@ import torch
 from lightning.pytorch.core.optimizer import LightningOptimizer
 from torch import nn
 
-from lightning_mgpu.utilities.optimizers import mark_step_calls, rebind_scheduler, unwrap_optimizer
+from lightning_mgpu.utilities.optimizers import (
+    local_optimizer_state_bytes,
+    mark_step_calls,
+    rebind_scheduler,
+    unwrap_optimizer,
+)
 
 
 def test_unwrap_peels_lightning_optimizers_only() -> None:
@@ -84,3 +89,13 @@ def test_step_marking_keeps_the_optimizer_collectable_and_is_idempotent() -> Non
     del opt, first
     gc.collect()
     assert ref() is None  # no strong reference from the wrapper to its optimizer
+
+
+def test_state_bytes_count_adam_state() -> None:
+    layer = nn.Linear(8, 4)
+    opt = torch.optim.Adam(layer.parameters())
+    assert local_optimizer_state_bytes(opt) == 0
+    layer(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    # exp_avg + exp_avg_sq in fp32 per element, plus a 4-byte `step` per parameter tensor.
+    assert local_optimizer_state_bytes(opt) == 2 * 4 * (8 * 4 + 4) + 2 * 4
