@@ -7,14 +7,11 @@ DDP over gloo.
 
 from __future__ import annotations
 
-from lightning.pytorch import LightningModule
-from torch import nn
-
 from lightning_mgpu.strategies.ddp2.strategy import DDP2Strategy
-from lightning_mgpu.testing.dp import EmulatedDataParallel
+from lightning_mgpu.testing.dp import EmulatedDevices
 
 
-class EmulatedDDP2Strategy(DDP2Strategy):
+class EmulatedDDP2Strategy(EmulatedDevices, DDP2Strategy):
     """``ddp2`` whose node devices are CPU threads.
 
     Example::
@@ -22,9 +19,3 @@ class EmulatedDDP2Strategy(DDP2Strategy):
         # on each of 2 "nodes": torchrun --nnodes 2 --nproc-per-node 1 ... with
         Trainer(strategy=EmulatedDDP2Strategy(), accelerator="cpu", devices=2, num_nodes=2)
     """
-
-    _data_parallel_device_types = ("cpu",)
-
-    def _wrap_node(self, model: nn.Module) -> EmulatedDataParallel:
-        assert isinstance(model, LightningModule), f"ddp2 wraps a LightningModule, got {type(model).__name__}"
-        return EmulatedDataParallel(model, len(self.parallel_devices or []), loss_reduction=self.loss_reduction)

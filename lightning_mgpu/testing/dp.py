@@ -28,11 +28,12 @@ import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor, nn
 from torch._utils import ExceptionWrapper
+from typing_extensions import override
 
 from lightning_mgpu.strategies.dp.engine import LightningDataParallel
 from lightning_mgpu.strategies.dp.reduce import LossReduction, split_on_cpu
 from lightning_mgpu.strategies.dp.replica import StepModule
-from lightning_mgpu.strategies.dp.strategy import DataParallelStrategy
+from lightning_mgpu.strategies.dp.strategy import DataParallelDevices, DataParallelStrategy
 
 
 class _CPUBroadcast(torch.autograd.Function):
@@ -185,7 +186,18 @@ class EmulatedDataParallel(LightningDataParallel):
         return emulated_parallel_apply(replicas, inputs, kwargs)
 
 
-class EmulatedDataParallelStrategy(DataParallelStrategy):
+class EmulatedDevices(DataParallelDevices):
+    """CPU "devices" for a strategy that drives several with DataParallel: its engine runs them as threads."""
+
+    _data_parallel_device_types = ("cpu",)
+
+    @override
+    def _wrap_data_parallel(self, model: nn.Module, loss_reduction: LossReduction) -> EmulatedDataParallel:
+        assert isinstance(model, LightningModule), f"DataParallel wraps a LightningModule, got {type(model).__name__}"
+        return EmulatedDataParallel(model, len(self.parallel_devices or []), loss_reduction=loss_reduction)
+
+
+class EmulatedDataParallelStrategy(EmulatedDevices, DataParallelStrategy):
     """``dp`` with CPU "devices": the full multi-replica path on a machine without GPUs (tests only).
 
     Example::
@@ -193,12 +205,6 @@ class EmulatedDataParallelStrategy(DataParallelStrategy):
         Trainer(strategy=EmulatedDataParallelStrategy(), accelerator="cpu", devices=3).fit(model)
     """
 
-    _data_parallel_device_types = ("cpu",)
-
     def _topology_note(self) -> str:
         n = len(self.parallel_devices or [])
         return f"strategy='dp' emulated on {n} CPU threads (testing aid; DataParallel's code path without GPUs)."
-
-    def _wrap(self, model: LightningModule) -> LightningDataParallel:
-        assert self.parallel_devices is not None
-        return EmulatedDataParallel(model, len(self.parallel_devices), loss_reduction=self.loss_reduction)

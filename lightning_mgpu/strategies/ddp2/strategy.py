@@ -14,7 +14,6 @@ import os
 from typing import Any
 
 import torch
-from lightning.pytorch import LightningModule
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import Tensor, nn
@@ -141,16 +140,10 @@ class DDP2Strategy(DataParallelDevices, StepRouting, DDPStrategy):
                 " process and cannot join a process group. Each device normalises its own chunk, as under 'dp';"
                 " use strategy='ddp' (one process per device) for synchronised BatchNorm."
             )
-        node = self._wrap_node(model) if self.is_data_parallel else model
+        node = self._wrap_data_parallel(model, self.loss_reduction) if self.is_data_parallel else model
         # A module spread over several devices (or on the CPU) takes device_ids=None; DataParallel moves inputs.
         device_ids = None if node is not model else self.determine_ddp_device_ids()
         return DistributedDataParallel(module=node, device_ids=device_ids, **self._ddp_kwargs)
-
-    def _wrap_node(self, model: nn.Module) -> LightningDataParallel:
-        assert isinstance(model, LightningModule), f"ddp2 wraps a LightningModule, got {type(model).__name__}"
-        assert self.parallel_devices is not None
-        device_ids = [torch.device(d).index or 0 for d in self.parallel_devices]
-        return LightningDataParallel(model, device_ids=device_ids, loss_reduction=self.loss_reduction)
 
     @property
     def _node_engine(self) -> LightningDataParallel | None:

@@ -84,6 +84,12 @@ class DataParallelDevices:
         types = self._data_parallel_device_types
         return devices is not None and len(devices) > 1 and all(torch.device(d).type in types for d in devices)
 
+    def _wrap_data_parallel(self, model: nn.Module, loss_reduction: LossReduction) -> LightningDataParallel:
+        """``model`` in the dp engine over these devices (the first is the root)."""
+        assert isinstance(model, LightningModule), f"DataParallel wraps a LightningModule, got {type(model).__name__}"
+        device_ids = [torch.device(d).index or 0 for d in self.parallel_devices or []]
+        return LightningDataParallel(model, device_ids=device_ids, loss_reduction=loss_reduction)
+
 
 class DataParallelStrategy(DataParallelDevices, StepRouting, ParallelStrategy):
     """One process, several GPUs of one machine: the LightningModule wrapped in ``torch.nn.DataParallel``.
@@ -122,10 +128,8 @@ class DataParallelStrategy(DataParallelDevices, StepRouting, ParallelStrategy):
       returns the replica's own chunk.
 
     Args:
-        accelerator: set by the Trainer.
-        parallel_devices: set by the Trainer from ``devices=``.
-        checkpoint_io: checkpoint plugin.
-        precision_plugin: set by the Trainer from ``precision=``.
+        accelerator, parallel_devices, checkpoint_io, precision_plugin: set by the Trainer (from ``devices=``,
+            ``precision=`` and ``plugins=``).
         loss_reduction: ``"weighted_mean"`` (default; exact for losses that average over samples),
             ``"sum"`` (exact for losses that sum over samples) or ``"mean"`` (Lightning 1.9).
 
@@ -274,15 +278,7 @@ class DataParallelStrategy(DataParallelDevices, StepRouting, ParallelStrategy):
     @override
     def _setup_model(self, model: nn.Module) -> nn.Module:
         self._note_layer_sync()
-        if not self.is_data_parallel:
-            return model
-        assert isinstance(model, LightningModule), f"dp wraps a LightningModule, got {type(model).__name__}"
-        return self._wrap(model)
-
-    def _wrap(self, model: LightningModule) -> LightningDataParallel:
-        assert self.parallel_devices is not None
-        device_ids = [torch.device(d).index or 0 for d in self.parallel_devices]
-        return LightningDataParallel(model, device_ids=device_ids, loss_reduction=self.loss_reduction)
+        return self._wrap_data_parallel(model, self.loss_reduction) if self.is_data_parallel else model
 
     def _note_layer_sync(self) -> None:
         if self._layer_sync is None:
@@ -322,24 +318,21 @@ class DataParallelStrategy(DataParallelDevices, StepRouting, ParallelStrategy):
         copies made by an autograd ``Broadcast``), so unlike DDP there is no later all-reduce to skip."""
         yield None
 
-    # ------------------------------------------------------------------ collectives: one process
+    # ------------------------------------------------------------------ collectives: the identity, in one process
     @override
     def reduce(self, tensor: Tensor | Any, group: Any | None = None, reduce_op: Any | None = "mean") -> Tensor | Any:
-        """The identity: one process holds every value (replica outputs are reduced in the step)."""
-        return tensor
+        return tensor  # one process holds every value (the replicas' outputs are reduced in the step)
 
     @override
     def all_gather(self, tensor: Tensor, group: Any | None = None, sync_grads: bool = False) -> Tensor:
-        """The identity: one process."""
         return tensor
 
     @override
     def barrier(self, name: str | None = None) -> None:
-        """A no-op: one process."""
+        pass
 
     @override
     def broadcast(self, obj: TBroadcast, src: int = 0) -> TBroadcast:
-        """The identity: one process."""
         return obj
 
     # ------------------------------------------------------------------ checkpoints
