@@ -1,11 +1,6 @@
-"""The spawn launcher of the bundle's ``*_spawn`` strategies: Lightning's, ending workers without a late abort.
-
-With torch 2.13 and gloo, a spawned worker that finished its fit and handed its results back can still abort
-at interpreter exit ("terminate called without an active exception", SIGABRT, with no Python frame left: C++
-static destructors running while gloo's threads are alive; pytorch#179291). The job then reports a failure
-although training finished. Once a worker's results are in the return queue there is nothing left to do, so
-it exits right there with ``os._exit(0)``, after flushing its output. A worker that raised exits the usual way,
-and torch.multiprocessing reports its error.
+"""The spawn launcher of the bundle's ``*_spawn`` strategies: Lightning's, whose workers end with ``os._exit(0)`` once
+their results are delivered (a workaround: :func:`~lightning_mgpu.utilities.process_group.end_after_success` says of
+what, and when it can go). A worker that raised exits the usual way, and torch.multiprocessing reports its error.
 """
 
 from __future__ import annotations
@@ -70,7 +65,7 @@ class CleanExitSpawnLauncher(_MultiProcessingLauncher):
             if self._failures is not None:
                 record_failure(self._failures, process_idx)
             raise  # torch.multiprocessing reports it to the launching process
-        end_after_success()  # the workaround of the module docstring, and when it can go
+        end_after_success()  # results delivered: end now (the workaround, and when it can go: its docstring)
 
     @override
     def _collect_rank_zero_results(self, trainer: Any, results: Any) -> _WorkerOutput | None:

@@ -187,12 +187,8 @@ class FSDP2Strategy(ShardedBase):
     @override
     def block_backward_sync(self) -> Generator:
         """Accumulate locally: no reduce-scatter inside the context (non-final micro-batches)."""
-        if not self._model_is_sharded():
-            with super().block_backward_sync():
-                yield None
-            return
-        assert self.model is not None
-        with no_sync(self.model):
+        model = self.model
+        with no_sync(model) if model is not None and is_fully_sharded(model) else super().block_backward_sync():
             yield None
 
     # ------------------------------------------------------------------ checkpoints

@@ -1,15 +1,10 @@
-"""Horovod plumbing for :class:`~lightning_mgpu.strategies.HorovodStrategy`.
+"""Horovod plumbing that :class:`~lightning_mgpu.strategies.HorovodStrategy` and its launcher share: the import with a
+useful error, the controllers a launch needs, reduce ops, and ``hvd.DistributedOptimizer``'s gradient hooks steered.
 
-Small functions over ``horovod.torch`` that the strategy and its launcher share: importing it
-with a useful error, checking that the controller a launch needs was built, reading the
-launcher's environment, mapping reduce ops, and steering ``hvd.DistributedOptimizer``'s
-gradient hooks (blocking sync during accumulation, disarming after fit).
-
-Horovod is never imported at module level: ``import lightning_mgpu`` must work without it.
-
-The optimizer helpers use three private fields of horovod 0.28's ``_DistributedOptimizer``
-(``_allreduce_delay``, ``_handles``, ``_requires_update``); the version is pinned in
-``pyproject.toml`` (extra ``horovod``) and the integration tests exercise every one of them.
+Horovod is never imported at module level: ``import lightning_mgpu`` must work without it. The optimizer helpers use
+three private fields of horovod 0.28's ``_DistributedOptimizer`` (``_allreduce_delay``, ``_handles``,
+``_requires_update``); the version is pinned in ``pyproject.toml`` (extra ``horovod``) and the integration tests exercise
+every one of them.
 """
 
 from __future__ import annotations

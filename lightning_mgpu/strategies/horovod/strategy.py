@@ -59,12 +59,10 @@ class HorovodStrategy(ParallelStrategy):
     """Horovod ring all-reduce data parallelism, registered as ``strategy="horovod"``.
 
     Args:
-        accelerator: set by the Trainer.
+        accelerator, checkpoint_io, precision_plugin: set by the Trainer (from ``plugins=`` and ``precision=``).
         parallel_devices: set by the Trainer from ``devices``. Under ``horovodrun``, ``devices``
             must be ``hvd.local_size()`` (the workers on this host) or ``1`` (Lightning 1.x's
             "one device per worker"); outside it, ``devices=N > 1`` self-launches N workers.
-        checkpoint_io: set by the Trainer or passed by the user.
-        precision_plugin: set by the Trainer from ``precision``.
         scale_lr: multiply every learning rate (and LR schedulers' base rates) by ``hvd.size()``,
             the linear scaling rule for the larger effective batch. Off by default. It stays
             correct across resumes at a different number of workers.
@@ -109,7 +107,7 @@ class HorovodStrategy(ParallelStrategy):
         start_timeout: int | None = None,
     ) -> None:
         # Fail at Trainer(strategy="horovod"), with the install command, not deep inside fit.
-        runtime.horovod_torch()
+        hvd = runtime.horovod_torch()
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -118,7 +116,9 @@ class HorovodStrategy(ParallelStrategy):
             checkpoint_io=checkpoint_io if checkpoint_io is not None else AtomicCheckpointIO(),
             precision_plugin=precision_plugin,
         )
-        if compression not in ("none", "fp16") and not hasattr(compression, "compress"):
+        if isinstance(compression, str):
+            compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}.get(compression, compression)
+        if not hasattr(compression, "compress"):
             raise ValueError(
                 f"compression must be 'none', 'fp16' or a horovod.torch.Compression member, got {compression!r}"
             )
@@ -303,13 +303,10 @@ class HorovodStrategy(ParallelStrategy):
         if runtime.is_distributed_optimizer(optimizer):
             return runtime.make_lightning_safe(optimizer)  # the user wrapped it already
         assert self.lightning_module is not None
-        compression = self._compression
-        if isinstance(compression, str):
-            compression = hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
         wrapped = hvd.DistributedOptimizer(
             optimizer,
             named_parameters=runtime.named_parameters_for(self.lightning_module, optimizer, prefix=f"opt{index}"),
-            compression=compression,
+            compression=self._compression,
             backward_passes_per_step=accumulate_grad_batches,
             gradient_predivide_factor=self._gradient_predivide_factor,
         )

@@ -241,12 +241,8 @@ class ShardedStrategy(OptimizerShardedBase):
         Lightning's automatic loop and ``LightningOptimizer.toggle_model(sync_grad=False)`` call this.
         """
         sdp = self._wrapper()
-        if sdp is None:
-            with super().block_backward_sync():
-                yield None
-        else:
-            with sdp.no_sync():
-                yield None
+        with super().block_backward_sync() if sdp is None else sdp.no_sync():
+            yield None
 
     @override
     def backward(self, closure_loss: Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> Tensor:

@@ -157,8 +157,14 @@ def test_reduce_ops_map_to_horovod_ops() -> None:
         horovod_op(hvd, "bitwise_or")
 
 
-def test_invalid_compression_is_refused() -> None:
+def test_compression_names_resolve_and_others_are_refused() -> None:
+    import horovod.torch as hvd
+
     from lightning_mgpu.strategies import HorovodStrategy
 
-    with pytest.raises(ValueError, match="compression"):
-        HorovodStrategy(compression="zstd")
+    assert HorovodStrategy(compression="fp16")._compression is hvd.Compression.fp16
+    assert HorovodStrategy()._compression is hvd.Compression.none
+    assert HorovodStrategy(compression=hvd.Compression.fp16)._compression is hvd.Compression.fp16
+    for bad in ("zstd", 16):
+        with pytest.raises(ValueError, match="compression"):
+            HorovodStrategy(compression=bad)
