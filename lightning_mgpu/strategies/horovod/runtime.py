@@ -187,7 +187,8 @@ def make_lightning_safe(optimizer: Any) -> Any:
     ``LightningOptimizer`` subclasses that class, so ``self.optimizers().zero_grad()`` in manual
     optimization recursed forever, and ``opt.synchronize()`` / ``opt.skip_synchronize()`` set their
     flags on the wrapper instead of the optimizer. Every method now runs on the wrapped optimizer
-    itself, and ``zero_grad`` accepts ``set_to_none`` again (horovod's drops it).
+    itself, and ``zero_grad`` accepts ``set_to_none`` again (horovod's drops it). Workaround: remove when horovod's
+    methods stop calling ``super(self.__class__, self)`` (0.28.1, the last release, still does).
 
     Returns:
         ``optimizer``, whose (private, per-call) class was patched.
@@ -287,7 +288,8 @@ def disarm(optimizer: Any) -> None:
     Horovod registers hooks on the parameters' gradient accumulators and keeps no handle to
     remove them. After ``fit`` they would still launch allreduces on every later backward pass
     (a second ``fit`` of the same model, a user's own loop) and deadlock or double-reduce. The
-    hooks stay, but their countdowns never fall due and what they record is dropped.
+    hooks stay, but their countdowns never fall due and what they record is dropped. Remove when horovod can remove
+    its hooks (not in 0.28.1, the last release).
     """
     optimizer._requires_update = set()
     optimizer._handles = _Discarding()
