@@ -61,7 +61,8 @@ from lightning_mgpu.callbacks import ActivationCheckpointing
 GOAL_SAVED_PCT = 40.0
 #: ... for at most this step time against no checkpointing.
 GOAL_TIME_RATIO = 1.35
-#: The callback against the same checkpointing written by hand: overhead goal, as for every strategy against its raw loop.
+#: The callback against the same checkpointing written by hand: overhead goal, as for every strategy against its raw
+#: loop.
 GOAL_VS_TORCH = 1.03
 
 
@@ -303,8 +304,9 @@ def main() -> None:
         memory_label="peak activation memory per step",
         config={"depth": args.depth, "seq": args.seq, "repeats": args.repeats, "shapes": shapes},
         notes=[
-            "Peak activation memory: the allocator's peak during one forward + backward + optimizer step above what was allocated"
-            " before it (torch.profiler on CPU, max_memory_allocated on CUDA); gradients are pre-allocated."
+            "Peak activation memory: the allocator's peak during one forward + backward + optimizer step above what"
+            " was allocated before it (torch.profiler on CPU, max_memory_allocated on CUDA); gradients are"
+            " pre-allocated."
         ],
     )
 

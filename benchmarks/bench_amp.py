@@ -21,7 +21,8 @@ Run::
 
     python -m benchmarks.bench_amp                                # one CUDA GPU, about a minute on an H100
     python -m benchmarks.bench_amp --width 4096 --tokens 16384    # larger matmuls: nearer the peak
-    python -m benchmarks.bench_amp --device cpu --arms fp32,fp16,raw_fp16 --width 64 --depth 2 --tokens 64   # the script only
+    # the script only, on the CPU:
+    python -m benchmarks.bench_amp --device cpu --arms fp32,fp16,raw_fp16 --width 64 --depth 2 --tokens 64
 
 On the CPU the figures say nothing about a GPU: the suite runs this benchmark there only at its dry size.
 """
@@ -222,8 +223,8 @@ def main(argv: list[str] | None = None) -> None:
         memory_label="peak memory allocated during the fit, above what was allocated before it (the batches)",
         config={k: v for k, v in vars(args).items() if k != "result"} | {"device_name": name, "flops_per_step": flops},
         notes=[
-            "FLOPs per step from torch's FlopCounterMode (Lightning's measure_flops) on the meta device; the peak is the"
-            " dense datasheet figure for the arm's matmul dtype."
+            "FLOPs per step from torch's FlopCounterMode (Lightning's measure_flops) on the meta device; the peak is"
+            " the dense datasheet figure for the arm's matmul dtype."
         ],
     )
 

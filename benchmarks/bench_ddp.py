@@ -18,7 +18,8 @@ communication hooks (the same reducer, buckets and copies; only what is done wit
 - ``raw_blocking``: each bucket is all-reduced inside the hook, which waits for it, so nothing overlaps backward.
   Its step minus DDP's step is what overlap hid; divided by the flat all-reduce, the share of it that was hidden.
 - ``raw_bucket_view``: DDP with ``gradient_as_bucket_view=True`` (gradients live in the buckets: no copy in or out),
-  which a user gets with ``Trainer(strategy=DDPStrategy(gradient_as_bucket_view=True))``; its efficiency is reported too.
+  which a user gets with ``Trainer(strategy=DDPStrategy(gradient_as_bucket_view=True))``; its efficiency is reported
+  too.
 
 Where Lightning's extra time goes: both loops time each step's body, the same work in both (zero_grad, forward,
 backward, the optimizer step; in Lightning, from ``training_step`` to the end of ``optimizer_step``), so the
@@ -164,7 +165,8 @@ def blocking_hook(_, bucket):  # type: ignore[no-untyped-def]
 def raw_ddp(args: argparse.Namespace, device: Any) -> dict[str, float]:
     """The raw loop's median step, the same steps under ``no_sync()`` (no gradient all-reduce), under the two
     communication hooks and with ``gradient_as_bucket_view=True`` (the module docstring says what each isolates), and
-    one all-reduce of the gradients' bytes as a flat buffer: communication efficiency = (step - no-sync step) / all-reduce."""
+    one all-reduce of the gradients' bytes as a flat buffer: communication efficiency = (step - no-sync step) /
+    all-reduce."""
     import contextlib
 
     import torch

@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> None:
         times, peaks = multi_gpu(args, n)
         arms |= {f"{k}_{n}gpu": {"step_s": v} for k, v in times.items()}
         ratios.append(ratio(f"dp / ddp step time ({n} GPUs)", f"dp_{n}gpu", f"ddp_{n}gpu"))
-        # GPU 0 holds the module, the optimizer state and the gathered outputs; the others only replicas and activations.
+        # GPU 0 holds the module, the optimizer state and the gathered outputs; the others only replicas and
+        # activations.
         figures[f"dp: GPU 0's peak memory / the mean of the other {n - 1}"] = figure(
             peaks["dp"][0] / (sum(peaks["dp"][1:]) / (n - 1))
         )

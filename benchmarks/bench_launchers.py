@@ -1,4 +1,5 @@
-"""Benchmark the launchers: the same ``examples/train.py`` job under Lightning's launcher, torchrun, Ray Train and horovodrun.
+"""Benchmark the launchers: the same ``examples/train.py`` job under Lightning's launcher, torchrun, Ray Train and
+horovodrun.
 
 The glue the bundle adds to each launcher should cost nothing per step. Every arm runs the same job (digits, 2
 processes of one thread each, batch 32 per process, ``--max-epochs E``) and reports, from its ``summary.json``:

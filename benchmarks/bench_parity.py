@@ -1,9 +1,11 @@
-"""Parity: every strategy's parameters after k SGD steps, against a raw torch DDP loop and one process on the global batch.
+"""Parity: every strategy's parameters after k SGD steps, against a raw torch DDP loop and one process on the global
+batch.
 
-The model, data and run are the parity tests' (``lightning_mgpu/testing/parity.py``, ``tests/integration/runners/run_parity.py``):
-an MLP regressor from a fixed seed, SGD with momentum, a fixed tensor dataset read in order, so that every
-configuration sees the same global batches (32 samples per step; each of 2 ranks reads 16). The raw arm is the loop
-of torch's DDP tutorial on the same module, data, sampler and optimizer, in 2 processes.
+The model, data and run are the parity tests' (``lightning_mgpu/testing/parity.py``,
+``tests/integration/runners/run_parity.py``): an MLP regressor from a fixed seed, SGD with momentum, a fixed tensor
+dataset read in order, so that every configuration sees the same global batches (32 samples per step; each of 2 ranks
+reads 16). The raw arm is the loop of torch's DDP tutorial on the same module, data, sampler and optimizer, in 2
+processes.
 
 Figures (the max absolute difference over every parameter element after ``--steps`` steps):
 
@@ -226,7 +228,8 @@ def main(argv: list[str] | None = None) -> None:
                 and ref in params
                 and (arm not in ("raw_ddp", "single") or (arm, ref) == ("raw_ddp", "single"))
             ):
-                label = f"{arm} vs {'raw DDP' if ref == 'raw_ddp' else 'one process on the global batch'}: max abs parameter difference"
+                against = "raw DDP" if ref == "raw_ddp" else "one process on the global batch"
+                label = f"{arm} vs {against}: max abs parameter difference"
                 figures[label] = figure(max_abs_diff(ranks[0], params[ref][0]), goal)
         if len(ranks) > 1:
             figures[f"{arm}: max abs difference between ranks"] = figure(
@@ -249,8 +252,8 @@ def main(argv: list[str] | None = None) -> None:
             "seconds": {a: round(t) for a, t in seconds.items()},
         },
         notes=[
-            "Every arm trains the parity tests' MLP on the same global batches in the same order; a figure is the largest"
-            " absolute difference over every parameter element after the last step (rank 0's copy)."
+            "Every arm trains the parity tests' MLP on the same global batches in the same order; a figure is the"
+            " largest absolute difference over every parameter element after the last step (rank 0's copy)."
         ],
     )
 

@@ -1,4 +1,5 @@
-"""Preprocessing throughput of every backend against litdata and Hugging Face datasets, and cached vs on-the-fly epoch time.
+"""Preprocessing throughput of every backend against litdata and Hugging Face datasets, and cached vs on-the-fly epoch
+time.
 
 Side by side in one run, on the digits training split with the example transform
 (``DigitsFeatures``, a few ms per sample in numpy):
@@ -339,7 +340,8 @@ def throughput(args: argparse.Namespace, root: Path) -> Rounds:
         print(f"one-time: first {name:20s} call, 64 samples (start-up) {run_once(name, 64, root, args.workers):6.2f} s")
     for name in ours:  # what every call pays on top of its samples
         print(
-            f"each call: a {name:20s} call of 64 samples after the warm-up {run_once(name, 64, root, args.workers):6.2f} s"
+            f"each call: a {name:20s} call of 64 samples after the warm-up"
+            f" {run_once(name, 64, root, args.workers):6.2f} s"
         )
     parallelism = Parallelism(args.workers)
     # The machine's parallelism is measured as an arm of its own, so that it is taken in every round beside the others.
@@ -398,8 +400,8 @@ def main(argv: list[str] | None = None) -> None:
     threadpool_limits(limits=1)
     cores = args.workers
     print(
-        f"bench_preprocess: {args.samples} digits samples, DigitsFeatures -> {TRANSFORM.output_shape}, {cores} workers, "
-        f"load average before: {os.getloadavg()[0]:.1f} (shared machine: expect noise)"
+        f"bench_preprocess: {args.samples} digits samples, DigitsFeatures -> {TRANSFORM.output_shape}, {cores} workers,"
+        f" load average before: {os.getloadavg()[0]:.1f} (shared machine: expect noise)"
     )
     _ = TRANSFORM(_train_set()[0])
     per_sample = min(timed(lambda: TRANSFORM(_train_set()[i])) for i in range(20))
@@ -455,8 +457,10 @@ def main(argv: list[str] | None = None) -> None:
             "cold_transform_upsample": COLD_TRANSFORM.upsample,
         },
         notes=[
-            "Throughput rounds are warm calls (after a first call that starts the pools); the one-time start-up is printed separately.",
-            "Arms cold<N>_<arm> are first calls, each in a fresh interpreter that has imported torch and Lightning; only the call is timed.",
+            "Throughput rounds are warm calls (after a first call that starts the pools); the one-time start-up is"
+            " printed separately.",
+            "Arms cold<N>_<arm> are first calls, each in a fresh interpreter that has imported torch and Lightning;"
+            " only the call is timed.",
         ],
     )
     sys.stdout.flush()

@@ -14,9 +14,9 @@ rotates every round), each a fresh fit of the same model on the same batches:
 - ``ac`` against ``raw_ac``: ``lightning`` with ``ActivationCheckpointing`` on every block, against the raw loop with
   ``torch.utils.checkpoint`` on every block by hand (recomputation costs the same on both sides).
 
-Goals: every Lightning arm's median step <= 1.03 x the plain loop's, and x its engine's by hand where it has one. MFU = the FLOPs of one step (torch's
-FlopCounterMode on the meta device: matrix products and convolutions) / the median step / the device's dense bf16
-peak (``lightning_mgpu.monitoring.peak_flops``, named in the report).
+Goals: every Lightning arm's median step <= 1.03 x the plain loop's, and x its engine's by hand where it has one. MFU =
+the FLOPs of one step (torch's FlopCounterMode on the meta device: matrix products and convolutions) / the median step /
+the device's dense bf16 peak (``lightning_mgpu.monitoring.peak_flops``, named in the report).
 
 Run::
 

@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"bench_scaling: unknown strategies {unknown}; choose from {[*RANKED, *SINGLE]}")
     if "dp" in wanted and args.accelerator != "gpu":
         raise SystemExit(
-            "bench_scaling: dp drives several GPUs from one process; on CPU it has one device. Drop dp or use --accelerator gpu."
+            "bench_scaling: dp drives several GPUs from one process; on CPU it has one device. Drop dp or use"
+            " --accelerator gpu."
         )
     failed: dict[str, str] = {}
     if "sharded" in wanted and importlib.util.find_spec("fairscale") is None:

@@ -306,7 +306,8 @@ def main(argv: list[str] | None = None) -> None:
         config={**config(args), "params": n_params, "world_size": WORLD, "optimizer": "Adam fp32"},
         notes=[
             "Model state = parameters + gradients + optimizer state held by a rank after an optimizer step.",
-            "FSDP2 also shards parameters and gradients (ZeRO-3 storage with reshard_after_forward=False between steps).",
+            "FSDP2 also shards parameters and gradients (ZeRO-3 storage with reshard_after_forward=False between"
+            " steps).",
             "Step time is the median of each run's timed steps; wall time is the goal's measure, process CPU time is"
             " steadier on a busy machine.",
         ],

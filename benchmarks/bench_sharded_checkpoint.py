@@ -14,9 +14,10 @@ builds a model from ``configure_model``. Per arm, a fresh pair of processes (a p
 - ``sharded_fsdp2_trainer``: the same through the Trainer, a one-step fit of the MLP built in ``configure_model`` under
   ``strategy="sharded_fsdp2"``, then ``Trainer.save_checkpoint`` and ``strategy.load_checkpoint`` (a sharded folder
   loads in place): what the Trainer adds to the bundle's own save and load;
-- ``lightning_fsdp`` (GPU only, ``--accelerator gpu``): the peer, Lightning's ``FSDPStrategy(state_dict_type="sharded")``
-  (FSDP1, every Linear wrapped) through the same Trainer calls, beside ``sharded_fsdp2_trainer`` on the same GPUs (up to
-  2 ranks). FSDP1 refuses the CPU in torch 2.13 ("FSDP needs a non-CPU accelerator device");
+- ``lightning_fsdp`` (GPU only, ``--accelerator gpu``): the peer, Lightning's
+  ``FSDPStrategy(state_dict_type="sharded")`` (FSDP1, every Linear wrapped) through the same Trainer calls, beside
+  ``sharded_fsdp2_trainer`` on the same GPUs (up to 2 ranks). FSDP1 refuses the CPU in torch 2.13 ("FSDP needs a non-CPU
+  accelerator device");
 - ``ddp``: the same model whole on each rank with its Adam state (the memory reference; no checkpoint).
 
 Figures: save and load seconds (median over rounds), and peak resident memory per rank above the import baseline,
@@ -25,7 +26,8 @@ sharded's peak <= 0.6 x ddp's.
 
     python -m benchmarks.bench_sharded_checkpoint                    # ~50M parameters, about 2 minutes on 2 cores
     python -m benchmarks.bench_sharded_checkpoint --width 1024 --rounds 3
-    python -m benchmarks.bench_sharded_checkpoint --accelerator gpu       # sharded_fsdp2 against Lightning's FSDPStrategy
+    python -m benchmarks.bench_sharded_checkpoint --accelerator gpu       # sharded_fsdp2 against Lightning's
+    FSDPStrategy
 """
 
 from __future__ import annotations
@@ -363,7 +365,8 @@ def main(argv: list[str] | None = None) -> None:
         "sharded / full peak RSS per rank, through the loads", ("sharded", "after_load_mib"), ("full", "after_load_mib")
     )
     if "landed_s" in arms.get("sharded_async", {}) and "sharded" in arms:
-        # The whole background save (copy, writes, the folder's swap) against the synchronous one, medians of the rounds.
+        # The whole background save (copy, writes, the folder's swap) against the synchronous one, medians of the
+        # rounds.
         landed = statistics.median(arms["sharded_async"]["landed_s"]) / statistics.median(arms["sharded"]["save_s"])
         figures["sharded async save, until landed / sharded save"] = figure(landed)
     ratios = [

@@ -81,7 +81,8 @@ SIZES = {
 
 
 def make_jpegs(count: int, side: int, seed: int = 0) -> list[bytes]:
-    """``count`` JPEGs of smooth random pictures (blurred noise plus gradients: they compress and decode like photos)."""
+    """``count`` JPEGs of smooth random pictures (blurred noise plus gradients: they compress and decode like
+    photos)."""
     from PIL import Image, ImageFilter
 
     rng = np.random.default_rng(seed)

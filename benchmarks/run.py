@@ -80,7 +80,8 @@ def update_refusal(
     if old_size != size:
         return f"it is a {old_size} run and this one is {size}"
     if ("--gpu" in old_args) != gpu:
-        return f"it {'ran' if not gpu else 'did not run'} the GPU variants (--gpu) and this run {'does not' if not gpu else 'does'}"
+        then, now = ("did not run", "does") if gpu else ("ran", "does not")
+        return f"it {then} the GPU variants (--gpu) and this run {now}"
     return None
 
 
@@ -204,13 +205,14 @@ def main(argv: list[str] | None = None) -> int:
             old_runs, old_machine, old_command = reporting.read(args.update)
         except FileNotFoundError:
             raise SystemExit(
-                f"python -m benchmarks.run --update: {args.update} holds no results.json; write a report there first (--out)."
+                f"python -m benchmarks.run --update: {args.update} holds no results.json; write a report there first"
+                " (--out)."
             ) from None
         refusal = update_refusal(old_machine, old_command, machine, size, gpu=args.gpu)
         if refusal is not None:
             raise SystemExit(
-                f"python -m benchmarks.run --update: the report in {args.update} cannot take this run's sections: {refusal}."
-                " Write a new report instead (--out)."
+                f"python -m benchmarks.run --update: the report in {args.update} cannot take this run's sections:"
+                f" {refusal}. Write a new report instead (--out)."
             )
     base: list[reporting.BenchRun] = []
     if args.update is not None:

@@ -29,12 +29,14 @@ def render(rows: list[dict[str, Any]]) -> str:
     lines = [
         f"# Two ranks on one GPU ({device}), gloo between them",
         "",
-        "From `tests/integration/strategies/test_shared_gpu.py` (`benchmarks/gpu_check.sh`). **Both ranks share one GPU:**",
+        "From `tests/integration/strategies/test_shared_gpu.py` (`benchmarks/gpu_check.sh`). **Both ranks share one"
+        " GPU:**",
         "these figures check correctness and memory per rank; they say nothing about speed or scaling.",
         "",
         "## Parity: max |param - reference| after 6 SGD steps (ranks bitwise equal to each other in every case)",
         "",
-        "Reference: one process on the global batch, fp32 on the CPU; 16-mixed and bf16-mixed on the same GPU; the resume",
+        "Reference: one process on the global batch, fp32 on the CPU; 16-mixed and bf16-mixed on the same GPU; the"
+        " resume",
         "against the same save and resume in one process on the CPU.",
         "",
         "| strategy | 32-true (≤ 1e-5) | 16-mixed (≤ 1e-3) | bf16-mixed (≤ 5e-3) | saved at 3, resumed to 6 (≤ 1e-5) |",
@@ -50,7 +52,8 @@ def render(rows: list[dict[str, Any]]) -> str:
         "",
         "## Memory per rank (3 Adam steps): model and optimizer state held, and the CUDA peak of the fit",
         "",
-        "| strategy | params MiB (rank 0, 1) | optimizer state MiB (rank 0, 1) | state / ddp's | CUDA peak MiB (rank 0, 1) |",
+        "| strategy | params MiB (rank 0, 1) | optimizer state MiB (rank 0, 1) | state / ddp's | CUDA peak MiB (rank"
+        " 0, 1) |",
         "|---|---|---|---|---|",
     ]
     for case, row in by_case.items():
@@ -65,14 +68,15 @@ def render(rows: list[dict[str, Any]]) -> str:
             ratio = f"{max(held) / ddp_held:.3f}"
         peaks = ", ".join(_mib(m.get("cuda_peak_allocated_bytes", 0)) for m in mem)
         lines.append(
-            f"| `{case}` | {', '.join(_mib(m['param_bytes']) for m in mem)} | {', '.join(_mib(m['optimizer_bytes']) for m in mem)}"
-            f" | {ratio} | {peaks} |"
+            f"| `{case}` | {', '.join(_mib(m['param_bytes']) for m in mem)} |"
+            f" {', '.join(_mib(m['optimizer_bytes']) for m in mem)} | {ratio} | {peaks} |"
         )
     scaler = [case for case, row in by_case.items() if row.get("sharded_scaler_in_checkpoint")]
     if scaler:
         lines += [
             "",
-            f"16-mixed: the ShardedGradScaler's state is in the checkpoint under {', '.join(f'`{c}`' for c in scaler)}.",
+            "16-mixed: the ShardedGradScaler's state is in the checkpoint under"
+            f" {', '.join(f'`{c}`' for c in scaler)}.",
         ]
     return "\n".join(lines) + "\n"
 

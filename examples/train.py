@@ -17,7 +17,7 @@ One node, 4 GPUs
     $ python examples/train.py --accelerator gpu --devices 4 --strategy ddp --precision bf16-mixed
     $ python examples/train.py --accelerator gpu --devices 4 --strategy dp
     $ python examples/train.py --accelerator gpu --devices 4 --strategy sharded --precision 16-mixed
-    $ horovodrun -np 4 python examples/train.py --accelerator gpu --devices 4 --strategy horovod   # --devices: workers per host
+    $ horovodrun -np 4 python examples/train.py --accelerator gpu --devices 4 --strategy horovod  # --devices: per host
 
 Two nodes, 8 GPUs each, with torchrun (run on every node; rendezvous on node0; docs/multinode.md)
     $ torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint node0:29400 \\
@@ -31,7 +31,8 @@ Two nodes under SLURM: examples/slurm.sbatch (srun, one task per GPU; --devices 
     $ sbatch examples/slurm.sbatch
 
 Two nodes with Horovod
-    any$   horovodrun -np 16 -H node0:8,node1:8 python examples/train.py --accelerator gpu --devices 8 --strategy horovod
+    any$   horovodrun -np 16 -H node0:8,node1:8 python examples/train.py --accelerator gpu --devices 8 --strategy
+    horovod
 
 On a Ray cluster with Ray Train (--launcher ray; docs/multinode.md). Ray places the workers and restarts them
     $ python examples/train.py --launcher ray --ray-workers 2 --strategy ddp            # a local Ray for this run
@@ -179,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--fsdp2-mp",
         default="none",
         choices=("none", "bf16", "fp16"),
-        help="sharded_fsdp2: gather and compute parameters in this dtype, reduce gradients in fp32 (MixedPrecisionPolicy)",
+        help="sharded_fsdp2: gather and compute parameters in this dtype, reduce gradients in fp32"
+        " (MixedPrecisionPolicy)",
     )
     p.add_argument(
         "--fsdp2-offload",
@@ -190,9 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint-format",
         default="auto",
         choices=("auto", "sharded", "full"),
-        help="sharded strategies: 'sharded' = each rank writes its shards into a folder, nothing gathered (sharded_fsdp2's"
-        " default; sharded/ddp_sharded write each rank's optimizer shard); 'full' = one file consolidated on rank 0"
-        " (the default of sharded/ddp_sharded)",
+        help="sharded strategies: 'sharded' = each rank writes its shards into a folder, nothing gathered"
+        " (sharded_fsdp2's default; sharded/ddp_sharded write each rank's optimizer shard); 'full' = one file"
+        " consolidated on rank 0 (the default of sharded/ddp_sharded)",
     )
     p.add_argument(
         "--async-save",
@@ -203,13 +205,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         default="auto",
         choices=("auto", "never"),
-        help="auto: when the launcher restarts the job (torchrun --max-restarts), resume from OUTPUT_DIR/checkpoints/last.ckpt",
+        help="auto: when the launcher restarts the job (torchrun --max-restarts), resume from"
+        " OUTPUT_DIR/checkpoints/last.ckpt",
     )
     p.add_argument(
         "--save-on-interrupt",
         default=True,
         action=argparse.BooleanOptionalAction,
-        help="on Ctrl-C, finish the step, save OUTPUT_DIR/checkpoints/last.ckpt and stop (a second Ctrl-C stops at once)",
+        help="on Ctrl-C, finish the step, save OUTPUT_DIR/checkpoints/last.ckpt and stop (a second Ctrl-C stops at"
+        " once)",
     )
     p.add_argument(
         "--rdzv-timeout",
@@ -245,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--launcher",
         default="lightning",
         choices=("lightning", "ray"),
-        help="lightning: Lightning's launcher, or the torchrun/SLURM/horovodrun that started this script; ray: Ray Train workers",
+        help="lightning: Lightning's launcher, or the torchrun/SLURM/horovodrun that started this script; ray: Ray"
+        " Train workers",
     )
     p.add_argument(
         "--ray-workers", default=2, type=_positive_int, help="--launcher ray: training processes, one device each"
@@ -288,8 +293,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--max-steps must be -1 (no limit) or >= 1, got {args.max_steps}")
     if args.checkpoint_format != "auto" and args.strategy not in SHARDED_NAMES:
         p.error(
-            f"--checkpoint-format chooses how a sharded strategy saves; {args.strategy!r} always saves one file."
-            " Use it with --strategy sharded, sharded_zero or sharded_fsdp2 (or their _spawn and 1.x names), or leave it out"
+            f"--checkpoint-format chooses how a sharded strategy saves; {args.strategy!r} always saves one file. Use it"
+            " with --strategy sharded, sharded_zero or sharded_fsdp2 (or their _spawn and 1.x names), or leave it out"
         )
     sharded_folders = args.checkpoint_format == "sharded" or (
         args.checkpoint_format == "auto" and args.strategy in FSDP2_NAMES
@@ -307,12 +312,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     if (args.fsdp2_mp != "none" or args.fsdp2_offload) and args.strategy not in FSDP2_NAMES:
         p.error(
-            f"--fsdp2-mp and --fsdp2-offload are FSDP2's policies: use --strategy sharded_fsdp2 (not {args.strategy!r});"
-            " other strategies take --precision"
+            "--fsdp2-mp and --fsdp2-offload are FSDP2's policies: use --strategy sharded_fsdp2 (not"
+            f" {args.strategy!r}); other strategies take --precision"
         )
     if args.fsdp2_mp != "none" and args.precision not in ("32-true", "32"):
         p.error(
-            f"--fsdp2-mp {args.fsdp2_mp} already sets the compute dtype: leave --precision at 32-true (got {args.precision})"
+            f"--fsdp2-mp {args.fsdp2_mp} already sets the compute dtype: leave --precision at 32-true (got"
+            f" {args.precision})"
         )
     if args.preprocess != "none" and args.data != "digits":
         p.error("--preprocess demonstrates the cache on the digits data; use it with --data digits")
@@ -576,9 +582,10 @@ def check_world_size(trainer: pl.Trainer, args: argparse.Namespace) -> None:
     expected = trainer.num_devices * trainer.num_nodes
     if trainer.world_size != expected:
         raise SystemExit(
-            f"error: the launcher started {trainer.world_size} training processes, but --devices {trainer.num_devices} x"
-            f" --num-nodes {trainer.num_nodes} = {expected}. Make them agree: --devices must equal the processes per"
-            " node (SLURM: --ntasks-per-node; torchrun: --nproc-per-node) and --num-nodes the nodes (--nodes/--nnodes)."
+            f"error: the launcher started {trainer.world_size} training processes, but --devices {trainer.num_devices}"
+            f" x --num-nodes {trainer.num_nodes} = {expected}. Make them agree: --devices must equal the processes per"
+            " node (SLURM: --ntasks-per-node; torchrun: --nproc-per-node) and --num-nodes the nodes"
+            " (--nodes/--nnodes)."
         )
 
 

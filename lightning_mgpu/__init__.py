@@ -7,8 +7,8 @@ needs Lightning itself, seconds of import that the bundle's command line and its
 now if ``lightning.pytorch`` is imported already, and otherwise the moment it is, which is always before a
 ``Trainer`` can be built. Importing any of the bundle's strategies registers them too.
 
-Both Lightning distributions are served: with ``pytorch_lightning`` installed, ``lightning_mgpu.pl`` is the bundle for it
-(its classes subclass ``pytorch_lightning``'s), loaded when ``pytorch_lightning`` is imported, before or after this
+Both Lightning distributions are served: with ``pytorch_lightning`` installed, ``lightning_mgpu.pl`` is the bundle for
+it (its classes subclass ``pytorch_lightning``'s), loaded when ``pytorch_lightning`` is imported, before or after this
 package, and the names are registered in its registry too (``lightning_mgpu/utilities/namespaces.py``). With
 ``pytorch_lightning`` alone installed, this package's names are the ``pytorch_lightning`` ones.
 """

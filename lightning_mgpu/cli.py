@@ -87,7 +87,8 @@ def devices() -> DeviceInfo:
 
 
 def physical_note(index: int, visible: str | None = None) -> str:
-    """`` (physical GPU 6)`` where ``CUDA_VISIBLE_DEVICES`` maps ``cuda:index`` to another GPU of the machine, else ``""``."""
+    """`` (physical GPU 6)`` where ``CUDA_VISIBLE_DEVICES`` maps ``cuda:index`` to another GPU of the machine, else
+    ``""``."""
     from lightning_mgpu.utilities.devices import physical_device_ids
 
     try:
@@ -229,7 +230,8 @@ def build_parser() -> OneLineParser:
     """The command line (light: nothing here imports torch or Lightning)."""
     parser = OneLineParser(
         prog=PROG,
-        description="Multi-GPU strategies, tools and checks for PyTorch Lightning 2.x (also: python -m lightning_mgpu).",
+        description="Multi-GPU strategies, tools and checks for PyTorch Lightning 2.x (also: python -m"
+        " lightning_mgpu).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
@@ -289,8 +291,9 @@ def build_parser() -> OneLineParser:
         sub,
         "build-horovod",
         "build horovod 0.28.1 against this torch (C++17 patch, Gloo; --gpu: NCCL; cached)",
-        "--gpu compiles the GPU operations on NCCL against a CUDA build of torch: it needs nvcc (the CUDA toolkit) and\n"
-        "NCCL (pip install nvidia-nccl-cu<N>, or the system's libnccl-dev); the wheel is cached per torch and CUDA.",
+        "--gpu compiles the GPU operations on NCCL against a CUDA build of torch: it needs nvcc (the CUDA toolkit)"
+        " and\nNCCL (pip install nvidia-nccl-cu<N>, or the system's libnccl-dev); the wheel is cached per torch and"
+        " CUDA.",
     )
     hvd.add_argument(
         "--python", default=None, help="the interpreter whose environment gets horovod (default: this one)"

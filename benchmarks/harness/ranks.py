@@ -15,7 +15,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def repo_env(env: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
     """``env`` (default ``os.environ``) with ``extra`` and the repository root first on ``PYTHONPATH``, so that a child
-    ``python -m benchmarks.X`` finds this package, not the ``benchmarks`` package FairScale installs into site-packages."""
+    ``python -m benchmarks.X`` finds this package, not the ``benchmarks`` package FairScale installs into
+    site-packages."""
     out = {**(os.environ if env is None else env), **extra}
     out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), out.get("PYTHONPATH")]))
     return out

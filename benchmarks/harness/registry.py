@@ -61,7 +61,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "sharded",
         ("strategies", "memory"),
         "bench_sharded.py",
-        "sharded (FairScale) against ddp, a raw FairScale loop and raw FSDP2 (ZeRO-2): step time, model state, peak memory",
+        "sharded (FairScale) against ddp, a raw FairScale loop and raw FSDP2 (ZeRO-2): step time, model state, peak"
+        " memory",
         {
             "full": ["--rounds", "7"],
             "quick": ["--rounds", "3", "--steps", "5", "--hidden", "768"],
@@ -82,7 +83,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
             "quick": ["--rounds", "3", "--width", "1024"],
             "dry": ["--rounds", "2", "--width", "512", "--layers", "2"],
         },
-        # On GPUs: sharded_fsdp2 against Lightning's FSDPStrategy(state_dict_type="sharded"), through the Trainer on both.
+        # On GPUs: sharded_fsdp2 against Lightning's FSDPStrategy(state_dict_type="sharded"), through the Trainer on
+        # both.
         gpu_args=["--accelerator", "gpu"],
     ),
     Benchmark(
@@ -101,7 +103,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "parity",
         ("strategies",),
         "bench_parity.py",
-        "every strategy's parameters after k SGD steps against a raw torch DDP loop and one process on the global batch",
+        "every strategy's parameters after k SGD steps against a raw torch DDP loop and one process on the global"
+        " batch",
         {
             "full": ["--steps", "10"],
             "quick": ["--steps", "3", "--strategies", "ddp", "dp", "sharded"],
@@ -156,8 +159,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "activation_checkpointing",
         ("callbacks", "memory"),
         "bench_activation_checkpointing.py",
-        "ActivationCheckpointing (every block, every second block) against none and against torch.utils.checkpoint by hand:"
-        " peak activation memory and step time",
+        "ActivationCheckpointing (every block, every second block) against none and against torch.utils.checkpoint by"
+        " hand: peak activation memory and step time",
         {
             "full": ["--repeats", "9", "--device", "cpu"],
             "quick": ["--repeats", "3", "--depth", "8", "--device", "cpu"],
@@ -214,8 +217,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "real_models",
         ("strategies",),
         "bench_real_models.py",
-        "ResNet-50 and GPT-2 small in bf16-mixed under ddp, dp, sharded_fsdp2, horovod, with ActivationCheckpointing and"
-        " with GPUUtilizationMonitor, each against the same model in a plain torch loop: step time and MFU",
+        "ResNet-50 and GPT-2 small in bf16-mixed under ddp, dp, sharded_fsdp2, horovod, with ActivationCheckpointing"
+        " and with GPUUtilizationMonitor, each against the same model in a plain torch loop: step time and MFU",
         {"dry": ["--device", "cpu", "--size", "tiny", "--rounds", "1", "--steps", "2", "--warmup", "1"]},
         # Two rounds: 32 fits, about 2.5 minutes on an H100, inside the few minutes a lent GPU has for the whole check.
         gpu_args=["--device", "cuda", "--size", "full", "--rounds", "2"],
@@ -225,7 +228,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "preprocess",
         ("data",),
         "bench_preprocess.py",
-        "preprocess with processes (and Ray) against serial, litdata and Hugging Face datasets; cold first calls; cached epoch against on-the-fly",
+        "preprocess with processes (and Ray) against serial, litdata and Hugging Face datasets; cold first calls;"
+        " cached epoch against on-the-fly",
         {
             "full": [],
             "quick": [

@@ -13,7 +13,8 @@ from .stats import RatioSummary, summarize
 
 @dataclass
 class BenchRun:
-    """One benchmark's outcome: ``status`` is ``ok``, ``failed`` (``error`` says why) or ``skipped`` (``error``: why)."""
+    """One benchmark's outcome: ``status`` is ``ok``, ``failed`` (``error`` says why) or ``skipped`` (``error``:
+    why)."""
 
     name: str
     what: str
@@ -57,7 +58,8 @@ def _verdict(s: RatioSummary) -> str:
 
 def summary_rows(runs: list[BenchRun], width: int, plain: bool = False) -> list[tuple[str, ...]]:
     """The summary's rows, one per ratio or figure: benchmark, comparison, median, min-max, rounds, goal and verdict
-    (an error cut to ``width`` characters where a benchmark or an arm failed). ``plain``: for a terminal, no Markdown."""
+    (an error cut to ``width`` characters where a benchmark or an arm failed). ``plain``: for a terminal, no
+    Markdown."""
     dash = "-" if plain else " – "
     rows: list[tuple[str, ...]] = []
     for run in runs:
@@ -94,7 +96,8 @@ def markdown(runs: list[BenchRun], machine: dict[str, Any], command: str, plots:
     lines = [
         f"# lightning_mgpu benchmark report ({machine['date']})",
         "",
-        f"- **Command:** {command if '`' in command else f'`{command}`'}",  # an updated report's command quotes its parts
+        "- **Command:**"
+        f" {command if '`' in command else f'`{command}`'}",  # an updated report's command quotes its parts
         f"- **Machine:** {machine['cpu']}, {machine['cores']} cores; GPUs: {', '.join(machine['gpus']) or 'none'};"
         f" interconnect: {machine['interconnect']}; {machine['os']}",
         "- **Versions:** " + ", ".join(f"{k} {val}" for k, val in v.items() if val) + f", Python {machine['python']}",
@@ -213,7 +216,8 @@ def _save(plt: Any, fig: Any, path: Path) -> str:
 
 
 def write(runs: list[BenchRun], machine: dict[str, Any], command: str, folder: Path, with_plots: bool = True) -> Path:
-    """Write ``report.md``, ``results.json`` and (``with_plots``) the plots into ``folder``; returns the report's path."""
+    """Write ``report.md``, ``results.json`` and (``with_plots``) the plots into ``folder``; returns the report's
+    path."""
     folder.mkdir(parents=True, exist_ok=True)
     plots = plot(runs, folder) if with_plots else {}
     raw = {

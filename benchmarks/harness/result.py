@@ -6,7 +6,8 @@ Schema (JSON)::
      "arms": {"raw": {"step_s": [...per round...]}, "horovod": {"step_s": [...]}},
      "ratios": [{"label": "horovod / raw Horovod", "num": "horovod", "den": "raw", "metric": "step_s", "goal": 1.03}],
      "figures": {"sharded / ddp model state (rank 0)": {"value": 0.625, "goal": 0.625, "higher_is_better": false}},
-     "memory": {"ddp": [bytes per rank], ...}, "memory_label": "model state per rank", "failed": {"arm": "error"}, "config": {...}, "notes": [...],
+     "memory": {"ddp": [bytes per rank], ...}, "memory_label": "model state per rank", "failed": {"arm": "error"},
+     "config": {...}, "notes": [...],
      "scaling": {"samples_per_s": {"ddp": {"1": [...per round...], "2": [...]}}}}
 """
 

@@ -19,8 +19,8 @@ def callbacks_factory() -> list[Callback]:
 
     Leaving the group: Lightning's own ``ddp`` never destroys it, and a gloo rank that exits with its group alive can
     abort at interpreter shutdown ("terminate called without an active exception", SIGABRT) after a fit that finished:
-    seen in a plain 1.x script converted by ``lightning-mgpu upgrade`` and run under ``ddp`` on the CPU. One exit handler
-    per process destroys the group unless the process failed (torch's advice; what ``CleanExit`` does, for every
+    seen in a plain 1.x script converted by ``lightning-mgpu upgrade`` and run under ``ddp`` on the CPU. One exit
+    handler per process destroys the group unless the process failed (torch's advice; what ``CleanExit`` does, for every
     Trainer).
     """
     release_port_of_earlier_fit()

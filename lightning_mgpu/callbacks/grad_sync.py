@@ -108,7 +108,8 @@ class GradSyncToggle(Callback):
         if pl_module.automatic_optimization:
             if trainer.accumulate_grad_batches == 1:
                 rank_zero_info(
-                    "GradSyncToggle: accumulate_grad_batches=1, so every micro-batch ends with a step and is synchronized."
+                    "GradSyncToggle: accumulate_grad_batches=1, so every micro-batch ends with a step and is"
+                    " synchronized."
                 )
         elif self.accumulate_grad_batches is None:
             rank_zero_info(

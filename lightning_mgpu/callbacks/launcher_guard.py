@@ -58,16 +58,16 @@ class LauncherGuard(Callback):
         if _under_torchrun() and not capability(trainer.strategy, "syncs_across_processes"):
             raise MisconfigurationException(
                 f"strategy='{name}' under torchrun ({local} process(es) on this node): {name} trains in one process and"
-                " talks to no other, so every process torchrun starts would train its own copy of the model, each driving"
-                ' every GPU of its node. Use `strategy="ddp"` (one GPU per process) under torchrun, or run'
+                " talks to no other, so every process torchrun starts would train its own copy of the model, each"
+                ' driving every GPU of its node. Use `strategy="ddp"` (one GPU per process) under torchrun, or run'
                 f" `python train.py --strategy {name}` without torchrun."
             )
         if _under_torchrun() and capability(trainer.strategy, "loads_node_batch") and local != "1":
             raise MisconfigurationException(
                 f"strategy='{name}' under torchrun ({local} process(es) on this node): one {name} process drives every"
                 ' device of its node, so torchrun\'s processes would each drive all of them. Use `strategy="ddp"` (one'
-                " device per process), start one process per node (torchrun --nproc-per-node 1), or run `python train.py"
-                f" --strategy {name}` without torchrun."
+                " device per process), start one process per node (torchrun --nproc-per-node 1), or run"
+                f" `python train.py --strategy {name}` without torchrun."
             )
 
 

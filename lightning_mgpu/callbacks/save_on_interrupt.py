@@ -145,7 +145,8 @@ class SaveOnInterrupt(Callback):
 
     def _skip_lightning_sigterm_broadcast(self, trainer: pl.Trainer) -> None:
         """Skip Lightning's per-step broadcast of its SIGTERM flag, which our SIGTERM handler leaves always False."""
-        # First, on every Lightning: a SIGTERM that Lightning's handler caught before ours was installed is ours to act on.
+        # First, on every Lightning: a SIGTERM that Lightning's handler caught before ours was installed is ours to act
+        # on.
         if getattr(trainer, "received_sigterm", False) and self._signalled is None:
             self._signalled = time.monotonic()  # a SIGTERM before training started: ours to agree on and save
         loop = trainer.fit_loop.epoch_loop

@@ -4,8 +4,8 @@ A sharded checkpoint is the Lightning checkpoint dict split in two, in a folder 
 (``last.ckpt/``, as Lightning's ``FSDPStrategy`` names its folders)::
 
     last.ckpt/
-        .metadata, __R_K.distcp   torch.distributed.checkpoint: "state_dict" and "optimizer_states", each rank its shards
-        meta.pt                   the rest (loops, callbacks, RNG states, hyper-parameters), written by rank 0
+        .metadata, __R_K.distcp  torch.distributed.checkpoint: "state_dict" and "optimizer_states", each rank its shards
+        meta.pt                  the rest (loops, callbacks, RNG states, hyper-parameters), written by rank 0
 
 The tensor part keeps the layout of a full ``.ckpt`` key for key (model keys, torch's ordinary optimizer format with
 integer ids), so a folder converts to a file and back without the model: :func:`read_sharded_tensors` returns what a
@@ -158,7 +158,8 @@ class BackgroundSaves:
         self._pending: Future | None = None
 
     def start(self, checkpoint: Mapping[str, Any], path: str | os.PathLike, tmp: Path, coordinator: bool) -> None:
-        """Copy ``checkpoint``'s shards to CPU memory and write them in the background, once the previous save landed."""
+        """Copy ``checkpoint``'s shards to CPU memory and write them in the background, once the previous save
+        landed."""
         self.wait()
         if self.group is None:
             import torch.distributed as dist
@@ -175,8 +176,8 @@ class BackgroundSaves:
             pending.result()
 
     def abandon(self) -> None:
-        """Stop waiting for the save in flight: another rank failed and may never write its part. The previous checkpoint
-        stays in place, and the next save removes the temporary folder."""
+        """Stop waiting for the save in flight: another rank failed and may never write its part. The previous
+        checkpoint stays in place, and the next save removes the temporary folder."""
         self._pending = None
 
 

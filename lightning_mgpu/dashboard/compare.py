@@ -234,13 +234,15 @@ def render_comparison(run_paths: Sequence[str | os.PathLike], out_dir: str | os.
         f'<section id="runs"><h2>Runs side by side</h2>{_summary_table(summaries)}'
         f"<p class=\"src\">Window means over each run (the GPU monitor's metrics); diagnosis from each run's"
         f" diagnosis.json or its last logged values.</p></section>"
-        f'<section id="charts"><h2>Compared</h2><div class="grid">{"".join(_figure(c, None) for c in charts)}</div></section>'
+        '<section id="charts"><h2>Compared</h2><div'
+        f' class="grid">{"".join(_figure(c, None) for c in charts)}</div></section>'
         f'<section id="paths"><h2>Folders</h2><ul>{runs_html}</ul></section>'
     )
     page = "\n".join(
         [
             "<!DOCTYPE html>",
-            '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">',
+            '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,'
+            ' initial-scale=1">',
             f"<title>{len(runs)} runs compared - lightning_mgpu dashboard</title><style>{_CSS}</style>",
             f"<script>{plotly.offline.get_plotlyjs()}</script></head>",
             f'<body data-compare="{len(runs)}">',

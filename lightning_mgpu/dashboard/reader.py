@@ -386,7 +386,8 @@ def _uploaded_text(run_dir: Path, op: Mapping[str, Any]) -> str | None:
 
 
 def read_neptune_offline_run(run_dir: Path) -> RunData:
-    """Read a Neptune offline run folder written by :class:`~lightning_mgpu.loggers.NeptuneLogger` (or any Neptune 1.x client)."""
+    """Read a Neptune offline run folder written by :class:`~lightning_mgpu.loggers.NeptuneLogger` (or any Neptune 1.x
+    client)."""
     run = RunData(kind=NEPTUNE_KIND, path=run_dir.resolve())
     series, values, files = _replay(run_dir, run.notes)
     prefix = str(values.get(PREFIX_RECORD_PATH, DEFAULT_PREFIX))

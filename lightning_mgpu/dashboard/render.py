@@ -196,7 +196,10 @@ def _utilisation_section(run: RunData, devices: Sequence[str]) -> Section:
             top = max(100.0, *(y for line in lines for _, y in line.points))
             section.charts.append(LineChart(f"{group}-utilisation", title, "%", lines, y_min=0.0, y_max=top))
     if not section.charts:
-        section.note = "No gpu/rank*/util_pct or cpu/rank*/util_pct metrics: add lightning_mgpu.callbacks.GPUUtilizationMonitor() to the Trainer's callbacks."
+        section.note = (
+            "No gpu/rank*/util_pct or cpu/rank*/util_pct metrics: add lightning_mgpu.callbacks.GPUUtilizationMonitor()"
+            " to the Trainer's callbacks."
+        )
     return section
 
 
@@ -563,7 +566,8 @@ def figure_json(chart: Chart) -> dict[str, Any]:
 _CSS = """
 :root{--fg:#1d2433;--muted:#5b6577;--line:#d9dee7;--bg:#f5f7fa;--card:#fff}
 *{box-sizing:border-box}
-body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;color:var(--fg);background:var(--bg)}
+body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
+  color:var(--fg);background:var(--bg)}
 header{background:#1d2433;color:#fff;padding:18px 28px}
 header h1{margin:0 0 4px;font-size:20px;font-weight:600}
 header .sub{color:#c4cad6;font-size:13px;word-break:break-all}
@@ -576,7 +580,8 @@ h2{font-size:17px;margin:0 0 10px;font-weight:600}
 .card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 16px;min-width:150px}
 .card .k{color:var(--muted);font-size:12px}.card .v{font-size:20px;font-weight:600}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:16px}
-figure.chart{margin:0;background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 12px;position:relative}
+figure.chart{margin:0;background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 12px;
+  position:relative}
 figure.chart figcaption{font-weight:600;margin:0 0 4px;display:flex;justify-content:space-between;gap:8px}
 figure.chart figcaption a{font-weight:400;font-size:12px;color:#2459a8}
 .plot{min-height:300px;width:100%}
@@ -587,7 +592,8 @@ th,td{padding:6px 10px;border-bottom:1px solid var(--line);text-align:left;verti
 th{background:#eef1f6;font-weight:600}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 td ul{margin:0;padding-left:18px}
-.badge{display:inline-block;white-space:nowrap;padding:2px 8px;border-radius:10px;font-size:12px;font-weight:600;color:#fff}
+.badge{display:inline-block;white-space:nowrap;padding:2px 8px;border-radius:10px;font-size:12px;font-weight:600;
+  color:#fff}
 .v-input-bound{background:#d62728}.v-communication-bound{background:#ff7f0e}.v-compute-bound{background:#1f77b4}
 .v-healthy{background:#2ca02c}.v-low-utilisation-unexplained{background:#9467bd}
 details{margin-top:8px}summary{cursor:pointer;color:#2459a8}
@@ -635,8 +641,9 @@ def _figure(chart: Chart, png: str | None) -> str:
     kind = "line" if isinstance(chart, LineChart) else "stacked-bar"
     link = f'<a href="{_esc(png)}">PNG</a>' if png else ""
     return (
-        f'<figure class="chart" id="chart-{_esc(chart.id)}" data-chart="{_esc(chart.id)}" data-kind="{kind}">'
-        f'<figcaption><span>{_esc(chart.title)}</span>{link}</figcaption><div class="plot" id="plot-{_esc(chart.id)}"></div></figure>'
+        f'<figure class="chart" id="chart-{_esc(chart.id)}" data-chart="{_esc(chart.id)}"'
+        f' data-kind="{kind}"><figcaption><span>{_esc(chart.title)}</span>{link}</figcaption><div class="plot"'
+        f' id="plot-{_esc(chart.id)}"></div></figure>'
     )
 
 
@@ -746,7 +753,8 @@ def page_state(
     main = [f'<div data-live-region="cards">{regions["cards"]}</div>']
     main += [section_html(s) for s in sections[:split]]
     main.append(
-        f'<section id="diagnosis"><h2>Diagnosis</h2><div data-live-region="diagnosis">{regions["diagnosis"]}</div></section>'
+        '<section id="diagnosis"><h2>Diagnosis</h2><div'
+        f' data-live-region="diagnosis">{regions["diagnosis"]}</div></section>'
     )
     main += [section_html(s) for s in sections[split:]]
     main.append(f'<div data-live-region="details">{regions["details"]}</div>')
@@ -795,12 +803,14 @@ def render_html(
     return "\n".join(
         [
             "<!DOCTYPE html>",
-            '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">',
+            '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,'
+            ' initial-scale=1">',
             f"<title>{_esc(title)} - lightning_mgpu dashboard</title><style>{_CSS}</style>",
             # plotly.js inline, as write_html(include_plotlyjs=True) does: the page works offline, from a file.
             f"<script>{plotly.offline.get_plotlyjs()}</script></head>",
             f'<body data-run-kind="{_esc(run.kind)}" data-run-path="{_esc(run.path)}"{live}>',
-            f'<header><h1>{_esc(title)}{badge}</h1><div class="sub">{_esc(run.info.get("logger", run.kind))} &middot; {_esc(run.path)}</div></header>',
+            f'<header><h1>{_esc(title)}{badge}</h1><div class="sub">{_esc(run.info.get("logger", run.kind))} &middot;'
+            f" {_esc(run.path)}</div></header>",
             "<nav>" + "".join(f'<a href="#{i}">{_esc(t)}</a>' for i, t in nav) + "</nav>",
             f"<main>{state['main']}</main>",
             f'<script type="application/json" id="dashboard-data">{_inline_json(state)}</script>',
@@ -826,7 +836,8 @@ def _details_html(run: RunData, sections: Sequence[Section]) -> str:
     if run.hparams:
         hparams = [(k, str(v)) for k, v in sorted(run.hparams.items())]
         out.append(
-            f"<details open><summary>Hyperparameters ({len(hparams)})</summary>{_table(hparams, ('name', 'value'), 'hparams', numeric_from=9)}</details>"
+            "<details open><summary>Hyperparameters"
+            f" ({len(hparams)})</summary>{_table(hparams, ('name', 'value'), 'hparams', numeric_from=9)}</details>"
         )
     if run.model_summary:
         out.append(f"<details><summary>Model summary</summary><pre>{_esc(run.model_summary)}</pre></details>")

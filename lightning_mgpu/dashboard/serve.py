@@ -155,7 +155,8 @@ def make_server(live: LiveRun, port: int) -> ThreadingHTTPServer:
             raise PortInUseError(
                 err.errno,
                 f"port {port} on {HOST} is already in use (another dashboard, or another server). Pass a free port with"
-                f" `--port N`, or `--port 0` to let the system pick one; `ss -ltnp 'sport = :{port}'` shows who holds it.",
+                f" `--port N`, or `--port 0` to let the system pick one; `ss -ltnp 'sport = :{port}'` shows who holds"
+                " it.",
             ) from err
         raise
     server.daemon_threads = True

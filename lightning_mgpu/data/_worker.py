@@ -60,7 +60,8 @@ def to_array(value: Any, where: str) -> np.ndarray:
             value = value.detach().cpu().numpy()
         except TypeError as err:  # e.g. bfloat16 has no numpy dtype
             raise ChunkError(
-                f"{where}: cannot store a tensor of dtype {value.dtype} ({err}); cast it in the transform, e.g. `.float()`."
+                f"{where}: cannot store a tensor of dtype {value.dtype} ({err}); cast it in the transform, e.g."
+                " `.float()`."
             ) from None
     try:
         arr = np.asarray(value)
@@ -68,8 +69,9 @@ def to_array(value: Any, where: str) -> np.ndarray:
         raise ChunkError(f"{where}: cannot be stored as an array ({err}); pad or stack it in the transform.") from None
     if arr.dtype.hasobject:
         raise ChunkError(
-            f"{where}: has type {type(value).__name__} and would need pickle (numpy dtype object); the cache stores plain "
-            "numeric/bool/fixed-width string arrays only. Convert it in the transform, e.g. to a numpy array or a number."
+            f"{where}: has type {type(value).__name__} and would need pickle (numpy dtype object); the cache stores"
+            " plain numeric/bool/fixed-width string arrays only. Convert it in the transform, e.g. to a numpy array or"
+            " a number."
         )
     return arr
 
@@ -82,7 +84,8 @@ def sample_to_fields(sample: Any, index: int) -> tuple[str, list[str], list[np.n
         for name in names:
             if not FIELD_NAME_RE.match(name):
                 raise ChunkError(
-                    f"{where}: field name {name!r} must match [A-Za-z0-9_-]+ (it becomes part of a file name); rename the key."
+                    f"{where}: field name {name!r} must match [A-Za-z0-9_-]+ (it becomes part of a file name); rename"
+                    " the key."
                 )
         return "dict", names, [to_array(sample[k], f"{where} field {k!r}") for k in sample]
     if isinstance(sample, (tuple, list)):
@@ -121,13 +124,15 @@ def compute_chunk(
             stacked = [np.empty((stop - start, *a.shape), dtype=a.dtype) for a in arrays]
         elif (k, n) != (kind, names):
             raise ChunkError(
-                f"sample {i} has fields {n} ({k}) but sample {start} has {names} ({kind}); every sample needs the same fields."
+                f"sample {i} has fields {n} ({k}) but sample {start} has {names} ({kind}); every sample needs the same"
+                " fields."
             )
         for name, dst, a in zip(names, stacked, arrays):
             if a.shape != dst.shape[1:] or a.dtype != dst.dtype:
                 raise ChunkError(
-                    f"sample {i} field {name!r} has shape {a.shape} dtype {a.dtype} but sample {start} has shape {dst.shape[1:]} "
-                    f"dtype {dst.dtype}; every sample must have the same shape and dtype (pad, resize or cast in the transform)."
+                    f"sample {i} field {name!r} has shape {a.shape} dtype {a.dtype} but sample {start} has shape"
+                    f" {dst.shape[1:]} dtype {dst.dtype}; every sample must have the same shape and dtype (pad, resize"
+                    " or cast in the transform)."
                 )
             dst[i - start] = a
     return kind, names, stacked

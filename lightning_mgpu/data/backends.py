@@ -127,7 +127,8 @@ def _process_context(start_method: str) -> multiprocessing.context.BaseContext:
 
 
 def start_process_pool_server(method: str) -> None:
-    """Start the forkserver now (if ``method`` is ``"forkserver"``), so that it imports the worker code while the driver works."""
+    """Start the forkserver now (if ``method`` is ``"forkserver"``), so that it imports the worker code while the driver
+    works."""
     if method == "forkserver":
         from multiprocessing import forkserver
 
@@ -355,8 +356,8 @@ def run_processes(
         remaining = None if per_task is None else per_task * len(queue)
         if not workers_pay_off(method, remaining):
             rank_zero_info(
-                f"preprocess: the remaining work (~{remaining:.2f} s) is shorter than starting {method} worker processes"
-                f" (~{COLD_START_S[method]:.2f} s), so it runs in this process."
+                f"preprocess: the remaining work (~{remaining:.2f} s) is shorter than starting {method} worker"
+                f" processes (~{COLD_START_S[method]:.2f} s), so it runs in this process."
             )
             yield from _driver_chunks(dataset, transform, shard_dir, queue)
             return
@@ -451,8 +452,9 @@ def _run_pool(
             if status == "error":
                 if task is None:
                     raise PreprocessingError(
-                        f"backend='processes' workers could not unpickle the dataset and transform ({value}). Define their classes "
-                        "in a module the workers can import (not in a notebook cell or a local scope), or use backend='serial'."
+                        f"backend='processes' workers could not unpickle the dataset and transform ({value}). Define"
+                        " their classes in a module the workers can import (not in a notebook cell or a local scope),"
+                        " or use backend='serial'."
                     )
                 shard_index, start, stop = task
                 raise PreprocessingError(f"shard {shard_index} (samples {start}..{stop - 1}): {value}")
@@ -469,9 +471,9 @@ def _run_pool(
 
 def _worker_died() -> PreprocessingError:
     return PreprocessingError(
-        "a preprocessing worker died (killed, out of memory, a crash in native code, or - right at start - a script that"
-        ' calls preprocess without an `if __name__ == "__main__":` guard, which each worker re-runs on import); finished'
-        " shards are kept - rerun preprocess to resume."
+        "a preprocessing worker died (killed, out of memory, a crash in native code, or - right at start - a script"
+        ' that calls preprocess without an `if __name__ == "__main__":` guard, which each worker re-runs on import);'
+        " finished shards are kept - rerun preprocess to resume."
     )
 
 

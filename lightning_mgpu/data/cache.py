@@ -1,4 +1,5 @@
-"""The on-disk format of a preprocessed cache: layout, manifest, journal, checks and clean-up, owned by :class:`CacheDir`.
+"""The on-disk format of a preprocessed cache: layout, manifest, journal, checks and clean-up, owned by
+:class:`CacheDir`.
 
 Layout of ``cache_dir`` (nothing else in it is ever touched)::
 
@@ -147,9 +148,9 @@ class CacheDir:
     def rebuild_hint(self) -> str:
         """What to run to repair or remove this cache (ends every error about it)."""
         return (
-            f"Rebuild it by rerunning `preprocess(dataset, {str(self.path)!r}, transform)` (it recomputes only missing or damaged"
-            " shards; pass verify='full' to find silent corruption), or delete the cache with "
-            f"`lightning_mgpu.data.clear_cache({str(self.path)!r})`."
+            f"Rebuild it by rerunning `preprocess(dataset, {str(self.path)!r}, transform)` (it recomputes only missing"
+            " or damaged shards; pass verify='full' to find silent corruption), or delete the cache with"
+            f" `lightning_mgpu.data.clear_cache({str(self.path)!r})`."
         )
 
     # ------------------------------------------------------------------ manifest and journal

@@ -133,13 +133,15 @@ class PreprocessedDataset(Dataset):
                     else "the dataset or transform"
                 )
                 raise CacheMismatchError(
-                    f"The cache in {self.cache_dir} was built from a different input ({what} changed: fingerprint "
-                    f"{manifest.fingerprint.value[:12]} != {want[:12]}). Rebuild it with `preprocess(dataset, {str(self.cache_dir)!r}, "
-                    "transform)` (on_mismatch='rebuild' is the default), or point cache_dir elsewhere."
+                    f"The cache in {self.cache_dir} was built from a different input ({what} changed: fingerprint"
+                    f" {manifest.fingerprint.value[:12]} != {want[:12]}). Rebuild it with `preprocess(dataset,"
+                    f" {str(self.cache_dir)!r}, transform)` (on_mismatch='rebuild' is the default), or point cache_dir"
+                    " elsewhere."
                 )
         if len(manifest.shards) != manifest.num_shards:
             raise CorruptCacheError(
-                f"{self._cache.manifest_path} lists {len(manifest.shards)} shards, expected {manifest.num_shards}. {self._cache.rebuild_hint()}"
+                f"{self._cache.manifest_path} lists {len(manifest.shards)} shards, expected {manifest.num_shards}."
+                f" {self._cache.rebuild_hint()}"
             )
         return manifest
 
@@ -148,7 +150,8 @@ class PreprocessedDataset(Dataset):
             reason = self._cache.check_shard(record, verify)
             if reason is not None:
                 raise CorruptCacheError(
-                    f"Shard {record['index']} of the cache in {self.cache_dir} is unusable: {reason}. {self._cache.rebuild_hint()}"
+                    f"Shard {record['index']} of the cache in {self.cache_dir} is unusable: {reason}."
+                    f" {self._cache.rebuild_hint()}"
                 )
 
     def __len__(self) -> int:
@@ -209,7 +212,10 @@ class PreprocessedDataset(Dataset):
         return state
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self.cache_dir)!r}, samples={len(self)}, shards={self.manifest.num_shards}, fields={self.fields})"
+        return (
+            f"{type(self).__name__}({str(self.cache_dir)!r}, samples={len(self)}, shards={self.manifest.num_shards},"
+            f" fields={self.fields})"
+        )
 
 
 class TransformedDataset(Dataset):

@@ -280,9 +280,9 @@ def fingerprint_dataset(dataset: Any, override: str | None = None) -> str:
         hasher.value(dataset[i])
     if indices and hash_sample(dataset[indices[0]]) != hash_sample(dataset[indices[0]]):
         raise ValueError(
-            f"{qualified_name(dataset)}[{indices[0]}] returns different content on two reads: the dataset is not deterministic, "
-            "so its cache could never be validated. Move random augmentation out of __getitem__ into `augment=` "
-            "(it runs online, after the cache), or pass `dataset_fingerprint=` with a key of your own."
+            f"{qualified_name(dataset)}[{indices[0]}] returns different content on two reads: the dataset is not"
+            " deterministic, so its cache could never be validated. Move random augmentation out of __getitem__ into"
+            " `augment=` (it runs online, after the cache), or pass `dataset_fingerprint=` with a key of your own."
         )
     return hasher.hexdigest()
 

@@ -34,7 +34,8 @@ warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=
 
 
 def ignore_sigint_worker_init(worker_id: int) -> None:
-    """``worker_init_fn``: the worker ignores SIGINT, then seeds itself as Lightning would (``seed_everything(workers=True)``)."""
+    """``worker_init_fn``: the worker ignores SIGINT, then seeds itself as Lightning would
+    (``seed_everything(workers=True)``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if int(os.environ.get("PL_SEED_WORKERS", 0)):
         # Lightning adds its seeding only to loaders without a worker_init_fn; keep it.
@@ -143,7 +144,8 @@ class ResumableDistributedSampler(DistributedSampler):
 
 
 class _EpochIterator(Iterator[int]):
-    """One epoch of a resumable sampler (random or distributed); ``state_dict`` makes torchdata save it (``Stateful``)."""
+    """One epoch of a resumable sampler (random or distributed); ``state_dict`` makes torchdata save it
+    (``Stateful``)."""
 
     def __init__(self, sampler: ResumableRandomSampler | ResumableDistributedSampler) -> None:
         self.sampler = sampler

@@ -123,10 +123,12 @@ def _validate_args(
         raise ValueError(f"verify={verify!r} is not supported; use one of {', '.join(map(repr, VERIFY_MODES))}.")
     if start_method is not None and start_method not in multiprocessing.get_all_start_methods():
         raise ValueError(
-            f"start_method={start_method!r} is not available here; use one of {multiprocessing.get_all_start_methods()}."
+            f"start_method={start_method!r} is not available here; use one of"
+            f" {multiprocessing.get_all_start_methods()}."
         )
     if backend == "processes" and getattr(multiprocessing.current_process(), "_inheriting", False):
-        # A forkserver/spawn worker re-imports the main script; unguarded module-level code calls preprocess again there.
+        # A forkserver/spawn worker re-imports the main script; unguarded module-level code calls preprocess again
+        # there.
         raise RuntimeError(
             "preprocess(backend='processes') was called while a worker process was importing the main script: put the"
             ' script\'s top-level code under `if __name__ == "__main__":` (workers start by importing the main module).'
@@ -153,9 +155,9 @@ def _probe(dataset: Any, transform: Callable[[Any], Any] | None) -> tuple[str, d
     kind, names, arrays = out[0]
     if len(out) == 2 and hash_sample(out[0][2]) != hash_sample(out[1][2]):
         rank_zero_warn(
-            f"preprocess: the transform {qualified_name(transform)} returned different outputs for the same sample: it is not "
-            "deterministic, and caching freezes one random draw for every epoch. Keep random augmentation out of the cached "
-            "transform and pass it as `augment=` to PreprocessedDataset / PreprocessedDataModule."
+            f"preprocess: the transform {qualified_name(transform)} returned different outputs for the same sample: it"
+            " is not deterministic, and caching freezes one random draw for every epoch. Keep random augmentation out"
+            " of the cached transform and pass it as `augment=` to PreprocessedDataset / PreprocessedDataModule."
         )
     fields = {n: {"shape": list(a.shape[1:]), "dtype": a.dtype.str} for n, a in zip(names, arrays)}
     return kind, fields, sum(a.nbytes for a in arrays), seconds
@@ -181,7 +183,10 @@ def auto_chunk_size(num_samples: int, sample_bytes: int) -> int:
 def _record_matches(record: dict[str, Any], header: Manifest) -> str | None:
     fields = {n: {"shape": m["shape"], "dtype": m["dtype"]} for n, m in record["fields"].items()}
     if record["kind"] != header.kind or fields != header.fields:
-        return f"shard {record['index']} has fields {fields} ({record['kind']}) but sample 0 has {header.fields} ({header.kind})"
+        return (
+            f"shard {record['index']} has fields {fields} ({record['kind']}) but sample 0 has {header.fields}"
+            f" ({header.kind})"
+        )
     return None
 
 
@@ -214,9 +219,10 @@ def _plan(
         what = fp.difference(existing.fingerprint)
         if on_mismatch == "error":
             raise CacheMismatchError(
-                f"The cache in {cache_dir} was built from a different input: {what} changed (fingerprint {existing.fingerprint.value[:12]} "
-                f"!= {fp.value[:12]}). Pass on_mismatch='rebuild' to rebuild it, choose another cache_dir, or - if the change does not "
-                "alter the output - pass the same transform_fingerprint=/dataset_fingerprint= as the cache was built with."
+                f"The cache in {cache_dir} was built from a different input: {what} changed (fingerprint"
+                f" {existing.fingerprint.value[:12]} != {fp.value[:12]}). Pass on_mismatch='rebuild' to rebuild it,"
+                " choose another cache_dir, or - if the change does not alter the output - pass the same"
+                " transform_fingerprint=/dataset_fingerprint= as the cache was built with."
             )
         rank_zero_warn(f"preprocess: the cache in {cache_dir} is stale ({what} changed); rebuilding it.")
         store.clear()
@@ -236,7 +242,8 @@ def _plan(
     ):
         good = _good_shards(store, journal.shards, journal, verify)
         rank_zero_info(
-            f"preprocess: resuming an interrupted build in {cache_dir}: {len(good)}/{journal.num_shards} shards already done"
+            f"preprocess: resuming an interrupted build in {cache_dir}: {len(good)}/{journal.num_shards} shards already"
+            " done"
         )
         return journal, good, False
     if journal is not None:
@@ -332,7 +339,8 @@ def preprocess(
         if complete:
             assert header is not None
             rank_zero_info(
-                f"preprocess: reusing the cache in {cache_dir} ({n} samples, {header.num_shards} shards, fingerprint {fp.value[:12]})"
+                f"preprocess: reusing the cache in {cache_dir} ({n} samples, {header.num_shards} shards, fingerprint"
+                f" {fp.value[:12]})"
             )
             return CacheInfo(
                 cache_dir, n, header.num_shards, fp.value, header.fields, True, 0, 0, time.perf_counter() - t0
@@ -343,7 +351,8 @@ def preprocess(
             header = Manifest(fp, n, chunk_size or auto_chunk_size(n, sample_bytes), kind, fields)
         header.backend, header.shards = backend, []
         _remove_unfinished(store, done)
-        # Journal the reused shards first, then drop the manifest: "complete" must never be visible while shards are missing.
+        # Journal the reused shards first, then drop the manifest: "complete" must never be visible while shards are
+        # missing.
         store.start_journal(header, done.values())
         store.manifest_path.unlink(missing_ok=True)
 
@@ -385,7 +394,8 @@ def preprocess(
 
 
 def _choose_start_method(start_method: str | None, estimate_s: float | None, num_workers: int | None) -> str:
-    """Resolve the workers' start method; a forkserver that the work will use starts now, importing while the driver starts."""
+    """Resolve the workers' start method; a forkserver that the work will use starts now, importing while the driver
+    starts."""
     method = resolve_start_method(start_method)
     if method != "forkserver" or process_pool_running(method, num_workers or default_num_workers()):
         return method  # fork needs no server; a running pool (start_process_pool) takes the work at once
@@ -393,7 +403,8 @@ def _choose_start_method(start_method: str | None, estimate_s: float | None, num
         return method  # small work runs in this process: no server to start for it
     if start_method is None and (reason := fork_unsafe_reason()):  # None only if the threads ended since resolving
         rank_zero_info(
-            f"preprocess: worker processes start from a forkserver (it imports torch and Lightning first, seconds) because {reason}."
+            "preprocess: worker processes start from a forkserver (it imports torch and Lightning first, seconds)"
+            f" because {reason}."
         )
     start_process_pool_server(method)
     return method
@@ -433,7 +444,8 @@ def _run(
             if problem is not None:
                 store.remove_shard_files(record["index"])
                 raise PreprocessingError(
-                    f"{problem}; every sample needs the same fields, shapes and dtypes (pad, resize or cast in the transform)."
+                    f"{problem}; every sample needs the same fields, shapes and dtypes (pad, resize or cast in the"
+                    " transform)."
                 )
             store.append_journal(record)
             done[record["index"]] = record

@@ -79,7 +79,8 @@ class Progress:
 
     def line(self) -> str:
         pct = 100.0 * self.done / max(self.total, 1)
-        return f"{self.desc}: {self.done}/{self.total} samples ({pct:.0f}%), {self.rate():.1f} samples/s, ETA {_format_seconds(self.eta())}"
+        eta = _format_seconds(self.eta())
+        return f"{self.desc}: {self.done}/{self.total} samples ({pct:.0f}%), {self.rate():.1f} samples/s, ETA {eta}"
 
     def update(self, n: int) -> None:
         self.done += n

@@ -317,7 +317,8 @@ class NeptuneLogger(Logger):
 
         if not isinstance(run, (neptune.Run, Handler)):
             raise ValueError(
-                f"NeptuneLogger(run=...) takes a neptune.Run or a namespace handler like run['train'], got {type(run).__name__}"
+                "NeptuneLogger(run=...) takes a neptune.Run or a namespace handler like run['train'], got"
+                f" {type(run).__name__}"
             )
         given = sorted(k for k, v in init_args.items() if v is not None) + sorted(kwargs)
         if given:
@@ -365,7 +366,8 @@ class NeptuneLogger(Logger):
         except (NeptuneConnectionLostException, CannotResolveHostname) as err:
             raise NeptuneServerUnreachableError(
                 f"NeptuneLogger(mode={self._mode!r}) could not connect to the Neptune server at {self._api_url}: {err}."
-                " Check the server, or log locally with NeptuneLogger(mode='offline') and upload later with `neptune sync`."
+                " Check the server, or log locally with NeptuneLogger(mode='offline') and upload later with `neptune"
+                " sync`."
             ) from err
         # Record who wrote the run and how, so the dashboard can read it back without guessing.
         import lightning
@@ -487,8 +489,9 @@ class NeptuneLogger(Logger):
                     if key != "epoch":
                         self._warn_once(
                             key,
-                            f"NeptuneLogger: skipping {key} at step {step}: Neptune needs increasing steps within a series"
-                            f" and it already has step {last:g}. Log it once per step, or use a new logger/run after a restart.",
+                            f"NeptuneLogger: skipping {key} at step {step}: Neptune needs increasing steps within a"
+                            f" series and it already has step {last:g}. Log it once per step, or use a new logger/run"
+                            " after a restart.",
                         )
                     continue
                 self._last_steps[path] = float(step)
@@ -543,7 +546,8 @@ class NeptuneLogger(Logger):
             else:
                 self._warn_once(
                     "best_k_models",
-                    f"NeptuneLogger: best_k_models ({len(text)} characters) exceeds Neptune's string limit; not recorded.",
+                    f"NeptuneLogger: best_k_models ({len(text)} characters) exceeds Neptune's string limit; not"
+                    " recorded.",
                 )
 
     @override

@@ -66,7 +66,8 @@ _now = time.perf_counter  # the training-thread clock (a module attribute so tes
 
 
 def local_devices(trainer: pl.Trainer) -> list[torch.device]:
-    """The devices this process drives: all of them under ``dp`` (one process, several devices), else the root device."""
+    """The devices this process drives: all of them under ``dp`` (one process, several devices), else the root
+    device."""
     strategy = trainer.strategy
     parallel = list(getattr(strategy, "parallel_devices", None) or [])
     if trainer.world_size == 1 and len(parallel) > 1:
@@ -184,7 +185,8 @@ class GPUUtilizationMonitor(Callback):
             )
         if peak_flops_per_device is not None and not peak_flops_per_device > 0:
             raise ValueError(
-                f"GPUUtilizationMonitor(peak_flops_per_device={peak_flops_per_device!r}): pass a positive number or None"
+                f"GPUUtilizationMonitor(peak_flops_per_device={peak_flops_per_device!r}): pass a positive number or"
+                " None"
             )
         self.log_every_n_steps = log_every_n_steps
         self.sample_interval_s = sample_interval_s
@@ -518,7 +520,8 @@ class GPUUtilizationMonitor(Callback):
         x = batch[0] if isinstance(batch, (list, tuple)) and batch else batch
         if not isinstance(x, torch.Tensor) or x.ndim == 0 or len(x) == 0:
             rank_zero_warn(
-                "GPUUtilizationMonitor(flops_per_sample='auto') needs batches whose first item is the input tensor; pass the number instead."
+                "GPUUtilizationMonitor(flops_per_sample='auto') needs batches whose first item is the input tensor;"
+                " pass the number instead."
             )
             return None
         modes = {m: m.training for m in pl_module.modules()}
@@ -528,7 +531,8 @@ class GPUUtilizationMonitor(Callback):
                 forward = measure_flops(pl_module, lambda: pl_module(x[:1]))
         except Exception as err:  # noqa: BLE001  (an unusual forward signature: no MFU, training goes on)
             rank_zero_warn(
-                f"GPUUtilizationMonitor could not measure the model's FLOPs ({err!r}); pass flops_per_sample=... for MFU."
+                f"GPUUtilizationMonitor could not measure the model's FLOPs ({err!r}); pass flops_per_sample=... for"
+                " MFU."
             )
             return None
         finally:

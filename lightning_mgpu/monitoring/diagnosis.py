@@ -174,16 +174,23 @@ def _advice_input(m: Mapping[str, float], ctx: Mapping[str, Any]) -> list[str]:
     # Only what the loader does not do already: a run with persistent workers is not told to set them.
     persistent = "" if ctx.get("persistent_workers") else " and set persistent_workers=True"
     if workers == 0:
-        tip = f"set DataLoader(num_workers=...) > 0 (up to the CPU cores per device; this host has {cores}): the training process loads every batch itself now"
+        tip = (
+            f"set DataLoader(num_workers=...) > 0 (up to the CPU cores per device; this host has {cores}): the training"
+            " process loads every batch itself now"
+        )
     elif workers is not None:
-        tip = f"raise DataLoader num_workers above {workers} (up to the CPU cores per device; this host has {cores}){persistent}"
+        tip = (
+            f"raise DataLoader num_workers above {workers} (up to the CPU cores per device; this host has"
+            f" {cores}){persistent}"
+        )
     else:
         tip = f"raise DataLoader num_workers (up to the CPU cores per device){persistent}"
     advice = [tip]
     if cuda and not pin:
         advice.append("set DataLoader(pin_memory=True) so host-to-device copies are asynchronous")
     advice.append(
-        "preprocess once with lightning_mgpu.data (cache the expensive __getitem__ work into a few large files) instead of per sample, per epoch"
+        "preprocess once with lightning_mgpu.data (cache the expensive __getitem__ work into a few large files)"
+        " instead of per sample, per epoch"
     )
     return advice
 
@@ -192,13 +199,15 @@ def _advice_comm(m: Mapping[str, float], ctx: Mapping[str, Any]) -> list[str]:
     advice = []
     if ctx.get("strategy") == "dp":
         advice.append(
-            "use strategy='ddp' instead of 'dp': dp scatters inputs, replicates the model and gathers outputs through one device every step"
+            "use strategy='ddp' instead of 'dp': dp scatters inputs, replicates the model and gathers outputs through"
+            " one device every step"
         )
     advice.append(
         "use a bigger per-device batch (or accumulate_grad_batches) so each gradient sync is paid for by more compute"
     )
     advice.append(
-        "compress gradients on the wire (a DDP comm hook such as bf16_compress_hook) and check the interconnect (NCCL over NVLink/InfiniBand, not TCP)"
+        "compress gradients on the wire (a DDP comm hook such as bf16_compress_hook) and check the interconnect (NCCL"
+        " over NVLink/InfiniBand, not TCP)"
     )
     return advice
 
@@ -207,11 +216,13 @@ def _advice_compute(m: Mapping[str, float], ctx: Mapping[str, Any], t: Diagnosis
     advice = []
     if ctx.get("accelerator") == "cpu":
         advice.append(
-            "train on GPUs (or more CPU processes); on CPU, precision='bf16-mixed' only helps where the CPU has AMX/AVX512-BF16"
+            "train on GPUs (or more CPU processes); on CPU, precision='bf16-mixed' only helps where the CPU has"
+            " AMX/AVX512-BF16"
         )
     elif not _is_mixed(ctx.get("precision")):
         advice.append(
-            "use mixed precision (Trainer(precision='bf16-mixed') on Ampere+ GPUs, '16-mixed' before): tensor cores run it several times faster"
+            "use mixed precision (Trainer(precision='bf16-mixed') on Ampere+ GPUs, '16-mixed' before): tensor cores"
+            " run it several times faster"
         )
     util = m.get("gpu_util_pct")
     if util is not None and util < t.busy_util_pct:
@@ -232,11 +243,13 @@ def _advice_low_util(m: Mapping[str, float], ctx: Mapping[str, Any], t: Diagnosi
     syncs = m.get("host_syncs_per_step")
     if syncs is not None and syncs > 0:
         advice.append(
-            f"remove the {syncs:.1f} host-device syncs per step (.item(), .cpu(), .numpy(), torch.cuda.empty_cache() in training_step); see the call sites above"
+            f"remove the {syncs:.1f} host-device syncs per step (.item(), .cpu(), .numpy(), torch.cuda.empty_cache() in"
+            " training_step); see the call sites above"
         )
     else:
         advice.append(
-            "look for host-device syncs in training_step (.item(), .cpu(), .numpy(), torch.cuda.empty_cache()): rerun with GPUUtilizationMonitor(detect_sync=True)"
+            "look for host-device syncs in training_step (.item(), .cpu(), .numpy(), torch.cuda.empty_cache()): rerun"
+            " with GPUUtilizationMonitor(detect_sync=True)"
         )
     if ctx.get("strategy") == "dp":
         advice.append(
@@ -244,7 +257,8 @@ def _advice_low_util(m: Mapping[str, float], ctx: Mapping[str, Any], t: Diagnosi
         )
     if not _is_mixed(ctx.get("precision")):
         advice.append(
-            "use mixed precision (precision='bf16-mixed') and profile one step (lightning.pytorch.profilers.PyTorchProfiler)"
+            "use mixed precision (precision='bf16-mixed') and profile one step"
+            " (lightning.pytorch.profilers.PyTorchProfiler)"
         )
     else:
         advice.append("profile one step (lightning.pytorch.profilers.PyTorchProfiler) to find the idle gaps")

@@ -345,7 +345,7 @@ def match_nvml_handles(
             found[index] = by_uuid[uuid]
         else:
             rank_zero_warn(
-                f"GPUUtilizationMonitor: no NVML device has the UUID of cuda:{index} ({uuid}); its GPU metrics are not logged."
-                " (MIG slices and some containers hide the physical GPU from NVML.)"
+                f"GPUUtilizationMonitor: no NVML device has the UUID of cuda:{index} ({uuid}); its GPU metrics are not"
+                " logged. (MIG slices and some containers hide the physical GPU from NVML.)"
             )
     return found

@@ -1,7 +1,6 @@
-"""Strategies that Lightning 2.0 removed, rebuilt for Lightning 2.x: ``dp``, ``ddp2``, ``horovod`` and ``sharded`` (FairScale,
-torch ZeRO-1, FSDP2).
+"""Strategies that Lightning 2.0 removed, rebuilt for Lightning 2.x: ``dp``, ``ddp2``, ``horovod`` and ``sharded``.
 
-One class per engine, one package per strategy family; :mod:`~lightning_mgpu.strategies.registry` imports them and registers their names.
+One class per engine (``sharded``: FairScale, torch ZeRO-1, FSDP2), one package per family; ``registry.py`` names them.
 """
 
 from lightning_mgpu.strategies.ddp2 import DDP2Strategy

@@ -119,9 +119,6 @@ def register_bundle_strategies(registry: Any = None) -> list[str]:
         # This namespace's Trainer also names the right import when handed the other namespace's classes.
         guard_mixed_namespaces()
     names = list(_bundle_entries())
-    # Lightning's own names (ddp, ddp_spawn, ...) must never be replaced by the bundle: check before touching it.
-    if set(names) & _LIGHTNING_OWN:
-        raise RuntimeError(f"lightning_mgpu must not re-register Lightning's own names: {set(names) & _LIGHTNING_OWN}")
     view = _IdempotentRegistry(registry)
     for cls in bundle_strategy_classes():
         cls.register_strategies(cast(Any, view))  # Lightning types the registry as its dict; ours has its `register`
@@ -143,6 +140,5 @@ def strategy_dependency(name: str) -> str | None:
     return getattr(entry["strategy"], "optional_dependency", None)
 
 
-_LIGHTNING_OWN = frozenset({"ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "fsdp", "deepspeed", "single_device"})
 # Every name the bundle registers, in registration order, as the classes declare them (the one source).
 BUNDLE_STRATEGY_NAMES: tuple[str, ...] = tuple(_bundle_entries())

@@ -41,7 +41,8 @@ _REAPING_WAIT = """    try:
 """
 # The middleman's main thread waits for its shell with subprocess; psutil's wait() here reaped the shell first, and
 # subprocess then read ECHILD as exit status 0: horovodrun reported success for a job stopped by Ctrl-C.
-_POLLING_WAIT = """    # lightning_mgpu: wait without reaping. The shell is this middleman's own child and the main thread waits for it
+_POLLING_WAIT = """\
+    # lightning_mgpu: wait without reaping. The shell is this middleman's own child and the main thread waits for it
     # with subprocess; psutil's wait() would reap it first, and subprocess then reads ECHILD as exit status 0.
     deadline = time.monotonic() + GRACEFUL_TERMINATION_TIME_S
     while time.monotonic() < deadline:
@@ -259,7 +260,8 @@ def nccl_link_dir(toolchain: GpuToolchain, work: Path) -> Path:
 
 
 def installed_with_gloo(python: str) -> bool:
-    """Whether ``python`` imports ``horovod.torch`` built with Gloo and carrying this version's patches (usable here)."""
+    """Whether ``python`` imports ``horovod.torch`` built with Gloo and carrying this version's patches (usable
+    here)."""
     probe = (
         "import horovod.torch as h, sys; from horovod.runner.common.util import safe_shell_exec as s;"
         f" sys.exit(0 if h.gloo_built() and getattr(s, 'LIGHTNING_MGPU_PATCH_LEVEL', 0) >= {PATCH_LEVEL} else 1)"
@@ -302,7 +304,8 @@ def patch_cxx17(source: Path) -> None:
 def patch_exit_status(source: Path) -> None:
     """Make horovodrun report a worker's real exit status after it terminates the workers (Ctrl-C, a failed rank).
 
-    Remove when horovod's ``safe_shell_exec`` polls for the shell's exit status itself (not in 0.28.1, the last release).
+    Remove when horovod's ``safe_shell_exec`` polls for the shell's exit status itself (not in 0.28.1, the last
+    release).
 
     Raises:
         HorovodBuildError: the file no longer holds the code to patch (another horovod version).

@@ -165,7 +165,8 @@ def _returns_dict(func: cst.FunctionDef) -> bool:
 
 
 def _ensure_init_attr(cls: cst.ClassDef, attr: str) -> cst.ClassDef:
-    """``self.ATTR = []`` at the end of ``__init__`` (an ``__init__`` that passes everything on, where there is none)."""
+    """``self.ATTR = []`` at the end of ``__init__`` (an ``__init__`` that passes everything on, where there is
+    none)."""
     methods = _methods(cls)
     line = cst.parse_statement(f"self.{attr} = []")
     init = methods.get("__init__")

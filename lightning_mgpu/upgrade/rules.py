@@ -23,7 +23,8 @@ STRATEGY_STRINGS = {
     "ddp_sharded_spawn": "ddp_sharded_spawn",
 }
 
-#: Strategy names that only exist once lightning_mgpu is imported: a script that passes one gets ``import lightning_mgpu``.
+#: Strategy names that only exist once lightning_mgpu is imported: a script that passes one gets
+#: ``import lightning_mgpu``.
 BUNDLE_STRATEGY_NAMES = frozenset(
     {
         "dp",
@@ -307,9 +308,9 @@ RULES = _rules(
     Rule(
         "trainer-apex",
         'apex AMP is gone: precision="16-mixed" is native AMP',
-        'amp_backend="apex" with precision=16 trained with NVIDIA apex at amp_level (O1/O2). Lightning 2.x has native AMP'
-        ' only: precision="16-mixed" is the closest (O1-like). The rewrite sets it; check convergence. Without'
-        " precision=16, amp_backend had no effect and is dropped.",
+        'amp_backend="apex" with precision=16 trained with NVIDIA apex at amp_level (O1/O2). Lightning 2.x has'
+        ' native AMP only: precision="16-mixed" is the closest (O1-like). The rewrite sets it; check convergence.'
+        " Without precision=16, amp_backend had no effect and is dropped.",
     ),
     Rule(
         "trainer-amp-backend-variable",
@@ -357,31 +358,33 @@ RULES = _rules(
     Rule(
         "trainer-checkpoint-callback",
         "checkpoint_callback={value}: move it into callbacks=[...]",
-        "checkpoint_callback= took a ModelCheckpoint in 1.x; 2.x takes it in callbacks=[...] (enable_checkpointing=True)."
-        " The tool moves it where callbacks= is absent or a literal list.",
+        "checkpoint_callback= took a ModelCheckpoint in 1.x; 2.x takes it in callbacks=[...]"
+        " (enable_checkpointing=True). The tool moves it where callbacks= is absent or a literal list.",
     ),
     Rule(
         "trainer-progress-bar",
         "progress_bar_refresh_rate={value}: use TQDMProgressBar(refresh_rate=N)",
-        "progress_bar_refresh_rate=N became the TQDMProgressBar callback's refresh_rate; 0 became enable_progress_bar=False."
-        " The tool rewrites it where callbacks= is absent or a literal list.",
+        "progress_bar_refresh_rate=N became the TQDMProgressBar callback's refresh_rate; 0 became"
+        " enable_progress_bar=False. The tool rewrites it where callbacks= is absent or a literal list.",
     ),
     Rule(
         "trainer-accumulate-dict",
         "accumulate_grad_batches={value}: GradientAccumulationScheduler",
-        "A dict for accumulate_grad_batches (epoch -> factor) became callbacks=[GradientAccumulationScheduler(scheduling=...)].",
+        "A dict for accumulate_grad_batches (epoch -> factor) became"
+        " callbacks=[GradientAccumulationScheduler(scheduling=...)].",
     ),
     Rule(
         "trainer-auto-select-gpus",
         "auto_select_gpus dropped: find_usable_cuda_devices(N) picks free GPUs",
-        "auto_select_gpus=True picked N free GPUs. 2.x: devices=lightning.pytorch.accelerators.find_usable_cuda_devices(N)."
-        " Dropped: with exclusive-mode GPUs or a scheduler that sets CUDA_VISIBLE_DEVICES it changes nothing.",
+        "auto_select_gpus=True picked N free GPUs. 2.x:"
+        " devices=lightning.pytorch.accelerators.find_usable_cuda_devices(N). Dropped: with exclusive-mode GPUs or a"
+        " scheduler that sets CUDA_VISIBLE_DEVICES it changes nothing.",
     ),
     Rule(
         "trainer-flush-logs",
         "dropped: loggers flush on their own (CSVLogger(flush_logs_every_n_steps=N))",
-        "flush_logs_every_n_steps / log_save_interval moved to the loggers (CSVLogger's flush_logs_every_n_steps). Dropped:"
-        " it only changes when logs are written to disk.",
+        "flush_logs_every_n_steps / log_save_interval moved to the loggers (CSVLogger's flush_logs_every_n_steps)."
+        " Dropped: it only changes when logs are written to disk.",
     ),
     Rule(
         "trainer-move-metrics",
@@ -412,7 +415,8 @@ RULES = _rules(
     Rule(
         "trainer-auto-lr-find",
         "auto_lr_find is gone: use Tuner(trainer).lr_find(model)",
-        "auto_lr_find=True ran the learning-rate finder in trainer.tune(). 2.x: lightning.pytorch.tuner.Tuner(trainer).lr_find(model).",
+        "auto_lr_find=True ran the learning-rate finder in trainer.tune(). 2.x:"
+        " lightning.pytorch.tuner.Tuner(trainer).lr_find(model).",
     ),
     Rule(
         "trainer-auto-scale-batch-size",

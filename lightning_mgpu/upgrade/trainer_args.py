@@ -6,7 +6,7 @@ Lightning 2.0 removed both. A script built on them keeps its command line with t
 
     from lightning_mgpu.upgrade.trainer_args import add_argparse_args, from_argparse_args
 
-    parser = add_argparse_args(Trainer, parser)        # --max_epochs, --devices, ... and the 1.x --gpus, --accelerator ddp
+    parser = add_argparse_args(Trainer, parser)  # --max_epochs, --devices, ... and the 1.x --gpus, --accelerator ddp
     args = parser.parse_args()
     trainer = from_argparse_args(Trainer, args, logger=logger)
 
@@ -103,7 +103,8 @@ def add_argparse_args(
         use_argument_group: group the flags under the class name in ``--help``, as 1.x did.
 
     Returns:
-        ``parser``, as 1.x's ``Trainer.add_argparse_args`` did, so ``parser = add_argparse_args(Trainer, parser)`` works.
+        ``parser``, as 1.x's ``Trainer.add_argparse_args`` did, so ``parser = add_argparse_args(Trainer, parser)``
+        works.
     """
     group = parser.add_argument_group(cls.__name__) if use_argument_group else parser
     taken = {action.dest for action in parser._actions}  # a flag the script defines itself wins
@@ -159,7 +160,8 @@ def legacy_trainer_kwargs(params: dict[str, Any], namespace: str = "lightning.py
     Args:
         params: keyword arguments for a Trainer, 1.x and 2.x spellings mixed; 2.x ones at their defaults ("auto",
             None) are overridden by a 1.x one that says more.
-        namespace: the Lightning tree whose callbacks a translation adds (``lightning.pytorch`` or ``pytorch_lightning``).
+        namespace: the Lightning tree whose callbacks a translation adds (``lightning.pytorch`` or
+            ``pytorch_lightning``).
 
     Returns:
         The 2.x keyword arguments.

@@ -1009,7 +1009,8 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._attribute_names.add(id(node.attr))  # x.DDPPlugin is not the imported name DDPPlugin
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
-        # References to a renamed import (isinstance(cb, GPUStatsMonitor)); calls that add arguments go through leave_Call.
+        # References to a renamed import (isinstance(cb, GPUStatsMonitor)); calls that add arguments go through
+        # leave_Call.
         if id(original) in self._attribute_names:
             return updated
         entry = self.renamed.get(updated.value)

@@ -120,7 +120,8 @@ class Failure:
 
 
 def record_failure(folder: str | Path, rank: int) -> None:
-    """Record the exception being handled as worker ``rank``'s failure, in ``folder`` (call from an ``except`` block)."""
+    """Record the exception being handled as worker ``rank``'s failure, in ``folder`` (call from an ``except``
+    block)."""
     record = {"rank": rank, "at": time.time(), "trace": traceback.format_exc()}
     (Path(folder) / f"rank{rank}.json").write_text(json.dumps(record))
 

@@ -167,7 +167,8 @@ class _AliasLoader(importlib.abc.Loader):
 
 
 class TwinFinder(importlib.abc.MetaPathFinder):
-    """Finds ``lightning_mgpu.pl.*``: a twin of each bundle module that reaches Lightning, the module itself otherwise."""
+    """Finds ``lightning_mgpu.pl.*``: a twin of each bundle module that reaches Lightning, the module itself
+    otherwise."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None

@@ -9,8 +9,8 @@ torchtitan does it only after success, since destroying while other ranks are in
 Destroying is not enough under gloo: ``destroy_process_group()`` only unregisters the groups (gloo's backend has no
 ``shutdown()``), and the threads live on while any object still holds the group. The sharded engines do:
 FairScale's ``OSS.group`` and a default argument, torch's ``ZeroRedundancyOptimizer.process_group``, FSDP2's
-``DeviceMesh``, and an async save's own group. The group was then torn down during interpreter finalization, which aborts now and then. So the
-references to the destroyed groups are dropped too (:func:`release_destroyed_groups`).
+``DeviceMesh``, and an async save's own group. The group was then torn down during interpreter finalization, which
+aborts now and then. So the references to the destroyed groups are dropped too (:func:`release_destroyed_groups`).
 """
 
 from __future__ import annotations
@@ -78,8 +78,9 @@ def release_destroyed_groups(groups: list[weakref.ref[Any]]) -> int:
 
     Dropped, to ``None``: object attributes, dict values, function defaults and closure variables. FairScale binds
     ``dist.group.WORLD`` as a default argument when it is imported after ``init_process_group``
-    (``oss._broadcast_object``), FSDP2's ``DeviceMesh`` keeps its groups in a dict, the optimizers in an attribute. A destroyed group is unusable by torch's
-    contract, so nothing loses a working group. Lists, tuples and C++ holders (DDP's reducer) are left alone.
+    (``oss._broadcast_object``), FSDP2's ``DeviceMesh`` keeps its groups in a dict, the optimizers in an attribute. A
+    destroyed group is unusable by torch's contract, so nothing loses a working group. Lists, tuples and C++ holders
+    (DDP's reducer) are left alone.
 
     Workaround: remove when gloo's ``shutdown()`` ends its threads, so that ``destroy_process_group()`` alone suffices
     (check: ``tests/unit/utilities/test_process_group.py`` without this call).

@@ -22,7 +22,8 @@ BUNDLE_STRATEGY_NAMES: tuple[str, ...] = (
     "sharded_fsdp2",
     "sharded_fsdp2_spawn",
 )
-#: The names of the three sharded engines, ShardedStrategy, ZeroStrategy and FSDP2Strategy (they take --checkpoint-format).
+#: The names of the three sharded engines, ShardedStrategy, ZeroStrategy and FSDP2Strategy (they take
+#: --checkpoint-format).
 SHARDED_NAMES = frozenset(BUNDLE_STRATEGY_NAMES[3:])
 #: The names on torch FSDP2 (they take FSDP2's policies).
 FSDP2_NAMES = frozenset({"sharded_fsdp2", "sharded_fsdp2_spawn"})

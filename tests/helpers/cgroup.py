@@ -63,7 +63,8 @@ class MemoryCgroup:
         raise FileNotFoundError(f"no usage file in {self.path}")
 
     def oom_kills(self) -> int:
-        """Processes the OOM killer killed in this cgroup (v1 ``oom_control`` on kernels >= 4.13, v2 ``memory.events``)."""
+        """Processes the OOM killer killed in this cgroup (v1 ``oom_control`` on kernels >= 4.13, v2
+        ``memory.events``)."""
         for name in ("memory.oom_control", "memory.events"):
             f = self.path / name
             if f.is_file():

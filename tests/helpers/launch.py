@@ -104,7 +104,8 @@ def run_python(
     cwd: Path | None = None,
     check: bool = True,
 ) -> subprocess.CompletedProcess:
-    """Run ``python ARGS`` from the repo root; raise with the captured output on a timeout, or a failure if ``check``."""
+    """Run ``python ARGS`` from the repo root; raise with the captured output on a timeout, or a failure if
+    ``check``."""
     full_env = launch_env(env)
     cmd = [sys.executable, *args]
     try:

@@ -46,8 +46,9 @@ from typing import Any
 THRESHOLD = (10_000, 10, 10)
 
 gc.set_threshold(*THRESHOLD)
-# At exit: collect, then freeze (atexit runs last-registered first). Builtins compare equal, so a second run of this file
-# replaces the first's instead of adding to it: a venv's site-packages can be walked twice (lib/ and its lib64/ link).
+# At exit: collect, then freeze (atexit runs last-registered first). Builtins compare equal, so a second run of this
+# file replaces the first's instead of adding to it: a venv's site-packages can be walked twice (lib/ and its lib64/
+# link).
 for _step in (gc.freeze, gc.collect):
     atexit.unregister(_step)
     atexit.register(_step)

@@ -40,7 +40,10 @@ def _ray(args: list[str], env: dict[str, str], timeout: float = 120) -> str:
 
 
 def _alive_nodes(address: str, env: dict[str, str]) -> int:
-    code = f"import ray, json; ray.init(address={address!r}, log_to_driver=False); print(json.dumps(sum(n['Alive'] for n in ray.nodes())))"
+    code = (
+        f"import ray, json; ray.init(address={address!r}, log_to_driver=False);"
+        " print(json.dumps(sum(n['Alive'] for n in ray.nodes())))"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     return json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
 

@@ -40,7 +40,8 @@ def uses_ray_cluster(item: pytest.Item) -> bool:
 
 
 def last_ray_user(item: pytest.Item, items: list[pytest.Item]) -> bool:
-    """Whether ``item`` is the last test of ``items`` (this process's collection, in run order) that uses the Ray cluster.
+    """Whether ``item`` is the last test of ``items`` (this process's collection, in run order) that uses the Ray
+    cluster.
 
     A Ray file also holds tests without Ray, so the next test alone cannot tell. Under xdist every Ray test is in one
     unit that one worker runs, and each worker's ``items`` is the whole suite in the order the units are handed out,

@@ -119,7 +119,8 @@ class _Rendezvous:
                 waiting = ", ".join(f"replica {i} in {name}" for i, (name, _) in sorted(self._calls.items()))
                 self._fail(
                     ReplicaDivergenceError(
-                        f"dp: replica {index} returned from the step while other replicas wait ({waiting}). {_SAME_ORDER}"
+                        f"dp: replica {index} returned from the step while other replicas wait ({waiting})."
+                        f" {_SAME_ORDER}"
                     )
                 )
 

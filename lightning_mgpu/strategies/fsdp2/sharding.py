@@ -1,4 +1,4 @@
-"""``fully_shard`` per block, then the root (torchtitan's recipe), for :class:`~lightning_mgpu.strategies.fsdp2.FSDP2Strategy`.
+"""``fully_shard`` per block, then the root (torchtitan's recipe), for :class:`~.FSDP2Strategy`.
 
 Each block's parameters are gathered just before it runs, and its gradients reduce-scattered as soon as its backward
 finishes. Parameters become DTensors sharded over one mesh dimension; the optimizer built after it holds only this

@@ -1,4 +1,4 @@
-"""FSDP2's model and optimizer state in the bundle's checkpoint layout: full model keys, torch's ordinary optimizer state.
+"""FSDP2's model and optimizer state in the bundle's checkpoint layout: plain model keys, torch's optimizer format.
 
 ``"sharded"`` (the default): every rank writes its own shards into a folder (``checkpoint/sharded.py``),
 nothing is gathered; ``"full"``: gathered to rank 0 into one file. Both load under ``ddp``, ``dp``, the other sharded
@@ -185,7 +185,7 @@ def load_full_optimizer_state(module: nn.Module, optimizer: Optimizer, state: di
 
 # ---------------------------------------------------------------- sharded folders (checkpoint/sharded.py)
 def sharded_model_state(module: nn.Module) -> dict[str, Any]:
-    """This rank's shards of the model state (DTensors, plain keys): what a sharded folder holds. Nothing is gathered."""
+    """This rank's shards of the model state (DTensors, plain keys), as a sharded folder holds it: nothing gathered."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
     return get_model_state_dict(module, options=_options(full_state_dict=False))

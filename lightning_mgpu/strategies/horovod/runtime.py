@@ -3,8 +3,8 @@ useful error, the controllers a launch needs, reduce ops, and ``hvd.DistributedO
 
 Horovod is never imported at module level: ``import lightning_mgpu`` must work without it. The optimizer helpers use
 three private fields of horovod 0.28's ``_DistributedOptimizer`` (``_allreduce_delay``, ``_handles``,
-``_requires_update``); the version is pinned in ``pyproject.toml`` (extra ``horovod``) and the integration tests exercise
-every one of them.
+``_requires_update``); the version is pinned in ``pyproject.toml`` (extra ``horovod``) and the integration tests
+exercise every one of them.
 """
 
 from __future__ import annotations

@@ -123,7 +123,8 @@ class _HorovodScriptLauncher(_SubprocessScriptLauncher):
         self._rendezvous.init(get_host_assignments(parse_hosts(f"localhost:{n}"), n))
         others = "rank 1" if n == 2 else f"ranks 1-{n - 1}"
         rank_zero_info(
-            f"HorovodStrategy: starting {n} workers on localhost (this process is rank 0; the script runs again as {others})"
+            f"HorovodStrategy: starting {n} workers on localhost (this process is rank 0; the script runs again as"
+            f" {others})"
         )
         for rank in range(1, n):
             env = {**os.environ, **horovod_worker_env(rank, n, port, self._start_timeout)}
@@ -143,7 +144,8 @@ class _HorovodScriptLauncher(_SubprocessScriptLauncher):
         assert proc.returncode is not None
         log.error(
             f"HorovodStrategy: worker rank {rank} (pid {proc.pid}) {describe_exit(proc.returncode)}. The job is"
-            f" stopped: the other workers now, this process (rank 0) if it has not ended within {_FAILURE_GRACE_S:.0f} s."
+            " stopped: the other workers now, this process (rank 0) if it has not ended within"
+            f" {_FAILURE_GRACE_S:.0f} s."
         )
         self._failed = True
         super().kill(signal.SIGKILL)  # the survivors may hang in a collective; SIGTERM would not reach them there
@@ -160,7 +162,8 @@ class _HorovodScriptLauncher(_SubprocessScriptLauncher):
                 code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 log.error(
-                    f"HorovodStrategy: worker rank {rank} (pid {proc.pid}) was still running {_EXIT_WAIT_S:.0f} s after rank 0 ended; stopping it"
+                    f"HorovodStrategy: worker rank {rank} (pid {proc.pid}) was still running {_EXIT_WAIT_S:.0f} s after"
+                    " rank 0 ended; stopping it"
                 )
                 proc.kill()
                 code = proc.wait()

@@ -88,8 +88,8 @@ class HorovodStrategy(ParallelStrategy):
     # Capabilities (lightning_mgpu/utilities/capabilities.py).
     runs_under_horovodrun = True
     ray_incompatibility = (
-        "Ray runs Horovod through its own HorovodTrainer, which the bundle does not wire; launch `--strategy horovod` with"
-        " horovodrun instead, or use 'ddp' on Ray"
+        "Ray runs Horovod through its own HorovodTrainer, which the bundle does not wire; launch `--strategy horovod`"
+        " with horovodrun instead, or use 'ddp' on Ray"
     )
     install_hint = "python -m lightning_mgpu build-horovod"
     # the optional package the registered names need (shown by `python -m lightning_mgpu info`)
@@ -204,8 +204,8 @@ class HorovodStrategy(ParallelStrategy):
                 # The one self-launch runs the script again per worker; pickling the Trainer into workers instead
                 # (horovod.run) was a second launcher with its own failure modes, for notebooks only.
                 raise ValueError(
-                    f"Trainer(strategy='horovod', devices={self.num_processes}) starts its workers by running the script"
-                    " again, and a notebook or `python -c` has no script. Save the code as train.py and run"
+                    f"Trainer(strategy='horovod', devices={self.num_processes}) starts its workers by running the"
+                    " script again, and a notebook or `python -c` has no script. Save the code as train.py and run"
                     f" `python train.py` or `horovodrun -np {self.num_processes} --gloo python train.py`; in the"
                     " notebook, use strategy='dp' or Lightning's strategy='ddp_notebook'."
                 )

@@ -1,8 +1,8 @@
 """``sharded``: ZeRO-style sharded data parallelism on FairScale (OSS + ShardedDataParallel) or torch's ZeRO-1.
 
 ``strategy.py`` is :class:`ShardedStrategy` (FairScale, ZeRO-2: Lightning 1.x's ``ddp_sharded``), whose FairScale
-pieces are in ``fairscale.py`` and whose precision plugins are in :mod:`lightning_mgpu.plugins.precision`; ``zero.py`` is
-:class:`ZeroStrategy` (torch's ``ZeroRedundancyOptimizer`` with DDP, ZeRO-1). ``base.py`` holds what the two share
+pieces are in ``fairscale.py`` and whose precision plugins are in :mod:`lightning_mgpu.plugins.precision`; ``zero.py``
+is :class:`ZeroStrategy` (torch's ``ZeroRedundancyOptimizer`` with DDP, ZeRO-1). ``base.py`` holds what the two share
 (optimizers rebuilt as sharded ones, their state consolidated or written per rank), ``optim.py`` the rebuilding.
 FSDP2 is a package of its own: :mod:`lightning_mgpu.strategies.fsdp2`.
 """

@@ -1,4 +1,5 @@
-"""bench_scaling: its checks before any launch, a failing launch reported as failed, and its GPU variant on two real GPUs.
+"""bench_scaling: its checks before any launch, a failing launch reported as failed, and its GPU variant on two real
+GPUs.
 
 The tests that launch processes; the in-process ones are in ``tests/unit/benchmarks/test_bench_scaling.py``.
 """

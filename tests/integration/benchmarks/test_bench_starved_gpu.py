@@ -1,5 +1,6 @@
 """bench_starved_gpu at its CPU size: both runs train under the monitor, the cache is built and then removed, and each
-run leaves its logs, time line, diagnosis and dashboard for the report. Timings are the benchmark's, not checked here."""
+run leaves its logs, time line, diagnosis and dashboard for the report. Timings are the benchmark's, not checked
+here."""
 
 from __future__ import annotations
 

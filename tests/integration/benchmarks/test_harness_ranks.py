@@ -8,7 +8,10 @@ import pytest
 
 from benchmarks.harness.ranks import ProcessFailure, launch_ranks
 
-_REPORT = "import os; print(os.environ['RANK'], os.environ['LOCAL_RANK'], os.environ['WORLD_SIZE'], os.environ['MASTER_PORT'], os.environ['X'])"
+_REPORT = (
+    "import os; print(os.environ['RANK'], os.environ['LOCAL_RANK'], os.environ['WORLD_SIZE'],"
+    " os.environ['MASTER_PORT'], os.environ['X'])"
+)
 
 
 def test_each_rank_gets_the_rendezvous_and_the_extra_environment() -> None:

@@ -21,7 +21,8 @@ SCRIPT = textwrap.dedent(
     from lightning_mgpu.testing.parity import ParityModule
     from tests.helpers.trainer import quiet_trainer
     kwargs = {"strategy": sys.argv[1]} if len(sys.argv) > 1 else {}
-    quiet_trainer(max_steps=2, use_distributed_sampler=False, **kwargs).fit(ParityModule(global_batch=8, num_samples=16))
+    trainer = quiet_trainer(max_steps=2, use_distributed_sampler=False, **kwargs)
+    trainer.fit(ParityModule(global_batch=8, num_samples=16))
     print("TRAINED")
     """
 )

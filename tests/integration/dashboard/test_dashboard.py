@@ -41,7 +41,8 @@ from tests.unit.dashboard.test_dashboard import (  # noqa: F401
 _PROBE = """(function(){
   var out={};
   document.querySelectorAll('.js-plotly-plot').forEach(function(el){
-    out[el.id]=el.data.filter(function(t){return t.meta&&t.meta.key;}).map(function(t){return t.meta.key+'='+t.y.length;});
+    out[el.id]=el.data.filter(function(t){return t.meta&&t.meta.key;})
+      .map(function(t){return t.meta.key+'='+t.y.length;});
   });
   return out;
 })()"""

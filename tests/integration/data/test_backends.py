@@ -42,8 +42,8 @@ from tests.helpers.data import CALLS, Features, IndexedDataset
 logging.basicConfig(level=logging.INFO)
 backends.COLD_START_S = dict.fromkeys(backends.COLD_START_S, 0.0)  # 200 tiny samples would run in-process
 info = preprocess(IndexedDataset(200), sys.argv[1], Features(), num_workers=2, chunk_size=16, progress="tqdm")
-print(json.dumps({"shards": info.computed_shards, "calls_here": CALLS["n"], "forkserver_pid": fs._forkserver._forkserver_pid,
-                  "pool_left": backends._POOL is not None}))
+print(json.dumps({"shards": info.computed_shards, "calls_here": CALLS["n"],
+                  "forkserver_pid": fs._forkserver._forkserver_pid, "pool_left": backends._POOL is not None}))
 """
 
 
@@ -113,9 +113,9 @@ def test_forked_workers_exit_when_the_driver_is_killed(tmp_path: Path) -> None:
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     script = (
-        "import sys\nfrom lightning_mgpu.data import preprocess\nfrom tests.helpers.data import Features, IndexedDataset\n"
-        "preprocess(IndexedDataset(64, delay_s=0.05, pid_dir=sys.argv[2]), sys.argv[1], Features(), num_workers=2, chunk_size=4,"
-        " progress=False, start_method='fork')\n"
+        "import sys\nfrom lightning_mgpu.data import preprocess\nfrom tests.helpers.data import Features,"
+        " IndexedDataset\npreprocess(IndexedDataset(64, delay_s=0.05, pid_dir=sys.argv[2]), sys.argv[1], Features(),"
+        " num_workers=2, chunk_size=4, progress=False, start_method='fork')\n"
     )
     env = launch_env()
     driver = subprocess.Popen(

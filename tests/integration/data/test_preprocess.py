@@ -202,7 +202,8 @@ def test_work_shorter_than_a_cold_start_runs_in_process(
     tmp_path: Path, reference_cache, monkeypatch: pytest.MonkeyPatch, caplog, start_method
 ) -> None:
     """A one-shot call on little data must never be slower than serial: work that would end before cold workers are up
-    (the probe's time per sample x samples) is computed in this process, which says so; longer work goes to the workers."""
+    (the probe's time per sample x samples) is computed in this process, which says so; longer work goes to the
+    workers."""
     import logging
 
     shutdown_process_pool()

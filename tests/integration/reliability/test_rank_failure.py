@@ -34,7 +34,10 @@ STRATEGIES = [
 # code 137"; Lightning's script launcher, through CleanExit/ShardedStrategy: "rank 1 ... SIGKILL").
 FAULTS = {
     "raise": r"injected fault on rank 1 at step 3",
-    "kill": r"process 1 terminated with signal SIGKILL|Process 1 exit with status code 137|rank 1 \(pid \d+\) was killed by SIGKILL",
+    "kill": (
+        r"process 1 terminated with signal SIGKILL|Process 1 exit with status code 137"
+        r"|rank 1 \(pid \d+\) was killed by SIGKILL"
+    ),
 }
 
 

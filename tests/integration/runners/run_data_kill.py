@@ -1,4 +1,5 @@
-"""Build a cache and SIGKILL the process at one sample: ``python -m tests.integration.runners.run_data_kill CACHE KILL_AT``."""
+"""Build a cache and SIGKILL the process at one sample: ``python -m tests.integration.runners.run_data_kill CACHE
+KILL_AT``."""
 
 from __future__ import annotations
 

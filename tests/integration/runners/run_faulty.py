@@ -4,8 +4,8 @@
 
 ``raise`` makes rank R raise at training step S; ``kill`` makes rank R SIGKILL itself there (an OOM killer, a
 pre-empted node). ``--linger T``: after raising, rank R closes its connections first thing at exit and then takes T
-seconds more to end, so another rank, whose collective breaks, ends sooner. Every process writes ``pid_rank{r}`` and ``port_rank{r}`` first, so the test can check that no
-process and no listening port is left behind.
+seconds more to end, so another rank, whose collective breaks, ends sooner. Every process writes ``pid_rank{r}`` and
+``port_rank{r}`` first, so the test can check that no process and no listening port is left behind.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 Not a test module by itself (pytest finds no tests here). Modes::
 
     horovodrun -np 2 --gloo python -m tests.integration.runners.run_horovod_scenarios workers OUT
-    python -m tests.integration.runners.run_horovod_scenarios self-launch OUT --ckpt CKPT   # Trainer(devices=2), no horovodrun
-    python -m tests.integration.runners.run_horovod_scenarios failing-after-fit OUT        # rank 1 dies after fit
-    python -m tests.integration.runners.run_horovod_scenarios elsewhere OUT --ckpt CKPT --scaled-ckpt CKPT2  # other strategies
-    python -m tests.integration.runners.run_horovod_scenarios failing OUT                   # rank 1 raises
+    python -m tests.integration.runners.run_horovod_scenarios self-launch OUT --ckpt CKPT  # devices=2, no horovodrun
+    python -m tests.integration.runners.run_horovod_scenarios failing-after-fit OUT  # rank 1 dies after fit
+    python -m tests.integration.runners.run_horovod_scenarios elsewhere OUT --ckpt CKPT --scaled-ckpt CKPT2  # others
+    python -m tests.integration.runners.run_horovod_scenarios failing OUT  # rank 1 raises
 
 A launch costs seconds and a 4-step fit does not, so one pair of workers runs every scenario in
 :data:`SCENARIOS` in turn. Each fit writes ``OUT/NAME/params_rank{r}.pt`` and ``OUT/NAME/info_rank{r}.json``

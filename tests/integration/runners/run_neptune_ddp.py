@@ -1,7 +1,7 @@
 """Train a tiny model on 2 CPU processes with ``NeptuneLogger(mode="offline")``.
 
-Run by ``tests/integration/loggers/test_neptune.py`` as ``python -m tests.integration.runners.run_neptune_ddp --strategy ddp|ddp_spawn --out DIR``
-with ``NEPTUNE_DATA_DIRECTORY`` set. The logger is built in the launching process before the
+Run by ``tests/integration/loggers/test_neptune.py`` as ``python -m tests.integration.runners.run_neptune_ddp --strategy
+ddp|ddp_spawn --out DIR`` with ``NEPTUNE_DATA_DIRECTORY`` set. The logger is built in the launching process before the
 launch (ddp re-runs this script for rank 1; ddp_spawn pickles the logger to both workers).
 
 Every rank writes ``pid_rank{r}.json`` so the test can tell which process wrote the run. The model

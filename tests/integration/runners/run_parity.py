@@ -190,7 +190,8 @@ def _main(args: argparse.Namespace) -> None:
             json.dumps(_memory(trainer.strategy.model, trainer.optimizers[0]))
         )
         return
-    # FSDP2 holds DTensor shards: gather each whole tensor (a collective, on every rank) to compare with other strategies.
+    # FSDP2 holds DTensor shards: gather each whole tensor (a collective, on every rank) to compare with other
+    # strategies.
     full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
     torch.save({k: v.detach().cpu() for k, v in full.items()}, args.out / f"params_rank{rank}.pt")
     opt = trainer.optimizers[0] if trainer.optimizers else None

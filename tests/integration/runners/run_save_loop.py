@@ -1,11 +1,12 @@
-"""Save checkpoints in a loop until killed, in children forked on request: ``python -m tests.integration.runners.run_save_loop``.
+"""Save checkpoints in a loop until killed, in children forked on request: ``python -m
+tests.integration.runners.run_save_loop``.
 
 Each line read on stdin names a folder ``DIR`` and a format (``file`` or ``sharded``); the server forks a child that
 saves ``DIR/ckpt/last.ckpt`` in a loop, through :class:`AtomicCheckpointIO` (a file) or as a sharded folder
-(:func:`write_sharded_checkpoint`, one process), prints the child's pid, and prints ``reaped`` once the child has died (the test
-kills it with SIGKILL). Each save holds a ``version`` counter and ~8 MB of tensors filled with it, so a reader can tell
-a complete checkpoint of any version from a torn one. ``DIR/saving`` holds the version being written, so the test can
-kill the child while a save is under way.
+(:func:`write_sharded_checkpoint`, one process), prints the child's pid, and prints ``reaped`` once the child has died
+(the test kills it with SIGKILL). Each save holds a ``version`` counter and ~8 MB of tensors filled with it, so a reader
+can tell a complete checkpoint of any version from a torn one. ``DIR/saving`` holds the version being written, so the
+test can kill the child while a save is under way.
 
 Why a fork server: a fresh interpreter per trial spent ~5 s importing torch for a fraction of a second of saving. The
 parent only imports; it runs no torch op, so it has no thread pool that a fork could break.

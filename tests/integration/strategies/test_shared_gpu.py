@@ -102,8 +102,8 @@ def _runs(out: Path) -> list[list[str]]:
         ["--out", str(out / "resumed"), *steps, "--resume", str(out / "half" / "final.ckpt")],
         ["--out", str(out / "16-mixed"), *steps, "--precision", "16-mixed"],
         ["--out", str(out / "bf16-mixed"), *steps, "--precision", "bf16-mixed"],
-        # Optimizer state per rank for the report, on a wider MLP (4.3M parameters) so that the CUDA peak is more than the
-        # allocator's floor.
+        # Optimizer state per rank for the report, on a wider MLP (4.3M parameters) so that the CUDA peak is more than
+        # the allocator's floor.
         ["--out", str(out / "adam"), *ADAM_MEMORY],
     ]
 

@@ -29,8 +29,8 @@ _ORDERS = {
     "bundle first": "import lightning_mgpu\nimport pytorch_lightning as pl\n",
     "pytorch_lightning first": "import pytorch_lightning as pl\nimport lightning_mgpu\n",
     # A user with pytorch_lightning alone: the bundle's top-level names are then the twin's.
-    "pytorch_lightning alone": "import sys\nsys.modules['lightning'] = None\nimport pytorch_lightning as pl\nimport lightning_mgpu\n"
-    "assert lightning_mgpu.DataParallelStrategy.__module__.startswith('lightning_mgpu.pl.')\n",
+    "pytorch_lightning alone": "import sys\nsys.modules['lightning'] = None\nimport pytorch_lightning as pl\nimport"
+    " lightning_mgpu\nassert lightning_mgpu.DataParallelStrategy.__module__.startswith('lightning_mgpu.pl.')\n",
 }
 _CHECK = """
 import warnings
@@ -73,8 +73,8 @@ def test_without_either_lightning_the_import_names_both_extras() -> None:
 
 #: The runs of one launch, under each namespace. Both namespaces' runs share the launch (a launch is mostly imports):
 #: the popen strategies' rank 1 walks the same runs; a process that imported both trees is one more a user can have.
-#: FSDP2 runs on the CPU from torch 2.7 (utilities/_compat.py FSDP2_ON_CPU_SINCE; scripts/check_oldest.sh runs torch 2.6,
-#: where the strategy refuses the CPU by name: tests/unit/utilities/test_compat.py).
+#: FSDP2 runs on the CPU from torch 2.7 (utilities/_compat.py FSDP2_ON_CPU_SINCE; scripts/check_oldest.sh runs torch
+#: 2.6, where the strategy refuses the CPU by name: tests/unit/utilities/test_compat.py).
 _FSDP2_ON_CPU = fsdp2_runs_on_cpu()
 _LAUNCHES: dict[str, list[list[str]]] = {
     "ddp family": [
@@ -131,7 +131,8 @@ def test_a_two_process_fit_under_pytorch_lightning_equals_lightning_pytorch(laun
     outs = _fit(tmp_path, launch)
     for a, b in zip(outs["pytorch_lightning"], outs["lightning.pytorch"]):
         ran = json.loads((a / "result.json").read_text())
-        # The run really was pytorch_lightning's Trainer with a pytorch_lightning strategy (the bundle's twin, or its own).
+        # The run really was pytorch_lightning's Trainer with a pytorch_lightning strategy (the bundle's twin, or its
+        # own).
         assert ran["trainer"].startswith("pytorch_lightning.") and ran["strategy"].startswith(
             ("pytorch_lightning.", "lightning_mgpu.pl.")
         ), ran

@@ -1,5 +1,5 @@
-"""bench_activation_checkpointing's rounds, in this process (its CUDA figures: tests/integration/benchmarks/). No timing is
-asserted."""
+"""bench_activation_checkpointing's rounds, in this process (its CUDA figures: tests/integration/benchmarks/). No timing
+is asserted."""
 
 from __future__ import annotations
 

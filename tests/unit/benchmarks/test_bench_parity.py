@@ -1,4 +1,5 @@
-"""bench_parity's comparison of saved parameters, on fixed tensors. (The suite's full and quick runs launch it for real.)"""
+"""bench_parity's comparison of saved parameters, on fixed tensors. (The suite's full and quick runs launch it for
+real.)"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""bench_scaling: its checks before any launch, a failing launch reported as failed, and its GPU variant on two real GPUs.
+"""bench_scaling: its checks before any launch, a failing launch reported as failed, and its GPU variant on two real
+GPUs.
 
 The in-process tests; the ones that launch processes are in ``tests/integration/benchmarks/test_bench_scaling.py``.
 """

@@ -1,4 +1,5 @@
-"""bench_sharded_checkpoint's arms per accelerator (its runs: tests/integration/benchmarks/test_bench_sharded_checkpoint.py)."""
+"""bench_sharded_checkpoint's arms per accelerator (its runs:
+tests/integration/benchmarks/test_bench_sharded_checkpoint.py)."""
 
 from __future__ import annotations
 

@@ -54,7 +54,10 @@ def test_update_refuses_another_machine_other_versions_or_run_size() -> None:
         here, "python -m benchmarks.run --quick", dict(here), "full"
     )
     # An updated report's command quotes its parts; its first run sets the size.
-    first_quick = "`python -m benchmarks.run --quick`; then, on 2026-11-26, `python -m benchmarks.run --quick --only dp --update x`"
+    first_quick = (
+        "`python -m benchmarks.run --quick`; then, on 2026-11-26,"
+        " `python -m benchmarks.run --quick --only dp --update x`"
+    )
     assert run.update_refusal(here, first_quick, dict(here), "quick") is None
     assert "ran the GPU variants (--gpu) and this run does not" in run.update_refusal(
         here, "python -m benchmarks.run --gpu", dict(here), "full"

@@ -1,6 +1,7 @@
 """ActivationCheckpointing: selection, exact gradients, memory, checkpoints, Lightning's setup order, strategies.
 
-The in-process tests; the ones that launch processes are in ``tests/integration/callbacks/test_activation_checkpointing.py``.
+The in-process tests; the ones that launch processes are in
+``tests/integration/callbacks/test_activation_checkpointing.py``.
 """
 
 from __future__ import annotations

@@ -137,7 +137,8 @@ def test_lightning_sigterm_broadcast_is_skipped_while_we_handle_sigterm(tmp_path
 
 
 def test_a_sigterm_before_training_is_not_lost(tmp_path: Path) -> None:
-    """A SIGTERM that Lightning's handler caught after the sanity check, before ours was installed, is ours to act on."""
+    """A SIGTERM that Lightning's handler caught after the sanity check, before ours was installed, is ours to act
+    on."""
 
     class SigtermDuringSetup(pl.Callback):
         def on_sanity_check_end(self, trainer, pl_module) -> None:

@@ -1,4 +1,5 @@
-"""``lightning-mgpu convert``: a sharded folder <-> one .ckpt, and -> .safetensors, in one process; bad input refused."""
+"""``lightning-mgpu convert``: a sharded folder <-> one .ckpt, and -> .safetensors, in one process; bad input
+refused."""
 
 from __future__ import annotations
 

@@ -98,7 +98,8 @@ def test_datamodule_builds_once_and_matches_on_the_fly(tmp_path):
     with pytest.raises(
         CacheMismatchError,
         match=rf"The cache in {re.escape(str(tmp_path / 'train'))} was built from a different input \(the transform "
-        r"\(tests\.helpers\.data\.Features -> tests\.helpers\.data\.Features\) changed: fingerprint [0-9a-f]{12} != [0-9a-f]{12}\)\. "
+        r"\(tests\.helpers\.data\.Features -> tests\.helpers\.data\.Features\) changed: fingerprint [0-9a-f]{12} !="
+        r" [0-9a-f]{12}\)\. "
         r"Rebuild it with `preprocess\(dataset, '.*train', transform\)`",
     ):
         stale.setup("fit")

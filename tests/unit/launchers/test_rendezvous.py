@@ -1,4 +1,5 @@
-"""Unit tests of the bounded rendezvous; train.py's failures across processes are in tests/integration/examples/test_rendezvous.py."""
+"""Unit tests of the bounded rendezvous; train.py's failures across processes are in
+tests/integration/examples/test_rendezvous.py."""
 
 from __future__ import annotations
 

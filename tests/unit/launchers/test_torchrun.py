@@ -1,4 +1,5 @@
-"""Unit tests of the torchrun restart glue; the restart itself runs in tests/integration/examples/test_elastic_restart.py."""
+"""Unit tests of the torchrun restart glue; the restart itself runs in
+tests/integration/examples/test_elastic_restart.py."""
 
 from __future__ import annotations
 

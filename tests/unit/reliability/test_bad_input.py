@@ -12,7 +12,8 @@ import pytest
 from tests.helpers.launch import import_train_script
 
 #: Refused by the argument parser, the first thing ``main`` runs: checked in-process (a fresh interpreter per case cost
-#: 6 s of imports), and the script's own exit through the parser once (``test_a_bad_flag_exits_the_script_with_status_2``).
+#: 6 s of imports), and the script's own exit through the parser once
+#: (``test_a_bad_flag_exits_the_script_with_status_2``).
 PARSER_CASES = {
     "too many CPU processes": (lambda t: ["--accelerator", "cpu", "--devices", "64"], "this machine has"),
     "16-mixed on CPU": (lambda t: ["--accelerator", "cpu", "--precision", "16-mixed"], "needs a CUDA GPU"),

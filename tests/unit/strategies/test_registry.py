@@ -92,6 +92,9 @@ def test_lightning_1_9_names_for_dp_horovod_and_sharded_are_all_registered() -> 
 
 
 def test_lightning_own_names_are_untouched() -> None:
+    lightning_own = {n for n, e in StrategyRegistry.items() if e["strategy"].__module__.startswith("lightning.")}
+    assert {"ddp", "ddp_spawn", "fsdp", "deepspeed"} <= lightning_own
+    assert not lightning_own & set(BUNDLE_STRATEGY_NAMES)  # (a clash would raise at import: register_strategy)
     for name in ("ddp", "ddp_spawn"):
         assert StrategyRegistry[name]["strategy"] is DDPStrategy
     assert StrategyRegistry["single_device"]["strategy"] is SingleDeviceStrategy

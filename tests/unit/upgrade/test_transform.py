@@ -91,7 +91,8 @@ def test_what_cannot_be_rewritten_gets_a_todo_at_the_spot(before: str, todo: str
 def test_resume_from_checkpoint_moves_to_fit_in_the_same_scope() -> None:
     source = "def main(path):\n    trainer = Trainer(gpus=1, resume_from_checkpoint=path)\n    trainer.fit(model, dm)\n"
     assert upgraded(source) == (
-        'def main(path):\n    trainer = Trainer(accelerator="gpu", devices=1)\n    trainer.fit(model, dm, ckpt_path=path)\n'
+        'def main(path):\n    trainer = Trainer(accelerator="gpu", devices=1)\n    trainer.fit(model, dm,'
+        " ckpt_path=path)\n"
     )
     # A fit in another scope: the tool does not guess.
     elsewhere = "trainer = Trainer(resume_from_checkpoint='a.ckpt')\ndef go():\n    trainer.fit(model)\n"
@@ -200,7 +201,7 @@ HOOKS = '''class M(LightningModule):
 
     def validation_epoch_end(self, outputs):
         pass
-'''
+'''  # noqa: E501  (Lightning 1.x's one-line signature, as users copied it: the input as written)
 
 
 def test_hooks_lose_what_2x_dropped_and_keep_what_they_use() -> None:
@@ -216,7 +217,12 @@ def test_hooks_lose_what_2x_dropped_and_keep_what_they_use() -> None:
 
 
 def test_optimizer_idx_in_use_stays_with_the_manual_optimization_todo() -> None:
-    source = "class GAN(LightningModule):\n    def training_step(self, batch, batch_idx, optimizer_idx):\n        if optimizer_idx == 0:\n            return 1\n"
+    source = (
+        "class GAN(LightningModule):\n"
+        "    def training_step(self, batch, batch_idx, optimizer_idx):\n"
+        "        if optimizer_idx == 0:\n"
+        "            return 1\n"
+    )
     result = upgrade_source(source)
     assert "def training_step(self, batch, batch_idx, optimizer_idx):" in result.source
     assert "optimizer-idx): training_step uses optimizer_idx" in result.source and result.todos[0].line == 2
@@ -479,8 +485,8 @@ def test_epoch_end_hooks_collect_the_steps_outputs() -> None:
     assert 'self.training_step_outputs.append(recursive_detach({"loss": loss}))\n        return loss' in out
     assert "from pytorch_lightning.utilities.memory import recursive_detach" in out
     assert (
-        "    def on_train_epoch_end(self):\n        outputs, self.training_step_outputs = self.training_step_outputs, []"
-        in out
+        "    def on_train_epoch_end(self):\n        outputs, self.training_step_outputs = self.training_step_outputs,"
+        " []" in out
     )
     # Every return of a value collects it once; returning None collects nothing (as 1.x skipped it).
     assert '            return None\n        step_output = {"val_loss": self(batch)}\n' in out
@@ -552,8 +558,8 @@ class M(LightningModule):
     assert "    on_test_epoch_start = on_train_epoch_start" in out
     assert "def on_fit_start(self, trainer, pl_module):" in out
     assert (
-        "def on_exception(self, trainer, pl_module, exception):\n        if isinstance(exception, KeyboardInterrupt):\n            save(pl_module)"
-        in out
+        "def on_exception(self, trainer, pl_module, exception):\n        if isinstance(exception,"
+        " KeyboardInterrupt):\n            save(pl_module)" in out
     )
     assert "def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):" in out
     assert "init-hooks): on_init_start is never called in 2.x" in out
@@ -618,12 +624,12 @@ def test_model_checkpoint_and_early_stopping_arguments() -> None:
     )
     out = upgraded(source)
     assert (
-        'a = ModelCheckpoint(dirpath="ckpts", filename="{epoch}-{val_loss:.2f}", every_n_epochs=2, monitor=\'val_loss\')'
-        in out
+        'a = ModelCheckpoint(dirpath="ckpts", filename="{epoch}-{val_loss:.2f}", every_n_epochs=2,'
+        " monitor='val_loss')" in out
     )
     assert (
-        "b = ModelCheckpoint(dirpath=os.path.dirname(os.path.join(out, '{epoch}')), filename=os.path.basename(os.path.join(out, '{epoch}')), every_n_epochs=1)"
-        in out
+        "b = ModelCheckpoint(dirpath=os.path.dirname(os.path.join(out, '{epoch}')),"
+        " filename=os.path.basename(os.path.join(out, '{epoch}')), every_n_epochs=1)" in out
     )
     assert out.startswith("import os\n")
     assert "checkpoint-prefix): ModelCheckpoint's prefix is gone" in out

@@ -76,12 +76,18 @@ def test_modules_that_do_not_reach_lightning_are_shared_not_copied() -> None:
 
 def test_twin_source_rewrites_namespaces_and_bundle_imports_only() -> None:
     source = (
-        "import lightning.pytorch as pl\nfrom lightning.fabric.utilities import x\nfrom lightning_mgpu.strategies import A\n"
-        "    import lightning_mgpu  # registers\nMSG = \"pip install 'lightning_mgpu[sharded]' (lightning_mgpu.data)\"\n"
+        "import lightning.pytorch as pl\n"
+        "from lightning.fabric.utilities import x\n"
+        "from lightning_mgpu.strategies import A\n"
+        "    import lightning_mgpu  # registers\n"
+        "MSG = \"pip install 'lightning_mgpu[sharded]' (lightning_mgpu.data)\"\n"
     )
     assert namespaces.twin_source(source) == (
-        "import pytorch_lightning as pl\nfrom lightning_fabric.utilities import x\nfrom lightning_mgpu.pl.strategies import A\n"
-        "    import lightning_mgpu.pl as lightning_mgpu  # registers\nMSG = \"pip install 'lightning_mgpu[sharded]' (lightning_mgpu.data)\"\n"
+        "import pytorch_lightning as pl\n"
+        "from lightning_fabric.utilities import x\n"
+        "from lightning_mgpu.pl.strategies import A\n"
+        "    import lightning_mgpu.pl as lightning_mgpu  # registers\n"
+        "MSG = \"pip install 'lightning_mgpu[sharded]' (lightning_mgpu.data)\"\n"
     )
 
 
@@ -98,7 +104,8 @@ def test_the_callbacks_factory_entry_point_is_declared_for_both_trainers() -> No
 
 
 def test_the_package_requires_neither_lightning_distribution_and_offers_each_as_an_extra() -> None:
-    """A user with pytorch-lightning alone must not get lightning pulled in by installing the bundle (and the reverse)."""
+    """A user with pytorch-lightning alone must not get lightning pulled in by installing the bundle (and the
+    reverse)."""
     import tomllib
 
     from lightning_mgpu.utilities._compat import LIGHTNING_MIN

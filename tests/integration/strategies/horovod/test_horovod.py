@@ -2,7 +2,8 @@
 
 These tests share six launches (each costs seconds of interpreter and Horovod start-up):
 
-- ``horovodrun -np 2 --gloo`` running every scenario of ``tests/integration/runners/run_horovod_scenarios.py`` in one pair of workers;
+- ``horovodrun -np 2 --gloo`` running every scenario of ``tests/integration/runners/run_horovod_scenarios.py`` in one
+  pair of workers;
 - the self-launch, ``Trainer(strategy="horovod", devices=2)`` from a plain ``python`` (the script runs again as
   rank 1), resuming a checkpoint, with a model that cannot be pickled;
 - one plain process resuming that checkpoint under horovod (1 worker), ddp, dp, sharded and no strategy;

@@ -119,8 +119,8 @@ if strategy == "horovod":
     summed = hvd.allreduce(params[0], op=hvd.Sum, name="check.allreduce")
     hvd.broadcast_parameters(dict(model.named_parameters()), root_rank=0)
     assert torch.equal(summed, params[0]) and summed.is_cuda
-    # Horovod 0.28.1's timeline writer lags the operations, and shutdown drops what it has not written yet: wait (20 s at
-    # most) until the broadcasts are in the file.
+    # Horovod 0.28.1's timeline writer lags the operations, and shutdown drops what it has not written yet: wait (20 s
+    # at most) until the broadcasts are in the file.
     import os, time
 
     deadline = time.monotonic() + 20

@@ -243,7 +243,8 @@ def test_forward_redirection_on_replicas_runs_the_original_module() -> None:
 
 
 def test_replica_gets_its_device_autocast_dtype_and_inference_mode() -> None:
-    """parallel_apply re-enters autocast with the default dtype and drops inference mode; the replica scope restores both."""
+    """parallel_apply re-enters autocast with the default dtype and drops inference mode; the replica scope restores
+    both."""
     seen: dict[str, Any] = {}
 
     class Probe(TinyModule):

@@ -42,7 +42,8 @@ def test_checkpoint_format_and_policies_are_checked_before_any_work() -> None:
     assert ZeroStrategy().restore_checkpoint_after_setup  # a folder loads into the sharded optimizers
     with pytest.raises(
         ValueError,
-        match=r"FSDP2Strategy\(async_save=True\) writes sharded folders in the background; pass checkpoint_format='sharded'",
+        match=r"FSDP2Strategy\(async_save=True\) writes sharded folders in the background; pass"
+        r" checkpoint_format='sharded'",
     ):
         FSDP2Strategy(checkpoint_format="full", async_save=True)
     with pytest.raises(ValueError, match="FSDP2Strategy\\(offload_policy=CPUOffloadPolicy\\(\\)\\) needs a GPU"):

@@ -2,7 +2,8 @@
 
 The multi-process runs are in ``test_horovod_integration.py``; the launches it shares:
 
-- ``horovodrun -np 2 --gloo`` running every scenario of ``tests/integration/runners/run_horovod_scenarios.py`` in one pair of workers;
+- ``horovodrun -np 2 --gloo`` running every scenario of ``tests/integration/runners/run_horovod_scenarios.py`` in one
+  pair of workers;
 - the self-launch, ``Trainer(strategy="horovod", devices=2)`` from a plain ``python``, resuming a checkpoint;
 - one plain process resuming that checkpoint under horovod (1 worker), ddp, dp, sharded and no strategy;
 - ``horovodrun -np 2 --gloo python examples/train.py --strategy horovod``;
