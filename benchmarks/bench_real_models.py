@@ -9,7 +9,8 @@ rotates every round), each a fresh fit of the same model on the same batches:
   per block, then the root): what the engine itself costs, strategy or not;
 - ``lightning``: ``Trainer(devices=1, precision="bf16-mixed")``, Lightning's single-device strategy;
 - ``ddp``, ``dp``, ``sharded_fsdp2`` and ``horovod``: the same Trainer with ``strategy=...`` (sharded_fsdp2:
-  ``FSDP2Strategy(fsdp_modules=[the block class])``; horovod: NCCL when its build has it, one worker, no horovodrun);
+  ``FSDP2Strategy(fsdp_modules=[the block class])``, the groups the hand arm makes; ``sharded_fsdp2_auto``: the groups
+  ``FSDP2Strategy()`` chooses itself (``min_params``); horovod: NCCL when its build has it, one worker, no horovodrun);
 - ``monitor``: ``lightning`` with ``GPUUtilizationMonitor`` at its defaults and the FLOPs per sample given (its MFU);
 - ``ac`` against ``raw_ac``: ``lightning`` with ``ActivationCheckpointing`` on every block, against the raw loop with
   ``torch.utils.checkpoint`` on every block by hand (recomputation costs the same on both sides).
@@ -61,6 +62,7 @@ ARMS = (
     "ddp",
     "dp",
     "sharded_fsdp2",
+    "sharded_fsdp2_auto",
     "horovod",
     "monitor",
     "ac",
@@ -72,6 +74,7 @@ PEERS = {
     "ddp": ("raw", "raw_ddp"),
     "dp": ("raw",),
     "sharded_fsdp2": ("raw", "raw_fsdp2"),
+    "sharded_fsdp2_auto": ("raw", "raw_fsdp2"),
     "horovod": ("raw",),
     "monitor": ("raw", "lightning"),
     "ac": ("raw_ac",),
@@ -157,6 +160,8 @@ def lightning_arm(
     if arm == "sharded_fsdp2":
         # One group per block (and the root), as a user of FSDP shards a ResNet or a GPT, not one per layer.
         strategy = FSDP2Strategy(fsdp_modules=[block])
+    if arm == "sharded_fsdp2_auto":
+        strategy = FSDP2Strategy()  # the groups a user who names none gets
     callbacks: list[Any] = []
     if arm == "monitor":
         callbacks.append(GPUUtilizationMonitor(flops_per_sample=args.flops[spec.name] / spec.batch_size))

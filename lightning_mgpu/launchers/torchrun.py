@@ -16,6 +16,8 @@ from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_info
 
+from lightning_mgpu.utilities.process_group import init_device_id
+
 
 def restart_round() -> int:
     """How many times torchrun has restarted the workers (``TORCHELASTIC_RESTART_COUNT``); 0 outside torchrun."""
@@ -64,12 +66,15 @@ def init_process_group_for_restart(strategy: Any) -> bool:
         os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout
     )
     backend = _backend_of(strategy)
+    # NCCL binds to this rank's GPU up front, as Lightning's own ddp does, where that is safe (init_device_id).
+    device_id = init_device_id(backend, getattr(strategy, "root_device", None))
     dist.init_process_group(
         backend,
         store=dist.PrefixStore(f"lightning_mgpu/restart_{attempt}", store),
         rank=rank,
         world_size=world_size,
         timeout=timeout,
+        device_id=device_id,
     )
     rank_zero_info(f"torchrun restart {attempt}: process group ({backend}) on this round's own keys")
     return True

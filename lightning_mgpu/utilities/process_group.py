@@ -29,6 +29,38 @@ import torch
 _state = {"failed": False, "registered": False}
 
 
+#: The first torch whose NCCL is safe to bind eagerly: passing ``device_id`` to ``init_process_group`` hung collectives
+#: at random on 2.6 and 2.7.0 (pytorch#153960, the non-blocking communicator path); 2.7.1 carries the fix.
+EAGER_NCCL_SAFE_SINCE = (2, 7, 1)
+
+
+def init_device_id(backend: str, device: torch.device | None) -> torch.device | None:
+    """The ``device_id`` to give ``init_process_group`` for ``backend`` on ``device``, or ``None`` to leave it out.
+
+    NCCL on a CUDA device gets it: torch 2.15's default ProcessGroupNCCL2 infers the device from the rank without it
+    and fails with "Duplicate GPU detected" where ranks and devices do not line up (meta-pytorch/torchrec#4666), and it
+    binds the communicator to this rank's GPU up front. Leave it out for gloo, for the CPU, and on a torch older than
+    :data:`EAGER_NCCL_SAFE_SINCE`, where it could hang.
+
+    Args:
+        backend: the process-group backend (``"nccl"``, ``"nccl-legacy"``, ``"cpu:gloo,cuda:nccl"``, ``"gloo"``, ...).
+        device: this rank's device (the strategy's ``root_device``).
+    """
+    if device is None or device.type != "cuda" or "nccl" not in backend:
+        return None
+    if torch_release() < EAGER_NCCL_SAFE_SINCE:
+        return None
+    return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
+def torch_release() -> tuple[int, int, int]:
+    """The installed torch's release numbers (``2.7.1+cu126`` -> ``(2, 7, 1)``)."""
+    from packaging.version import Version
+
+    release = Version(torch.__version__).release
+    return (*release, 0, 0)[:3]  # type: ignore[return-value]
+
+
 def in_spawned_worker() -> bool:
     """Whether this process was started by ``multiprocessing``/``torch.multiprocessing`` (a ``*_spawn`` worker)."""
     return multiprocessing.parent_process() is not None

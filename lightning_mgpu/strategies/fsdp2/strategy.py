@@ -35,7 +35,7 @@ from typing_extensions import override
 from lightning_mgpu.plugins.precision.fsdp2 import fsdp2_precision
 from lightning_mgpu.strategies._sharded_base import CheckpointFormat, ShardedBase, StartMethod
 from lightning_mgpu.strategies.fsdp2 import state
-from lightning_mgpu.strategies.fsdp2.sharding import apply_fully_shard, is_fully_sharded, no_sync
+from lightning_mgpu.strategies.fsdp2.sharding import DEFAULT_MIN_PARAMS, apply_fully_shard, is_fully_sharded, no_sync
 from lightning_mgpu.utilities.modules import ModuleSpec, as_spec_list
 from lightning_mgpu.utilities.optimizers import unwrap_optimizer
 
@@ -54,8 +54,11 @@ class FSDP2Strategy(ShardedBase):
         reshard_after_forward: ``False`` (default, ZeRO-2) keeps each block's gathered parameters from its forward to
             its backward; ``True`` (ZeRO-3) frees them after forward and gathers them again in backward.
         fsdp_modules: the blocks that get their own ``fully_shard``, as ``ActivationCheckpointing`` chooses modules:
-            classes, qualified-name patterns (``"net.blocks.*"``) or predicates. ``None``: every submodule holding
-            parameters of its own. Whole blocks (a transformer layer) overlap communication best.
+            classes, qualified-name patterns (``"net.blocks.*"``) or predicates. ``None``: chosen by size, with
+            ``min_params``. Whole blocks (a transformer layer) overlap communication best.
+        min_params: with ``fsdp_modules=None``, a module gets a group of its own once it holds this many parameters
+            that no group below it took; smaller ones (a BatchNorm, a bias) join their parent's group. Each group costs
+            host time every step, whatever its size. ``0``: every module holding parameters gets a group.
         mp_policy: ``torch.distributed.fsdp.MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)``: parameters
             gathered and computed in ``param_dtype`` (the shards and the optimizer stay fp32), gradients reduced in
             ``reduce_dtype``. Use it instead of ``precision="bf16-mixed"``, not with it.
@@ -69,7 +72,8 @@ class FSDP2Strategy(ShardedBase):
         process_group_backend, timeout, start_method: as for ``DDPStrategy``.
 
     Raises:
-        ValueError: an unknown checkpoint format, ``async_save`` with ``"full"``, or (at setup) ``fsdp_modules``
+        ValueError: an unknown checkpoint format, ``async_save`` with ``"full"``, a negative ``min_params`` or one
+            given with ``fsdp_modules``, or (at setup) ``fsdp_modules``
             matching nothing, or ``offload_policy`` on the CPU.
         UnsupportedTorchError: (at setup) the CPU, with a torch whose FSDP2 cannot run there.
 
@@ -96,6 +100,7 @@ class FSDP2Strategy(ShardedBase):
         precision_plugin: Precision | None = None,
         reshard_after_forward: bool = False,
         fsdp_modules: Sequence[ModuleSpec] | None = None,
+        min_params: int = DEFAULT_MIN_PARAMS,
         mp_policy: Any | None = None,
         offload_policy: Any | None = None,
         checkpoint_format: CheckpointFormat | None = None,
@@ -106,6 +111,17 @@ class FSDP2Strategy(ShardedBase):
     ) -> None:
         self.reshard_after_forward = bool(reshard_after_forward)
         self.fsdp_modules = None if fsdp_modules is None else as_spec_list(fsdp_modules)
+        if not isinstance(min_params, int) or isinstance(min_params, bool) or min_params < 0:
+            raise ValueError(
+                f"FSDP2Strategy(min_params={min_params!r}): pass a whole number of parameters >= 0 (0 gives every"
+                f" module holding parameters a group of its own; the default is {DEFAULT_MIN_PARAMS:,})."
+            )
+        if fsdp_modules is not None and min_params != DEFAULT_MIN_PARAMS:
+            raise ValueError(
+                "FSDP2Strategy(fsdp_modules=..., min_params=...): min_params chooses the groups only when fsdp_modules"
+                " is None. Pass one of them."
+            )
+        self.min_params = min_params
         self.mp_policy = mp_policy
         self.offload_policy = offload_policy
         super().__init__(
@@ -152,6 +168,7 @@ class FSDP2Strategy(ShardedBase):
             self.fsdp_modules,
             mp_policy=self.mp_policy,
             offload_policy=self.offload_policy,
+            min_params=self.min_params,
         )
         if on_meta:
             # Built in configure_model on the meta device: each rank allocates its shards only, then reset_parameters()

@@ -139,6 +139,41 @@ def test_gradients_are_exact(impl: str, autocast: bool) -> None:
         torch.testing.assert_close(b_ac, b, atol=0, rtol=0)
 
 
+class SharedNormBlock(nn.Module):
+    """One BatchNorm called twice in a forward, with a cumulative average (momentum=None reads num_batches_tracked)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.bn = nn.Linear(8, 8), nn.BatchNorm1d(8, momentum=None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.fc(self.bn(x)))
+
+
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, *RunIf(min_cuda_gpus=1).marks])]
+)
+def test_batchnorm_statistics_over_steps_and_shared_layers(device: str) -> None:
+    """Several steps, a layer used twice per forward and a cumulative average: the statistics stay those of the
+    model without checkpointing, and the buffers stay the same tensors (the recomputation writes into scratch). On a
+    GPU BatchNorm runs cuDNN's kernels, which save the statistics for backward differently."""
+    torch.manual_seed(0)
+    plain = nn.Sequential(SharedNormBlock(), SharedNormBlock()).to(device)
+    checkpointed = copy.deepcopy(plain)
+    ActivationCheckpointing([SharedNormBlock]).apply(checkpointed)
+    buffers_before = [id(b) for b in checkpointed.buffers()]
+    for step in range(3):
+        x = torch.randn(6, 8, generator=torch.Generator().manual_seed(step)).to(device)
+        plain(x).square().sum().backward()
+        checkpointed(x).square().sum().backward()
+    for (name, b), b_ac in zip(plain.named_buffers(), checkpointed.buffers()):
+        torch.testing.assert_close(b_ac, b, atol=0, rtol=0, msg=name)
+    assert [id(b) for b in checkpointed.buffers()] == buffers_before
+    assert int(checkpointed[0].bn.num_batches_tracked) == 6  # two calls per step, three steps: counted once each
+    for p, p_ac in zip(plain.parameters(), checkpointed.parameters()):
+        torch.testing.assert_close(p_ac.grad, p.grad, atol=1e-6, rtol=0)
+
+
 def test_image_classifier_features_with_inplace_relu() -> None:
     """`--activation-checkpointing 'features.*'` in examples/train.py: conv, BatchNorm2d, ReLU(inplace=True)."""
     from lightning_mgpu.demos import ImageClassifier

@@ -151,3 +151,33 @@ def test_a_sharded_engine_leaves_no_group_alive_after_it_is_destroyed(strategy: 
     groups = [weakref.ref(pg) for pg in dist.distributed_c10d._world.pg_map]
     assert groups and process_group.destroy_process_group_if_done()
     assert [ref() for ref in groups] == [None] * len(groups)
+
+
+@pytest.mark.parametrize(
+    ("backend", "device", "version", "expected"),
+    [
+        ("nccl", torch.device("cuda", 1), "2.11.0+cu130", torch.device("cuda", 1)),
+        ("nccl-legacy", torch.device("cuda", 0), "2.15.0", torch.device("cuda", 0)),  # torch 2.15's old NCCL
+        ("cpu:gloo,cuda:nccl", torch.device("cuda", 3), "2.7.1", torch.device("cuda", 3)),
+        ("nccl", torch.device("cuda", 1), "2.7.0", None),  # pytorch#153960: eager init hung at random
+        ("nccl", torch.device("cuda", 1), "2.6.0+cu124", None),
+        ("gloo", torch.device("cuda", 1), "2.15.0", None),  # gloo binds nothing
+        ("gloo", torch.device("cpu"), "2.15.0", None),
+        ("nccl", None, "2.15.0", None),
+    ],
+)
+def test_init_device_id_is_given_for_nccl_where_safe(
+    backend: str, device: torch.device | None, version: str, expected: torch.device | None, monkeypatch
+) -> None:
+    from lightning_mgpu.utilities import process_group
+
+    monkeypatch.setattr(process_group.torch, "__version__", version)
+    assert process_group.init_device_id(backend, device) == expected
+
+
+def test_torch_release_reads_local_versions(monkeypatch) -> None:
+    from lightning_mgpu.utilities import process_group
+
+    for version, release in (("2.7.1+cu126", (2, 7, 1)), ("2.15.0.dev20261001", (2, 15, 0)), ("3.0", (3, 0, 0))):
+        monkeypatch.setattr(process_group.torch, "__version__", version)
+        assert process_group.torch_release() == release

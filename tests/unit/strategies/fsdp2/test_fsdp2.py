@@ -77,16 +77,75 @@ def test_precision_plugins_are_fsdp2s_own_and_picklable() -> None:
 
 
 def test_tied_weights_stay_in_the_roots_group_by_default() -> None:
-    """A GPT ties its output head to its token embedding: ``fully_shard`` refuses one parameter in two groups, so by
-    default both modules stay with the root, and every other module with parameters gets its own group."""
+    """A GPT ties its output head to its token embedding: ``fully_shard`` refuses one parameter in two groups, so both
+    modules stay with the root, whatever their size; at ``min_params=0`` every other module gets a group."""
     from lightning_mgpu.strategies.fsdp2.sharding import default_blocks
 
     tokens, head = nn.Embedding(10, 4), nn.Linear(4, 10, bias=False)
     head.weight = tokens.weight
     model = nn.ModuleDict({"tokens": tokens, "block": nn.Linear(4, 4), "norm": nn.LayerNorm(4), "head": head})
-    assert [name for name, _ in default_blocks(model)] == ["block", "norm"]
+    assert [name for name, _ in default_blocks(model, min_params=0)] == ["block", "norm"]
+    assert [name for name, _ in default_blocks(model, min_params=1)] == ["block", "norm"]
     untied = nn.ModuleDict({"tokens": nn.Embedding(10, 4), "head": nn.Linear(4, 10, bias=False)})
-    assert [name for name, _ in default_blocks(untied)] == ["tokens", "head"]
+    assert [name for name, _ in default_blocks(untied, min_params=0)] == ["tokens", "head"]
+    # A parent holding one side of a tie is not closed either: the tie stays with the root.
+    wrapped = nn.ModuleDict({"stem": nn.Sequential(tokens), "head": head})
+    assert default_blocks(wrapped, min_params=0) == []
+
+
+class _Block(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc, self.bn = nn.Linear(width, width, bias=False), nn.BatchNorm1d(width)
+
+
+class _Encoder(nn.Module):
+    def __init__(self, width: int, depth: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(_Block(width) for _ in range(depth))
+        self.norm = nn.LayerNorm(width)
+
+
+def test_whole_blocks_by_size() -> None:
+    """Top down: a small module joins the enclosing group, a block reaching ``min_params`` is one group whole (its
+    BatchNorm inside it), containers and modules holding repeated blocks are split."""
+    from lightning_mgpu.strategies.fsdp2.sharding import DEFAULT_MIN_PARAMS, default_blocks
+
+    # _Block(100): 10,000 + 200 parameters; _Block(200): 40,000 + 400.
+    model = nn.Sequential(_Block(100), _Block(100), nn.Sequential(_Block(200), _Block(200)), nn.Linear(200, 2))
+    assert [n for n, _ in default_blocks(model, min_params=40_300)] == ["2.0", "2.1"]
+    assert [n for n, _ in default_blocks(model, min_params=10_100)] == ["0", "1", "2.0", "2.1"]
+    assert [n for n, _ in default_blocks(model, min_params=0)] == ["0", "1", "2.0", "2.1", "3"]
+    assert default_blocks(model) == [] and DEFAULT_MIN_PARAMS == 1_000_000  # 101,604 in all: the root's one group
+    # An encoder holds its layers: split into them, its own LayerNorm joining the root's group.
+    encoder = nn.Sequential(_Encoder(200, 3), nn.Linear(200, 2))
+    assert [n for n, _ in default_blocks(encoder, min_params=40_000)] == ["0.layers.0", "0.layers.1", "0.layers.2"]
+    # One layer is no repetition: the encoder stays whole.
+    assert [n for n, _ in default_blocks(nn.Sequential(_Encoder(200, 1)), min_params=40_000)] == ["0"]
+
+
+def test_default_groups_of_resnet50_and_gpt2_small() -> None:
+    """The two real models of the GPU benchmark, built on the meta device: whole blocks, the tie with the root."""
+    from benchmarks.harness.networks import GPT, ResNet
+    from lightning_mgpu.strategies.fsdp2.sharding import default_blocks
+
+    with torch.device("meta"):
+        resnet, gpt = ResNet(), GPT()
+    assert [n for n, _ in default_blocks(resnet)] == [f"blocks.{i}" for i in range(7, 16)] + ["head"]
+    assert [n for n, _ in default_blocks(gpt)] == [f"blocks.{i}" for i in range(12)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"min_params": -1}, "whole number of parameters >= 0"),
+        ({"min_params": 1.5}, "whole number of parameters >= 0"),
+        ({"min_params": 10, "fsdp_modules": [nn.Linear]}, "Pass one of them"),
+    ],
+)
+def test_min_params_is_checked(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        FSDP2Strategy(**kwargs)
 
 
 def test_a_checkpoint_from_before_the_engine_classes_resumes_its_grad_scaler() -> None:
