@@ -80,6 +80,7 @@ def lightning_run(args: argparse.Namespace, strategy: str, devices: int) -> tupl
     """Median step seconds of one fit, and the peak memory of every GPU it used."""
     gpu = args.accelerator == "gpu"
     if gpu:
+        torch.cuda.init()  # before any other CUDA call, reset_peak_memory_stats raises "Invalid device argument"
         for i in range(devices):
             torch.cuda.reset_peak_memory_stats(i)
     clock = step_clock(torch.device("cuda") if gpu else None)  # the current device, as Lightning sets it
