@@ -6,7 +6,7 @@ loop) can decide its length; this splits that work into families, per step, for 
 - ``fsdp hooks``: FSDP2's own ranges (``FSDP::pre_forward``, ``FSDP::post_backward_reduce``, ...);
 - ``optimizer``: ``Optimizer.step`` and ``Optimizer.zero_grad``;
 - ``forward``: the model's forward and the loss (a range of ours around them);
-- ``backward``: the autograd engine's ranges.
+- ``backward``: ``loss.backward()`` (a range of ours; on a GPU the main thread waits there for the autograd thread).
 
 Each moment counts once, for the innermost of these ranges around it; the rest of the step is ``other`` (Lightning's
 loop and hooks, Python between ops).
@@ -92,6 +92,7 @@ MODELS: dict[str, Callable[[], ModelSpec]] = {
 
 
 FORWARD = "step::forward_and_loss"
+BACKWARD = "step::backward"
 
 
 def family(name: str) -> str | None:
@@ -99,7 +100,7 @@ def family(name: str) -> str | None:
         return "fsdp hooks"
     if name.startswith(("Optimizer.step", "Optimizer.zero_grad")):
         return "optimizer"
-    if name.startswith("autograd::engine"):
+    if name == BACKWARD:
         return "backward"
     if name == FORWARD:
         return "forward"
@@ -109,13 +110,16 @@ def family(name: str) -> str | None:
 def summarize(prof: Any, steps: int, wall_s: float) -> dict[str, Any]:
     """Host milliseconds per step by family, and the top events.
 
-    Each moment belongs to the innermost family range around it: Lightning runs the forward and backward inside
-    ``Optimizer.step`` (its closure), and FSDP's hooks run inside both, so nothing counts twice. What no range holds
-    (Lightning's loop, the hooks of callbacks, Python between ops) is ``other``.
+    Only the main thread's events count, each moment for the innermost family range around it: Lightning runs the
+    forward and backward inside ``Optimizer.step`` (its closure), and FSDP's hooks run inside both, so nothing counts
+    twice. On a GPU the autograd engine runs the backward on a thread of its own (FSDP's post-backward hooks too), and
+    the main thread's wait for it is ``backward``. What no range holds (Lightning's loop, callbacks' hooks, Python
+    between ops) is ``other``.
     """
+    main = {e.thread for e in prof.events() if e.name == FORWARD}
     per_family: dict[str, float] = {}
     for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CPU:
+        if e.device_type != torch.autograd.DeviceType.CPU or e.thread not in main:
             continue
         node, fam = e, None
         while node is not None and fam is None:
@@ -138,7 +142,8 @@ def raw_profile(spec: ModelSpec, batches: list, args: argparse.Namespace, device
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16-mixed"):
             with torch.profiler.record_function(FORWARD):
                 loss = spec.loss(model(x), y)
-        loss.backward()
+        with torch.profiler.record_function(BACKWARD):
+            loss.backward()
         optimizer.step()
 
     for i in range(args.warmup):
@@ -187,6 +192,10 @@ def lightning_profile(
         def training_step(self, *a: Any, **kw: Any) -> Any:
             with torch.profiler.record_function(FORWARD):
                 return super().training_step(*a, **kw)
+
+        def backward(self, loss: torch.Tensor, *a: Any, **kw: Any) -> None:
+            with torch.profiler.record_function(BACKWARD):
+                super().backward(loss, *a, **kw)
 
     if arm == "sharded_fsdp2_default":
         strategy = FSDP2Strategy() if args.min_params is None else FSDP2Strategy(min_params=args.min_params)

@@ -121,27 +121,34 @@ def release_destroyed_groups(groups: list[weakref.ref[Any]]) -> int:
     if not alive:
         return 0
     released = 0
+    # Types are read with type(), never isinstance() or getattr(): those go through an object's __class__ and
+    # __getattribute__, and some objects warn or compute there (torch.distributed.reduce_op warns that it is deprecated).
     for holder in gc.get_objects():
+        kind = type(holder)
         # A default argument: the defaults tuple is tracked or not depending on whether a collection has run since.
-        if isinstance(holder, FunctionType) and any(id(d) in alive for d in holder.__defaults__ or ()):
+        if kind is FunctionType and any(id(d) in alive for d in holder.__defaults__ or ()):
             holder.__defaults__ = tuple(None if id(d) in alive else d for d in holder.__defaults__ or ())
             released += 1
-        elif isinstance(holder, CellType) and id(_cell_contents(holder)) in alive:  # a closure's variable
+        elif kind is CellType and id(_cell_contents(holder)) in alive:  # a closure's variable
             holder.cell_contents = None
             released += 1
         parts = gc.get_referents(holder)
         # Dicts: this one, and those it holds that gc.get_objects() does not list (holding only untracked objects, such
         # as FSDP2's DeviceMesh._pg_registry, they are untracked).
-        mappings = [part for part in parts if isinstance(part, dict) and not gc.is_tracked(part)]
-        if isinstance(holder, dict):
+        mappings = [part for part in parts if type(part) is dict and not gc.is_tracked(part)]
+        if issubclass(kind, dict):
             mappings.append(holder)
-        elif not isinstance(holder, type) and any(id(part) in alive for part in parts):
+        elif not issubclass(kind, type) and any(id(part) in alive for part in parts):
             # An object whose attributes are stored inline (Python 3.11+) refers to the group itself, not via a dict.
             # Written into __dict__, past any __setattr__ (a frozen dataclass's refuses).
-            mappings.append(getattr(holder, "__dict__", {}))
+            try:
+                mappings.append(object.__getattribute__(holder, "__dict__"))
+            except (AttributeError, TypeError):  # no __dict__ (slots, a C type): nothing to write into
+                pass
         for mapping in mappings:
-            for key in [k for k, v in mapping.items() if id(v) in alive]:
-                mapping[key] = None
+            # dict's own methods: a subclass may compute its items (transformers' lazy auto-mappings import models).
+            for key in [k for k, v in dict.items(mapping) if id(v) in alive]:
+                dict.__setitem__(mapping, key, None)
                 released += 1
     return released
 

@@ -181,3 +181,43 @@ def test_torch_release_reads_local_versions(monkeypatch) -> None:
     for version, release in (("2.7.1+cu126", (2, 7, 1)), ("2.15.0.dev20261001", (2, 15, 0)), ("3.0", (3, 0, 0))):
         monkeypatch.setattr(process_group.torch, "__version__", version)
         assert process_group.torch_release() == release
+
+
+class _LazyMapping(dict):
+    """Like transformers' lazy auto-mappings: ``items()`` computes, and fails for an entry it cannot import."""
+
+    def items(self):  # type: ignore[override]
+        raise ValueError("Could not find a model class")
+
+
+class _Warns:
+    """Like ``torch.distributed.reduce_op``: every attribute read warns that it is deprecated."""
+
+    def __getattribute__(self, name: str) -> object:
+        import warnings
+
+        warnings.warn("deprecated", FutureWarning, stacklevel=2)
+        return object.__getattribute__(self, name)
+
+
+def test_release_drops_every_holder_without_running_their_code(tmp_path: Path) -> None:
+    """At exit the release walks every object of the process: a dict subclass that computes its items, or an object
+    that warns on attribute reads, must neither stop it (an atexit traceback on a machine with transformers) nor
+    warn; the references they hold are dropped all the same."""
+    import warnings
+
+    from lightning_mgpu.utilities.process_group import release_destroyed_groups
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    group = dist.group.WORLD
+    lazy, warns = _LazyMapping(pg=group, other=1), _Warns()
+    object.__setattr__(warns, "pg", group)
+    refs = [weakref.ref(group)]
+    dist.destroy_process_group()
+    del group
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        released = release_destroyed_groups(refs)
+    assert released >= 2
+    assert dict.__getitem__(lazy, "pg") is None and dict.__getitem__(lazy, "other") == 1
+    assert object.__getattribute__(warns, "pg") is None
