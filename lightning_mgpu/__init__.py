@@ -11,6 +11,10 @@ Both Lightning distributions are served: with ``pytorch_lightning`` installed, `
 it (its classes subclass ``pytorch_lightning``'s), loaded when ``pytorch_lightning`` is imported, before or after this
 package, and the names are registered in its registry too (``lightning_mgpu/utilities/namespaces.py``). With
 ``pytorch_lightning`` alone installed, this package's names are the ``pytorch_lightning`` ones.
+
+A ``lightning`` or ``pytorch-lightning`` older than 2.6.6 makes the import warn once
+(:class:`~lightning_mgpu.security.advisories.SecurityAdvisoryWarning`, CVE-2026-58659): its ``load_from_checkpoint``
+runs what a checkpoint names.
 """
 
 import importlib
@@ -49,6 +53,12 @@ if __name__ == "lightning_mgpu":
             " imports pytorch_lightning); from the index once published, 'lightning_mgpu[lightning]' or"
             " 'lightning_mgpu[pytorch-lightning]'."
         )
+
+    # A Lightning whose load_from_checkpoint runs what a checkpoint names (CVE-2026-58659) is said once, here, where
+    # every user passes: read from the installed versions, without importing Lightning (SECURITY.md).
+    from lightning_mgpu.security.advisories import warn_if_lightning_affected
+
+    warn_if_lightning_affected()
 
     def _register() -> None:
         # Importing the strategies registers them (lightning_mgpu/strategies/__init__.py, last line). Lightning may
