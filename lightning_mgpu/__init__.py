@@ -21,6 +21,7 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from lightning_mgpu.utilities.deprecation import install as install_moved_modules
 from lightning_mgpu.utilities.namespaces import (
     after_import,
     enable_twin,
@@ -66,6 +67,7 @@ if __name__ == "lightning_mgpu":
         when_bundle_imported(lambda: importlib.import_module("lightning_mgpu.strategies"))
 
     track_bundle_imports()
+    install_moved_modules()  # the module paths that moved keep working, with a DeprecationWarning (CHANGELOG.md)
     if is_installed("lightning"):
         after_import("lightning.pytorch", _register)
     enable_twin()  # pytorch_lightning's twin, now or as soon as pytorch_lightning is imported

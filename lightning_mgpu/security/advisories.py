@@ -143,9 +143,9 @@ def warn_if_lightning_affected() -> None:
     fixed = affected[0][0].fixed
     # The id comes first, so that `-W "ignore:CVE-2026-58659"` silences it for whoever has decided to.
     warnings.warn(
-        f"{LIGHTNING_CHECKPOINT_ADVISORY}: {installed} imports and runs what a checkpoint names in"
-        f" load_from_checkpoint, even with weights_only=True. Upgrade to {fixed} or newer (pip install -U"
-        f" 'lightning>={fixed}' or 'pytorch-lightning>={fixed}'); until then load no checkpoint you did not write.",
+        f"{LIGHTNING_CHECKPOINT_ADVISORY}: in {installed}, load_from_checkpoint imports and runs what a checkpoint"
+        f" names, even with weights_only=True. Upgrade to {fixed} or newer (pip install -U 'lightning>={fixed}' or"
+        f" 'pytorch-lightning>={fixed}'); until then load no checkpoint you did not write.",
         SecurityAdvisoryWarning,
         stacklevel=3,
     )

@@ -112,7 +112,7 @@ def test_import_warns_once_on_an_affected_lightning(monkeypatch: pytest.MonkeyPa
         importlib.reload(lightning_mgpu)  # a second import in the same process says nothing
         advisories.warn_if_lightning_affected()
     (message,) = _advisory_warnings(caught)
-    assert message.startswith("CVE-2026-58659: lightning 2.6.5 and pytorch-lightning 2.6.5 ")
+    assert message.startswith("CVE-2026-58659: in lightning 2.6.5 and pytorch-lightning 2.6.5, load_from_checkpoint")
     assert "Upgrade to 2.6.6 or newer" in message and "\n" not in message
     assert issubclass(advisories.SecurityAdvisoryWarning, UserWarning)
 
