@@ -271,10 +271,22 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", trusted:
     try:
         checkpoint.update(read_sharded_tensors(path))
     except (RuntimeError, OSError, ValueError, EOFError, CheckpointException) as err:
+        refused = _unpickling_failure(err)
+        if refused is not None:
+            raise UnsafeCheckpointError(
+                f"Refused to load {path}: an entry of its shards is not plain data ({_refused_global(refused)}), and"
+                " unpickling it could run code. Nothing was executed. Use a folder you or your jobs wrote."
+            ) from None
         raise CheckpointReadError(
             f"Sharded checkpoint {path} cannot be read ({_first_line(err)}): a shard is missing or cut short."
         ) from None
     return checkpoint
+
+
+def _unpickling_failure(err: BaseException) -> BaseException | None:
+    """The refusal of the weights_only unpickler inside a DCP error (which wraps each rank's exception), if any."""
+    wrapped = [v[0] if isinstance(v, tuple) else v for v in getattr(err, "failures", {}).values()]
+    return next((e for e in [err, *wrapped] if isinstance(e, pickle.UnpicklingError)), None)
 
 
 def strip_prefix(state_dict: Mapping[str, Any], prefix: str = _WRAPPER_PREFIX) -> dict[str, Any]:
