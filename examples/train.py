@@ -177,6 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--ckpt-path", default=None, type=Path, help="resume from this checkpoint (a file or a sharded folder)"
     )
     p.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="--ckpt-path is a checkpoint you wrote yourself: read it with a full unpickle, also on a torch older than"
+        " 2.10, whose safe unpickler refuses every checkpoint (GHSA-63cw-57p8-fm3p)",
+    )
+    p.add_argument(
         "--fsdp2-mp",
         default="none",
         choices=("none", "bf16", "fp16"),
@@ -717,6 +723,10 @@ def train(
     and ``ckpt_path`` is the checkpoint Ray handed a restarted worker.
     """
     pl.seed_everything(args.seed, workers=True, verbose=False)
+    # A checkpoint this job wrote itself (Ray's, or last.ckpt after a torchrun restart) is trusted; --ckpt-path only
+    # with --trust-checkpoint (checkpoints are read as data otherwise; SECURITY.md).
+    ckpt_path = ckpt_path or args.ckpt_path or (None if on_ray else restart_checkpoint(args))
+    trusted = args.trust_checkpoint or (ckpt_path is not None and ckpt_path != args.ckpt_path)
     callbacks = build_callbacks(args)
     rendezvous = None if on_ray else RendezvousTimeout(args.rdzv_timeout)
     if rendezvous is not None:
@@ -726,13 +736,15 @@ def train(
     overrides = strategy_overrides(args)
     if overrides:  # the registered preset, with these options
         preset = StrategyRegistry[args.strategy]
-        placement["strategy"] = preset["strategy"](**{**preset["init_params"], **overrides})
+        placement["strategy"] = preset["strategy"](
+            **{**preset["init_params"], **overrides}, checkpoint_io=AtomicCheckpointIO(trusted)
+        )
     if on_ray:
         from lightning_mgpu.launchers import ray_train
 
         # The strategy instance carries the checkpoint IO (Lightning refuses it in both the instance and plugins).
         # --checkpoint-format and FSDP2's policies apply under Ray as well.
-        strategy = ray_train.ray_strategy(args.strategy, checkpoint_io=AtomicCheckpointIO(), **overrides)
+        strategy = ray_train.ray_strategy(args.strategy, checkpoint_io=AtomicCheckpointIO(trusted), **overrides)
         placement = {"strategy": strategy, **ray_train.ray_trainer_kwargs()}
         callbacks.append(ray_train.report_callback())  # metrics and a checkpoint to Ray at each epoch end
         # Ray runs this function outside the main thread, where no signal reaches it: Ctrl-C at the driver ends the
@@ -742,7 +754,7 @@ def train(
     # (A bundle strategy instance carries it already: Lightning refuses it in both places.)
     plugins = [
         *placement.pop("plugins", []),
-        *([] if on_ray or not isinstance(placement["strategy"], str) else [AtomicCheckpointIO()]),
+        *([] if on_ray or not isinstance(placement["strategy"], str) else [AtomicCheckpointIO(trusted)]),
     ]
     trainer = pl.Trainer(
         **placement,
@@ -790,10 +802,9 @@ def train(
         weight_decay=args.weight_decay,
         optimizer=args.optimizer,
     )
-    ckpt_path = ckpt_path or args.ckpt_path or (None if on_ray else restart_checkpoint(args))
     if ckpt_path is not None:
         # Refuse a truncated, unsafe or foreign checkpoint here, before any worker starts, with the keys listed.
-        check_checkpoint_matches(model, ckpt_path)
+        check_checkpoint_matches(model, ckpt_path, trusted=trusted)
     if not on_ray:
         # A pinned MASTER_PORT still held by a killed run fails deep in torch; say so up front.
         check_master_port()

@@ -11,12 +11,17 @@ Both Lightning distributions are served: with ``pytorch_lightning`` installed, `
 it (its classes subclass ``pytorch_lightning``'s), loaded when ``pytorch_lightning`` is imported, before or after this
 package, and the names are registered in its registry too (``lightning_mgpu/utilities/namespaces.py``). With
 ``pytorch_lightning`` alone installed, this package's names are the ``pytorch_lightning`` ones.
+
+A ``lightning`` or ``pytorch-lightning`` older than 2.6.6 makes the import warn once
+(:class:`~lightning_mgpu.security.advisories.SecurityAdvisoryWarning`, CVE-2026-58659): its ``load_from_checkpoint``
+runs what a checkpoint names.
 """
 
 import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from lightning_mgpu.utilities.deprecation import install as install_moved_modules
 from lightning_mgpu.utilities.namespaces import (
     after_import,
     enable_twin,
@@ -50,12 +55,19 @@ if __name__ == "lightning_mgpu":
             " 'lightning_mgpu[pytorch-lightning]'."
         )
 
+    # A Lightning whose load_from_checkpoint runs what a checkpoint names (CVE-2026-58659) is said once, here, where
+    # every user passes: read from the installed versions, without importing Lightning (SECURITY.md).
+    from lightning_mgpu.security.advisories import warn_if_lightning_affected
+
+    warn_if_lightning_affected()
+
     def _register() -> None:
         # Importing the strategies registers them (lightning_mgpu/strategies/__init__.py, last line). Lightning may
         # be imported from inside one of the bundle's own modules: the strategies then wait until it has finished.
         when_bundle_imported(lambda: importlib.import_module("lightning_mgpu.strategies"))
 
     track_bundle_imports()
+    install_moved_modules()  # the module paths that moved keep working, with a DeprecationWarning (CHANGELOG.md)
     if is_installed("lightning"):
         after_import("lightning.pytorch", _register)
     enable_twin()  # pytorch_lightning's twin, now or as soon as pytorch_lightning is imported

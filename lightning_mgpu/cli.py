@@ -141,8 +141,21 @@ def _table(rows: Sequence[tuple[str, ...]], indent: str = "  ") -> list[str]:
     return [indent + "  ".join([*(c.ljust(w) for c, w in zip(row, widths)), row[-1]]).rstrip() for row in rows]
 
 
+def advisory_lines() -> list[str]:
+    """``info``'s advisories section: each known advisory the installed packages have, with its id and the fixed
+    version, or that none applies."""
+    from lightning_mgpu.security import advisories
+
+    found = advisories.applying()
+    head = f"Security advisories (known as of {advisories.checked()}):"
+    if not found:
+        return [head, f"  none known for the installed {', '.join(advisories.PACKAGES)}"]
+    return [head, *(f"  {advisory.describe(installed)}" for advisory, installed in found)]
+
+
 def render() -> str:
-    """The ``info`` report: versions, every registered name with its readiness, devices, launch commands."""
+    """The ``info`` report: versions, the advisories they have, every registered name with its readiness, devices,
+    launch commands."""
     from lightning.pytorch.strategies import StrategyRegistry
 
     import lightning_mgpu
@@ -158,6 +171,7 @@ def render() -> str:
     packages = [(dist, package_version(dist) or "not installed") for _, dist in _PACKAGES]
     packages += [("horovod build", horovod_build()), ("torch cuda", torch.version.cuda or "CPU build")]
     lines += _table(packages)
+    lines += ["", *advisory_lines()]
 
     lines += ["", "Strategies (Trainer(strategy=NAME)):"]
     rows = []
@@ -238,7 +252,8 @@ def build_parser() -> OneLineParser:
     _command(
         sub,
         "info",
-        "versions, registered strategies and their readiness, devices, and the launch command of each strategy",
+        "versions and their known security advisories, registered strategies and their readiness, devices, and the"
+        " launch command of each strategy",
     )
     dash = _command(
         sub,
@@ -285,7 +300,12 @@ def build_parser() -> OneLineParser:
         help="auto: a folder becomes a .ckpt file, a file a folder, OUT.safetensors the weights (default: auto)",
     )
     convert.add_argument(
-        "--trusted", action="store_true", help="full unpickle of a file you wrote yourself (unsafe otherwise)"
+        "--trust-checkpoint",
+        "--trusted",
+        dest="trusted",
+        action="store_true",
+        help="SRC is a file you wrote yourself: read it with a full unpickle (unsafe otherwise), also on a torch older"
+        " than 2.10, whose safe unpickler is refused",
     )
     hvd = _command(
         sub,

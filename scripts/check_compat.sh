@@ -28,6 +28,22 @@ fi
 # The tests' start-up hook, as in .venv (scripts/setup_env.sh): .pth files on the path the file above adds are not run.
 cp tests/helpers/lightning_mgpu_test_startup.pth "$($CPY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/"
 $CPY -c "import lightning, pytorch_lightning, torch; print(f'compat pass: lightning {lightning.__version__}, pytorch_lightning {pytorch_lightning.__version__}, torch {torch.__version__}')"
+# Lightning 2.5.1 has CVE-2026-58659, so `import lightning_mgpu` warns once per process (SecurityAdvisoryWarning, a
+# UserWarning): expected here. pyproject's pytest filterwarnings turns no warning into an error, so the pass goes on.
+$CPY - <<'PY'
+import warnings
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import lightning_mgpu  # noqa: F401
+from lightning_mgpu.security.advisories import SecurityAdvisoryWarning
+
+said = [str(w.message) for w in caught if issubclass(w.category, SecurityAdvisoryWarning)]
+if said:
+    print("compat pass: import lightning_mgpu warns (expected on this Lightning; the tests run on):", *said, sep="\n  ")
+else:
+    print("compat pass: import lightning_mgpu warns about no advisory")
+PY
 export RAY_USAGE_STATS_ENABLED=0 NEPTUNE_MODE=debug PYTHONUNBUFFERED=1
 $CPY -m pytest -n "${PYTEST_WORKERS:-2}" tests/unit "$@"
 $CPY -m pytest -n "${PYTEST_WORKERS:-2}" tests/integration/utilities/test_namespaces.py "$@"

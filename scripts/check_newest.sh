@@ -38,7 +38,7 @@ for py in $PYTHONS; do
   PIP_CONFIG_FILE=/dev/null $NPY -m pip install -q --upgrade pip
   # The newest of each, as `pip install` picks them today (no constraints file: that is the point).
   PIP_CONFIG_FILE=/dev/null $NPY -m pip install -q torch lightning pytorch-lightning \
-    "$wheel[sharded,dev]" "ray[train]>=2.51" "neptune>=1.10,<2"
+    "$wheel[sharded,dev]" "ray[train]>=2.54" "neptune>=1.10,<2"
   $NPY -m pip uninstall -q -y lightning_mgpu  # the tests import the checkout
   cp tests/helpers/lightning_mgpu_test_startup.pth "$($NPY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/"
   versions=$($NPY -c "import sys, torch, lightning, pytorch_lightning; print(f'Python {sys.version.split()[0]}, torch {torch.__version__}, lightning {lightning.__version__}, pytorch_lightning {pytorch_lightning.__version__}')")

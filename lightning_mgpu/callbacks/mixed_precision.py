@@ -15,6 +15,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
+from lightning_mgpu.utilities.deprecation import moved_names
 from lightning_mgpu.utilities.logging_steps import is_logging_step
 
 _SUPPORTED_ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
@@ -240,3 +241,6 @@ def _skip_streak_message(streak: int, scale: float, skipped: int, steps: int) ->
         " lower the learning rate or set `Trainer(gradient_clip_val=...)`; or use precision='bf16-mixed'"
         " (float32 range, no loss scaling) where supported, or '32-true'."
     )
+
+
+__getattr__ = moved_names(__name__)  # names that moved out, with a DeprecationWarning (CHANGELOG.md)

@@ -10,7 +10,8 @@
 - :mod:`~lightning_mgpu.checkpoint.convert`: ``python -m lightning_mgpu convert``, a folder <-> one file, ->
   safetensors.
 
-Everything here builds on :mod:`lightning_mgpu.utilities` only; the strategies, callbacks and tools import it.
+Everything here builds on :mod:`lightning_mgpu.utilities` and :mod:`lightning_mgpu.security` (the check at every load)
+only; the strategies, callbacks and tools import it.
 """
 
 from __future__ import annotations

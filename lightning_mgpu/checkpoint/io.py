@@ -2,7 +2,9 @@
 
 - **Untrusted files.** Every load here uses ``torch.load(weights_only=True)``: a checkpoint is data, and
   unpickling arbitrary objects runs code. The few non-tensor types Lightning checkpoints carry are named in
-  :data:`SAFE_GLOBALS`. There is no silent fallback: ``trusted=True`` allows a full unpickle, with a warning.
+  :data:`SAFE_GLOBALS`. There is no silent fallback: ``trusted=True`` allows a full unpickle, with a warning. On a
+  torch whose ``weights_only`` unpickler is itself unsafe, every load is refused unless ``trusted=True``
+  (:func:`lightning_mgpu.security.trust.check_untrusted_load`).
 - **Atomic saves.** :class:`AtomicCheckpointIO` streams the checkpoint to a temporary file in the target
   folder, fsyncs it, renames it over the target and fsyncs the folder, so a kill at any moment leaves either
   the previous checkpoint or the new one under the name, never a torn file. A full disk or an unwritable
@@ -33,6 +35,7 @@ from lightning_mgpu.checkpoint.sharded import (
     read_sharded_tensors,
     sharded_model_keys,
 )
+from lightning_mgpu.security.trust import UnsafeCheckpointError, check_untrusted_load
 from lightning_mgpu.utilities import files
 
 _WRAPPER_PREFIX = "module."
@@ -61,10 +64,6 @@ SAFE_GLOBALS: list[Any] = _safe_globals()
 
 class CheckpointKeyMismatchError(RuntimeError):
     """The checkpoint's keys do not match the model's."""
-
-
-class UnsafeCheckpointError(pickle.UnpicklingError):
-    """The checkpoint holds an object outside the allow-list; it was not unpickled (no code ran)."""
 
 
 class CheckpointReadError(RuntimeError):
@@ -96,7 +95,8 @@ def load_checkpoint_file(
 
     Raises:
         CheckpointReadError: the file is missing, truncated or not a torch checkpoint.
-        UnsafeCheckpointError: the file holds a type outside the allow-list (nothing was executed).
+        UnsafeCheckpointError: the file holds a type outside the allow-list, or torch's safe unpickler has a known
+            advisory and ``trusted`` is off (nothing was executed).
     """
     path = Path(path)
     if path.is_dir():
@@ -107,6 +107,7 @@ def load_checkpoint_file(
     if not path.is_file():
         raise CheckpointReadError(f"Checkpoint {str(path)!r} does not exist or is not a file.")
     _check_checkpoint_bytes(path)
+    check_untrusted_load(path, trusted)
     if trusted:
         warnings.warn(
             f"Loading {path} with trusted=True: unpickling can run arbitrary code. Only do this for checkpoints"
@@ -213,6 +214,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     Every bundle strategy uses it unless given another ``checkpoint_io``; use it with Lightning's own
     strategies through ``Trainer(plugins=[AtomicCheckpointIO()])``.
 
+    Args:
+        trusted: read every checkpoint with a full unpickle, as ``fit(..., weights_only=False)`` asks for one load.
+            Only for checkpoints you wrote yourself; it is also what lets a torch older than 2.10 resume at all (see
+            :func:`lightning_mgpu.security.trust.check_untrusted_load`).
+
     Raises:
         CheckpointSaveError: on save, a full disk or an unwritable folder (the previous checkpoint is intact).
         CheckpointReadError, UnsafeCheckpointError: on load, see :func:`load_checkpoint_file`.
@@ -221,6 +227,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
         trainer = Trainer(strategy="ddp", plugins=[AtomicCheckpointIO()])
     """
+
+    def __init__(self, trusted: bool = False) -> None:
+        super().__init__()
+        self.trusted = trusted
 
     @override
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
@@ -235,7 +245,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self, path: Any, map_location: Any = lambda storage, loc: storage, weights_only: bool | None = None
     ) -> dict[str, Any]:
         # weights_only=False is how Lightning asks for a full unpickle; honour it only as an explicit choice.
-        return read_checkpoint(path, map_location=map_location, trusted=weights_only is False)
+        return read_checkpoint(path, map_location=map_location, trusted=self.trusted or weights_only is False)
 
 
 def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False) -> dict[str, Any]:
@@ -261,10 +271,22 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", trusted:
     try:
         checkpoint.update(read_sharded_tensors(path))
     except (RuntimeError, OSError, ValueError, EOFError, CheckpointException) as err:
+        refused = _unpickling_failure(err)
+        if refused is not None:
+            raise UnsafeCheckpointError(
+                f"Refused to load {path}: an entry of its shards is not plain data ({_refused_global(refused)}), and"
+                " unpickling it could run code. Nothing was executed. Use a folder you or your jobs wrote."
+            ) from None
         raise CheckpointReadError(
             f"Sharded checkpoint {path} cannot be read ({_first_line(err)}): a shard is missing or cut short."
         ) from None
     return checkpoint
+
+
+def _unpickling_failure(err: BaseException) -> BaseException | None:
+    """The refusal of the weights_only unpickler inside a DCP error (which wraps each rank's exception), if any."""
+    wrapped = [v[0] if isinstance(v, tuple) else v for v in getattr(err, "failures", {}).values()]
+    return next((e for e in [err, *wrapped] if isinstance(e, pickle.UnpicklingError)), None)
 
 
 def strip_prefix(state_dict: Mapping[str, Any], prefix: str = _WRAPPER_PREFIX) -> dict[str, Any]:
@@ -400,6 +422,7 @@ def check_checkpoint_matches(model: nn.Module, path: str | os.PathLike, trusted:
     """
     path = Path(path)
     if is_sharded_checkpoint(path):  # the keys from the folder's metadata: no shard is read
+        check_untrusted_load(path, trusted)
         state_dict: Mapping[str, Any] = dict.fromkeys(sharded_model_keys(path))
     else:
         state_dict = extract_state_dict(load_checkpoint_file(path, trusted=trusted, mmap=True))

@@ -11,6 +11,11 @@ The tensor part keeps the layout of a full ``.ckpt`` key for key (model keys, to
 integer ids), so a folder converts to a file and back without the model: :func:`read_sharded_tensors` returns what a
 full save would have written. torch.distributed.checkpoint reshards on load: a folder saved by N ranks loads on M.
 
+**Read as data.** torch.distributed.checkpoint's own reader unpickles ``.metadata`` with Python's ``pickle`` and the
+non-tensor entries with ``torch.load(weights_only=False)``: either can run code that a crafted folder names. Every read
+here goes through :func:`folder_reader` and :func:`load_planner` instead, which unpickle ``.metadata`` against an
+allow-list of DCP's own metadata types and the other entries with ``weights_only=True``; anything else is refused.
+
 **Atomic.** Every rank writes into a temporary folder beside the target; once the last shard and ``.metadata`` are
 written (``dcp.save`` returns on the coordinator only then), rank 0 writes ``meta.pt`` and swaps the folder into place
 with one ``renameat2(RENAME_EXCHANGE)``. A kill at any moment leaves the previous checkpoint or the new one under the
@@ -25,6 +30,7 @@ import ctypes
 import errno
 import io
 import os
+import pickle
 import shutil
 import uuid
 from collections.abc import Mapping
@@ -33,7 +39,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from typing_extensions import override
 
+from lightning_mgpu.security.trust import UnsafeCheckpointError
 from lightning_mgpu.utilities._compat import dcp_save
 from lightning_mgpu.utilities.files import fsync_dir
 
@@ -227,21 +235,99 @@ def _exchange(a: Path, b: Path) -> bool:
     return False
 
 
+#: module -> the names a DCP ``.metadata`` may name in it (every one builds plain data, none runs code)
+_METADATA_GLOBALS = {
+    "torch.distributed.checkpoint.metadata": {
+        "Metadata",
+        "StorageMeta",
+        "MetadataIndex",
+        "TensorStorageMetadata",
+        "BytesStorageMetadata",
+        "ChunkStorageMetadata",
+        "TensorProperties",
+        "_MEM_FORMAT_ENCODING",
+    },
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+    "torch.serialization": {"_get_layout"},  # a torch.layout by its name
+    "torch": {"Size"},  # and the dtypes, checked below
+    "pathlib": {"PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"},
+    "collections": {"OrderedDict"},
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    @override
+    def find_class(self, module: str, name: str) -> Any:
+        if name in _METADATA_GLOBALS.get(module, ()):
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"{module}.{name}")
+
+
+def folder_reader(path: str | os.PathLike) -> Any:
+    """torch.distributed.checkpoint's ``FileSystemReader`` for ``path``, reading ``.metadata`` as data.
+
+    Raises:
+        UnsafeCheckpointError: from ``read_metadata``, when ``.metadata`` names anything outside DCP's metadata types
+            (nothing was executed).
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class _Reader(FileSystemReader):
+        @override
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            where = getattr(self, "_get_metadata_path", None)  # torch >= 2.8; before, always .metadata
+            metadata_path = where(kwargs.get("rank")) if where else self.fs.concat_path(self.path, ".metadata")
+            with self.fs.create_stream(metadata_path, "rb") as stream:
+                try:
+                    metadata = _MetadataUnpickler(stream).load()
+                except pickle.UnpicklingError as err:
+                    raise UnsafeCheckpointError(
+                        f"Refused to load {path}: its .metadata names {err}, which a sharded checkpoint never holds,"
+                        " and unpickling it could run code. Nothing was executed. Use a folder you or your jobs wrote."
+                    ) from None
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = getattr(self, "load_id", None)
+            return metadata
+
+    return _Reader(str(path))
+
+
+def load_planner(empty: bool = False) -> Any:
+    """A DCP load planner whose non-tensor entries (optimizer hyper-parameters, ...) are read with ``weights_only=True``
+    (torch's own reads them with a full unpickle). ``empty``: the target is built from the folder's metadata."""
+    from torch.distributed.checkpoint._traverse import set_element
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, _EmptyStateDictLoadPlanner
+
+    base = _EmptyStateDictLoadPlanner if empty else DefaultLoadPlanner
+
+    class _Planner(base):  # type: ignore[valid-type,misc]
+        # DefaultLoadPlanner.load_bytes, with weights_only=True where torch passes False.
+        def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+            loaded = torch.load(value, weights_only=True)
+            if self.flatten_state_dict:
+                set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
+            else:
+                self.state_dict[read_item.dest_index.fqn] = loaded
+
+    return _Planner()
+
+
 def read_sharded_tensors(path: str | os.PathLike) -> dict[str, Any]:
     """The whole tensor part of a sharded folder (every shard joined, on the CPU), in a full checkpoint's layout.
 
     One process, no process group: what ``lightning-mgpu convert`` and a non-sharded strategy loading a folder use.
     It holds the whole model and optimizer state, as the full checkpoint it stands for would.
     """
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
+    folder_reader(path).read_metadata()  # a crafted .metadata is refused here, by name, not inside DCP's wrappers
     state: dict[str, Any] = {}
     # What torch's own dcp_to_torch_save does: an empty target that the planner fills from the metadata.
-    _load_state_dict(
-        state, storage_reader=FileSystemReader(str(path)), planner=_EmptyStateDictLoadPlanner(), no_dist=True
-    )
+    _load_state_dict(state, storage_reader=folder_reader(path), planner=load_planner(empty=True), no_dist=True)
     if "optimizer_states" in state:
         state["optimizer_states"] = [_with_int_ids(s) for s in state["optimizer_states"]]
     return state
@@ -249,17 +335,13 @@ def read_sharded_tensors(path: str | os.PathLike) -> dict[str, Any]:
 
 def sharded_model_keys(path: str | os.PathLike) -> set[str]:
     """The model keys of a sharded folder, read from its metadata alone (no tensor is loaded)."""
-    from torch.distributed.checkpoint import FileSystemReader
-
-    planner_data = FileSystemReader(str(path)).read_metadata().planner_data or {}
+    planner_data = folder_reader(path).read_metadata().planner_data or {}
     return {str(where[1]) for where in planner_data.values() if len(where) == 2 and where[0] == "state_dict"}
 
 
 def saved_entries(path: str | os.PathLike) -> list[tuple[tuple[Any, ...], Any]]:
     """``(path in the checkpoint dict, storage metadata)`` of every entry of a folder, from its metadata alone."""
-    from torch.distributed.checkpoint import FileSystemReader
-
-    metadata = FileSystemReader(str(path)).read_metadata()
+    metadata = folder_reader(path).read_metadata()
     planner_data = metadata.planner_data or {}
     return [(tuple(planner_data[key]), md) for key, md in metadata.state_dict_metadata.items() if key in planner_data]
 
@@ -267,7 +349,7 @@ def saved_entries(path: str | os.PathLike) -> list[tuple[tuple[Any, ...], Any]]:
 def _dcp_load(state: dict[str, Any], path: str | os.PathLike) -> None:
     import torch.distributed.checkpoint as dcp
 
-    dcp.load(state, storage_reader=dcp.FileSystemReader(str(path)))
+    dcp.load(state, storage_reader=folder_reader(path), planner=load_planner())
 
 
 def read_sharded_model(path: str | os.PathLike, template: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -36,6 +36,7 @@ from lightning_mgpu.checkpoint.sharded import (
     temporary_folder,
     write_sharded_checkpoint,
 )
+from lightning_mgpu.security.trust import check_untrusted_load
 from lightning_mgpu.strategies._spawn import CleanExitSpawnLauncher
 from lightning_mgpu.strategies._steps import StepRouting
 from lightning_mgpu.utilities.failures import on_training_failure
@@ -288,9 +289,12 @@ class ShardedBase(StepRouting, DDPStrategy):
         path = Path(checkpoint_path)
         if not (self._holds_shards() and is_sharded_checkpoint(path)):
             return self._adopt_legacy_precision_state(super().load_checkpoint(checkpoint_path, *args, **kwargs))
+        # As the checkpoint IO decides for a file: weights_only=False asks for a full unpickle, so does its `trusted`.
+        trusted = kwargs.get("weights_only") is False or getattr(self.checkpoint_io, "trusted", False)
+        check_untrusted_load(path, trusted)
         self._load_sharded_folder(path)
         self._restored_in_place = True
-        meta = load_checkpoint_file(path / META_FILENAME, trusted=kwargs.get("weights_only") is False)
+        meta = load_checkpoint_file(path / META_FILENAME, trusted=trusted)
         return self._adopt_legacy_precision_state(meta)
 
     def _adopt_legacy_precision_state(self, checkpoint: dict[str, Any]) -> dict[str, Any]:

@@ -150,9 +150,17 @@ _LIBRARY = [
     "lightning_mgpu.demos",
     "lightning_mgpu.launchers",
 ]
+#: every top-level home of the package (the security rule lists those it may not import)
+_FLOORS = sorted({".".join(m.split(".")[:2]) for m in MODULES if m.count(".") >= 1})
 RULES = [
     ("lightning_mgpu.utilities", ["lightning_mgpu"]),  # the bottom floor imports nothing above it
-    # The formats stand on the bottom floor only: every strategy, callback and tool reads and writes through them.
+    # Trust (advisories, the check at every load) stands on the bottom floor: the checkpoint formats ask it.
+    (
+        "lightning_mgpu.security",
+        [m for m in _FLOORS if m not in ("lightning_mgpu.utilities", "lightning_mgpu.security")],
+    ),
+    # The formats stand on the bottom floor and security only: every strategy, callback and tool reads and writes
+    # through them.
     ("lightning_mgpu.checkpoint", [*_LIBRARY, *_ABOVE_ALL]),
     # The plugins the strategies train with (Lightning's plugins/precision) know no strategy.
     (

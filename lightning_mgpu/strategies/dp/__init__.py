@@ -11,5 +11,8 @@ from lightning_mgpu.strategies.dp.strategy import (
     LightningDataParallel,
     SmallBatchError,
 )
+from lightning_mgpu.utilities.deprecation import moved_names
 
 __all__ = ["BatchSplitError", "DataParallelStrategy", "LightningDataParallel", "SmallBatchError"]
+
+__getattr__ = moved_names(__name__)  # names that moved out, with a DeprecationWarning (CHANGELOG.md)

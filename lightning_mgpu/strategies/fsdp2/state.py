@@ -14,7 +14,13 @@ from torch import nn
 from torch.optim import Optimizer
 
 from lightning_mgpu.checkpoint.keys import ids_from_names, names_from_ids
-from lightning_mgpu.checkpoint.sharded import check_saved_optimizer_count, saved_entries, split_checkpoint
+from lightning_mgpu.checkpoint.sharded import (
+    check_saved_optimizer_count,
+    folder_reader,
+    load_planner,
+    saved_entries,
+    split_checkpoint,
+)
 
 __all__ = [
     "full_model_state",
@@ -218,7 +224,7 @@ def load_sharded_checkpoint(module: nn.Module, optimizers: list[Optimizer], path
     }
     tensors, _ = split_checkpoint(target)
     check_saved_optimizer_count(path, saved_entries(path), len(optimizers))
-    dcp.load(tensors, storage_reader=dcp.FileSystemReader(str(path)))
+    dcp.load(tensors, storage_reader=folder_reader(path), planner=load_planner())
     set_model_state_dict(module, tensors["state_dict"], options=_options(full_state_dict=False))
     for optimizer, state in zip(optimizers, tensors["optimizer_states"]):
         ids = {**state, "state": {int(pid): slots for pid, slots in state["state"].items()}}

@@ -11,6 +11,7 @@ from lightning_mgpu.strategies.sharded.strategy import ShardedStrategy
 from lightning_mgpu.strategies.sharded.zero import ZeroStrategy
 
 # Measuring what a sharded optimizer holds, where users of the sharded strategies look for it (its home: utilities).
+from lightning_mgpu.utilities.deprecation import moved_names
 from lightning_mgpu.utilities.optimizers import local_optimizer, local_optimizer_state_bytes
 
 __all__ = [
@@ -19,3 +20,5 @@ __all__ = [
     "local_optimizer",
     "local_optimizer_state_bytes",
 ]
+
+__getattr__ = moved_names(__name__)  # names that moved out, with a DeprecationWarning (CHANGELOG.md)

@@ -197,3 +197,67 @@ def test_background_saves_land_one_at_a_time_and_a_failure_surfaces_at_wait(
         assert weight(path) == 2.0  # the previous checkpoint stays in place
     finally:
         destroy_all_groups(release=True)
+
+
+class _OpensMarker:
+    """Unpickling it creates the marker file (a real payload that starts no process)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (open, (str(self.marker), "w"))
+
+
+def _clean_folder(tmp_path: Path, extra: dict | None = None) -> Path:
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    state = {**model.state_dict(), **(extra or {})}
+    path = tmp_path / "folder.ckpt"
+    checkpoint = {"state_dict": state, "optimizer_states": [optimizer.state_dict()], "global_step": 1}
+    sharded_checkpoint.write_sharded_checkpoint(
+        checkpoint, path, temporary_folder(path), coordinator=True, no_dist=True
+    )
+    return path
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning:torch.distributed")
+def test_a_folder_is_read_as_data_and_its_optimizer_state_survives(tmp_path: Path) -> None:
+    loaded = read_checkpoint(_clean_folder(tmp_path))
+    (group,) = loaded["optimizer_states"][0]["param_groups"]
+    assert group["betas"] == (0.9, 0.999) and group["lr"] == 1e-3 and loaded["global_step"] == 1
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning:torch.distributed")
+def test_a_crafted_metadata_is_refused_where_torchs_own_reader_runs_it(tmp_path: Path, monkeypatch) -> None:
+    from torch.distributed.checkpoint import FileSystemReader
+
+    from lightning_mgpu.security import advisories
+    from lightning_mgpu.security.trust import UnsafeCheckpointError
+
+    monkeypatch.setattr(advisories, "installed_version", lambda package: "2.13.0")  # past GHSA-63cw-57p8-fm3p
+    path = _clean_folder(tmp_path)
+    marker = tmp_path / "PAYLOAD_RAN"
+    (path / ".metadata").write_bytes(__import__("pickle").dumps(_OpensMarker(marker)))
+    for read in (read_checkpoint, lambda p: check_checkpoint_matches(nn.Linear(3, 2), p), saved_entries):
+        with pytest.raises(UnsafeCheckpointError, match=r"its \.metadata names io\.open.*Nothing was executed"):
+            read(path)
+    assert not marker.exists()
+    FileSystemReader(str(path)).read_metadata()  # torch's reader unpickles it: the payload is real
+    assert marker.exists()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning:torch.distributed")
+def test_a_crafted_entry_of_the_shards_is_refused(tmp_path: Path, monkeypatch) -> None:
+    from lightning_mgpu.security import advisories
+    from lightning_mgpu.security.trust import UnsafeCheckpointError
+
+    monkeypatch.setattr(advisories, "installed_version", lambda package: "2.13.0")
+    marker = tmp_path / "PAYLOAD_RAN"
+    path = _clean_folder(tmp_path, extra={"evil": _OpensMarker(marker)})  # DCP stores a non-tensor as bytes
+    assert not marker.exists()
+    with pytest.raises(UnsafeCheckpointError, match=r"an entry of its shards is not plain data .*io\.open"):
+        read_checkpoint(path)
+    assert not marker.exists()

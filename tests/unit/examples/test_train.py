@@ -122,6 +122,7 @@ def _bad_inputs(tmp: Path) -> dict[str, list[tuple[list[str], str]]]:
         "--seed": [(["--seed", "x"], "invalid int value")],
         "--debug": [(["--debug=1"], flag_value)],
         "--deterministic": [(["--deterministic=1"], flag_value)],
+        "--trust-checkpoint": [(["--trust-checkpoint=yes"], flag_value)],
         "--data": [(["--data", "imagenet"], "invalid choice: 'imagenet'")],
         "--num-workers": [(["--num-workers", "-1"], "--num-workers must be >= 0")],
         "--logger": [(["--logger", "wandb"], "invalid choice: 'wandb'")],
@@ -197,6 +198,32 @@ def test_every_flag_refuses_bad_values_with_one_line_and_status_2(
             assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert not Path("/proc/lightning_mgpu_test").exists()
+
+
+def test_old_torch_refuses_ckpt_path_unless_trust_checkpoint(tmp_path, capsys, monkeypatch) -> None:
+    """On a torch below 2.10 (GHSA-63cw-57p8-fm3p) --ckpt-path is refused with one line and status 2 before anything
+    is read; --trust-checkpoint reads it (here: a checkpoint of another model, so the key check answers next)."""
+    import torch
+
+    from lightning_mgpu.security import advisories
+
+    monkeypatch.setattr(advisories, "installed_version", lambda package: "2.9.1" if package == "torch" else None)
+    foreign = tmp_path / "foreign.ckpt"
+    torch.save({"state_dict": {"other.weight": torch.ones(1)}, "pytorch-lightning_version": "2.6.0"}, foreign)
+    train = import_train_script()
+    argv = ["--strategy", "dp", "--logger", "none", "--output-dir", str(tmp_path / "out"), "--ckpt-path", str(foreign)]
+    for flags, says in (([], "GHSA-63cw-57p8-fm3p"), (["--trust-checkpoint"], "was not written by this model")):
+        with pytest.raises(SystemExit) as exit_info, pytest.warns(UserWarning) if flags else _nothing():
+            train.run([*argv, *flags])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2, err
+        assert err.count("\n") == 1 and says in err, (flags, err)
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
 
 
 def test_docs_train_md_has_a_row_for_every_flag() -> None:
