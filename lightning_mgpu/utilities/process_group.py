@@ -122,7 +122,7 @@ def release_destroyed_groups(groups: list[weakref.ref[Any]]) -> int:
         return 0
     released = 0
     # Types are read with type(), never isinstance() or getattr(): those go through an object's __class__ and
-    # __getattribute__, and some objects warn or compute there (torch.distributed.reduce_op warns that it is deprecated).
+    # __getattribute__, and some objects warn or compute there (torch.distributed.reduce_op warns: deprecated).
     for holder in gc.get_objects():
         kind = type(holder)
         # A default argument: the defaults tuple is tracked or not depending on whether a collection has run since.
