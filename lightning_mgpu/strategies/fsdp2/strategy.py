@@ -27,6 +27,7 @@ from lightning.fabric.plugins.collectives.torch_collective import default_pg_tim
 from lightning.fabric.utilities.init import _has_meta_device_parameters_or_buffers, _materialize_distributed_module
 from lightning.pytorch.overrides.distributed import _sync_module_states
 from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import nn
 from torch.optim import Optimizer
@@ -149,6 +150,7 @@ class FSDP2Strategy(ShardedBase):
     # ------------------------------------------------------------------ setup
     @override
     def _setup_fit(self, trainer: pl.Trainer) -> None:
+        _refuse_weight_averaging(trainer)
         # The optimizers must be built on the sharded (DTensor) parameters: fully_shard first.
         self._fully_shard()
         self.setup_optimizers(trainer)
@@ -259,3 +261,22 @@ class FSDP2Strategy(ShardedBase):
     def register_strategies(cls, strategy_registry: Any) -> None:
         description = "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2)"
         cls._register_pair(strategy_registry, cls.strategy_name, "sharded_fsdp2_spawn", description)
+
+
+def _refuse_weight_averaging(trainer: pl.Trainer) -> None:
+    """Lightning's SWA and EMA refuse sharded models by checking for its own FSDP and DeepSpeed classes, which this is
+    not: without this they fail after the first epoch, inside torch's ``AveragedModel`` ("got mixed torch.Tensor and
+    DTensor"). Refused before anything is sharded, in one line."""
+    from lightning.pytorch.callbacks import StochasticWeightAveraging
+
+    try:
+        from lightning.pytorch.callbacks import WeightAveraging  # Lightning 2.6 (EMA)
+    except ImportError:  # Lightning 2.5
+        WeightAveraging = StochasticWeightAveraging  # type: ignore[misc,assignment]  # noqa: N806
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]
+        if isinstance(callback, (StochasticWeightAveraging, WeightAveraging)):
+            raise MisconfigurationException(
+                f"{type(callback).__name__} cannot average a model that strategy='sharded_fsdp2' shards (its parameters"
+                " are DTensor shards, which torch's AveragedModel cannot copy): use strategy='sharded_zero' or"
+                " 'sharded' (whole parameters on every rank, optimizer state sharded), or 'ddp'."
+            )

@@ -160,3 +160,32 @@ def test_a_checkpoint_from_before_the_engine_classes_resumes_its_grad_scaler() -
     assert zero._adopt_legacy_precision_state(dict(old))["MixedPrecision"] == old["ShardedMixedPrecision"]
     new = {"FSDP2MixedPrecision": {"scale": 2.0}, "ShardedMixedPrecision": {"scale": 8.0}}
     assert fsdp2._adopt_legacy_precision_state(dict(new))["FSDP2MixedPrecision"] == {"scale": 2.0}  # its own wins
+
+
+@pytest.mark.parametrize("averaging", ["swa", "ema"])
+def test_weight_averaging_is_refused_before_anything_is_sharded(averaging: str, tmp_path) -> None:
+    """Lightning's SWA and EMA guard against its own FSDP and DeepSpeed classes only; under this strategy they failed
+    after the first epoch inside torch's AveragedModel ("got mixed torch.Tensor and DTensor")."""
+    from lightning.pytorch.callbacks import EMAWeightAveraging, StochasticWeightAveraging
+    from lightning.pytorch.demos.boring_classes import BoringModel
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    from lightning_mgpu.strategies.fsdp2.sharding import is_fully_sharded
+
+    callback = StochasticWeightAveraging(swa_lrs=0.1) if averaging == "swa" else EMAWeightAveraging()
+    model = BoringModel()
+    trainer = pl.Trainer(
+        strategy=FSDP2Strategy(),
+        accelerator="cpu",
+        devices=1,
+        max_epochs=2,
+        callbacks=[callback],
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+    )
+    name = type(callback).__name__
+    with pytest.raises(MisconfigurationException, match=rf"^{name} cannot average .* strategy='sharded_fsdp2'"):
+        trainer.fit(model)
+    assert not is_fully_sharded(model) and trainer.global_step == 0
