@@ -429,6 +429,7 @@ class HorovodStrategy(ParallelStrategy):
         if not self._collectives_enabled():
             return tensor
         self._join()
+        tensor = tensor.contiguous()  # Horovod refuses a strided view ("Tensor is required to be contiguous")
         if op == hvd.Average and not (tensor.is_floating_point() or tensor.is_complex()):
             return hvd.allreduce(tensor, op=hvd.Sum, name=self._name("reduce")) / hvd.size()
         return hvd.allreduce(tensor, op=op, name=self._name("reduce"))
@@ -447,7 +448,8 @@ class HorovodStrategy(ParallelStrategy):
         self._join()
         hvd = runtime.horovod_torch()
         with torch.enable_grad() if sync_grads else torch.no_grad():
-            return hvd.allgather(tensor.unsqueeze(0), name=self._name("all_gather"))
+            # Horovod refuses a strided view ("Tensor is required to be contiguous"), where torch gathers it.
+            return hvd.allgather(tensor.contiguous().unsqueeze(0), name=self._name("all_gather"))
 
     @override
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:

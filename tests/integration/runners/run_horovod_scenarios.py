@@ -375,6 +375,11 @@ def collectives(strategy: Any, rank: int) -> dict[str, Any]:
     value = torch.tensor([float(rank + 1)])
     result = {
         "all_gather": strategy.all_gather(torch.tensor([rank, 10 + rank])).tolist(),
+        # A strided view (a column of a matrix), as a LightningModule's self.all_gather often gets one.
+        "all_gather_strided": strategy.all_gather(torch.tensor([[rank, 0], [10 + rank, 0]]).t()[0]).tolist(),
+        "reduce_strided": strategy.reduce(
+            torch.tensor([[1.0, 0.0], [float(rank), 0.0]]).t()[0], reduce_op="sum"
+        ).tolist(),
         "broadcast_from_1": strategy.broadcast({"from": rank}, src=1),
         "reduce_mean": strategy.reduce(value).item(),
         "reduce_sum": strategy.reduce(value, reduce_op="sum").item(),

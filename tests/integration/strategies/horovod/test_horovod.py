@@ -169,6 +169,8 @@ def test_lightning_sees_horovod_ranks_and_rank_zero_writes_checkpoints(workers: 
         # all_gather, broadcast, reduce and the boolean decision go through Horovod, not a local no-op.
         assert checks["collectives"] == {
             "all_gather": [[0, 10], [1, 11]],
+            "all_gather_strided": [[0, 10], [1, 11]],
+            "reduce_strided": [2.0, 1.0],
             "broadcast_from_1": {"from": 1},
             "reduce_mean": 1.5,
             "reduce_sum": 3.0,
