@@ -425,6 +425,7 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
 def with_comments(cls: cst.ClassDef, comments: list[tuple[str, str]]) -> cst.ClassDef:
     """Each ``(method, text)`` as a ``# text`` line above that method (once: a second run adds nothing)."""
     for method, text in comments:
+        text = rules.one_line(text)  # a comment holds no line break
         body = list(cls.body.body)
         for index, statement in enumerate(body):
             if isinstance(statement, cst.FunctionDef) and statement.name.value == method:

@@ -5,6 +5,7 @@ Tables only (no libcst here), so that docs/upgrade.md and the tests read the sam
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 #: The Lightning namespaces a script may import, and the bundle module that serves each (the user's namespace stays).
@@ -571,6 +572,14 @@ RULES = _rules(
         "self.hparams = ... fails in 2.x: call self.save_hyperparameters(...)",
         "hparams is read-only in 2.x; self.save_hyperparameters(hparams) stores a Namespace or dict the same way.",
     ),
+    # -- the tool itself -------------------------------------------------------------------------------------------
+    Rule(
+        "internal-error",
+        "{node} not converted: the tool raised {error}; please report it",
+        "lightning-mgpu upgrade raised an exception while rewriting this construct, so the construct was left as it"
+        " was; the rest of the file was converted. Convert it by hand, and please report it with the construct's code"
+        " and the exception the TODO names.",
+    ),
     # -- notes ------------------------------------------------------------------------------------------------------
     Rule(
         "fairscale-checkpoint",
@@ -581,12 +590,37 @@ RULES = _rules(
 )
 
 
+def one_line(value: object, limit: int | None = None) -> str:
+    """``value`` as text that fits on one comment line: every run of whitespace (line breaks included: a comment
+    cannot hold one) becomes one space, and the result is cut to ``limit`` characters, ending in ``...``.
+
+    Args:
+        value: any value; its ``str()`` is used (the code of a node that may span several lines).
+        limit: the most characters kept (None: all).
+    """
+    text = re.sub(r"([(\[{]) | ([)\]}])", r"\1\2", " ".join(str(value).split()))  # "(\n    x\n)" -> "(x)"
+    if limit is not None and len(text) > limit:
+        text = text[: max(limit - 3, 0)] + "..."
+    return text
+
+
 def todo_text(rule_id: str, **values: object) -> str:
-    """The comment text of a TODO (without the ``#``): the rule's short text with ``values`` cut to 40 characters."""
-    short = {k: (v if len(str(v)) <= 24 else str(v)[:21] + "...") for k, v in values.items()}
-    return f"{TODO_TAG}{rule_id}): {RULES[rule_id].todo.format(**short)}"
+    """The comment text of a TODO (without the ``#``): the rule's short text with ``values`` on one line, each cut to
+    24 characters.
+
+    Raises:
+        KeyError: an unknown rule, or a value the rule's text names is missing.
+    """
+    short = {k: one_line(v, 24) for k, v in values.items()}
+    return one_line(f"{TODO_TAG}{rule_id}): {RULES[rule_id].todo.format(**short)}")
+
+
+def rule_of(text: str) -> str:
+    """The rule id a TODO's or a note's comment text names (``""`` where it names none)."""
+    match = re.search(r"(?:TODO|NOTE)\(lightning-mgpu:([a-z0-9-]+)\)", text)
+    return match.group(1) if match else ""
 
 
 def note_text(rule_id: str) -> str:
     """The comment text of a note (advice on code that keeps working, or on what was dropped)."""
-    return f"NOTE(lightning-mgpu:{rule_id}): {RULES[rule_id].todo}"
+    return one_line(f"NOTE(lightning-mgpu:{rule_id}): {RULES[rule_id].todo}")

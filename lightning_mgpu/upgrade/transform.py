@@ -7,6 +7,8 @@ output, and a TODO comment is added only where the same comment is not there yet
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +24,8 @@ from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
 from lightning_mgpu.upgrade.scopes import literal as _literal
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -31,6 +35,12 @@ class Finding:
     message: str
     todo: bool = False
     note: bool = False  # advice about code that keeps working (nothing to change)
+    rule: str = ""  # the rule's id (a TODO's or a note's is read from its text when not given)
+    cell: int | None = None  # in a notebook: the cell, counting every cell from 1
+
+    def __post_init__(self) -> None:
+        if not self.rule and (self.todo or self.note):
+            object.__setattr__(self, "rule", rules.rule_of(self.message))
 
 
 @dataclass
@@ -67,6 +77,15 @@ def _string(node: cst.BaseExpression) -> str | None:
 
 def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
+
+
+def _node_kind(node: cst.CSTNode) -> str:
+    """What a node is, for a TODO: ``Trainer(...)`` for a call, ``def name`` / ``class Name``, else its libcst type."""
+    if isinstance(node, cst.Call):
+        return f"{(_dotted(node.func) or 'a call').rsplit('.', 1)[-1]}(...)"
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        return f"{'def' if isinstance(node, cst.FunctionDef) else 'class'} {node.name.value}"
+    return type(node).__name__
 
 
 def _quoted(value: str) -> cst.SimpleString:
@@ -517,7 +536,8 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         if value is not None:
             args.remove(name)
             args.todo(rule)
-            args.todos[-1] += f" (was {name}={_code(value)})" if len(_code(value)) <= 16 else ""
+            written = rules.one_line(_code(value))
+            args.todos[-1] += f" (was {name}={written})" if len(written) <= 16 else ""
             args.changes.append(f"{name}={_code(value)} removed from the call (a TODO says the 2.x way)")
     return args
 
@@ -662,6 +682,9 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._attribute_names: set[int] = set()  # ids of the Name nodes that are an attribute's attr
         self._lightning_class: list[bool] = []  # per enclosing class: whether it may be a Lightning class
         self._auto_move_data: set[str] = set()  # local names of the removed @auto_move_data decorator
+        self._failed: set[int] = set()  # ids of the nodes whose rewrite raised (each gets one internal-error TODO)
+        self._visit_failed: set[int] = set()  # ids of the nodes whose visit_* raised
+        self._module_comments: list[str] | None = None  # TODOs with no statement to sit above: the file's header
 
     # -- bookkeeping ---------------------------------------------------------------------------------------------
 
@@ -676,14 +699,28 @@ class UpgradeTransformer(cst.CSTTransformer):
 
     def _todo(self, node: cst.CSTNode, text: str) -> None:
         """A TODO comment (``text`` from :func:`rules.todo_text`) above the statement being visited."""
+        text = rules.one_line(text)  # a comment holds no line break: libcst would refuse the whole file
         self.findings.append(Finding(self._line(node), text, todo=True))
         if self._pending:
             self._pending[-1].append(text)
+        elif self._module_comments is not None:
+            self._module_comments.append(text)
 
     def _note(self, node: cst.CSTNode, text: str) -> None:
+        text = rules.one_line(text)
         self.findings.append(Finding(self._line(node), text, note=True))
         if self._pending:
             self._pending[-1].append(text)
+
+    def _internal_error(self, node: cst.CSTNode, err: BaseException) -> None:
+        """``node``'s rewrite raised: a TODO at it names the exception, and the rest of the file still converts."""
+        if id(node) in self._failed:
+            return
+        self._failed.add(id(node))
+        log.debug(
+            "lightning-mgpu upgrade failed on a %s at line %s", type(node).__name__, self._line(node), exc_info=err
+        )
+        self._todo(node, rules.todo_text("internal-error", node=_node_kind(node), error=type(err).__name__))
 
     def _args(self, items: list[tuple[str, cst.BaseExpression, cst.Arg | None]]) -> _TrainerArgs:
         """Keyword arguments to rewrite, with what this file says about their values."""
@@ -704,14 +741,36 @@ class UpgradeTransformer(cst.CSTTransformer):
             # a TODO written there by an earlier run is found here, so a second run does not write it again.
             self._first_statement = node.body[0] if node.body else None
             self._header_comments = {line.comment.value for line in node.header if line.comment is not None}
+            self._module_comments = []
         if isinstance(node, (cst.Module, cst.FunctionDef)):
-            self._scopes.append(self.facts.scopes[node])
-        return super().on_visit(node)
+            # A function the pre-pass failed on has no scope of its own: it knows nothing about its names.
+            self._scopes.append(self.facts.scopes.get(node) or Scope(node, self._scopes[-1] if self._scopes else None))
+        if node in self.facts.failed:
+            self._internal_error(node, self.facts.failed[node])
+        # Whatever one construct raises stays with that construct: a TODO there, its children left as they are, and
+        # the rest of the file converted (each visit_* records its state only once it cannot fail any more).
+        try:
+            return super().on_visit(node)
+        except Exception as err:  # noqa: BLE001
+            self._internal_error(node, err)
+            self._visit_failed.add(id(node))
+            return False
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
-        result = super().on_leave(original_node, updated_node)
+        if id(original_node) in self._visit_failed:
+            result = updated_node  # its visit raised before recording anything: its leave is skipped too
+        else:
+            try:
+                result = super().on_leave(original_node, updated_node)
+            except Exception as err:  # noqa: BLE001
+                self._internal_error(original_node, err)
+                result = updated_node  # its children converted, its own rewrite left out
         if isinstance(original_node, (cst.Module, cst.FunctionDef)):
             self._scopes.pop()
+        if isinstance(original_node, cst.Module) and self._module_comments:
+            header = [line.comment.value for line in result.header if line.comment is not None]
+            new = [f"# {t}" for t in dict.fromkeys(self._module_comments) if f"# {t}" not in header]
+            result = result.with_changes(header=[*result.header, *(cst.EmptyLine(comment=cst.Comment(c)) for c in new)])
         if isinstance(original_node, _STATEMENTS):
             comments = self._pending.pop()
             first = result.nodes[0] if isinstance(result, cst.FlattenSentinel) and result.nodes else result
@@ -1407,19 +1466,21 @@ class UpgradeTransformer(cst.CSTTransformer):
     # -- LightningModule and callback hooks ------------------------------------------------------------------------
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._class_depth += 1
         bases = {(_dotted(b.value) or "").rsplit(".", 1)[-1] for b in node.bases}
-        # A plain nn.Module (or no base): its training_epoch_end is the user's own, called by their own loop.
-        self._lightning_class.append(bool(bases - rules.NON_LIGHTNING_BASES))
-        if bases & {"LightningDataModule"} or bases & self.datamodules:
-            self.datamodules.add(node.name.value)
         methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}
         step = methods.get("training_step")
-        self._class_has_optimizer_idx.append(
+        has_optimizer_idx = (
             step is not None
             and any(p.name.value == "optimizer_idx" for p in step.params.params)
             and _uses(step.body, "optimizer_idx", "training_step") > 0
         )
+        # Recorded only from here on, where nothing can raise: leave_ClassDef pops what this pushed.
+        self._class_depth += 1
+        # A plain nn.Module (or no base): its training_epoch_end is the user's own, called by their own loop.
+        self._lightning_class.append(bool(bases - rules.NON_LIGHTNING_BASES))
+        if bases & {"LightningDataModule"} or bases & self.datamodules:
+            self.datamodules.add(node.name.value)
+        self._class_has_optimizer_idx.append(has_optimizer_idx)
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._class_depth -= 1
@@ -1433,7 +1494,12 @@ class UpgradeTransformer(cst.CSTTransformer):
             lambda c: convert_epoch_ends(c, has_optimizer_idx),
             convert_renamed_hooks,
         ):
-            result = convert(updated)
+            try:
+                result = convert(updated)
+            except Exception as err:  # noqa: BLE001  (one rewrite of the class failed: the others still run)
+                self._internal_error(original, err)
+                self._failed.discard(id(original))  # a second converter's failure gets its TODO too
+                continue
             updated = result.node
             for method, message in result.changes:
                 self.findings.append(Finding(lines.get(method, self._line(original)), message))
@@ -1487,9 +1553,8 @@ class UpgradeTransformer(cst.CSTTransformer):
         return updated.with_changes(params=updated.params.with_changes(params=params), body=body)
 
 
-def _namespace_of(module: cst.Module) -> str:
-    """The Lightning tree a file imports (``pytorch_lightning`` for 1.x code that names neither)."""
-    code = module.code
+def namespace_of(code: str) -> str:
+    """The Lightning tree some code imports (``pytorch_lightning`` for 1.x code that names neither)."""
     if "pytorch_lightning" in code:
         return "pytorch_lightning"
     if "lightning.pytorch" in code or "from lightning import pytorch" in code:
@@ -1497,17 +1562,23 @@ def _namespace_of(module: cst.Module) -> str:
     return "pytorch_lightning"
 
 
-def upgrade_source(source: str) -> FileResult:
+def upgrade_source(source: str, namespace: str | None = None, aliases: dict[str, str] | None = None) -> FileResult:
     """Upgrade one file's source.
 
     Args:
         source: Python source of a Lightning 1.x script or module.
+        namespace: the Lightning tree that added imports come from (default: the one ``source`` imports).
+        aliases: names that stand for a Lightning tree without ``source`` importing them (a notebook's earlier
+            cells: ``{"pl": "pytorch_lightning"}``).
 
     Returns:
         The upgraded source (identical when there was nothing to do) and its findings, with original line numbers.
 
     Raises:
         libcst.ParserSyntaxError: the source does not parse.
+        UpgradeError: the rewritten source does not compile where the source did (a bug of the tool: the caller leaves
+            the file as it was). An exception in one construct's rewrite is not raised: the construct stays as it
+            was, with an ``internal-error`` TODO, and the rest of the file converts.
 
     Example::
 
@@ -1518,11 +1589,48 @@ def upgrade_source(source: str) -> FileResult:
     wrapper = MetadataWrapper(module)
     facts = FileFacts()
     wrapper.module.visit(facts)
-    transformer = UpgradeTransformer(facts, _namespace_of(module))
+    transformer = UpgradeTransformer(facts, namespace or namespace_of(source))
+    transformer.namespace_aliases.update(aliases or {})
     new = wrapper.visit(transformer)
     findings = sorted(transformer.findings, key=lambda f: (f.line, f.todo))
     if transformer.fairscale_checkpoint_line is not None:
         findings.append(
             Finding(transformer.fairscale_checkpoint_line, rules.note_text("fairscale-checkpoint"), note=True)
         )
-    return FileResult(new.code, findings)
+    code = new.code
+    if code != source:
+        _check_compiles(source, code)
+    return FileResult(code, findings)
+
+
+def syntax_error(source: str, err: Exception) -> str:
+    """Where and why ``source`` does not parse, in Python's own words (libcst reports the token after the error)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            compile(source, "<upgrade>", "exec", dont_inherit=True)
+        except SyntaxError as syntax:
+            return f"line {syntax.lineno}: {syntax.msg}"
+    return f"line {getattr(err, 'raw_line', '?')}: {getattr(err, 'message', err)}"
+
+
+class UpgradeError(Exception):
+    """The tool produced something it must not write (a bug of the tool, never of the file)."""
+
+
+def _check_compiles(before: str, after: str) -> None:
+    """Raise :class:`UpgradeError` where ``after`` does not compile but ``before`` did.
+
+    Raises:
+        UpgradeError: the rewrite broke a file that compiled.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # invalid escapes and the like: the user's, and the same in both
+        try:
+            compile(after, "<upgraded>", "exec", dont_inherit=True)
+        except SyntaxError as err:
+            try:
+                compile(before, "<original>", "exec", dont_inherit=True)
+            except SyntaxError:
+                return  # it did not compile before either (a newer Python's syntax, or code libcst alone accepts)
+            raise UpgradeError(f"the rewrite does not compile (line {err.lineno}: {err.msg})") from err

@@ -569,7 +569,7 @@ class M(LightningModule):
 def test_every_todo_names_a_rule_fits_a_line_and_is_explained() -> None:
     for rule in rules.RULES.values():
         text = rules.todo_text(
-            rule.id, **{k: "x" * 12 for k in ("value", "old", "new", "hook", "keys", "name", "param")}
+            rule.id, **{k: "x" * 12 for k in ("value", "old", "new", "hook", "keys", "name", "param", "node", "error")}
         )
         assert len(f"    # {text}") <= 124, text
         assert explain(rule.id).startswith(f"TODO(lightning-mgpu:{rule.id}): ") and rule.text in explain(rule.id)
