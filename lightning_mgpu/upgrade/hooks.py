@@ -1,7 +1,8 @@
 """Class-level rewrites of ``lightning-mgpu upgrade``: the hooks Lightning 2.0 removed or renamed.
 
 Each function takes one class (libcst ``ClassDef``, already rewritten inside) and returns it rewritten, with what it
-did as ``(method name, message, rule or None)``: a rule names a TODO left at that method. The transformer calls them in
+did: ``(method name, rule, message)`` for each rewrite and ``(method name, comment text)`` for each TODO left at a
+method. The transformer calls them in
 a fixed order from ``leave_ClassDef``.
 """
 
@@ -28,7 +29,7 @@ class ClassResult:
     """A class after the hook rewrites, and what happened to it."""
 
     node: cst.ClassDef
-    changes: list[tuple[str, str]] = field(default_factory=list)  # (method, message)
+    changes: list[tuple[str, str, str]] = field(default_factory=list)  # (method, rule, message)
     todos: list[tuple[str, str]] = field(default_factory=list)  # (method, comment text)
     imports: list[tuple[str, str]] = field(default_factory=list)  # (module below the namespace, name)
 
@@ -257,7 +258,7 @@ def convert_epoch_ends(cls: cst.ClassDef, has_optimizer_idx: bool) -> ClassResul
             body=new_body,
         )
         result.node = _replace_method(result.node, old, [renamed])
-        result.changes.append((old, message))
+        result.changes.append((old, "epoch-end", message))
     return result
 
 
@@ -326,7 +327,9 @@ def convert_log_returns(cls: cst.ClassDef) -> ClassResult:
         new = method.visit(transformer)
         if transformer.changed:
             result.node = _replace_method(result.node, name, [new])  # type: ignore[list-item]
-            result.changes.append((name, f'{name}: returned "log"/"progress_bar" entries -> self.log_dict(...)'))
+            result.changes.append(
+                (name, "log-returns", f'{name}: returned "log"/"progress_bar" entries -> self.log_dict(...)')
+            )
     return result
 
 
@@ -366,7 +369,8 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
         for alias in aliases:
             lines.append(cst.parse_statement(f"{alias} = {new}  # 1.x's {old} ran in every loop's epochs"))
         result.node = _replace_method(result.node, old, lines)
-        result.changes.append((old, f"{old} -> {new}" + (f" (and {', '.join(aliases)})" if aliases else "")))
+        also = f" (and {', '.join(aliases)})" if aliases else ""
+        result.changes.append((old, "renamed-hook", f"{old} -> {new}{also}"))
     methods = _methods(result.node)
     interrupt = methods.get("on_keyboard_interrupt")
     if interrupt is not None:
@@ -391,7 +395,11 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
             )
             result.node = _replace_method(result.node, "on_keyboard_interrupt", [renamed])
             result.changes.append(
-                ("on_keyboard_interrupt", "on_keyboard_interrupt -> on_exception (KeyboardInterrupt only)")
+                (
+                    "on_keyboard_interrupt",
+                    "keyboard-interrupt",
+                    "on_keyboard_interrupt -> on_exception (KeyboardInterrupt only)",
+                )
             )
     methods = _methods(result.node)
     for name, param in rules.HOOK_PARAM_DROPS.items():
@@ -408,7 +416,7 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
         result.node = _replace_method(
             result.node, name, [hook.with_changes(params=hook.params.with_changes(params=kept))]
         )
-        result.changes.append((name, f"{name}: dropped {param} (gone from the 2.x signature)"))
+        result.changes.append((name, "hook-param", f"{name}: dropped {param} (gone from the 2.x signature)"))
     methods = _methods(result.node)
     for name in ("on_init_start", "on_init_end"):
         if (

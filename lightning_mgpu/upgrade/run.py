@@ -11,6 +11,7 @@ import argparse
 import difflib
 import logging
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,7 +193,15 @@ def summary(report: RunReport, write: bool) -> str:
     entries: list[tuple[str, int, int, str]] = []
     for group in (report.changed, report.todos, report.notes):
         for path, findings in group.items():
-            entries += [(str(path), f.cell or 0, f.line, f"{_where(path, f)}: {f.message}") for f in findings]
+            entries += [
+                (
+                    str(path),
+                    f.cell or 0,
+                    f.line,
+                    f"{_where(path, f)}: {f.message}" + (f" [{f.rule}]" if group is report.changed else ""),
+                )
+                for f in findings
+            ]
     lines = [text for *_, text in sorted(entries, key=lambda e: e[:3])]
     for path, cells in report.unparsable_cells.items():
         lines += [
@@ -210,8 +219,17 @@ def summary(report: RunReport, write: bool) -> str:
         f" {len(report.failed)} file(s) the tool failed on"
         + ("" if write or not report.changed else "; run again with --write to apply")
     )
-    if report.todos or report.notes:
-        lines.append("lightning-mgpu upgrade --explain RULE prints what a TODO(lightning-mgpu:RULE) asks, in full")
+    for what, group in (("rewrites", report.changed), ("TODOs", report.todos), ("notes", report.notes)):
+        counts = Counter(f.rule for findings in group.values() for f in findings)
+        if counts:
+            by_rule = ", ".join(
+                f"{rule} {n}" for rule, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+            )
+            lines.append(f"{what} by rule: {by_rule}")
+    if report.todos or report.notes or report.changed:
+        lines.append(
+            "lightning-mgpu upgrade --explain RULE prints a rule in full (what a TODO(lightning-mgpu:RULE) asks)"
+        )
     return "\n".join(lines)
 
 
@@ -224,20 +242,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--explain", metavar="RULE", help="print the full text of a rule named in a TODO(lightning-mgpu:RULE) and exit"
     )
+    parser.add_argument(
+        "--rules-markdown", action="store_true", help="print the table of every rule (docs/upgrade.md's) and exit"
+    )
 
 
 def explain(rule_id: str) -> str | None:
     """A rule's full text (None for an unknown rule)."""
-    from lightning_mgpu.upgrade.rules import RULES
+    from lightning_mgpu.upgrade.rules import explain as rule_text
 
-    rule = RULES.get(rule_id)
-    return None if rule is None else f"TODO(lightning-mgpu:{rule.id}): {rule.todo}\n\n{rule.text}"
+    return rule_text(rule_id)
 
 
 def main(args: argparse.Namespace) -> int:
     """``lightning-mgpu upgrade``: returns the exit status."""
     from lightning_mgpu.utilities.imports import MissingDependencyError, require
 
+    if args.rules_markdown:
+        from lightning_mgpu.upgrade.rules import rules_markdown
+
+        print(rules_markdown())  # noqa: T201  (the command's own output)
+        return 0
     if args.explain is not None:
         from lightning_mgpu.upgrade.rules import RULES
 

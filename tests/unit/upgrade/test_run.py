@@ -101,12 +101,18 @@ def test_single_files_and_a_missing_path(scripts: Path, capsys: pytest.CaptureFi
     assert "nope.py does not exist: pass .py or .ipynb files or folders" in capsys.readouterr().err
 
 
-def test_the_docs_list_every_rule() -> None:
-    from lightning_mgpu.upgrade.rules import RULES
+def test_the_docs_rule_table_is_the_registrys(capsys: pytest.CaptureFixture) -> None:
+    from lightning_mgpu.upgrade.rules import RULES, rules_markdown
 
     docs = (Path(__file__).resolve().parents[3] / "docs" / "upgrade.md").read_text()
-    missing = [rule.id for rule in RULES.values() if f"| `{rule.id}` | {rule.text} |" not in docs]
-    assert not missing, f"docs/upgrade.md lacks (or has an old text for) {missing}"
+    block = docs.split("<!-- rules:start (generated: lightning-mgpu upgrade --rules-markdown) -->\n", 1)[1]
+    table = block.split("\n<!-- rules:end -->", 1)[0]
+    assert table == rules_markdown(), (
+        "docs/upgrade.md's rule table is stale: paste lightning-mgpu upgrade --rules-markdown"
+    )
+    assert table.count("\n| `") == len(RULES)
+    assert cli_main(["upgrade", "--rules-markdown"]) == 0
+    assert capsys.readouterr().out == rules_markdown() + "\n"
 
 
 @pytest.mark.parametrize("namespace", ["lightning.pytorch", "pytorch_lightning"])
