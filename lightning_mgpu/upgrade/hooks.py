@@ -46,6 +46,20 @@ def _replace_method(cls: cst.ClassDef, name: str, new: list[cst.BaseStatement]) 
     return cls.with_changes(body=cls.body.with_changes(body=body))
 
 
+def _as_block(func: cst.FunctionDef) -> cst.FunctionDef:
+    """``def f(self): a; return b`` with its statements on lines of their own, in an indented block: the rewrites
+    insert statements into a body and rewrite its ``return`` lines (a one-line body has neither)."""
+    if isinstance(func.body, cst.IndentedBlock):
+        return func
+    suite = func.body
+    assert isinstance(suite, cst.SimpleStatementSuite)
+    lines = [
+        cst.SimpleStatementLine(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)]) for small in suite.body
+    ]
+    lines[-1] = lines[-1].with_changes(trailing_whitespace=suite.trailing_whitespace)
+    return func.with_changes(body=cst.IndentedBlock(body=lines))
+
+
 def _uses_name(node: cst.CSTNode, name: str) -> bool:
     found = False
 
@@ -185,8 +199,8 @@ def _ensure_init_attr(cls: cst.ClassDef, attr: str) -> cst.ClassDef:
         return cls.with_changes(body=cls.body.with_changes(body=body))
     if f"self.{attr} = []" in cst.Module(body=[init]).code:
         return cls
-    if not isinstance(init.body, cst.IndentedBlock):
-        return cls
+    init = _as_block(init)  # def __init__(self): super().__init__()
+    assert isinstance(init.body, cst.IndentedBlock)
     return _replace_method(
         cls, "__init__", [init.with_changes(body=init.body.with_changes(body=[*init.body.body, line]))]
     )
@@ -224,6 +238,8 @@ def convert_epoch_ends(cls: cst.ClassDef, has_optimizer_idx: bool) -> ClassResul
                 result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
                 continue
             assert step is not None  # a missing step blocks
+            step, hook = _as_block(step), _as_block(hook)
+            result.node = _replace_method(result.node, old, [hook])
             if step_name == "training_step":
                 wrap = "{}" if _returns_dict(step) or not _loss_keyed(hook, params[1]) else '{{"loss": {}}}'
                 wrap = f"recursive_detach({wrap})"
@@ -324,7 +340,7 @@ def convert_log_returns(cls: cst.ClassDef) -> ClassResult:
         if method is None:
             continue
         transformer = _LogReturns()
-        new = method.visit(transformer)
+        new = _as_block(method).visit(transformer)
         if transformer.changed:
             result.node = _replace_method(result.node, name, [new])  # type: ignore[list-item]
             result.changes.append(
@@ -381,7 +397,11 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
                     rules.todo_text("hook-conflict", hook="on_keyboard_interrupt", new="on_exception"),
                 )
             )
-        elif isinstance(interrupt.body, cst.IndentedBlock):
+        elif not interrupt.params.params or not isinstance(interrupt.params.star_arg, cst.MaybeSentinel):
+            # (self, *args): no place for the exception parameter the guard reads.
+            result.todos.append(("on_keyboard_interrupt", rules.todo_text("keyboard-interrupt")))
+        else:
+            interrupt = _as_block(interrupt)
             guard = cst.If(
                 test=cst.parse_expression("isinstance(exception, KeyboardInterrupt)"),
                 body=interrupt.body,

@@ -727,10 +727,10 @@ RULES = _rules(
     ),
     Rule(
         "keyboard-interrupt",
-        "on_keyboard_interrupt -> on_exception (KeyboardInterrupt only)",
-        "on_keyboard_interrupt(trainer, pl_module) became on_exception(trainer, pl_module, exception); the body runs"
-        " under isinstance(exception, KeyboardInterrupt), as before.",
-        kind="rewrite",
+        "on_keyboard_interrupt is gone: on_exception(trainer, pl_module, exception)",
+        "on_keyboard_interrupt(trainer, pl_module) became on_exception(trainer, pl_module, exception); the tool renames"
+        " it and runs the body under isinstance(exception, KeyboardInterrupt), as before. A hook that takes *args has"
+        " no place for the exception parameter: rename it by hand.",
     ),
     Rule(
         "hook-conflict",

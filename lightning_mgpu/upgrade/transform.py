@@ -683,9 +683,12 @@ class UpgradeTransformer(cst.CSTTransformer):
 
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, facts: FileFacts, namespace: str) -> None:
+    def __init__(self, facts: FileFacts, namespace: str, check_code: bool = False) -> None:
         super().__init__()
         self.facts = facts
+        #: write out each rewritten statement as it is left, and keep the original of one libcst cannot write (the
+        #: second pass over a file whose first pass built such a node: slower, so not the default)
+        self.check_code = check_code
         self.namespace = namespace  # the Lightning tree the file imports: what added imports come from
         self.findings: list[Finding] = []
         self._pending: list[list[str]] = []  # comment texts for the statement being visited, innermost last
@@ -791,6 +794,14 @@ class UpgradeTransformer(cst.CSTTransformer):
             except Exception as err:  # noqa: BLE001
                 self._internal_error(original_node, err)
                 result = updated_node  # its children converted, its own rewrite left out
+        if self.check_code and isinstance(original_node, _STATEMENTS) and result is not original_node:
+            try:
+                for written in result.nodes if isinstance(result, cst.FlattenSentinel) else [result]:
+                    if isinstance(written, cst.CSTNode):
+                        _code(written)
+            except Exception as err:  # noqa: BLE001
+                self._internal_error(original_node, err)
+                result = original_node  # the statement as it was, with the TODO
         if isinstance(original_node, (cst.Module, cst.FunctionDef)):
             self._scopes.pop()
         if isinstance(original_node, cst.Module) and self._module_comments:
@@ -1672,12 +1683,19 @@ def upgrade_source(source: str, namespace: str | None = None, aliases: dict[str,
     transformer = UpgradeTransformer(facts, namespace or namespace_of(source))
     transformer.namespace_aliases.update(aliases or {})
     new = wrapper.visit(transformer)
+    try:
+        code = new.code
+    except Exception:  # noqa: BLE001  (a rewrite built a node libcst cannot write out)
+        log.debug("a rewrite cannot be written out; again, statement by statement", exc_info=True)
+        transformer = UpgradeTransformer(facts, transformer.namespace, check_code=True)
+        transformer.namespace_aliases.update(aliases or {})
+        new = wrapper.visit(transformer)
+        code = new.code
     findings = sorted(transformer.findings, key=lambda f: (f.line, f.todo))
     if transformer.fairscale_checkpoint_line is not None:
         findings.append(
             Finding(transformer.fairscale_checkpoint_line, rules.note_text("fairscale-checkpoint"), note=True)
         )
-    code = new.code
     if code != source:
         _check_compiles(source, code)
     return FileResult(code, findings)

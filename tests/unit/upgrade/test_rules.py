@@ -45,7 +45,6 @@ REWRITES = {
         '        return {"loss": batch, "log": {"l": batch}}\n'
     ),
     "renamed-hook": "class C(Callback):\n    def on_epoch_start(self, trainer, pl_module):\n        pass\n",
-    "keyboard-interrupt": "class C(Callback):\n    def on_keyboard_interrupt(self, trainer, module):\n        pass\n",
 }
 
 
