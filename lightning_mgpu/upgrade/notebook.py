@@ -188,7 +188,7 @@ def upgrade_notebook(text: str) -> NotebookResult:
     changed = False
     for index, cell in code_cells:
         before = _cell_source(cell)
-        masked = mask_ipython(before)
+        masked = mask_ipython(before) if "__lightning_mgpu_ipython_" not in before else None
         if masked is None or not before.strip():
             continue
         source, originals = masked
@@ -198,6 +198,9 @@ def upgrade_notebook(text: str) -> NotebookResult:
             result.unparsable[index] = syntax_error(source, err)
             continue
         after = unmask_ipython(upgraded.source, originals)
+        magic = before.splitlines(keepends=True)[0] if before.startswith("%%") else ""
+        if magic and not after.startswith(magic):  # a comment the rewrite put above it: a cell magic stays first
+            after = magic + after.replace(magic, "", 1)
         findings = [
             Finding(f.line, f.message, todo=f.todo, note=f.note, rule=f.rule, cell=index) for f in upgraded.findings
         ]

@@ -198,3 +198,18 @@ def test_without_nbformat_the_run_names_the_extra(
     assert cli_main(["upgrade", str(colab)]) == 2
     err = capsys.readouterr().err
     assert "needs `nbformat`" in err and "upgrade" in err.split("extra", 1)[1]
+
+
+def test_a_cell_magic_stays_the_cells_first_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TODO for the whole cell goes above its first statement: under ``%%time`` that is below the magic."""
+    from lightning_mgpu.upgrade.transform import UpgradeTransformer
+
+    def broken(self, original, updated):
+        raise ValueError("imports")
+
+    monkeypatch.setattr(UpgradeTransformer, "_import_bundle", broken)  # a failure the file's header gets a TODO for
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell('%%time\nt = Trainer(accelerator="dp")')]
+    cell = source(json.loads(upgrade_notebook(nbformat.writes(notebook)).text)["cells"][0])
+    lines = cell.splitlines()
+    assert lines[0] == "%%time" and "internal-error" in lines[1] and lines[2] == 't = Trainer(strategy="dp")'
