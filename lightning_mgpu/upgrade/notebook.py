@@ -17,11 +17,14 @@ all its cells.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_mgpu.upgrade.transform import Finding, UpgradeError, namespace_of, syntax_error, upgrade_source
+
+log = logging.getLogger(__name__)
 
 #: Cell magics whose body is Python: it is converted (``%%time`` and its first line kept).
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
@@ -54,6 +57,7 @@ class NotebookResult:
     text: str  # the whole file, identical to the input when no cell changed
     cells: list[CellResult] = field(default_factory=list)
     unparsable: dict[int, str] = field(default_factory=dict)  # cell -> Python's line and message
+    failed: dict[int, str] = field(default_factory=dict)  # cell -> the exception the tool raised on it (a bug)
 
     @property
     def findings(self) -> list[Finding]:
@@ -153,8 +157,8 @@ def upgrade_notebook(text: str) -> NotebookResult:
         text: an ``.ipynb`` file's content (nbformat 4).
 
     Returns:
-        The rewritten file (identical when no cell changed), the cells that changed or need a person, and the cells
-        that do not parse.
+        The rewritten file (identical when no cell changed), the cells that changed or need a person, the cells that
+        do not parse and those the tool failed on (each left as it was).
 
     Raises:
         NotebookError: the text is not JSON, or not a valid nbformat 4 notebook (left as it is, like a file that does
@@ -196,6 +200,10 @@ def upgrade_notebook(text: str) -> NotebookResult:
             upgraded = upgrade_source(source, namespace=namespace, aliases=aliases)
         except cst.ParserSyntaxError as err:
             result.unparsable[index] = syntax_error(source, err)
+            continue
+        except Exception as err:  # noqa: BLE001  (one cell the tool fails on leaves the others to convert)
+            log.debug("upgrade failed on cell %s", index, exc_info=True)
+            result.failed[index] = f"{type(err).__name__}: {err}"
             continue
         after = unmask_ipython(upgraded.source, originals)
         magic = before.splitlines(keepends=True)[0] if before.startswith("%%") else ""

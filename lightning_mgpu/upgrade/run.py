@@ -47,6 +47,8 @@ class RunReport:
     failed: dict[Path, str] = field(default_factory=dict)
     #: notebooks' code cells that do not parse (each left as it was; the notebook's other cells convert)
     unparsable_cells: dict[Path, dict[int, str]] = field(default_factory=dict)
+    #: notebooks' code cells the tool failed on (a bug of the tool; each left as it was)
+    failed_cells: dict[Path, dict[int, str]] = field(default_factory=dict)
     notes: dict[Path, list] = field(default_factory=dict)
     scanned: int = 0
 
@@ -156,6 +158,8 @@ def _upgrade_file(path: Path, source: str, report: RunReport) -> tuple[str, list
                 return None
             if notebook.unparsable:
                 report.unparsable_cells[path] = notebook.unparsable
+            if notebook.failed:
+                report.failed_cells[path] = notebook.failed
             # A cell seldom ends in a line break: each side gets one, so that the diff reads as lines.
             diffs = [
                 (f" (cell {c.index})", c.before + "\n", c.after + "\n") for c in notebook.cells if c.after != c.before
@@ -207,6 +211,11 @@ def summary(report: RunReport, write: bool) -> str:
         lines += [
             f"{path}:cell {cell}: does not parse ({why}); the cell is left as it was" for cell, why in cells.items()
         ]
+    for path, cells in report.failed_cells.items():
+        lines += [
+            f"{path}:cell {cell}: the tool failed on it ({why}; please report it); the cell is left as it was"
+            for cell, why in cells.items()
+        ]
     for path, reason in report.unparsable.items():
         lines.append(f"{path}: skipped, {reason}; left untouched")
     for path, reason in report.failed.items():
@@ -217,6 +226,7 @@ def summary(report: RunReport, write: bool) -> str:
         f" ({sum(len(v) for v in report.changed.values())} rewrite(s)), {sum(len(v) for v in report.todos.values())}"
         f" TODO(s) left for a person, {len(report.unparsable)} file(s) that do not parse skipped,"
         f" {len(report.failed)} file(s) the tool failed on"
+        + (f" (and {sum(map(len, report.failed_cells.values()))} notebook cell(s))" if report.failed_cells else "")
         + ("" if write or not report.changed else "; run again with --write to apply")
     )
     for what, group in (("rewrites", report.changed), ("TODOs", report.todos), ("notes", report.notes)):

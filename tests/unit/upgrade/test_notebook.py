@@ -213,3 +213,25 @@ def test_a_cell_magic_stays_the_cells_first_line(monkeypatch: pytest.MonkeyPatch
     cell = source(json.loads(upgrade_notebook(nbformat.writes(notebook)).text)["cells"][0])
     lines = cell.splitlines()
     assert lines[0] == "%%time" and "internal-error" in lines[1] and lines[2] == 't = Trainer(strategy="dp")'
+
+
+def test_a_cell_the_tool_fails_on_is_left_and_the_others_convert(
+    colab: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lightning_mgpu.upgrade.notebook as notebook_module
+
+    real = notebook_module.upgrade_source
+
+    def flaky(source: str, **kwargs):
+        if "class LitMNIST" in source:
+            raise RecursionError("deep")
+        return real(source, **kwargs)
+
+    monkeypatch.setattr(notebook_module, "upgrade_source", flaky)
+    before = cells(colab)
+    assert cli_main(["upgrade", "--write", str(colab)]) == 0
+    err = capsys.readouterr().err
+    after = cells(colab)
+    assert after[4] == before[4] and after[6] != before[6]  # the class's cell as it was; the Trainer's converted
+    assert f"{colab}:cell 5: the tool failed on it (RecursionError: deep; please report it)" in err
+    assert "0 file(s) the tool failed on (and 1 notebook cell(s))" in err
