@@ -1,7 +1,8 @@
 """Class-level rewrites of ``lightning-mgpu upgrade``: the hooks Lightning 2.0 removed or renamed.
 
 Each function takes one class (libcst ``ClassDef``, already rewritten inside) and returns it rewritten, with what it
-did as ``(method name, message, rule or None)``: a rule names a TODO left at that method. The transformer calls them in
+did: ``(method name, rule, message)`` for each rewrite and ``(method name, comment text)`` for each TODO left at a
+method. The transformer calls them in
 a fixed order from ``leave_ClassDef``.
 """
 
@@ -28,7 +29,7 @@ class ClassResult:
     """A class after the hook rewrites, and what happened to it."""
 
     node: cst.ClassDef
-    changes: list[tuple[str, str]] = field(default_factory=list)  # (method, message)
+    changes: list[tuple[str, str, str]] = field(default_factory=list)  # (method, rule, message)
     todos: list[tuple[str, str]] = field(default_factory=list)  # (method, comment text)
     imports: list[tuple[str, str]] = field(default_factory=list)  # (module below the namespace, name)
 
@@ -43,6 +44,20 @@ def _replace_method(cls: cst.ClassDef, name: str, new: list[cst.BaseStatement]) 
     index = next(i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == name)
     body[index : index + 1] = new
     return cls.with_changes(body=cls.body.with_changes(body=body))
+
+
+def _as_block(func: cst.FunctionDef) -> cst.FunctionDef:
+    """``def f(self): a; return b`` with its statements on lines of their own, in an indented block: the rewrites
+    insert statements into a body and rewrite its ``return`` lines (a one-line body has neither)."""
+    if isinstance(func.body, cst.IndentedBlock):
+        return func
+    suite = func.body
+    assert isinstance(suite, cst.SimpleStatementSuite)
+    lines = [
+        cst.SimpleStatementLine(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)]) for small in suite.body
+    ]
+    lines[-1] = lines[-1].with_changes(trailing_whitespace=suite.trailing_whitespace)
+    return func.with_changes(body=cst.IndentedBlock(body=lines))
 
 
 def _uses_name(node: cst.CSTNode, name: str) -> bool:
@@ -184,8 +199,8 @@ def _ensure_init_attr(cls: cst.ClassDef, attr: str) -> cst.ClassDef:
         return cls.with_changes(body=cls.body.with_changes(body=body))
     if f"self.{attr} = []" in cst.Module(body=[init]).code:
         return cls
-    if not isinstance(init.body, cst.IndentedBlock):
-        return cls
+    init = _as_block(init)  # def __init__(self): super().__init__()
+    assert isinstance(init.body, cst.IndentedBlock)
     return _replace_method(
         cls, "__init__", [init.with_changes(body=init.body.with_changes(body=[*init.body.body, line]))]
     )
@@ -223,6 +238,8 @@ def convert_epoch_ends(cls: cst.ClassDef, has_optimizer_idx: bool) -> ClassResul
                 result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
                 continue
             assert step is not None  # a missing step blocks
+            step, hook = _as_block(step), _as_block(hook)
+            result.node = _replace_method(result.node, old, [hook])
             if step_name == "training_step":
                 wrap = "{}" if _returns_dict(step) or not _loss_keyed(hook, params[1]) else '{{"loss": {}}}'
                 wrap = f"recursive_detach({wrap})"
@@ -257,7 +274,7 @@ def convert_epoch_ends(cls: cst.ClassDef, has_optimizer_idx: bool) -> ClassResul
             body=new_body,
         )
         result.node = _replace_method(result.node, old, [renamed])
-        result.changes.append((old, message))
+        result.changes.append((old, "epoch-end", message))
     return result
 
 
@@ -323,10 +340,12 @@ def convert_log_returns(cls: cst.ClassDef) -> ClassResult:
         if method is None:
             continue
         transformer = _LogReturns()
-        new = method.visit(transformer)
+        new = _as_block(method).visit(transformer)
         if transformer.changed:
             result.node = _replace_method(result.node, name, [new])  # type: ignore[list-item]
-            result.changes.append((name, f'{name}: returned "log"/"progress_bar" entries -> self.log_dict(...)'))
+            result.changes.append(
+                (name, "log-returns", f'{name}: returned "log"/"progress_bar" entries -> self.log_dict(...)')
+            )
     return result
 
 
@@ -366,7 +385,8 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
         for alias in aliases:
             lines.append(cst.parse_statement(f"{alias} = {new}  # 1.x's {old} ran in every loop's epochs"))
         result.node = _replace_method(result.node, old, lines)
-        result.changes.append((old, f"{old} -> {new}" + (f" (and {', '.join(aliases)})" if aliases else "")))
+        also = f" (and {', '.join(aliases)})" if aliases else ""
+        result.changes.append((old, "renamed-hook", f"{old} -> {new}{also}"))
     methods = _methods(result.node)
     interrupt = methods.get("on_keyboard_interrupt")
     if interrupt is not None:
@@ -377,7 +397,11 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
                     rules.todo_text("hook-conflict", hook="on_keyboard_interrupt", new="on_exception"),
                 )
             )
-        elif isinstance(interrupt.body, cst.IndentedBlock):
+        elif not interrupt.params.params or not isinstance(interrupt.params.star_arg, cst.MaybeSentinel):
+            # (self, *args): no place for the exception parameter the guard reads.
+            result.todos.append(("on_keyboard_interrupt", rules.todo_text("keyboard-interrupt")))
+        else:
+            interrupt = _as_block(interrupt)
             guard = cst.If(
                 test=cst.parse_expression("isinstance(exception, KeyboardInterrupt)"),
                 body=interrupt.body,
@@ -391,7 +415,11 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
             )
             result.node = _replace_method(result.node, "on_keyboard_interrupt", [renamed])
             result.changes.append(
-                ("on_keyboard_interrupt", "on_keyboard_interrupt -> on_exception (KeyboardInterrupt only)")
+                (
+                    "on_keyboard_interrupt",
+                    "keyboard-interrupt",
+                    "on_keyboard_interrupt -> on_exception (KeyboardInterrupt only)",
+                )
             )
     methods = _methods(result.node)
     for name, param in rules.HOOK_PARAM_DROPS.items():
@@ -408,7 +436,7 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
         result.node = _replace_method(
             result.node, name, [hook.with_changes(params=hook.params.with_changes(params=kept))]
         )
-        result.changes.append((name, f"{name}: dropped {param} (gone from the 2.x signature)"))
+        result.changes.append((name, "hook-param", f"{name}: dropped {param} (gone from the 2.x signature)"))
     methods = _methods(result.node)
     for name in ("on_init_start", "on_init_end"):
         if (
@@ -425,6 +453,7 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
 def with_comments(cls: cst.ClassDef, comments: list[tuple[str, str]]) -> cst.ClassDef:
     """Each ``(method, text)`` as a ``# text`` line above that method (once: a second run adds nothing)."""
     for method, text in comments:
+        text = rules.one_line(text)  # a comment holds no line break
         body = list(cls.body.body)
         for index, statement in enumerate(body):
             if isinstance(statement, cst.FunctionDef) and statement.name.value == method:

@@ -5,6 +5,7 @@ Tables only (no libcst here), so that docs/upgrade.md and the tests read the sam
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 #: The Lightning namespaces a script may import, and the bundle module that serves each (the user's namespace stays).
@@ -286,21 +287,36 @@ TODO_TAG = "TODO(lightning-mgpu:"
 TODO_PREFIX = "# " + TODO_TAG
 
 
+#: A rule's kinds: ``todo`` may leave a TODO for a person (and may also rewrite), ``note`` leaves a NOTE about what
+#: was dropped or keeps working, ``rewrite`` only ever rewrites.
+KINDS = ("todo", "note", "rewrite")
+
+
 @dataclass(frozen=True)
 class Rule:
-    """One rewrite or one thing left for a person.
+    """One rewrite or one thing left for a person. Every change, TODO and note the tool makes names one.
 
-    ``todo`` is the short text of the TODO comment (``{...}`` filled in at the spot, each value cut to 24 characters);
-    ``text`` is the full explanation that ``lightning-mgpu upgrade --explain ID`` prints and docs/upgrade.md lists.
+    ``todo`` is the short text of the TODO or NOTE comment (``{...}`` filled in at the spot, each value cut to 24
+    characters), or for a ``rewrite`` rule its one-line summary; ``text`` is the full explanation that
+    ``lightning-mgpu upgrade --explain ID`` prints and docs/upgrade.md lists.
     """
 
     id: str
     todo: str
     text: str
+    kind: str = "todo"
 
 
 def _rules(*rules: Rule) -> dict[str, Rule]:
-    return {rule.id: rule for rule in rules}
+    """The registry, by id.
+
+    Raises:
+        ValueError: an id given twice, or a kind not in :data:`KINDS`.
+    """
+    registry = {rule.id: rule for rule in rules}
+    if len(registry) != len(rules) or any(rule.kind not in KINDS for rule in rules):
+        raise ValueError("each rule needs an id of its own and one of the kinds " + ", ".join(KINDS))
+    return registry
 
 
 RULES = _rules(
@@ -379,22 +395,26 @@ RULES = _rules(
         "auto_select_gpus=True picked N free GPUs. 2.x:"
         " devices=lightning.pytorch.accelerators.find_usable_cuda_devices(N). Dropped: with exclusive-mode GPUs or a"
         " scheduler that sets CUDA_VISIBLE_DEVICES it changes nothing.",
+        kind="note",
     ),
     Rule(
         "trainer-flush-logs",
         "dropped: loggers flush on their own (CSVLogger(flush_logs_every_n_steps=N))",
         "flush_logs_every_n_steps / log_save_interval moved to the loggers (CSVLogger's flush_logs_every_n_steps)."
         " Dropped: it only changes when logs are written to disk.",
+        kind="note",
     ),
     Rule(
         "trainer-move-metrics",
         "move_metrics_to_cpu dropped: move tensors to the CPU before logging",
         "move_metrics_to_cpu only saved accelerator memory for logged tensors; 2.x removed it. Dropped.",
+        kind="note",
     ),
     Rule(
         "trainer-enable-pl-optimizer",
         "enable_pl_optimizer dropped: optimizers are always wrapped in 2.x",
         "enable_pl_optimizer (1.1) chose whether optimizers were wrapped; 2.x always wraps them. Dropped.",
+        kind="note",
     ),
     Rule(
         "trainer-tpu-cores",
@@ -471,6 +491,87 @@ RULES = _rules(
         "process_position moved to the TQDMProgressBar callback.",
     ),
     Rule(
+        "trainer-strategy",
+        "accelerator=/distributed_backend=/plugins= naming a strategy -> strategy=",
+        'In 1.x, accelerator="ddp" (and distributed_backend=, and plugins="ddp_sharded" or a training-type plugin'
+        " object) chose the distributed mode; 2.x calls it strategy=. The tool moves literal names, conditions of"
+        ' them, variables and argparse flags that only hold them ("ddp_cpu" becomes "ddp", None becomes "auto"); beside'
+        " a plugin object, the string goes, as 1.x let the object win.",
+        kind="rewrite",
+    ),
+    Rule(
+        "trainer-devices",
+        "gpus=/num_processes= -> accelerator= and devices=",
+        'gpus=N became accelerator="gpu", devices=N (gpus=0 or None: accelerator="cpu"); num_processes=N became'
+        ' accelerator="cpu", devices=N (dropped beside a literal gpus, as 1.x ignored it). A gpus= that is not a'
+        ' literal keeps its CPU path: accelerator="gpu" if X else "cpu", devices=X or 1.',
+        kind="rewrite",
+    ),
+    Rule(
+        "trainer-precision",
+        'precision=16 / "bf16" -> "16-mixed" / "bf16-mixed"',
+        '1.x\'s precision=16 and "bf16" were mixed precision; 2.x spells them "16-mixed" and "bf16-mixed" (also in a'
+        " condition).",
+        kind="rewrite",
+    ),
+    Rule(
+        "trainer-amp-backend",
+        "amp_backend=/amp_level= removed: native AMP is the only one",
+        'amp_backend="native" was the default, and amp_backend/amp_level had no effect without precision=16; 2.x has'
+        " native AMP only, so they are removed (apex at precision 16 is the trainer-apex TODO).",
+        kind="rewrite",
+    ),
+    Rule(
+        "trainer-renamed-arg",
+        "a renamed Trainer argument (replace_sampler_ddp -> use_distributed_sampler, ...)",
+        "Arguments renamed with their values kept: replace_sampler_ddp -> use_distributed_sampler, row_log_interval ->"
+        " log_every_n_steps, and 0.x names 1.0-era scripts still carried (max_nb_epochs -> max_epochs,"
+        " default_save_path -> default_root_dir, train_percent_check -> limit_train_batches, ...); also in"
+        " parser.set_defaults(...).",
+        kind="rewrite",
+    ),
+    Rule(
+        "trainer-early-stop-callback",
+        "early_stop_callback= -> callbacks=[...]",
+        'Trainer(early_stop_callback=True) became callbacks=[EarlyStopping(monitor="val_loss")], an EarlyStopping'
+        " object joins callbacks=, and False or None is removed (no early stopping is the 2.x default).",
+        kind="rewrite",
+    ),
+    Rule(
+        "trainer-reload-dataloaders",
+        "reload_dataloaders_every_epoch -> reload_dataloaders_every_n_epochs",
+        "reload_dataloaders_every_epoch=True became reload_dataloaders_every_n_epochs=1 (False is removed, a value the"
+        " tool cannot read becomes int(X)).",
+        kind="rewrite",
+    ),
+    Rule(
+        "trainer-profiler",
+        'profiler=True -> profiler="simple"',
+        'profiler=True ran the simple profiler; 2.x takes its name, profiler="simple". profiler=False is removed.',
+        kind="rewrite",
+    ),
+    Rule(
+        "trainer-max-steps",
+        "max_steps=None -> max_steps=-1",
+        "2.x spells no step limit max_steps=-1; None is refused.",
+        kind="rewrite",
+    ),
+    Rule(
+        "trainer-loop-kwargs",
+        "fit(train_dataloader=) / validate(val_dataloaders=) / test(test_dataloaders=) renamed",
+        "trainer.fit(train_dataloader=...) became train_dataloaders=, and validate(val_dataloaders=...) and"
+        " test(test_dataloaders=...) became dataloaders=.",
+        kind="rewrite",
+    ),
+    Rule(
+        "trainer-argparse",
+        "Trainer.add_argparse_args/from_argparse_args -> lightning_mgpu.upgrade.trainer_args",
+        "2.0 removed Trainer.add_argparse_args and from_argparse_args (and a DataModule's). The functions of the same"
+        " name in lightning_mgpu.upgrade.trainer_args take the class first, make every 2.x Trainer argument a flag,"
+        " and still accept the 1.x flags (--gpus, --accelerator ddp, --precision 16, ...), translated at run time.",
+        kind="rewrite",
+    ),
+    Rule(
         "trainer-tune",
         "trainer.tune() is gone: use Tuner(trainer).lr_find(model)",
         "trainer.tune(model) ran the tuners that auto_lr_find/auto_scale_batch_size enabled; 2.x: Tuner(trainer).",
@@ -494,7 +595,65 @@ RULES = _rules(
         'ModelCheckpoint(prefix=P) prepended P to every checkpoint name; 2.x: filename="P-{epoch}" (or the filename'
         " you had, with P in front).",
     ),
+    Rule(
+        "checkpoint-every-n-epochs",
+        "ModelCheckpoint(period=) / (every_n_val_epochs=) -> every_n_epochs=",
+        "ModelCheckpoint's period= and every_n_val_epochs= were renamed every_n_epochs= (same meaning).",
+        kind="rewrite",
+    ),
     # -- names ------------------------------------------------------------------------------------------------------
+    Rule(
+        "bundle-import",
+        "import lightning_mgpu added: it registers dp, ddp2, horovod, ddp_sharded",
+        'strategy="dp", "ddp2", "horovod" and "ddp_sharded" left Lightning in 2.0; this bundle registers them when it'
+        " is imported, so a file that passes one by name and imports nothing of the bundle gets import lightning_mgpu.",
+        kind="rewrite",
+    ),
+    Rule(
+        "bundle-class",
+        "a removed strategy/plugin class -> the bundle's (DDPShardedPlugin -> ShardedStrategy)",
+        "DataParallel, DDP2, Horovod and sharded strategies and plugins left Lightning in 2.0; the bundle's classes"
+        " (from lightning_mgpu for lightning.pytorch, lightning_mgpu.pl for pytorch_lightning) take their place, every"
+        ' use renamed (a user\'s own alias stays); the spawn variants get start_method="spawn" at each call.',
+        kind="rewrite",
+    ),
+    Rule(
+        "plugin-class",
+        "a 1.x training-type plugin -> its 2.x strategy class (DDPPlugin -> DDPStrategy)",
+        "Lightning's own plugins became strategies: DDPPlugin -> DDPStrategy, DDPSpawnPlugin -> DDPStrategy(...,"
+        ' start_method="spawn"), DeepSpeedPlugin -> DeepSpeedStrategy, SingleDevicePlugin -> SingleDeviceStrategy,'
+        " DDPFullyShardedPlugin -> FSDPStrategy (with the fsdp-plugin TODO).",
+        kind="rewrite",
+    ),
+    Rule(
+        "bundle-name",
+        "a removed logger/callback -> the bundle's (NeptuneLogger, GPUStatsMonitor)",
+        "NeptuneLogger and GPUStatsMonitor left Lightning; the bundle's NeptuneLogger and GPUUtilizationMonitor (from"
+        " lightning_mgpu[.pl].loggers and .callbacks) take their place.",
+        kind="rewrite",
+    ),
+    Rule(
+        "renamed-name",
+        "a renamed Lightning name (LightningLoggerBase -> Logger, ...)",
+        "Names 2.x renamed in the same namespace: loggers' LightningLoggerBase -> Logger, callbacks' ProgressBarBase ->"
+        " ProgressBar, core.memory's ModelSummary -> utilities.model_summary.ModelSummary.",
+        kind="rewrite",
+    ),
+    Rule(
+        "moved-module",
+        "a removed module -> where its names live now (core.lightning -> the namespace, ...)",
+        "Modules 2.x removed, their names kept: core.lightning -> the namespace itself, callbacks.base -> callbacks,"
+        " utilities.seed -> the namespace, utilities.distributed -> utilities, profiler -> profilers, core.memory ->"
+        " utilities.model_summary, loggers.base -> loggers.logger.",
+        kind="rewrite",
+    ),
+    Rule(
+        "metrics-import",
+        "pytorch_lightning.metrics -> torchmetrics",
+        "pytorch_lightning.metrics moved to the torchmetrics package (1.3-1.5): imports and attribute uses point there,"
+        " with torchmetrics' new names (F1 -> F1Score, IoU -> JaccardIndex, ...).",
+        kind="rewrite",
+    ),
     Rule(
         "metrics-task",
         "torchmetrics' {name} needs task= (and num_classes) since 0.11",
@@ -552,6 +711,28 @@ RULES = _rules(
         " super().get_metrics(trainer, pl_module); ...; return items, and pass callbacks=[Bar()].",
     ),
     Rule(
+        "log-returns",
+        'returned "log"/"progress_bar" dicts -> self.log_dict(...)',
+        'Lightning 1.0 logged the "log" and "progress_bar" entries of the dict a step or an epoch end returned; 2.x'
+        " ignores them. They become self.log_dict(logs) and self.log_dict(bar, prog_bar=True) before the return.",
+        kind="rewrite",
+    ),
+    Rule(
+        "renamed-hook",
+        "a renamed hook (on_epoch_start -> on_train_epoch_start, ...)",
+        "on_epoch_start/on_epoch_end became on_train_epoch_start/end, with on_validation_epoch_* and on_test_epoch_*"
+        " as aliases (1.x ran them in every loop's epochs); on_pretrain_routine_start/end became on_fit_start;"
+        " on_batch_start/end became on_train_batch_start/end with their 2.x parameters.",
+        kind="rewrite",
+    ),
+    Rule(
+        "keyboard-interrupt",
+        "on_keyboard_interrupt is gone: on_exception(trainer, pl_module, exception)",
+        "on_keyboard_interrupt(trainer, pl_module) became on_exception(trainer, pl_module, exception); the tool renames"
+        " it and runs the body under isinstance(exception, KeyboardInterrupt), as before. A hook that takes *args has"
+        " no place for the exception parameter: rename it by hand.",
+    ),
+    Rule(
         "hook-conflict",
         "{hook} became {new}, already defined here: merge them",
         "A removed hook maps to a hook that the class already has; the tool does not merge bodies.",
@@ -559,7 +740,10 @@ RULES = _rules(
     Rule(
         "hook-param",
         "{hook} lost {param} in 2.x: drop its uses",
-        "on_train_batch_start/on_train_batch_end lost dataloader_idx, and on_train_epoch_end lost outputs, in 2.0.",
+        "on_train_batch_start/on_train_batch_end lost dataloader_idx, and on_train_epoch_end lost outputs, in 2.0;"
+        " training_step, optimizer_zero_grad, optimizer_step and backward lost optimizer_idx (optimizer_step also"
+        " on_tpu, using_native_amp and using_lbfgs, backward its optimizer). The tool drops a parameter the body does"
+        " not use; one it uses is left with this TODO (optimizer_idx in use: the optimizer-idx TODO).",
     ),
     Rule(
         "init-hooks",
@@ -571,22 +755,75 @@ RULES = _rules(
         "self.hparams = ... fails in 2.x: call self.save_hyperparameters(...)",
         "hparams is read-only in 2.x; self.save_hyperparameters(hparams) stores a Namespace or dict the same way.",
     ),
+    # -- the tool itself -------------------------------------------------------------------------------------------
+    Rule(
+        "internal-error",
+        "{node} not converted: the tool raised {error}; please report it",
+        "lightning-mgpu upgrade raised an exception while rewriting this construct, so the construct was left as it"
+        " was; the rest of the file was converted. Convert it by hand, and please report it with the construct's code"
+        " and the exception the TODO names.",
+    ),
     # -- notes ------------------------------------------------------------------------------------------------------
     Rule(
         "fairscale-checkpoint",
         "checkpoint_wrapper works; ActivationCheckpointing needs no model edit",
         "FairScale's checkpoint_wrapper keeps working under every strategy; lightning_mgpu's ActivationCheckpointing"
         " callback does the same without touching the model code and under every strategy.",
+        kind="note",
     ),
 )
 
 
+def one_line(value: object, limit: int | None = None) -> str:
+    """``value`` as text that fits on one comment line: every run of whitespace (line breaks included: a comment
+    cannot hold one) becomes one space, and the result is cut to ``limit`` characters, ending in ``...``.
+
+    Args:
+        value: any value; its ``str()`` is used (the code of a node that may span several lines).
+        limit: the most characters kept (None: all).
+    """
+    text = re.sub(r"([(\[{]) | ([)\]}])", r"\1\2", " ".join(str(value).split()))  # "(\n    x\n)" -> "(x)"
+    if limit is not None and len(text) > limit:
+        text = text[: max(limit - 3, 0)] + "..."
+    return text
+
+
 def todo_text(rule_id: str, **values: object) -> str:
-    """The comment text of a TODO (without the ``#``): the rule's short text with ``values`` cut to 40 characters."""
-    short = {k: (v if len(str(v)) <= 24 else str(v)[:21] + "...") for k, v in values.items()}
-    return f"{TODO_TAG}{rule_id}): {RULES[rule_id].todo.format(**short)}"
+    """The comment text of a TODO (without the ``#``): the rule's short text with ``values`` on one line, each cut to
+    24 characters.
+
+    Raises:
+        KeyError: an unknown rule, or a value the rule's text names is missing.
+    """
+    short = {k: one_line(v, 24) for k, v in values.items()}
+    return one_line(f"{TODO_TAG}{rule_id}): {RULES[rule_id].todo.format(**short)}")
+
+
+def explain(rule_id: str) -> str | None:
+    """A rule's full text, headed by what it leaves in a file (None for an unknown rule): ``TODO(lightning-mgpu:ID):
+    ...`` or ``NOTE(...)``, or ``ID (a rewrite): ...`` for a rule that only rewrites."""
+    rule = RULES.get(rule_id)
+    if rule is None:
+        return None
+    head = f"{rule.id} (a rewrite)" if rule.kind == "rewrite" else f"{rule.kind.upper()}(lightning-mgpu:{rule.id})"
+    return f"{head}: {rule.todo}\n\n{rule.text}"
+
+
+RULES_TABLE_HEADER = "| rule | kind | what it says |\n|---|---|---|"
+
+
+def rules_markdown() -> str:
+    """docs/upgrade.md's table of every rule, from the registry (``lightning-mgpu upgrade --rules-markdown``)."""
+    rows = [f"| `{rule.id}` | {rule.kind} | {rule.text} |" for rule in RULES.values()]
+    return "\n".join([RULES_TABLE_HEADER, *rows])
+
+
+def rule_of(text: str) -> str:
+    """The rule id a TODO's or a note's comment text names (``""`` where it names none)."""
+    match = re.search(r"(?:TODO|NOTE)\(lightning-mgpu:([a-z0-9-]+)\)", text)
+    return match.group(1) if match else ""
 
 
 def note_text(rule_id: str) -> str:
     """The comment text of a note (advice on code that keeps working, or on what was dropped)."""
-    return f"NOTE(lightning-mgpu:{rule_id}): {RULES[rule_id].todo}"
+    return one_line(f"NOTE(lightning-mgpu:{rule_id}): {RULES[rule_id].todo}")

@@ -1,7 +1,8 @@
 """``lightning-mgpu upgrade PATH... [--write]``: walk the files, print a unified diff (or write), and a summary.
 
 Exit status 0 whenever the run itself worked, whether or not anything changed; a file that does not parse is
-reported and left untouched, and the others are still converted. 2 for a path that does not exist.
+reported and left untouched, and the others are still converted. 2 for a path that does not exist. Notebooks
+(``.ipynb``) go to :mod:`~lightning_mgpu.upgrade.notebook`, cell by cell.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import difflib
 import logging
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,19 @@ from typing import TextIO
 log = logging.getLogger(__name__)
 
 #: Folders a walk never enters.
-SKIPPED_DIRS = {".git", ".hg", ".venv", "venv", "__pycache__", "node_modules", ".tox", ".mypy_cache", "build", "dist"}
+SKIPPED_DIRS = {
+    ".git",
+    ".hg",
+    ".venv",
+    "venv",
+    "__pycache__",
+    "node_modules",
+    ".tox",
+    ".mypy_cache",
+    "build",
+    "dist",
+    ".ipynb_checkpoints",  # Jupyter's autosaved copies of the notebooks beside them
+}
 
 
 @dataclass
@@ -27,35 +41,51 @@ class RunReport:
 
     changed: dict[Path, list] = field(default_factory=dict)  # path -> findings, for files whose source changed
     todos: dict[Path, list] = field(default_factory=dict)  # path -> TODO findings (changed or not)
+    #: files that do not parse (or cannot be read, or are no notebook): the file's fault, left as they were
     unparsable: dict[Path, str] = field(default_factory=dict)
+    #: files the tool itself failed on (a bug of the tool: please report), left as they were
+    failed: dict[Path, str] = field(default_factory=dict)
+    #: notebooks' code cells that do not parse (each left as it was; the notebook's other cells convert)
+    unparsable_cells: dict[Path, dict[int, str]] = field(default_factory=dict)
+    #: notebooks' code cells the tool failed on (a bug of the tool; each left as it was)
+    failed_cells: dict[Path, dict[int, str]] = field(default_factory=dict)
     notes: dict[Path, list] = field(default_factory=dict)
     scanned: int = 0
 
+    def findings(self) -> list:
+        """Every change, TODO and note of the run."""
+        return [f for group in (self.changed, self.todos, self.notes) for fs in group.values() for f in fs]
+
+
+#: What a run converts: Python files, and Jupyter notebooks (their code cells).
+SUFFIXES = (".py", ".ipynb")
+
 
 def python_files(paths: Iterable[Path]) -> list[Path]:
-    """The ``.py`` files named, and those under the folders named (sorted, skipping virtualenvs and VCS folders).
+    """The ``.py`` and ``.ipynb`` files named, and those under the folders named (sorted, skipping virtualenvs, VCS
+    folders and notebook checkpoints).
 
     Raises:
-        FileNotFoundError: a path does not exist.
+        FileNotFoundError: a path does not exist, or a folder holds no such file.
     """
     found: list[Path] = []
     for path in paths:
         if not path.exists():
-            raise FileNotFoundError(f"{path} does not exist: pass .py files or folders that hold them")
+            raise FileNotFoundError(f"{path} does not exist: pass .py or .ipynb files or folders that hold them")
         if path.is_file():
             found.append(path)
             continue
         before = len(found)
-        for candidate in sorted(path.rglob("*.py")):
+        for candidate in sorted(c for suffix in SUFFIXES for c in path.rglob(f"*{suffix}")):
             if not SKIPPED_DIRS.intersection(candidate.relative_to(path).parts[:-1]):
                 found.append(candidate)
         if len(found) == before:
-            raise FileNotFoundError(f"{path} holds no .py file (virtualenvs and build folders are skipped)")
+            raise FileNotFoundError(f"{path} holds no .py or .ipynb file (virtualenvs and build folders are skipped)")
     return list(dict.fromkeys(found))
 
 
 def upgrade_paths(paths: Iterable[Path], write: bool = False, out: TextIO | None = None) -> RunReport:
-    """Upgrade every Python file under ``paths``; print the diff to ``out`` unless ``write``.
+    """Upgrade every Python file and notebook under ``paths``; print the diff to ``out`` unless ``write``.
 
     Args:
         paths: files and folders.
@@ -63,19 +93,17 @@ def upgrade_paths(paths: Iterable[Path], write: bool = False, out: TextIO | None
         out: where the diff goes (default: standard output).
 
     Returns:
-        The run's report (changes and TODOs with line numbers, and the files that did not parse).
+        The run's report (changes and TODOs with line numbers, the files that did not parse and those the tool
+        failed on).
 
     Raises:
         FileNotFoundError: a path does not exist (before any file is touched).
+        MissingDependencyError: a notebook is among the files and nbformat (the ``upgrade`` extra) is missing.
 
     Example::
 
         report = upgrade_paths([Path("train.py")], write=True)
     """
-    import libcst as cst
-
-    from lightning_mgpu.upgrade.transform import upgrade_source
-
     out = out or sys.stdout
     report = RunReport()
     for path in python_files(paths):
@@ -85,40 +113,69 @@ def upgrade_paths(paths: Iterable[Path], write: bool = False, out: TextIO | None
         except (OSError, UnicodeDecodeError) as err:
             report.unparsable[path] = f"cannot be read ({err})"
             continue
-        try:
-            result = upgrade_source(source)
-        except cst.ParserSyntaxError as err:
-            report.unparsable[path] = f"does not parse ({_syntax_error(source, err)})"
+        outcome = _upgrade_file(path, source, report)
+        if outcome is None:
             continue
-        except Exception as err:  # noqa: BLE001  (one file the tool cannot handle must not stop the others)
-            log.debug("upgrade failed on %s", path, exc_info=True)
-            report.unparsable[path] = f"the tool failed on it ({type(err).__name__}: {err}; please report it)"
+        new, findings, diffs = outcome
+        for finding in findings:
+            group = report.todos if finding.todo else report.notes if finding.note else None
+            if group is not None:
+                group.setdefault(path, []).append(finding)
+        if new == source:
             continue
-        if result.todos:
-            report.todos[path] = result.todos
-        if result.notes:
-            report.notes[path] = result.notes
-        if result.source == source:
-            continue
-        report.changed[path] = result.changes
+        report.changed[path] = [f for f in findings if not f.todo and not f.note]
         if write:
-            _write_atomically(path, result.source)
+            _write_atomically(path, new)
         else:
-            out.writelines(
-                difflib.unified_diff(
-                    source.splitlines(keepends=True), result.source.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+            for label, before, after in diffs:
+                out.writelines(
+                    difflib.unified_diff(
+                        before.splitlines(keepends=True),
+                        after.splitlines(keepends=True),
+                        f"a/{path}{label}",
+                        f"b/{path}{label}",
+                    )
                 )
-            )
     return report
 
 
-def _syntax_error(source: str, err: Exception) -> str:
-    """Where and why a file does not parse, in Python's own words (libcst reports the token after the error)."""
+def _upgrade_file(path: Path, source: str, report: RunReport) -> tuple[str, list, list[tuple[str, str, str]]] | None:
+    """One file's new text, findings and diffs (``(label, before, after)``: one per changed notebook cell); None where
+    it is left as it was (recorded in ``report``)."""
+    import libcst as cst
+
+    from lightning_mgpu.upgrade.transform import syntax_error, upgrade_source
+    from lightning_mgpu.utilities.imports import MissingDependencyError
+
     try:
-        compile(source, "<upgrade>", "exec", dont_inherit=True)
-    except SyntaxError as syntax:
-        return f"line {syntax.lineno}: {syntax.msg}"
-    return f"line {getattr(err, 'raw_line', '?')}: {getattr(err, 'message', err)}"
+        if path.suffix == ".ipynb":
+            from lightning_mgpu.upgrade.notebook import NotebookError, upgrade_notebook
+
+            try:
+                notebook = upgrade_notebook(source)
+            except NotebookError as err:
+                report.unparsable[path] = f"is not a notebook this tool reads ({err})"
+                return None
+            if notebook.unparsable:
+                report.unparsable_cells[path] = notebook.unparsable
+            if notebook.failed:
+                report.failed_cells[path] = notebook.failed
+            # A cell seldom ends in a line break: each side gets one, so that the diff reads as lines.
+            diffs = [
+                (f" (cell {c.index})", c.before + "\n", c.after + "\n") for c in notebook.cells if c.after != c.before
+            ]
+            return notebook.text, notebook.findings, diffs
+        result = upgrade_source(source)
+    except cst.ParserSyntaxError as err:
+        report.unparsable[path] = f"does not parse ({syntax_error(source, err)})"
+        return None
+    except MissingDependencyError:
+        raise  # nbformat is missing: the run stops with the extra to install
+    except Exception as err:  # noqa: BLE001  (one file the tool cannot handle must not stop the others)
+        log.debug("upgrade failed on %s", path, exc_info=True)
+        report.failed[path] = f"the tool failed on it ({type(err).__name__}: {err}; please report it)"
+        return None
+    return result.source, result.findings, [("", source, result.source)]
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -129,53 +186,93 @@ def _write_atomically(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+def _where(path: Path, finding: object) -> str:
+    cell = getattr(finding, "cell", None)
+    return f"{path}:cell {cell}:{finding.line}" if cell is not None else f"{path}:{finding.line}"  # type: ignore[attr-defined]
+
+
 def summary(report: RunReport, write: bool) -> str:
-    """The run's summary: each change and each TODO with file:line, the files that did not parse, and a total."""
-    entries: list[tuple[str, int, str]] = []
-    for path, findings in report.changed.items():
-        entries += [(str(path), f.line, f.message) for f in findings]
-    for path, findings in report.todos.items():
-        entries += [(str(path), f.line, f.message) for f in findings]
-    for path, findings in report.notes.items():
-        entries += [(str(path), f.line, f.message) for f in findings]
-    lines = [f"{path}:{line}: {message}" for path, line, message in sorted(entries, key=lambda e: (e[0], e[1]))]
+    """The run's summary: each change, TODO and note with file:line (``file:cell N:line`` in a notebook), the files
+    and cells left as they were, the counts by rule, and a total."""
+    entries: list[tuple[str, int, int, str]] = []
+    for group in (report.changed, report.todos, report.notes):
+        for path, findings in group.items():
+            entries += [
+                (
+                    str(path),
+                    f.cell or 0,
+                    f.line,
+                    f"{_where(path, f)}: {f.message}" + (f" [{f.rule}]" if group is report.changed else ""),
+                )
+                for f in findings
+            ]
+    lines = [text for *_, text in sorted(entries, key=lambda e: e[:3])]
+    for path, cells in report.unparsable_cells.items():
+        lines += [
+            f"{path}:cell {cell}: does not parse ({why}); the cell is left as it was" for cell, why in cells.items()
+        ]
+    for path, cells in report.failed_cells.items():
+        lines += [
+            f"{path}:cell {cell}: the tool failed on it ({why}; please report it); the cell is left as it was"
+            for cell, why in cells.items()
+        ]
     for path, reason in report.unparsable.items():
+        lines.append(f"{path}: skipped, {reason}; left untouched")
+    for path, reason in report.failed.items():
         lines.append(f"{path}: skipped, {reason}; left untouched")
     verb = "changed" if write else "would change"
     lines.append(
         f"lightning-mgpu upgrade: {len(report.changed)} of {report.scanned} file(s) {verb}"
         f" ({sum(len(v) for v in report.changed.values())} rewrite(s)), {sum(len(v) for v in report.todos.values())}"
-        f" TODO(s) left for a person, {len(report.unparsable)} file(s) skipped"
+        f" TODO(s) left for a person, {len(report.unparsable)} file(s) that do not parse skipped,"
+        f" {len(report.failed)} file(s) the tool failed on"
+        + (f" (and {sum(map(len, report.failed_cells.values()))} notebook cell(s))" if report.failed_cells else "")
         + ("" if write or not report.changed else "; run again with --write to apply")
     )
-    if report.todos or report.notes:
-        lines.append("lightning-mgpu upgrade --explain RULE prints what a TODO(lightning-mgpu:RULE) asks, in full")
+    for what, group in (("rewrites", report.changed), ("TODOs", report.todos), ("notes", report.notes)):
+        counts = Counter(f.rule for findings in group.values() for f in findings)
+        if counts:
+            by_rule = ", ".join(
+                f"{rule} {n}" for rule, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+            )
+            lines.append(f"{what} by rule: {by_rule}")
+    if report.todos or report.notes or report.changed:
+        lines.append(
+            "lightning-mgpu upgrade --explain RULE prints a rule in full (what a TODO(lightning-mgpu:RULE) asks)"
+        )
     return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``upgrade`` subcommand's arguments."""
-    parser.add_argument("paths", nargs="*", type=Path, help=".py files, or folders to walk")
+    parser.add_argument("paths", nargs="*", type=Path, help=".py and .ipynb files, or folders to walk")
     parser.add_argument(
         "--write", action="store_true", help="apply the changes in place (default: print a unified diff)"
     )
     parser.add_argument(
         "--explain", metavar="RULE", help="print the full text of a rule named in a TODO(lightning-mgpu:RULE) and exit"
     )
+    parser.add_argument(
+        "--rules-markdown", action="store_true", help="print the table of every rule (docs/upgrade.md's) and exit"
+    )
 
 
 def explain(rule_id: str) -> str | None:
     """A rule's full text (None for an unknown rule)."""
-    from lightning_mgpu.upgrade.rules import RULES
+    from lightning_mgpu.upgrade.rules import explain as rule_text
 
-    rule = RULES.get(rule_id)
-    return None if rule is None else f"TODO(lightning-mgpu:{rule.id}): {rule.todo}\n\n{rule.text}"
+    return rule_text(rule_id)
 
 
 def main(args: argparse.Namespace) -> int:
     """``lightning-mgpu upgrade``: returns the exit status."""
-    from lightning_mgpu.utilities.imports import require
+    from lightning_mgpu.utilities.imports import MissingDependencyError, require
 
+    if args.rules_markdown:
+        from lightning_mgpu.upgrade.rules import rules_markdown
+
+        print(rules_markdown())  # noqa: T201  (the command's own output)
+        return 0
     if args.explain is not None:
         from lightning_mgpu.upgrade.rules import RULES
 
@@ -189,12 +286,14 @@ def main(args: argparse.Namespace) -> int:
         print(text)  # noqa: T201  (the command's own output)
         return 0
     if not args.paths:
-        print("lightning-mgpu upgrade: error: name .py files or folders (or --explain RULE)", file=sys.stderr)  # noqa: T201
+        print(  # noqa: T201
+            "lightning-mgpu upgrade: error: name .py or .ipynb files or folders (or --explain RULE)", file=sys.stderr
+        )
         return 2
-    require("libcst", "lightning-mgpu upgrade")
     try:
+        require("libcst", "lightning-mgpu upgrade")
         report = upgrade_paths(args.paths, write=args.write)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, MissingDependencyError) as err:
         print(f"lightning-mgpu upgrade: error: {err}", file=sys.stderr)  # noqa: T201  (the command's own output)
         return 2
     print(summary(report, args.write), file=sys.stderr)  # noqa: T201  (the command's own output; the diff is stdout)

@@ -114,6 +114,26 @@ class FileFacts(cst.CSTVisitor):
         self.strategy_vars: set[tuple[cst.CSTNode, str]] = set()
         self._backend_names: list[tuple[Scope, str]] = []
         self._name_uses: dict[tuple[int, str], int] = {}
+        #: nodes this pass raised on -> the exception: the transformer leaves an internal-error TODO at each, and
+        #: what this pass knows about the rest of the file stays.
+        self.failed: dict[cst.CSTNode, Exception] = {}
+        self._visit_failed: set[int] = set()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        try:
+            return super().on_visit(node)
+        except Exception as err:  # noqa: BLE001  (each visit_* records its state only once nothing can raise)
+            self.failed[node] = err
+            self._visit_failed.add(id(node))
+            return False
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if id(original_node) in self._visit_failed:
+            return
+        try:
+            super().on_leave(original_node)
+        except Exception as err:  # noqa: BLE001
+            self.failed.setdefault(original_node, err)
 
     # -- scopes --------------------------------------------------------------------------------------------------
 
@@ -126,9 +146,10 @@ class FileFacts(cst.CSTVisitor):
         self._push(node)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        names = [param.name.value for param in [*node.params.params, *node.params.kwonly_params]]
         self._push(node)
-        for param in [*node.params.params, *node.params.kwonly_params]:
-            self._stack[-1].assigns.setdefault(param.name.value, [])  # a parameter: its values are unknown
+        for name in names:
+            self._stack[-1].assigns.setdefault(name, [])  # a parameter: its values are unknown
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._close(self._stack.pop())

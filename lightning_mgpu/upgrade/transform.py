@@ -7,6 +7,8 @@ output, and a TODO comment is added only where the same comment is not there yet
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +24,8 @@ from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
 from lightning_mgpu.upgrade.scopes import literal as _literal
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -31,6 +35,12 @@ class Finding:
     message: str
     todo: bool = False
     note: bool = False  # advice about code that keeps working (nothing to change)
+    rule: str = ""  # the rule's id (a TODO's or a note's is read from its text when not given)
+    cell: int | None = None  # in a notebook: the cell, counting every cell from 1
+
+    def __post_init__(self) -> None:
+        if not self.rule and (self.todo or self.note):
+            object.__setattr__(self, "rule", rules.rule_of(self.message))
 
 
 @dataclass
@@ -67,6 +77,15 @@ def _string(node: cst.BaseExpression) -> str | None:
 
 def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
+
+
+def _node_kind(node: cst.CSTNode) -> str:
+    """What a node is, for a TODO: ``Trainer(...)`` for a call, ``def name`` / ``class Name``, else its libcst type."""
+    if isinstance(node, cst.Call):
+        return f"{(_dotted(node.func) or 'a call').rsplit('.', 1)[-1]}(...)"
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        return f"{'def' if isinstance(node, cst.FunctionDef) else 'class'} {node.name.value}"
+    return type(node).__name__
 
 
 def _quoted(value: str) -> cst.SimpleString:
@@ -115,7 +134,7 @@ class _TrainerArgs:
     """A Trainer call's keyword arguments as ``(name, value, original Arg)``, rewritten in place."""
 
     items: list[tuple[str, cst.BaseExpression, cst.Arg | None]]
-    changes: list[str] = field(default_factory=list)
+    changes: list[tuple[str, str]] = field(default_factory=list)  # (rule, what changed)
     todos: list[str] = field(default_factory=list)  # comment texts, "TODO(lightning-mgpu:rule): ..."
     notes: list[str] = field(default_factory=list)  # comment texts, "NOTE(lightning-mgpu:rule): ..."
     resolve: Resolver = _no_resolver
@@ -153,6 +172,10 @@ class _TrainerArgs:
         else:
             self.replace(replacing, [(name, value)])
         return True
+
+    def change(self, rule: str, message: str) -> None:
+        """A rewrite made, under ``rule`` (an id of :data:`rules.RULES`)."""
+        self.changes.append((rule, message))
 
     def todo(self, rule: str, **values: Any) -> None:
         self.todos.append(rules.todo_text(rule, **values))
@@ -317,7 +340,7 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         for strategy, key, written in found[:-1]:
             if _branches(strategy) <= {"ddp", "ddp_spawn", "auto"}:
                 args.remove(key)
-                args.changes.append(f"{key}={written} dropped: the plugin object is the strategy")
+                args.change("trainer-strategy", f"{key}={written} dropped: the plugin object is the strategy")
         found = [f for f in found if f[1] == "plugins" or not _branches(f[0]) <= {"ddp", "ddp_spawn", "auto"}]
     # Two 1.x keys that both name a strategy: the last one moves, the others are left for a person with the same
     # TODO that a second run would give them.
@@ -326,7 +349,7 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
     if found:
         strategy, key, written = found[-1]
         if args.set("strategy", strategy, replacing=key):
-            args.changes.append(f"{key}={written} -> strategy={_code(strategy)}")
+            args.change("trainer-strategy", f"{key}={written} -> strategy={_code(strategy)}")
     # gpus=N / num_processes=N -> accelerator + devices.
     accelerator_node: cst.BaseExpression | None = None
     gpus = args.get("gpus")
@@ -335,31 +358,31 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         if literal in (0, None, "0", "") and literal is not False:
             accelerator = accelerator or "cpu"
             args.remove("gpus")
-            args.changes.append(f'gpus={_code(gpus)} -> accelerator="cpu"')
+            args.change("trainer-devices", f'gpus={_code(gpus)} -> accelerator="cpu"')
         elif literal is not ... or isinstance(gpus, cst.List):
             accelerator = "gpu"
             if args.set("devices", gpus, replacing="gpus"):
-                args.changes.append(f"gpus={_code(gpus)} -> devices={_code(gpus)}")
+                args.change("trainer-devices", f"gpus={_code(gpus)} -> devices={_code(gpus)}")
         else:
             # A variable or a condition: 1.x ran on the CPU when it was 0 or None, and so must the rewrite.
             accelerator_node, devices = _accelerator_for(gpus, args.get("num_processes"))
             if args.set("devices", devices, replacing="gpus"):
-                args.changes.append(f"gpus={_code(gpus)} -> devices={_code(devices)}")
+                args.change("trainer-devices", f"gpus={_code(gpus)} -> devices={_code(devices)}")
             else:
                 accelerator_node = None
         if args.has("num_processes"):
             args.remove("num_processes")  # 1.x ignored it when gpus was given (a variable gpus keeps it for CPU)
-            args.changes.append("num_processes dropped (1.x ignored it beside gpus)")
+            args.change("trainer-devices", "num_processes dropped (1.x ignored it beside gpus)")
     processes = args.get("num_processes")
     if processes is not None:
         accelerator = accelerator or "cpu"
         if args.set("devices", processes, replacing="num_processes"):
-            args.changes.append(f"num_processes={_code(processes)} -> devices={_code(processes)}")
+            args.change("trainer-devices", f"num_processes={_code(processes)} -> devices={_code(processes)}")
     for flag, device in (("tpu_cores", "tpu"), ("ipus", "ipu")):
         count = args.get(flag)
         if count is not None and accelerator is None and args.set("devices", count, replacing=flag):
             accelerator = device
-            args.changes.append(f"{flag}={_code(count)} -> devices={_code(count)}")
+            args.change(rules.REMOVED_ARGS[flag], f"{flag}={_code(count)} -> devices={_code(count)}")
     if accelerator is not None or accelerator_node is not None:
         new_node = accelerator_node if accelerator_node is not None else _quoted(accelerator)  # type: ignore[arg-type]
         given = args.get("accelerator")
@@ -369,9 +392,9 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             # Before devices, where a person would write it.
             position = next((i for i, item in enumerate(args.items) if item[0] == "devices"), len(args.items))
             args.items.insert(position, ("accelerator", new_node, None))
-            args.changes.append(f"-> accelerator={_code(new_node)} (the device type the 1.x flags named)")
+            args.change("trainer-devices", f"-> accelerator={_code(new_node)} (the device type the 1.x flags named)")
         elif current == "auto" or (accelerator_node is None and current == accelerator):
-            args.changes.append(f"accelerator={_code(args.get('accelerator'))} kept")  # type: ignore[arg-type]
+            args.change("trainer-devices", f"accelerator={_code(args.get('accelerator'))} kept")  # type: ignore[arg-type]
         else:
             args.todo("trainer-conflict", old="gpus", value=_code(new_node), new="accelerator")
     # precision=16 -> "16-mixed", "bf16" -> "bf16-mixed".
@@ -386,7 +409,7 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         both = precision.with_changes(body=branch(precision.body), orelse=branch(precision.orelse))
         if _code(both) != _code(precision):
             args.replace("precision", [("precision", both)])
-            args.changes.append(f"precision={_code(precision)} -> precision={_code(both)}")
+            args.change("trainer-precision", f"precision={_code(precision)} -> precision={_code(both)}")
             sixteen = True
     elif precision is not None:
         literal = _literal(precision)
@@ -394,35 +417,43 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         sixteen = spelled == "16"
         if spelled is not None and spelled in rules.PRECISION:
             args.replace("precision", [("precision", _quoted(rules.PRECISION[spelled]))])
-            args.changes.append(f'precision={_code(precision)} -> precision="{rules.PRECISION[spelled]}"')
+            args.change("trainer-precision", f'precision={_code(precision)} -> precision="{rules.PRECISION[spelled]}"')
     backend = args.get("amp_backend")
     level = args.get("amp_level")
     if backend is not None:
         args.remove("amp_backend")
         if _string(backend) == "native":
-            args.changes.append('amp_backend="native" removed (native AMP is the only one in 2.x)')
+            args.change("trainer-amp-backend", 'amp_backend="native" removed (native AMP is the only one in 2.x)')
         elif not sixteen:
-            args.changes.append(f"amp_backend={_code(backend)} removed (without precision=16 it had no effect)")
+            args.change(
+                "trainer-amp-backend", f"amp_backend={_code(backend)} removed (without precision=16 it had no effect)"
+            )
         elif _string(backend) == "apex":
             args.todo("trainer-apex")
         else:
             args.todo("trainer-amp-backend-variable", value=_code(backend))
     if level is not None:
         args.remove("amp_level")
-        args.changes.append(f"amp_level={_code(level)} removed (apex's; native AMP has no level)")
+        args.change("trainer-amp-backend", f"amp_level={_code(level)} removed (apex's; native AMP has no level)")
     for old, new in rules.RENAMED_ARGS.items():
         value = args.get(old)
         if value is not None:
             args.replace(old, [(new, value)])
-            args.changes.append(f"{old} -> {new}")
+            args.change("trainer-renamed-arg", f"{old} -> {new}")
     checkpoint = args.get("checkpoint_callback")
     if checkpoint is not None:
         if isinstance(_literal(checkpoint), bool):
             args.replace("checkpoint_callback", [("enable_checkpointing", checkpoint)])
-            args.changes.append(f"checkpoint_callback={_code(checkpoint)} -> enable_checkpointing={_code(checkpoint)}")
+            args.change(
+                "trainer-checkpoint-callback",
+                f"checkpoint_callback={_code(checkpoint)} -> enable_checkpointing={_code(checkpoint)}",
+            )
         elif args.add_callback(_code(checkpoint), "ModelCheckpoint", "callbacks", "checkpoint_callback"):
             args.imports.pop()  # the ModelCheckpoint is built by the user's own code
-            args.changes.append(f"checkpoint_callback={_code(checkpoint)} -> callbacks=[..., {_code(checkpoint)}]")
+            args.change(
+                "trainer-checkpoint-callback",
+                f"checkpoint_callback={_code(checkpoint)} -> callbacks=[..., {_code(checkpoint)}]",
+            )
         else:
             args.todo("trainer-checkpoint-callback", value=_code(checkpoint))
     early = args.get("early_stop_callback")
@@ -430,27 +461,35 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         literal = _literal(early)
         if literal is False or literal is None:
             args.remove("early_stop_callback")
-            args.changes.append(f"early_stop_callback={_code(early)} removed (no early stopping, the 2.x default)")
+            args.change(
+                "trainer-early-stop-callback",
+                f"early_stop_callback={_code(early)} removed (no early stopping, the 2.x default)",
+            )
         elif literal is True and args.add_callback(
             'EarlyStopping(monitor="val_loss")', "EarlyStopping", "callbacks", "early_stop_callback"
         ):
-            args.changes.append('early_stop_callback=True -> callbacks=[EarlyStopping(monitor="val_loss")]')
+            args.change(
+                "trainer-early-stop-callback",
+                'early_stop_callback=True -> callbacks=[EarlyStopping(monitor="val_loss")]',
+            )
         elif literal is ... and args.add_callback(_code(early), "EarlyStopping", "callbacks", "early_stop_callback"):
             args.imports.pop()  # built by the user's own code
-            args.changes.append(f"early_stop_callback={_code(early)} -> callbacks=[..., {_code(early)}]")
+            args.change(
+                "trainer-early-stop-callback", f"early_stop_callback={_code(early)} -> callbacks=[..., {_code(early)}]"
+            )
     summary = args.get("weights_summary")
     if summary is not None:
         literal = _literal(summary)
         if literal is None:
             args.replace("weights_summary", [("enable_model_summary", cst.Name("False"))])
-            args.changes.append("weights_summary=None -> enable_model_summary=False")
+            args.change("trainer-weights-summary", "weights_summary=None -> enable_model_summary=False")
         elif literal == "top":
             args.remove("weights_summary")
-            args.changes.append('weights_summary="top" removed (the 2.x default)')
+            args.change("trainer-weights-summary", 'weights_summary="top" removed (the 2.x default)')
         elif literal == "full" and args.add_callback(
             "ModelSummary(max_depth=-1)", "ModelSummary", "callbacks", "weights_summary"
         ):
-            args.changes.append('weights_summary="full" -> callbacks=[ModelSummary(max_depth=-1)]')
+            args.change("trainer-weights-summary", 'weights_summary="full" -> callbacks=[ModelSummary(max_depth=-1)]')
         else:
             args.todo("trainer-weights-summary", value=_code(summary))
     rate = args.get("progress_bar_refresh_rate")
@@ -458,7 +497,7 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         value = _literal(rate)
         if value == 0:
             args.replace("progress_bar_refresh_rate", [("enable_progress_bar", cst.Name("False"))])
-            args.changes.append("progress_bar_refresh_rate=0 -> enable_progress_bar=False")
+            args.change("trainer-progress-bar", "progress_bar_refresh_rate=0 -> enable_progress_bar=False")
         # A negative rate had no meaning in 1.x: left for a person (the TODO below), not copied into the callback.
         elif (
             isinstance(value, int)
@@ -470,7 +509,9 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
                 "progress_bar_refresh_rate",
             )
         ):
-            args.changes.append(f"progress_bar_refresh_rate={_code(rate)} -> callbacks=[TQDMProgressBar(...)]")
+            args.change(
+                "trainer-progress-bar", f"progress_bar_refresh_rate={_code(rate)} -> callbacks=[TQDMProgressBar(...)]"
+            )
         else:
             args.todo("trainer-progress-bar", value=_code(rate))
     reload = args.get("reload_dataloaders_every_epoch")
@@ -481,7 +522,7 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         else:
             value = cst.Integer("1") if literal is True else cst.parse_expression(f"int({_code(reload)})")
             args.replace("reload_dataloaders_every_epoch", [("reload_dataloaders_every_n_epochs", value)])
-        args.changes.append("reload_dataloaders_every_epoch -> reload_dataloaders_every_n_epochs")
+        args.change("trainer-reload-dataloaders", "reload_dataloaders_every_epoch -> reload_dataloaders_every_n_epochs")
     accumulate = args.get("accumulate_grad_batches")
     if isinstance(accumulate, cst.Dict):
         if args.add_callback(
@@ -490,7 +531,10 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             "callbacks",
             "accumulate_grad_batches",
         ):
-            args.changes.append("accumulate_grad_batches={...} -> callbacks=[GradientAccumulationScheduler(...)]")
+            args.change(
+                "trainer-accumulate-dict",
+                "accumulate_grad_batches={...} -> callbacks=[GradientAccumulationScheduler(...)]",
+            )
         else:
             args.todo("trainer-accumulate-dict", value=_code(accumulate))
     profiler = args.get("profiler")
@@ -500,16 +544,16 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         else:
             args.remove("profiler")
         new_profiler = 'profiler="simple"' if _literal(profiler) else "removed"
-        args.changes.append(f"profiler={_code(profiler)} -> {new_profiler}")
+        args.change("trainer-profiler", f"profiler={_code(profiler)} -> {new_profiler}")
     steps = args.get("max_steps")
     if steps is not None and _literal(steps) is None:
         args.replace("max_steps", [("max_steps", cst.parse_expression("-1"))])
-        args.changes.append("max_steps=None -> max_steps=-1 (2.x's no limit)")
+        args.change("trainer-max-steps", "max_steps=None -> max_steps=-1 (2.x's no limit)")
     for name, rule in rules.DROPPED_ARGS.items():
         if args.has(name):
             args.remove(name)
             args.note(rule)
-            args.changes.append(f"{name} dropped")
+            args.change(rule, f"{name} dropped")
     # Removed with no 2.x argument: left in the call they stop the Trainer from being built, so they leave it, and
     # the TODO keeps what was passed.
     for name, rule in rules.REMOVED_ARGS.items():
@@ -517,8 +561,9 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         if value is not None:
             args.remove(name)
             args.todo(rule)
-            args.todos[-1] += f" (was {name}={_code(value)})" if len(_code(value)) <= 16 else ""
-            args.changes.append(f"{name}={_code(value)} removed from the call (a TODO says the 2.x way)")
+            written = rules.one_line(_code(value))
+            args.todos[-1] += f" (was {name}={written})" if len(written) <= 16 else ""
+            args.change(rule, f"{name}={_code(value)} removed from the call (a TODO says the 2.x way)")
     return args
 
 
@@ -638,9 +683,12 @@ class UpgradeTransformer(cst.CSTTransformer):
 
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, facts: FileFacts, namespace: str) -> None:
+    def __init__(self, facts: FileFacts, namespace: str, check_code: bool = False) -> None:
         super().__init__()
         self.facts = facts
+        #: write out each rewritten statement as it is left, and keep the original of one libcst cannot write (the
+        #: second pass over a file whose first pass built such a node: slower, so not the default)
+        self.check_code = check_code
         self.namespace = namespace  # the Lightning tree the file imports: what added imports come from
         self.findings: list[Finding] = []
         self._pending: list[list[str]] = []  # comment texts for the statement being visited, innermost last
@@ -662,6 +710,9 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._attribute_names: set[int] = set()  # ids of the Name nodes that are an attribute's attr
         self._lightning_class: list[bool] = []  # per enclosing class: whether it may be a Lightning class
         self._auto_move_data: set[str] = set()  # local names of the removed @auto_move_data decorator
+        self._failed: set[int] = set()  # ids of the nodes whose rewrite raised (each gets one internal-error TODO)
+        self._visit_failed: set[int] = set()  # ids of the nodes whose visit_* raised
+        self._module_comments: list[str] | None = None  # TODOs with no statement to sit above: the file's header
 
     # -- bookkeeping ---------------------------------------------------------------------------------------------
 
@@ -671,19 +722,34 @@ class UpgradeTransformer(cst.CSTTransformer):
         except KeyError:
             return 0
 
-    def _change(self, node: cst.CSTNode, message: str) -> None:
-        self.findings.append(Finding(self._line(node), message))
+    def _change(self, node: cst.CSTNode, rule: str, message: str) -> None:
+        """A rewrite made at ``node``, under ``rule`` (an id of :data:`rules.RULES`)."""
+        self.findings.append(Finding(self._line(node), message, rule=rule))
 
     def _todo(self, node: cst.CSTNode, text: str) -> None:
         """A TODO comment (``text`` from :func:`rules.todo_text`) above the statement being visited."""
+        text = rules.one_line(text)  # a comment holds no line break: libcst would refuse the whole file
         self.findings.append(Finding(self._line(node), text, todo=True))
         if self._pending:
             self._pending[-1].append(text)
+        elif self._module_comments is not None:
+            self._module_comments.append(text)
 
     def _note(self, node: cst.CSTNode, text: str) -> None:
+        text = rules.one_line(text)
         self.findings.append(Finding(self._line(node), text, note=True))
         if self._pending:
             self._pending[-1].append(text)
+
+    def _internal_error(self, node: cst.CSTNode, err: BaseException) -> None:
+        """``node``'s rewrite raised: a TODO at it names the exception, and the rest of the file still converts."""
+        if id(node) in self._failed:
+            return
+        self._failed.add(id(node))
+        log.debug(
+            "lightning-mgpu upgrade failed on a %s at line %s", type(node).__name__, self._line(node), exc_info=err
+        )
+        self._todo(node, rules.todo_text("internal-error", node=_node_kind(node), error=type(err).__name__))
 
     def _args(self, items: list[tuple[str, cst.BaseExpression, cst.Arg | None]]) -> _TrainerArgs:
         """Keyword arguments to rewrite, with what this file says about their values."""
@@ -704,14 +770,44 @@ class UpgradeTransformer(cst.CSTTransformer):
             # a TODO written there by an earlier run is found here, so a second run does not write it again.
             self._first_statement = node.body[0] if node.body else None
             self._header_comments = {line.comment.value for line in node.header if line.comment is not None}
+            self._module_comments = []
         if isinstance(node, (cst.Module, cst.FunctionDef)):
-            self._scopes.append(self.facts.scopes[node])
-        return super().on_visit(node)
+            # A function the pre-pass failed on has no scope of its own: it knows nothing about its names.
+            self._scopes.append(self.facts.scopes.get(node) or Scope(node, self._scopes[-1] if self._scopes else None))
+        if node in self.facts.failed:
+            self._internal_error(node, self.facts.failed[node])
+        # Whatever one construct raises stays with that construct: a TODO there, its children left as they are, and
+        # the rest of the file converted (each visit_* records its state only once it cannot fail any more).
+        try:
+            return super().on_visit(node)
+        except Exception as err:  # noqa: BLE001
+            self._internal_error(node, err)
+            self._visit_failed.add(id(node))
+            return False
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
-        result = super().on_leave(original_node, updated_node)
+        if id(original_node) in self._visit_failed:
+            result = updated_node  # its visit raised before recording anything: its leave is skipped too
+        else:
+            try:
+                result = super().on_leave(original_node, updated_node)
+            except Exception as err:  # noqa: BLE001
+                self._internal_error(original_node, err)
+                result = updated_node  # its children converted, its own rewrite left out
+        if self.check_code and isinstance(original_node, _STATEMENTS) and result is not original_node:
+            try:
+                for written in result.nodes if isinstance(result, cst.FlattenSentinel) else [result]:
+                    if isinstance(written, cst.CSTNode):
+                        _code(written)
+            except Exception as err:  # noqa: BLE001
+                self._internal_error(original_node, err)
+                result = original_node  # the statement as it was, with the TODO
         if isinstance(original_node, (cst.Module, cst.FunctionDef)):
             self._scopes.pop()
+        if isinstance(original_node, cst.Module) and self._module_comments:
+            header = [line.comment.value for line in result.header if line.comment is not None]
+            new = [f"# {t}" for t in dict.fromkeys(self._module_comments) if f"# {t}" not in header]
+            result = result.with_changes(header=[*result.header, *(cst.EmptyLine(comment=cst.Comment(c)) for c in new)])
         if isinstance(original_node, _STATEMENTS):
             comments = self._pending.pop()
             first = result.nodes[0] if isinstance(result, cst.FlattenSentinel) and result.nodes else result
@@ -750,7 +846,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             if namespace is not None and alias.asname is not None:
                 new = "torchmetrics" + name[len(namespace) + len(".metrics") :]
                 alias = alias.with_changes(name=cst.parse_expression(new))
-                self._change(original, f"import {name} -> import {new}")
+                self._change(original, "metrics-import", f"import {name} -> import {new}")
             names.append(alias)
         return updated.with_changes(names=names)
 
@@ -793,6 +889,7 @@ class UpgradeTransformer(cst.CSTTransformer):
                     self.renamed[local] = (bundle, new, extra)  # type: ignore[index]
                 self._change(
                     original,
+                    "bundle-class",
                     f"from {module} import {name} -> from {bundle} import {new}"
                     + (f" as {keep_alias}" if keep_alias else ""),
                 )
@@ -801,7 +898,9 @@ class UpgradeTransformer(cst.CSTTransformer):
                 new, extra = rules.LIGHTNING_PLUGINS[name]
                 self._add_import(f"{namespace}.strategies", new, None)
                 self.renamed[local] = (f"{namespace}.strategies", new, extra)  # type: ignore[index]
-                self._change(original, f"from {module} import {name} -> from {namespace}.strategies import {new}")
+                self._change(
+                    original, "plugin-class", f"from {module} import {name} -> from {namespace}.strategies import {new}"
+                )
                 if new == "FSDPStrategy":
                     self._todo(original, rules.todo_text("fsdp-plugin", value=name))
                 continue
@@ -814,7 +913,7 @@ class UpgradeTransformer(cst.CSTTransformer):
                 else:
                     self._add_import(target, new, None)
                     self.renamed[local] = (target, new, {})  # type: ignore[index]
-                self._change(original, f"from {module} import {name} -> from {target} import {new}")
+                self._change(original, "bundle-name", f"from {module} import {name} -> from {target} import {new}")
                 continue
             renamed = rules.RENAMED_NAMES.get((below, name))  # type: ignore[arg-type]
             if renamed is not None:
@@ -822,23 +921,35 @@ class UpgradeTransformer(cst.CSTTransformer):
                 self._add_import(f"{namespace}.{submodule}", new, asname)
                 if asname is None:
                     self.renamed[local] = (f"{namespace}.{submodule}", new, {})  # type: ignore[index]
-                self._change(original, f"from {module} import {name} -> from {namespace}.{submodule} import {new}")
+                self._change(
+                    original,
+                    "renamed-name",
+                    f"from {module} import {name} -> from {namespace}.{submodule} import {new}",
+                )
                 continue
             if below in rules.MOVED_MODULES:
                 target = f"{namespace}.{rules.MOVED_MODULES[below]}".rstrip(".")
                 self._add_import(target, name, asname)  # type: ignore[arg-type]
-                self._change(original, f"from {module} import {name} -> from {target} import {name}")
+                self._change(original, "moved-module", f"from {module} import {name} -> from {target} import {name}")
                 continue
             if below == "utilities.argparse" and name in _ARGPARSE_METHODS:
                 self._add_import("lightning_mgpu.upgrade.trainer_args", name, asname)
-                self._change(original, f"from {module} import {name} -> from lightning_mgpu.upgrade.trainer_args")
+                self._change(
+                    original,
+                    "trainer-argparse",
+                    f"from {module} import {name} -> from lightning_mgpu.upgrade.trainer_args",
+                )
                 continue
             if name == "TestTubeLogger":
                 self._todo(original, rules.todo_text("test-tube-logger"))
             if name == "auto_move_data":
                 # The module is gone in 2.x: the import would stop the script; the decorator goes with it.
                 self._auto_move_data.add(local or name)
-                self._change(original, f"from {module} import auto_move_data removed (2.x has no such decorator)")
+                self._change(
+                    original,
+                    "auto-move-data",
+                    f"from {module} import auto_move_data removed (2.x has no such decorator)",
+                )
                 continue
             kept.append(alias)
         if len(kept) == len(updated.names):
@@ -860,7 +971,7 @@ class UpgradeTransformer(cst.CSTTransformer):
                     self.renamed[name] = (target, new, {})
                 alias = alias.with_changes(name=cst.Name(new))
             names.append(alias)
-        self._change(original, f"from {_dotted(updated.module)} -> from {target} (torchmetrics)")  # type: ignore[arg-type]
+        self._change(original, "metrics-import", f"from {_dotted(updated.module)} -> from {target} (torchmetrics)")  # type: ignore[arg-type]
         return updated.with_changes(module=cst.parse_expression(target), names=names or updated.names)
 
     def _add_import(self, module: str, name: str, asname: str | None) -> None:
@@ -921,7 +1032,11 @@ class UpgradeTransformer(cst.CSTTransformer):
         if any(module.startswith("lightning_mgpu") for module, _, _ in self.imports_to_add):
             return updated
         self.findings.append(
-            Finding(1, "import lightning_mgpu added: it registers the bundle's strategy names with Lightning")
+            Finding(
+                1,
+                "import lightning_mgpu added: it registers the bundle's strategy names with Lightning",
+                rule="bundle-import",
+            )
         )
         line = cst.SimpleStatementLine(
             body=[cst.Import(names=[cst.ImportAlias(name=cst.Name("lightning_mgpu"))])],
@@ -972,14 +1087,14 @@ class UpgradeTransformer(cst.CSTTransformer):
             self._add_import(bundle, new, None)
             if extra:
                 self.renamed[f"{dotted}"] = (bundle, new, extra)
-            self._change(original, f"{dotted} -> {new} (from {bundle})")
+            self._change(original, "bundle-class", f"{dotted} -> {new} (from {bundle})")
             return cst.Name(new) if not extra else updated
         if name in rules.LIGHTNING_PLUGINS and below in rules.LIGHTNING_PLUGIN_MODULES:
             new, extra = rules.LIGHTNING_PLUGINS[name]
             if extra:
                 self.renamed[dotted] = (f"{namespace}.strategies", new, extra)
                 return updated  # the call site rewrites it, with its extra arguments
-            self._change(original, f"{dotted} -> {head}.strategies.{new}")
+            self._change(original, "plugin-class", f"{dotted} -> {head}.strategies.{new}")
             return cst.parse_expression(f"{head}.strategies.{new}")
         moved = rules.MOVED_NAMES.get((below, name))
         if moved is not None:
@@ -987,21 +1102,21 @@ class UpgradeTransformer(cst.CSTTransformer):
             self._add_import(f"{bundle}.{submodule}", new, None)
             if new != name:
                 self.renamed[dotted] = (f"{bundle}.{submodule}", new, {})
-            self._change(original, f"{dotted} -> {new} (from {bundle}.{submodule})")
+            self._change(original, "bundle-name", f"{dotted} -> {new} (from {bundle}.{submodule})")
             return cst.Name(new)
         renamed = rules.RENAMED_NAMES.get((below, name))
         if renamed is not None:
-            self._change(original, f"{dotted} -> {head}.{renamed[0]}.{renamed[1]}")
+            self._change(original, "renamed-name", f"{dotted} -> {head}.{renamed[0]}.{renamed[1]}")
             return cst.parse_expression(f"{head}.{renamed[0]}.{renamed[1]}")
         if below in rules.MOVED_MODULES:
             target = f"{head}.{rules.MOVED_MODULES[below]}".rstrip(".")
-            self._change(original, f"{dotted} -> {target}.{name}")
+            self._change(original, "moved-module", f"{dotted} -> {target}.{name}")
             return cst.parse_expression(f"{target}.{name}")
         if below == "metrics" or below.startswith("metrics."):
             self.plain_imports["torchmetrics"] = None
             new = rules.TORCHMETRICS_RENAMED.get(name, name)
             target = "torchmetrics" + below[len("metrics") :]
-            self._change(original, f"{dotted} -> {target}.{new}")
+            self._change(original, "metrics-import", f"{dotted} -> {target}.{new}")
             return cst.parse_expression(f"{target}.{new}")
         return updated
 
@@ -1028,7 +1143,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             if args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
                 args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
             args.append(_kwarg("ckpt_path", value.deep_clone()))
-            self._change(original, f"resume_from_checkpoint={_code(value)} -> {func}(ckpt_path=...)")
+            self._change(original, "trainer-resume", f"resume_from_checkpoint={_code(value)} -> {func}(ckpt_path=...)")
             updated = updated.with_changes(args=args)
         owner, _, method = func.rpartition(".")
         if method in _ARGPARSE_METHODS and self._argparse_owner(owner):
@@ -1069,6 +1184,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             )
         self._change(
             original,
+            self._renamed_rule(func),
             f"{func}(...) -> {new}(...)"
             + (f" with {', '.join(f'{k}={v}' for k, v in extra.items())}" if extra else ""),
         )
@@ -1076,6 +1192,17 @@ class UpgradeTransformer(cst.CSTTransformer):
         if new in rules.TORCHMETRICS_TASK and self.renamed[func][0].startswith("torchmetrics"):
             return self._metric_call(original, renamed)
         return renamed
+
+    def _renamed_rule(self, func: str) -> str:
+        """The rule a call of a renamed class falls under, from where its new name comes from."""
+        module, new, _ = self.renamed[func]
+        if module.startswith("torchmetrics"):
+            return "metrics-import"
+        if module.startswith("lightning_mgpu"):
+            return "bundle-class" if new in {n for n, _ in rules.REMOVED_CLASSES.values()} else "bundle-name"
+        if any(new == n for n, _ in rules.LIGHTNING_PLUGINS.values()):
+            return "plugin-class"
+        return "renamed-name"
 
     def _argparse_owner(self, owner: str) -> bool:
         last = owner.rsplit(".", 1)[-1]
@@ -1088,7 +1215,11 @@ class UpgradeTransformer(cst.CSTTransformer):
         owner_node = original.func.value  # type: ignore[attr-defined]
         args = [cst.Arg(owner_node, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *updated.args]
         new = updated.with_changes(func=cst.Name(method), args=args)
-        self._change(original, f"{owner}.{method}(...) -> {method}({owner}, ...) (lightning_mgpu.upgrade.trainer_args)")
+        self._change(
+            original,
+            "trainer-argparse",
+            f"{owner}.{method}(...) -> {method}({owner}, ...) (lightning_mgpu.upgrade.trainer_args)",
+        )
         if method == "from_argparse_args" and owner.rsplit(".", 1)[-1] == "Trainer":
             return self._trainer_call(original, new)
         return new
@@ -1101,7 +1232,9 @@ class UpgradeTransformer(cst.CSTTransformer):
         for arg in updated.args:
             if arg.keyword is not None and arg.keyword.value in renames:
                 self._change(
-                    original, f"{method}({arg.keyword.value}=...) -> {method}({renames[arg.keyword.value]}=...)"
+                    original,
+                    "trainer-loop-kwargs",
+                    f"{method}({arg.keyword.value}=...) -> {method}({renames[arg.keyword.value]}=...)",
                 )
                 arg = arg.with_changes(keyword=cst.Name(renames[arg.keyword.value]))
             args.append(arg)
@@ -1114,7 +1247,9 @@ class UpgradeTransformer(cst.CSTTransformer):
         for arg in updated.args:
             if arg.keyword is not None and arg.keyword.value in rules.RENAMED_ARGS:
                 new = rules.RENAMED_ARGS[arg.keyword.value]
-                self._change(original, f"set_defaults({arg.keyword.value}=...) -> set_defaults({new}=...)")
+                self._change(
+                    original, "trainer-renamed-arg", f"set_defaults({arg.keyword.value}=...) -> set_defaults({new}=...)"
+                )
                 arg = arg.with_changes(keyword=cst.Name(new))
             args.append(arg)
         return updated.with_changes(args=args)
@@ -1127,7 +1262,11 @@ class UpgradeTransformer(cst.CSTTransformer):
             key = arg.keyword.value if arg.keyword is not None else None
             if key in rules.CHECKPOINT_RENAMED:
                 args.append(arg.with_changes(keyword=cst.Name(rules.CHECKPOINT_RENAMED[key])))
-                self._change(original, f"ModelCheckpoint({key}=...) -> ({rules.CHECKPOINT_RENAMED[key]}=...)")
+                self._change(
+                    original,
+                    "checkpoint-every-n-epochs",
+                    f"ModelCheckpoint({key}=...) -> ({rules.CHECKPOINT_RENAMED[key]}=...)",
+                )
             elif key == "filepath":
                 path = _string(arg.value)
                 if path is None and not _looks_like_a_pattern(arg.value):
@@ -1146,7 +1285,9 @@ class UpgradeTransformer(cst.CSTTransformer):
                         ("filename", cst.parse_expression(f"os.path.basename({_code(arg.value)})")),
                     ]
                 args += [_kwarg(k, v, arg).with_changes(comma=arg.comma) for k, v in parts]
-                self._change(original, "ModelCheckpoint(filepath=...) -> (dirpath=..., filename=...)")
+                self._change(
+                    original, "checkpoint-filepath", "ModelCheckpoint(filepath=...) -> (dirpath=..., filename=...)"
+                )
             else:
                 if key == "prefix":
                     self._todo(original, rules.todo_text("checkpoint-prefix"))
@@ -1191,7 +1332,9 @@ class UpgradeTransformer(cst.CSTTransformer):
                 ),
                 *updated.args,
             ]
-            self._change(original, f'{name}(num_classes=...) -> {name}(task="multiclass", num_classes=...)')
+            self._change(
+                original, "metrics-task", f'{name}(num_classes=...) -> {name}(task="multiclass", num_classes=...)'
+            )
             return updated.with_changes(args=args)
         self._todo(original, rules.todo_text("metrics-task", name=name))
         return updated
@@ -1229,8 +1372,8 @@ class UpgradeTransformer(cst.CSTTransformer):
         return updated.with_changes(args=self._commas(new_args, updated.args))
 
     def _emit(self, node: cst.CSTNode, trainer: _TrainerArgs) -> None:
-        for change in trainer.changes:
-            self._change(node, change)
+        for rule, change in trainer.changes:
+            self._change(node, rule, change)
         for todo in trainer.todos:
             self._todo(node, todo)
         for note in trainer.notes:
@@ -1290,7 +1433,11 @@ class UpgradeTransformer(cst.CSTTransformer):
             # backend = "ddp" if n > 1 else "ddp_cpu": the variable only carries a strategy into a Trainer.
             mapped = _strategy_value(updated.value)
             if mapped is not None and _code(mapped) != _code(updated.value):
-                self._change(original, f"{target.value} = {_code(updated.value)} -> {_code(mapped)} (a 2.x strategy)")
+                self._change(
+                    original,
+                    "trainer-strategy",
+                    f"{target.value} = {_code(updated.value)} -> {_code(mapped)} (a 2.x strategy)",
+                )
                 return updated.with_changes(value=mapped)
             return updated
         if isinstance(target, cst.Name) and is_dict_builder(updated.value) and self._is_trainer_dict(target.value):
@@ -1312,7 +1459,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             and self._class_depth
             and self._lightning_class[-1]
         ):
-            self._change(original, "self.hparams = ... -> self.save_hyperparameters(...)")
+            self._change(original, "hparams-assign", "self.hparams = ... -> self.save_hyperparameters(...)")
             call = cst.parse_statement(f"self.save_hyperparameters({_code(small.value)})")
             return call.with_changes(leading_lines=updated.leading_lines)
         # settings["gpus"] = 2 on a dict that reaches a Trainer: each 1.x key rewritten as if passed to the call.
@@ -1407,19 +1554,21 @@ class UpgradeTransformer(cst.CSTTransformer):
     # -- LightningModule and callback hooks ------------------------------------------------------------------------
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._class_depth += 1
         bases = {(_dotted(b.value) or "").rsplit(".", 1)[-1] for b in node.bases}
-        # A plain nn.Module (or no base): its training_epoch_end is the user's own, called by their own loop.
-        self._lightning_class.append(bool(bases - rules.NON_LIGHTNING_BASES))
-        if bases & {"LightningDataModule"} or bases & self.datamodules:
-            self.datamodules.add(node.name.value)
         methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}
         step = methods.get("training_step")
-        self._class_has_optimizer_idx.append(
+        has_optimizer_idx = (
             step is not None
             and any(p.name.value == "optimizer_idx" for p in step.params.params)
             and _uses(step.body, "optimizer_idx", "training_step") > 0
         )
+        # Recorded only from here on, where nothing can raise: leave_ClassDef pops what this pushed.
+        self._class_depth += 1
+        # A plain nn.Module (or no base): its training_epoch_end is the user's own, called by their own loop.
+        self._lightning_class.append(bool(bases - rules.NON_LIGHTNING_BASES))
+        if bases & {"LightningDataModule"} or bases & self.datamodules:
+            self.datamodules.add(node.name.value)
+        self._class_has_optimizer_idx.append(has_optimizer_idx)
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._class_depth -= 1
@@ -1433,10 +1582,15 @@ class UpgradeTransformer(cst.CSTTransformer):
             lambda c: convert_epoch_ends(c, has_optimizer_idx),
             convert_renamed_hooks,
         ):
-            result = convert(updated)
+            try:
+                result = convert(updated)
+            except Exception as err:  # noqa: BLE001  (one rewrite of the class failed: the others still run)
+                self._internal_error(original, err)
+                self._failed.discard(id(original))  # a second converter's failure gets its TODO too
+                continue
             updated = result.node
-            for method, message in result.changes:
-                self.findings.append(Finding(lines.get(method, self._line(original)), message))
+            for method, rule, message in result.changes:
+                self.findings.append(Finding(lines.get(method, self._line(original)), message, rule=rule))
             for method, text in result.todos:
                 self.findings.append(Finding(lines.get(method, self._line(original)), text, todo=True))
                 comments.append((method, text))
@@ -1460,6 +1614,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             if _reduce_only(updated):
                 self._change(
                     original,
+                    "step-end",
                     f"{hook} removed: it only reduced the replicas' outputs, which lightning_mgpu's dp does exactly",
                 )
                 return cst.RemoveFromParent()
@@ -1483,13 +1638,14 @@ class UpgradeTransformer(cst.CSTTransformer):
         if params:
             params[-1] = params[-1].with_changes(comma=updated.params.params[-1].comma)
         body = updated.body.visit(_DropSuperArgs(hook, dropped))
-        self._change(original, f"{hook}: dropped {', '.join(sorted(dropped))} (gone from the 2.x signature)")
+        self._change(
+            original, "hook-param", f"{hook}: dropped {', '.join(sorted(dropped))} (gone from the 2.x signature)"
+        )
         return updated.with_changes(params=updated.params.with_changes(params=params), body=body)
 
 
-def _namespace_of(module: cst.Module) -> str:
-    """The Lightning tree a file imports (``pytorch_lightning`` for 1.x code that names neither)."""
-    code = module.code
+def namespace_of(code: str) -> str:
+    """The Lightning tree some code imports (``pytorch_lightning`` for 1.x code that names neither)."""
     if "pytorch_lightning" in code:
         return "pytorch_lightning"
     if "lightning.pytorch" in code or "from lightning import pytorch" in code:
@@ -1497,17 +1653,23 @@ def _namespace_of(module: cst.Module) -> str:
     return "pytorch_lightning"
 
 
-def upgrade_source(source: str) -> FileResult:
+def upgrade_source(source: str, namespace: str | None = None, aliases: dict[str, str] | None = None) -> FileResult:
     """Upgrade one file's source.
 
     Args:
         source: Python source of a Lightning 1.x script or module.
+        namespace: the Lightning tree that added imports come from (default: the one ``source`` imports).
+        aliases: names that stand for a Lightning tree without ``source`` importing them (a notebook's earlier
+            cells: ``{"pl": "pytorch_lightning"}``).
 
     Returns:
         The upgraded source (identical when there was nothing to do) and its findings, with original line numbers.
 
     Raises:
         libcst.ParserSyntaxError: the source does not parse.
+        UpgradeError: the rewritten source does not compile where the source did (a bug of the tool: the caller leaves
+            the file as it was). An exception in one construct's rewrite is not raised: the construct stays as it
+            was, with an ``internal-error`` TODO, and the rest of the file converts.
 
     Example::
 
@@ -1518,11 +1680,55 @@ def upgrade_source(source: str) -> FileResult:
     wrapper = MetadataWrapper(module)
     facts = FileFacts()
     wrapper.module.visit(facts)
-    transformer = UpgradeTransformer(facts, _namespace_of(module))
+    transformer = UpgradeTransformer(facts, namespace or namespace_of(source))
+    transformer.namespace_aliases.update(aliases or {})
     new = wrapper.visit(transformer)
+    try:
+        code = new.code
+    except Exception:  # noqa: BLE001  (a rewrite built a node libcst cannot write out)
+        log.debug("a rewrite cannot be written out; again, statement by statement", exc_info=True)
+        transformer = UpgradeTransformer(facts, transformer.namespace, check_code=True)
+        transformer.namespace_aliases.update(aliases or {})
+        new = wrapper.visit(transformer)
+        code = new.code
     findings = sorted(transformer.findings, key=lambda f: (f.line, f.todo))
     if transformer.fairscale_checkpoint_line is not None:
         findings.append(
             Finding(transformer.fairscale_checkpoint_line, rules.note_text("fairscale-checkpoint"), note=True)
         )
-    return FileResult(new.code, findings)
+    if code != source:
+        _check_compiles(source, code)
+    return FileResult(code, findings)
+
+
+def syntax_error(source: str, err: Exception) -> str:
+    """Where and why ``source`` does not parse, in Python's own words (libcst reports the token after the error)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            compile(source, "<upgrade>", "exec", dont_inherit=True)
+        except SyntaxError as syntax:
+            return f"line {syntax.lineno}: {syntax.msg}"
+    return f"line {getattr(err, 'raw_line', '?')}: {getattr(err, 'message', err)}"
+
+
+class UpgradeError(Exception):
+    """The tool produced something it must not write (a bug of the tool, never of the file)."""
+
+
+def _check_compiles(before: str, after: str) -> None:
+    """Raise :class:`UpgradeError` where ``after`` does not compile but ``before`` did.
+
+    Raises:
+        UpgradeError: the rewrite broke a file that compiled.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # invalid escapes and the like: the user's, and the same in both
+        try:
+            compile(after, "<upgraded>", "exec", dont_inherit=True)
+        except SyntaxError as err:
+            try:
+                compile(before, "<original>", "exec", dont_inherit=True)
+            except SyntaxError:
+                return  # it did not compile before either (a newer Python's syntax, or code libcst alone accepts)
+            raise UpgradeError(f"the rewrite does not compile (line {err.lineno}: {err.msg})") from err

@@ -37,6 +37,7 @@ _EXTRAS: dict[str, tuple[str, str]] = {
     "psutil": ("monitor", _hint("psutil>=5.9", "monitor")),
     "ray.train": ("ray", _hint("ray[train]>=2.54", "ray")),
     "libcst": ("upgrade", _hint("libcst>=1.1", "upgrade")),
+    "nbformat": ("upgrade", _hint("nbformat>=5.7", "upgrade")),
     "safetensors": ("safetensors", _hint("safetensors>=0.4", "safetensors")),
 }
 

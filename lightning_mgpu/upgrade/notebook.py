@@ -1,0 +1,234 @@
+"""Jupyter notebooks for ``lightning-mgpu upgrade``: each code cell converted as a file of its own.
+
+IPython's own syntax stays as it was: line magics (``%load_ext tensorboard``), shell lines (``!pip install ...``, also
+continued with ``\\``, and ``files = !ls``), help lines (``Trainer?``, ``??fit``) and cell magics. A cell under a Python
+cell magic (``%%time``, ``%%capture``, ...) has its body converted; any other cell magic (``%%bash``,
+``%%writefile``, ...) leaves the cell alone. Each such line is swapped for a placeholder statement while the cell is
+rewritten, so line numbers stay the cell's own, and put back afterwards. Markdown, outputs, execution counts and
+metadata are not touched; the file keeps its JSON layout (indentation, key order) where it can, and is checked with
+``nbformat.validate`` before it is written. A cell that does not parse stays as it is and is reported; the others
+convert.
+
+Cells share no pre-pass: a dict of Trainer settings built in one cell and splatted in another is the ``trainer-splat``
+TODO. The Lightning namespace a notebook imports, and its aliases (``import pytorch_lightning as pl``), are read from
+all its cells.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning_mgpu.upgrade.transform import Finding, UpgradeError, namespace_of, syntax_error, upgrade_source
+
+log = logging.getLogger(__name__)
+
+#: Cell magics whose body is Python: it is converted (``%%time`` and its first line kept).
+PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
+_PLACEHOLDER = "__lightning_mgpu_ipython_{}__"
+_PLACEHOLDER_LINE = re.compile(r"[ \t]*__lightning_mgpu_ipython_(\d+)__[ \t]*")
+#: ``files = !ls``, ``t = %timeit -o f()``: no Python expression starts with ``!`` or ``%``.
+_ASSIGNED_MAGIC = re.compile(r"[ \t]*[A-Za-z_][\w.,\s]*=[ \t]*[!%]")
+#: ``Trainer?``, ``pl.Trainer.fit??``, ``?Trainer``.
+_HELP = re.compile(r"[ \t]*(\?{1,2}[\w.]+|[\w.]+\?{1,2})[ \t]*")
+
+
+class NotebookError(ValueError):
+    """A file that is not a notebook this tool can rewrite (not JSON, or not nbformat 4)."""
+
+
+@dataclass
+class CellResult:
+    """One code cell that changed, or that has something for a person."""
+
+    index: int  # counting every cell of the notebook from 1 (markdown too)
+    before: str
+    after: str
+    findings: list[Finding] = field(default_factory=list)
+
+
+@dataclass
+class NotebookResult:
+    """A notebook's rewritten text and what happened to its cells."""
+
+    text: str  # the whole file, identical to the input when no cell changed
+    cells: list[CellResult] = field(default_factory=list)
+    unparsable: dict[int, str] = field(default_factory=dict)  # cell -> Python's line and message
+    failed: dict[int, str] = field(default_factory=dict)  # cell -> the exception the tool raised on it (a bug)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for cell in self.cells for f in cell.findings]
+
+
+def mask_ipython(source: str) -> tuple[str, list[str]] | None:
+    """``source`` with each IPython-only line replaced by a placeholder statement at its indentation, and the lines
+    replaced (placeholder ``i`` stands for ``lines[i]``); None for a cell under a non-Python cell magic."""
+    lines = source.splitlines(keepends=True)
+    masked: list[str] = []
+    originals: list[str] = []
+
+    def mask(line: str, indent: str) -> None:
+        body = line.rstrip("\r\n")
+        masked.append(f"{indent}{_PLACEHOLDER.format(len(originals))}{line[len(body) :]}")
+        originals.append(body)
+
+    continued_indent: str | None = None
+    for number, line in enumerate(lines):
+        stripped = line.strip()
+        indent = line[: len(line) - len(line.lstrip())]
+        if continued_indent is not None:  # the rest of a shell line or magic continued with a backslash
+            mask(line, continued_indent)
+            continued_indent = continued_indent if stripped.endswith("\\") else None
+            continue
+        if number == 0 and stripped.startswith("%%"):
+            if stripped[2:].split(" ", 1)[0] not in PYTHON_CELL_MAGICS:
+                return None
+            mask(line, "")
+            continue
+        if (
+            stripped.startswith(("%", "!"))
+            or (stripped.startswith("?") and len(stripped) > 1)
+            or _ASSIGNED_MAGIC.match(line)
+            or _HELP.fullmatch(line.rstrip("\r\n"))
+        ):
+            mask(line, indent)
+            continued_indent = indent if stripped.endswith("\\") else None
+            continue
+        masked.append(line)
+    return "".join(masked), originals
+
+
+def unmask_ipython(source: str, originals: list[str]) -> str:
+    """Put back the lines :func:`mask_ipython` replaced (each placeholder once, wherever the rewrite left it)."""
+    out = []
+    for line in source.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        found = _PLACEHOLDER_LINE.fullmatch(body)
+        out.append(originals[int(found.group(1))] + line[len(body) :] if found else line)
+    return "".join(out)
+
+
+_NAMESPACE_ALIAS = re.compile(
+    r"^[ \t]*(?:import[ \t]+(pytorch_lightning|lightning\.pytorch)(?:[ \t]+as[ \t]+(\w+))?"
+    r"|from[ \t]+lightning[ \t]+import[ \t]+pytorch(?:[ \t]+as[ \t]+(\w+))?)[ \t]*(?:#.*)?$",
+    re.MULTILINE,
+)
+
+
+def notebook_context(code: str) -> tuple[str, dict[str, str]]:
+    """The Lightning namespace all of a notebook's code imports, and its aliases (``{"pl": "pytorch_lightning"}``), so
+    that a cell that uses ``pl.Trainer`` without importing it converts like the rest."""
+    aliases = {}
+    for match in _NAMESPACE_ALIAS.finditer(code):
+        module, alias, lightning_alias = match.groups()
+        if module:
+            aliases[alias or module] = module
+        else:
+            aliases[lightning_alias or "pytorch"] = "lightning.pytorch"
+    return namespace_of(code), aliases
+
+
+def _cell_source(cell: dict[str, Any]) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def _json_layout(text: str, data: Any) -> dict[str, Any] | None:
+    """The ``json.dumps`` arguments that give back ``text`` byte for byte from ``data`` (None: no simple layout does,
+    and nbformat's own writer is used)."""
+    second = text.split("\n", 2)[1] if text.count("\n") >= 2 else ""
+    indent = len(second) - len(second.lstrip(" ")) or None
+    for ensure_ascii in (False, True):
+        layout = {"indent": indent, "ensure_ascii": ensure_ascii}
+        dumped = json.dumps(data, **layout)  # type: ignore[arg-type]
+        if dumped == text.rstrip("\n") and text[len(dumped) :] in ("", "\n"):
+            return {**layout, "end": text[len(dumped) :]}
+    return None
+
+
+def upgrade_notebook(text: str) -> NotebookResult:
+    """Upgrade every code cell of a notebook (the file's text).
+
+    Args:
+        text: an ``.ipynb`` file's content (nbformat 4).
+
+    Returns:
+        The rewritten file (identical when no cell changed), the cells that changed or need a person, the cells that
+        do not parse and those the tool failed on (each left as it was).
+
+    Raises:
+        NotebookError: the text is not JSON, or not a valid nbformat 4 notebook (left as it is, like a file that does
+            not parse).
+        UpgradeError: the rewritten notebook would not validate (a bug of the tool).
+        MissingDependencyError: nbformat (the ``upgrade`` extra) is not installed.
+
+    Example::
+
+        result = upgrade_notebook(Path("train.ipynb").read_text())
+    """
+    import libcst as cst
+
+    from lightning_mgpu.utilities.imports import require
+
+    nbformat = require("nbformat", "lightning-mgpu upgrade on a notebook")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise NotebookError(f"not JSON (line {err.lineno}: {err.msg})") from err
+    if not isinstance(data, dict) or data.get("nbformat") != 4 or not isinstance(data.get("cells"), list):
+        raise NotebookError("not an nbformat 4 notebook (open and save it in Jupyter first)")
+    try:
+        nbformat.validate(nbformat.from_dict(data))  # on a copy: validate may repair what it checks
+    except nbformat.ValidationError as err:
+        raise NotebookError(f"not a valid notebook ({err.message})") from err
+    cells = data["cells"]
+    code_cells = [(i, c) for i, c in enumerate(cells, start=1) if isinstance(c, dict) and c.get("cell_type") == "code"]
+    namespace, aliases = notebook_context("\n".join(_cell_source(c) for _, c in code_cells))
+    result = NotebookResult(text)
+    changed = False
+    for index, cell in code_cells:
+        before = _cell_source(cell)
+        masked = mask_ipython(before) if "__lightning_mgpu_ipython_" not in before else None
+        if masked is None or not before.strip():
+            continue
+        source, originals = masked
+        try:
+            upgraded = upgrade_source(source, namespace=namespace, aliases=aliases)
+        except cst.ParserSyntaxError as err:
+            result.unparsable[index] = syntax_error(source, err)
+            continue
+        except Exception as err:  # noqa: BLE001  (one cell the tool fails on leaves the others to convert)
+            log.debug("upgrade failed on cell %s", index, exc_info=True)
+            result.failed[index] = f"{type(err).__name__}: {err}"
+            continue
+        after = unmask_ipython(upgraded.source, originals)
+        magic = before.splitlines(keepends=True)[0] if before.startswith("%%") else ""
+        if magic and not after.startswith(magic):  # a comment the rewrite put above it: a cell magic stays first
+            after = magic + after.replace(magic, "", 1)
+        findings = [
+            Finding(f.line, f.message, todo=f.todo, note=f.note, rule=f.rule, cell=index) for f in upgraded.findings
+        ]
+        if after == before and not findings:
+            continue
+        result.cells.append(CellResult(index, before, after, findings))
+        if after != before:
+            changed = True
+            cell["source"] = after.splitlines(keepends=True) if isinstance(cell.get("source"), list) else after
+    if not changed:
+        return result
+    layout = _json_layout(text, json.loads(text))
+    node = nbformat.from_dict(data)
+    try:
+        nbformat.validate(node)
+    except nbformat.ValidationError as err:
+        raise UpgradeError(f"the rewritten notebook does not validate ({err.message})") from err
+    if layout is None:
+        result.text = nbformat.writes(node, version=nbformat.NO_CONVERT)
+    else:
+        end = layout.pop("end")
+        result.text = json.dumps(data, **layout) + end
+    return result
