@@ -75,7 +75,7 @@ def test_help_and_upgrade_import_neither_torch_nor_lightning(argv: list[str]) ->
         (["dashboard", "x", "--port", "many"], "lightning-mgpu dashboard: error: argument --port: invalid int value"),
         (["convert", "a"], "lightning-mgpu convert: error: the following arguments are required: out"),
         (["convert", "a", "b", "--to", "zip"], "lightning-mgpu convert: error: argument --to: invalid choice: 'zip'"),
-        (["upgrade"], "lightning-mgpu upgrade: error: name .py files or folders"),
+        (["upgrade"], "lightning-mgpu upgrade: error: name .py or .ipynb files or folders"),
         (["upgrade", "--explain", "nope"], "lightning-mgpu upgrade: error: no rule 'nope'"),
         (["upgrade", "/nonexistent/x.py"], "lightning-mgpu upgrade: error: /nonexistent/x.py does not exist"),
         (
