@@ -590,3 +590,21 @@ def todo_text(rule_id: str, **values: object) -> str:
 def note_text(rule_id: str) -> str:
     """The comment text of a note (advice on code that keeps working, or on what was dropped)."""
     return f"NOTE(lightning-mgpu:{rule_id}): {RULES[rule_id].todo}"
+
+
+# -- issue 53: rules the real-code corpus asked for (benchmarks/bench_upgrade_real.py); their rewrites live in
+# metrics.py, ... ----------------------------------------------------------------------------------------------------
+RULES.update(
+    _rules(
+        Rule(
+            "metrics-num-classes",
+            'task="multiclass" and the class count this file names were added',
+            "torchmetrics >= 0.11 needs task= where 1.x inferred binary or multiclass from the inputs. Where the file"
+            " names the class count (num_classes in the call, a parameter or local of the enclosing function, a"
+            " num_classes= given to another call there, self.num_classes or self.hparams.num_classes in the class, a"
+            ' module constant NUM_CLASSES), the metric becomes Metric(task="multiclass", num_classes=N), as 1.x'
+            " computed it for a multiclass model; AUROC/ROC/average precision, often binary per label, are left with"
+            " the metrics-task TODO.",
+        ),
+    )
+)

@@ -17,6 +17,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.hooks import convert_epoch_ends, convert_log_returns, convert_renamed_hooks, with_comments
+from lightning_mgpu.upgrade.metrics import class_counts, with_task
 from lightning_mgpu.upgrade.scopes import LIST, FileFacts, Scope, is_dict_builder
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
@@ -662,6 +663,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._attribute_names: set[int] = set()  # ids of the Name nodes that are an attribute's attr
         self._lightning_class: list[bool] = []  # per enclosing class: whether it may be a Lightning class
         self._auto_move_data: set[str] = set()  # local names of the removed @auto_move_data decorator
+        self._class_counts: dict[int, str] = {}  # id(call) -> the class count its context offers (metrics.py)
 
     # -- bookkeeping ---------------------------------------------------------------------------------------------
 
@@ -704,6 +706,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             # a TODO written there by an earlier run is found here, so a second run does not write it again.
             self._first_statement = node.body[0] if node.body else None
             self._header_comments = {line.comment.value for line in node.header if line.comment is not None}
+            self._class_counts = class_counts(node)
         if isinstance(node, (cst.Module, cst.FunctionDef)):
             self._scopes.append(self.facts.scopes[node])
         return super().on_visit(node)
@@ -1193,6 +1196,11 @@ class UpgradeTransformer(cst.CSTTransformer):
             ]
             self._change(original, f'{name}(num_classes=...) -> {name}(task="multiclass", num_classes=...)')
             return updated.with_changes(args=args)
+        # The class count read from the call (a functional metric) or around it: metrics.py (metrics-num-classes).
+        counted = with_task(updated, name, self._class_counts.get(id(original)))
+        if counted is not None:
+            self._change(original, f'{name}(...) -> {name}(task="multiclass", num_classes=...) (metrics-num-classes)')
+            return counted
         self._todo(original, rules.todo_text("metrics-task", name=name))
         return updated
 
