@@ -593,7 +593,7 @@ def note_text(rule_id: str) -> str:
 
 
 # -- issue 53: rules the real-code corpus asked for (benchmarks/bench_upgrade_real.py); their rewrites live in
-# metrics.py, ... ----------------------------------------------------------------------------------------------------
+# metrics.py, removed_names.py, ... ------------------------------------------------------------------------------------
 RULES.update(
     _rules(
         Rule(
@@ -606,5 +606,39 @@ RULES.update(
             " computed it for a multiclass model; AUROC/ROC/average precision, often binary per label, are left with"
             " the metrics-task TODO.",
         ),
+        Rule(
+            "trainer-training-type-plugin",
+            "trainer.training_type_plugin became trainer.strategy",
+            "Trainer.training_type_plugin was renamed Trainer.strategy in 1.6 and removed in 2.0; the object is the"
+            " same (its reduce, barrier, root_device, ... keep their names).",
+        ),
+        Rule(
+            "trainer-root-gpu",
+            "trainer.root_gpu became trainer.strategy.root_device.index",
+            "Trainer.root_gpu (removed in 2.0) was the index of the process's GPU, or None off the GPU:"
+            " trainer.strategy.root_device.index gives the same (None on the CPU).",
+        ),
+        Rule(
+            "epoch-output-type",
+            "EPOCH_OUTPUT became list[STEP_OUTPUT]",
+            "pytorch_lightning.utilities.types.EPOCH_OUTPUT (List[STEP_OUTPUT]) was removed with the *_epoch_end"
+            " hooks in 2.0: an annotation becomes list[STEP_OUTPUT], any other use STEP_OUTPUT.",
+        ),
+        Rule(
+            "test-tube-logger-args",
+            "TestTubeLogger became TensorBoardLogger",
+            "TestTubeLogger wrote TensorBoard event files through the test-tube package, which 2.0 dropped:"
+            " TensorBoardLogger writes the same files. Its save_dir, name, version, log_graph and prefix carry over;"
+            ' name="default" (TestTube\'s default) is passed where the call gave none, so that the logs land where they'
+            " did; description, debug and create_git_tag (test-tube's own) are dropped. A call with a third"
+            " positional argument keeps the test-tube-logger TODO.",
+        ),
     )
+)
+RENAMED_NAMES.update(
+    {
+        ("loggers", "TestTubeLogger"): ("loggers", "TensorBoardLogger"),
+        ("loggers.test_tube", "TestTubeLogger"): ("loggers", "TensorBoardLogger"),
+        ("utilities.types", "EPOCH_OUTPUT"): ("utilities.types", "STEP_OUTPUT"),
+    }
 )

@@ -18,6 +18,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.hooks import convert_epoch_ends, convert_log_returns, convert_renamed_hooks, with_comments
 from lightning_mgpu.upgrade.metrics import class_counts, with_task
+from lightning_mgpu.upgrade.removed_names import epoch_output_annotation, test_tube_arguments, trainer_attribute
 from lightning_mgpu.upgrade.scopes import LIST, FileFacts, Scope, is_dict_builder
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
@@ -961,6 +962,11 @@ class UpgradeTransformer(cst.CSTTransformer):
     # -- attribute chains: pl.loggers.NeptuneLogger, pl.strategies.DDPShardedStrategy, pl.metrics.Accuracy ----------
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        # trainer.root_gpu, trainer.training_type_plugin: removed_names.py.
+        attribute = trainer_attribute(updated)
+        if attribute is not None:
+            self._change(original, f"{_code(original)} -> {_code(attribute[0])} ({attribute[1]})")
+            return attribute[0]
         dotted = _dotted(updated)
         if dotted is None or "." not in dotted:
             return updated
@@ -1023,6 +1029,8 @@ class UpgradeTransformer(cst.CSTTransformer):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         func = _dotted(original.func) or ""
+        if func.rsplit(".", 1)[-1] == "TestTubeLogger":  # its arguments, as TensorBoardLogger takes them
+            updated = self._test_tube_call(original, updated)
         if func in self.renamed:
             return self._renamed_call(original, updated, func)
         if original in self.facts.moved_resume:
@@ -1049,6 +1057,25 @@ class UpgradeTransformer(cst.CSTTransformer):
             return self._metric_call(original, updated)
         if _is_trainer_call(original):
             return self._trainer_call(original, updated)
+        return updated
+
+    def _test_tube_call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """``TestTubeLogger(...)`` -> ``TensorBoardLogger(...)``'s arguments (removed_names.py; the name itself is
+        renamed through ``rules.RENAMED_NAMES``)."""
+        converted = test_tube_arguments(updated)
+        if converted is None:
+            self._todo(original, rules.todo_text("test-tube-logger"))
+            return updated
+        dropped = f", dropped {', '.join(converted[1])}" if converted[1] else ""
+        self._change(original, f"TestTubeLogger(...) -> TensorBoardLogger(...){dropped} (test-tube-logger-args)")
+        return converted[0]
+
+    def leave_Annotation(self, original: cst.Annotation, updated: cst.Annotation) -> cst.Annotation:
+        """``outputs: EPOCH_OUTPUT`` -> ``outputs: list[STEP_OUTPUT]`` (removed_names.py)."""
+        if m.matches(original.annotation, m.Name("EPOCH_OUTPUT")) and "EPOCH_OUTPUT" in self.renamed:
+            step_output = self.renamed["EPOCH_OUTPUT"][1]
+            self._change(original, f"EPOCH_OUTPUT -> list[{step_output}] (epoch-output-type)")
+            return epoch_output_annotation(updated, step_output)
         return updated
 
     def _renamed_call(self, original: cst.Call, updated: cst.Call, func: str) -> cst.Call:
