@@ -23,7 +23,9 @@ from __future__ import annotations
 import libcst as cst
 
 #: Names a class count goes by in real code.
-CLASS_COUNT_NAMES = frozenset({"num_classes", "n_classes", "nb_classes", "num_class", "n_class", "number_of_classes"})
+CLASS_COUNT_NAMES = frozenset(
+    {"num_classes", "n_classes", "nb_classes", "num_class", "n_class", "number_of_classes", "num_cls", "n_cls"}
+)
 #: Metrics whose 1.x use was often binary per label: no inferred count.
 CURVE_METRICS = frozenset(
     {"AUROC", "ROC", "AveragePrecision", "PrecisionRecallCurve", "auroc", "roc", "average_precision",

@@ -633,6 +633,15 @@ RULES.update(
             " did; description, debug and create_git_tag (test-tube's own) are dropped. A call with a third"
             " positional argument keeps the test-tube-logger TODO.",
         ),
+        Rule(
+            "trainer-conflict-resolved",
+            "a default beside the 1.x argument that sets it was dropped",
+            "1.x code often spelled a default next to the 1.x argument that 2.x moves into the same place:"
+            " Trainer(gpus=2, accelerator=None) (None was no distributed mode; the device type comes from gpus),"
+            ' Trainer(accelerator="ddp", strategy=None) or strategy="auto". The default goes and the 1.x argument'
+            ' moves (otherwise a trainer-conflict TODO). accelerator="ddp", plugins="ddp_sharded" was 1.x\'s own'
+            ' spelling of sharded training: strategy="ddp_sharded", as a plugin object wins over the string.',
+        ),
     )
 )
 RENAMED_NAMES.update(

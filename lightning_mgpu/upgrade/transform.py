@@ -16,6 +16,7 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from lightning_mgpu.upgrade import rules
+from lightning_mgpu.upgrade.conflicts import drop_default, plugin_refines
 from lightning_mgpu.upgrade.hooks import convert_epoch_ends, convert_log_returns, convert_renamed_hooks, with_comments
 from lightning_mgpu.upgrade.metrics import class_counts, with_task
 from lightning_mgpu.upgrade.removed_names import epoch_output_annotation, test_tube_arguments, trainer_attribute
@@ -315,7 +316,7 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             args.todo("trainer-accelerator-unknown", value=_code(value))
     # accelerator="ddp", plugins=[DDPShardedPlugin()]: in 1.x the plugin object refined the backend string, so it
     # is the strategy and the string goes.
-    if found and found[-1][1] == "plugins" and not isinstance(found[-1][0], cst.SimpleString):
+    if found and found[-1][1] == "plugins" and plugin_refines(found[-1][0]):  # an object, or "ddp_sharded"
         for strategy, key, written in found[:-1]:
             if _branches(strategy) <= {"ddp", "ddp_spawn", "auto"}:
                 args.remove(key)
@@ -327,6 +328,7 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         args.todo("trainer-conflict", old=key, value=_code(strategy), new="strategy")
     if found:
         strategy, key, written = found[-1]
+        drop_default(args, "strategy", key)  # strategy=None/"auto" beside accelerator="ddp": trainer-conflict-resolved
         if args.set("strategy", strategy, replacing=key):
             args.changes.append(f"{key}={written} -> strategy={_code(strategy)}")
     # gpus=N / num_processes=N -> accelerator + devices.
@@ -364,6 +366,7 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             args.changes.append(f"{flag}={_code(count)} -> devices={_code(count)}")
     if accelerator is not None or accelerator_node is not None:
         new_node = accelerator_node if accelerator_node is not None else _quoted(accelerator)  # type: ignore[arg-type]
+        drop_default(args, "accelerator", "the device arguments")  # accelerator=None beside gpus=N
         given = args.get("accelerator")
         current = _string(given) if given is not None else None
         if args.get("accelerator") is None or current in rules.STRATEGY_STRINGS:
