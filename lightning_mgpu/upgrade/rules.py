@@ -642,6 +642,16 @@ RULES.update(
             ' moves (otherwise a trainer-conflict TODO). accelerator="ddp", plugins="ddp_sharded" was 1.x\'s own'
             ' spelling of sharded training: strategy="ddp_sharded", as a plugin object wins over the string.',
         ),
+        Rule(
+            "tuner",
+            "trainer.tuner.lr_find/scale_batch_size became Tuner(trainer).lr_find/scale_batch_size",
+            "2.0 moved the tuner out of the Trainer: trainer.tuner.lr_find(model, ...) (and trainer.lr_find,"
+            " scale_batch_size) is lightning.pytorch.tuner.Tuner(trainer).lr_find(model, ...), from the file's own"
+            " namespace. 1.x's lr_find left the model's learning rate alone unless asked; 2.x sets it by default, so"
+            " update_attr=False is passed where the call did not say. train_dataloader= became train_dataloaders=."
+            " A call with more than three positional arguments is left as it is (2.x put dataloaders= before"
+            " datamodule=).",
+        ),
     )
 )
 RENAMED_NAMES.update(

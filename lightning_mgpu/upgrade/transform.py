@@ -24,6 +24,7 @@ from lightning_mgpu.upgrade.scopes import LIST, FileFacts, Scope, is_dict_builde
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
 from lightning_mgpu.upgrade.scopes import literal as _literal
+from lightning_mgpu.upgrade.tuner import tuner_call, tuner_owner
 
 
 @dataclass(frozen=True)
@@ -1034,6 +1035,13 @@ class UpgradeTransformer(cst.CSTTransformer):
         func = _dotted(original.func) or ""
         if func.rsplit(".", 1)[-1] == "TestTubeLogger":  # its arguments, as TensorBoardLogger takes them
             updated = self._test_tube_call(original, updated)
+        owner_and_method = tuner_owner(original.func)
+        if owner_and_method is not None:  # trainer.tuner.lr_find(...) -> Tuner(trainer).lr_find(...): tuner.py
+            tuned = tuner_call(updated, *owner_and_method)
+            if tuned is not None:
+                self._add_import(f"{self.namespace}.tuner", "Tuner", None)
+                self._change(original, f"{func}(...) -> Tuner(...).{owner_and_method[1]}(...) (tuner)")
+                return tuned
         if func in self.renamed:
             return self._renamed_call(original, updated, func)
         if original in self.facts.moved_resume:
