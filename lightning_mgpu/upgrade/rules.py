@@ -661,3 +661,12 @@ RENAMED_NAMES.update(
         ("utilities.types", "EPOCH_OUTPUT"): ("utilities.types", "STEP_OUTPUT"),
     }
 )
+# log_gpu_memory only logged nvidia-smi's memory figures: dropped with a NOTE that names the 2.x monitors.
+DROPPED_ARGS["log_gpu_memory"] = "trainer-log-gpu-memory"
+RULES["trainer-log-gpu-memory"] = Rule(
+    "trainer-log-gpu-memory",
+    "log_gpu_memory dropped: add DeviceStatsMonitor or GPUUtilizationMonitor",
+    "log_gpu_memory logged nvidia-smi's memory figures; 2.x removed it. Dropped, with this note: it changed nothing a"
+    " run computes. To keep the figures: callbacks=[DeviceStatsMonitor()], or this bundle's GPUUtilizationMonitor"
+    " (lightning_mgpu.callbacks: utilisation, memory, power and a diagnosis per rank).",
+)
