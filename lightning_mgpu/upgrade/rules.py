@@ -652,6 +652,15 @@ RULES.update(
             " A call with more than three positional arguments is left as it is (2.x put dataloaders= before"
             " datamodule=).",
         ),
+        Rule(
+            "track-grad-norm",
+            "track_grad_norm became the module's on_before_optimizer_step logging grad_norm",
+            "Trainer(track_grad_norm=p) logged the gradients' p-norms; 2.x: in the LightningModule, def"
+            " on_before_optimizer_step(self, optimizer): self.log_dict(grad_norm(self, norm_type=p)), grad_norm from"
+            " lightning.pytorch.utilities (the file's namespace). The tool writes the hook where every Trainer in the"
+            " file passes the same literal and the file defines exactly one LightningModule without that hook;"
+            " otherwise the trainer-track-grad-norm TODO stays.",
+        ),
     )
 )
 RENAMED_NAMES.update(

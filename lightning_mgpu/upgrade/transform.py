@@ -17,6 +17,8 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.conflicts import drop_default, plugin_refines
+from lightning_mgpu.upgrade.grad_norm import GradNormPlan, add_hook
+from lightning_mgpu.upgrade.grad_norm import plan as grad_norm_plan
 from lightning_mgpu.upgrade.hooks import convert_epoch_ends, convert_log_returns, convert_renamed_hooks, with_comments
 from lightning_mgpu.upgrade.metrics import class_counts, with_task
 from lightning_mgpu.upgrade.removed_names import epoch_output_annotation, test_tube_arguments, trainer_attribute
@@ -669,6 +671,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._lightning_class: list[bool] = []  # per enclosing class: whether it may be a Lightning class
         self._auto_move_data: set[str] = set()  # local names of the removed @auto_move_data decorator
         self._class_counts: dict[int, str] = {}  # id(call) -> the class count its context offers (metrics.py)
+        self._grad_norm: GradNormPlan | None = None  # where track_grad_norm's hook goes (grad_norm.py)
 
     # -- bookkeeping ---------------------------------------------------------------------------------------------
 
@@ -712,6 +715,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             self._first_statement = node.body[0] if node.body else None
             self._header_comments = {line.comment.value for line in node.header if line.comment is not None}
             self._class_counts = class_counts(node)
+            self._grad_norm = grad_norm_plan(node)
         if isinstance(node, (cst.Module, cst.FunctionDef)):
             self._scopes.append(self.facts.scopes[node])
         return super().on_visit(node)
@@ -1249,7 +1253,11 @@ class UpgradeTransformer(cst.CSTTransformer):
         items: list[tuple[str, cst.BaseExpression, cst.Arg | None]] = [
             (a.keyword.value, a.value, a) for a in keywords if a.keyword is not None
         ]
-        trainer = rewrite_trainer_args(self._args(items))
+        kept = items
+        if self._grad_norm is not None and any(key == "track_grad_norm" for key, _, _ in items):
+            kept = [item for item in items if item[0] != "track_grad_norm"]  # the module logs it: grad_norm.py
+            self._change(original, "track_grad_norm -> the module's on_before_optimizer_step (track-grad-norm)")
+        trainer = rewrite_trainer_args(self._args(kept))
         if any(key == "resume_from_checkpoint" for key, _, _ in trainer.items):
             value = trainer.get("resume_from_checkpoint")
             trainer.remove("resume_from_checkpoint")
@@ -1469,6 +1477,12 @@ class UpgradeTransformer(cst.CSTTransformer):
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._class_depth -= 1
+        if self._grad_norm is not None and original.name.value == self._grad_norm.module_class:  # grad_norm.py
+            updated = add_hook(updated, self._grad_norm.norm)
+            self._add_import(f"{self.namespace}.utilities", "grad_norm", None)
+            self._change(
+                original, "on_before_optimizer_step logs grad_norm(self, ...): track_grad_norm (track-grad-norm)"
+            )
         has_optimizer_idx = self._class_has_optimizer_idx.pop()
         if not self._lightning_class.pop():
             return updated
