@@ -827,3 +827,101 @@ def rule_of(text: str) -> str:
 def note_text(rule_id: str) -> str:
     """The comment text of a note (advice on code that keeps working, or on what was dropped)."""
     return one_line(f"NOTE(lightning-mgpu:{rule_id}): {RULES[rule_id].todo}")
+
+
+# -- issue 53: rules the real-code corpus asked for (benchmarks/bench_upgrade_real.py); their rewrites live in
+# metrics.py, removed_names.py, ... ------------------------------------------------------------------------------------
+RULES.update(
+    _rules(
+        Rule(
+            "metrics-num-classes",
+            'task="multiclass" and the class count this file names were added',
+            "torchmetrics >= 0.11 needs task= where 1.x inferred binary or multiclass from the inputs. Where the file"
+            " names the class count (num_classes in the call, a parameter or local of the enclosing function, a"
+            " num_classes= given to another call there, self.num_classes or self.hparams.num_classes in the class, a"
+            ' module constant NUM_CLASSES), the metric becomes Metric(task="multiclass", num_classes=N), as 1.x'
+            " computed it for a multiclass model; AUROC/ROC/average precision, often binary per label, are left with"
+            " the metrics-task TODO.",
+            kind="rewrite",
+        ),
+        Rule(
+            "trainer-training-type-plugin",
+            "trainer.training_type_plugin became trainer.strategy",
+            "Trainer.training_type_plugin was renamed Trainer.strategy in 1.6 and removed in 2.0; the object is the"
+            " same (its reduce, barrier, root_device, ... keep their names).",
+            kind="rewrite",
+        ),
+        Rule(
+            "trainer-root-gpu",
+            "trainer.root_gpu became trainer.strategy.root_device.index",
+            "Trainer.root_gpu (removed in 2.0) was the index of the process's GPU, or None off the GPU:"
+            " trainer.strategy.root_device.index gives the same (None on the CPU).",
+            kind="rewrite",
+        ),
+        Rule(
+            "epoch-output-type",
+            "EPOCH_OUTPUT became list[STEP_OUTPUT]",
+            "pytorch_lightning.utilities.types.EPOCH_OUTPUT (List[STEP_OUTPUT]) was removed with the *_epoch_end"
+            " hooks in 2.0: an annotation becomes list[STEP_OUTPUT], any other use STEP_OUTPUT.",
+            kind="rewrite",
+        ),
+        Rule(
+            "test-tube-logger-args",
+            "TestTubeLogger became TensorBoardLogger",
+            "TestTubeLogger wrote TensorBoard event files through the test-tube package, which 2.0 dropped:"
+            " TensorBoardLogger writes the same files. Its save_dir, name, version, log_graph and prefix carry over;"
+            ' name="default" (TestTube\'s default) is passed where the call gave none, so that the logs land where they'
+            " did; description, debug and create_git_tag (test-tube's own) are dropped. A call with a third"
+            " positional argument keeps the test-tube-logger TODO.",
+            kind="rewrite",
+        ),
+        Rule(
+            "trainer-conflict-resolved",
+            "a default beside the 1.x argument that sets it was dropped",
+            "1.x code often spelled a default next to the 1.x argument that 2.x moves into the same place:"
+            " Trainer(gpus=2, accelerator=None) (None was no distributed mode; the device type comes from gpus),"
+            ' Trainer(accelerator="ddp", strategy=None) or strategy="auto". The default goes and the 1.x argument'
+            ' moves (otherwise a trainer-conflict TODO). accelerator="ddp", plugins="ddp_sharded" was 1.x\'s own'
+            ' spelling of sharded training: strategy="ddp_sharded", as a plugin object wins over the string.',
+            kind="rewrite",
+        ),
+        Rule(
+            "tuner",
+            "trainer.tuner.lr_find/scale_batch_size became Tuner(trainer).lr_find/scale_batch_size",
+            "2.0 moved the tuner out of the Trainer: trainer.tuner.lr_find(model, ...) (and trainer.lr_find,"
+            " scale_batch_size) is lightning.pytorch.tuner.Tuner(trainer).lr_find(model, ...), from the file's own"
+            " namespace. 1.x's lr_find left the model's learning rate alone unless asked; 2.x sets it by default, so"
+            " update_attr=False is passed where the call did not say. train_dataloader= became train_dataloaders=."
+            " A call with more than three positional arguments is left as it is (2.x put dataloaders= before"
+            " datamodule=).",
+            kind="rewrite",
+        ),
+        Rule(
+            "track-grad-norm",
+            "track_grad_norm became the module's on_before_optimizer_step logging grad_norm",
+            "Trainer(track_grad_norm=p) logged the gradients' p-norms; 2.x: in the LightningModule, def"
+            " on_before_optimizer_step(self, optimizer): self.log_dict(grad_norm(self, norm_type=p)), grad_norm from"
+            " lightning.pytorch.utilities (the file's namespace). The tool writes the hook where every Trainer in the"
+            " file passes the same literal and the file defines exactly one LightningModule without that hook;"
+            " otherwise the trainer-track-grad-norm TODO stays.",
+            kind="rewrite",
+        ),
+    )
+)
+RENAMED_NAMES.update(
+    {
+        ("loggers", "TestTubeLogger"): ("loggers", "TensorBoardLogger"),
+        ("loggers.test_tube", "TestTubeLogger"): ("loggers", "TensorBoardLogger"),
+        ("utilities.types", "EPOCH_OUTPUT"): ("utilities.types", "STEP_OUTPUT"),
+    }
+)
+# log_gpu_memory only logged nvidia-smi's memory figures: dropped with a NOTE that names the 2.x monitors.
+DROPPED_ARGS["log_gpu_memory"] = "trainer-log-gpu-memory"
+RULES["trainer-log-gpu-memory"] = Rule(
+    "trainer-log-gpu-memory",
+    "log_gpu_memory dropped: add DeviceStatsMonitor or GPUUtilizationMonitor",
+    "log_gpu_memory logged nvidia-smi's memory figures; 2.x removed it. Dropped, with this note: it changed nothing a"
+    " run computes. To keep the figures: callbacks=[DeviceStatsMonitor()], or this bundle's GPUUtilizationMonitor"
+    " (lightning_mgpu.callbacks: utilisation, memory, power and a diagnosis per rank).",
+    kind="note",
+)

@@ -18,11 +18,17 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from lightning_mgpu.upgrade import rules
+from lightning_mgpu.upgrade.conflicts import drop_default, plugin_refines
+from lightning_mgpu.upgrade.grad_norm import GradNormPlan, add_hook
+from lightning_mgpu.upgrade.grad_norm import plan as grad_norm_plan
 from lightning_mgpu.upgrade.hooks import convert_epoch_ends, convert_log_returns, convert_renamed_hooks, with_comments
+from lightning_mgpu.upgrade.metrics import class_counts, with_task
+from lightning_mgpu.upgrade.removed_names import epoch_output_annotation, test_tube_arguments, trainer_attribute
 from lightning_mgpu.upgrade.scopes import LIST, FileFacts, Scope, is_dict_builder
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
 from lightning_mgpu.upgrade.scopes import literal as _literal
+from lightning_mgpu.upgrade.tuner import tuner_call, tuner_owner
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +342,7 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             args.todo("trainer-accelerator-unknown", value=_code(value))
     # accelerator="ddp", plugins=[DDPShardedPlugin()]: in 1.x the plugin object refined the backend string, so it
     # is the strategy and the string goes.
-    if found and found[-1][1] == "plugins" and not isinstance(found[-1][0], cst.SimpleString):
+    if found and found[-1][1] == "plugins" and plugin_refines(found[-1][0]):  # an object, or "ddp_sharded"
         for strategy, key, written in found[:-1]:
             if _branches(strategy) <= {"ddp", "ddp_spawn", "auto"}:
                 args.remove(key)
@@ -348,6 +354,9 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
         args.todo("trainer-conflict", old=key, value=_code(strategy), new="strategy")
     if found:
         strategy, key, written = found[-1]
+        drop_default(
+            args, name="strategy", beside=key
+        )  # strategy=None/"auto" beside accelerator="ddp": trainer-conflict-resolved
         if args.set("strategy", strategy, replacing=key):
             args.change("trainer-strategy", f"{key}={written} -> strategy={_code(strategy)}")
     # gpus=N / num_processes=N -> accelerator + devices.
@@ -385,6 +394,7 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             args.change(rules.REMOVED_ARGS[flag], f"{flag}={_code(count)} -> devices={_code(count)}")
     if accelerator is not None or accelerator_node is not None:
         new_node = accelerator_node if accelerator_node is not None else _quoted(accelerator)  # type: ignore[arg-type]
+        drop_default(args, name="accelerator", beside="the device arguments")  # accelerator=None beside gpus=N
         given = args.get("accelerator")
         current = _string(given) if given is not None else None
         if args.get("accelerator") is None or current in rules.STRATEGY_STRINGS:
@@ -713,6 +723,8 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._failed: set[int] = set()  # ids of the nodes whose rewrite raised (each gets one internal-error TODO)
         self._visit_failed: set[int] = set()  # ids of the nodes whose visit_* raised
         self._module_comments: list[str] | None = None  # TODOs with no statement to sit above: the file's header
+        self._class_counts: dict[int, str] = {}  # id(call) -> the class count its context offers (metrics.py)
+        self._grad_norm: GradNormPlan | None = None  # where track_grad_norm's hook goes (grad_norm.py)
 
     # -- bookkeeping ---------------------------------------------------------------------------------------------
 
@@ -771,6 +783,8 @@ class UpgradeTransformer(cst.CSTTransformer):
             self._first_statement = node.body[0] if node.body else None
             self._header_comments = {line.comment.value for line in node.header if line.comment is not None}
             self._module_comments = []
+            self._class_counts = class_counts(node)
+            self._grad_norm = grad_norm_plan(node)
         if isinstance(node, (cst.Module, cst.FunctionDef)):
             # A function the pre-pass failed on has no scope of its own: it knows nothing about its names.
             self._scopes.append(self.facts.scopes.get(node) or Scope(node, self._scopes[-1] if self._scopes else None))
@@ -1073,6 +1087,11 @@ class UpgradeTransformer(cst.CSTTransformer):
     # -- attribute chains: pl.loggers.NeptuneLogger, pl.strategies.DDPShardedStrategy, pl.metrics.Accuracy ----------
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        # trainer.root_gpu, trainer.training_type_plugin: removed_names.py.
+        attribute = trainer_attribute(updated)
+        if attribute is not None:
+            self._change(original, attribute[1], f"{_code(original)} -> {_code(attribute[0])}")
+            return attribute[0]
         dotted = _dotted(updated)
         if dotted is None or "." not in dotted:
             return updated
@@ -1135,6 +1154,15 @@ class UpgradeTransformer(cst.CSTTransformer):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         func = _dotted(original.func) or ""
+        if func.rsplit(".", 1)[-1] == "TestTubeLogger":  # its arguments, as TensorBoardLogger takes them
+            updated = self._test_tube_call(original, updated)
+        owner_and_method = tuner_owner(original.func)
+        if owner_and_method is not None:  # trainer.tuner.lr_find(...) -> Tuner(trainer).lr_find(...): tuner.py
+            tuned = tuner_call(updated, *owner_and_method)
+            if tuned is not None:
+                self._add_import(f"{self.namespace}.tuner", "Tuner", None)
+                self._change(original, "tuner", f"{func}(...) -> Tuner(...).{owner_and_method[1]}(...)")
+                return tuned
         if func in self.renamed:
             return self._renamed_call(original, updated, func)
         if original in self.facts.moved_resume:
@@ -1161,6 +1189,25 @@ class UpgradeTransformer(cst.CSTTransformer):
             return self._metric_call(original, updated)
         if _is_trainer_call(original):
             return self._trainer_call(original, updated)
+        return updated
+
+    def _test_tube_call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """``TestTubeLogger(...)`` -> ``TensorBoardLogger(...)``'s arguments (removed_names.py; the name itself is
+        renamed through ``rules.RENAMED_NAMES``)."""
+        converted = test_tube_arguments(updated)
+        if converted is None:
+            self._todo(original, rules.todo_text("test-tube-logger"))
+            return updated
+        dropped = f", dropped {', '.join(converted[1])}" if converted[1] else ""
+        self._change(original, "test-tube-logger-args", f"TestTubeLogger(...) -> TensorBoardLogger(...){dropped}")
+        return converted[0]
+
+    def leave_Annotation(self, original: cst.Annotation, updated: cst.Annotation) -> cst.Annotation:
+        """``outputs: EPOCH_OUTPUT`` -> ``outputs: list[STEP_OUTPUT]`` (removed_names.py)."""
+        if m.matches(original.annotation, m.Name("EPOCH_OUTPUT")) and "EPOCH_OUTPUT" in self.renamed:
+            step_output = self.renamed["EPOCH_OUTPUT"][1]
+            self._change(original, "epoch-output-type", f"EPOCH_OUTPUT -> list[{step_output}]")
+            return epoch_output_annotation(updated, step_output)
         return updated
 
     def _renamed_call(self, original: cst.Call, updated: cst.Call, func: str) -> cst.Call:
@@ -1336,6 +1383,11 @@ class UpgradeTransformer(cst.CSTTransformer):
                 original, "metrics-task", f'{name}(num_classes=...) -> {name}(task="multiclass", num_classes=...)'
             )
             return updated.with_changes(args=args)
+        # The class count read from the call (a functional metric) or around it: metrics.py (metrics-num-classes).
+        counted = with_task(updated, name, self._class_counts.get(id(original)))
+        if counted is not None:
+            self._change(original, "metrics-num-classes", f'{name}(...) -> {name}(task="multiclass", num_classes=...)')
+            return counted
         self._todo(original, rules.todo_text("metrics-task", name=name))
         return updated
 
@@ -1346,7 +1398,11 @@ class UpgradeTransformer(cst.CSTTransformer):
         items: list[tuple[str, cst.BaseExpression, cst.Arg | None]] = [
             (a.keyword.value, a.value, a) for a in keywords if a.keyword is not None
         ]
-        trainer = rewrite_trainer_args(self._args(items))
+        kept = items
+        if self._grad_norm is not None and any(key == "track_grad_norm" for key, _, _ in items):
+            kept = [item for item in items if item[0] != "track_grad_norm"]  # the module logs it: grad_norm.py
+            self._change(original, "track-grad-norm", "track_grad_norm -> the module's on_before_optimizer_step")
+        trainer = rewrite_trainer_args(self._args(kept))
         if any(key == "resume_from_checkpoint" for key, _, _ in trainer.items):
             value = trainer.get("resume_from_checkpoint")
             trainer.remove("resume_from_checkpoint")
@@ -1572,6 +1628,12 @@ class UpgradeTransformer(cst.CSTTransformer):
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._class_depth -= 1
+        if self._grad_norm is not None and original.name.value == self._grad_norm.module_class:  # grad_norm.py
+            updated = add_hook(updated, self._grad_norm.norm)
+            self._add_import(f"{self.namespace}.utilities", "grad_norm", None)
+            self._change(
+                original, "track-grad-norm", "on_before_optimizer_step logs grad_norm(self, ...): track_grad_norm"
+            )
         has_optimizer_idx = self._class_has_optimizer_idx.pop()
         if not self._lightning_class.pop():
             return updated

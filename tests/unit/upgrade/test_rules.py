@@ -45,11 +45,30 @@ REWRITES = {
         '        return {"loss": batch, "log": {"l": batch}}\n'
     ),
     "renamed-hook": "class C(Callback):\n    def on_epoch_start(self, trainer, pl_module):\n        pass\n",
+    "metrics-num-classes": (
+        "import torchmetrics\nclass M(LightningModule):\n    def __init__(self, num_classes):\n"
+        "        self.num_classes = num_classes\n        self.acc = torchmetrics.Accuracy()\n"
+    ),
+    "trainer-training-type-plugin": "world = trainer.training_type_plugin.world_size\n",
+    "trainer-root-gpu": "gpu = trainer.root_gpu\n",
+    "epoch-output-type": (
+        "from pytorch_lightning.utilities.types import EPOCH_OUTPUT\ndef f(outputs: EPOCH_OUTPUT) -> None:\n    pass\n"
+    ),
+    "test-tube-logger-args": (
+        "from pytorch_lightning.loggers import TestTubeLogger\nlogger = TestTubeLogger(save_dir='logs')\n"
+    ),
+    "trainer-conflict-resolved": 't = Trainer(accelerator="ddp", strategy=None)\n',
+    "tuner": "lr_finder = trainer.tuner.lr_find(model)\n",
+    "track-grad-norm": (
+        "import pytorch_lightning as pl\nclass M(pl.LightningModule):\n    def training_step(self, batch, i):\n"
+        "        return batch\nt = pl.Trainer(track_grad_norm=2)\n"
+    ),
 }
 
 
-def _ids_at_change_sites(text: str) -> set[str]:
-    """The rule ids written literally where the tool records a change, a TODO or a note."""
+def _ids_at_change_sites(text: str, hook_tuples: bool = True) -> set[str]:
+    """The rule ids written literally where the tool records a change, a TODO or a note (``hook_tuples``: also the
+    ``(method, "rule", message)`` tuples of the transformer's and hooks' tables)."""
     patterns = (
         r"_change\(\s*\w+,\s*\"([a-z0-9-]+)\"",  # self._change(node, "rule", ...)
         r"\.change\(\s*\"([a-z0-9-]+)\"",  # args.change("rule", ...)
@@ -57,16 +76,23 @@ def _ids_at_change_sites(text: str) -> set[str]:
         r"\(\s*(?:\w+|\"\w+\"),\s*\"([a-z0-9-]+)\",\s*f?[\"']",  # hooks: (method, "rule", message)
         r"(?:todo_text|note_text|\.todo)\(\s*\"([a-z0-9-]+)\"",  # TODOs and notes
     )
-    return {rule for pattern in patterns for rule in re.findall(pattern, text)}
+    chosen = patterns if hook_tuples else patterns[:3] + patterns[4:]
+    return {rule for pattern in chosen for rule in re.findall(pattern, text)}
 
 
 def test_every_id_at_a_change_site_is_a_known_rule_and_every_rule_is_used() -> None:
-    source = "\n".join((PACKAGE / name).read_text() for name in ("transform.py", "hooks.py"))
-    used = _ids_at_change_sites(source)
+    core = ("transform.py", "hooks.py")
+    used = _ids_at_change_sites("\n".join((PACKAGE / name).read_text() for name in core))
+    # The rule modules beside the transformer (metrics.py, conflicts.py, ...): their calls only.
+    others = [path for path in sorted(PACKAGE.glob("*.py")) if path.name not in (*core, "rules.py")]
+    used |= _ids_at_change_sites("\n".join(path.read_text() for path in others), hook_tuples=False)
     assert len(used) >= 40, sorted(used)  # the pattern sees the sites (a broken pattern would find none)
     assert used <= set(rules.RULES), sorted(used - set(rules.RULES))
     # Rules named through the tables (dropped and removed Trainer arguments) and the ones every site can reach.
+    from lightning_mgpu.upgrade.removed_names import TRAINER_ATTRIBUTES
+
     tables = set(rules.DROPPED_ARGS.values()) | set(rules.REMOVED_ARGS.values())
+    tables |= {rule for _, rule in TRAINER_ATTRIBUTES.values()}
     unused = set(rules.RULES) - used - tables
     assert not unused, f"rules no change site names: {sorted(unused)}"
 

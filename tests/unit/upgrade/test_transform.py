@@ -429,7 +429,7 @@ m = pl.metrics.functional.accuracy(x, y)
         assert line in out.splitlines(), (line, out)
     assert "metrics-task): torchmetrics' F1Score needs task=" in out
     assert "metrics-task): torchmetrics' accuracy needs task=" in out
-    assert "test-tube-logger): TestTubeLogger was removed" in out
+    assert "from pytorch_lightning.loggers import TensorBoardLogger" in out.splitlines()  # test-tube-logger-args
 
 
 def test_loop_keywords_hparams_and_tune() -> None:

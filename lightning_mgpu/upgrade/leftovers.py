@@ -1,0 +1,330 @@
+"""Lightning 1.x spellings left in a converted file that no TODO marks: what a user reading the result would trip over.
+
+Independent of the transformer: it reads the *output* with :mod:`ast` and its own tables (it imports nothing from the
+rest of :mod:`lightning_mgpu.upgrade`), so it can catch what the tool missed. The unit tests, the corpus tests and
+``benchmarks/bench_upgrade_real.py`` all measure with it.
+
+Example::
+
+    from lightning_mgpu.upgrade.leftovers import unmarked
+
+    unmarked(converted_source)  # [(12, "Trainer(gpus=...)"), ...]: 1.x left with no TODO above it
+"""
+
+from __future__ import annotations
+
+import ast
+
+#: Trainer keywords Lightning 2.0 removed.
+REMOVED_TRAINER_KEYWORDS = frozenset(
+    {
+        "gpus",
+        "num_processes",
+        "tpu_cores",
+        "ipus",
+        "distributed_backend",
+        "amp_backend",
+        "amp_level",
+        "checkpoint_callback",
+        "weights_summary",
+        "replace_sampler_ddp",
+        "resume_from_checkpoint",
+        "progress_bar_refresh_rate",
+        "reload_dataloaders_every_epoch",
+        "auto_select_gpus",
+        "terminate_on_nan",
+        "track_grad_norm",
+        "auto_lr_find",
+        "auto_scale_batch_size",
+        "stochastic_weight_avg",
+        "move_metrics_to_cpu",
+        "multiple_trainloader_mode",
+        "prepare_data_per_node",
+        "flush_logs_every_n_steps",
+        "log_gpu_memory",
+        "weights_save_path",
+        "max_nb_epochs",
+        "min_nb_epochs",
+        "default_save_path",
+        "nb_sanity_val_steps",
+        "nb_gpu_nodes",
+        "train_percent_check",
+        "val_percent_check",
+        "test_percent_check",
+        "early_stop_callback",
+        "truncated_bptt_steps",
+        "row_log_interval",
+        "log_save_interval",
+        "process_position",
+    }
+)
+#: Keys of a settings dict that only a 1.x Trainer took (a dict holding them is a Trainer's, in real code).
+DICT_KEYS = frozenset(
+    {
+        "gpus",
+        "num_processes",
+        "distributed_backend",
+        "checkpoint_callback",
+        "weights_summary",
+        "replace_sampler_ddp",
+        "resume_from_checkpoint",
+        "progress_bar_refresh_rate",
+        "amp_backend",
+        "amp_level",
+        "auto_select_gpus",
+        "reload_dataloaders_every_epoch",
+    }
+)
+#: 1.x strategy names that are not device types (accelerator="ddp" and friends).
+STRATEGY_NAMES = frozenset({"dp", "ddp", "ddp_spawn", "ddp2", "horovod", "ddp_cpu", "ddp_sharded", "ddp_sharded_spawn"})
+#: ModelCheckpoint keywords 2.0 no longer takes.
+CHECKPOINT_KEYWORDS = frozenset({"filepath", "period", "every_n_val_epochs", "prefix", "save_best_only"})
+#: Loop keywords 2.0 renamed.
+REMOVED_LOOP_KEYWORDS = {
+    "fit": {"train_dataloader", "val_dataloader"},
+    "test": {"test_dataloaders"},
+    "validate": {"val_dataloaders"},
+}
+#: Modules (below pytorch_lightning / lightning.pytorch) 2.0 removed.
+REMOVED_MODULES = (
+    "metrics",
+    "core.lightning",
+    "callbacks.base",
+    "loggers.base",
+    "utilities.seed",
+    "utilities.distributed",
+    "profiler",
+    "core.memory",
+    "plugins.training_type",
+    "utilities.argparse",
+)
+#: Names 2.0 removed.
+REMOVED_NAMES = frozenset(
+    {
+        "DDPPlugin",
+        "DDPSpawnPlugin",
+        "DeepSpeedPlugin",
+        "DDPShardedPlugin",
+        "DDPSpawnShardedPlugin",
+        "HorovodPlugin",
+        "DataParallelPlugin",
+        "DDP2Plugin",
+        "LightningLoggerBase",
+        "TestTubeLogger",
+        "GPUStatsMonitor",
+        "DDPSpawnStrategy",
+        "DDPFullyShardedPlugin",
+        "ProgressBarBase",
+        "auto_move_data",
+        "EPOCH_OUTPUT",
+        "TrainResult",
+        "EvalResult",
+    }
+)
+#: Trainer attributes 2.0 removed (``trainer.root_gpu``, ``trainer.training_type_plugin``, ``trainer.tuner``).
+REMOVED_TRAINER_ATTRIBUTES = frozenset({"root_gpu", "training_type_plugin", "tuner", "accelerator_connector"})
+#: Trainer methods 2.0 removed (the tuner's entry points).
+REMOVED_TRAINER_METHODS = frozenset({"tune", "lr_find", "scale_batch_size"})
+#: torchmetrics classes that raise without ``task=`` since torchmetrics 0.11 (the binary/multiclass split).
+TASK_METRICS = frozenset(
+    {
+        "Accuracy",
+        "Precision",
+        "Recall",
+        "F1Score",
+        "F1",
+        "FBetaScore",
+        "FBeta",
+        "AUROC",
+        "AveragePrecision",
+        "ConfusionMatrix",
+        "ROC",
+        "PrecisionRecallCurve",
+        "StatScores",
+        "Specificity",
+        "JaccardIndex",
+        "IoU",
+        "HammingDistance",
+        "CohenKappa",
+        "MatthewsCorrCoef",
+    }
+)
+#: Hooks 2.0 removed.
+REMOVED_HOOKS = frozenset(
+    {
+        "training_epoch_end",
+        "validation_epoch_end",
+        "test_epoch_end",
+        "training_step_end",
+        "validation_step_end",
+        "test_step_end",
+        "on_epoch_start",
+        "on_epoch_end",
+        "on_pretrain_routine_start",
+        "on_pretrain_routine_end",
+        "on_keyboard_interrupt",
+        "on_init_start",
+        "on_init_end",
+        "get_progress_bar_dict",
+        "on_batch_start",
+        "on_batch_end",
+    }
+)
+NAMESPACES = ("pytorch_lightning", "lightning.pytorch")
+
+
+def _removed_module(module: str) -> bool:
+    for namespace in NAMESPACES:
+        if module == namespace or not module.startswith(namespace + "."):
+            continue
+        below = module[len(namespace) + 1 :]
+        if any(below == m or below.startswith(m + ".") for m in REMOVED_MODULES):
+            return True
+    return False
+
+
+def _metric_names(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """The local names of torchmetrics classes (``from torchmetrics import Accuracy``) and of the torchmetrics
+    module itself (``import torchmetrics as tm``) in a file."""
+    classes: set[str] = set()
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "torchmetrics":
+            classes |= {alias.asname or alias.name for alias in node.names if alias.name in TASK_METRICS}
+        elif isinstance(node, ast.Import):
+            modules |= {alias.asname or alias.name for alias in node.names if alias.name == "torchmetrics"}
+    return classes, modules
+
+
+def _owner_name(node: ast.expr) -> str:
+    """The last name of an attribute's owner: ``self.trainer`` -> ``trainer``, ``trainer`` -> ``trainer``."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def leftovers(source: str) -> list[tuple[int, str]]:
+    """Each 1.x spelling in ``source``, marked or not.
+
+    Args:
+        source: Python source (a converted file).
+
+    Returns:
+        ``(line, what)`` pairs, sorted; ``what`` names the kind (``"Trainer(gpus=...)"``, ``".root_gpu"``, ...).
+
+    Raises:
+        SyntaxError: ``source`` does not parse.
+    """
+    tree = ast.parse(source)
+    metric_classes, metric_modules = _metric_names(tree)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            for keyword in node.keywords:
+                if name.endswith("Trainer") and keyword.arg in REMOVED_TRAINER_KEYWORDS:
+                    found.append((node.lineno, f"Trainer({keyword.arg}=...)"))
+                if keyword.arg in ("accelerator", "plugins") and isinstance(keyword.value, ast.Constant):
+                    if keyword.value.value in STRATEGY_NAMES:
+                        found.append((node.lineno, f"{keyword.arg}={keyword.value.value!r}"))
+                if keyword.arg in REMOVED_LOOP_KEYWORDS.get(name, ()):
+                    found.append((node.lineno, f"{name}({keyword.arg}=...)"))
+            if name == "dict":
+                found += [(node.lineno, f"dict({k.arg}=...)") for k in node.keywords if k.arg in DICT_KEYS]
+            if name == "ModelCheckpoint":
+                found += [
+                    (node.lineno, f"ModelCheckpoint({k.arg}=...)")
+                    for k in node.keywords
+                    if k.arg in CHECKPOINT_KEYWORDS
+                ]
+            if name in ("add_argparse_args", "from_argparse_args") and isinstance(func, ast.Attribute):
+                found.append((node.lineno, f".{name}(...)"))
+            if (
+                isinstance(func, ast.Attribute)
+                and name in REMOVED_TRAINER_METHODS
+                and "trainer" in _owner_name(func.value).lower()
+            ):
+                found.append((node.lineno, f"trainer.{name}(...)"))
+            is_metric = (isinstance(func, ast.Name) and name in metric_classes) or (
+                isinstance(func, ast.Attribute)
+                and name in TASK_METRICS
+                and isinstance(func.value, ast.Name)
+                and func.value.id in metric_modules
+            )
+            if is_metric and not any(k.arg == "task" or k.arg is None for k in node.keywords):
+                found.append((node.lineno, "torchmetrics metric without task="))
+        elif isinstance(node, ast.Dict):
+            for key in node.keys:
+                if isinstance(key, ast.Constant) and key.value in DICT_KEYS:
+                    found.append((key.lineno, f"{{{key.value!r}: ...}}"))
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.slice, ast.Constant) and node.slice.value in DICT_KEYS:
+                found.append((node.lineno, f"[{node.slice.value!r}] = ..."))
+        elif isinstance(node, ast.ImportFrom) and node.module and _removed_module(node.module):
+            found.append((node.lineno, f"from {node.module} import ..."))
+        elif isinstance(node, (ast.ImportFrom, ast.Import)):
+            for alias in node.names:
+                if alias.name.rsplit(".", 1)[-1] in REMOVED_NAMES:
+                    found.append((node.lineno, f"import {alias.name}"))
+        elif isinstance(node, ast.Attribute) and node.attr in REMOVED_NAMES:
+            found.append((node.lineno, f".{node.attr}"))
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in REMOVED_TRAINER_ATTRIBUTES
+            and "trainer" in _owner_name(node.value).lower()
+        ):
+            found.append((node.lineno, f"trainer.{node.attr}"))
+        elif isinstance(node, ast.Name) and node.id in REMOVED_NAMES:
+            found.append((node.lineno, node.id))
+        elif isinstance(node, ast.FunctionDef):
+            params = [a.arg for a in node.args.args]
+            if node.name in REMOVED_HOOKS:
+                found.append((node.lineno, f"def {node.name}"))
+            if "optimizer_idx" in params:
+                found.append((node.lineno, f"def {node.name}(..., optimizer_idx)"))
+            if node.name == "on_train_epoch_end" and "outputs" in params:
+                found.append((node.lineno, "def on_train_epoch_end(..., outputs)"))
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if ast.unparse(target) == "self.hparams":
+                    found.append((node.lineno, "self.hparams = ..."))
+    return sorted(set(found))
+
+
+def marked_lines(source: str) -> set[int]:
+    """The lines a ``# TODO(lightning-mgpu:...)`` marks: a TODO marks the statement right below it (its whole extent,
+    a class or function included), through any comments between them.
+
+    Raises:
+        SyntaxError: ``source`` does not parse.
+    """
+    lines = source.splitlines()
+    marked: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.stmt):
+            continue
+        first = min([node.lineno, *[d.lineno for d in getattr(node, "decorator_list", [])]])
+        above = first - 2
+        while above >= 0 and lines[above].strip().startswith("#"):
+            if "TODO(lightning-mgpu:" in lines[above]:
+                marked.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+                break
+            above -= 1
+    return marked
+
+
+def unmarked(source: str) -> list[tuple[int, str]]:
+    """The leftovers that no ``# TODO(lightning-mgpu:...)`` marks.
+
+    Args:
+        source: Python source (a converted file).
+
+    Returns:
+        ``(line, what)`` pairs, sorted, as :func:`leftovers` gives them.
+
+    Raises:
+        SyntaxError: ``source`` does not parse.
+    """
+    marked = marked_lines(source)
+    return [(line, what) for line, what in leftovers(source) if line not in marked]

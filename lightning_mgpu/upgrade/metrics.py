@@ -1,0 +1,197 @@
+"""torchmetrics' ``task=`` where the number of classes can be read from the file (rule ``metrics-num-classes``).
+
+Since torchmetrics 0.11 a classification metric needs ``task=`` (``Accuracy()`` raises); 1.x code wrote
+``Accuracy()`` and let torchmetrics infer binary or multiclass from the inputs. Where the file says how many classes
+there are, the metric becomes ``Accuracy(task="multiclass", num_classes=N)``, which computes what 1.x computed for a
+multiclass model (the wrappers keep 1.x's ``average="micro"``). N is read, nearest first, from:
+
+1. the call itself (a functional metric given ``num_classes=``);
+2. the enclosing function: a parameter or a local named like a class count (``num_classes``, ``n_classes``, ...), or the
+   value another call in it is given as ``num_classes=`` (``resnet(num_classes=cfg.num_classes)``);
+3. the enclosing class: ``self.num_classes = ...`` (or ``n_classes``, ...), ``self.hparams.num_classes`` read anywhere
+   in it, or an integer another call in it is given as ``num_classes=``;
+4. the module: a constant ``NUM_CLASSES = 10`` (or ``N_CLASSES``, ...), assigned above the call where the call runs
+   at import.
+
+A level that offers two different values decides nothing (the next one is not consulted). Probability curves (AUROC,
+ROC, average precision) are often computed per label as binary metrics: they are left with the ``metrics-task`` TODO
+unless the call gives ``num_classes=`` itself.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+#: Names a class count goes by in real code.
+CLASS_COUNT_NAMES = frozenset(
+    {"num_classes", "n_classes", "nb_classes", "num_class", "n_class", "number_of_classes", "num_cls", "n_cls"}
+)
+#: Metrics whose 1.x use was often binary per label: no inferred count.
+CURVE_METRICS = frozenset(
+    {"AUROC", "ROC", "AveragePrecision", "PrecisionRecallCurve", "auroc", "roc", "average_precision",
+     "precision_recall_curve"}
+)  # fmt: skip
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def _count_keyword(call: cst.Call) -> str | None:
+    """The value of a ``num_classes=`` keyword, where it is a name, an attribute chain or an integer."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "num_classes":
+            if isinstance(arg.value, (cst.Name, cst.Attribute, cst.Integer)):
+                return _code(arg.value)
+    return None
+
+
+class _Level:
+    """The class counts one function, class or module offers."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, None] = {}
+
+    def add(self, value: str) -> None:
+        self.values[value] = None
+
+    def answer(self) -> str | None | bool:
+        """The one value, ``False`` where there are several (undecided), None where there is none."""
+        if len(self.values) == 1:
+            return next(iter(self.values))
+        return False if self.values else None
+
+
+class _CountVisitor(cst.CSTVisitor):
+    """Collects each level's class counts, then answers for every call inside them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.module = _Level()
+        self.stack: list[tuple[str, _Level]] = []  # ("class" | "function", level), innermost last
+        self.calls: dict[int, list[_Level]] = {}  # id(call) -> its levels, innermost first
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.stack.append(("class", _Level()))
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.stack.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        level = _Level()
+        for param in [*node.params.params, *node.params.kwonly_params]:
+            if param.name.value in CLASS_COUNT_NAMES:
+                level.add(param.name.value)
+        self.stack.append(("function", level))
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.stack.pop()
+
+    def _nearest(self, kind: str) -> _Level | None:
+        return next((level for k, level in reversed(self.stack) if k == kind), None)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            name = target.target
+            if isinstance(name, cst.Name) and not self.stack and name.value.lower() in CLASS_COUNT_NAMES:
+                self.module.add(name.value)
+            elif isinstance(name, cst.Name) and name.value in CLASS_COUNT_NAMES and self.stack:
+                if self.stack[-1][0] == "function":
+                    self.stack[-1][1].add(name.value)
+            elif (
+                isinstance(name, cst.Attribute)
+                and isinstance(name.value, cst.Name)
+                and name.value.value == "self"
+                and name.attr.value in CLASS_COUNT_NAMES
+            ):
+                owner = self._nearest("class")
+                if owner is not None:
+                    owner.add(f"self.{name.attr.value}")
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if _code(node.value) == "self.hparams" and node.attr.value in CLASS_COUNT_NAMES:
+            owner = self._nearest("class")
+            if owner is not None:
+                owner.add(_code(node))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        value = _count_keyword(node)
+        if value is not None and self.stack:
+            if self.stack[-1][0] == "function":
+                self.stack[-1][1].add(value)
+            owner = self._nearest("class")
+            if owner is not None and (value.isdigit() or value.startswith("self.")):
+                owner.add(value)
+        function = self._nearest("function")
+        levels = [function] if function is not None else []
+        in_method = bool(self.stack) and self.stack[-1][0] == "function" and len(self.stack) >= 2
+        owner = self._nearest("class")
+        if owner is not None and (in_method or self.stack[-1][0] == "class"):
+            levels.append(owner)
+        if function is None and owner is None:
+            # A module-level call runs before the constants assigned below it: only those above count.
+            above = _Level()
+            above.values = dict(self.module.values)
+            self.calls[id(node)] = [above]
+        else:
+            self.calls[id(node)] = [*levels, self.module]
+
+
+def class_counts(module: cst.Module) -> dict[int, str]:
+    """For every call in ``module`` (by ``id`` of its node), the class count its context offers, where it offers one.
+
+    Args:
+        module: the parsed file (the nodes a transformer will see: the ones it was visited with).
+
+    Returns:
+        ``id(call) -> code`` of the count (``"num_classes"``, ``"self.hparams.n_classes"``, ``"10"``).
+    """
+    visitor = _CountVisitor()
+    module.visit(visitor)
+    answers: dict[int, str] = {}
+    for call, levels in visitor.calls.items():
+        for level in levels:
+            answer = level.answer()
+            if answer is None:
+                continue
+            if isinstance(answer, str):
+                answers[call] = answer
+            break
+    return answers
+
+
+def with_task(call: cst.Call, name: str, count: str | None) -> cst.Call | None:
+    """``call`` (a torchmetrics classification metric without ``task=``) with ``task="multiclass"`` and
+    ``num_classes=``; None where it cannot be written safely.
+
+    Args:
+        call: the metric's call (a class, ``Accuracy(...)``, or a function, ``accuracy(preds, target, ...)``).
+        name: the metric's name (upper case first: a class).
+        count: the class count the context offers (:func:`class_counts`), or None.
+
+    Returns:
+        The new call, or None: no count (neither in the call nor around it), an inferred count for a probability curve,
+        a class given positional arguments, or a function given more than ``preds`` and ``target`` positionally.
+    """
+    given = any(a.keyword is not None and a.keyword.value == "num_classes" for a in call.args)
+    if not given and (count is None or name in CURVE_METRICS):
+        return None
+    positional = [a for a in call.args if a.keyword is None]
+    if len(positional) > (0 if name[:1].isupper() else 2):
+        return None
+    space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    no_space = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+    new = [cst.Arg(keyword=cst.Name("task"), value=cst.SimpleString('"multiclass"'), equal=no_space, comma=space)]
+    if not given:
+        new.append(
+            cst.Arg(
+                keyword=cst.Name("num_classes"), value=cst.parse_expression(count or ""), equal=no_space, comma=space
+            )
+        )
+    rest = list(call.args[len(positional) :])
+    head = list(positional)
+    if head and head[-1].comma is cst.MaybeSentinel.DEFAULT:
+        head[-1] = head[-1].with_changes(comma=space)
+    if not rest:
+        new[-1] = new[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(args=[*head, *new, *rest])

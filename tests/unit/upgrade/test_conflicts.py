@@ -1,0 +1,55 @@
+"""``lightning_mgpu.upgrade.conflicts`` (rule ``trainer-conflict-resolved``): a default spelled beside the 1.x argument
+that sets it goes; a real conflict stays a ``trainer-conflict`` TODO."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
+
+from lightning_mgpu.upgrade import rules
+from lightning_mgpu.upgrade.transform import upgrade_source
+
+REGISTERS = f"import lightning_mgpu  {rules.REGISTERS_COMMENT}\n"
+
+
+def upgraded(source: str) -> str:
+    result = upgrade_source(source)
+    assert upgrade_source(result.source).source == result.source, "a second run changed something"
+    return result.source
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("Trainer(gpus=2, accelerator=None)", 'Trainer(accelerator="gpu", devices=2)'),
+        ("Trainer(gpus=GPU, accelerator=None)", 'Trainer(accelerator="gpu" if GPU else "cpu", devices=GPU or 1)'),
+        ('Trainer(accelerator="ddp", strategy=None, gpus=2)', 'Trainer(strategy="ddp", accelerator="gpu", devices=2)'),
+        ('Trainer(accelerator="ddp", strategy="auto")', 'Trainer(strategy="ddp")'),
+        (
+            'Trainer(gpus=-1, accelerator="ddp", plugins="ddp_sharded")',
+            REGISTERS + 'Trainer(accelerator="gpu", devices=-1, strategy="ddp_sharded")',
+        ),
+    ],
+)
+def test_a_default_beside_the_1x_argument_goes(before: str, after: str) -> None:
+    *imports, call = after.split("\n")
+    assert upgraded(f"t = {before}\n") == "".join(f"{i}\n" for i in imports) + f"t = {call}\n"
+
+
+@pytest.mark.parametrize(
+    "source",
+    ['Trainer(accelerator="ddp", strategy="ddp_spawn")', 'Trainer(gpus=2, accelerator="tpu")'],
+)
+def test_two_real_settings_stay_a_conflict(source: str) -> None:
+    assert "trainer-conflict):" in upgraded(f"t = {source}\n")
+
+
+def test_the_result_builds_on_lightning_2() -> None:
+    """The resolved call is a Trainer 2.x builds (accelerator=None gone), here on the CPU."""
+    import pytorch_lightning as pl
+
+    source = upgraded("t = Trainer(gpus=0, accelerator=None, logger=False)\n")
+    assert "None" not in source.replace("logger=False", "")
+    trainer = eval(source.split("=", 1)[1].strip(), {"Trainer": pl.Trainer})  # noqa: S307
+    assert trainer.accelerator.__class__.__name__ == "CPUAccelerator"

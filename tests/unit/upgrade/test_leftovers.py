@@ -1,0 +1,55 @@
+"""``lightning_mgpu.upgrade.leftovers``: the independent scan finds each 1.x spelling it names, and a TODO above a
+statement marks the whole statement."""
+
+from __future__ import annotations
+
+from lightning_mgpu.upgrade.leftovers import leftovers, unmarked
+
+
+def test_it_finds_removed_names_attributes_and_hooks() -> None:
+    source = (
+        "from pytorch_lightning.utilities.types import EPOCH_OUTPUT\n"
+        "from torchmetrics import Accuracy\n"
+        "import torchmetrics as tm\n"
+        "device = trainer.root_gpu\n"
+        "plugin = self.trainer.training_type_plugin\n"
+        "finder = trainer.tuner.lr_find(model)\n"
+        "trainer.tune(model)\n"
+        "acc = Accuracy()\n"
+        "f1 = tm.F1Score(num_classes=3)\n"
+        "ok = Accuracy(task='multiclass', num_classes=3)\n"
+        "class C(Callback):\n"
+        "    def on_train_epoch_end(self, trainer, pl_module, outputs):\n"
+        "        pass\n"
+        "lr = trainer.lr_find(model)\n"
+    )
+    assert {what for _, what in leftovers(source)} == {
+        "import EPOCH_OUTPUT",
+        "trainer.root_gpu",
+        "trainer.training_type_plugin",
+        "trainer.tuner",
+        "trainer.tune(...)",
+        "trainer.lr_find(...)",
+        "torchmetrics metric without task=",
+        "def on_train_epoch_end(..., outputs)",
+    }
+    assert [line for line, what in leftovers(source) if what.startswith("torchmetrics")] == [8, 9]
+
+
+def test_a_todo_marks_the_statement_below_it_only() -> None:
+    source = (
+        "# TODO(lightning-mgpu:x): y\n# another comment\ntrainer = Trainer(\n    gpus=2,\n)\nother = Trainer(gpus=1)\n"
+    )
+    assert leftovers(source) == [(3, "Trainer(gpus=...)"), (6, "Trainer(gpus=...)")]
+    assert unmarked(source) == [(6, "Trainer(gpus=...)")]
+
+
+def test_2x_code_has_no_leftovers() -> None:
+    source = (
+        "from lightning.pytorch.tuner import Tuner\n"
+        "trainer = Trainer(accelerator='gpu', devices=2, strategy='ddp')\n"
+        "lr = Tuner(trainer).lr_find(model).suggestion()\n"
+        "device = trainer.strategy.root_device\n"
+        "class C(Callback):\n    def on_train_epoch_end(self, trainer, pl_module):\n        pass\n"
+    )
+    assert leftovers(source) == []
