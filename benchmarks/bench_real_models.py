@@ -35,6 +35,7 @@ import importlib.util
 import os
 import statistics
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -185,6 +186,23 @@ def lightning_arm(
     return median_interval(clock.marks, args.warmup, args.steps), peak
 
 
+def autocast_step(
+    spec: ModelSpec, model: nn.Module, device: torch.device
+) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    """One plain-loop training step of ``model`` with AdamW in bf16 autocast, in Lightning's order (zero_grad, forward,
+    backward, step): the raw peer every Lightning arm is measured against."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        optimizer.zero_grad()
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = spec.loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
 def raw_arm(
     args: argparse.Namespace, spec: ModelSpec, arm: str, batches: list, device: torch.device
 ) -> tuple[float, int]:
@@ -195,15 +213,7 @@ def raw_arm(
         checkpoint_blocks_by_hand(model)
     if arm in ("raw_ddp", "raw_fsdp2"):
         model = wrap_by_hand(model, arm, device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    def step(x: torch.Tensor, y: torch.Tensor) -> None:
-        optimizer.zero_grad()
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = spec.loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-
+    step = autocast_step(spec, model, device)
     count = args.warmup + args.steps + 1
     marks = raw_steps(step, cycled(batches, count), count, device)[0]
     peak = peak_since(base, device)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from benchmarks.bench_real_models import checkpoint_blocks_by_hand
+from benchmarks.bench_real_models import autocast_step, checkpoint_blocks_by_hand
 from benchmarks.harness.models import Trainable
 from benchmarks.harness.networks import ModelSpec, gpt_spec, resnet_spec
 from lightning_mgpu.callbacks import ActivationCheckpointing
@@ -39,16 +39,7 @@ def plain_loop(spec: ModelSpec, arm: str, device: torch.device) -> tuple[nn.Modu
         checkpoint_blocks_by_hand(model)
     else:
         ActivationCheckpointing(modules=[spec.block]).apply(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    def step(x: torch.Tensor, y: torch.Tensor) -> None:
-        optimizer.zero_grad()
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = spec.loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-
-    return model, step
+    return model, autocast_step(spec, model, device)
 
 
 def timed(step: Any, batches: list, warmup: int, steps: int, device: torch.device) -> float:

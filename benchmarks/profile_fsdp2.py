@@ -35,7 +35,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -44,6 +44,7 @@ from torch import nn
 from benchmarks.bench_real_models import wrap_by_hand
 from benchmarks.harness.models import Trainable
 from benchmarks.harness.networks import ModelSpec, gpt_spec, resnet_spec
+from benchmarks.harness.trainer import cycled
 
 ARMS = ("raw_fsdp2", "sharded_fsdp2", "sharded_fsdp2_default", "sharded_fsdp2_per_module")
 
@@ -204,7 +205,7 @@ def lightning_profile(
     else:
         strategy = FSDP2Strategy(fsdp_modules=[spec.block])
     model = Ranged(spec.build(), spec.loss, lambda params: torch.optim.AdamW(params, lr=1e-4))
-    loader = DataLoader(list(cycled(batches, args.warmup + args.steps)), batch_size=None)
+    loader = DataLoader(cycled(batches, args.warmup + args.steps), batch_size=None)
     trainer = pl.Trainer(
         accelerator="gpu" if device.type == "cuda" else "cpu",
         devices=1,
@@ -221,11 +222,6 @@ def lightning_profile(
     )
     trainer.fit(model, loader)
     return summarize(window.prof, args.steps, window.wall)
-
-
-def cycled(batches: list, count: int) -> Iterator[Any]:
-    for i in range(count):
-        yield batches[i % len(batches)]
 
 
 def sync(device: torch.device) -> None:
