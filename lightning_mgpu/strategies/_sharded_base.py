@@ -24,6 +24,7 @@ from lightning.pytorch.overrides.distributed import _sync_module_states
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.optim import Optimizer
 from typing_extensions import override
@@ -76,6 +77,8 @@ class ShardedBase(StepRouting, DDPStrategy):
     """
 
     strategy_name: ClassVar[str]
+    #: the name launched like ``ddp_notebook`` (forks the notebook's process), named when a notebook asks for another
+    notebook_name: ClassVar[str]
     #: each rank holds only its shard of the reduced gradients: clipping and loss scaling must agree across ranks
     shards_gradients: ClassVar[bool] = False
     #: the checkpoint format when the user names none
@@ -126,9 +129,22 @@ class ShardedBase(StepRouting, DDPStrategy):
         )
 
     @classmethod
-    def _register_pair(cls, registry: Any, name: str, spawn_name: str, description: str, **init_params: Any) -> None:
-        """Register ``name``, launched like ``ddp``, and ``spawn_name``, launched like ``ddp_spawn``."""
-        for key, start_method, like in ((name, "popen", "ddp"), (spawn_name, "spawn", "ddp_spawn")):
+    def _register_pair(
+        cls,
+        registry: Any,
+        name: str,
+        spawn_name: str,
+        description: str,
+        notebook_name: str | None = None,
+        **init_params: Any,
+    ) -> None:
+        """Register ``name``, launched like ``ddp``, ``spawn_name``, launched like ``ddp_spawn``, and
+        ``notebook_name`` (where given), launched like ``ddp_notebook``: it forks the notebook's process, so a model
+        defined in a cell reaches the workers without being pickled."""
+        variants = [(name, "popen", "ddp"), (spawn_name, "spawn", "ddp_spawn")]
+        if notebook_name is not None:
+            variants.append((notebook_name, "fork", "ddp_notebook"))
+        for key, start_method, like in variants:
             registry.register(
                 key, cls, f"{description}, launched like {like}", start_method=start_method, **init_params
             )
@@ -171,6 +187,16 @@ class ShardedBase(StepRouting, DDPStrategy):
     # ------------------------------------------------------------------ launch
     @override
     def _configure_launcher(self) -> None:
+        from lightning.fabric.utilities import imports
+
+        # Lightning refuses a launcher that runs the script again or pickles the model in a notebook too, but its
+        # message names only its own ddp_notebook: name this engine's forking variant instead.
+        if imports._IS_INTERACTIVE and self._start_method != "fork":
+            raise MisconfigurationException(
+                f"{type(self).__name__}(start_method={self._start_method!r}) cannot start its processes from a notebook"
+                f" or an interactive session: use strategy={self.notebook_name!r}, which forks this process as"
+                " Lightning's 'ddp_notebook' does, or strategy='dp'; or run the code as a script."
+            )
         if self._start_method == "popen":
             super()._configure_launcher()
             return

@@ -7,6 +7,7 @@ Names registered with Lightning::
 
     Trainer(strategy="sharded_fsdp2")        # launched like "ddp"
     Trainer(strategy="sharded_fsdp2_spawn")  # launched like "ddp_spawn"
+    Trainer(strategy="sharded_fsdp2_notebook")  # launched like "ddp_notebook" (forks: notebooks)
 
 Lightning's own ``fsdp`` strategy is FSDP1 and writes its own checkpoint layout. This one writes the bundle's layout
 (plain model keys, torch's ordinary optimizer state), in a folder of shards by default, which loads under ``ddp``,
@@ -81,7 +82,7 @@ class FSDP2Strategy(ShardedBase):
     Example::
 
         import lightning.pytorch as pl
-        import lightning_mgpu  # registers "sharded_fsdp2" and "sharded_fsdp2_spawn"
+        import lightning_mgpu  # registers "sharded_fsdp2", "_spawn" and "_notebook"
         from lightning_mgpu.strategies import FSDP2Strategy
 
         trainer = pl.Trainer(strategy="sharded_fsdp2", accelerator="gpu", devices=4)
@@ -89,6 +90,7 @@ class FSDP2Strategy(ShardedBase):
     """
 
     strategy_name = "sharded_fsdp2"
+    notebook_name = "sharded_fsdp2_notebook"
     shards_gradients = True
     default_checkpoint_format = "sharded"
 
@@ -260,7 +262,9 @@ class FSDP2Strategy(ShardedBase):
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         description = "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2)"
-        cls._register_pair(strategy_registry, cls.strategy_name, "sharded_fsdp2_spawn", description)
+        cls._register_pair(
+            strategy_registry, cls.strategy_name, "sharded_fsdp2_spawn", description, notebook_name=cls.notebook_name
+        )
 
 
 def _refuse_weight_averaging(trainer: pl.Trainer) -> None:

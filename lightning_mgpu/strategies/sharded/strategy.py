@@ -7,6 +7,7 @@ gradients, so a model whose Adam state does not fit with plain DDP can fit. Name
 
     Trainer(strategy="sharded")            # launched like "ddp" (one script per rank)
     Trainer(strategy="sharded_spawn")      # launched like "ddp_spawn"
+    Trainer(strategy="sharded_notebook")   # launched like "ddp_notebook" (forks: notebooks)
     Trainer(strategy="ddp_sharded")        # Lightning 1.x's names of the two
     Trainer(strategy="ddp_sharded_spawn")
 """
@@ -93,6 +94,7 @@ class ShardedStrategy(OptimizerShardedBase):
     """
 
     strategy_name = "sharded"
+    notebook_name = "sharded_notebook"
     shards_gradients = True
     # the optional package this engine needs (shown by `lightning-mgpu info`)
     optional_dependency: str | None = "fairscale"
@@ -319,7 +321,12 @@ class ShardedStrategy(OptimizerShardedBase):
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         register = functools.partial(cls._register_pair, strategy_registry)
-        register("sharded", "sharded_spawn", "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2)")
+        register(
+            "sharded",
+            "sharded_spawn",
+            "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2)",
+            notebook_name=cls.notebook_name,
+        )
         register("ddp_sharded", "ddp_sharded_spawn", "`sharded` under its Lightning 1.x name")
         # Lightning 1.9's explicit spellings (its tests checked that they set find_unused_parameters=False).
         register(
