@@ -2,7 +2,8 @@
 
 Three launches run every scenario of ``tests/integration/runners/run_sharded_scenarios.py`` (one process, two processes,
 one process again, for the 1 -> 2 and 2 -> 1 resumes); the tests below check what they recorded. Two more
-launches train ``examples/train.py`` under ``sharded_spawn`` and the 1.x alias ``ddp_sharded``.
+launches train ``examples/train.py`` under ``sharded_spawn`` and the 1.x alias ``ddp_sharded``, and one more runs the
+``hooks`` phase (the gradients ``on_after_backward`` sees).
 """
 
 from __future__ import annotations
