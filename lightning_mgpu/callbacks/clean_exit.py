@@ -39,8 +39,11 @@ class CleanExit(Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        # A spawned worker exits right after this; nothing collective follows in Lightning's spawn launcher.
-        if in_spawned_worker() and trainer.state.status != "interrupted":
+        # A spawned worker exits right after this; nothing collective follows in Lightning's spawn launcher. The
+        # bundle's spawn launcher hands the weights back through the strategy's `handoff_state_dict` when it has one
+        # (FSDP2 gathers its shards: a collective after teardown), and destroys the group itself once that is done.
+        handoff = getattr(trainer.strategy, "handoff_state_dict", None)
+        if in_spawned_worker() and trainer.state.status != "interrupted" and handoff is None:
             destroy_process_group_if_done()
 
     @override

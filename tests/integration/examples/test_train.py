@@ -62,6 +62,21 @@ def test_default_run_reaches_target_and_resumes_under_ddp_spawn(tmp_path: Path) 
     assert again["val_acc"] >= 0.95
 
 
+def test_sharded_fsdp2_spawn_hands_its_weights_back_with_clean_exit(tmp_path: Path) -> None:
+    """train.py adds CleanExit, whose teardown ended the group in a spawned worker; FSDP2's spawn launcher gathers the
+    shards after it (a collective), which then failed ("Could not resolve the process group registered under the name
+    0"). The launching process gets the trained weights and writes the summary."""
+    out = tmp_path / "run"
+    run_python(
+        [TRAIN, "--strategy", "sharded_fsdp2_spawn", "--max-epochs", "1", "--output-dir", str(out), "--logger", "none"],
+        timeout=300,
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["strategy"] == "sharded_fsdp2_spawn" and summary["world_size"] == 2
+    assert summary["val_acc"] > 0.5, summary
+    load_state_dict(ImageClassifier(), summary["last_checkpoint_path"])  # the sharded folder, read whole
+
+
 def test_scale_lr_and_accumulation_are_reported(tmp_path: Path) -> None:
     out = tmp_path / "acc"
     proc = run_python(
