@@ -15,6 +15,7 @@ import os
 import secrets
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -140,3 +141,51 @@ def _isolate_process_groups():
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+#: Lightning's child-process observer, under both namespaces (``pytorch_lightning`` runs on ``lightning_fabric``'s).
+_OBSERVER_MODULES = (
+    "lightning.fabric.strategies.launchers.subprocess_script",
+    "lightning_fabric.strategies.launchers.subprocess_script",
+)
+
+
+def _child_observers() -> set[threading.Thread]:
+    """Lightning's child-process observer threads alive in this process that still watch a child.
+
+    Every in-process ``ddp``/``sharded`` fit on one device starts one over an empty list: its next check finds nothing
+    wrong and it ends in silence, so only an observer with children to look at can log or signal anything later.
+    """
+    classes = tuple(m._ChildProcessObserver for name in _OBSERVER_MODULES if (m := sys.modules.get(name)) is not None)
+    if not classes:
+        return set()
+    return {
+        t
+        for t in threading.enumerate()
+        if isinstance(t, classes) and t.is_alive() and getattr(t, "_child_processes", None)
+    }
+
+
+@pytest.fixture(autouse=True)
+def _no_child_observer_outlives_its_test() -> Iterator[None]:
+    """A test that starts Lightning's child-process observer in this process ends it before it returns.
+
+    The observer is a daemon thread that wakes every 5 s. One left behind by a test woke later on: after the
+    test's patches were undone (its next check could SIGKILL this pytest process, which it takes for the job's rank 0)
+    or after pytest had closed its captured stream, where Lightning's logger printed "--- Logging error --- ...
+    I/O operation on closed file" at the end of the run.
+    """
+    before = _child_observers()
+    yield
+    left = _child_observers() - before
+    if not left:
+        return
+    for thread in left:
+        # Defuse it before failing: with no children to look at, its next check finds nothing wrong and it ends
+        # without logging or signalling anything (the list is rebound, not emptied: it may be a launcher's own).
+        thread._child_processes = []
+    pytest.fail(
+        f"{len(left)} Lightning child-process observer thread(s) outlived the test: stop or join them in the test "
+        "(see tests/unit/utilities/test_child_observer.py)",
+        pytrace=False,
+    )

@@ -1,4 +1,14 @@
-"""Helpers to run scripts in fresh processes with a hard timeout and readable failures."""
+"""Helpers to run scripts in fresh processes with a hard timeout and readable failures.
+
+Every process the tests start goes through this module (``tests/unit/test_launch_rule.py`` scans tests/ for any other
+launch), and every launch here checks the exit status it ends with: 0 unless the test names the code it expects
+(``expect=130``, ``expect=(1, 2)``) or :data:`FAILS` (any non-zero code, for a launch that must be refused; the test
+then checks what it said). A fit that finishes and then exits non-zero (an abort at interpreter exit) fails its test.
+
+- :func:`run`, :func:`run_python`, :func:`run_command`: launch, wait, check.
+- :func:`start` then :func:`finish` (or :func:`check_exit` once the test has the code): a process the test acts on
+  while it runs (a signal, a server, a pair of nodes).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -97,28 +108,131 @@ def kill_tree(pid: int) -> None:
         pass
 
 
+class _Fails:
+    """The type of :data:`FAILS`."""
+
+    def __repr__(self) -> str:
+        return "any non-zero code"
+
+
+#: ``expect=FAILS``: the launch must fail, whatever its non-zero code (a refusal; the test checks what it said).
+FAILS = _Fails()
+
+#: What a launch must exit with: a code, one of several codes, or :data:`FAILS`.
+Expect = int | tuple[int, ...] | _Fails
+
+
+def exit_ok(returncode: int | None, expect: Expect) -> bool:
+    """Whether ``returncode`` is what ``expect`` asks for (``None``, still running, never is)."""
+    if returncode is None:
+        return False
+    if isinstance(expect, _Fails):
+        return returncode != 0
+    return returncode in (expect if isinstance(expect, tuple) else (expect,))
+
+
+def check_exit(what: object, returncode: int | None, expect: Expect = 0, output: str = "") -> None:
+    """Fail unless ``returncode`` is what ``expect`` asks for, naming the launch and ending in its output."""
+    if not exit_ok(returncode, expect):
+        raise AssertionError(f"{what} exited {returncode}, expected {expect!r}\n{output[-12000:]}")
+
+
+def run(
+    cmd: list[str],
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    expect: Expect = 0,
+    environ: dict[str, str] | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess:
+    """Run ``cmd`` (text output captured) from the repo root and check its exit status against ``expect``; raise with
+    the captured output on a timeout or another status.
+
+    Args:
+        env: added to :func:`launch_env`, the environment every launch gets.
+        environ: the whole environment instead (a test of what a process does without the launch environment).
+    """
+    full_env = environ if environ is not None else launch_env(env)
+    try:
+        proc = subprocess.run(
+            cmd, cwd=cwd or REPO_ROOT, env=full_env, capture_output=True, text=True, timeout=timeout, input=input
+        )
+    except subprocess.TimeoutExpired as err:
+        raise AssertionError(
+            f"{cmd} timed out after {timeout}s\n--- stdout\n{err.stdout}\n--- stderr\n{err.stderr}"
+        ) from None
+    check_exit(cmd, proc.returncode, expect, f"--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}")
+    return proc
+
+
 def run_python(
     args: list[str],
     timeout: float = 300,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
-    check: bool = True,
+    expect: Expect = 0,
 ) -> subprocess.CompletedProcess:
-    """Run ``python ARGS`` from the repo root; raise with the captured output on a timeout, or a failure if
-    ``check``."""
-    full_env = launch_env(env)
-    cmd = [sys.executable, *args]
+    """:func:`run` of ``python ARGS`` (this interpreter)."""
+    return run([sys.executable, *args], timeout=timeout, env=env, cwd=cwd, expect=expect)
+
+
+def start(
+    cmd: list[str],
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    environ: dict[str, str] | None = None,
+    **popen: Any,
+) -> subprocess.Popen:
+    """Start ``cmd`` from the repo root with the launch environment (``env`` on top, or ``environ`` instead); the test
+    ends it with :func:`finish`, or checks its code with :func:`check_exit` (``subprocess.Popen``'s other arguments
+    pass through)."""
+    full_env = environ if environ is not None else launch_env(env)
+    return subprocess.Popen(cmd, cwd=cwd or REPO_ROOT, env=full_env, **popen)
+
+
+def finish(proc: subprocess.Popen, timeout: float, expect: Expect = 0, what: object = None) -> str:
+    """Wait for a process from :func:`start` (and its output, if piped) and check its exit status against ``expect``.
+
+    On a timeout its process group (its session, when started with ``start_new_session=True``) is stopped, SIGTERM
+    then SIGKILL after 20 s, and the test fails as a hang. Returns stdout (with stderr after it when apart), or "".
+    """
+    what = what if what is not None else proc.args
     try:
-        proc = subprocess.run(cmd, cwd=cwd or REPO_ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as err:
-        raise AssertionError(
-            f"{cmd} timed out after {timeout}s\n--- stdout\n{err.stdout}\n--- stderr\n{err.stderr}"
-        ) from None
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"{cmd} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}"
-        )
-    return proc
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _stop_group(proc)
+        out, err = proc.communicate()
+        raise AssertionError(f"{what} did not finish within {timeout}s (a hang)\n{_text(out, err)[-8000:]}") from None
+    text = _text(out, err)
+    check_exit(what, proc.returncode, expect, text)
+    return text
+
+
+def _text(out: str | bytes | None, err: str | bytes | None) -> str:
+    parts = [p.decode(errors="replace") if isinstance(p, bytes) else p for p in (out, err) if p]
+    return "\n".join(parts)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the process's group (launchers stop their workers on it), then SIGKILL what is left after 20 s."""
+    try:
+        group = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        return
+    if group == os.getpgid(0):  # not a group of its own (the test process's is pytest's): the process alone
+        proc.kill()
+        return
+    os.killpg(group, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        pass
+    # Whatever of the group outlived the leader or ignored SIGTERM would hold the output pipe open.
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 THEN = "--then"
@@ -187,28 +301,22 @@ def launch_processes(
     return launch(args, [{**base, **e} for e in rank_envs], timeout=timeout, cwd=REPO_ROOT, what=what, tail_lines=80)
 
 
-def run_command(cmd: list[str], timeout: float, expect_ok: bool = True) -> tuple[int, str, float]:
-    """Run ``cmd`` from the repo root in its own session; on timeout stop its whole process group and fail.
+def spawn_ranks(fn: Any, args: tuple, nprocs: int) -> None:
+    """``fn(rank, *args)`` in ``nprocs`` spawned processes (``torch.multiprocessing``), waiting for all of them: torch's
+    join raises unless every one of them exits 0 (``ProcessRaisedException`` / ``ProcessExitedException`` naming it)."""
+    import torch.multiprocessing as mp
+
+    mp.start_processes(fn, args=args, nprocs=nprocs, join=True, start_method="spawn")
+
+
+def run_command(cmd: list[str], timeout: float, expect: Expect = 0) -> tuple[int, str, float]:
+    """Run ``cmd`` from the repo root in its own session, check its exit status against ``expect``; on timeout stop
+    its whole process group and fail.
 
     Returns ``(exit code, stdout+stderr, seconds)``. Launchers (horovodrun, torchrun) stop their workers on
     SIGTERM; SIGKILL follows after 20 s so that nothing is left behind.
     """
-    env = launch_env()
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            out, _ = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-        raise AssertionError(f"{cmd} did not finish within {timeout}s (a hang)\n{out[-8000:]}") from None
-    elapsed = time.monotonic() - start
-    if expect_ok and proc.returncode != 0:
-        raise AssertionError(f"{cmd} exited {proc.returncode}\n{out[-8000:]}")
-    return proc.returncode, out, elapsed
+    began = time.monotonic()
+    proc = start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    out = finish(proc, timeout, expect)
+    return proc.returncode, out, time.monotonic() - began

@@ -38,7 +38,8 @@ _WATCH = (
 
 
 def _watched(argv: list[str]) -> tuple[str, list[str], int]:
-    proc = run_python(["-c", _WATCH, *argv], timeout=120, check=False)
+    # The watcher catches the CLI's SystemExit and reports its code: the process itself exits 0.
+    proc = run_python(["-c", _WATCH, *argv], timeout=120)
     last = proc.stderr.strip().splitlines()[-1]
     heavy = eval(last.split("HEAVY=", 1)[1].split(" CODE=")[0])  # noqa: S307  (our own print of a list of names)
     return proc.stdout + proc.stderr, heavy, int(last.rsplit("CODE=", 1)[1])

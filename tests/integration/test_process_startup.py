@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import gc
 import os
-import subprocess
 import sys
 
 from tests.helpers import process_startup
-from tests.helpers.launch import run_python
+from tests.helpers.launch import run, run_python
 
 # The threshold the process started with; whether importing Lightning imported matplotlib (through torchmetrics), and
 # whether matplotlib still imports when asked; what is frozen once the exit handlers have run.
@@ -33,8 +32,6 @@ def test_a_launched_process_starts_tuned_and_collects_at_exit() -> None:
 
 def test_without_the_variable_a_process_is_left_as_python_starts_it() -> None:
     env = {k: v for k, v in os.environ.items() if k != "LIGHTNING_MGPU_TEST_STARTUP"}
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
+    out = run([sys.executable, "-c", _PROBE], environ=env, timeout=120).stdout.split()
     # Untouched: the default threshold, torchmetrics imports matplotlib (so the check above can fail), nothing frozen.
     assert int(out[0]) != process_startup.THRESHOLD[0] and out[1] == "1" and int(out[2]) == 0, out

@@ -7,13 +7,12 @@ The tests that launch processes; the in-process ones are in ``tests/unit/test_sc
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.launch import REPO_ROOT
+from tests.helpers.launch import REPO_ROOT, run
 
 pytest.importorskip("xdist")
 
@@ -62,15 +61,13 @@ def test_two_workers_keep_files_whole_and_run_the_ray_files_together_first(tmp_p
         (tmp_path / f"test_matrix_{name}.py").write_text(
             f"# from tests.integration.runners.run_callbacks import launch\n{launched}"
         )
-    proc = subprocess.run(
+    proc = run(
         [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q", str(tmp_path)],
         cwd=tmp_path,
-        env={**os.environ, "RECORD": str(record)},
-        capture_output=True,
-        text=True,
+        environ={**os.environ, "RECORD": str(record)},
         timeout=120,
     )
-    assert proc.returncode == 0 and "30 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "30 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = [line.split(" ", 1) for line in record.read_text().splitlines()]
     workers_of: dict[str, set[str]] = {}
     for worker, nodeid in runs:

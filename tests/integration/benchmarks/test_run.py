@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import run as run_module
-from tests.helpers.launch import REPO_ROOT, run_python
+from tests.helpers.launch import REPO_ROOT, run, run_python
 
 RUN = ["-m", "benchmarks.run"]
 
@@ -37,8 +37,8 @@ def test_list_names_every_benchmark_and_its_suites() -> None:
 
 
 def test_an_unknown_suite_is_refused_with_the_choices() -> None:
-    proc = run_python([*RUN, "--suite", "speed"], timeout=60, check=False)
-    assert proc.returncode != 0 and "invalid choice: 'speed'" in proc.stderr
+    proc = run_python([*RUN, "--suite", "speed"], timeout=60, expect=2)  # argparse's usage error
+    assert "invalid choice: 'speed'" in proc.stderr
 
 
 @pytest.mark.timeout(600)
@@ -112,22 +112,10 @@ def test_a_benchmark_that_fails_is_reported_as_failed(tmp_path: Path) -> None:
 
 
 def test_gpu_check_without_a_gpu_says_what_it_skipped() -> None:
-    import os
-    import subprocess
-
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(
-        ["bash", str(REPO_ROOT / "benchmarks" / "gpu_check.sh")],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = run(["bash", str(REPO_ROOT / "benchmarks" / "gpu_check.sh")], env={"CUDA_VISIBLE_DEVICES": ""}, timeout=600)
     assert "skipped: the gpu-marked tests and the GPU suite" in proc.stdout
 
 
 def test_gpu_variants_need_a_gpu() -> None:
-    proc = run_python([*RUN, "--gpu", "--only", "dp"], timeout=60, check=False, env={"CUDA_VISIBLE_DEVICES": ""})
-    assert proc.returncode != 0 and "no CUDA GPU is visible here" in proc.stderr
+    proc = run_python([*RUN, "--gpu", "--only", "dp"], timeout=60, expect=1, env={"CUDA_VISIBLE_DEVICES": ""})
+    assert "no CUDA GPU is visible here" in proc.stderr

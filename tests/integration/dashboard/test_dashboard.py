@@ -23,7 +23,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning_mgpu.dashboard.compare import render_comparison
 from lightning_mgpu.dashboard.render import render_dashboard
 from tests.helpers.browser import Browser
-from tests.helpers.launch import TRAIN, run_python
+from tests.helpers.launch import TRAIN, finish, run, run_python, start
 from tests.helpers.runif import RunIf
 from tests.unit.dashboard.test_dashboard import (  # noqa: F401
     DEVICES,
@@ -80,7 +80,7 @@ def test_page_renders_offline_in_headless_chromium(csv_run: Path, tmp_path: Path
 
 
 def _start_server(run: Path, *extra: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
+    proc = start(
         [sys.executable, "-m", "lightning_mgpu", "dashboard", str(run), "--serve", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -95,14 +95,10 @@ def _start_server(run: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     return proc, match.group(0)
 
 
-def _stop(proc: subprocess.Popen) -> tuple[int, str]:
+def _stop(proc: subprocess.Popen) -> str:
+    """Ctrl-C the server; it must stop within 20 s with exit 0. Returns its output."""
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
-    try:
-        out, _ = proc.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise AssertionError("--serve did not stop on Ctrl-C") from None
-    return proc.returncode, out
+    return finish(proc, timeout=20, expect=0, what="--serve after Ctrl-C")
 
 
 @RunIf(plotly=True)
@@ -110,7 +106,7 @@ def _stop(proc: subprocess.Popen) -> tuple[int, str]:
 def test_serve_started_before_training_waits_for_the_run(tmp_path: Path) -> None:
     """The live view can be opened first: a folder that does not exist yet is waited on, then served."""
     run = tmp_path / "logs"
-    proc = subprocess.Popen(
+    proc = start(
         [sys.executable, "-m", "lightning_mgpu", "dashboard", str(run), "--serve", "--port", "0", "--interval", "0.2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -126,8 +122,8 @@ def test_serve_started_before_training_waits_for_the_run(tmp_path: Path) -> None
         line = proc.stdout.readline() if proc.stdout else ""
         assert re.search(r"serving .* live at http://127\.0\.0\.1:\d+/", line), line
     finally:
-        code, out = _stop(proc)
-    assert code == 0 and "dashboard: stopped" in out
+        out = _stop(proc)
+    assert "dashboard: stopped" in out
 
 
 @RunIf(chromium=True, plotly=True)
@@ -158,8 +154,8 @@ def test_serve_shows_a_point_logged_after_the_page_opened(tmp_path: Path) -> Non
             assert browser.evaluate("performance.getEntriesByType('navigation').length") == 1
             assert all(u.startswith(url) for u in browser.requests()), browser.requests()
     finally:
-        code, out = _stop(proc)
-    assert code == 0 and "dashboard: stopped" in out
+        out = _stop(proc)
+    assert "dashboard: stopped" in out
 
 
 def test_serve_on_a_busy_port_names_the_port_and_the_fix(csv_run: Path) -> None:
@@ -167,13 +163,11 @@ def test_serve_on_a_busy_port_names_the_port_and_the_fix(csv_run: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = subprocess.run(
+        proc = run(
             [sys.executable, "-m", "lightning_mgpu", "dashboard", str(csv_run), "--serve", "--port", str(port)],
-            capture_output=True,
-            text=True,
             timeout=120,
+            expect=2,
         )
-    assert proc.returncode == 2
     assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr and "--port 0" in proc.stderr
 
 

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -18,7 +17,7 @@ import pytest
 
 from lightning_mgpu.data import PreprocessingError, backends, preprocess
 from tests.helpers.data import CHUNK, Features, IndexedDataset, N
-from tests.helpers.launch import REPO_ROOT, kill_tree, launch_env, run_python
+from tests.helpers.launch import check_exit, kill_tree, run_python, start
 
 #: A fresh interpreter (no Ray or pytest threads), which is where a user's script starts.
 _CHOICE = """
@@ -117,13 +116,7 @@ def test_forked_workers_exit_when_the_driver_is_killed(tmp_path: Path) -> None:
         " IndexedDataset\npreprocess(IndexedDataset(64, delay_s=0.05, pid_dir=sys.argv[2]), sys.argv[1], Features(),"
         " num_workers=2, chunk_size=4, progress=False, start_method='fork')\n"
     )
-    env = launch_env()
-    driver = subprocess.Popen(
-        [sys.executable, "-c", script, str(tmp_path / "c"), str(pid_dir)],
-        cwd=REPO_ROOT,
-        env=env,
-        start_new_session=True,
-    )
+    driver = start([sys.executable, "-c", script, str(tmp_path / "c"), str(pid_dir)], start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while len([p for p in pid_dir.iterdir() if int(p.name) != driver.pid]) < 2:  # both workers are computing
@@ -132,6 +125,7 @@ def test_forked_workers_exit_when_the_driver_is_killed(tmp_path: Path) -> None:
         workers = [int(p.name) for p in pid_dir.iterdir() if int(p.name) != driver.pid]
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait(timeout=30)
+        check_exit("the preprocessing driver", driver.returncode, -signal.SIGKILL)  # the kill, not an earlier exit
         deadline = time.monotonic() + 30  # a chunk is 0.2 s: they notice at their next message
         while any(_alive(w) for w in workers) and time.monotonic() < deadline:
             time.sleep(0.1)

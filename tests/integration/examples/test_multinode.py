@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from lightning_mgpu.testing.parity import max_abs_diff
-from tests.helpers.launch import REPO_ROOT, kill_tree, launch_env, run_python
+from tests.helpers.launch import REPO_ROOT, finish, kill_tree, launch_env, run, run_python, start
 from tests.helpers.netns import two_nodes
 from tests.helpers.runif import RunIf
 
@@ -45,7 +45,7 @@ def _two_node_run(strategy: str, out: Path) -> tuple[str, float]:
     with two_nodes() as (node0, node1, how):
         port = "29400" if node0.prefix else str(29400 + os.getpid() % 1000)
         procs = []
-        start = time.monotonic()
+        began = time.monotonic()
         for rank, node in enumerate((node0, node1)):
             env = launch_env(ONE_THREAD)
             if node.interface:
@@ -78,10 +78,9 @@ def _two_node_run(strategy: str, out: Path) -> tuple[str, float]:
                 *COMMON,
             ]
             procs.append(
-                subprocess.Popen(
+                start(
                     cmd,
-                    cwd=REPO_ROOT,
-                    env=env,
+                    environ=env,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     text=True,
@@ -90,15 +89,13 @@ def _two_node_run(strategy: str, out: Path) -> tuple[str, float]:
             )  # its own group: a failure kills the agent and its workers
         logs = []
         try:
-            for proc in procs:
-                logs.append(proc.communicate(timeout=300)[0])
+            for rank, proc in enumerate(procs):
+                logs.append(finish(proc, timeout=300, what=f"node {rank}'s torchrun ({how})"))  # exit 0 on both
         finally:
             for proc in procs:
                 if proc.poll() is None:
                     kill_tree(proc.pid)  # the agent and its workers (each in a session of its own), never an orphan
-        elapsed = time.monotonic() - start
-        for proc, log in zip(procs, logs):
-            assert proc.returncode == 0, f"{how}\n{log[-4000:]}"
+        elapsed = time.monotonic() - began
         printed = "".join(logs)
         # One rank prints the topology once, for both nodes.
         assert printed.count("effective batch = 32 per device x 1 devices x 2 nodes x 1 accumulation = 64") == 1, (
@@ -156,7 +153,6 @@ def test_horovodrun_with_two_host_entries_matches_one_node(one_node: dict[str, t
     if second is None:
         pytest.skip("this machine has no IPv4 address besides loopback, so horovodrun cannot be given a second host")
     horovodrun = str(Path(sys.executable).with_name("horovodrun"))
-    env = launch_env(ONE_THREAD)
     cmd = [
         horovodrun,
         "-np",
@@ -174,9 +170,8 @@ def test_horovodrun_with_two_host_entries_matches_one_node(one_node: dict[str, t
         str(tmp_path / "two_hosts"),
         *COMMON,
     ]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=420)
+    proc = run(cmd, env=ONE_THREAD, timeout=420)
     log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-6000:]
     # As in train.py's docstring: --devices is the workers per host; Horovod counts the hosts itself (2), and one rank
     # printed it.
     assert log.count("effective batch = 32 per device x 1 devices x 2 nodes x 1 accumulation = 64") == 1, log[-4000:]

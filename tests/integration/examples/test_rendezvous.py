@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
-from tests.helpers.launch import REPO_ROOT, kill_tree, launch_env, processes_naming
+from tests.helpers.launch import FAILS, REPO_ROOT, Expect, finish, kill_tree, processes_naming, start
 from tests.helpers.netns import two_nodes
 from tests.helpers.runif import RunIf
 
@@ -28,24 +28,16 @@ EXIT_BOUND_S = 60.0  # the issue's bound for every process of a failed job
 COMMON = ["--max-epochs", "1", "--logger", "none", "--accelerator", "cpu", "--num-nodes", "2"]
 
 
-def _run(cmd: list[str], env: dict[str, str], marker: str) -> tuple[int, str, float]:
-    full_env = launch_env(env)
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        cmd,
-        cwd=REPO_ROOT,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+def _run(cmd: list[str], env: dict[str, str], marker: str, expect: Expect = FAILS) -> tuple[int, str, float]:
+    """Run a job whose rendezvous cannot complete: it must fail (``expect``) within the bound, leaving nothing."""
+    began = time.monotonic()
+    proc = start(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        log = proc.communicate(timeout=EXIT_BOUND_S + 60)[0]
+        log = finish(proc, timeout=EXIT_BOUND_S + 60, expect=expect)
     finally:
         if proc.poll() is None:
             kill_tree(proc.pid)
-    elapsed = time.monotonic() - start
+    elapsed = time.monotonic() - began
     time.sleep(1.0)  # let the kernel reap the last workers
     assert processes_naming(marker) == [], f"processes of the job left behind:\n{log[-3000:]}"
     return proc.returncode, log, elapsed
@@ -149,8 +141,8 @@ def test_an_unreachable_ray_address_is_refused_before_ray_starts(tmp_path: Path)
             ],
             {},
             marker=str(out),
+            expect=1,
         )
-    assert code == 1, log[-3000:]
     assert f"error: --ray-address {address}: nothing answered at {address} within 3 s" in log, log[-3000:]
     assert "ray start --head" in log and "Ray: connecting" not in log  # refused before ray.init
     assert elapsed < EXIT_BOUND_S, f"took {elapsed:.1f}s"

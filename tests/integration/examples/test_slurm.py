@@ -11,7 +11,7 @@ import shlex
 
 import pytest
 
-from tests.helpers.launch import REPO_ROOT, run_python
+from tests.helpers.launch import FAILS, REPO_ROOT, run_python
 
 SBATCH = REPO_ROOT / "examples" / "slurm.sbatch"
 
@@ -78,8 +78,7 @@ def test_each_srun_task_gets_its_rank_from_slurm(procid: int, strategy: str) -> 
 def test_devices_that_disagree_with_the_tasks_per_node_are_refused() -> None:
     args = _srun_args()
     args[args.index("--devices") + 1] = "2"  # srun starts 4 tasks per node
-    proc = run_python(["-c", PROBE, json.dumps(args)], timeout=120, env=_task_env(1), check=False)
-    assert proc.returncode != 0
+    proc = run_python(["-c", PROBE, json.dumps(args)], timeout=120, env=_task_env(1), expect=FAILS)
     assert "the launcher started 8 training processes, but --devices 2 x --num-nodes 2 = 4" in proc.stderr, proc.stderr[
         -2000:
     ]

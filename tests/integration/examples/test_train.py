@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ import torch
 
 from lightning_mgpu.checkpoint.io import load_state_dict
 from lightning_mgpu.demos import ImageClassifier
-from tests.helpers.launch import REPO_ROOT, TRAIN, run_python
+from tests.helpers.launch import TRAIN, run_python
 
 
 def test_default_run_reaches_target_and_resumes_under_ddp_spawn(tmp_path: Path) -> None:
@@ -219,11 +217,9 @@ _WATCHED = (
 def test_bad_input_exits_2_with_one_line_before_lightning_is_imported(
     argv: list[str], says: str, may_import: list[str]
 ) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", _WATCHED, str(TRAIN), *argv], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT
-    )
+    proc = run_python(["-c", _WATCHED, str(TRAIN), *argv], timeout=120, expect=2)
     lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 2 and lines[0].startswith("train.py: error: "), proc.stderr
+    assert len(lines) == 2 and lines[0].startswith("train.py: error: "), proc.stderr
     assert says in lines[0] and "Traceback" not in proc.stderr
     assert lines[1] == f"HEAVY={may_import}", lines[1]  # never Lightning: parsing comes first
 
@@ -233,7 +229,6 @@ def test_debug_shows_the_traceback_and_keeps_status_2(tmp_path: Path) -> None:
     torch.save({"state_dict": {"other.weight": torch.ones(1)}, "pytorch-lightning_version": "2.6.0"}, foreign)
     argv = ["--strategy", "dp", "--logger", "none", "--output-dir", str(tmp_path / "out"), "--ckpt-path", str(foreign)]
     for debug in (False, True):
-        proc = run_python([str(TRAIN), *argv, *(["--debug"] if debug else [])], timeout=120, check=False)
-        assert proc.returncode == 2, proc.stderr[-2000:]
+        proc = run_python([str(TRAIN), *argv, *(["--debug"] if debug else [])], timeout=120, expect=2)
         assert proc.stderr.strip().splitlines()[-1].startswith("train.py: error: "), proc.stderr[-2000:]
         assert ("Traceback" in proc.stderr) == debug

@@ -24,7 +24,7 @@ import torch
 
 from lightning_mgpu.checkpoint.sharded import is_sharded_checkpoint
 from lightning_mgpu.testing.parity import max_abs_diff
-from tests.helpers.launch import REPO_ROOT, launch_env, run_python
+from tests.helpers.launch import REPO_ROOT, finish, launch_env, run, run_python, start
 from tests.helpers.runif import RunIf
 
 pytestmark = [pytest.mark.timeout(600), *RunIf(ray=True).marks]
@@ -62,10 +62,9 @@ def _start_ray_run(
         *COMMON,
         *flags,
     ]
-    return subprocess.Popen(
+    return start(
         cmd,
-        cwd=REPO_ROOT,
-        env={**_ray_env(cluster), **(env or {})},
+        environ={**_ray_env(cluster), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -74,13 +73,7 @@ def _start_ray_run(
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 400) -> str:
-    try:
-        log = proc.communicate(timeout=timeout)[0]
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError(f"the Ray run did not finish within {timeout}s\n{proc.communicate()[0][-6000:]}") from None
-    assert proc.returncode == 0, log[-8000:]
-    return log
+    return finish(proc, timeout, expect=0, what="the Ray run")
 
 
 def _parameters(ckpt: Path) -> dict[str, torch.Tensor]:
@@ -127,7 +120,7 @@ CASES = {
 
 def _raylets(under: str) -> int:
     """Raylets whose session lives under ``under``: the run's own, not another Ray on this machine."""
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    ps = run(["ps", "-eo", "args"], timeout=30).stdout
     return sum(1 for line in ps.splitlines() if line and line.split()[0].endswith("/raylet") and under in line)
 
 
@@ -224,7 +217,7 @@ def test_a_local_ray_run_restarts_a_killed_worker_resumes_exactly_and_stops_its_
             assert proc.poll() is None, proc.communicate()[0][-6000:]
             assert time.monotonic() < deadline, "Ray registered no checkpoint within 300 s"
             time.sleep(0.05)
-        ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+        ps = run(["ps", "-eo", "pid,args"], timeout=30).stdout
         workers = [int(line.split()[0]) for line in ps.splitlines() if "ray::RayTrainWorker" in line]
         assert workers, ps
         killed = workers[-1]

@@ -16,7 +16,7 @@ import torch
 
 from lightning_mgpu.callbacks import GPUUtilizationMonitor
 from lightning_mgpu.monitoring.diagnosis import load_diagnoses
-from tests.helpers.launch import REPO_ROOT, launch_env, run_python
+from tests.helpers.launch import REPO_ROOT, run, run_python
 from tests.helpers.runif import RunIf
 from tests.helpers.trainer import quiet_trainer
 from tests.unit.monitoring.test_callback import read_metrics  # noqa: F401
@@ -77,18 +77,7 @@ def test_other_strategies_gather_every_rank(strategy: str, tmp_path: Path) -> No
     if strategy == "horovod":
         # No skip when horovodrun is missing: CI installs horovod, and a broken install must fail here.
         horovodrun = str(Path(sys.executable).with_name("horovodrun"))
-        import subprocess
-
-        env = launch_env()
-        proc = subprocess.run(
-            [horovodrun, "-np", "2", "--gloo", sys.executable, *args, "--devices", "1"],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
-        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+        run([horovodrun, "-np", "2", "--gloo", sys.executable, *args, "--devices", "1"], timeout=240)
     else:
         run_python([*args, "--devices", "2"], timeout=240)
     rows = read_metrics(tmp_path / "input" / "version_0" / "metrics.csv")

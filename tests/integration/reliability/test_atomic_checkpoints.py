@@ -23,7 +23,7 @@ from lightning_mgpu.checkpoint.sharded import (
     temporary_folder,
     write_sharded_checkpoint,
 )
-from tests.helpers.launch import REPO_ROOT, launch_env
+from tests.helpers.launch import finish, start
 
 KILL_TRIALS = 12
 
@@ -42,10 +42,8 @@ def test_sigkill_during_saves_never_leaves_a_torn_checkpoint(tmp_path: Path, fmt
     """Either format: a file renamed into place, or a sharded folder swapped in with RENAME_EXCHANGE."""
     outcomes = []
     # One server forks each trial's saving process (see run_save_loop): the kill hits a process mid-save as before.
-    server = subprocess.Popen(
+    server = start(
         [sys.executable, "-m", "tests.integration.runners.run_save_loop"],
-        cwd=REPO_ROOT,
-        env=launch_env(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -53,9 +51,11 @@ def test_sigkill_during_saves_never_leaves_a_torn_checkpoint(tmp_path: Path, fmt
     try:
         for trial in range(KILL_TRIALS):
             _one_kill_during_a_save(server, tmp_path, trial, outcomes, fmt)
-    finally:
+    except BaseException:
         server.kill()
         server.communicate(timeout=30)
+        raise
+    finish(server, timeout=30, what="the save server")  # the end of its input ends it: exit 0
     # The kills landed both before and after renames: the trials exercised the torn-write window.
     print(f"kill-during-save trials: {len(outcomes)}, in-progress save already renamed in {sum(outcomes)}")
 

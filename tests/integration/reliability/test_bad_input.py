@@ -5,7 +5,6 @@ The tests that launch processes; the in-process ones are in ``tests/unit/reliabi
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,20 +13,15 @@ import pytest
 import torch
 
 from lightning_mgpu.demos import ImageClassifier
-from tests.helpers.launch import REPO_ROOT, TRAIN
+from tests.helpers.launch import FAILS, TRAIN, run
 
 REFUSAL_BOUND_S = 60.0
 
 
 def _train(*argv: str, tmp_path: Path) -> tuple[int, str, float]:
     start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, TRAIN, "--output-dir", str(tmp_path / "out"), *argv],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=REPO_ROOT,
-    )
+    # Every case here must be refused: any non-zero code (the message is what each test checks).
+    proc = run([sys.executable, TRAIN, "--output-dir", str(tmp_path / "out"), *argv], timeout=180, expect=FAILS)
     return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start
 
 
@@ -76,15 +70,12 @@ runpy.run_path({train!r}, run_name="__main__")
 
 def test_a_missing_optional_dependency_names_the_extra(tmp_path: Path) -> None:
     start = time.monotonic()
-    proc = subprocess.run(
+    proc = run(
         [sys.executable, "-c", _WITHOUT_FAIRSCALE.format(train=TRAIN, out=str(tmp_path / "out"))],
-        capture_output=True,
-        text=True,
         timeout=180,
-        cwd=REPO_ROOT,
+        expect=FAILS,
     )
     text = proc.stdout + proc.stderr
-    assert proc.returncode != 0, text[-3000:]
     assert "needs `fairscale`" in text and "pip install 'fairscale==0.4.13' (the [sharded] extra" in text, text[-3000:]
     assert "Initializing distributed" not in text and "Epoch 0" not in text
     assert time.monotonic() - start < REFUSAL_BOUND_S

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.launch import REPO_ROOT, launch_env, run_python
+from tests.helpers.launch import REPO_ROOT, finish, run_python, start
 from tests.helpers.runif import RunIf
 
 # Every transition that failed before, in two launches (a launch is mostly imports; each *_spawn fit starts 2 workers):
@@ -53,12 +53,10 @@ def test_a_pinned_port_held_by_another_program_is_replaced_with_a_notice() -> No
 @pytest.mark.timeout(400)
 def test_two_jobs_started_at_the_same_moment_both_finish(tmp_path: Path) -> None:
     train = str(REPO_ROOT / "examples" / "train.py")
-    env = launch_env()  # without MASTER_PORT/MASTER_ADDR: each job finds its own port
+    # start's environment has no MASTER_PORT/MASTER_ADDR: each job finds its own port.
     jobs = [
-        subprocess.Popen(
+        start(
             [sys.executable, train, "--max-steps", "5", "--logger", "none", "--output-dir", str(tmp_path / f"job{i}")],
-            cwd=REPO_ROOT,
-            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -66,6 +64,5 @@ def test_two_jobs_started_at_the_same_moment_both_finish(tmp_path: Path) -> None
         for i in range(2)
     ]
     for i, job in enumerate(jobs):
-        out, _ = job.communicate(timeout=300)
-        assert job.returncode == 0, out[-3000:]
+        finish(job, timeout=300, what=f"job {i}")
         assert (tmp_path / f"job{i}" / "summary.json").is_file()

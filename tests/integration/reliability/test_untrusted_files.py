@@ -8,11 +8,10 @@ The tests that launch processes; the in-process ones are in ``tests/unit/reliabi
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers.launch import REPO_ROOT
+from tests.helpers.launch import FAILS, REPO_ROOT, run
 from tests.unit.reliability.test_untrusted_files import _Payload, marker, plant  # noqa: F401
 
 
@@ -20,7 +19,7 @@ def test_train_py_refuses_a_payload_before_any_worker_starts(tmp_path: Path, mar
     from lightning_mgpu.demos import ImageClassifier as Classifier
 
     path = plant(tmp_path / "evil.ckpt", marker, Classifier())
-    proc = subprocess.run(
+    proc = run(
         [
             sys.executable,
             str(REPO_ROOT / "examples" / "train.py"),
@@ -29,12 +28,9 @@ def test_train_py_refuses_a_payload_before_any_worker_starts(tmp_path: Path, mar
             "--output-dir",
             str(tmp_path / "out"),
         ],
-        capture_output=True,
-        text=True,
         timeout=180,
-        cwd=REPO_ROOT,
+        expect=FAILS,  # refused
     )
-    assert proc.returncode != 0
     assert "Refused to load" in proc.stderr and "Nothing was executed" in proc.stderr, proc.stderr[-2000:]
     assert "Initializing distributed" not in proc.stdout + proc.stderr  # refused in the launcher, before the ranks
     assert not marker.exists()

@@ -65,8 +65,8 @@ def test_lightning_alone_needs_no_twin() -> None:
 
 def test_without_either_lightning_the_import_names_both_extras() -> None:
     script = "import sys\nsys.modules['lightning'] = sys.modules['pytorch_lightning'] = None\nimport lightning_mgpu\n"
-    proc = run_python(["-c", script], timeout=60, check=False)
-    assert proc.returncode == 1 and "ImportError" in proc.stderr
+    proc = run_python(["-c", script], timeout=60, expect=1)
+    assert "ImportError" in proc.stderr
     assert "lightning_mgpu[lightning]" in proc.stderr and "lightning_mgpu[pytorch-lightning]" in proc.stderr
     assert "pip install -e '.[lightning]'" in proc.stderr  # the line that works from a clone today
 

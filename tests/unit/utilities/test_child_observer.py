@@ -73,6 +73,11 @@ def test_paused_during_a_block_and_watching_again_after_it(monkeypatch: pytest.M
 
     killed: list[int] = []
     monkeypatch.setattr(subprocess_script._ChildProcessObserver, "_terminate_all", lambda self: killed.append(1))
+    # The observer that _keep_watching starts is a real thread. With Lightning's 5 s period it outlived this test: it
+    # woke after the test (with _terminate_all restored, on a stand-in child), or after pytest had closed its captured
+    # stream, and Lightning's logger wrote "--- Logging error --- ... I/O operation on closed file" at the end of the
+    # run. A short period lets the thread itself do the check within the test, which then joins it.
+    monkeypatch.setattr(subprocess_script._ChildProcessObserver.__init__, "__defaults__", (0.01,))
 
     class Launcher:
         procs: list = []
@@ -96,9 +101,9 @@ def test_paused_during_a_block_and_watching_again_after_it(monkeypatch: pytest.M
         if fails:
             assert watchers == [] and not killed
         else:
-            (watcher,) = watchers  # a new observer on the same children, which sees the dead one
-            assert watcher._run() and killed
-            watcher._finished = True
+            (watcher,) = watchers  # a new observer on the same children, which sees the dead one and ends
+            watcher.join(timeout=10)
+            assert not watcher.is_alive() and killed == [1]
 
 
 class _Exited:

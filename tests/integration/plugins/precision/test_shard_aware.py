@@ -9,10 +9,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from lightning_mgpu.plugins import ShardAwareGradScaler
+from tests.helpers.launch import spawn_ranks
 
 
 def _sharded_scaler_worker(rank: int, port: int, result_dir: str) -> None:
@@ -36,9 +36,7 @@ def _sharded_scaler_worker(rank: int, port: int, result_dir: str) -> None:
 def test_shard_aware_scaler_skips_the_step_on_every_rank(tmp_path: Path) -> None:
     from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
-    mp.start_processes(
-        _sharded_scaler_worker, args=(find_free_network_port(), str(tmp_path)), nprocs=2, start_method="spawn"
-    )
+    spawn_ranks(_sharded_scaler_worker, args=(find_free_network_port(), str(tmp_path)), nprocs=2)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
     for name in ("plain", "shard_aware"):
         assert (

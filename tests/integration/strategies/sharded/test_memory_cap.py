@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import cgroup
-from tests.helpers.launch import REPO_ROOT, launch_env
+from tests.helpers.launch import Expect, run
 
 pytestmark = [pytest.mark.timeout(300)]
 if (why := cgroup.available()) is not None:
@@ -31,9 +31,9 @@ ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1"}
 
 
 def _fit(
-    out: Path, strategy: str, devices: int, width: int, groups: list[cgroup.MemoryCgroup]
+    out: Path, strategy: str, devices: int, width: int, groups: list[cgroup.MemoryCgroup], expect: Expect = 0
 ) -> subprocess.CompletedProcess:
-    env = launch_env({**ENV, **cgroup.rank_env(groups)})
+    """The capped fit, which must exit with ``expect`` (0: it finished; -9: the OOM killer ended it)."""
     cmd = [
         sys.executable,
         "-m",
@@ -49,29 +49,23 @@ def _fit(
         "--layers",
         str(LAYERS),
     ]
-    return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
+    return run(cmd, env={**ENV, **cgroup.rank_env(groups)}, timeout=240, expect=expect)
 
 
 def test_a_model_too_big_for_one_capped_process_trains_and_saves_sharded_on_two(tmp_path: Path) -> None:
     # What a rank holds before the model: the same script on a tiny model, uncapped, one cgroup per rank.
     with cgroup.memory_cgroups(2, None) as groups:
-        proc = _fit(tmp_path / "tiny", "sharded_fsdp2", 2, 64, groups)
-        assert proc.returncode == 0, proc.stderr[-4000:]
+        _fit(tmp_path / "tiny", "sharded_fsdp2", 2, 64, groups)
         baseline = max(g.peak_bytes() for g in groups)
         assert min(g.peak_bytes() for g in groups) > 100 << 20, "a rank did not run in its own cgroup"
     # The cap: that baseline plus three quarters of the whole state (the shards need half of it).
     cap = baseline + FULL_STATE_BYTES * 3 // 4
     with cgroup.memory_cgroups(1, cap) as (single,):
-        proc = _fit(tmp_path / "single", "auto", 1, WIDTH, [single])
-        assert proc.returncode == -9 and single.oom_kills() >= 1, (
-            proc.returncode,
-            single.oom_kills(),
-            proc.stderr[-3000:],
-        )
+        proc = _fit(tmp_path / "single", "auto", 1, WIDTH, [single], expect=-9)  # SIGKILLed by the OOM killer
+        assert single.oom_kills() >= 1, (single.oom_kills(), proc.stderr[-3000:])
         assert not (tmp_path / "single" / "done.json").exists()
     with cgroup.memory_cgroups(2, cap) as groups:
-        proc = _fit(tmp_path / "sharded", "sharded_fsdp2", 2, WIDTH, groups)
-        assert proc.returncode == 0, proc.stderr[-4000:]
+        _fit(tmp_path / "sharded", "sharded_fsdp2", 2, WIDTH, groups)
         assert [g.oom_kills() for g in groups] == [0, 0]
         assert all(g.peak_bytes() <= cap for g in groups)
     done = json.loads((tmp_path / "sharded" / "done.json").read_text())
