@@ -8,8 +8,8 @@ them. Where a run has several ranks the rank goes where MLflow puts a node id: `
 (``i`` stays NVML's index: two ranks of one machine never share one, two machines may). What MLflow has no name for
 goes under the prefix (``timeline/cpu/rank0/util_pct``, ``timeline/time/rank0/data_wait_pct``,
 ``timeline/gpu/rank0/sm_clock_mhz``), with the phase as a number per rank (``timeline/phase/rank0``;
-:data:`~lightning_mgpu.monitoring.export.base.PHASE_LEGEND` in the tag ``lightning_mgpu.phase_codes``). The verdicts
-become tags (``lightning_mgpu.verdict.<device>``); ``diagnosis.json`` and a dashboard folder become artifacts.
+:data:`~lightning_mgpu.monitoring.export.base.PHASE_LEGEND` in the tag ``gpu_monitor.phase_codes``). The verdicts
+become tags (``gpu_monitor.verdict.<device>``); ``diagnosis.json`` and a dashboard folder become artifacts.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from lightning_mgpu.monitoring.export.base import PHASE_CODES, PHASE_LEGEND, Dev
 from lightning_mgpu.monitoring.samplers import GIB
 from lightning_mgpu.utilities.imports import require
 
-#: Tag keys of the run (MLflow tag names allow dots).
-TAG_PREFIX = "lightning_mgpu"
+#: The run's tags and artifacts of the monitor go under this (MLflow tag names allow dots).
+TAG_PREFIX = "gpu_monitor"
 
 
 def system_prefix(rank: int, with_rank: bool) -> str:
@@ -105,7 +105,8 @@ class MlflowTimelineExport:
         }
         if context.rank == 0:
             tags[f"{TAG_PREFIX}.phase_codes"] = PHASE_LEGEND
-            tags[f"{TAG_PREFIX}.gpu_names"] = f"{system_prefix(0, self.with_rank).rstrip('/')}/... gpu_<NVML index>"
+            rank = "rank<R>/" if self.with_rank else ""
+            tags[f"{TAG_PREFIX}.gpu_names"] = f"system/{rank}gpu_<NVML index>_*: NVML's (physical) index, as MLflow's"
         for key, value in tags.items():
             self.client.set_tag(self.run_id, key, value)
 
@@ -134,7 +135,7 @@ class MlflowTimelineExport:
             if Path(path).is_dir():
                 self.client.log_artifacts(self.run_id, path, artifact_path=name)
             elif Path(path).is_file():
-                self.client.log_artifact(self.run_id, path, artifact_path="lightning_mgpu")
+                self.client.log_artifact(self.run_id, path, artifact_path=TAG_PREFIX)
 
     def close(self) -> None:
         pass  # every write was synchronous; the client holds nothing open

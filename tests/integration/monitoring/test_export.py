@@ -41,15 +41,15 @@ def test_train_py_writes_every_ranks_time_line_into_its_logger(
         monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # what train.py sets for its local store
         monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
         client = MlflowClient(tracking_uri=f"file:{out / 'mlruns'}")
-        (run,) = client.search_runs([client.get_experiment_by_name("lightning_mgpu").experiment_id])
+        (run,) = client.search_runs([client.get_experiment_by_name("gpu_monitor").experiment_id])
         for rank in RANKS:
             util = client.get_metric_history(run.info.run_id, f"timeline/cpu/rank{rank}/util_pct")
             assert len(util) >= 3 and all(0 <= m.value for m in util)
             codes = {m.value for m in client.get_metric_history(run.info.run_id, f"timeline/phase/rank{rank}")}
             assert {PHASE_CODES["train"], PHASE_CODES["validation"]} <= codes
             assert client.get_metric_history(run.info.run_id, f"timeline/time/rank{rank}/data_wait_pct")
-            assert run.data.tags[f"lightning_mgpu.verdict.rank{rank}"]
-            assert run.data.tags[f"lightning_mgpu.devices.rank{rank}"] == f"rank{rank}: cpu"
+            assert run.data.tags[f"gpu_monitor.verdict.rank{rank}"]
+            assert run.data.tags[f"gpu_monitor.devices.rank{rank}"] == f"rank{rank}: cpu"
     elif logger == "tensorboard":
         require_or_skip("tensorboard")
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

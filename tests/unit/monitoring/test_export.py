@@ -208,10 +208,10 @@ def test_a_fit_writes_its_time_line_into_mlflow_tensorboard_and_csv(
     codes = [m.value for m in history("timeline/phase/rank0")]
     assert {PHASE_CODES["train"], PHASE_CODES["validation"], PHASE_CODES["idle"]} <= set(codes)
     tags = run.data.tags
-    assert tags["lightning_mgpu.verdict.rank0"] == verdict and tags["lightning_mgpu.verdict"] == f"rank0: {verdict}"
-    assert tags["lightning_mgpu.devices.rank0"].startswith("rank0: cuda:0 = NVML GPU 3 (GPU-00000003-")
-    assert tags["lightning_mgpu.phase_codes"] == "0=idle 1=train 2=validation 3=checkpoint"
-    assert [a.path for a in client.list_artifacts(run_id, "lightning_mgpu")] == ["lightning_mgpu/diagnosis.json"]
+    assert tags["gpu_monitor.verdict.rank0"] == verdict and tags["gpu_monitor.verdict"] == f"rank0: {verdict}"
+    assert tags["gpu_monitor.devices.rank0"].startswith("rank0: cuda:0 = NVML GPU 3 (GPU-00000003-")
+    assert tags["gpu_monitor.phase_codes"] == "0=idle 1=train 2=validation 3=checkpoint"
+    assert [a.path for a in client.list_artifacts(run_id, "gpu_monitor")] == ["gpu_monitor/diagnosis.json"]
     assert [a.path for a in client.list_artifacts(run_id, "dashboard")] == ["dashboard/index.html"]
 
     # ---- TensorBoard, through its own reader: rank 0's run under the logger's version folder
