@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -395,7 +396,12 @@ class GPUUtilizationMonitor(Callback):
         try:
             getattr(export, method)(*args)
         except Exception as err:  # noqa: BLE001  (a logger's store must not stop training; the files still have it)
-            rank_zero_warn(f"GPUUtilizationMonitor: stopped writing the time line to {export.kind} ({err!r})")
+            # Said on every rank: each writes its own points, and one rank may fail alone (its store unreachable).
+            warnings.warn(
+                f"GPUUtilizationMonitor (rank {self._rank}): stopped writing the time line to {export.kind} ({err!r});"
+                " the time line's file and the window means go on",
+                stacklevel=2,
+            )
             if export in self._exports:
                 self._exports.remove(export)
 

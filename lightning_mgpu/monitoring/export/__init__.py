@@ -23,10 +23,10 @@ opens its writers (:func:`open_exports`). A writer that fails is dropped with on
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger
-from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from lightning_mgpu.monitoring.export.base import (
     PHASE_CODES,
@@ -113,7 +113,11 @@ def open_exports(
         try:
             export = _open(destination, loggers[destination.logger_index], context)
         except Exception as err:  # noqa: BLE001  (a logger's store that cannot be reached must not stop training)
-            rank_zero_warn(f"GPUUtilizationMonitor: the time line does not go to {destination.kind} ({err})")
+            # Said on every rank: each opens its own writer, and one rank may fail alone.
+            warnings.warn(
+                f"GPUUtilizationMonitor (rank {context.rank}): the time line does not go to {destination.kind} ({err})",
+                stacklevel=2,
+            )
             continue
         if export is not None:
             exports.append(export)

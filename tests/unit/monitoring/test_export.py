@@ -253,3 +253,23 @@ def test_timeline_export_off_writes_into_no_logger(tmp_path: Path, monkeypatch: 
     assert timeline_path(trainer.log_dir, 0).is_file()  # the monitor's own file is still there
     assert not csv_timeline_path(csv_logger.log_dir, 0).exists()
     assert not tensorboard_run_dir(tb_logger.log_dir, 0).exists()
+
+
+def test_a_store_that_fails_is_dropped_with_a_warning_and_training_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_or_skip("tensorboard")
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    from lightning_mgpu.monitoring.export import CsvTimelineExport
+
+    def full_disk(self: Any, points: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(CsvTimelineExport, "write", full_disk)
+    csv_logger, tb_logger = CSVLogger(tmp_path, name="csv"), TensorBoardLogger(tmp_path, name="tb")
+    with pytest.warns(UserWarning, match=r"rank 0\): stopped writing the time line to csv .*No space left") as caught:
+        trainer, monitor = _fit(tmp_path, monkeypatch, [csv_logger, tb_logger])
+    assert len([w for w in caught if "stopped writing" in str(w.message)]) == 1  # once, then the writer is gone
+    assert trainer.global_step == 6 and monitor.last_diagnosis
+    assert tensorboard_run_dir(tb_logger.log_dir, 0).is_dir()  # the other logger still got it
