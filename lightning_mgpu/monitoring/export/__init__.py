@@ -75,18 +75,28 @@ def destinations(loggers: Sequence[Logger], config: TimelineExportConfig) -> lis
     """
     found: list[Destination] = []
     for index, logger in enumerate(loggers):
-        # One branch per logger kind; a subclass of Lightning's logger writes where its base does.
-        if isinstance(logger, MLFlowLogger) and config.mlflow:
-            client = logger.experiment  # opens (or resumes) the run now, as the first log_metrics would
-            if logger.run_id is not None:
-                found.append(Destination("mlflow", index, str(client.tracking_uri), logger.run_id))
-        elif isinstance(logger, TensorBoardLogger) and config.tensorboard:
-            found.append(Destination("tensorboard", index, str(logger.log_dir)))
-        elif isinstance(logger, CSVLogger) and config.csv:
-            found.append(Destination("csv", index, str(logger.log_dir)))
-        elif _is_bundle_neptune(logger) and config.neptune:
-            found.append(Destination("neptune", index))
+        try:
+            destination = _destination(index, logger, config)
+        except Exception as err:  # noqa: BLE001  (rank 0 must reach the broadcast: the other ranks wait there)
+            warnings.warn(f"GPUUtilizationMonitor: the time line does not go to {type(logger).__name__} ({err})")
+            continue
+        if destination is not None:
+            found.append(destination)
     return found
+
+
+def _destination(index: int, logger: Logger, config: TimelineExportConfig) -> Destination | None:
+    # One branch per logger kind; a subclass of Lightning's logger writes where its base does.
+    if isinstance(logger, MLFlowLogger) and config.mlflow:
+        client = logger.experiment  # opens (or resumes) the run now, as the first log_metrics would
+        return Destination("mlflow", index, str(client.tracking_uri), logger.run_id) if logger.run_id else None
+    if isinstance(logger, TensorBoardLogger) and config.tensorboard:
+        return Destination("tensorboard", index, str(logger.log_dir))
+    if isinstance(logger, CSVLogger) and config.csv:
+        return Destination("csv", index, str(logger.log_dir))
+    if _is_bundle_neptune(logger) and config.neptune:
+        return Destination("neptune", index)
+    return None
 
 
 def _open(destination: Destination, logger: Logger, context: ExportContext) -> TimelineExport | None:

@@ -102,6 +102,15 @@ def test_only_loggers_with_a_writer_are_chosen(tmp_path: Path) -> None:
     found = destinations(loggers, TimelineExportConfig())
     assert [(d.kind, d.logger_index) for d in found] == [("csv", 1), ("tensorboard", 2)]
     assert [d.kind for d in destinations(loggers, TimelineExportConfig(csv=False))] == ["tensorboard"]
+
+    class Unreachable(CSVLogger):  # a store rank 0 cannot open: the others still get theirs, setup goes on
+        @property
+        def log_dir(self) -> str:
+            raise ConnectionError("store unreachable")
+
+    with pytest.warns(UserWarning, match="does not go to Unreachable .store unreachable"):
+        found = destinations([Unreachable(tmp_path), TensorBoardLogger(tmp_path)], TimelineExportConfig())
+    assert [(d.kind, d.logger_index) for d in found] == [("tensorboard", 1)]
     with pytest.raises(ValueError, match="mlflow_batch"):
         TimelineExportConfig(mlflow_batch=5000)
     with pytest.raises(ValueError, match="timeline_export"):
