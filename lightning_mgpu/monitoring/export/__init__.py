@@ -13,7 +13,7 @@ Lightning logger          what it gets (:mod:`to_mlflow`, :mod:`to_tensorboard`,
                           artifacts
 ``TensorBoardLogger``     a run per rank, ``<version>/timeline/rank<R>``: the monitor's keys as scalars at
                           wall time, the phase as text
-``CSVLogger``             ``timeline_rank<R>.csv`` beside ``metrics.csv``
+``CSVLogger``             ``timeline_rank<R>.csv`` (and ``_devices.csv``) beside ``metrics.csv``
 bundle ``NeptuneLogger``  rank 0's points under ``monitoring/timeline/``
 ========================  ==============================================================================
 
@@ -37,7 +37,7 @@ from lightning_mgpu.monitoring.export.base import (
     TimelineExport,
     TimelineExportConfig,
 )
-from lightning_mgpu.monitoring.export.to_csv import CsvTimelineExport, csv_timeline_path
+from lightning_mgpu.monitoring.export.to_csv import CsvTimelineExport, csv_devices_path, csv_timeline_path
 from lightning_mgpu.monitoring.export.to_mlflow import MlflowTimelineExport, to_mlflow_values
 from lightning_mgpu.monitoring.export.to_neptune import TIMELINE_PREFIX, NeptuneTimelineExport
 from lightning_mgpu.monitoring.export.to_tensorboard import TensorBoardTimelineExport, tensorboard_run_dir
@@ -55,6 +55,7 @@ __all__ = [
     "TensorBoardTimelineExport",
     "TimelineExport",
     "TimelineExportConfig",
+    "csv_devices_path",
     "csv_timeline_path",
     "destinations",
     "open_exports",

@@ -4,6 +4,9 @@ Columns: ``time`` (wall time, s), ``step`` (optimizer steps), ``phase``, ``phase
 phase starts; that row has no readings), then one column per monitor key (``gpu/rank0/util_pct``, ...), as
 ``metrics.csv`` names the window means. Rows are appended at each flush; a key seen for the first time (the first
 window's ``time/...``) rewrites the file once with the wider header, as Lightning's CSV logger does.
+
+Beside it, ``timeline_rank<R>_devices.csv`` names each device of the rank: its label, torch's index (``cuda:<i>``,
+after ``CUDA_VISIBLE_DEVICES``), NVML's (physical) index, UUID and power limit.
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ def csv_timeline_path(log_dir: str, rank: int) -> Path:
     return Path(log_dir) / f"timeline_rank{rank}.csv"
 
 
+def csv_devices_path(log_dir: str, rank: int) -> Path:
+    """``<log_dir>/timeline_rank<R>_devices.csv``."""
+    return Path(log_dir) / f"timeline_rank{rank}_devices.csv"
+
+
 class CsvTimelineExport:
     """A rank's time line as a CSV file beside ``metrics.csv``."""
 
@@ -34,6 +42,17 @@ class CsvTimelineExport:
         self.context = context
         self.path = csv_timeline_path(log_dir, context.rank)
         self.keys: list[str] = []
+        devices = io.StringIO()
+        writer = csv.writer(devices)
+        writer.writerow(["device", "cuda_index", "nvml_index", "uuid", "power_limit_w"])
+        for label, info in sorted(context.devices.items()):
+            writer.writerow(
+                [label, *("" if v is None else v for v in (info.cuda_index, info.nvml_index, info.uuid))]
+                + ["" if info.power_limit_w is None else info.power_limit_w]
+            )
+        path = csv_devices_path(log_dir, context.rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda f: f.write(devices.getvalue().encode()))
         if self.path.is_file():
             # A resumed fit in the same version folder goes on with the file, under its header.
             with self.path.open(newline="") as f:

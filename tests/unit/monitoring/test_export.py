@@ -24,6 +24,7 @@ from lightning_mgpu.monitoring.export import (
     DeviceInfo,
     ExportContext,
     TimelineExportConfig,
+    csv_devices_path,
     csv_timeline_path,
     destinations,
     tensorboard_run_dir,
@@ -251,6 +252,16 @@ def test_a_fit_writes_its_time_line_into_mlflow_tensorboard_and_csv(
     assert len([r for r in rows if r["time/rank0/data_wait_pct"]]) == 3
     assert [float(r["time"]) for r in rows] == sorted(float(r["time"]) for r in rows)
     assert {"gpu/rank0/mem_used_gb", "gpu/rank0/power_w", "cpu/rank0/rss_gb"} <= set(rows[0])
+    with csv_devices_path(csv_logger.log_dir, 0).open(newline="") as f:
+        assert list(csv.DictReader(f)) == [
+            {
+                "device": "rank0",
+                "cuda_index": "0",
+                "nvml_index": "3",
+                "uuid": "GPU-00000003-aaaa-bbbb-cccc-000000000003",
+                "power_limit_w": "500.0",
+            }
+        ]
 
 
 def test_timeline_export_off_writes_into_no_logger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
