@@ -38,6 +38,7 @@ from lightning_mgpu.monitoring.diagnosis import (
 )
 from lightning_mgpu.monitoring.export import (
     TIMELINE_PREFIX,
+    Destination,
     DeviceInfo,
     ExportContext,
     TimelineExport,
@@ -288,8 +289,10 @@ class GPUUtilizationMonitor(Callback):
         self._rank = trainer.global_rank
         self._devices = local_devices(trainer)
         self._labels = local_labels(self._rank, self._devices)
-        # trainer.log_dir broadcasts from rank 0, so every rank resolves it here, together.
-        self._log_dir = trainer.log_dir
+        # trainer.log_dir broadcasts from rank 0, so every rank resolves it here, together; so are the loggers' runs.
+        config = self.timeline_export if self.timeline else None
+        found = self._find_destinations(trainer, config) if config is not None else []
+        self._log_dir = self._files_dir(trainer, trainer.log_dir, found)
         self._peak_flops = self._resolve_peak_flops(trainer)
         self._context = self._run_context(trainer)
         self._replicas = max(trainer.world_size, len(self._devices))
@@ -300,8 +303,9 @@ class GPUUtilizationMonitor(Callback):
             self._timeline.set_step(trainer.global_step)  # a resumed fit goes on from its step
             self._export_index = len(self._timeline.points)  # a resumed fit's earlier points are in the loggers
         sources = self._build_sources()
-        if self._timeline is not None and self.timeline_export is not None:
-            self._exports = self._open_exports(trainer, self.timeline_export)
+        if self._timeline is not None and self.timeline_export is not None and found:
+            context = ExportContext(self._rank, trainer.world_size, dict(self._device_info), self.timeline_export)
+            self._exports = open_exports(found, trainer.loggers, context)
         self._sampler = BackgroundSampler(sources, self.sample_interval_s, on_poll=self._on_poll)
         self._sampler.start()
         if self.detect_sync:
@@ -382,14 +386,25 @@ class GPUUtilizationMonitor(Callback):
             )
         return sources + [source for _, source in gpus]
 
-    def _open_exports(self, trainer: pl.Trainer, config: TimelineExportConfig) -> list[TimelineExport]:
-        """This rank's writers of the time line into the Trainer's loggers (every rank calls this, in setup)."""
+    @staticmethod
+    def _find_destinations(trainer: pl.Trainer, config: TimelineExportConfig) -> list[Destination]:
+        """Where the Trainer's loggers keep their runs, on every rank (every rank calls this, in setup)."""
         found = destinations(trainer.loggers, config) if trainer.is_global_zero else []
         if trainer.world_size > 1:
             # Lightning's loggers are open on rank 0 only: it says where their runs are, every rank writes there.
             found = trainer.strategy.broadcast(found)
-        context = ExportContext(self._rank, trainer.world_size, dict(self._device_info), config)
-        return open_exports(found, trainer.loggers, context)
+        return found
+
+    @staticmethod
+    def _files_dir(trainer: pl.Trainer, log_dir: str | None, found: Sequence[Destination]) -> str | None:
+        """Where the monitor's own files go (diagnosis.json, timeline/): Lightning's ``trainer.log_dir``, except with an
+        MLFlowLogger first. Lightning's log_dir is then MLflow's store itself: a file store's root, where a folder
+        reads as a malformed experiment, or ``None`` for a sqlite store or a server, where nothing would be written.
+        They go to ``<default_root_dir>/gpu_monitor/<run id>`` instead (and diagnosis.json into the run too)."""
+        first = next((d for d in found if d.kind == "mlflow" and d.logger_index == 0 and d.run_id), None)
+        if first is None or first.run_id is None:
+            return log_dir
+        return str(Path(trainer.default_root_dir) / "gpu_monitor" / first.run_id)
 
     def _call_export(self, export: TimelineExport, method: str, *args: Any) -> None:
         """One writer's call; a writer that fails is dropped with a warning (its logger's store went away, ...)."""

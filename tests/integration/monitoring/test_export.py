@@ -41,7 +41,7 @@ def test_train_py_writes_every_ranks_time_line_into_its_logger(
         monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # what train.py sets for its local store
         monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
         client = MlflowClient(tracking_uri=f"file:{out / 'mlruns'}")
-        (run,) = client.search_runs([client.get_experiment_by_name("gpu_monitor").experiment_id])
+        (run,) = client.search_runs([client.get_experiment_by_name("lightning_mgpu").experiment_id])
         for rank in RANKS:
             util = client.get_metric_history(run.info.run_id, f"timeline/cpu/rank{rank}/util_pct")
             assert len(util) >= 3 and all(0 <= m.value for m in util)
@@ -50,6 +50,9 @@ def test_train_py_writes_every_ranks_time_line_into_its_logger(
             assert client.get_metric_history(run.info.run_id, f"timeline/time/rank{rank}/data_wait_pct")
             assert run.data.tags[f"gpu_monitor.verdict.rank{rank}"]
             assert run.data.tags[f"gpu_monitor.devices.rank{rank}"] == f"rank{rank}: cpu"
+        # The monitor's own files: beside the run, not among MLflow's experiments (train.py's default_root_dir).
+        assert (out / "gpu_monitor" / run.info.run_id / "diagnosis.json").is_file()
+        assert not (out / "mlruns" / "timeline").exists()
     elif logger == "tensorboard":
         require_or_skip("tensorboard")
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

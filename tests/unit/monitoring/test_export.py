@@ -293,3 +293,26 @@ def test_a_store_that_fails_is_dropped_with_a_warning_and_training_goes_on(
     assert len([w for w in caught if "stopped writing" in str(w.message)]) == 1  # once, then the writer is gone
     assert trainer.global_step == 6 and monitor.last_diagnosis
     assert tensorboard_run_dir(tb_logger.log_dir, 0).is_dir()  # the other logger still got it
+
+
+@pytest.mark.filterwarnings("ignore:The number of training batches")
+def test_with_mlflow_first_the_monitors_files_stay_out_of_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_store: None
+) -> None:
+    """Lightning's log_dir is then MLflow's store root (a file store): the monitor's files go to
+    <default_root_dir>/gpu_monitor/<run id>, and diagnosis.json into the run as well."""
+    from lightning.pytorch.loggers import MLFlowLogger
+    from mlflow.tracking import MlflowClient
+
+    store = tmp_path / "mlruns"
+    client = MlflowClient(tracking_uri=f"file:{store}")
+    run_id = client.create_run(client.create_experiment("first")).info.run_id
+    monkeypatch.chdir(tmp_path)  # the Trainer's default_root_dir
+    trainer, _ = _fit(tmp_path, monkeypatch, [MLFlowLogger(tracking_uri=f"file:{store}", run_id=run_id)])
+    files = tmp_path / "gpu_monitor" / run_id
+    assert (files / "diagnosis.json").is_file() and timeline_path(files, 0).is_file()
+    assert sorted(p.name for p in store.iterdir() if not p.name.startswith(".")) == sorted(
+        ["0", client.get_experiment_by_name("first").experiment_id]
+    )  # nothing of the monitor's among MLflow's experiments
+    assert [a.path for a in client.list_artifacts(run_id, "gpu_monitor")] == ["gpu_monitor/diagnosis.json"]
+    assert len(client.get_metric_history(run_id, "system/gpu_3_utilization_percentage")) == 7
