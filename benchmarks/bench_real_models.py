@@ -13,7 +13,9 @@ rotates every round), each a fresh fit of the same model on the same batches:
   ``FSDP2Strategy()`` chooses itself (``min_params``); horovod: NCCL when its build has it, one worker, no horovodrun);
 - ``monitor``: ``lightning`` with ``GPUUtilizationMonitor`` at its defaults and the FLOPs per sample given (its MFU);
 - ``ac`` against ``raw_ac``: ``lightning`` with ``ActivationCheckpointing`` on every block, against the raw loop with
-  ``torch.utils.checkpoint`` on every block by hand (recomputation costs the same on both sides).
+  ``torch.utils.checkpoint`` on every block by hand (recomputation costs the same on both sides);
+- ``ac`` against ``lightning_hand_ac``: the same Trainer, the blocks checkpointed by hand instead of by the callback:
+  what the callback alone costs, without Lightning's own share (``lightning`` / ``raw``) in the ratio.
 
 Goals: every Lightning arm's median step <= 1.03 x the plain loop's, and x its engine's by hand where it has one. MFU =
 the FLOPs of one step (torch's FlopCounterMode on the meta device: matrix products and convolutions) / the median step /
@@ -67,6 +69,7 @@ ARMS = (
     "horovod",
     "monitor",
     "ac",
+    "lightning_hand_ac",
 )
 #: Each Lightning arm's peers: the plain loop (the issue's goal), and where the engine itself costs something, the
 #: same engine driven by hand (what the strategy adds on top of it).
@@ -78,7 +81,7 @@ PEERS = {
     "sharded_fsdp2_auto": ("raw", "raw_fsdp2"),
     "horovod": ("raw",),
     "monitor": ("raw", "lightning"),
-    "ac": ("raw_ac",),
+    "ac": ("raw_ac", "lightning_hand_ac"),
 }
 #: The models at each size: full is ResNet-50 on 224x224 and GPT-2 small on 1024 tokens (what the issue names);
 #: tiny checks the script on a CPU in seconds.
@@ -157,7 +160,7 @@ def lightning_arm(
 
     block = spec.block
     # The callbacks on Lightning's single-device strategy, against the plain loop: their own cost, no engine's.
-    strategy: Any = "auto" if arm in ("lightning", "monitor", "ac") else arm
+    strategy: Any = "auto" if arm in ("lightning", "monitor", "ac", "lightning_hand_ac") else arm
     if arm == "sharded_fsdp2":
         # One group per block (and the root), as a user of FSDP shards a ResNet or a GPT, not one per layer.
         strategy = FSDP2Strategy(fsdp_modules=[block])
@@ -169,7 +172,10 @@ def lightning_arm(
     if arm == "ac":
         callbacks.append(ActivationCheckpointing(modules=[block]))
     base = start_peak(device)
-    model = Trainable(spec.build(), spec.loss, lambda params: torch.optim.AdamW(params, lr=1e-4))
+    network = spec.build()
+    if arm == "lightning_hand_ac":
+        checkpoint_blocks_by_hand(network)  # the callback's peer under the same Trainer
+    model = Trainable(network, spec.loss, lambda params: torch.optim.AdamW(params, lr=1e-4))
     clock = timed_fit_on_device(
         model,
         batches,

@@ -6,6 +6,10 @@
 #
 #   LIGHTNING_MGPU_PYTHON=python3 bash benchmarks/gpu_engines_by_hand.sh          # results in ./gpu_out
 #   OUT=/tmp/r DEADLINE_S=900 bash benchmarks/gpu_engines_by_hand.sh              # elsewhere, with more time
+#   STEPS="ac_gpt gpu_tests suite" bash benchmarks/gpu_engines_by_hand.sh          # some steps, in that order
+#
+# Steps: ac_and_fsdp2_tests, real_models, profile_fsdp2, ac_gpt (the callback against checkpointing by hand under the
+# same Trainer and in a plain loop, GPT-2, 7 rounds), gpu_tests, suite. GPU_TESTS_S and SUITE_ONLY size the last two.
 #
 # Needs CUDA torch, Lightning, pytest (+ xdist, timeout) in LIGHTNING_MGPU_PYTHON's environment; a node without
 # network installs fairscale and torchdata from wheels first (WHEELS=DIR). The full GPU check is benchmarks/gpu_check.sh.
@@ -47,15 +51,34 @@ step() {  # step NAME SECONDS COMMAND...: run under min(SECONDS, what the deadli
   nproc
 } >"$work/machine.txt" 2>&1
 cat "$work/machine.txt"
-step ac_and_fsdp2_tests 90 "$PY" -m pytest -p no:cacheprovider -p no:xdist -q -rA -m gpu \
-  tests/unit/callbacks/test_activation_checkpointing.py tests/unit/strategies/fsdp2
-step real_models 300 "$PY" -m benchmarks.bench_real_models --rounds 3 \
-  --arms raw,raw_fsdp2,sharded_fsdp2,sharded_fsdp2_auto,raw_ac,ac,lightning --result "$work/real_models.json"
-step profile_fsdp2 110 "$PY" -m benchmarks.profile_fsdp2 --device cuda --model resnet --rounds 1 --steps 10 \
-  --arms raw_fsdp2,sharded_fsdp2,sharded_fsdp2_default,sharded_fsdp2_per_module --tables --json "$work/profile_fsdp2.json"
-# Horovod's GPU tests need a build with NCCL (build-horovod --gpu); they ran on 2026-11-28 and are left out here.
-step gpu_tests 150 "$PY" -m pytest -p no:cacheprovider -q -rA -n 3 --dist loadfile -m gpu \
-  --ignore=tests/integration/strategies/horovod tests
-step suite 240 "$PY" -m benchmarks.run --gpu --quick --only starved_gpu,amp,dp,gpu_monitor,sharded_checkpoint \
-  --out "$work/suite"
+run_step() {
+  case $1 in
+  ac_and_fsdp2_tests)
+    step ac_and_fsdp2_tests 90 "$PY" -m pytest -p no:cacheprovider -p no:xdist -q -rA -m gpu \
+      tests/unit/callbacks/test_activation_checkpointing.py tests/unit/strategies/fsdp2 ;;
+  real_models)
+    step real_models 300 "$PY" -m benchmarks.bench_real_models --rounds 3 \
+      --arms raw,raw_fsdp2,sharded_fsdp2,sharded_fsdp2_auto,raw_ac,ac,lightning --result "$work/real_models.json" ;;
+  profile_fsdp2)
+    step profile_fsdp2 110 "$PY" -m benchmarks.profile_fsdp2 --device cuda --model resnet --rounds 1 --steps 10 \
+      --arms raw_fsdp2,sharded_fsdp2,sharded_fsdp2_default,sharded_fsdp2_per_module --tables \
+      --json "$work/profile_fsdp2.json" ;;
+  ac_gpt)
+    # GPT-2's checkpointed arms spread 61.7 - 72.5 ms over 3 rounds: more rounds and steps, and the callback's peer
+    # under the same Trainer, so that Lightning's own share is not counted against it.
+    step ac_gpt 170 "$PY" -m benchmarks.bench_real_models --models gpt --rounds 7 --steps 30 \
+      --arms raw_ac,lightning_hand_ac,ac --result "$work/ac_gpt.json" ;;
+  gpu_tests)
+    # Horovod's GPU tests need a build with NCCL (build-horovod --gpu); they ran on 2026-11-28 and are left out here.
+    step gpu_tests "${GPU_TESTS_S:-150}" "$PY" -m pytest -p no:cacheprovider -q -rA -n 4 --dist loadfile -m gpu \
+      --durations=15 --ignore=tests/integration/strategies/horovod tests ;;
+  suite)
+    step suite 240 "$PY" -m benchmarks.run --gpu --quick \
+      --only "${SUITE_ONLY:-starved_gpu,amp,dp,gpu_monitor,sharded_checkpoint}" --out "$work/suite" ;;
+  *) echo "unknown step $1" | tee -a "$work/steps.txt" ;;
+  esac
+}
+for name in ${STEPS:-ac_and_fsdp2_tests real_models profile_fsdp2 gpu_tests suite}; do
+  run_step "$name"
+done
 echo "total $(($(date +%s) - start))s"

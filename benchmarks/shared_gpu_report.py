@@ -75,7 +75,8 @@ def render(rows: list[dict[str, Any]]) -> str:
     if scaler:
         lines += [
             "",
-            "16-mixed: the ShardedGradScaler's state is in the checkpoint under"
+            "16-mixed: the gradient scaler's state (ShardedGradScaler under FairScale, GradScaler under torch's"
+            " ZeRO) is in the checkpoint under"
             f" {', '.join(f'`{c}`' for c in scaler)}.",
         ]
     return "\n".join(lines) + "\n"

@@ -142,12 +142,21 @@ class Section:
 
 @dataclass
 class DashboardResult:
-    """What :func:`render_dashboard` wrote."""
+    """What :func:`render_dashboard` wrote. As the last expression of a notebook cell it shows the page inline."""
 
     html: Path
     pngs: list[Path]
     run: RunData
     diagnoses: list[Diagnosis]
+
+    def _repr_html_(self) -> str:
+        """The page in an ``<iframe srcdoc>``: Jupyter, VS Code and Colab display it as it is in the file (its own
+        styles and scripts, plotly.js inlined), where a link to the file would need a server that can reach it."""
+        page = self.html.read_text(encoding="utf-8")
+        return (
+            f'<iframe srcdoc="{html.escape(page, quote=True)}" title="{html.escape(self.html.name)}"'
+            ' style="width: 100%; height: 900px; border: 1px solid #d8dee9;"></iframe>'
+        )
 
 
 # ============================================================================ building the charts from a run

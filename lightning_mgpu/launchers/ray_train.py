@@ -105,7 +105,7 @@ def check_strategy(name: str) -> None:
     if params.get("start_method", "popen") != "popen":
         raise RayStrategyError(
             f"strategy {name!r} starts its own processes ({params['start_method']}), but Ray starts one process per"
-            f" worker itself; use {name.replace('_spawn', '')!r}"
+            f" worker itself; use {name.replace('_spawn', '').replace('_notebook', '')!r}"
         )
     if not (entry["strategy"] is DDPStrategy or issubclass(entry["strategy"], ShardedBase)):
         raise RayStrategyError(

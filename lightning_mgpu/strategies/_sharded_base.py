@@ -24,6 +24,7 @@ from lightning.pytorch.overrides.distributed import _sync_module_states
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.optim import Optimizer
 from typing_extensions import override
@@ -76,6 +77,8 @@ class ShardedBase(StepRouting, DDPStrategy):
     """
 
     strategy_name: ClassVar[str]
+    #: the name launched like ``ddp_notebook`` (forks the notebook's process), named when a notebook asks for another
+    notebook_name: ClassVar[str]
     #: each rank holds only its shard of the reduced gradients: clipping and loss scaling must agree across ranks
     shards_gradients: ClassVar[bool] = False
     #: the checkpoint format when the user names none
@@ -110,8 +113,15 @@ class ShardedBase(StepRouting, DDPStrategy):
         self._async_save = async_save
         self._background = BackgroundSaves()
         self._failed = False
-        # Set by load_checkpoint when a sharded folder went straight into the sharded model and optimizers.
+        # Set by load_checkpoint when a sharded folder went (or, held back, goes) straight into the sharded model and
+        # optimizers.
         self._restored_in_place = False
+        # A sharded folder that load_checkpoint read before setup: setup() loads it once the wrapper and the sharded
+        # optimizers exist. (folder, the keyword arguments of load_checkpoint)
+        self._held_back_folder: tuple[Path, dict[str, Any]] | None = None
+        # Between setup() and teardown() of one run: load_checkpoint tells Lightning's early restore (before setup,
+        # as under ddp) from a later one.
+        self._is_set_up = False
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -126,9 +136,22 @@ class ShardedBase(StepRouting, DDPStrategy):
         )
 
     @classmethod
-    def _register_pair(cls, registry: Any, name: str, spawn_name: str, description: str, **init_params: Any) -> None:
-        """Register ``name``, launched like ``ddp``, and ``spawn_name``, launched like ``ddp_spawn``."""
-        for key, start_method, like in ((name, "popen", "ddp"), (spawn_name, "spawn", "ddp_spawn")):
+    def _register_pair(
+        cls,
+        registry: Any,
+        name: str,
+        spawn_name: str,
+        description: str,
+        notebook_name: str | None = None,
+        **init_params: Any,
+    ) -> None:
+        """Register ``name``, launched like ``ddp``, ``spawn_name``, launched like ``ddp_spawn``, and
+        ``notebook_name`` (where given), launched like ``ddp_notebook``: it forks the notebook's process, so a model
+        defined in a cell reaches the workers without being pickled."""
+        variants = [(name, "popen", "ddp"), (spawn_name, "spawn", "ddp_spawn")]
+        if notebook_name is not None:
+            variants.append((notebook_name, "fork", "ddp_notebook"))
+        for key, start_method, like in variants:
             registry.register(
                 key, cls, f"{description}, launched like {like}", start_method=start_method, **init_params
             )
@@ -171,6 +194,16 @@ class ShardedBase(StepRouting, DDPStrategy):
     # ------------------------------------------------------------------ launch
     @override
     def _configure_launcher(self) -> None:
+        from lightning.fabric.utilities import imports
+
+        # Lightning refuses a launcher that runs the script again or pickles the model in a notebook too, but its
+        # message names only its own ddp_notebook: name this engine's forking variant instead.
+        if imports._IS_INTERACTIVE and self._start_method != "fork":
+            raise MisconfigurationException(
+                f"{type(self).__name__}(start_method={self._start_method!r}) cannot start its processes from a notebook"
+                f" or an interactive session: use strategy={self.notebook_name!r}, which forks this process as"
+                " Lightning's 'ddp_notebook' does, or strategy='dp'; or run the code as a script."
+            )
         if self._start_method == "popen":
             super()._configure_launcher()
             return
@@ -218,6 +251,11 @@ class ShardedBase(StepRouting, DDPStrategy):
         self.setup_precision_plugin()
         if fitting:
             _optimizers_to_device(self.optimizers, self.root_device)
+        self._is_set_up = True
+        if self._held_back_folder is not None:
+            # The module's and the callbacks' load hooks have run (before configure_optimizers, as under ddp); the
+            # shards go into the sharded model and optimizers that exist only now.
+            self._load_held_back_folder()
 
     def _fitting(self) -> bool:
         trainer = getattr(self.lightning_module, "_trainer", None)
@@ -239,9 +277,11 @@ class ShardedBase(StepRouting, DDPStrategy):
     @property
     @override
     def restore_checkpoint_after_setup(self) -> bool:
-        # A sharded folder loads into the sharded model and its sharded optimizers, which setup() creates: each rank
-        # reads only what it holds. (A full file loads the same either way.)
-        return True
+        # Lightning's contract, as under ddp: the LightningModule's and the callbacks' load hooks (on_load_checkpoint,
+        # load_state_dict) run before setup() calls configure_optimizers, so a hook can change what it reads. What
+        # needs the sharded wrapper and optimizers is held back until setup() has built them: a sharded folder
+        # (load_checkpoint), FSDP2's model built on the meta device (its load_model_state_dict).
+        return False
 
     @property
     @override
@@ -286,16 +326,44 @@ class ShardedBase(StepRouting, DDPStrategy):
         """A sharded folder goes straight into the sharded model and optimizers (each rank reads what overlaps its
         shards, so any number of ranks can load it); anything else is read whole through the checkpoint IO."""
         self._restored_in_place = False
+        self._held_back_folder = None
         path = Path(checkpoint_path)
-        if not (self._holds_shards() and is_sharded_checkpoint(path)):
+        sharded_folder = is_sharded_checkpoint(path)
+        # Lightning restores a fit's checkpoint before setup() (restore_checkpoint_after_setup is False): the sharded
+        # model and optimizers that the folder loads into do not exist yet (nor can a sharded optimizer left by an
+        # earlier fit be trusted), so setup() loads the shards; the hooks get the rest (meta.pt) now.
+        hold_back = sharded_folder and self._fitting() and not self._is_set_up
+        if not (hold_back or (sharded_folder and self._holds_shards())):
             return self._adopt_legacy_precision_state(super().load_checkpoint(checkpoint_path, *args, **kwargs))
         # As the checkpoint IO decides for a file: weights_only=False asks for a full unpickle, so does its `trusted`.
         trusted = kwargs.get("weights_only") is False or getattr(self.checkpoint_io, "trusted", False)
         check_untrusted_load(path, trusted)
-        self._load_sharded_folder(path)
+        if hold_back:
+            self._held_back_folder = (path, dict(kwargs))
+        else:
+            self._load_sharded_folder(path)
+        # Lightning's load_model_state_dict and load_optimizer_state_dict skip what the folder loads in place.
         self._restored_in_place = True
         meta = load_checkpoint_file(path / META_FILENAME, trusted=trusted)
         return self._adopt_legacy_precision_state(meta)
+
+    def _load_held_back_folder(self) -> None:
+        """Load the sharded folder that ``load_checkpoint`` read before setup: in place where this rank holds shards
+        now, else whole (nothing was sharded, e.g. no optimizer to shard) as a full file would load."""
+        assert self._held_back_folder is not None
+        path, kwargs = self._held_back_folder
+        self._held_back_folder = None
+        if self._holds_shards():
+            self._load_sharded_folder(path)
+            return
+        module = self.lightning_module
+        assert module is not None
+        checkpoint = super().load_checkpoint(path, **kwargs)  # the checkpoint IO reads a folder whole
+        self._restored_in_place = False
+        self.load_model_state_dict(checkpoint, strict=module.strict_loading)
+        self.load_optimizer_state_dict(checkpoint)
+        # Lightning's copy of the checkpoint is meta.pt, without the optimizer states: it must not load them.
+        self._restored_in_place = True
 
     def _adopt_legacy_precision_state(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
         """File the precision plugin's state of an older checkpoint under this plugin's name.
@@ -362,4 +430,6 @@ class ShardedBase(StepRouting, DDPStrategy):
         if self._failed:
             self._background.abandon()  # another rank may never finish its part of a background save
         self.wait_for_checkpoint()  # the end of fit: the last checkpoint is in place when fit returns
+        self._is_set_up = False
+        self._held_back_folder = None
         super().teardown()

@@ -11,6 +11,7 @@ BUNDLE_STRATEGY_NAMES: tuple[str, ...] = (
     "horovod",
     "sharded",
     "sharded_spawn",
+    "sharded_notebook",
     "ddp_sharded",
     "ddp_sharded_spawn",
     "ddp_sharded_find_unused_parameters_false",
@@ -19,11 +20,13 @@ BUNDLE_STRATEGY_NAMES: tuple[str, ...] = (
     "sharded_spawn_find_unused_parameters_true",
     "sharded_zero",
     "sharded_zero_spawn",
+    "sharded_zero_notebook",
     "sharded_fsdp2",
     "sharded_fsdp2_spawn",
+    "sharded_fsdp2_notebook",
 )
 #: The names of the three sharded engines, ShardedStrategy, ZeroStrategy and FSDP2Strategy (they take
 #: --checkpoint-format).
 SHARDED_NAMES = frozenset(BUNDLE_STRATEGY_NAMES[3:])
 #: The names on torch FSDP2 (they take FSDP2's policies).
-FSDP2_NAMES = frozenset({"sharded_fsdp2", "sharded_fsdp2_spawn"})
+FSDP2_NAMES = frozenset({"sharded_fsdp2", "sharded_fsdp2_spawn", "sharded_fsdp2_notebook"})

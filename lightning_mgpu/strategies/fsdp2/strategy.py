@@ -7,6 +7,7 @@ Names registered with Lightning::
 
     Trainer(strategy="sharded_fsdp2")        # launched like "ddp"
     Trainer(strategy="sharded_fsdp2_spawn")  # launched like "ddp_spawn"
+    Trainer(strategy="sharded_fsdp2_notebook")  # launched like "ddp_notebook" (forks: notebooks)
 
 Lightning's own ``fsdp`` strategy is FSDP1 and writes its own checkpoint layout. This one writes the bundle's layout
 (plain model keys, torch's ordinary optimizer state), in a folder of shards by default, which loads under ``ddp``,
@@ -81,7 +82,7 @@ class FSDP2Strategy(ShardedBase):
     Example::
 
         import lightning.pytorch as pl
-        import lightning_mgpu  # registers "sharded_fsdp2" and "sharded_fsdp2_spawn"
+        import lightning_mgpu  # registers "sharded_fsdp2", "_spawn" and "_notebook"
         from lightning_mgpu.strategies import FSDP2Strategy
 
         trainer = pl.Trainer(strategy="sharded_fsdp2", accelerator="gpu", devices=4)
@@ -89,6 +90,7 @@ class FSDP2Strategy(ShardedBase):
     """
 
     strategy_name = "sharded_fsdp2"
+    notebook_name = "sharded_fsdp2_notebook"
     shards_gradients = True
     default_checkpoint_format = "sharded"
 
@@ -125,6 +127,9 @@ class FSDP2Strategy(ShardedBase):
         self.min_params = min_params
         self.mp_policy = mp_policy
         self.offload_policy = offload_policy
+        # A full checkpoint's model state that arrived before setup, for a model built on the meta device: loaded
+        # into the shards once fully_shard has materialised them. (state dict, strict)
+        self._held_back_state: tuple[dict[str, Any], bool] | None = None
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -153,6 +158,10 @@ class FSDP2Strategy(ShardedBase):
         _refuse_weight_averaging(trainer)
         # The optimizers must be built on the sharded (DTensor) parameters: fully_shard first.
         self._fully_shard()
+        if self._held_back_state is not None:
+            held, strict = self._held_back_state
+            self._held_back_state = None
+            state.load_full_model_state(self._module(), held, strict=strict)
         self.setup_optimizers(trainer)
 
     def _fully_shard(self) -> None:
@@ -232,6 +241,13 @@ class FSDP2Strategy(ShardedBase):
 
     @override
     def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
+        if not (self._restored_in_place or self._model_is_sharded()) and _has_meta_device_parameters_or_buffers(
+            self._module()
+        ):
+            # Lightning restores a fit's checkpoint before setup (as under ddp); this model was built on the meta
+            # device, where a load is lost: _setup_fit loads it once fully_shard has materialised the shards.
+            self._held_back_state = (dict(checkpoint["state_dict"]), strict)
+            return
         if self._restored_in_place or not self._model_is_sharded():
             super().load_model_state_dict(checkpoint, strict=strict)
             return
@@ -250,6 +266,11 @@ class FSDP2Strategy(ShardedBase):
         state.load_sharded_checkpoint(self._module(), [unwrap_optimizer(o) for o in self.optimizers], path)
 
     @override
+    def teardown(self) -> None:
+        self._held_back_state = None  # a fit that failed before setup must not hand its checkpoint to the next one
+        super().teardown()
+
+    @override
     def handoff_state_dict(self) -> dict[str, Any]:
         """Whole plain tensors for the launching process (a collective; rank 0's are the ones handed over)."""
         if self._model_is_sharded():
@@ -260,7 +281,9 @@ class FSDP2Strategy(ShardedBase):
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         description = "Sharded data parallel on torch FSDP2 (fully_shard, ZeRO-2)"
-        cls._register_pair(strategy_registry, cls.strategy_name, "sharded_fsdp2_spawn", description)
+        cls._register_pair(
+            strategy_registry, cls.strategy_name, "sharded_fsdp2_spawn", description, notebook_name=cls.notebook_name
+        )
 
 
 def _refuse_weight_averaging(trainer: pl.Trainer) -> None:

@@ -226,6 +226,42 @@ def make_lightning_safe(optimizer: Any) -> Any:
     return optimizer
 
 
+def make_picklable(optimizer: Any) -> Any:
+    """Let ``hvd.DistributedOptimizer`` be pickled, as the plain optimizer it wraps.
+
+    Horovod builds the wrapper's class with ``type()`` at each call (``horovod.torch.optimizer.SGD``), which pickle
+    cannot find by name: ``torch.save(model)`` failed with "Can't pickle <class 'horovod.torch.optimizer.SGD'>" for a
+    model that reaches its optimizer (one keeping ``self.trainer.optimizers[0]``, or the arguments of its hooks), where
+    under ``ddp`` it saves. The class now pickles as the user's optimizer class with torch's own state (defaults,
+    state, param groups): what the wrapper adds (gradient hooks, handles) belongs to the job and means nothing once
+    loaded elsewhere. Checkpoints are not concerned (they hold ``state_dict()``). Workaround: remove when horovod's
+    classes can be pickled (not in 0.28.1, the last release).
+
+    Returns:
+        ``optimizer``, whose (private, per-call) class was patched.
+    """
+    cls = type(optimizer)
+    if cls.__dict__.get("_lightning_mgpu_picklable"):
+        return optimizer
+    cls._lightning_mgpu_picklable = True
+    # DistributedOptimizer derives the class from the user's optimizer class, its only base.
+    base: Any = cls.__bases__[0]
+
+    def __reduce_ex__(self: Any, protocol: Any) -> tuple[Any, ...]:  # noqa: N807
+        raw = unwrap_optimizer(self)  # through LightningOptimizer, whose class subclasses this one
+        return (_plain_optimizer, (base, base.__getstate__(raw)))
+
+    cls.__reduce_ex__ = __reduce_ex__  # type: ignore[assignment]
+    return optimizer
+
+
+def _plain_optimizer(cls: type[Optimizer], state: dict[str, Any]) -> Optimizer:
+    """Rebuild a pickled ``hvd.DistributedOptimizer`` as an instance of the optimizer class it wrapped."""
+    optimizer = cls.__new__(cls)
+    optimizer.__setstate__(state)
+    return optimizer
+
+
 def named_parameters_for(module: torch.nn.Module, optimizer: Optimizer, prefix: str) -> list[tuple[str, torch.Tensor]]:
     """``(name, parameter)`` for every parameter of ``optimizer``, named after ``module``'s parameters.
 

@@ -301,7 +301,8 @@ class HorovodStrategy(ParallelStrategy):
     def _wrap_optimizer(self, optimizer: Optimizer, index: int, accumulate_grad_batches: int) -> Optimizer:
         hvd = runtime.horovod_torch()
         if runtime.is_distributed_optimizer(optimizer):
-            return runtime.make_lightning_safe(optimizer)  # the user wrapped it already
+            # The user wrapped it already. Horovod's per-call class: callable through LightningOptimizer, picklable.
+            return runtime.make_picklable(runtime.make_lightning_safe(optimizer))
         assert self.lightning_module is not None
         wrapped = hvd.DistributedOptimizer(
             optimizer,
@@ -311,6 +312,8 @@ class HorovodStrategy(ParallelStrategy):
             gradient_predivide_factor=self._gradient_predivide_factor,
         )
         runtime.make_lightning_safe(wrapped)
+        # A model that reaches its optimizer (a hook's argument it kept) pickles as under ddp: torch.save(model).
+        runtime.make_picklable(wrapped)
         if optimizer.state:
             wrapped.load_state_dict(optimizer.state_dict())
         return wrapped

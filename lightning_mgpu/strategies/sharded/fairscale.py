@@ -34,6 +34,7 @@ __all__ = [
     "make_oss",
     "params_not_reduced",
     "reduce_in_fixed_order",
+    "release_gradients",
     "remove_grad_hooks",
     "wrap_module",
 ]
@@ -148,7 +149,9 @@ def arm_reduction(module: ShardedDataParallel) -> bool:
     return not all(active)
 
 
-def reduce_in_fixed_order(module: ShardedDataParallel, missing_as_zero: bool = True) -> None:
+def reduce_in_fixed_order(
+    module: ShardedDataParallel, missing_as_zero: bool = True, every_rank: bool = False
+) -> list[torch.Tensor]:
     """Reduce every pending gradient now, in the same order on every rank.
 
     ShardedDataParallel normally issues one reduce per parameter (or bucket) from its gradient hooks, in the
@@ -161,20 +164,61 @@ def reduce_in_fixed_order(module: ShardedDataParallel, missing_as_zero: bool = T
         missing_as_zero: a pending parameter without a gradient counts as zero (``find_unused_parameters``).
             Otherwise nothing is reduced, so that no rank waits in a collective the others never issue, and
             :func:`params_not_reduced` names the parameters.
+        every_rank: all-reduce instead, and keep every gradient, in its parameter's dtype, on every rank (what DDP
+            leaves for ``on_after_backward``); the caller releases the returned ones with :func:`release_gradients`.
+
+    Returns:
+        With ``every_rank``: the parameters whose gradient belongs to another rank's shard (``[]`` otherwise).
     """
     params = module._trainable_params
     pending = [i for i, flagged in enumerate(module._grad_to_be_reduced) if flagged]
     if not pending:
-        return
+        return []
     missing = [i for i in pending if params[i].grad is None]
     if missing and not missing_as_zero:
-        return
+        return []
     for i in missing:
         params[i].grad = torch.zeros_like(params[i])
+    if every_rank:
+        return _all_reduce_each(module, pending)
     if len(pending) == len(params):
         module.reduce()  # every trainable parameter: FairScale's own reduction, with its buckets
     else:
         _reduce_each(module, pending)
+    return []
+
+
+@torch.no_grad()
+def _all_reduce_each(module: ShardedDataParallel, indices: list[int]) -> list[torch.Tensor]:
+    """All-reduce these parameters' gradients (averaged, as FairScale's reduce would leave them on the owner) on every
+    rank, and return the parameters owned by other ranks whose gradients are not views of a bucket (those hold no
+    memory of their own)."""
+    params = module._trainable_params
+    bucketed = module._should_bucket_grad if module._use_buckets else [False] * len(params)
+    pending = []
+    for i in indices:
+        param = params[i]
+        module._grad_to_be_reduced[i] = False
+        assert param.grad is not None
+        param.grad.mul_(module._world_size_scaling)
+        if module._reduce_fp16 and not bucketed[i]:
+            param.grad.data = param.grad.data.half()
+        pending.append((dist.all_reduce(param.grad.data, group=module._process_group, async_op=True), i))
+    others = []
+    for work, i in pending:
+        work.wait()
+        param = params[i]
+        assert param.grad is not None
+        param.grad.data = param.grad.data.to(dtype=param.dtype)
+        if module._trainable_param_to_rank[param] != module._rank and not bucketed[i]:
+            others.append(param)
+    return others
+
+
+def release_gradients(params: list[torch.Tensor]) -> None:
+    """Drop these gradients, as FairScale's reduce hooks drop the gradients of the parameters another rank owns."""
+    for param in params:
+        param.grad = None
 
 
 @torch.no_grad()

@@ -7,6 +7,7 @@ gradients, so a model whose Adam state does not fit with plain DDP can fit. Name
 
     Trainer(strategy="sharded")            # launched like "ddp" (one script per rank)
     Trainer(strategy="sharded_spawn")      # launched like "ddp_spawn"
+    Trainer(strategy="sharded_notebook")   # launched like "ddp_notebook" (forks: notebooks)
     Trainer(strategy="ddp_sharded")        # Lightning 1.x's names of the two
     Trainer(strategy="ddp_sharded_spawn")
 """
@@ -24,6 +25,7 @@ import torch
 from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import Tensor
 from torch.optim import Optimizer
 from typing_extensions import override
@@ -93,6 +95,7 @@ class ShardedStrategy(OptimizerShardedBase):
     """
 
     strategy_name = "sharded"
+    notebook_name = "sharded_notebook"
     shards_gradients = True
     # the optional package this engine needs (shown by `lightning-mgpu info`)
     optional_dependency: str | None = "fairscale"
@@ -137,6 +140,8 @@ class ShardedStrategy(OptimizerShardedBase):
         self._find_unused_parameters = bool(find_unused_parameters)
         self._broadcast_fp16 = broadcast_fp16
         self._sdp_kwargs = dict(kwargs)
+        # Whether on_after_backward is overridden (the LightningModule or a callback): set at each fit's setup.
+        self._keep_gradients_for_hook = False
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -187,6 +192,26 @@ class ShardedStrategy(OptimizerShardedBase):
         self.setup_optimizers(trainer)
         self._shard_optimizers()
         self._wrap_model()
+        self._keep_gradients_for_hook = self._wrapper() is not None and self._hook_reads_gradients(trainer)
+
+    def _hook_reads_gradients(self, trainer: pl.Trainer) -> bool:
+        """Whether the LightningModule or a callback overrides ``on_after_backward`` (Lightning's contract: every
+        gradient is there, reduced, in its parameter's dtype); says once what keeping them costs.
+
+        FairScale's ShardedDataParallel (0.4.13, its last release) frees the gradients of the parameters another rank
+        owns as its backward hooks reduce them, with no option to wait. Only a module or callback that looks at
+        gradients pays for them: this goes when the FairScale engine does (the FSDP2 and ZeRO engines keep them).
+        """
+        callbacks = trainer.callbacks  # type: ignore[attr-defined]
+        overriding = [type(o).__name__ for o in (self.lightning_module, *callbacks) if _overrides_after_backward(o)]
+        if overriding:
+            rank_zero_info(
+                f"strategy='sharded': {', '.join(overriding)} overrides on_after_backward, so each backward keeps every"
+                " gradient on every rank until that hook has run (all-reduced, as under ddp: the gradient memory of ddp"
+                " for that moment, and the reduction runs after the backward instead of overlapping it); the gradients"
+                " of the parameters other ranks own are released right after the hook."
+            )
+        return bool(overriding)
 
     def _wrap_model(self) -> None:
         """Wrap the model in ShardedDataParallel over the OSS optimizers (none: the model stays as it is)."""
@@ -253,12 +278,14 @@ class ShardedStrategy(OptimizerShardedBase):
         # Each backward reduces what requires grad now: manual optimization may run several per forward, e.g. one
         # per optimizer of a GAN, with toggle_model() freezing the other optimizers' parameters.
         partial = fairscale.arm_reduction(sdp)
-        if not partial and not self._find_unused_parameters:
+        keep = self._keep_gradients_for_hook
+        if not (partial or self._find_unused_parameters or keep):
             # FairScale's hooks reduce each gradient as autograd finishes it, overlapping the backward.
             return super().backward(closure_loss, optimizer, *args, **kwargs)
         # Strategy.backward, with the reduction moved out of the autograd hooks, for two reasons. Ranks that use
         # different parameters finish their gradients in different orders, so reduce afterwards in a fixed order.
-        # A partial backward must not reduce the buckets, which also hold the frozen gradients.
+        # A partial backward must not reduce the buckets, which also hold the frozen gradients. And an overridden
+        # on_after_backward must see every gradient, which FairScale's hooks would free on the ranks not owning it.
         module = self.lightning_module
         assert module is not None
         self.pre_backward(closure_loss)
@@ -266,9 +293,12 @@ class ShardedStrategy(OptimizerShardedBase):
         accumulating = sdp._should_accumulate_grads
         with sdp.no_sync():
             self.precision_plugin.backward(closure_loss, module, optimizer, *args, **kwargs)
+        others: list[Tensor] = []
         if not accumulating:
-            fairscale.reduce_in_fixed_order(sdp, missing_as_zero=self._find_unused_parameters)
-        closure_loss = self.precision_plugin.post_backward(closure_loss, module)
+            others = fairscale.reduce_in_fixed_order(sdp, missing_as_zero=self._find_unused_parameters, every_rank=keep)
+        closure_loss = self.precision_plugin.post_backward(closure_loss, module)  # runs on_after_backward
+        # ZeRO-2 again: only the owner keeps a reduced gradient (for the optimizer step, clipping and the rest).
+        fairscale.release_gradients(others)
         self.post_backward(closure_loss)
         return closure_loss
 
@@ -313,13 +343,19 @@ class ShardedStrategy(OptimizerShardedBase):
             # The reduce hooks would otherwise outlive the wrapper and issue collectives in a later backward.
             _fairscale().remove_grad_hooks(sdp)
             self.model = self.lightning_module
+        self._keep_gradients_for_hook = False
         super().teardown()
 
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         register = functools.partial(cls._register_pair, strategy_registry)
-        register("sharded", "sharded_spawn", "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2)")
+        register(
+            "sharded",
+            "sharded_spawn",
+            "Sharded data parallel (FairScale OSS + ShardedDataParallel, ZeRO-2)",
+            notebook_name=cls.notebook_name,
+        )
         register("ddp_sharded", "ddp_sharded_spawn", "`sharded` under its Lightning 1.x name")
         # Lightning 1.9's explicit spellings (its tests checked that they set find_unused_parameters=False).
         register(
@@ -335,3 +371,14 @@ class ShardedStrategy(OptimizerShardedBase):
             "`sharded` with find_unused_parameters=True",
             find_unused_parameters=True,
         )
+
+
+def _overrides_after_backward(obj: Any) -> bool:
+    """Whether ``obj`` (a LightningModule or a callback) defines ``on_after_backward`` outside Lightning's own classes,
+    on its class or on itself. Lightning's ``is_overridden`` needs the base class of the namespace ``obj`` comes from
+    (``lightning.pytorch`` or ``pytorch_lightning``); the method resolution order tells both apart alike."""
+    if "on_after_backward" in vars(obj):
+        return True
+    # The class whose method runs: the first in the method resolution order that defines it.
+    owner = next(cls for cls in type(obj).__mro__ if "on_after_backward" in vars(cls))
+    return owner.__module__.split(".")[0] not in ("lightning", "pytorch_lightning")  # not Lightning's empty hook

@@ -8,6 +8,7 @@ Names registered with Lightning::
 
     Trainer(strategy="sharded_zero")        # launched like "ddp"
     Trainer(strategy="sharded_zero_spawn")  # launched like "ddp_spawn"
+    Trainer(strategy="sharded_zero_notebook")  # launched like "ddp_notebook" (forks: notebooks)
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class ZeroStrategy(OptimizerShardedBase):
     Example::
 
         import lightning.pytorch as pl
-        import lightning_mgpu  # registers "sharded_zero" and "sharded_zero_spawn"
+        import lightning_mgpu  # registers "sharded_zero", "_spawn" and "_notebook"
         from lightning_mgpu.strategies import ZeroStrategy
 
         trainer = pl.Trainer(strategy="sharded_zero", accelerator="gpu", devices=4)
@@ -87,6 +88,7 @@ class ZeroStrategy(OptimizerShardedBase):
     """
 
     strategy_name = "sharded_zero"
+    notebook_name = "sharded_zero_notebook"
 
     def __init__(
         self,
@@ -146,4 +148,6 @@ class ZeroStrategy(OptimizerShardedBase):
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         description = "Sharded data parallel on torch ZeroRedundancyOptimizer + DDP (ZeRO-1)"
-        cls._register_pair(strategy_registry, cls.strategy_name, "sharded_zero_spawn", description)
+        cls._register_pair(
+            strategy_registry, cls.strategy_name, "sharded_zero_spawn", description, notebook_name=cls.notebook_name
+        )

@@ -7,6 +7,7 @@ Not a test module by itself (pytest finds no tests here). Modes::
     python -m tests.integration.runners.run_horovod_scenarios failing-after-fit OUT  # rank 1 dies after fit
     python -m tests.integration.runners.run_horovod_scenarios elsewhere OUT --ckpt CKPT --scaled-ckpt CKPT2  # others
     python -m tests.integration.runners.run_horovod_scenarios failing OUT  # rank 1 raises
+    python -m tests.integration.runners.run_horovod_scenarios pickle-after-fit OUT  # torch.save(model) in 2 workers
 
 A launch costs seconds and a 4-step fit does not, so one pair of workers runs every scenario in
 :data:`SCENARIOS` in turn. Each fit writes ``OUT/NAME/params_rank{r}.pt`` and ``OUT/NAME/info_rank{r}.json``
@@ -443,9 +444,58 @@ def failing_after_fit(out: Path) -> None:
     (out / "rank0_finished").write_text("fit returned")
 
 
+class KeepsItsOptimizer(ParityModule):
+    """Keeps what Lightning hands it: the optimizer (``on_before_optimizer_step``'s argument), as a module that logs its
+    hooks' arguments does. Under ``ddp`` such a model pickles."""
+
+    kept: Any = None
+
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        self.kept = optimizer
+
+
+def pickle_after_fit(out: Path) -> None:
+    """Self-launch 2 workers, fit, then each worker pickles the trained model (``torch.save`` and ``pickle``) and loads
+    it back: ``OUT/pickle_rank{r}.json`` says what came back."""
+    import io
+    import pickle
+
+    trainer = build_trainer(Spec(steps=2), "horovod", 2)
+    module = KeepsItsOptimizer(global_batch=GLOBAL_BATCH, num_samples=NUM_SAMPLES)
+    trainer.fit(module)
+    results: dict[str, Any] = {
+        "kept_is_the_trainers": module.kept is trainer.optimizers[0],
+        "still_distributed": hasattr(trainer.optimizers[0], "synchronize"),  # the job's optimizer is left as it is
+    }
+    buffer = io.BytesIO()
+    torch.save(module, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    pickled = pickle.loads(pickle.dumps(module))
+    for name, copy in (("torch_save", loaded), ("pickle", pickled)):
+        params = {id(p) for p in copy.parameters()}
+        saved_state = module.kept.state_dict()
+        results[name] = {
+            "optimizer_class": f"{type(copy.kept).__module__}.{type(copy.kept).__qualname__}",
+            "params_are_the_models": all(id(p) in params for g in copy.kept.param_groups for p in g["params"]),
+            "state_equal": all(
+                torch.equal(copy.kept.state_dict()["state"][i]["momentum_buffer"], slots["momentum_buffer"])
+                for i, slots in saved_state["state"].items()
+            )
+            and len(saved_state["state"]) > 0,
+            "lr": copy.kept.param_groups[0]["lr"],
+            "weights_equal": all(
+                torch.equal(a, b) for a, b in zip(copy.state_dict().values(), module.state_dict().values())
+            ),
+        }
+    (out / f"pickle_rank{trainer.global_rank}.json").write_text(json.dumps(results))
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=("workers", "self-launch", "elsewhere", "failing", "failing-after-fit"))
+    p.add_argument(
+        "mode", choices=("workers", "self-launch", "elsewhere", "failing", "failing-after-fit", "pickle-after-fit")
+    )
     p.add_argument("out", type=Path)
     p.add_argument("--ckpt", default=None)
     p.add_argument("--scaled-ckpt", default=None)
@@ -460,6 +510,8 @@ def main(argv: list[str] | None = None) -> None:
         elsewhere(args.out, args.ckpt, args.scaled_ckpt)
     elif args.mode == "failing":
         failing(args.out)
+    elif args.mode == "pickle-after-fit":
+        pickle_after_fit(args.out)
     else:
         failing_after_fit(args.out)
 

@@ -253,6 +253,7 @@ class ReductionCounter(Callback):
         self.total = 0
         self.per_backward: list[int] = []
         self._seen = 0
+        self._started = False  # a backward pass is open (its reductions are counted at the next one, or at the end)
         self._original_reduce = dist.reduce
 
     def _count_reduce(self, *args: Any, **kwargs: Any) -> Any:
@@ -273,9 +274,20 @@ class ReductionCounter(Callback):
 
             trainer.strategy.model.register_comm_hook(None, hook)
 
-    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    # Counted between backward passes, not in on_after_backward: overriding that hook makes strategy='sharded' keep
+    # (and all-reduce) every gradient for it, which would change what is counted.
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
+        if self._started:
+            self._close_backward()
+        self._started = True
+
+    def _close_backward(self) -> None:
         self.per_backward.append(self.total - self._seen)
         self._seen = self.total
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._started:
+            self._close_backward()
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         dist.reduce = self._original_reduce
@@ -423,6 +435,79 @@ def phase_resume(out: Path, ckpt: Path, tag: str) -> dict[str, Any]:
     return r
 
 
+def _grad_view(module: nn.Module) -> dict[str, Any]:
+    """Each parameter's gradient as a hook sees it: ``None``, or (dtype, a copy)."""
+    return {
+        n: None if p.grad is None else (p.grad.dtype, p.grad.detach().clone()) for n, p in module.named_parameters()
+    }
+
+
+class GradientsInHookModule(ParityModule):
+    """Records the gradients ``on_after_backward`` sees, and which remain for ``on_before_optimizer_step``."""
+
+    def __init__(self) -> None:
+        super().__init__(lr=0.1, global_batch=GLOBAL_BATCH, num_samples=NUM_SAMPLES)
+        self.in_hook: list[dict[str, Any]] = []
+        self.before_step: list[list[str]] = []
+
+    def on_after_backward(self) -> None:
+        self.in_hook.append(_grad_view(self))
+
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        self.before_step.append(grad_holders(self))
+
+
+class GradientsInCallback(Callback):
+    """The same from a callback, for a module that overrides neither hook."""
+
+    def __init__(self) -> None:
+        self.in_hook: list[dict[str, Any]] = []
+        self.before_step: list[list[str]] = []
+
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.in_hook.append(_grad_view(pl_module))
+
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        self.before_step.append(grad_holders(pl_module))
+
+
+class HoldersBeforeStep(Callback):
+    """Only which gradients remain before the step (overrides no on_after_backward: ZeRO-2's saving stays)."""
+
+    def __init__(self) -> None:
+        self.before_step: list[list[str]] = []
+
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        self.before_step.append(grad_holders(pl_module))
+
+
+def phase_hooks(out: Path) -> dict[str, Any]:
+    """2 ranks at 64-true: the gradients on_after_backward sees under ddp and sharded (module, callback, bucketed);
+    which remain for the step; the weights."""
+    results: dict[str, Any] = {}
+    for name, kwargs in (("ddp", {}), ("fairscale", {}), ("fairscale_bucketed", {"reduce_buffer_size": 2**20})):
+        module = GradientsInHookModule()
+        trainer = fit(name.removesuffix("_bucketed"), module, steps=3, precision="64-true", **kwargs)
+        results[f"hooks/{name}/module"] = {
+            "in_hook": module.in_hook,
+            "before_step": module.before_step,
+            "params": params(module),
+            "owned": state_owners(trainer) if name != "ddp" else None,
+        }
+    callback = GradientsInCallback()
+    module = mlp()
+    fit("fairscale", module, steps=3, precision="64-true", callbacks=(callback,))
+    results["hooks/fairscale/callback"] = {
+        "in_hook": callback.in_hook,
+        "before_step": callback.before_step,
+        "params": params(module),
+    }
+    plain = HoldersBeforeStep()
+    fit("fairscale", mlp(), steps=3, precision="64-true", callbacks=(plain,))
+    results["hooks/fairscale/plain"] = {"before_step": plain.before_step}
+    return results
+
+
 def phase_single(out: Path, ckpt: Path | None) -> dict[str, Any]:
     """One process: write the 1-rank checkpoint (for 1 -> 2), or resume a 2-rank one (2 -> 1)."""
     if ckpt is None:
@@ -434,13 +519,15 @@ def phase_single(out: Path, ckpt: Path | None) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("phase", choices=("main", "single"))
+    p.add_argument("phase", choices=("main", "single", "hooks"))
     p.add_argument("out", type=Path)
     p.add_argument("--ckpt", type=Path, default=None)
     args = p.parse_args()
     os.environ["WORLD_SIZE_FOR_SCENARIOS"] = os.environ["WORLD_SIZE"]
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.phase == "main":
+    if args.phase == "hooks":
+        results = phase_hooks(args.out)
+    elif args.phase == "main":
         results = phase_main(args.out)
         if args.ckpt is not None:
             results.update(phase_resume(args.out, args.ckpt, "1to2"))

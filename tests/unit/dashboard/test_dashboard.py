@@ -285,6 +285,19 @@ def test_csv_dashboard_page_and_pngs(csv_run: Path) -> None:
         assert f'href="{png.name}"' in text
 
 
+def test_a_notebook_shows_the_page_inline(csv_run: Path) -> None:
+    """``render_dashboard(...)`` as a cell's last expression: the page itself in an iframe's srcdoc, unescaped by the
+    browser back to the file's text."""
+    import html as html_lib
+
+    result = render_dashboard(csv_run, png=False)
+    shown = result._repr_html_()
+    assert shown.startswith('<iframe srcdoc="') and shown.endswith("</iframe>")
+    srcdoc = shown[len('<iframe srcdoc="') : shown.index('" title=')]
+    assert '"' not in srcdoc  # escaped: the attribute holds the whole page
+    assert html_lib.unescape(srcdoc) == result.html.read_text()
+
+
 def test_neptune_dashboard_diagnoses_from_logged_values(neptune_run: Path) -> None:
     result = render_dashboard(neptune_run, png=False)
     # Beside the run folder, not inside it: `neptune sync` deletes the run folder after uploading.

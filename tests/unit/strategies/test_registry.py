@@ -32,6 +32,7 @@ EXPECTED = {
     "horovod": HorovodStrategy,
     "sharded": ShardedStrategy,
     "sharded_spawn": ShardedStrategy,
+    "sharded_notebook": ShardedStrategy,
     "ddp_sharded": ShardedStrategy,
     "ddp_sharded_spawn": ShardedStrategy,
     "ddp_sharded_find_unused_parameters_false": ShardedStrategy,
@@ -40,8 +41,10 @@ EXPECTED = {
     "sharded_spawn_find_unused_parameters_true": ShardedStrategy,
     "sharded_zero": ZeroStrategy,
     "sharded_zero_spawn": ZeroStrategy,
+    "sharded_zero_notebook": ZeroStrategy,
     "sharded_fsdp2": FSDP2Strategy,
     "sharded_fsdp2_spawn": FSDP2Strategy,
+    "sharded_fsdp2_notebook": FSDP2Strategy,
 }
 
 
@@ -57,6 +60,39 @@ def test_spawn_variants_are_launched_like_ddp_spawn() -> None:
     assert StrategyRegistry["ddp_sharded"]["init_params"] == StrategyRegistry["sharded"]["init_params"]
     assert StrategyRegistry["sharded_spawn"]["init_params"]["start_method"] == "spawn"
     assert StrategyRegistry["ddp_sharded_spawn"]["init_params"] == StrategyRegistry["sharded_spawn"]["init_params"]
+
+
+@pytest.mark.parametrize("name", ["sharded_notebook", "sharded_zero_notebook", "sharded_fsdp2_notebook"])
+def test_notebook_variants_fork_like_ddp_notebook(name: str) -> None:
+    """A notebook's model lives in ``__main__``, which a spawned worker cannot import: these fork, as Lightning's
+    ``ddp_notebook`` does, and their launcher says it works in an interactive session."""
+    strategy = StrategyRegistry.get(name)
+    assert strategy._start_method == "fork"
+    assert "launched like ddp_notebook" in StrategyRegistry[name]["description"]
+    from lightning.fabric.plugins.environments import LightningEnvironment
+
+    strategy.cluster_environment = LightningEnvironment()  # what the Trainer gives it before the launcher is made
+    strategy._configure_launcher()
+    assert strategy.launcher is not None and strategy.launcher.is_interactive_compatible
+
+
+@pytest.mark.parametrize(
+    "name", ["sharded", "sharded_spawn", "ddp_sharded_spawn", "sharded_zero", "sharded_fsdp2_spawn"]
+)
+def test_other_variants_refuse_an_interactive_session_naming_the_notebook_one(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lightning.fabric.utilities import imports
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    monkeypatch.setattr(imports, "_IS_INTERACTIVE", True)
+    strategy = StrategyRegistry.get(name)
+    notebook = {"ShardedStrategy": "sharded_notebook", "ZeroStrategy": "sharded_zero_notebook"}.get(
+        type(strategy).__name__, "sharded_fsdp2_notebook"
+    )
+    with pytest.raises(MisconfigurationException, match=f"use strategy='{notebook}'") as refused:
+        strategy._configure_launcher()
+    assert "\n" not in str(refused.value)
 
 
 @pytest.mark.parametrize(
@@ -136,7 +172,10 @@ def test_unknown_strategy_name_is_rejected_by_lightning() -> None:
     assert lightning_mgpu.__version__
 
 
-@pytest.mark.parametrize(("name", "start_method"), [("sharded_fsdp2", "popen"), ("sharded_fsdp2_spawn", "spawn")])
+@pytest.mark.parametrize(
+    ("name", "start_method"),
+    [("sharded_fsdp2", "popen"), ("sharded_fsdp2_spawn", "spawn"), ("sharded_fsdp2_notebook", "fork")],
+)
 def test_fsdp2_names_build_the_fsdp2_strategy(name: str, start_method: str) -> None:
     from lightning.pytorch.strategies import StrategyRegistry
 

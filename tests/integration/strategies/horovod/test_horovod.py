@@ -217,6 +217,25 @@ def test_self_launch_from_plain_python_resumes_from_two_workers_and_from_one(
             assert (info["global_rank"], info["world_size"]) == (rank, 2), info
 
 
+def test_a_model_that_keeps_its_optimizer_pickles_after_fit(runs: Path) -> None:
+    """``torch.save(model)`` after a horovod fit, for a model that reaches its optimizer (it kept a hook's argument):
+    horovod's per-call optimizer class failed it ("Can't pickle <class 'horovod.torch.optimizer.SGD'>"), where ddp
+    saves. The copy holds a plain ``torch.optim.SGD`` over the copy's own parameters, with the trained state."""
+    target = runs / "pickle_after_fit"
+    _run([sys.executable, "-m", SCENARIOS, "pickle-after-fit", str(target)], timeout=420)
+    for rank in (0, 1):
+        info = json.loads((target / f"pickle_rank{rank}.json").read_text())
+        assert info["kept_is_the_trainers"] and info["still_distributed"], info
+        for how in ("torch_save", "pickle"):
+            assert info[how] == {
+                "optimizer_class": "torch.optim.sgd.SGD",
+                "params_are_the_models": True,
+                "state_equal": True,
+                "lr": 0.1,
+                "weights_equal": True,
+            }, (rank, how)
+
+
 def test_checkpoint_resumes_in_other_strategies_and_worker_counts(
     workers: tuple[Path, str], references: Path, runs: Path
 ) -> None:

@@ -2,7 +2,8 @@
 
 Three launches run every scenario of ``tests/integration/runners/run_sharded_scenarios.py`` (one process, two processes,
 one process again, for the 1 -> 2 and 2 -> 1 resumes); the tests below check what they recorded. Two more
-launches train ``examples/train.py`` under ``sharded_spawn`` and the 1.x alias ``ddp_sharded``.
+launches train ``examples/train.py`` under ``sharded_spawn`` and the 1.x alias ``ddp_sharded``, and one more runs the
+``hooks`` phase (the gradients ``on_after_backward`` sees).
 """
 
 from __future__ import annotations
@@ -257,6 +258,44 @@ def test_train_py_under_sharded_spawn_then_resume_under_the_ddp_sharded_alias(tm
     resumed = json.loads((second / "summary.json").read_text())
     assert resumed["strategy"] == "ddp_sharded" and resumed["global_step"] == 46
     assert resumed["val_acc"] is not None and resumed["val_acc"] > 0.5, resumed
+
+
+@pytest.fixture(scope="module")
+def hooks_runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    out = tmp_path_factory.mktemp("sharded_hooks")
+    run_ranks(["-m", SCENARIOS, "hooks", str(out)], world=2)
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+
+
+@pytest.mark.parametrize("case", ["fairscale/module", "fairscale_bucketed/module", "fairscale/callback"])
+def test_on_after_backward_sees_every_gradient_as_under_ddp(hooks_runs: list[dict[str, Any]], case: str) -> None:
+    """At 64-true, the hook (the module's or a callback's) sees every gradient on every rank, reduced and in float64, as
+    under ddp; right after it each rank keeps only the gradients of the parameters it owns (ZeRO-2's saving)."""
+    for rank, results in enumerate(hooks_runs):
+        ddp, got = results["hooks/ddp/module"], results[f"hooks/{case}"]
+        assert len(got["in_hook"]) == len(ddp["in_hook"]) == 3
+        for seen, expected in zip(got["in_hook"], ddp["in_hook"]):
+            assert seen.keys() == expected.keys()
+            for name, view in seen.items():
+                assert view is not None, f"rank {rank}: {name}.grad is None in on_after_backward"
+                dtype, grad = view
+                assert dtype == torch.float64, (rank, name, dtype)
+                torch.testing.assert_close(grad, expected[name][1], rtol=0, atol=1e-12)
+        _assert_same(got["params"], ddp["params"], atol=1e-12)
+        if case.endswith("module") and case != "fairscale_bucketed/module":
+            # ZeRO-2 again after the hook: the step sees only this rank's own gradients.
+            assert got["before_step"] == [sorted(got["owned"])] * 3, rank
+    # Every parameter is owned by one rank: together the ranks held each gradient once.
+    owned = [set(r["hooks/fairscale/module"]["owned"]) for r in hooks_runs]
+    assert owned[0] and owned[1] and not owned[0] & owned[1]
+
+
+def test_without_on_after_backward_gradients_are_freed_as_before(hooks_runs: list[dict[str, Any]]) -> None:
+    """No module or callback overrides on_after_backward: FairScale's hooks free the other ranks' gradients as they
+    reduce them, as before (nothing is kept for a hook nobody runs)."""
+    for results in hooks_runs:
+        holders = results["hooks/fairscale/plain"]["before_step"]
+        assert holders == [sorted(results["hooks/fairscale/module"]["owned"])] * 3
 
 
 @pytest.mark.gpu
