@@ -168,7 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--num-workers", default=0, type=int, help="DataLoader workers per process")
     p.add_argument(
-        "--logger", default="csv", choices=("none", "csv", "tensorboard", "neptune"), help="where metrics go"
+        "--logger",
+        default="csv",
+        choices=("none", "csv", "tensorboard", "mlflow", "neptune"),
+        help="where metrics go (with --gpu-monitor, the time line too: docs/monitoring.md); mlflow: the run in"
+        " $MLFLOW_TRACKING_URI, else a file store in OUTPUT_DIR/mlruns",
     )
     p.add_argument(
         "--output-dir", default="outputs", type=Path, help="logs, checkpoints and summary.json (created if missing)"
@@ -289,6 +293,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     _check_launcher_args(p, args)
     _check_paths(p, args)
+    _check_logger(p, args)
     if args.devices is None:
         args.devices = 1 if args.launcher == "ray" else 2  # under Ray, --ray-workers counts the processes
     if args.activation_checkpointing is not None and not args.activation_checkpointing.strip():
@@ -384,6 +389,20 @@ def _check_launcher_args(p: argparse.ArgumentParser, args: argparse.Namespace) -
         check_strategy(args.strategy)
     except (RayStrategyError, MissingDependencyError) as err:
         p.error(str(err))
+
+
+def _check_logger(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A logger whose package is missing is refused here, naming the extra, before any process starts."""
+    from lightning_mgpu.utilities.imports import install_hint, is_available
+
+    package = {"mlflow": "mlflow", "tensorboard": "tensorboard", "neptune": "neptune"}.get(args.logger)
+    # TensorBoardLogger also writes through tensorboardX; the others have one package.
+    if (
+        package is not None
+        and not is_available(package)
+        and not (package == "tensorboard" and is_available("tensorboardX"))
+    ):
+        p.error(f"--logger {args.logger} needs `{package}`: {install_hint(package)}")
 
 
 def _check_paths(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -611,6 +630,17 @@ def build_logger(args: argparse.Namespace) -> Any:
         from lightning.pytorch.loggers import TensorBoardLogger
 
         return TensorBoardLogger(args.output_dir, name="tb")
+    if args.logger == "mlflow":
+        from lightning.pytorch.loggers import MLFlowLogger
+
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if uri is None:
+            # A local run needs no server: a file store in the output folder. MLflow 3.7+ keeps that store behind
+            # MLFLOW_ALLOW_FILE_STORE (its default is sqlite, which needs the full `mlflow`); set here, in every rank,
+            # unless the user chose otherwise.
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            uri = f"file:{(args.output_dir / 'mlruns').resolve()}"
+        return MLFlowLogger(experiment_name="lightning_mgpu", tracking_uri=uri)
     from lightning_mgpu.loggers import NeptuneLogger
 
     # Offline by default: the hosted service is gone; sync the folder to a self-hosted server later.

@@ -2,7 +2,8 @@
 
 ``callback.py`` holds :class:`GPUUtilizationMonitor`; ``samplers.py`` the background samplers (NVML, psutil);
 ``step_timing.py`` step timing and host-sync detection; ``keys.py`` the metric-key layout every reader and
-logger shares; ``diagnosis.py`` the "why is utilisation low" verdicts.
+logger shares; ``diagnosis.py`` the "why is utilisation low" verdicts; ``timeline.py`` every sample with its phase,
+and ``export/`` the time line into the Trainer's loggers (MLflow, TensorBoard, CSV, Neptune).
 """
 
 from lightning_mgpu.monitoring.callback import GPUUtilizationMonitor

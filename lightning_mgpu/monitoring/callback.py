@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -34,6 +35,16 @@ from lightning_mgpu.monitoring.diagnosis import (
     diagnose,
     format_table,
     write_diagnoses,
+)
+from lightning_mgpu.monitoring.export import (
+    TIMELINE_PREFIX,
+    Destination,
+    DeviceInfo,
+    ExportContext,
+    TimelineExport,
+    TimelineExportConfig,
+    destinations,
+    open_exports,
 )
 from lightning_mgpu.monitoring.peak_flops import dense_peak_flops, peak_phrase
 from lightning_mgpu.monitoring.samplers import (
@@ -61,7 +72,15 @@ FIELDS: tuple[tuple[str, str], ...] = (
     (K.THROUGHPUT, K.MFU),
 )
 _PROCESS = "__process__"  # sampler label of the per-process CPU source
-TIMELINE_PREFIX = "monitoring/timeline"  # where a Neptune run holds rank 0's time line
+#: What each logging window adds to the time line (per device, at the window's end): the data-wait share and its
+#: neighbours, which no background poll can read.
+TIMELINE_WINDOW_FIELDS = (
+    (K.TIME, K.DATA_WAIT_PCT),
+    (K.TIME, K.DATA_WAIT_MS),
+    (K.TIME, K.STEP_MS),
+    (K.THROUGHPUT, K.SAMPLES_PER_SEC),
+)
+__all__ = ["TIMELINE_PREFIX", "GPUUtilizationMonitor", "local_devices", "local_labels"]
 _now = time.perf_counter  # the training-thread clock (a module attribute so tests can drive it)
 
 
@@ -134,8 +153,13 @@ class GPUUtilizationMonitor(Callback):
             CPU metrics are logged, with a warning).
         timeline: also write every poll, with the training phase, to ``<log_dir>/timeline/rank<R>.jsonl``
             (:mod:`~lightning_mgpu.monitoring.timeline`; the dashboard draws it over wall time, validation and
-            checkpoint saves shaded). With the bundle's ``NeptuneLogger``, rank 0's points go into the run too, under
-            ``monitoring/timeline/``.
+            checkpoint saves shaded). Each logging window adds its data-wait share, step time and samples/s to it.
+        timeline_export: also write the time line into the Trainer's loggers, each under its own names
+            (:mod:`~lightning_mgpu.monitoring.export`): an ``MLFlowLogger`` run (MLflow's ``system/gpu_{i}_...``
+            names), a ``TensorBoardLogger`` folder (a run per rank), beside a ``CSVLogger``'s ``metrics.csv``, and
+            the bundle's ``NeptuneLogger`` run (rank 0, ``monitoring/timeline/``). ``True``: into every one of these
+            the Trainer has; a :class:`~lightning_mgpu.monitoring.export.TimelineExportConfig` to choose; ``False``:
+            none. Needs ``timeline=True``.
 
     Raises:
         ValueError: an argument is out of range.
@@ -163,6 +187,7 @@ class GPUUtilizationMonitor(Callback):
         json_filename: str = "diagnosis.json",
         use_nvml: bool = True,
         timeline: bool = True,
+        timeline_export: TimelineExportConfig | bool = True,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -199,6 +224,15 @@ class GPUUtilizationMonitor(Callback):
         self.json_filename = json_filename
         self.use_nvml = use_nvml
         self.timeline = timeline
+        if not isinstance(timeline_export, (bool, TimelineExportConfig)):
+            raise ValueError(
+                f"GPUUtilizationMonitor(timeline_export={timeline_export!r}): pass True, False or a"
+                " TimelineExportConfig"
+            )
+        # True is every writer with its defaults; False none (the time line still goes to its own files).
+        self.timeline_export: TimelineExportConfig | None = (
+            TimelineExportConfig() if timeline_export is True else timeline_export or None
+        )
 
         #: The last diagnosis (rank 0; ``None`` elsewhere and before the first).
         self.last_diagnosis: list[Diagnosis] | None = None
@@ -236,12 +270,14 @@ class GPUUtilizationMonitor(Callback):
         self._period_steps = 0  # ... since the last periodic diagnosis
         self._period_start: int | None = None  # Lightning's logging step before the period's first batch
         self._timeline: Timeline | None = None
-        self._neptune_index = 0  # time line points already sent to a Neptune run
+        self._exports: list[TimelineExport] = []  # this rank's writers into the Trainer's loggers
+        self._export_index = 0  # time line points already handed to them
+        self._device_info: dict[str, DeviceInfo] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         # Threads, locks and the NVML module do not pickle; ddp_spawn rebuilds them in setup().
-        state.update(_sampler=None, _nvml=None, _detector=None, _active=False, _timeline=None)
+        state.update(_sampler=None, _nvml=None, _detector=None, _active=False, _timeline=None, _exports=[])
         return state
 
     # ------------------------------------------------------------------ setup / teardown
@@ -253,8 +289,10 @@ class GPUUtilizationMonitor(Callback):
         self._rank = trainer.global_rank
         self._devices = local_devices(trainer)
         self._labels = local_labels(self._rank, self._devices)
-        # trainer.log_dir broadcasts from rank 0, so every rank resolves it here, together.
-        self._log_dir = trainer.log_dir
+        # trainer.log_dir broadcasts from rank 0, so every rank resolves it here, together; so are the loggers' runs.
+        config = self.timeline_export if self.timeline else None
+        found = self._find_destinations(trainer, config) if config is not None else []
+        self._log_dir = self._files_dir(trainer, trainer.log_dir, found)
         self._peak_flops = self._resolve_peak_flops(trainer)
         self._context = self._run_context(trainer)
         self._replicas = max(trainer.world_size, len(self._devices))
@@ -263,7 +301,12 @@ class GPUUtilizationMonitor(Callback):
             path = timeline_path(self._log_dir, self._rank) if self._log_dir else None
             self._timeline = Timeline(path)
             self._timeline.set_step(trainer.global_step)  # a resumed fit goes on from its step
-        self._sampler = BackgroundSampler(self._build_sources(), self.sample_interval_s, on_poll=self._on_poll)
+            self._export_index = len(self._timeline.points)  # a resumed fit's earlier points are in the loggers
+        sources = self._build_sources()
+        if self._timeline is not None and self.timeline_export is not None and found:
+            context = ExportContext(self._rank, trainer.world_size, dict(self._device_info), self.timeline_export)
+            self._exports = open_exports(found, trainer.loggers, context)
+        self._sampler = BackgroundSampler(sources, self.sample_interval_s, on_poll=self._on_poll)
         self._sampler.start()
         if self.detect_sync:
             if any(d.type == "cuda" for d in self._devices):
@@ -305,6 +348,9 @@ class GPUUtilizationMonitor(Callback):
         if self._timeline is not None:
             self._timeline.set_phase("idle", time.time())
             self._flush_timeline()
+        for export in self._exports:
+            self._call_export(export, "close")
+        self._exports = []
         if self._detector is not None:
             self.sync_sites = self._detector.top_sites(10)
             self._detector.uninstall()
@@ -324,14 +370,55 @@ class GPUUtilizationMonitor(Callback):
             for label, d in zip(self._labels, self._devices)
             if d.type == "cuda"
         ]
+        self._device_info = {label: DeviceInfo(label) for label in self._labels}
+        self._device_info.update({label: DeviceInfo(label, cuda_index=index) for label, index in cuda})
         if not cuda or not self.use_nvml:
             return sources
         nvml = self._init_nvml()
         if nvml is None:
             return sources
         handles = match_nvml_handles(nvml, [index for _, index in cuda])
-        sources += [NvmlSource(label, nvml, handles[index]) for label, index in cuda if index in handles]
-        return sources
+        gpus = [(index, NvmlSource(label, nvml, handles[index])) for label, index in cuda if index in handles]
+        for index, source in gpus:
+            # The devices as the exports name them: torch's index and NVML's (physical) one, side by side.
+            self._device_info[source.label] = DeviceInfo(
+                source.label, index, source.nvml_index, source.uuid, source.power_limit_w
+            )
+        return sources + [source for _, source in gpus]
+
+    @staticmethod
+    def _find_destinations(trainer: pl.Trainer, config: TimelineExportConfig) -> list[Destination]:
+        """Where the Trainer's loggers keep their runs, on every rank (every rank calls this, in setup)."""
+        found = destinations(trainer.loggers, config) if trainer.is_global_zero else []
+        if trainer.world_size > 1:
+            # Lightning's loggers are open on rank 0 only: it says where their runs are, every rank writes there.
+            found = trainer.strategy.broadcast(found)
+        return found
+
+    @staticmethod
+    def _files_dir(trainer: pl.Trainer, log_dir: str | None, found: Sequence[Destination]) -> str | None:
+        """Where the monitor's own files go (diagnosis.json, timeline/): Lightning's ``trainer.log_dir``, except with an
+        MLFlowLogger first. Lightning's log_dir is then MLflow's store itself: a file store's root, where a folder
+        reads as a malformed experiment, or ``None`` for a sqlite store or a server, where nothing would be written.
+        They go to ``<default_root_dir>/gpu_monitor/<run id>`` instead (and diagnosis.json into the run too)."""
+        first = next((d for d in found if d.kind == "mlflow" and d.logger_index == 0 and d.run_id), None)
+        if first is None or first.run_id is None:
+            return log_dir
+        return str(Path(trainer.default_root_dir) / "gpu_monitor" / first.run_id)
+
+    def _call_export(self, export: TimelineExport, method: str, *args: Any) -> None:
+        """One writer's call; a writer that fails is dropped with a warning (its logger's store went away, ...)."""
+        try:
+            getattr(export, method)(*args)
+        except Exception as err:  # noqa: BLE001  (a logger's store must not stop training; the files still have it)
+            # Said on every rank: each writes its own points, and one rank may fail alone (its store unreachable).
+            warnings.warn(
+                f"GPUUtilizationMonitor (rank {self._rank}): stopped writing the time line to {export.kind} ({err!r});"
+                " the time line's file and the window means go on",
+                stacklevel=2,
+            )
+            if export in self._exports:
+                self._exports.remove(export)
 
     def _init_nvml(self) -> Any:
         if not is_available("pynvml"):
@@ -495,7 +582,7 @@ class GPUUtilizationMonitor(Callback):
         if self._detector is not None:
             self.sync_sites = self._detector.top_sites(10)
         self._phase("idle")
-        self._flush_timeline(trainer)
+        self._flush_timeline()
         # on_train_end runs after the last batch's increment: this is the number of batches that stepped.
         self._run_diagnosis(
             trainer, self._fit_acc, self._fit_stats, scope="fit", span="the whole fit", step=_logging_step(trainer)
@@ -610,11 +697,22 @@ class GPUUtilizationMonitor(Callback):
         self._window_steps = 0
         acc = self._timer.take()
         stats = self._sampler.collect() if self._sampler is not None else {}
+        if self._timeline is not None:
+            timing = self._timing_values(acc)
+            self._timeline.record(
+                time.time(),
+                {
+                    K.metric_key(group, label, name): timing[(group, name)]
+                    for label in self._labels
+                    for group, name in TIMELINE_WINDOW_FIELDS
+                    if (group, name) in timing
+                },
+            )
         for into_acc, into_stats in ((self._period_acc, self._period_stats), (self._fit_acc, self._fit_stats)):
             into_acc.merge(acc)
             merge_stat_sets(into_stats, stats)
         rows = self._gather(trainer, self._local_rows(acc, stats))
-        self._flush_timeline(trainer)
+        self._flush_timeline()
         if not trainer.is_global_zero:
             return
         metrics = self._to_metrics(self._per_device(rows))
@@ -623,8 +721,8 @@ class GPUUtilizationMonitor(Callback):
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=step)
 
-    def _flush_timeline(self, trainer: pl.Trainer | None = None) -> None:
-        """The time line's new points to its file, and (rank 0) to a bundle NeptuneLogger's run."""
+    def _flush_timeline(self) -> None:
+        """The time line's new points to its file, and to this rank's writers into the Trainer's loggers."""
         if self._timeline is None:
             return
         try:
@@ -633,17 +731,12 @@ class GPUUtilizationMonitor(Callback):
             rank_zero_warn(f"GPUUtilizationMonitor: stopped writing the time line ({err}); its window means go on")
             self._timeline = None
             return
-        if trainer is None or not trainer.is_global_zero:
+        if not self._exports:
             return
-        for logger in trainer.loggers:
-            if type(logger).__name__ == "NeptuneLogger" and type(logger).__module__.startswith("lightning_mgpu"):
-                points, self._neptune_index = self._timeline.since(self._neptune_index)
-                run = logger.experiment  # type: ignore[attr-defined]  # the bundle's NeptuneLogger (checked above)
-                for point in points:
-                    if point.get("mark"):
-                        run[f"{TIMELINE_PREFIX}/phase"].append(point["phase"], timestamp=point["t"])
-                    for key, value in point["values"].items():
-                        run[f"{TIMELINE_PREFIX}/{key}"].append(value, timestamp=point["t"])
+        points, self._export_index = self._timeline.since(self._export_index)
+        if points:
+            for export in list(self._exports):
+                self._call_export(export, "write", points)
 
     @staticmethod
     def _to_metrics(per_device: Mapping[str, Mapping[tuple[str, str], float]]) -> dict[str, float]:
@@ -666,7 +759,7 @@ class GPUUtilizationMonitor(Callback):
         self, trainer: pl.Trainer, acc: TimingAcc, stats: Mapping[str, StatSet], scope: str, span: str, step: int
     ) -> None:
         rows = self._gather(trainer, self._local_rows(acc, stats))
-        self._flush_timeline(trainer)
+        self._flush_timeline()
         if not trainer.is_global_zero:
             return
         per_device = {
@@ -692,3 +785,15 @@ class GPUUtilizationMonitor(Callback):
                 thresholds=asdict(self.thresholds),
                 context=self._context,
             )
+        if scope == "fit" and self._exports:
+            # The fit's verdicts, and the files worth keeping with the run: diagnosis.json and a dashboard folder
+            # (written by `lightning-mgpu dashboard --serve` during the fit, or a render into the log folder).
+            files: dict[str, str] = {}
+            if self.diagnosis_path is not None:
+                files[self.json_filename] = str(self.diagnosis_path)
+            dashboard = Path(self._log_dir) / "dashboard" if self._log_dir is not None else None
+            if dashboard is not None and (dashboard / "index.html").is_file():
+                files["dashboard"] = str(dashboard)
+            verdicts = {d.device: d.verdict for d in diagnoses}
+            for export in list(self._exports):
+                self._call_export(export, "finish", verdicts, files)

@@ -288,6 +288,19 @@ class NvmlSource:
             ),
         }
         self._unsupported: set[str] = set()
+        #: NVML's index of this GPU (PCI order, the physical index; ``CUDA_VISIBLE_DEVICES`` does not renumber it)
+        #: and its enforced power limit in W: what MLflow names and divides by. ``None`` where NVML does not say.
+        self.nvml_index: int | None = self._ask(lambda: int(n.nvmlDeviceGetIndex(handle)))
+        self.power_limit_w: float | None = self._ask(lambda: n.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0)
+        uuid = self._ask(lambda: n.nvmlDeviceGetUUID(handle))
+        self.uuid: str | None = (uuid.decode() if isinstance(uuid, bytes) else str(uuid)) if uuid is not None else None
+
+    @staticmethod
+    def _ask(query: Callable[[], Any]) -> Any:
+        try:
+            return query()
+        except Exception:  # noqa: BLE001  (an old driver or a board without the query: the exports do without)
+            return None
 
     def read(self) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []

@@ -133,10 +133,14 @@ def test_the_time_line_of_a_fit_has_its_phases_and_reaches_a_neptune_run(tmp_pat
         points = read_timeline(timeline_path(trainer.log_dir, 0))
         phases = {p["phase"] for p in points}
         assert {"train", "validation", "checkpoint", "idle"} <= phases, phases
-        sampled = [p for p in points if p["values"]]
+        # The background polls (cpu/..., gpu/...), and one point per logging window with its data-wait share.
+        sampled = [p for p in points if any(k.startswith(("cpu/", "gpu/")) for k in p["values"])]
+        windows = [p for p in points if "time/rank0/data_wait_pct" in p["values"]]
         assert len(sampled) >= 20 and all(
             "cpu/rank0/util_pct" in p["values"] or "cpu/rank0/rss_gb" in p["values"] for p in sampled
         )
+        assert len(windows) == 13  # a window every 5 of the 2 x 32 steps, and one for the last 4
+        assert [p for p in points if p["values"]] == sorted(sampled + windows, key=lambda p: p["t"])
         assert [p["t"] for p in points] == sorted(p["t"] for p in points)
         assert points[-1]["phase"] == "idle" and points[-1].get("mark")  # after the last batch
         run = neptune.experiment

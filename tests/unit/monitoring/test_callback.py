@@ -8,11 +8,9 @@ The in-process tests; the ones that launch processes are in ``tests/integration/
 from __future__ import annotations
 
 import csv
-import importlib.machinery
 import logging
 import os
 import sys
-import types
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,78 +29,16 @@ from lightning_mgpu.monitoring.samplers import (
     match_nvml_handles,
 )
 from lightning_mgpu.monitoring.step_timing import SYNC_WARNING, StepTimer, SyncDetector
+from tests.helpers.fake_nvml import FakeGPU, install_fake_gpus
 from tests.helpers.runif import RunIf, require_or_skip
 from tests.helpers.trainer import quiet_trainer
 
 
 # --------------------------------------------------------------------------- fake NVML
-class FakeGPU:
-    def __init__(self, uuid: str, util: float, buffered: bool = True) -> None:
-        self.uuid, self.util, self.buffered = uuid, util, buffered
-        self.samples: dict[int, list[tuple[int, float]]] = {0: [], 1: [], 5: []}  # power, util, SM clock
-        self.mem_used, self.mem_total = 3 * 2**30, 80 * 2**30
-        self.power_mw, self.clock = 250_000, 1410
-
-
-class NVMLError(Exception):
-    def __init__(self, value: int) -> None:
-        super().__init__(f"NVML error {value}")
-        self.value = value
-
-
-def make_fake_pynvml(gpus: list[FakeGPU]) -> types.ModuleType:
-    """A ``pynvml`` stand-in: devices in "PCI order", UUIDs, a sample buffer per quantity."""
-    m = types.ModuleType("pynvml")
-    m.__spec__ = importlib.machinery.ModuleSpec("pynvml", None)
-    m.NVML_TOTAL_POWER_SAMPLES, m.NVML_GPU_UTILIZATION_SAMPLES, m.NVML_PROCESSOR_CLK_SAMPLES = 0, 1, 5
-    m.NVML_CLOCK_SM, m.NVML_ERROR_NOT_SUPPORTED, m.NVML_ERROR_NOT_FOUND = 1, 3, 6
-    m.NVMLError = NVMLError
-    m.calls = {"init": 0, "shutdown": 0}
-
-    def init() -> None:
-        m.calls["init"] += 1
-
-    def shutdown() -> None:
-        m.calls["shutdown"] += 1
-
-    def get_samples(h: FakeGPU, kind: int, since: int):
-        if not h.buffered:
-            raise NVMLError(3)
-        fresh = [(ts, v) for ts, v in h.samples[kind] if ts > since]
-        if not fresh:
-            raise NVMLError(6)
-        # value type 1 = unsigned int, as the driver reports utilisation and clocks
-        return 1, [SimpleNamespace(timeStamp=ts, sampleValue=SimpleNamespace(uiVal=int(v))) for ts, v in fresh]
-
-    m.nvmlInit, m.nvmlShutdown = init, shutdown
-    m.nvmlDeviceGetCount = lambda: len(gpus)
-    m.nvmlDeviceGetHandleByIndex = lambda i: gpus[i]
-    # Real pynvml returns str in recent versions and bytes in old ones: exercise both.
-    m.nvmlDeviceGetUUID = lambda h: f"GPU-{h.uuid}".encode() if gpus.index(h) % 2 else f"GPU-{h.uuid}"
-    m.nvmlDeviceGetSamples = get_samples
-    m.nvmlDeviceGetUtilizationRates = lambda h: SimpleNamespace(gpu=h.util, memory=0)
-    m.nvmlDeviceGetMemoryInfo = lambda h: SimpleNamespace(
-        used=h.mem_used, total=h.mem_total, free=h.mem_total - h.mem_used
-    )
-    m.nvmlDeviceGetPowerUsage = lambda h: h.power_mw
-    m.nvmlDeviceGetClockInfo = lambda h, kind: h.clock
-    return m
-
-
 @pytest.fixture
 def fake_gpus(monkeypatch: pytest.MonkeyPatch) -> list[FakeGPU]:
     """Four GPUs in NVML (PCI) order; torch sees only CUDA_VISIBLE_DEVICES=3,1 (in that order)."""
-    gpus = [FakeGPU(f"0000000{i}-aaaa-bbbb-cccc-00000000000{i}", util=10.0 * (i + 1)) for i in range(4)]
-    monkeypatch.setitem(sys.modules, "pynvml", make_fake_pynvml(gpus))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
-
-    def get_device_properties(index: int) -> Any:
-        # What the CUDA runtime does: torch index i is the i-th entry of CUDA_VISIBLE_DEVICES.
-        physical = int(os.environ["CUDA_VISIBLE_DEVICES"].split(",")[index])
-        return SimpleNamespace(uuid=gpus[physical].uuid, name="Fake GPU")
-
-    monkeypatch.setattr(torch.cuda, "get_device_properties", get_device_properties)
-    return gpus
+    return install_fake_gpus(monkeypatch)
 
 
 def test_uuid_matching_follows_cuda_visible_devices(fake_gpus: list[FakeGPU]) -> None:
