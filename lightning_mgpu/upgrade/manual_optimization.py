@@ -58,10 +58,22 @@ class Clip:
 
 @dataclass(frozen=True)
 class ManualPlan:
-    """The classes this file converts, and the clipping moved from its Trainers into them."""
+    """The classes this file converts, and the clipping moved from its Trainers into them.
+
+    ``subclasses``: the file's subclasses of a converted class, by name: ``"helper"`` (its own 1.x step becomes its
+    ``_training_step_1x``, which the inherited step calls), ``"automatic"`` (a step of one optimizer, without
+    ``optimizer_idx``: it sets ``automatic_optimization = True`` again) or ``"inherit"`` (nothing to change).
+    """
 
     classes: frozenset[str]
     clip: Clip | None = None
+    subclasses: tuple[tuple[str, str], ...] = ()
+
+    def kind(self, name: str) -> str:
+        """``"base"``, a subclass's kind, or ``""`` for a class this rule leaves alone."""
+        if name in self.classes:
+            return "base"
+        return dict(self.subclasses).get(name, "")
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -75,20 +87,6 @@ def _methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
 def _is_lightning_class(cls: cst.ClassDef) -> bool:
     bases = {(dotted(b.value) or "").rsplit(".", 1)[-1] for b in cls.bases}
     return bool(bases - rules.NON_LIGHTNING_BASES)
-
-
-def _plain_params(func: cst.FunctionDef) -> list[str] | None:
-    """The parameter names of ``def f(a, b, c)``; None where there are ``*args``, keyword-only or defaults."""
-    params = func.params
-    if (
-        params.star_arg is not cst.MaybeSentinel.DEFAULT
-        or params.kwonly_params
-        or params.star_kwarg is not None
-        or params.posonly_params
-        or any(p.default is not None for p in params.params)
-    ):
-        return None
-    return [p.name.value for p in params.params]
 
 
 class _Names(cst.CSTVisitor):
@@ -190,6 +188,44 @@ class _DropFrequency(cst.CSTTransformer):
         return updated.with_changes(elements=kept)
 
 
+def _step_of_1x(step: cst.FunctionDef) -> bool:
+    """``def training_step(self, batch, batch_idx, optimizer_idx)`` (a default on the index is kept: the new step
+    passes it), undecorated, its body free of the name its index is renamed to."""
+    params = step.params
+    if (
+        step.decorators
+        or params.star_arg is not cst.MaybeSentinel.DEFAULT
+        or params.kwonly_params
+        or params.star_kwarg is not None
+        or params.posonly_params
+        or any(p.default is not None for p in params.params[:3])
+    ):
+        return False
+    names = [p.name.value for p in params.params]
+    # (a fifth parameter is truncated backprop's hiddens)
+    return len(names) == 4 and names[0] == "self" and names[3] == "optimizer_idx" and INDEX not in _code(step)
+
+
+def _safe_class(cls: cst.ClassDef) -> bool:
+    """Nothing in ``cls`` that manual optimization would skip or change (see the module's docstring)."""
+    methods = _methods(cls)
+    if REFUSED_HOOKS & set(methods):
+        return False
+    code = _code(cls)
+    if "automatic_optimization" in code or "truncated_bptt_steps" in code:
+        return False  # manual optimization already, or truncated backprop through time
+    configure = methods.get("configure_optimizers")
+    if configure is not None and any(word in _code(configure) for word in ("ReduceLROnPlateau", "monitor")):
+        return False  # 2.x drops the monitor under manual optimization: stepping it by hand is the user's call
+    # Hooks 2.x no longer passes optimizer_idx to (on_before_optimizer_step, backward, ...) must not read it.
+    for name, method in methods.items():
+        if name in rules.HOOK_DROPPED_PARAMS and name != "training_step":
+            if "optimizer_idx" in {p.name.value for p in method.params.params}:
+                if "optimizer_idx" in _code(method.body):
+                    return False
+    return True
+
+
 def convertible(cls: cst.ClassDef) -> bool:
     """Whether ``cls`` is a LightningModule whose ``training_step`` takes ``optimizer_idx`` in a shape this rule
     converts faithfully (see the module's docstring)."""
@@ -197,26 +233,28 @@ def convertible(cls: cst.ClassDef) -> bool:
         return False
     methods = _methods(cls)
     step, configure = methods.get("training_step"), methods.get("configure_optimizers")
-    if step is None or configure is None or step.decorators:
+    if step is None or configure is None or not _step_of_1x(step) or not _safe_class(cls):
         return False
-    params = _plain_params(step)
-    if params is None or len(params) != 4 or params[0] != "self" or params[3] != "optimizer_idx":
-        return False  # a fifth parameter is truncated backprop's hiddens
-    if INDEX in _code(step):
-        return False  # the helper's parameter is renamed to a name the step does not use
-    if REFUSED_HOOKS & set(methods):
-        return False
-    code = _code(cls)
-    if "automatic_optimization" in code or "truncated_bptt_steps" in code:
-        return False  # manual optimization already, or truncated backprop through time
-    if any(word in _code(configure) for word in ("ReduceLROnPlateau", "monitor")):
-        return False  # 2.x drops the monitor under manual optimization: stepping it by hand is the user's call
-    # Methods whose optimizer_idx 2.x no longer passes (on_before_optimizer_step, backward, ...) must not read it.
-    for name, method in methods.items():
-        if name != "training_step" and "optimizer_idx" in {p.name.value for p in method.params.params}:
-            if "optimizer_idx" in _code(method.body):
-                return False
     return frequencies(configure) is not False
+
+
+def _subclass_kind(cls: cst.ClassDef, base_frequencies: list[str]) -> str | None:
+    """What a subclass of a converted class needs (see :class:`ManualPlan`), or None where it cannot be made
+    faithful (the whole family then keeps the TODO)."""
+    if not _safe_class(cls):
+        return None
+    methods = _methods(cls)
+    configure = methods.get("configure_optimizers")
+    if configure is not None:
+        own = frequencies(configure)
+        if own is False or (own and own != base_frequencies):
+            return None  # its own frequencies: the inherited step turns by the base's
+    step = methods.get("training_step")
+    if step is None:
+        return "inherit"
+    if "optimizer_idx" not in {p.name.value for p in step.params.params}:
+        return "automatic"
+    return "helper" if _step_of_1x(step) else None
 
 
 class _TrainerArgs(cst.CSTVisitor):
@@ -263,6 +301,35 @@ def plan(module: cst.Module) -> ManualPlan:
     candidates = [c for c in classes if convertible(c)]
     names = [c.name.value for c in classes]
     candidates = [c for c in candidates if names.count(c.name.value) == 1]  # two classes of one name: which?
+    # A subclass in the file inherits automatic_optimization = False and the new step: each must fit, or its base
+    # is not converted (until nothing changes: a subclass of a subclass too).
+    subclasses: dict[str, str] = {}
+    while candidates:
+        base_frequencies = {}
+        for c in candidates:
+            found = frequencies(_methods(c)["configure_optimizers"])
+            base_frequencies[c.name.value] = found if isinstance(found, list) else []
+        family = {c.name.value: c.name.value for c in candidates}  # class -> its converted ancestor
+        subclasses, refused = {}, set()
+        changed = True
+        while changed:
+            changed = False
+            for c in classes:
+                if c.name.value in family:
+                    continue
+                bases = {(dotted(b.value) or "").rsplit(".", 1)[-1] for b in c.bases} & set(family)
+                if not bases:
+                    continue
+                root = family[next(iter(bases))]
+                kind = _subclass_kind(c, base_frequencies[root])
+                if kind is None or len(bases) > 1 or names.count(c.name.value) != 1:
+                    refused.add(root)
+                family[c.name.value] = root
+                subclasses[c.name.value] = kind or ""
+                changed = True
+        if not refused:
+            break
+        candidates = [c for c in candidates if c.name.value not in refused]
     if not candidates:
         return ManualPlan(frozenset())
     args = _TrainerArgs()
@@ -284,7 +351,7 @@ def plan(module: cst.Module) -> ManualPlan:
         clip = Clip(next(iter(clip_values)), next(iter(algorithms)) if algorithms else None)
     elif algorithms:
         return ManualPlan(frozenset())
-    return ManualPlan(frozenset(c.name.value for c in candidates), clip)
+    return ManualPlan(frozenset(c.name.value for c in candidates), clip, tuple(sorted(subclasses.items())))
 
 
 class _Rename(cst.CSTTransformer):
@@ -302,6 +369,20 @@ class _Rename(cst.CSTTransformer):
 
     def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
         return updated.with_changes(keyword=original.keyword)  # f(optimizer_idx=...) keeps its keyword
+
+
+class _SuperStep(cst.CSTTransformer):
+    """``super().training_step(...)`` in a subclass's 1.x step -> ``super()._training_step_1x(...)``: the base's 1.x
+    step is its helper now (its training_step is the new one, without the index)."""
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
+        if (
+            updated.attr.value == "training_step"
+            and isinstance(updated.value, cst.Call)
+            and dotted(updated.value.func) == "super"
+        ):
+            return updated.with_changes(attr=cst.Name(HELPER))
+        return updated
 
 
 def _training_step(freqs: list[str], clip: Clip | None) -> str:
@@ -422,6 +503,42 @@ def convert(cls: cst.ClassDef, clip: Clip | None) -> cst.ClassDef | None:
         else:
             body.append(statement)
     # The flag goes first in the class body, after a docstring.
+    body = _with_flag(body, flag)
+    return cls.with_changes(body=cls.body.with_changes(body=body))
+
+
+def convert_subclass(cls: cst.ClassDef, kind: str) -> cst.ClassDef | None:
+    """A subclass of a converted class: its own 1.x step becomes its ``_training_step_1x`` (``"helper"``), or a step
+    of one optimizer gets automatic optimization back (``"automatic"``); None where it no longer fits.
+
+    Args:
+        cls: the subclass, as the other rules left it.
+        kind: what it needs (:class:`ManualPlan`).
+    """
+    if not isinstance(cls.body, cst.IndentedBlock):
+        return None
+    methods = _methods(cls)
+    step = methods.get("training_step")
+    if kind == "helper":
+        if step is None or not _step_of_1x(step):
+            return None
+        renamed = step.with_changes(name=cst.Name(HELPER)).visit(_Rename("optimizer_idx", INDEX))
+        assert isinstance(renamed, cst.FunctionDef)
+        helper = renamed.visit(_SuperStep())
+        body = [helper if s is step else s for s in cls.body.body]
+        return cls.with_changes(body=cls.body.with_changes(body=body))
+    if kind == "automatic":
+        flag = cst.parse_statement(
+            "# its base steps several optimizers by hand; this step of one optimizer is Lightning's to run\n"
+            "automatic_optimization = True\n"
+        )
+        return cls.with_changes(body=cls.body.with_changes(body=_with_flag(list(cls.body.body), flag)))
+    return cls
+
+
+def _with_flag(body: list[Any], flag: Any) -> list[Any]:
+    """``body`` with ``flag`` (a class attribute, its comment in its leading lines) first, after a docstring, a blank
+    line around it."""
     first = body[0]
     docstring = (
         isinstance(first, cst.SimpleStatementLine)
@@ -429,11 +546,9 @@ def convert(cls: cst.ClassDef, clip: Clip | None) -> cst.ClassDef | None:
         and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
     )
     at = 1 if docstring else 0
-    flag_lines = list(getattr(flag, "leading_lines", []))  # the flag's comment
     if at == 1:  # a blank line between the docstring and the flag's comment
-        flag = flag.with_changes(leading_lines=[cst.EmptyLine(indent=False), *flag_lines])
+        flag = flag.with_changes(leading_lines=[cst.EmptyLine(indent=False), *flag.leading_lines])
     blank_after = at < len(body) and not (body[at].leading_lines and body[at].leading_lines[0].comment is None)
     if blank_after:  # and one after the flag
         body[at] = body[at].with_changes(leading_lines=[cst.EmptyLine(indent=False), *body[at].leading_lines])
-    body.insert(at, flag)
-    return cls.with_changes(body=cls.body.with_changes(body=body))
+    return [*body[:at], flag, *body[at:]]

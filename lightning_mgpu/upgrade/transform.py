@@ -24,6 +24,7 @@ from lightning_mgpu.upgrade.grad_norm import plan as grad_norm_plan
 from lightning_mgpu.upgrade.hooks import convert_epoch_ends, convert_log_returns, convert_renamed_hooks, with_comments
 from lightning_mgpu.upgrade.manual_optimization import CLIP_ARGS, ManualPlan
 from lightning_mgpu.upgrade.manual_optimization import convert as manual_convert
+from lightning_mgpu.upgrade.manual_optimization import convert_subclass as manual_convert_subclass
 from lightning_mgpu.upgrade.manual_optimization import plan as manual_plan
 from lightning_mgpu.upgrade.metrics import class_counts, with_task
 from lightning_mgpu.upgrade.removed_names import epoch_output_annotation, test_tube_arguments, trainer_attribute
@@ -710,7 +711,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._scopes: list[Scope] = []
         self._class_depth = 0
         self._class_has_optimizer_idx: list[bool] = []
-        self._class_manual: list[bool] = []  # the class becomes manual optimization (manual_optimization.py)
+        self._class_manual: list[str] = []  # what manual_optimization.py makes of the class (ManualPlan.kind)
         self._manual = ManualPlan(frozenset())
         #: local name -> (bundle module, new name, extra call kwargs) for the removed classes imported in this file.
         self.renamed: dict[str, tuple[str, str, dict[str, str]]] = {}
@@ -1634,7 +1635,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         if bases & {"LightningDataModule"} or bases & self.datamodules:
             self.datamodules.add(node.name.value)
         self._class_has_optimizer_idx.append(has_optimizer_idx)
-        self._class_manual.append(node.name.value in self._manual.classes)
+        self._class_manual.append(self._manual.kind(node.name.value))
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._class_depth -= 1
@@ -1671,21 +1672,29 @@ class UpgradeTransformer(cst.CSTTransformer):
                 self._add_import(f"{self.namespace}.{module}", name, None)
         if manual:  # several optimizers -> manual optimization, as 1.x ran them: manual_optimization.py
             try:
-                converted = manual_convert(updated, self._manual.clip)
+                converted = (
+                    manual_convert(updated, self._manual.clip)
+                    if manual == "base"
+                    else manual_convert_subclass(updated, manual)
+                )
             except Exception as err:  # noqa: BLE001  (the class stays as the other rewrites left it, with its TODO)
                 self._internal_error(original, err)
                 converted = None
+            changed = False
             if converted is None:  # the other rewrites left a shape this rule does not take: today's TODO
                 text = rules.todo_text("optimizer-idx", hook="training_step")
                 self.findings.append(Finding(lines.get("training_step", self._line(original)), text, todo=True))
                 comments.append(("training_step", text))
             else:
-                updated = converted
+                changed, updated = converted is not updated, converted
+            if changed and manual == "base":
                 self._change(
                     original,
                     "manual-optimization",
                     "training_step(..., optimizer_idx) -> manual optimization, each optimizer as 1.x stepped it",
                 )
+            elif changed:
+                self._change(original, "manual-optimization", f"a subclass of a manual-optimization class: {manual}")
         return with_comments(updated, comments) if comments else updated
 
     def leave_FunctionDef(
@@ -1712,14 +1721,14 @@ class UpgradeTransformer(cst.CSTTransformer):
         return updated
 
     def _drop_params(self, original: cst.FunctionDef, updated: cst.FunctionDef, hook: str) -> cst.FunctionDef:
+        if hook == "training_step" and self._class_manual[-1] in ("base", "helper"):
+            return updated  # the step becomes _training_step_1x, index and all, when the class is left
         names = {p.name.value for p in updated.params.params}
         dropped = set()
         for name in rules.HOOK_DROPPED_PARAMS[hook]:
             if name not in names:
                 continue
             if _uses(updated.body, name, hook):
-                if name == "optimizer_idx" and hook == "training_step" and self._class_manual[-1]:
-                    continue  # the class becomes manual optimization when it is left (leave_ClassDef)
                 if name == "optimizer_idx":
                     self._todo(original, rules.todo_text("optimizer-idx", hook=hook))
                 continue

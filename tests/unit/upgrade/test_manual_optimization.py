@@ -316,3 +316,57 @@ def test_the_moved_clipping_clips(tmp_path) -> None:
     _fit(model, tmp_path, epochs=1)  # 2.x would refuse the Trainer's clipping under manual optimization
     # SGD with lr 0.1 and gradients clipped to norm 1e-6: 5 steps move the weights by less than ~1e-5 (momentum)
     assert (model.discriminator.weight - before).abs().max() < 1e-5
+
+
+SUBCLASSES = (
+    GAN
+    + '''
+
+class GumbelGAN(GAN):
+    def training_step(self, batch, batch_idx, optimizer_idx):
+        self.temperature = 0.5
+        return super().training_step(batch, batch_idx, optimizer_idx)
+
+
+class NoDiscriminator(GAN):
+    """One optimizer: Lightning's automatic optimization, as before."""
+
+    def training_step(self, batch, batch_idx):
+        return self.generator(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.generator.parameters(), lr=0.1)
+
+
+class Plain(GAN):
+    pass
+'''
+)
+
+
+def test_subclasses_in_the_file_follow_their_base(tmp_path) -> None:
+    """A subclass inherits automatic_optimization = False and the new step: its own 1.x step becomes its helper, and a
+    step of one optimizer gets automatic optimization back (else it would silently train nothing)."""
+    import torch
+
+    out = upgraded(SUBCLASSES)
+    assert rules.TODO_TAG not in out, out
+    assert "class GumbelGAN(GAN):\n    def _training_step_1x(self, batch, batch_idx, optimizer_index):\n" in out
+    assert "super()._training_step_1x(batch, batch_idx, optimizer_index)" in out  # the base's 1.x step, renamed
+    assert '    """One optimizer: Lightning\'s automatic optimization, as before."""\n\n    # its base' in out
+    assert "    automatic_optimization = True\n" in out
+    namespace: dict[str, object] = {}
+    exec(compile(out, "converted", "exec"), namespace)  # noqa: S102
+    single = namespace["NoDiscriminator"]()  # type: ignore[operator]
+    before = single.generator.weight.clone()
+    _fit(single, tmp_path, epochs=1)
+    assert not torch.equal(before, single.generator.weight)
+    gumbel = namespace["GumbelGAN"]()  # type: ignore[operator]
+    _fit(gumbel, tmp_path, epochs=1)
+    assert gumbel.temperature == 0.5 and [s[0] for s in gumbel.seen[:2]] == [0, 1]
+
+
+def test_a_subclass_that_cannot_follow_keeps_the_family_as_it_was() -> None:
+    source = SUBCLASSES + "\n\nclass Stepper(GAN):\n    def optimizer_step(self, *args, **kwargs):\n        pass\n"
+    out = upgrade_source(source).source
+    assert "automatic_optimization" not in out and "optimizer-idx)" in out
