@@ -19,6 +19,11 @@ readers flag any ``optimizer_idx`` parameter as a 1.x leftover) and gets ``autom
   batch every ``frequency`` epochs, only those of the optimizers active at the batch (with optimizer frequencies 1.x
   asked that of the batch's index across epochs).
 
+Subclasses in the same file follow their base: a 1.x step of their own becomes their ``_training_step_1x``
+(``super().training_step`` -> ``super()._training_step_1x``), a step of one optimizer gets
+``automatic_optimization = True`` back; a subclass in any other shape keeps the whole family as it was. Subclasses in
+other files cannot be seen: a one-optimizer subclass elsewhere inherits ``automatic_optimization = False``.
+
 Converted only where the file shows all of it; otherwise the ``optimizer-idx`` TODO stays: the class defines
 ``configure_optimizers`` (without ``ReduceLROnPlateau`` or ``"monitor"``: 2.x drops the monitor under manual
 optimization), frequencies are literal or read from ``self``, no hook that 2.x skips under manual optimization

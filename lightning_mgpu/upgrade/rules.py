@@ -701,7 +701,9 @@ RULES = _rules(
         " optimization; clipped before on_before_optimizer_step, where 1.x clipped after it), step and"
         " untoggle_optimizer; a step returning None skips its optimizer. The schedulers step after the batch as 1.x"
         ' stepped them (interval "step" every frequency batches, "epoch" after the last batch every frequency'
-        " epochs). Where the file does not show all of it (ReduceLROnPlateau or a monitor, optimizer_step,"
+        " epochs). Subclasses in the file follow: their own 1.x step becomes their _training_step_1x, a step of one"
+        " optimizer gets automatic_optimization = True back. Where the file does not show all of it"
+        " (ReduceLROnPlateau or a monitor, optimizer_step,"
         " optimizer_zero_grad or lr_scheduler_step overridden, accumulate_grad_batches, a Trainer's clipping or"
         " frequencies the file does not spell out, truncated backprop) the optimizer-idx TODO stays.",
         kind="rewrite",
