@@ -275,6 +275,8 @@ HOOK_DROPPED_PARAMS = {
     "optimizer_zero_grad": ("optimizer_idx",),
     "optimizer_step": ("optimizer_idx", "on_tpu", "using_native_amp", "using_lbfgs"),
     "backward": ("optimizer", "optimizer_idx"),
+    "on_before_optimizer_step": ("optimizer_idx",),
+    "lr_scheduler_step": ("optimizer_idx",),
 }
 STEP_END_HOOKS = ("training_step_end", "validation_step_end", "test_step_end")
 EPOCH_END_HOOKS = {
@@ -688,6 +690,25 @@ RULES = _rules(
         " opt.zero_grad(); self.manual_backward(loss); opt.step().",
     ),
     Rule(
+        "manual-optimization",
+        "training_step(..., optimizer_idx) over several optimizers -> manual optimization, stepped as 1.x did",
+        "Lightning 2.0 removed automatic optimization with several optimizers. The class gets"
+        " automatic_optimization = False, its step becomes _training_step_1x(self, batch, batch_idx,"
+        " optimizer_index), unchanged but for the index's name, and a new training_step does per batch what 1.x's"
+        ' automatic loop did: the active optimizers in order (all, or with "frequency" keys one, taking turns'
+        " over consecutive batches), each with toggle_optimizer, zero_grad, the step with its index, its loss (a"
+        " dict's \"loss\"), manual_backward, the Trainer's gradient clipping (moved here: 2.x refuses it under manual"
+        " optimization; clipped before on_before_optimizer_step, where 1.x clipped after it), step and"
+        " untoggle_optimizer; a step returning None skips its optimizer. The schedulers step after the batch as 1.x"
+        ' stepped them (interval "step" every frequency batches, "epoch" after the last batch every frequency'
+        " epochs). Subclasses in the file follow: their own 1.x step becomes their _training_step_1x, a step of one"
+        " optimizer gets automatic_optimization = True back. Where the file does not show all of it"
+        " (ReduceLROnPlateau or a monitor, optimizer_step,"
+        " optimizer_zero_grad or lr_scheduler_step overridden, accumulate_grad_batches, a Trainer's clipping or"
+        " frequencies the file does not spell out, truncated backprop) the optimizer-idx TODO stays.",
+        kind="rewrite",
+    ),
+    Rule(
         "step-end",
         "{hook} is never called in 2.x: move it to on_*_batch_end",
         "*_step_end hooks are gone. Under DDP-based strategies (ddp, sharded, horovod, ...) 1.x called them once per"
@@ -741,7 +762,8 @@ RULES = _rules(
         "hook-param",
         "{hook} lost {param} in 2.x: drop its uses",
         "on_train_batch_start/on_train_batch_end lost dataloader_idx, and on_train_epoch_end lost outputs, in 2.0;"
-        " training_step, optimizer_zero_grad, optimizer_step and backward lost optimizer_idx (optimizer_step also"
+        " training_step, optimizer_zero_grad, optimizer_step, backward, on_before_optimizer_step and lr_scheduler_step"
+        " lost optimizer_idx (optimizer_step also"
         " on_tpu, using_native_amp and using_lbfgs, backward its optimizer). The tool drops a parameter the body does"
         " not use; one it uses is left with this TODO (optimizer_idx in use: the optimizer-idx TODO).",
     ),

@@ -58,7 +58,7 @@ CORPUS: dict[str, Script] = {
     "lightning_1_0.py": Script("DataParallelStrategy", world=1),
     "resume_and_checkpoint.py": Script("DDPStrategy", world=2),
     # GPU scripts: their Trainer is built here with accelerator="cpu".
-    "gan_dp.py": Script("DataParallelStrategy", todos=frozenset({"optimizer-idx"}), build="build_trainer"),
+    "gan_dp.py": Script("DataParallelStrategy", build="build_trainer"),
     "seed_guide.py": Script("DataParallelStrategy", needs=("neptune", "fairscale"), build="build_trainer"),
     "sharded_gpus.py": Script("ShardedStrategy", todos=frozenset({"trainer-resume"}), build="build_trainer"),
     "multinode_ddp2.py": Script("DDP2Strategy", todos=frozenset({"step-end"}), build="build_trainer"),

@@ -38,7 +38,7 @@ def test_the_default_run_prints_a_diff_and_changes_nothing(scripts: Path, capsys
     assert "vendored.py" not in out + err
     # The summary: each change and TODO at file:line, the file that does not parse (at its line), and the total.
     assert f'{gan}:47: distributed_backend="dp" -> strategy="dp"' in err
-    assert f"{gan}:24: TODO(lightning-mgpu:optimizer-idx): training_step uses optimizer_idx" in err
+    assert f"{gan}:14: training_step(..., optimizer_idx) -> manual optimization" in err
     assert f"{scripts / 'seed_guide.py'}:4: NOTE(lightning-mgpu:fairscale-checkpoint): checkpoint_wrapper works" in err
     assert f"{scripts / 'broken.py'}: skipped, does not parse (line 1: " in err and "left untouched" in err
     total = len(SCRIPTS)
