@@ -188,6 +188,19 @@ def reduce_in_fixed_order(
     return []
 
 
+def _gradient_to_reduce(module: ShardedDataParallel, index: int, in_bucket: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Trainable parameter ``index`` and its gradient, made ready for a collective as FairScale's own hooks make it:
+    marked reduced, scaled by 1 / world size, and cast to fp16 when ``reduce_fp16`` (a bucketed gradient keeps its
+    bucket's dtype)."""
+    param = module._trainable_params[index]
+    module._grad_to_be_reduced[index] = False
+    assert param.grad is not None
+    param.grad.mul_(module._world_size_scaling)
+    if module._reduce_fp16 and not in_bucket:
+        param.grad.data = param.grad.data.half()
+    return param, param.grad
+
+
 @torch.no_grad()
 def _all_reduce_each(module: ShardedDataParallel, indices: list[int]) -> list[torch.Tensor]:
     """All-reduce these parameters' gradients (averaged, as FairScale's reduce would leave them on the owner) on every
@@ -197,13 +210,8 @@ def _all_reduce_each(module: ShardedDataParallel, indices: list[int]) -> list[to
     bucketed = module._should_bucket_grad if module._use_buckets else [False] * len(params)
     pending = []
     for i in indices:
-        param = params[i]
-        module._grad_to_be_reduced[i] = False
-        assert param.grad is not None
-        param.grad.mul_(module._world_size_scaling)
-        if module._reduce_fp16 and not bucketed[i]:
-            param.grad.data = param.grad.data.half()
-        pending.append((dist.all_reduce(param.grad.data, group=module._process_group, async_op=True), i))
+        param, grad = _gradient_to_reduce(module, i, bucketed[i])
+        pending.append((dist.all_reduce(grad.data, group=module._process_group, async_op=True), i))
     others = []
     for work, i in pending:
         work.wait()
@@ -233,15 +241,10 @@ def _reduce_each(module: ShardedDataParallel, indices: list[int]) -> None:
     bucketed = module._should_bucket_grad if module._use_buckets else [False] * len(params)
     pending = []
     for i in indices:
-        param = params[i]
-        module._grad_to_be_reduced[i] = False
-        assert param.grad is not None
-        param.grad.mul_(module._world_size_scaling)
-        if module._reduce_fp16 and not bucketed[i]:
-            param.grad.data = param.grad.data.half()
+        param, grad = _gradient_to_reduce(module, i, bucketed[i])
         owner = module._trainable_param_to_rank[param]
         work = dist.reduce(
-            param.grad.data, dst=module._local_to_global_rank[owner], group=module._process_group, async_op=True
+            grad.data, dst=module._local_to_global_rank[owner], group=module._process_group, async_op=True
         )
         pending.append((work, param, owner, bucketed[i]))
     for work, param, owner, in_bucket in pending:
