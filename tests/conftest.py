@@ -49,14 +49,30 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--extended",
+        action="store_true",
+        help="also run the extended tier: further variants of behaviours the default tier checks (about 10 minutes "
+        "more on 2 cores; before a release, and after a change to what they cover)",
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     import torch
 
     skip_gpu = pytest.mark.skip(reason="needs CUDA")
+    # The default tier is what CI runs (under 30 minutes on 2 cores); the extended tier adds variants of what it
+    # checks: another launcher for the same failure path, a benchmark's own run. Skipped, not deselected: the summary
+    # counts them.
+    skip_extended = pytest.mark.skip(reason="extended tier: run with --extended")
+    extended = config.getoption("--extended")
     integration = Path(__file__).parent / "integration"
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+        if "extended" in item.keywords and not extended:
+            item.add_marker(skip_extended)
         if item.path.is_relative_to(integration):
             item.add_marker(pytest.mark.integration)
         elif item.get_closest_marker("integration"):

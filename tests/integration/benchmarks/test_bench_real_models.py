@@ -14,6 +14,7 @@ from lightning_mgpu.utilities.imports import is_available
 from tests.helpers.launch import run_python
 
 
+@pytest.mark.extended  # the benchmark's own run: before a benchmark session, with --extended
 @pytest.mark.timeout(300)
 def test_every_arm_trains_both_models_and_is_paired_with_its_peers(tmp_path: Path) -> None:
     result = tmp_path / "real_models.json"

@@ -11,6 +11,7 @@ from benchmarks import bench_sharded_checkpoint
 from tests.helpers.runif import RunIf
 
 
+@pytest.mark.extended  # the benchmark's own run: before a benchmark session, with --extended
 @pytest.mark.timeout(300)
 def test_every_arm_saves_loads_and_reports_memory(tmp_path: Path) -> None:
     result = tmp_path / "sharded_checkpoint.json"

@@ -41,6 +41,7 @@ def test_an_unknown_suite_is_refused_with_the_choices() -> None:
     assert "invalid choice: 'speed'" in proc.stderr
 
 
+@pytest.mark.extended  # the benchmark's own run: before a benchmark session, with --extended
 @pytest.mark.timeout(600)
 def test_quick_dry_run_writes_report_json_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "results"

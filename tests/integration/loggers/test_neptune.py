@@ -20,7 +20,7 @@ require_or_skip("neptune")
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+@pytest.mark.parametrize("strategy", ["ddp", pytest.param("ddp_spawn", marks=pytest.mark.extended)])
 def test_two_process_training_writes_one_run_from_rank_zero(strategy: str, tmp_path: Path, neptune_dir: Path) -> None:
     out = tmp_path / "out"
     run_python(

@@ -70,7 +70,11 @@ def test_ddp_two_ranks_logs_both_and_diagnoses_input_vs_compute(tmp_path: Path) 
 
 @pytest.mark.parametrize(
     "strategy",
-    ["ddp_spawn", "sharded", pytest.param("horovod", marks=pytest.mark.horovod)],
+    [
+        pytest.param("ddp_spawn", marks=pytest.mark.extended),
+        "sharded",
+        pytest.param("horovod", marks=pytest.mark.horovod),
+    ],
 )
 def test_other_strategies_gather_every_rank(strategy: str, tmp_path: Path) -> None:
     args = [RUN, "--strategy", strategy, "--out", str(tmp_path), "--scenarios", "input", "--max-steps", "4"]

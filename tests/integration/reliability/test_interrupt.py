@@ -35,12 +35,13 @@ HOROVODRUN = (str(Path(sys.executable).with_name("horovodrun")), "-np", "2", "--
 STRATEGIES = [
     pytest.param("ddp", "2", (), id="ddp"),
     # One process still has a process group, and Lightning still swaps in a DistributedSampler (the GPU case).
-    pytest.param("ddp", "1", (), id="ddp-1process"),
-    pytest.param("ddp_spawn", "2", (), id="ddp_spawn"),
+    pytest.param("ddp", "1", (), id="ddp-1process", marks=pytest.mark.extended),
+    # Lightning's spawn launcher: sharded_spawn goes through it as well (the default tier runs that one).
+    pytest.param("ddp_spawn", "2", (), id="ddp_spawn", marks=pytest.mark.extended),
     pytest.param("sharded", "2", (), id="sharded", marks=RunIf(fairscale=True).marks),
     pytest.param("sharded_spawn", "2", (), id="sharded_spawn", marks=RunIf(fairscale=True).marks),
     pytest.param("sharded_fsdp2", "2", (), id="sharded_fsdp2"),
-    pytest.param("dp", "2", (), id="dp"),
+    pytest.param("dp", "2", (), id="dp", marks=pytest.mark.extended),
     pytest.param("ddp", "2", TORCHRUN, id="ddp-torchrun"),
     pytest.param("horovod", "2", HOROVODRUN, id="horovod-horovodrun", marks=RunIf(horovod=True).marks),
 ]

@@ -24,7 +24,8 @@ EXIT_BOUND_S = 60.0
 # What each launcher prints about the failed rank: its exception, or the signal that ended it.
 STRATEGIES = [
     pytest.param("ddp", id="ddp"),
-    pytest.param("ddp_spawn", id="ddp_spawn"),
+    # Lightning's spawn launcher: sharded_spawn goes through it as well (the default tier runs that one).
+    pytest.param("ddp_spawn", id="ddp_spawn", marks=pytest.mark.extended),
     pytest.param("sharded", id="sharded", marks=RunIf(fairscale=True).marks),
     pytest.param("sharded_spawn", id="sharded_spawn", marks=RunIf(fairscale=True).marks),
     pytest.param("horovod", id="horovod", marks=RunIf(horovod=True).marks),

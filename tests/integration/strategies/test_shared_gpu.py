@@ -206,7 +206,7 @@ def test_memory_peer_lightning_fsdp_shard_grad_op(ddp_on_shared_gpu: Path, tmp_p
     assert all(m["optimizer_bytes"] <= 0.55 * d["optimizer_bytes"] for m, d in zip(memory, ddp)), (memory, ddp)
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+@pytest.mark.parametrize("strategy", ["ddp", pytest.param("ddp_spawn", marks=pytest.mark.extended)])
 def test_nodes_of_one_device_over_gloo_match_one_process_on_cpu(strategy: str, tmp_path: Path) -> None:
     """The shared-device launch mode itself (two nodes of one device, gloo), here on the CPU: what the GPU cases use.
     Under ``ddp_spawn`` the checkpoint comes from the spawned workers (a save in the launching process after ``fit``

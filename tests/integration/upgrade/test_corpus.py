@@ -19,11 +19,24 @@ from tests.helpers.upgrade_corpus import CORPUS
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "helpers" / "upgrade_corpus"
 RUNNABLE = sorted(name for name, script in CORPUS.items() if script.world)
+#: More 1.x shapes of a ddp script on 2 processes: their conversions are checked in tests/unit/upgrade/test_corpus.py,
+#: and training them adds a launch each of what ddp_cpu_processes.py, argparse_trainer.py, epoch_end_hooks.py and
+#: resume_and_checkpoint.py already run.
+EXTENDED_RUNS = {"callbacks_1x.py", "conditional_strategy.py", "config_dict.py", "datamodule_argparse.py"}
+EXTENDED = pytest.mark.extended
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=RunIf(**{k: True for k in CORPUS[n].needs}).marks, id=n) for n in RUNNABLE]
+    "name",
+    [
+        pytest.param(
+            n,
+            marks=[*RunIf(**{k: True for k in CORPUS[n].needs}).marks, *([EXTENDED] if n in EXTENDED_RUNS else [])],
+            id=n,
+        )
+        for n in RUNNABLE
+    ],
 )
 def test_a_converted_1x_script_trains_under_the_strategy_it_named(name: str, tmp_path: Path, capsys) -> None:
     """Converted with --write and run with its 1.x command line, the script trains as 1.x ran it on this machine:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from benchmarks import profile_fsdp2
 
 
+@pytest.mark.extended  # the benchmark's own run: before a benchmark session, with --extended
 def test_families_add_up_to_the_step_and_groups_are_the_strategys(tmp_path: Path) -> None:
     out = tmp_path / "profile.json"
     profile_fsdp2.main(
