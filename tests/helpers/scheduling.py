@@ -7,7 +7,8 @@ the time (measured with vmstat over a serial run). A second worker fills that. W
 - a file's tests, which share module fixtures (one reference run, one set of parity launches);
 - the tests of the session's Ray cluster: each worker that needed it would start a cluster of its own;
 - the callback files that read ``run_callbacks.launch``'s runs (kept per process): a second worker would launch the
-  same runs again (about 30 CPU-s, when the files happened to be split).
+  same runs again (about 30 CPU-s, when the files happened to be split);
+- the contract tier's modules, which judge the same launches (``contract_runs``, one per process).
 
 So the work units are files, plus one unit for each of those groups (``SHARED_UNITS``). Units are handed out longest
 first, so that no long unit starts last and runs alone at the end: the Ray unit, then units by their number of
@@ -28,10 +29,12 @@ import pytest
 RAY_FIXTURES = ("ray_cluster", "ray_session")
 RAY_UNIT = "ray-cluster"
 CALLBACKS_UNIT = "callbacks-matrix"
+CONTRACT_UNIT = "contract"
 #: The units of several files, and what names a file as one of them (the xdist controller sees node ids, not fixtures).
 SHARED_UNITS = {
     RAY_UNIT: re.compile(r"\b(?:" + "|".join(RAY_FIXTURES) + r")\b"),
     CALLBACKS_UNIT: re.compile(r"\brun_callbacks import launch\b"),
+    CONTRACT_UNIT: re.compile(r"\bcontract_runs\b"),
 }
 
 

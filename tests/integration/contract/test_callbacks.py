@@ -1,0 +1,20 @@
+"""The contract tier, callbacks: ``ModelCheckpoint`` (top-k, ``every_n_train_steps``, ``save_last``), ``EarlyStopping``
+on every rank together, ``StochasticWeightAveraging`` or its one-line refusal (``tests/tests_pytorch/callbacks/``,
+``checkpointing/``).
+
+Every strategy runs the same small fits (``tests/integration/runners/run_contract.py``); ``tests/helpers/contract.py``
+judges what each rank saw.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.contract import Runs, features_of, strategy_params
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("feature", features_of("callbacks"))
+@pytest.mark.parametrize("strategy", strategy_params())
+def test_callbacks_behave_as_lightning_tests_them(contract_runs: Runs, strategy: str, feature: str) -> None:
+    contract_runs.check(strategy, feature)

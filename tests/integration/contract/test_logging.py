@@ -1,0 +1,19 @@
+"""The contract tier, logging: ``self.log`` with ``sync_dist`` (mean and sum) and ``rank_zero_only``, and ``all_gather``
+of a nested collection with a strided tensor (``tests/tests_pytorch/trainer/logging_/``).
+
+Every strategy runs the same small fits (``tests/integration/runners/run_contract.py``); ``tests/helpers/contract.py``
+judges what each rank saw.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.contract import Runs, features_of, strategy_params
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("feature", features_of("logging"))
+@pytest.mark.parametrize("strategy", strategy_params())
+def test_logging_behave_as_lightning_tests_them(contract_runs: Runs, strategy: str, feature: str) -> None:
+    contract_runs.check(strategy, feature)

@@ -1,0 +1,362 @@
+"""Lightning's Trainer contract under one strategy after another, in one launch.
+
+    python -m tests.integration.runners.run_contract --out DIR ddp sharded sharded_zero sharded_fsdp2
+
+Each strategy runs every feature of ``FEATURES`` (a few small fits each). The runner only observes: every rank writes
+what it saw from inside the fit (``DIR/STRATEGY/FEATURE.STAGE.rank{R}.json``: the hook sequence, the logged and
+gathered values, the step counts, the checkpoint files), the launching process writes what ``predict`` returned, and a
+fit that raised leaves ``DIR/STRATEGY/FEATURE.error.{pid}.json`` with the exception's first line. The tests in
+``tests/integration/contract/`` judge those files, and ``tests/helpers/contract.py`` turns them into the feature x
+strategy table of ``docs/contract.md``.
+
+Under ``ddp`` and the sharded engines the second rank re-runs this command line, so it walks the same sequence; under
+a ``*_spawn`` strategy each fit spawns its workers, which import this module again (hence ``__main__`` below).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, StochasticWeightAveraging
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import lightning_mgpu  # noqa: F401  (registers the bundle's strategies)
+from tests.helpers.trainer import SaveAtTrainEnd, quiet_trainer
+
+#: The LightningModule and DataHooks hooks whose calls are recorded, as Lightning's own tests/models/test_hooks.py
+#: records them: every one is overridden (under every strategy alike), calls itself in, then runs the default.
+HOOKS = (
+    "prepare_data",
+    "setup",
+    "configure_model",
+    "configure_optimizers",
+    "on_fit_start",
+    "on_train_start",
+    "on_train_epoch_start",
+    "on_train_batch_start",
+    "on_before_batch_transfer",
+    "transfer_batch_to_device",
+    "on_after_batch_transfer",
+    "training_step",
+    "on_before_zero_grad",
+    "optimizer_zero_grad",
+    "on_before_backward",
+    "backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "configure_gradient_clipping",
+    "optimizer_step",
+    "on_train_batch_end",
+    "on_train_epoch_end",
+    "on_validation_start",
+    "on_validation_epoch_start",
+    "on_validation_batch_start",
+    "validation_step",
+    "on_validation_batch_end",
+    "on_validation_epoch_end",
+    "on_validation_end",
+    "on_validation_model_eval",
+    "on_validation_model_train",
+    "on_test_start",
+    "on_test_epoch_start",
+    "on_test_batch_start",
+    "test_step",
+    "on_test_batch_end",
+    "on_test_epoch_end",
+    "on_test_end",
+    "on_test_model_eval",
+    "on_predict_start",
+    "on_predict_epoch_start",
+    "on_predict_batch_start",
+    "predict_step",
+    "on_predict_batch_end",
+    "on_predict_epoch_end",
+    "on_predict_end",
+    "on_predict_model_eval",
+    "on_train_end",
+    "on_fit_end",
+    "on_save_checkpoint",
+    "on_load_checkpoint",
+    "teardown",
+    "train_dataloader",
+    "val_dataloader",
+    "test_dataloader",
+    "predict_dataloader",
+)
+SAMPLES = 16
+BATCH = 2
+
+
+def _data(seed: int = 0) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    return TensorDataset(torch.randn(SAMPLES, 4, generator=g), torch.randn(SAMPLES, 2, generator=g))
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: FSDP2 holds DTensor shards (``full_tensor`` is a collective: every rank calls it)."""
+    return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().float().cpu().clone()
+
+
+class ContractModule(pl.LightningModule):
+    """A two-layer regression model with the switches the features need.
+
+    Args:
+        feature: what this fit observes (``FEATURES``); the module's hooks write to ``out``.
+        out: the strategy's folder.
+    """
+
+    def __init__(self, feature: str, out: str) -> None:
+        super().__init__()
+        self.feature, self.out = feature, out
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+        self.automatic_optimization = feature != "manual"
+        self.seen: dict[str, Any] = {"batches": 0}
+        self.stage_label: str | None = None  # names the files of a stage other than Lightning's own (a resume)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def _loss(self, batch: Any) -> torch.Tensor:
+        x, y = batch
+        out = self(x)
+        self.seen.setdefault("output_dtype", str(out.dtype))
+        return nn.functional.mse_loss(out.float(), y) * 100  # large gradients: the clipping must bite
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.seen["batches"] += 1  # here, not in training_step: DataParallel runs that once per device
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        loss = self._loss(batch)
+        if self.feature == "log":
+            rank = float(self.global_rank)
+            self.log("synced", rank + 1, sync_dist=True, on_step=False, on_epoch=True, reduce_fx="mean")
+            self.log("summed", rank + 1, sync_dist=True, on_step=False, on_epoch=True, reduce_fx="sum")
+            self.log("rank_zero_only", rank, rank_zero_only=True, on_step=False, on_epoch=True)
+        if self.feature == "checkpoint":
+            self.log("score", 1.0 / (self.global_step + 1), on_step=True, on_epoch=False)  # falls: later is better
+        if self.feature == "manual":
+            optimizers = self.optimizers()
+            for opt in optimizers if isinstance(optimizers, list) else [optimizers]:
+                opt.zero_grad()
+                self.manual_backward(self._loss(batch))
+                opt.step()
+            return None
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._loss(batch)
+        # Rises with the epoch: EarlyStopping(mode="min") must stop once patience runs out, on every rank together.
+        self.log("rising", float(self.current_epoch), sync_dist=True)
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._loss(batch)
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
+        return self(batch[0]).float()
+
+    def configure_optimizers(self) -> Any:
+        if self.feature == "manual":
+            return [
+                torch.optim.SGD(self.net[0].parameters(), lr=0.01),
+                torch.optim.SGD(self.net[2].parameters(), lr=0.01),
+            ]
+        return torch.optim.SGD(self.parameters(), lr=1.0 if self.feature.startswith("clip") else 0.01)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(_data(0), batch_size=BATCH)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(_data(1), batch_size=BATCH)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(_data(2), batch_size=BATCH)
+
+    def predict_dataloader(self) -> list[DataLoader]:
+        return [DataLoader(_data(3), batch_size=BATCH), DataLoader(_data(4), batch_size=BATCH)]
+
+    def on_train_start(self) -> None:
+        self.seen["param_dtype"] = str(next(self.parameters()).dtype)
+        if self.feature.startswith("clip"):
+            self._before = {k: _full(v) for k, v in self.state_dict().items()}
+
+    def on_train_end(self) -> None:
+        trainer = self.trainer
+        self.seen.update(global_step=trainer.global_step, current_epoch=trainer.current_epoch, world=trainer.world_size)
+        if self.feature.startswith("clip"):
+            delta = torch.cat([(_full(v) - self._before[k]).flatten() for k, v in self.state_dict().items()])
+            self.seen.update(update_norm=float(delta.norm()), update_max=float(delta.abs().max()))
+        if self.feature == "log":
+            self.seen["metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+            rank = self.global_rank
+            column = torch.arange(6.0).view(2, 3)[:, 1] + rank  # a strided view: not contiguous
+            gathered: Any = self.all_gather(
+                {"a": torch.tensor([float(rank)]), "b": [column], "c": torch.tensor(rank + 1.0)}
+            )
+            self.seen["gathered"] = {
+                "a": gathered["a"].tolist(),
+                "b": gathered["b"][0].tolist(),
+                "c": gathered["c"].tolist(),
+            }
+
+    def teardown(self, stage: str) -> None:
+        """Write what this rank saw in the stage (the module's ``teardown`` is the stage's last hook)."""
+        seen = dict(self.seen)
+        calls = getattr(self, "calls", None)
+        if calls is not None:
+            seen["calls"] = list(calls)
+            calls.clear()
+        if self.feature == "checkpoint":
+            folder = Path(self.out) / "checkpoint"
+            seen["files"] = sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+        label = self.stage_label or str(getattr(stage, "value", stage))
+        (Path(self.out) / f"{self.feature}.{label}.rank{self.global_rank}.json").write_text(json.dumps(seen))
+        self.seen = {"batches": 0}
+
+
+def _recording(name: str) -> Callable[..., Any]:
+    def hook(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(name)
+        return getattr(super(HookedModule, self), name)(*args, **kwargs)
+
+    hook.__name__ = name
+    return hook
+
+
+class HookedModule(ContractModule):
+    """:class:`ContractModule` that records each hook of ``HOOKS`` as it is called."""
+
+    def __init__(self, feature: str, out: str) -> None:
+        super().__init__(feature, out)
+        self.calls: list[str] = []
+
+
+for _name in HOOKS:
+    setattr(HookedModule, _name, _recording(_name))
+
+
+def _trainer(name: str, out: Path, feature: str, **kwargs: Any) -> pl.Trainer:
+    strategy, devices = _strategy(name)  # a new instance per Trainer: a strategy object keeps its accelerator
+    callbacks = kwargs.pop("callbacks", [])
+    base = {
+        "max_steps": 2,
+        "limit_val_batches": 2,
+        "limit_test_batches": 2,
+        "limit_predict_batches": 2,
+        "num_sanity_val_steps": 0,
+        "default_root_dir": str(out),
+    }
+    return quiet_trainer(strategy=strategy, devices=devices, callbacks=callbacks, **{**base, **kwargs})
+
+
+def _hooks(name: str, out: Path) -> None:
+    model = HookedModule("hooks", str(out))
+    ckpt = out / "hooks.ckpt"
+    trainer = _trainer(name, out, "hooks", callbacks=[SaveAtTrainEnd(str(ckpt))], val_check_interval=2)
+    trainer.fit(model)
+    for stage in ("validate", "test", "predict"):
+        getattr(_trainer(name, out, "hooks"), stage)(model)
+    # A resume with max_steps: the hooks around the restore.
+    model = HookedModule("hooks", str(out))
+    model.stage_label = "resume"
+    _trainer(name, out, "hooks", max_steps=3, val_check_interval=2).fit(model, ckpt_path=str(ckpt))
+
+
+def _fit(feature: str, callbacks: Callable[[], list[pl.Callback]] = list, **kwargs: Any) -> Callable[[str, Path], None]:
+    """A feature that is one fit; ``callbacks`` makes new ones for each strategy (a callback keeps its state: an
+    EarlyStopping reused from the previous strategy's fit stopped at once)."""
+
+    def run(name: str, out: Path) -> None:
+        _trainer(name, out, feature, callbacks=callbacks(), **kwargs).fit(ContractModule(feature, str(out)))
+
+    return run
+
+
+def _predict(name: str, out: Path) -> None:
+    model = ContractModule("predict", str(out))
+    predictions = _trainer(name, out, "predict").predict(model, return_predictions=True)
+    # What the launching process got back (under *_spawn: rank 0's, from its worker).
+    returned: dict[str, Any] = {"type": type(predictions).__name__}
+    if isinstance(predictions, list):
+        returned["batches"] = [len(p) if isinstance(p, list) else -1 for p in predictions]
+    (out / f"predict.returned.{os.getpid()}.json").write_text(json.dumps(returned))
+
+
+def _checkpoint(name: str, out: Path) -> None:
+    every = ModelCheckpoint(
+        dirpath=out / "checkpoint", monitor="score", mode="min", save_top_k=2, save_last=True, every_n_train_steps=1
+    )
+    _trainer(name, out, "checkpoint", max_steps=4, enable_checkpointing=True, callbacks=[every]).fit(
+        ContractModule("checkpoint", str(out))
+    )
+
+
+FEATURES: dict[str, Callable[[str, Path], None]] = {
+    "hooks": _hooks,
+    "log": _fit("log", max_steps=4),
+    "clip_norm": _fit("clip_norm", max_steps=1, gradient_clip_val=1e-3, gradient_clip_algorithm="norm"),
+    "clip_value": _fit("clip_value", max_steps=1, gradient_clip_val=1e-4, gradient_clip_algorithm="value"),
+    "accumulate": _fit("accumulate", max_steps=3, accumulate_grad_batches=2),
+    "manual": _fit("manual", max_steps=-1, max_epochs=1, limit_train_batches=2),
+    "predict": _predict,
+    "checkpoint": _checkpoint,
+    "early_stopping": _fit(
+        "early_stopping",
+        max_steps=-1,
+        max_epochs=6,
+        limit_train_batches=1,
+        callbacks=lambda: [EarlyStopping(monitor="rising", mode="min", patience=1)],
+    ),
+    "swa": _fit(
+        "swa",
+        max_steps=-1,
+        max_epochs=2,
+        limit_train_batches=2,
+        callbacks=lambda: [StochasticWeightAveraging(swa_lrs=0.01, swa_epoch_start=1)],
+    ),
+    "precision_64": _fit("precision_64", precision="64-true"),
+    "precision_bf16": _fit("precision_bf16", precision="bf16-mixed"),
+}
+
+
+def _strategy(name: str) -> tuple[Any, int]:
+    """The Trainer's ``strategy`` and ``devices`` for a contract name: a registered name on 2 devices, or the
+    emulated multi-device ``dp`` (CPU threads as its devices)."""
+    if name == "dp_emulated":
+        from lightning_mgpu.testing.dp import EmulatedDataParallelStrategy
+
+        return EmulatedDataParallelStrategy(), 2
+    if name in ("dp", "ddp2"):  # one process; on CPU a single device
+        return name, 1
+    return name, 2
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--features", default=",".join(FEATURES))
+    p.add_argument("strategies", nargs="+")
+    args = p.parse_args(argv)
+    for name in args.strategies:
+        out = args.out / name
+        out.mkdir(parents=True, exist_ok=True)
+        for feature in args.features.split(","):
+            try:
+                FEATURES[feature](name, out)
+            except Exception as err:  # recorded for the tests to judge; the next feature runs
+                first = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+                record = {"error": first, "traceback": traceback.format_exc()[-3000:]}
+                (out / f"{feature}.error.{os.getpid()}.json").write_text(json.dumps(record))
+            torch.manual_seed(0)
+
+
+if __name__ == "__main__":  # spawn re-imports this module in the workers
+    main()
