@@ -267,6 +267,7 @@ class HorovodStrategy(ParallelStrategy):
         if fitting and self._layer_sync is not None:
             self.model = self._convert_sync_batchnorm(self.model)
         self.model = self.precision_plugin.convert_module(self.model)
+        _refuse_bfloat16(self.model, trainer.precision)
         self.model_to_device()
         # Every worker starts from rank 0's weights and buffers (also for validate/test/predict).
         self._broadcast_module_state(root=0)
@@ -621,3 +622,24 @@ def _replace_batchnorm(module: Module, sync_cls: type) -> Module:
     for name, child in module.named_children():
         setattr(module, name, _replace_batchnorm(child, sync_cls))
     return module
+
+
+def _refuse_bfloat16(model: Module, precision: str) -> None:
+    """Refuse a model holding bfloat16 parameters or buffers before the first collective: Horovod 0.28.1's torch ops
+    cover float32, float64, float16 and the integer types, not bfloat16 (``horovod.torch.mpi_ops._check_function``
+    raised "Tensor type torch.BFloat16Tensor is not supported." from the first broadcast, mid-setup).
+
+    Raises:
+        MisconfigurationException: naming the precision and what to use instead.
+    """
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    held = next(
+        (name for name, t in (*model.named_parameters(), *model.named_buffers()) if t.dtype == torch.bfloat16), None
+    )
+    if held is not None:
+        raise MisconfigurationException(
+            f"strategy='horovod' with precision={precision!r}: Horovod has no bfloat16 collectives, so {held!r} and "
+            "the other bfloat16 tensors cannot be broadcast or averaged; use precision='bf16-mixed' (float32 "
+            "parameters, bfloat16 compute), '16-true', or strategy='ddp'."
+        )

@@ -9,8 +9,9 @@ fit that raised leaves ``DIR/STRATEGY/FEATURE.error.{pid}.json`` with the except
 ``tests/integration/contract/`` judge those files, and ``tests/helpers/contract.py`` turns them into the feature x
 strategy table of ``docs/contract.md``.
 
-Under ``ddp`` and the sharded engines the second rank re-runs this command line, so it walks the same sequence; under
-a ``*_spawn`` strategy each fit spawns its workers, which import this module again (hence ``__main__`` below).
+Under ``ddp`` and the sharded engines the second rank re-runs this command line, so it walks the same sequence from
+its start: a launch holds either script-launched strategies or one-process ones, never both. Under a ``*_spawn``
+strategy each fit spawns its workers, which import this module again (hence ``__main__`` below).
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, StochasticWeightAveraging
+from lightning.pytorch.callbacks import (
+    EarlyStopping,
+    GradientAccumulationScheduler,
+    LearningRateMonitor,
+    ModelCheckpoint,
+    StochasticWeightAveraging,
+)
+from lightning.pytorch.loggers import Logger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -96,6 +104,41 @@ SAMPLES = 16
 BATCH = 2
 
 
+class EveryOtherBackwards(torch.utils.data.Sampler[int]):
+    """A user's sampler: the even indices, last first."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> Any:
+        return iter(range(self.n - 2, -1, -2))
+
+    def __len__(self) -> int:
+        return self.n // 2
+
+
+class RecordingLogger(Logger):
+    """Keeps what the Trainer's callbacks log, where the rank that logged can write it out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[dict[str, Any]] = []
+
+    @property
+    def name(self) -> str:
+        return "recording"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.records.append({"step": step, **{k: float(v) for k, v in metrics.items()}})
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
 def _data(seed: int = 0) -> TensorDataset:
     g = torch.Generator().manual_seed(seed)
     return TensorDataset(torch.randn(SAMPLES, 4, generator=g), torch.randn(SAMPLES, 2, generator=g))
@@ -126,7 +169,9 @@ class ContractModule(pl.LightningModule):
         return self.net(x)
 
     def _loss(self, batch: Any) -> torch.Tensor:
-        x, y = batch
+        x, y = batch[0], batch[1]
+        if self.feature == "sampler" and self.training:
+            self.seen.setdefault("indices", []).extend(int(i) for i in batch[2])
         out = self(x)
         self.seen.setdefault("output_dtype", str(out.dtype))
         return nn.functional.mse_loss(out.float(), y) * 100  # large gradients: the clipping must bite
@@ -164,6 +209,9 @@ class ContractModule(pl.LightningModule):
         return self(batch[0]).float()
 
     def configure_optimizers(self) -> Any:
+        if self.feature == "lr_monitor":
+            opt = torch.optim.SGD(self.parameters(), lr=0.01)
+            return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)}
         if self.feature == "manual":
             return [
                 torch.optim.SGD(self.net[0].parameters(), lr=0.01),
@@ -172,6 +220,10 @@ class ContractModule(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=1.0 if self.feature.startswith("clip") else 0.01)
 
     def train_dataloader(self) -> DataLoader:
+        if self.feature == "sampler":
+            # The user's own sampler (every other sample, backwards): Lightning wraps it so that the ranks share it.
+            data = TensorDataset(*_data(0).tensors, torch.arange(SAMPLES))
+            return DataLoader(data, batch_size=BATCH, sampler=EveryOtherBackwards(SAMPLES))
         return DataLoader(_data(0), batch_size=BATCH)
 
     def val_dataloader(self) -> DataLoader:
@@ -197,7 +249,8 @@ class ContractModule(pl.LightningModule):
         if self.feature == "log":
             self.seen["metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items()}
             rank = self.global_rank
-            column = torch.arange(6.0).view(2, 3)[:, 1] + rank  # a strided view: not contiguous
+            column = (torch.arange(6.0).view(2, 3) + rank)[:, 1]  # a strided view: not contiguous
+            assert not column.is_contiguous()
             gathered: Any = self.all_gather(
                 {"a": torch.tensor([float(rank)]), "b": [column], "c": torch.tensor(rank + 1.0)}
             )
@@ -214,6 +267,8 @@ class ContractModule(pl.LightningModule):
         if calls is not None:
             seen["calls"] = list(calls)
             calls.clear()
+        if self.feature == "lr_monitor" and isinstance(self.trainer.logger, RecordingLogger):
+            seen["logged"] = [r for r in self.trainer.logger.records if any(k.startswith("lr-") for k in r)]
         if self.feature == "checkpoint":
             folder = Path(self.out) / "checkpoint"
             seen["files"] = sorted(p.name for p in folder.iterdir()) if folder.exists() else []
@@ -246,6 +301,8 @@ for _name in HOOKS:
 def _trainer(name: str, out: Path, feature: str, **kwargs: Any) -> pl.Trainer:
     strategy, devices = _strategy(name)  # a new instance per Trainer: a strategy object keeps its accelerator
     callbacks = kwargs.pop("callbacks", [])
+    if kwargs.pop("logger", None):
+        kwargs["logger"] = RecordingLogger()
     base = {
         "max_steps": 2,
         "limit_val_batches": 2,
@@ -278,6 +335,19 @@ def _fit(feature: str, callbacks: Callable[[], list[pl.Callback]] = list, **kwar
         _trainer(name, out, feature, callbacks=callbacks(), **kwargs).fit(ContractModule(feature, str(out)))
 
     return run
+
+
+def _init_module(name: str, out: Path) -> None:
+    trainer = _trainer(name, out, "init_module")
+    with trainer.init_module():
+        model = ContractModule("init_module", str(out))
+    trainer.fit(model)
+
+
+def _compile(name: str, out: Path) -> None:
+    """A compiled LightningModule (``backend="eager"``: Dynamo's capture without Inductor's C++ build)."""
+    model = torch.compile(ContractModule("compile", str(out)), backend="eager")
+    _trainer(name, out, "compile").fit(model)  # type: ignore[arg-type]  # Lightning unwraps the OptimizedModule
 
 
 def _predict(name: str, out: Path) -> None:
@@ -324,6 +394,25 @@ FEATURES: dict[str, Callable[[str, Path], None]] = {
     ),
     "precision_64": _fit("precision_64", precision="64-true"),
     "precision_bf16": _fit("precision_bf16", precision="bf16-mixed"),
+    "precision_bf16_true": _fit("precision_bf16_true", precision="bf16-true"),
+    "precision_16": _fit("precision_16", precision="16-mixed"),
+    "accumulate_scheduled": _fit(
+        "accumulate_scheduled",
+        max_steps=-1,
+        max_epochs=2,
+        limit_train_batches=4,
+        callbacks=lambda: [GradientAccumulationScheduler(scheduling={0: 1, 1: 2})],
+    ),
+    "lr_monitor": _fit(
+        "lr_monitor",
+        max_steps=3,
+        logger=True,
+        log_every_n_steps=1,
+        callbacks=lambda: [LearningRateMonitor(logging_interval="step")],
+    ),
+    "sampler": _fit("sampler", max_steps=-1, max_epochs=1),
+    "init_module": _init_module,
+    "compile": _compile,
 }
 
 

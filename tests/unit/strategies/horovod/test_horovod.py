@@ -136,6 +136,21 @@ def test_sync_batchnorm_on_cpu_is_refused_with_the_alternative() -> None:
         strategy._convert_sync_batchnorm(torch.nn.BatchNorm1d(3))
 
 
+def test_bfloat16_parameters_are_refused_before_the_first_broadcast() -> None:
+    """Horovod has no bfloat16 collectives: its broadcast raised mid-setup (the contract tier's bf16-true case)."""
+    from horovod.torch import mpi_lib_v2
+
+    from lightning_mgpu.strategies.horovod.strategy import _refuse_bfloat16
+
+    # The premise: the installed Horovod has float32 and float16 broadcasts, and none for bfloat16. When one appears,
+    # this fails, and the refusal can go.
+    ops = [name for name in dir(mpi_lib_v2) if name.startswith("horovod_torch_broadcast_async_torch_")]
+    assert any(op.endswith("HalfTensor") for op in ops) and not any("BFloat16" in op for op in ops), ops
+    with pytest.raises(Exception, match=r"precision='bf16-true': Horovod has no bfloat16 collectives.*bf16-mixed"):
+        _refuse_bfloat16(torch.nn.Linear(2, 2).to(torch.bfloat16), "bf16-true")
+    _refuse_bfloat16(torch.nn.Linear(2, 2), "32-true")  # float32: nothing to refuse
+
+
 def test_build_info_reports_the_installed_horovod() -> None:
     from lightning_mgpu.strategies.horovod.runtime import build_info
 
