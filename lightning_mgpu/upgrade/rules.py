@@ -867,6 +867,18 @@ RULES.update(
             kind="rewrite",
         ),
         Rule(
+            "trainer-splat-translated",
+            "settings splatted into the Trainer are translated at run time by legacy_trainer_kwargs",
+            "Trainer(**settings) where the settings come from somewhere this tool cannot read (a config file, a"
+            " function's **kwargs, an attribute) becomes Trainer(**legacy_trainer_kwargs(settings)), from"
+            " lightning_mgpu.upgrade.trainer_args: it translates the 1.x keys as 1.x's Trainer read them (gpus,"
+            ' accelerator="ddp", precision=16, checkpoint_callback, progress_bar_refresh_rate, ...) and passes 2.x'
+            " ones through, and refuses a key with no 2.x meaning (resume_from_checkpoint, auto_lr_find, ...) with"
+            " a ValueError that names the 2.x way. The call's own callbacks= goes into the translation, so that a"
+            " progress bar a 1.x key adds joins them. A call with two such splats keeps the trainer-splat TODO.",
+            kind="rewrite",
+        ),
+        Rule(
             "trainer-training-type-plugin",
             "trainer.training_type_plugin became trainer.strategy",
             "Trainer.training_type_plugin was renamed Trainer.strategy in 1.6 and removed in 2.0; the object is the"

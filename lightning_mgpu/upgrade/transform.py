@@ -1426,8 +1426,22 @@ class UpgradeTransformer(cst.CSTTransformer):
                 if inner is not None:
                     star = star.with_changes(value=inner)
             new_stars.append(star)
-        if original in self.facts.unknown_splats:
-            trainer.todo("trainer-splat", value=_code(self.facts.unknown_splats[original]))
+        # Settings splatted from where this tool cannot read them (a config file, a function's **kwargs): 1.x keys
+        # in them are translated at run time (trainer-splat-translated). Two such splats keep the TODO: translated
+        # apart, a 1.x key in one and its 2.x key in the other would no longer meet.
+        unknown = self.facts.unknown_splat_args.get(original, [])
+        if len(unknown) == 1 and unknown[0] < len(updated.args) and updated.args[unknown[0]].star == "**":
+            target = updated.args[unknown[0]]
+            callbacks = trainer.get("callbacks")
+            trainer.remove("callbacks")  # passed to the translation: a 1.x key's callback joins them there
+            new_stars = [
+                star.with_changes(value=self._translated(star.value, callbacks)) if star is target else star
+                for star in new_stars
+            ]
+            trainer.change("trainer-splat-translated", f"Trainer(**{_code(target.value)}) -> legacy_trainer_kwargs")
+            self._add_import("lightning_mgpu.upgrade.trainer_args", "legacy_trainer_kwargs", None)
+        elif unknown:
+            trainer.todo("trainer-splat", value=_code(original.args[max(unknown)].value))  # the last one
         strategy = trainer.get("strategy")
         if strategy is not None and _string(strategy) in rules.BUNDLE_STRATEGY_NAMES:
             self.needs_bundle_import = True
@@ -1436,6 +1450,18 @@ class UpgradeTransformer(cst.CSTTransformer):
             return updated
         new_args = positional + [self._arg(key, value, like) for key, value, like in trainer.items] + new_stars
         return updated.with_changes(args=self._commas(new_args, updated.args))
+
+    def _translated(self, settings: cst.BaseExpression, callbacks: cst.BaseExpression | None) -> cst.Call:
+        """``legacy_trainer_kwargs(settings[, namespace=...][, callbacks=...])``: the file's Lightning tree (for the
+        callbacks a translation adds) where it is not ``lightning.pytorch``, and the call's own ``callbacks=``."""
+        args = [cst.Arg(settings)]
+        if self.namespace != "lightning.pytorch":
+            args.append(_kwarg("namespace", _quoted(self.namespace)))
+        if callbacks is not None:
+            args.append(_kwarg("callbacks", callbacks))
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        args = [arg.with_changes(comma=comma) for arg in args[:-1]] + args[-1:]
+        return cst.Call(func=cst.Name("legacy_trainer_kwargs"), args=args)
 
     def _emit(self, node: cst.CSTNode, trainer: _TrainerArgs) -> None:
         for rule, change in trainer.changes:

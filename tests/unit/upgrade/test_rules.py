@@ -58,6 +58,7 @@ REWRITES = {
         "from pytorch_lightning.loggers import TestTubeLogger\nlogger = TestTubeLogger(save_dir='logs')\n"
     ),
     "trainer-conflict-resolved": 't = Trainer(accelerator="ddp", strategy=None)\n',
+    "trainer-splat-translated": "def build(config):\n    return Trainer(**config['trainer'])\n",
     "tuner": "lr_finder = trainer.tuner.lr_find(model)\n",
     "manual-optimization": (
         "import pytorch_lightning as pl\nclass M(pl.LightningModule):\n"
