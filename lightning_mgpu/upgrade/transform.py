@@ -107,6 +107,17 @@ def _alias_of(alias: cst.ImportAlias) -> str | None:
     return alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
 
 
+#: torchmetrics <= 0.10 keywords that 0.11 removed -> the values that say nothing beside task="multiclass".
+#: compute_on_step=False only made forward() return None instead of the batch's value: the metric is the same.
+LEGACY_METRIC_ARGS: dict[str, tuple[Any, ...]] = {
+    "multiclass": (True,),
+    "is_multiclass": (True,),
+    "mdmc_average": ("global",),
+    "subset_accuracy": (False,),
+    "compute_on_step": (True, False),
+}
+
+
 def _kwarg(name: str, value: cst.BaseExpression, like: cst.Arg | None = None) -> cst.Arg:
     """A keyword argument, spaced like ``like`` (``x=1`` or ``x = 1``)."""
     equal = (
@@ -884,6 +895,12 @@ class UpgradeTransformer(cst.CSTTransformer):
             return self._metrics_import(original, updated, "torchmetrics" + below[len("metrics") :])
         if isinstance(updated.names, cst.ImportStar):
             return updated
+        if (module == "torchmetrics" or module.startswith("torchmetrics.")) and any(
+            isinstance(a.name, cst.Name) and rules.TORCHMETRICS_RENAMED.get(a.name.value, a.name.value) != a.name.value
+            for a in updated.names
+        ):
+            # torchmetrics' own names of 0.6 and before (F1, IoU, ...), which it removed in 0.8: its new ones.
+            return self._metrics_import(original, updated, module)
         if module == "lightning" and any(
             a.name.value == "pytorch" for a in updated.names if isinstance(a.name, cst.Name)
         ):
@@ -992,7 +1009,12 @@ class UpgradeTransformer(cst.CSTTransformer):
                     self.renamed[name] = (target, new, {})
                 alias = alias.with_changes(name=cst.Name(new))
             names.append(alias)
-        self._change(original, "metrics-import", f"from {_dotted(updated.module)} -> from {target} (torchmetrics)")  # type: ignore[arg-type]
+        source = _dotted(updated.module)  # type: ignore[arg-type]
+        self._change(
+            original,
+            "metrics-import",
+            f"from {source} -> from {target} (torchmetrics)" if source != target else f"from {target}: renamed names",
+        )
         return updated.with_changes(module=cst.parse_expression(target), names=names or updated.names)
 
     def _add_import(self, module: str, name: str, asname: str | None) -> None:
@@ -1379,6 +1401,18 @@ class UpgradeTransformer(cst.CSTTransformer):
         if "task" in keywords or any(a.star for a in updated.args):
             return updated
         name = (_dotted(updated.func) or "").split(".")[-1]
+        # torchmetrics <= 0.10's own keywords, which 0.11's metrics refuse: dropped where they say nothing beside
+        # task="multiclass"; any other value decides the task (multiclass=False: binary) and leaves the TODO.
+        legacy = [a for a in updated.args if a.keyword is not None and a.keyword.value in LEGACY_METRIC_ARGS]
+        if any(_literal(a.value) not in LEGACY_METRIC_ARGS[a.keyword.value] for a in legacy if a.keyword is not None):
+            self._todo(original, rules.todo_text("metrics-task", name=name))
+            return updated
+        if legacy and ("num_classes" in keywords or self._class_counts.get(id(original)) is not None):
+            kept = [a for a in updated.args if a not in legacy]
+            if kept:
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            updated = updated.with_changes(args=kept)
+            self._change(original, "metrics-legacy-args", f"{name}: " + ", ".join(_code(a).strip(", ") for a in legacy))
         if "num_classes" in keywords and name[0].isupper():
             args = [
                 _kwarg("task", _quoted("multiclass")).with_changes(
