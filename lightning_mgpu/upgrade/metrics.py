@@ -7,8 +7,8 @@ multiclass model (the wrappers keep 1.x's ``average="micro"``). N is read, neare
 
 1. the call itself (a functional metric given ``num_classes=``);
 2. the enclosing function: a parameter or a local named like a class count (``num_classes``, ``n_classes``, ...), the
-   value another call in it is given as ``num_classes=`` (``resnet(num_classes=cfg.num_classes)``; also ``n_classes=``,
-   ..., and pytorchvideo's ``model_num_class=``), or such a value that a method of the class it calls reads off the
+   value another call in it is given as ``num_classes=`` (``resnet(num_classes=cfg.num_classes)``; also pytorchvideo's
+   ``model_num_class=``), or such a value that a method of the class it calls reads off the
    parameter it passes (``self.get_model(cfg)``, whose ``get_model(self, cfg)`` builds a model with
    ``num_classes=cfg.train.num_classes``: ``cfg.train.num_classes``);
 3. the enclosing class: ``self.num_classes = ...`` (or ``n_classes``, ...), ``self.hparams.num_classes`` read anywhere
@@ -29,8 +29,10 @@ import libcst as cst
 CLASS_COUNT_NAMES = frozenset(
     {"num_classes", "n_classes", "nb_classes", "num_class", "n_class", "number_of_classes", "num_cls", "n_cls"}
 )
-#: Keywords other calls give a class count under (a model built with ``create_resnet(model_num_class=400)``).
-COUNT_KEYWORDS = CLASS_COUNT_NAMES | {"model_num_class"}
+#: Keywords other calls give a class count under: the libraries' own (torchvision's and timm's ``num_classes=``,
+#: pytorchvideo's ``create_resnet(model_num_class=400)``). A user's own function's ``num_cls=`` may count something
+#: else, or build a head that differs from ``self.num_cls``: it adds no value that could make a level undecided.
+COUNT_KEYWORDS = frozenset({"num_classes", "model_num_class"})
 #: Metrics whose 1.x use was often binary per label: no inferred count.
 CURVE_METRICS = frozenset(
     {"AUROC", "ROC", "AveragePrecision", "PrecisionRecallCurve", "auroc", "roc", "average_precision",

@@ -860,8 +860,8 @@ RULES.update(
             'task="multiclass" and the class count this file names were added',
             "torchmetrics >= 0.11 needs task= where 1.x inferred binary or multiclass from the inputs. Where the file"
             " names the class count (num_classes in the call, a parameter or local of the enclosing function, a"
-            " num_classes= (or model_num_class=, ...) given to another call there or in a method it calls with the"
-            " parameter that count is read off, self.num_classes or self.hparams.num_classes in the class, a"
+            " num_classes= (or pytorchvideo's model_num_class=) given to another call there or in a method it calls"
+            " with the parameter that count is read off, self.num_classes or self.hparams.num_classes in the class, a"
             ' module constant NUM_CLASSES), the metric becomes Metric(task="multiclass", num_classes=N), as 1.x'
             " computed it for a multiclass model; AUROC/ROC/average precision, often binary per label, are left with"
             " the metrics-task TODO.",

@@ -170,3 +170,20 @@ def test_keywords_torchmetrics_0_11_refuses_are_dropped_where_they_say_nothing_m
 def test_a_keyword_that_decides_the_task_keeps_the_todo(call: str) -> None:
     out = upgraded(f"from torchmetrics import Accuracy, Precision\nm = {call}\n")
     assert "TODO(lightning-mgpu:metrics-task)" in out and f"m = {call}\n" in out
+
+
+def test_a_users_own_count_keyword_adds_no_second_value() -> None:
+    """Only the libraries' keywords (num_classes=, model_num_class=) count: a head built with the user's own num_cls=4
+    beside self.num_cls does not make the class undecided."""
+    source = (
+        "from torchmetrics.functional import accuracy\n"
+        "class Classifier(LightningModule):\n"
+        "    def __init__(self, num_cls=4):\n"
+        "        self.num_cls = num_cls\n"
+        "        self.model = Head(num_cls=4, p=0.1)\n"
+        "    def training_step(self, batch, i):\n"
+        "        return accuracy(self(batch[0]).argmax(1), batch[1])\n"
+    )
+    assert 'accuracy(self(batch[0]).argmax(1), batch[1], task="multiclass", num_classes=self.num_cls)' in upgraded(
+        source
+    )
