@@ -174,6 +174,8 @@ class _CountVisitor(cst.CSTVisitor):
         func = node.func
         if owner is None or function is None or not isinstance(func, cst.Attribute) or _code(func.value) != "self":
             return
+        if any(a.star for a in node.args):
+            return  # self.m(*args, cfg): which parameter cfg lands in is not written
         positional = [_code(a.value) for a in node.args if a.keyword is None and not a.star]
         keywords = {a.keyword.value: _code(a.value) for a in node.args if a.keyword is not None}
         self.self_calls.append((function, owner, func.attr.value, positional, keywords))

@@ -124,6 +124,10 @@ def test_a_count_another_method_reads_off_a_parameter_counts_where_that_paramete
     assert 'self.acc = torchmetrics.Accuracy(task="multiclass", num_classes=cfg.data.num_classes)' in upgraded(source)
     # Passed something else than a name: the method may read another object; the TODO stays.
     assert "metrics-task" in upgraded(source.replace("self.build_net(cfg)", "self.build_net(load(cfg))"))
+    # A star before it: which parameter cfg lands in is not written.
+    assert "metrics-task" in upgraded(source.replace("self.build_net(cfg)", "self.build_net(*extra, cfg)"))
+    # Passed by keyword, it counts.
+    assert "num_classes=cfg.data.num_classes)" in upgraded(source.replace("build_net(cfg)", "build_net(cfg=cfg)"))
 
 
 def test_a_models_class_count_keyword_counts() -> None:
