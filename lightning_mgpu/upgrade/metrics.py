@@ -6,8 +6,11 @@ there are, the metric becomes ``Accuracy(task="multiclass", num_classes=N)``, wh
 multiclass model (the wrappers keep 1.x's ``average="micro"``). N is read, nearest first, from:
 
 1. the call itself (a functional metric given ``num_classes=``);
-2. the enclosing function: a parameter or a local named like a class count (``num_classes``, ``n_classes``, ...), or the
-   value another call in it is given as ``num_classes=`` (``resnet(num_classes=cfg.num_classes)``);
+2. the enclosing function: a parameter or a local named like a class count (``num_classes``, ``n_classes``, ...), the
+   value another call in it is given as ``num_classes=`` (``resnet(num_classes=cfg.num_classes)``; also pytorchvideo's
+   ``model_num_class=``), or such a value that a method of the class it calls reads off the
+   parameter it passes (``self.get_model(cfg)``, whose ``get_model(self, cfg)`` builds a model with
+   ``num_classes=cfg.train.num_classes``: ``cfg.train.num_classes``);
 3. the enclosing class: ``self.num_classes = ...`` (or ``n_classes``, ...), ``self.hparams.num_classes`` read anywhere
    in it, or an integer another call in it is given as ``num_classes=``;
 4. the module: a constant ``NUM_CLASSES = 10`` (or ``N_CLASSES``, ...), assigned above the call where the call runs
@@ -26,6 +29,10 @@ import libcst as cst
 CLASS_COUNT_NAMES = frozenset(
     {"num_classes", "n_classes", "nb_classes", "num_class", "n_class", "number_of_classes", "num_cls", "n_cls"}
 )
+#: Keywords other calls give a class count under: the libraries' own (torchvision's and timm's ``num_classes=``,
+#: pytorchvideo's ``create_resnet(model_num_class=400)``). A user's own function's ``num_cls=`` may count something
+#: else, or build a head that differs from ``self.num_cls``: it adds no value that could make a level undecided.
+COUNT_KEYWORDS = frozenset({"num_classes", "model_num_class"})
 #: Metrics whose 1.x use was often binary per label: no inferred count.
 CURVE_METRICS = frozenset(
     {"AUROC", "ROC", "AveragePrecision", "PrecisionRecallCurve", "auroc", "roc", "average_precision",
@@ -37,10 +44,11 @@ def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
 
 
-def _count_keyword(call: cst.Call) -> str | None:
-    """The value of a ``num_classes=`` keyword, where it is a name, an attribute chain or an integer."""
+def _count_keyword(call: cst.Call, names: frozenset[str] = frozenset({"num_classes"})) -> str | None:
+    """The value of a ``num_classes=`` keyword (or one of ``names``), where it is a name, an attribute chain or an
+    integer."""
     for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "num_classes":
+        if arg.keyword is not None and arg.keyword.value in names:
             if isinstance(arg.value, (cst.Name, cst.Attribute, cst.Integer)):
                 return _code(arg.value)
     return None
@@ -70,6 +78,11 @@ class _CountVisitor(cst.CSTVisitor):
         self.module = _Level()
         self.stack: list[tuple[str, _Level]] = []  # ("class" | "function", level), innermost last
         self.calls: dict[int, list[_Level]] = {}  # id(call) -> its levels, innermost first
+        #: id(class level) -> its methods: name -> (parameters after self, counts read off one: (parameter, ".rest")).
+        self.methods: dict[int, dict[str, tuple[list[str], list[tuple[str, str]]]]] = {}
+        self.params: dict[int, list[str]] = {}  # id(level) of a method -> its parameters after self
+        #: self.method(...) calls: (caller's level, class level, method, positional argument codes, keyword codes).
+        self.self_calls: list[tuple[_Level, _Level, str, list[str], dict[str, str]]] = []
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.stack.append(("class", _Level()))
@@ -82,6 +95,10 @@ class _CountVisitor(cst.CSTVisitor):
         for param in [*node.params.params, *node.params.kwonly_params]:
             if param.name.value in CLASS_COUNT_NAMES:
                 level.add(param.name.value)
+        if self.stack and self.stack[-1][0] == "class":
+            params = [param.name.value for param in [*node.params.params, *node.params.kwonly_params]][1:]
+            self.params[id(level)] = params
+            self.methods.setdefault(id(self.stack[-1][1]), {})[node.name.value] = (params, [])
         self.stack.append(("function", level))
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
@@ -115,13 +132,15 @@ class _CountVisitor(cst.CSTVisitor):
                 owner.add(_code(node))
 
     def visit_Call(self, node: cst.Call) -> None:
-        value = _count_keyword(node)
+        value = _count_keyword(node, COUNT_KEYWORDS)
         if value is not None and self.stack:
             if self.stack[-1][0] == "function":
                 self.stack[-1][1].add(value)
+                self._rooted_at_parameter(value)
             owner = self._nearest("class")
             if owner is not None and (value.isdigit() or value.startswith("self.")):
                 owner.add(value)
+        self._self_call(node)
         function = self._nearest("function")
         levels = [function] if function is not None else []
         in_method = bool(self.stack) and self.stack[-1][0] == "function" and len(self.stack) >= 2
@@ -136,6 +155,43 @@ class _CountVisitor(cst.CSTVisitor):
         else:
             self.calls[id(node)] = [*levels, self.module]
 
+    def _rooted_at_parameter(self, value: str) -> None:
+        """A method's count read off one of its parameters (``cfg.train.num_classes``, ``cfg`` a parameter): what a
+        caller in the class that passes that parameter reads it as (:meth:`resolve_self_calls`)."""
+        level = self.stack[-1][1]
+        root, dot, rest = value.partition(".")
+        owner = self._nearest("class")
+        if dot and root in self.params.get(id(level), ()) and owner is not None:
+            for params, rooted in self.methods.get(id(owner), {}).values():
+                if params is self.params[id(level)]:
+                    rooted.append((root, dot + rest))
+
+    def _self_call(self, node: cst.Call) -> None:
+        """Record ``self.method(a, b=c)`` made in a method, with its arguments where each is a name or an attribute
+        chain (anything else could be a different object by the time the method reads it)."""
+        owner = self._nearest("class")
+        function = self._nearest("function")
+        func = node.func
+        if owner is None or function is None or not isinstance(func, cst.Attribute) or _code(func.value) != "self":
+            return
+        if any(a.star for a in node.args):
+            return  # self.m(*args, cfg): which parameter cfg lands in is not written
+        positional = [_code(a.value) for a in node.args if a.keyword is None and not a.star]
+        keywords = {a.keyword.value: _code(a.value) for a in node.args if a.keyword is not None}
+        self.self_calls.append((function, owner, func.attr.value, positional, keywords))
+
+    def resolve_self_calls(self) -> None:
+        """A method's count read off a parameter counts in each caller that passes that parameter a plain name or
+        attribute chain: ``self.model = self.get_model(cfg)`` in ``__init__``, whose ``get_model(self, cfg)`` builds
+        ``create_model(num_classes=cfg.train.num_classes)``, gives ``__init__`` the count ``cfg.train.num_classes``."""
+        for level, owner, method, positional, keywords in self.self_calls:
+            params, rooted = self.methods.get(id(owner), {}).get(method, ([], []))
+            for param, rest in rooted:
+                index = params.index(param)
+                given = positional[index] if index < len(positional) else keywords.get(param)
+                if given is not None and all(part.isidentifier() for part in given.split(".")):
+                    level.add(given + rest)
+
 
 def class_counts(module: cst.Module) -> dict[int, str]:
     """For every call in ``module`` (by ``id`` of its node), the class count its context offers, where it offers one.
@@ -148,6 +204,7 @@ def class_counts(module: cst.Module) -> dict[int, str]:
     """
     visitor = _CountVisitor()
     module.visit(visitor)
+    visitor.resolve_self_calls()
     answers: dict[int, str] = {}
     for call, levels in visitor.calls.items():
         for level in levels:

@@ -860,10 +860,34 @@ RULES.update(
             'task="multiclass" and the class count this file names were added',
             "torchmetrics >= 0.11 needs task= where 1.x inferred binary or multiclass from the inputs. Where the file"
             " names the class count (num_classes in the call, a parameter or local of the enclosing function, a"
-            " num_classes= given to another call there, self.num_classes or self.hparams.num_classes in the class, a"
+            " num_classes= (or pytorchvideo's model_num_class=) given to another call there or in a method it calls"
+            " with the parameter that count is read off, self.num_classes or self.hparams.num_classes in the class, a"
             ' module constant NUM_CLASSES), the metric becomes Metric(task="multiclass", num_classes=N), as 1.x'
             " computed it for a multiclass model; AUROC/ROC/average precision, often binary per label, are left with"
             " the metrics-task TODO.",
+            kind="rewrite",
+        ),
+        Rule(
+            "trainer-splat-translated",
+            "settings splatted into the Trainer are translated at run time by legacy_trainer_kwargs",
+            "Trainer(**settings) where the settings come from somewhere this tool cannot read (a config file, a"
+            " function's **kwargs, an attribute) becomes Trainer(**legacy_trainer_kwargs(settings)), from"
+            " lightning_mgpu.upgrade.trainer_args: it translates the 1.x keys as 1.x's Trainer read them (gpus,"
+            ' accelerator="ddp", precision=16, checkpoint_callback, progress_bar_refresh_rate, ...) and passes 2.x'
+            " ones through, and refuses a key with no 2.x meaning (resume_from_checkpoint, auto_lr_find, ...) with"
+            " a ValueError that names the 2.x way. The call's own callbacks= goes into the translation, so that a"
+            " progress bar a 1.x key adds joins them. A call with two such splats keeps the trainer-splat TODO.",
+            kind="rewrite",
+        ),
+        Rule(
+            "metrics-legacy-args",
+            "torchmetrics <= 0.10 keywords that task= now says were dropped",
+            "torchmetrics 0.11 removed multiclass=, is_multiclass=, mdmc_average=, subset_accuracy= and"
+            ' compute_on_step= (its metrics refuse them). Beside task="multiclass", multiclass=True,'
+            ' mdmc_average="global" (multidim_average="global" is the default), subset_accuracy=False (the default)'
+            " and compute_on_step= (False only made forward() return None instead of the batch's value) say nothing"
+            " more and are dropped. Any other value decides the task (multiclass=False treated the inputs as binary):"
+            " the metrics-task TODO stays.",
             kind="rewrite",
         ),
         Rule(

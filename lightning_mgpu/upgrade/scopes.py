@@ -67,6 +67,17 @@ def is_dict_builder(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Call) and dotted(node.func) == "dict" and all(a.keyword is not None for a in node.args)
 
 
+def is_translated(node: cst.BaseExpression) -> bool:
+    """``legacy_trainer_kwargs(...)``: settings translated at run time (a splat of it needs nothing more)."""
+    return isinstance(node, cst.Call) and (dotted(node.func) or "").split(".")[-1] == "legacy_trainer_kwargs"
+
+
+def translates_at_run_time(call: cst.Call) -> bool:
+    """``from_argparse_args(Trainer, args, **kw)`` (and 1.x's ``Trainer.from_argparse_args``, which the tool turns
+    into it): the bundle's function translates every 1.x key it is given, the splatted ones included."""
+    return (dotted(call.func) or "").split(".")[-1] == "from_argparse_args"
+
+
 def strategy_literal(node: cst.BaseExpression) -> bool:
     """A 1.x strategy string or None, or a conditional whose branches all are."""
     if isinstance(node, cst.IfExp):
@@ -104,11 +115,13 @@ class FileFacts(cst.CSTVisitor):
         self.flags: dict[str, tuple[cst.BaseExpression | None, cst.BaseExpression | None]] = {}
         #: (scope node, name) of the dicts splatted into a Trainer, in the scope that assigns them.
         self.trainer_dicts: set[tuple[cst.CSTNode, str]] = set()
-        #: Trainer calls that splat something this pass cannot follow -> the expression splatted.
-        self.unknown_splats: dict[cst.Call, cst.BaseExpression] = {}
+        #: Trainer calls that splat something this pass cannot follow -> the positions (in ``call.args``) of those
+        #: splats.
+        self.unknown_splat_args: dict[cst.Call, list[int]] = {}
         self.moved_resume: dict[cst.Call, cst.BaseExpression] = {}  # fit call -> the value for ckpt_path
         self.resolved_resume: set[cst.Call] = set()  # Trainer calls whose value moved to a fit
-        self._splats: list[tuple[cst.Call, Scope, str]] = []  # Trainer(**name): resolved when the module ends
+        #: Trainer(**name), with the splat's position in the call: resolved when the module ends.
+        self._splats: list[tuple[cst.Call, Scope, str, int]] = []
         #: (scope node, name) of variables that only carry a 1.x strategy name into a Trainer: their assignments
         #: are rewritten ("ddp_cpu" -> "ddp", None -> "auto") and the Trainer gets strategy=name.
         self.strategy_vars: set[tuple[cst.CSTNode, str]] = set()
@@ -167,13 +180,20 @@ class FileFacts(cst.CSTVisitor):
                 if any(literal(v) is not None for v in values):
                     self.strategy_vars.add((scope.node, name))
         # A splat whose dict this file builds: the dict's own scope is rewritten; any other splat is unknown.
-        for call, scope, name in self._splats:
+        for call, scope, name, index in self._splats:
             owner = scope.lookup(name)
             values = owner.assigns[name] if owner is not None else []
             if values and all(is_dict_builder(v) for v in values):
                 self.trainer_dicts.add((owner.node, name))  # type: ignore[union-attr]
+            elif values and all(is_translated(v) for v in values):
+                continue  # kwargs = legacy_trainer_kwargs(...): translated at run time already
             else:
-                self.unknown_splats[call] = cst.Name(name)
+                self._unknown_splat(call, index)
+
+    def _unknown_splat(self, call: cst.Call, index: int) -> None:
+        if translates_at_run_time(call):
+            return  # from_argparse_args translates what it is given: its splats need neither a rewrite nor a TODO
+        self.unknown_splat_args.setdefault(call, []).append(index)
 
     # -- what is assigned, called and declared -------------------------------------------------------------------
 
@@ -216,12 +236,13 @@ class FileFacts(cst.CSTVisitor):
                 if arg.keyword is not None and arg.keyword.value in ("accelerator", "distributed_backend"):
                     if isinstance(arg.value, cst.Name):
                         self._backend_names.append((self._stack[-1], arg.value.value))
+            for index, arg in enumerate(node.args):
                 if arg.star != "**":
                     continue
                 if isinstance(arg.value, cst.Name):
-                    self._splats.append((node, self._stack[-1], arg.value.value))
-                elif not is_dict_builder(arg.value):
-                    self.unknown_splats[node] = arg.value
+                    self._splats.append((node, self._stack[-1], arg.value.value, index))
+                elif not is_dict_builder(arg.value) and not is_translated(arg.value):
+                    self._unknown_splat(node, index)
 
     def _flag(self, call: cst.Call) -> None:
         """``parser.add_argument("--gpus", type=int, default=0, choices=...)``: its destination, default and choices."""

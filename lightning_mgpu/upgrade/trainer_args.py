@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from lightning_mgpu.upgrade import rules
@@ -154,21 +155,33 @@ def from_argparse_args(cls: type, args: argparse.Namespace | dict[str, Any], **k
     return cls(**params)
 
 
-def legacy_trainer_kwargs(params: dict[str, Any], namespace: str = "lightning.pytorch") -> dict[str, Any]:
+def legacy_trainer_kwargs(
+    params: Mapping[str, Any], namespace: str = "lightning.pytorch", *, callbacks: Any = None
+) -> dict[str, Any]:
     """Translate Lightning 1.x Trainer keyword arguments into 2.x ones, as 1.x's Trainer read them.
 
+    ``lightning-mgpu upgrade`` writes ``Trainer(**legacy_trainer_kwargs(settings))`` where settings it cannot read
+    (a config file, a function's ``**kwargs``) are splatted into a Trainer.
+
     Args:
-        params: keyword arguments for a Trainer, 1.x and 2.x spellings mixed; 2.x ones at their defaults ("auto",
-            None) are overridden by a 1.x one that says more.
+        params: keyword arguments for a Trainer (a dict, or any mapping: an OmegaConf ``DictConfig``), 1.x and 2.x
+            spellings mixed; 2.x ones at their defaults ("auto", None) are overridden by a 1.x one that says more.
         namespace: the Lightning tree whose callbacks a translation adds (``lightning.pytorch`` or
             ``pytorch_lightning``).
+        callbacks: the ``callbacks=`` the Trainer call passes beside the splatted settings: a callback a 1.x key
+            adds (``progress_bar_refresh_rate``) joins them, as 1.x's Trainer added it, instead of clashing with them.
 
     Returns:
         The 2.x keyword arguments.
 
     Raises:
-        ValueError: a 1.x argument whose value has no 2.x meaning, named with the 2.x way.
+        ValueError: a 1.x argument whose value has no 2.x meaning, named with the 2.x way; or ``callbacks`` given both
+            in ``params`` and as ``callbacks=`` (the Trainer call would have refused it too).
     """
+    if callbacks is not None:
+        if "callbacks" in params:
+            raise ValueError("callbacks= is given twice: in the settings and beside them")
+        params = {**params, "callbacks": callbacks}
     out = {k: v for k, v in params.items() if k not in LEGACY_FLAGS}
 
     def put(name: str, value: Any, old: str) -> None:

@@ -107,6 +107,17 @@ def _alias_of(alias: cst.ImportAlias) -> str | None:
     return alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
 
 
+#: torchmetrics <= 0.10 keywords that 0.11 removed -> the values that say nothing beside task="multiclass".
+#: compute_on_step=False only made forward() return None instead of the batch's value: the metric is the same.
+LEGACY_METRIC_ARGS: dict[str, tuple[Any, ...]] = {
+    "multiclass": (True,),
+    "is_multiclass": (True,),
+    "mdmc_average": ("global",),
+    "subset_accuracy": (False,),
+    "compute_on_step": (True, False),
+}
+
+
 def _kwarg(name: str, value: cst.BaseExpression, like: cst.Arg | None = None) -> cst.Arg:
     """A keyword argument, spaced like ``like`` (``x=1`` or ``x = 1``)."""
     equal = (
@@ -884,6 +895,12 @@ class UpgradeTransformer(cst.CSTTransformer):
             return self._metrics_import(original, updated, "torchmetrics" + below[len("metrics") :])
         if isinstance(updated.names, cst.ImportStar):
             return updated
+        if (module == "torchmetrics" or module.startswith("torchmetrics.")) and any(
+            isinstance(a.name, cst.Name) and rules.TORCHMETRICS_RENAMED.get(a.name.value, a.name.value) != a.name.value
+            for a in updated.names
+        ):
+            # torchmetrics' own names of 0.6 and before (F1, IoU, ...), which it removed in 0.8: its new ones.
+            return self._metrics_import(original, updated, module)
         if module == "lightning" and any(
             a.name.value == "pytorch" for a in updated.names if isinstance(a.name, cst.Name)
         ):
@@ -992,7 +1009,12 @@ class UpgradeTransformer(cst.CSTTransformer):
                     self.renamed[name] = (target, new, {})
                 alias = alias.with_changes(name=cst.Name(new))
             names.append(alias)
-        self._change(original, "metrics-import", f"from {_dotted(updated.module)} -> from {target} (torchmetrics)")  # type: ignore[arg-type]
+        source = _dotted(updated.module)  # type: ignore[arg-type]
+        self._change(
+            original,
+            "metrics-import",
+            f"from {source} -> from {target} (torchmetrics)" if source != target else f"from {target}: renamed names",
+        )
         return updated.with_changes(module=cst.parse_expression(target), names=names or updated.names)
 
     def _add_import(self, module: str, name: str, asname: str | None) -> None:
@@ -1379,6 +1401,18 @@ class UpgradeTransformer(cst.CSTTransformer):
         if "task" in keywords or any(a.star for a in updated.args):
             return updated
         name = (_dotted(updated.func) or "").split(".")[-1]
+        # torchmetrics <= 0.10's own keywords, which 0.11's metrics refuse: dropped where they say nothing beside
+        # task="multiclass"; any other value decides the task (multiclass=False: binary) and leaves the TODO.
+        legacy = [a for a in updated.args if a.keyword is not None and a.keyword.value in LEGACY_METRIC_ARGS]
+        if any(_literal(a.value) not in LEGACY_METRIC_ARGS[a.keyword.value] for a in legacy if a.keyword is not None):
+            self._todo(original, rules.todo_text("metrics-task", name=name))
+            return updated
+        if legacy and ("num_classes" in keywords or self._class_counts.get(id(original)) is not None):
+            kept = [a for a in updated.args if a not in legacy]
+            if kept:
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            updated = updated.with_changes(args=kept)
+            self._change(original, "metrics-legacy-args", f"{name}: " + ", ".join(_code(a).strip(", ") for a in legacy))
         if "num_classes" in keywords and name[0].isupper():
             args = [
                 _kwarg("task", _quoted("multiclass")).with_changes(
@@ -1426,8 +1460,22 @@ class UpgradeTransformer(cst.CSTTransformer):
                 if inner is not None:
                     star = star.with_changes(value=inner)
             new_stars.append(star)
-        if original in self.facts.unknown_splats:
-            trainer.todo("trainer-splat", value=_code(self.facts.unknown_splats[original]))
+        # Settings splatted from where this tool cannot read them (a config file, a function's **kwargs): 1.x keys
+        # in them are translated at run time (trainer-splat-translated). Two such splats keep the TODO: translated
+        # apart, a 1.x key in one and its 2.x key in the other would no longer meet.
+        unknown = self.facts.unknown_splat_args.get(original, [])
+        if len(unknown) == 1 and unknown[0] < len(updated.args) and updated.args[unknown[0]].star == "**":
+            target = updated.args[unknown[0]]
+            callbacks = trainer.get("callbacks")
+            trainer.remove("callbacks")  # passed to the translation: a 1.x key's callback joins them there
+            new_stars = [
+                star.with_changes(value=self._translated(star.value, callbacks)) if star is target else star
+                for star in new_stars
+            ]
+            trainer.change("trainer-splat-translated", f"Trainer(**{_code(target.value)}) -> legacy_trainer_kwargs")
+            self._add_import("lightning_mgpu.upgrade.trainer_args", "legacy_trainer_kwargs", None)
+        elif unknown:
+            trainer.todo("trainer-splat", value=_code(original.args[max(unknown)].value))  # the last one
         strategy = trainer.get("strategy")
         if strategy is not None and _string(strategy) in rules.BUNDLE_STRATEGY_NAMES:
             self.needs_bundle_import = True
@@ -1436,6 +1484,18 @@ class UpgradeTransformer(cst.CSTTransformer):
             return updated
         new_args = positional + [self._arg(key, value, like) for key, value, like in trainer.items] + new_stars
         return updated.with_changes(args=self._commas(new_args, updated.args))
+
+    def _translated(self, settings: cst.BaseExpression, callbacks: cst.BaseExpression | None) -> cst.Call:
+        """``legacy_trainer_kwargs(settings[, namespace=...][, callbacks=...])``: the file's Lightning tree (for the
+        callbacks a translation adds) where it is not ``lightning.pytorch``, and the call's own ``callbacks=``."""
+        args = [cst.Arg(settings)]
+        if self.namespace != "lightning.pytorch":
+            args.append(_kwarg("namespace", _quoted(self.namespace)))
+        if callbacks is not None:
+            args.append(_kwarg("callbacks", callbacks))
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        args = [arg.with_changes(comma=comma) for arg in args[:-1]] + args[-1:]
+        return cst.Call(func=cst.Name("legacy_trainer_kwargs"), args=args)
 
     def _emit(self, node: cst.CSTNode, trainer: _TrainerArgs) -> None:
         for rule, change in trainer.changes:

@@ -1,4 +1,5 @@
-"""A 1.x project that keeps the Trainer's settings in a YAML file: the tool cannot see them, so it says what to check."""
+"""A 1.x project that keeps the Trainer's settings in a YAML file: the tool cannot see them, so they are translated
+when the Trainer is built."""
 import yaml
 
 import pytorch_lightning as pl

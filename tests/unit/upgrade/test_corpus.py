@@ -71,7 +71,8 @@ def test_the_checker_sees_what_it_looks_for() -> None:
 def _build_args(function: types.FunctionType, tmp_path: Path) -> list[object]:
     namespace = argparse.Namespace(gpus=2, nodes=1, epochs=1, deepspeed=False)
     config = tmp_path / "config.yaml"
-    config.write_text("trainer:\n  max_epochs: 1\n  logger: false\n")
+    # 1.x keys the converted script translates when it builds its Trainer (yaml_config.py).
+    config.write_text("trainer:\n  max_epochs: 1\n  logger: false\n  gpus: 0\n  checkpoint_callback: false\n")
     given = {"args": namespace, "hparams": namespace, "resume": None, "path": str(config)}
     return [given[p] for p in inspect.signature(function).parameters]
 

@@ -52,8 +52,8 @@ def test_the_class_count_comes_from_the_function_the_class_or_the_module() -> No
     for expected in (
         'self.train_acc = torchmetrics.Accuracy(task="multiclass", num_classes=num_classes)',  # __init__'s parameter
         'acc = accuracy(preds, y, task="multiclass", num_classes=self.num_classes)',  # the class's attribute
-        'self.val_f1 = torchmetrics.F1Score(task="multiclass", num_classes=cfg.train.num_classes,'
-        " compute_on_step=False)",  # another call's num_classes= in the same function
+        # another call's num_classes= in the same function; compute_on_step= (gone in 0.11) dropped
+        'self.val_f1 = torchmetrics.F1Score(task="multiclass", num_classes=cfg.train.num_classes)',
     ):
         assert expected in lines, (expected, lines)
 
@@ -109,3 +109,85 @@ def test_converted_metrics_build_on_this_torchmetrics() -> None:
     import torch
 
     assert float(metric(torch.tensor([0, 1, 2, 3]), torch.tensor([0, 1, 2, 0]))) == pytest.approx(0.75)  # micro
+
+
+def test_a_count_another_method_reads_off_a_parameter_counts_where_that_parameter_is_passed() -> None:
+    source = (
+        "import torchmetrics\n"
+        "class Model(LightningModule):\n"
+        "    def __init__(self, cfg):\n"
+        "        self.acc = torchmetrics.Accuracy()\n"
+        "        self.net = self.build_net(cfg)\n"
+        "    def build_net(self, cfg):\n"
+        "        return timm.create_model(cfg.arch, num_classes=cfg.data.num_classes)\n"
+    )
+    assert 'self.acc = torchmetrics.Accuracy(task="multiclass", num_classes=cfg.data.num_classes)' in upgraded(source)
+    # Passed something else than a name: the method may read another object; the TODO stays.
+    assert "metrics-task" in upgraded(source.replace("self.build_net(cfg)", "self.build_net(load(cfg))"))
+    # A star before it: which parameter cfg lands in is not written.
+    assert "metrics-task" in upgraded(source.replace("self.build_net(cfg)", "self.build_net(*extra, cfg)"))
+    # Passed by keyword, it counts.
+    assert "num_classes=cfg.data.num_classes)" in upgraded(source.replace("build_net(cfg)", "build_net(cfg=cfg)"))
+
+
+def test_a_models_class_count_keyword_counts() -> None:
+    source = (
+        "import torchmetrics\n"
+        "class Video(LightningModule):\n"
+        "    def __init__(self, args):\n"
+        "        self.acc = torchmetrics.Accuracy()\n"
+        "        self.model = create_resnet(input_channel=3, model_num_class=400)\n"
+    )
+    assert 'torchmetrics.Accuracy(task="multiclass", num_classes=400)' in upgraded(source)
+
+
+def test_keywords_torchmetrics_0_11_refuses_are_dropped_where_they_say_nothing_more() -> None:
+    """multiclass=True, mdmc_average="global", subset_accuracy=False and compute_on_step= go beside
+    task="multiclass"; torchmetrics' own old names (F1, 0.6 and before) take their new ones. The result builds."""
+    torchmetrics = pytest.importorskip("torchmetrics")
+    source = upgraded(
+        "from torchmetrics import Accuracy, F1\n"
+        "def build(classes):\n"
+        "    return (\n"
+        "        Accuracy(multiclass=True, num_classes=classes, subset_accuracy=False),\n"
+        "        F1(num_classes=classes, mdmc_average='global', compute_on_step=False, average='macro'),\n"
+        "    )\n"
+    )
+    assert "from torchmetrics import Accuracy, F1Score\n" in source
+    assert 'Accuracy(task="multiclass", num_classes=classes),' in source
+    assert "F1Score(task=\"multiclass\", num_classes=classes, average='macro')," in source
+    namespace: dict[str, object] = {}
+    exec(compile(source, "converted", "exec"), namespace)  # noqa: S102
+    accuracy, f1 = namespace["build"](3)  # type: ignore[operator]
+    assert isinstance(accuracy, torchmetrics.Metric) and isinstance(f1, torchmetrics.Metric)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "Accuracy(num_classes=2, multiclass=False)",  # 2-class data read as binary: task="binary", not "multiclass"
+        "Accuracy(num_classes=4, subset_accuracy=True)",  # exact match over labels
+        "Precision(num_classes=4, mdmc_average='samplewise')",  # 0.11's samplewise does not average the samples
+        "Accuracy(num_classes=4, multiclass=flag)",
+    ],
+)
+def test_a_keyword_that_decides_the_task_keeps_the_todo(call: str) -> None:
+    out = upgraded(f"from torchmetrics import Accuracy, Precision\nm = {call}\n")
+    assert "TODO(lightning-mgpu:metrics-task)" in out and f"m = {call}\n" in out
+
+
+def test_a_users_own_count_keyword_adds_no_second_value() -> None:
+    """Only the libraries' keywords (num_classes=, model_num_class=) count: a head built with the user's own num_cls=4
+    beside self.num_cls does not make the class undecided."""
+    source = (
+        "from torchmetrics.functional import accuracy\n"
+        "class Classifier(LightningModule):\n"
+        "    def __init__(self, num_cls=4):\n"
+        "        self.num_cls = num_cls\n"
+        "        self.model = Head(num_cls=4, p=0.1)\n"
+        "    def training_step(self, batch, i):\n"
+        "        return accuracy(self(batch[0]).argmax(1), batch[1])\n"
+    )
+    assert 'accuracy(self(batch[0]).argmax(1), batch[1], task="multiclass", num_classes=self.num_cls)' in upgraded(
+        source
+    )

@@ -58,6 +58,8 @@ REWRITES = {
         "from pytorch_lightning.loggers import TestTubeLogger\nlogger = TestTubeLogger(save_dir='logs')\n"
     ),
     "trainer-conflict-resolved": 't = Trainer(accelerator="ddp", strategy=None)\n',
+    "metrics-legacy-args": "from torchmetrics import Accuracy\nacc = Accuracy(num_classes=3, multiclass=True)\n",
+    "trainer-splat-translated": "def build(config):\n    return Trainer(**config['trainer'])\n",
     "tuner": "lr_finder = trainer.tuner.lr_find(model)\n",
     "manual-optimization": (
         "import pytorch_lightning as pl\nclass M(pl.LightningModule):\n"

@@ -76,7 +76,7 @@ def test_trainer_arguments(before: str, after: str) -> None:
         ("Trainer(checkpoint_callback=ModelCheckpoint(), callbacks=cbs)", "trainer-checkpoint-callback):"),
         ("Trainer(gpus=2, devices=4)", "trainer-conflict): gpus=2 maps to devices, set here too"),
         ("Trainer(accelerator=args.backend)", "trainer-accelerator-unknown): accelerator=args.backend"),
-        ("Trainer(**config['trainer'])", "trainer-splat): Trainer(**config['trainer']) may hold 1.x keys"),
+        ("Trainer(**base, **config['trainer'])", "trainer-splat): Trainer(**config['trainer']) may hold 1.x keys"),
         ('Trainer(accelerator="ddp", strategy="ddp_spawn")', 'trainer-conflict): accelerator="ddp" maps to strategy'),
     ],
 )
