@@ -49,6 +49,10 @@ class RayAddressError(ConnectionError):
     """Nothing answers at the Ray address given; ``ray.init`` would retry it for many minutes without a word."""
 
 
+class RayStartError(RuntimeError):
+    """The local Ray started for a run did not come up in Ray's own time limit."""
+
+
 @dataclass(frozen=True)
 class RayLaunch:
     """Where and how a training function runs on Ray.
@@ -212,12 +216,23 @@ def ray_cluster(launch: RayLaunch) -> Iterator[None]:
             cpus = max(1, int(launch.num_workers * launch.cpus_per_worker + 0.999))
             rank_zero_info(f"Ray: starting a local instance with {cpus} CPUs for {launch.num_workers} workers")
             # address="local": a new instance even where `ray start` runs on this machine (ray.init() would join it).
-            ray.init(
-                address="local",
-                num_cpus=cpus,
-                num_gpus=launch.num_workers if launch.use_gpu else None,
-                include_dashboard=False,
-            )
+            try:
+                ray.init(
+                    address="local",
+                    num_cpus=cpus,
+                    num_gpus=launch.num_workers if launch.use_gpu else None,
+                    include_dashboard=False,
+                )
+            except Exception as err:
+                # Ray (2.60) gives the new node's raylet a fixed 30 s to register (ray/_private/node.py); a busy
+                # machine misses it, and Ray's own words do not say what to do.
+                if "timed out during startup" not in str(err):
+                    raise
+                raise RayStartError(
+                    f"Ray's local instance did not start: its raylet must register within Ray's fixed 30 s and this "
+                    f"machine was too busy ({err}). Start Ray first (`ray start --head --num-cpus {cpus}`) and pass "
+                    "--ray-address auto (RayLaunch(address='auto')), or run where the CPUs are less loaded."
+                ) from err
             started = True
         else:
             rank_zero_info(f"Ray: connecting to the cluster at {launch.address}")

@@ -17,6 +17,7 @@ from tests.helpers.runif import RunIf
 VERDICTS = {"input-bound", "communication-bound", "low-utilisation-unexplained", "healthy", "compute-bound"}
 
 
+@pytest.mark.extended  # the benchmark's own run: before a benchmark session, with --extended
 @RunIf(plotly=True)
 @pytest.mark.timeout(300)
 def test_both_runs_are_diagnosed_and_leave_their_dashboards(tmp_path: Path) -> None:

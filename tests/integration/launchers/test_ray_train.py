@@ -26,6 +26,7 @@ import torch
 from lightning_mgpu.checkpoint.sharded import is_sharded_checkpoint
 from lightning_mgpu.testing.parity import max_abs_diff
 from tests.helpers.launch import REPO_ROOT, finish, launch_env, run, run_python, start
+from tests.helpers.ray_cluster import ahead_of_the_tests
 from tests.helpers.runif import RunIf
 
 pytestmark = [pytest.mark.timeout(600), *RunIf(ray=True).marks]
@@ -216,9 +217,16 @@ def test_without_an_address_a_local_ray_is_started_for_the_workers_and_stopped_a
     # its raylet is told apart from any other Ray on the machine.
     ray_tmp = tempfile.mkdtemp(prefix="lmgpu-ray-")
     try:
-        out = run_python(
-            ["-c", LOCAL_RAY, str(tmp_path)], timeout=180, env={"RAY_TMPDIR": ray_tmp, **ONE_THREAD}
-        ).stdout
+        # Ahead of the other worker's job, as the session cluster's daemons (tests/helpers/ray_cluster.py).
+        proc = start(
+            [sys.executable, "-c", LOCAL_RAY, str(tmp_path)],
+            env={"RAY_TMPDIR": ray_tmp, **ONE_THREAD},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=ahead_of_the_tests,
+        )
+        out = finish(proc, 180, expect=0, what="the local Ray")
         assert "cpus 2 nodes 1" in out and "initialized after the block: False" in out, out[-4000:]
         assert any(Path(ray_tmp).glob("ray/session_*")), (
             "the local Ray did not run under RAY_TMPDIR: the check below would see nothing"

@@ -28,7 +28,7 @@ def _train(out: Path, logger: str) -> None:
     )
 
 
-@pytest.mark.parametrize("logger", ["mlflow", "tensorboard", "csv"])
+@pytest.mark.parametrize("logger", ["mlflow", "tensorboard", pytest.param("csv", marks=pytest.mark.extended)])
 def test_train_py_writes_every_ranks_time_line_into_its_logger(
     tmp_path: Path, logger: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -28,7 +28,11 @@ SEQUENCES = [
 
 @RunIf(fairscale=True)
 @pytest.mark.timeout(480)
-@pytest.mark.parametrize("names", SEQUENCES, ids=["-".join(s) for s in SEQUENCES])
+@pytest.mark.parametrize(
+    "names",
+    [SEQUENCES[0], pytest.param(SEQUENCES[1], marks=pytest.mark.extended)],  # the aliases' and dp's transitions
+    ids=["-".join(s) for s in SEQUENCES],
+)
 def test_fits_in_one_process_in_any_order(names: list[str]) -> None:
     out = run_python(["-m", "tests.integration.runners.run_fit_sequence", *names], timeout=420).stdout
     assert [line for line in out.splitlines() if line.startswith("FIT ")] == [f"FIT {n} OK" for n in names]

@@ -123,7 +123,14 @@ def _fit(root: Path, launch: str) -> dict[str, list[Path]]:
 @pytest.mark.parametrize(
     "launch",
     [
-        pytest.param(name, marks=(RunIf(horovod=True).marks if name == "horovod" else RunIf(fairscale=True).marks))
+        pytest.param(
+            name,
+            marks=[
+                *(RunIf(horovod=True).marks if name == "horovod" else RunIf(fairscale=True).marks),
+                # Lightning's own spawn launcher under either namespace; the bundle's part is the same as under ddp.
+                *([pytest.mark.extended] if name == "ddp_spawn" else []),
+            ],
+        )
         for name in _LAUNCHES
     ],
 )

@@ -143,3 +143,26 @@ def test_an_unreachable_ray_address_is_refused_in_bound_naming_it() -> None:
         assert time.monotonic() - start < 10
         taken.listen()
         check_reachable(f"127.0.0.1:{port}", timeout_s=1.5)  # a listening head passes
+
+
+@RunIf(ray=True)
+def test_a_local_ray_that_misses_its_start_deadline_names_the_fix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Ray's own failure on a busy machine (its raylet's fixed 30 s), raised where ray.init would raise it: the run
+    says what to do instead. (The real timeout needs a saturated machine; the message is Ray 2.60's.)"""
+    import ray
+
+    from lightning_mgpu.launchers.ray_train import RayLaunch, RayStartError, ray_cluster
+
+    def init(**kwargs: object) -> None:
+        raise Exception(
+            "The current node timed out during startup. This could happen because some of the raylet failed to "
+            "startup or the GCS has become overloaded."
+        )
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    with pytest.raises(RayStartError, match=r"ray start --head --num-cpus 2.*--ray-address auto"):
+        with ray_cluster(RayLaunch(num_workers=2, storage_path=tmp_path)):
+            pass
