@@ -75,15 +75,19 @@ FEATURES: dict[str, tuple[str, str]] = {
     "checkpoint": ("callbacks", "ModelCheckpoint: save_top_k, every_n_train_steps, save_last"),
     "early_stopping": ("callbacks", "EarlyStopping stops every rank at the same epoch"),
     "swa": ("callbacks", "StochasticWeightAveraging"),
+    "ema": ("callbacks", "EMA: WeightAveraging with an exponential moving average (Lightning 2.6)"),
     "lr_monitor": ("callbacks", "LearningRateMonitor(logging_interval='step') through the Trainer's logger"),
 }
 #: (strategy, feature) -> the start of the one-line refusal it must give, before any step.
 _COMPILE = "RuntimeError: Using a compiled model is incompatible with the current strategy"
 _SWA = "MisconfigurationException: StochasticWeightAveraging cannot average a model that"
+_EMA = "MisconfigurationException: WeightAveraging cannot average a model that"
 REFUSED = {
     # Lightning's SWA guard knows only its own FSDP and DeepSpeed; the bundle refuses for FSDP2 when fitting starts.
     ("sharded_fsdp2", "swa"): _SWA,
     ("sharded_fsdp2_spawn", "swa"): _SWA,
+    ("sharded_fsdp2", "ema"): _EMA,
+    ("sharded_fsdp2_spawn", "ema"): _EMA,
     # Lightning's own allow-list (SingleDeviceStrategy, DDPStrategy, FSDPStrategy): its one line names the strategy.
     ("dp", "compile"): _COMPILE,
     ("dp_emulated", "compile"): _COMPILE,
@@ -378,6 +382,7 @@ JUDGES: dict[str, Callable[[Runs, str], list[str]]] = {
     "checkpoint": _judge_checkpoint,
     "early_stopping": _same_epoch_as_control,
     "swa": _judge_fit(lambda s: None if s["global_step"] == 4 else f"{s['global_step']} steps", "swa"),
+    "ema": _judge_fit(lambda s: None if s["global_step"] == 4 else f"{s['global_step']} steps", "ema"),
 }
 
 

@@ -337,6 +337,14 @@ def _fit(feature: str, callbacks: Callable[[], list[pl.Callback]] = list, **kwar
     return run
 
 
+def _ema() -> pl.Callback:
+    """Lightning 2.6's EMA: ``WeightAveraging`` with torch's exponential moving average."""
+    from lightning.pytorch.callbacks import WeightAveraging
+    from torch.optim.swa_utils import get_ema_multi_avg_fn
+
+    return WeightAveraging(multi_avg_fn=get_ema_multi_avg_fn(0.9))
+
+
 def _init_module(name: str, out: Path) -> None:
     trainer = _trainer(name, out, "init_module")
     with trainer.init_module():
@@ -392,6 +400,7 @@ FEATURES: dict[str, Callable[[str, Path], None]] = {
         limit_train_batches=2,
         callbacks=lambda: [StochasticWeightAveraging(swa_lrs=0.01, swa_epoch_start=1)],
     ),
+    "ema": _fit("ema", max_steps=-1, max_epochs=2, limit_train_batches=2, callbacks=lambda: [_ema()]),
     "precision_64": _fit("precision_64", precision="64-true"),
     "precision_bf16": _fit("precision_bf16", precision="bf16-mixed"),
     "precision_bf16_true": _fit("precision_bf16_true", precision="bf16-true"),
