@@ -72,6 +72,7 @@ FEATURES: dict[str, tuple[str, str]] = {
     "compile": ("optimization", "a torch.compile'd LightningModule"),
     "sampler": ("data", "a sampler the user attached, shared out over the ranks"),
     "predict": ("predict", "predict with two dataloaders and return_predictions"),
+    "eval_log": ("logging", "validate with two dataloaders and test, self.log with sync_dist in each"),
     "checkpoint": ("callbacks", "ModelCheckpoint: save_top_k, every_n_train_steps, save_last"),
     "early_stopping": ("callbacks", "EarlyStopping stops every rank at the same epoch"),
     "swa": ("callbacks", "StochasticWeightAveraging"),
@@ -325,7 +326,27 @@ def _judge_checkpoint(runs: Runs, strategy: str) -> list[str]:
     return [] if files == want else [f"saved {files}, not {want}"]
 
 
+def _judge_eval_log(runs: Runs, strategy: str) -> list[str]:
+    """The mean over ranks of (rank + 1), and 10 more on the second validation loader, on every rank."""
+    problems = []
+    for stage, want in (
+        ("validate", {"val_synced/dataloader_idx_0": 0.0, "val_synced/dataloader_idx_1": 10.0}),
+        ("test", {"test_synced": 0.0}),
+    ):
+        seen = runs.seen(strategy, "eval_log", stage)
+        if not seen:
+            problems.append(f"{stage}: no rank reported")
+        for rank, s in enumerate(seen):
+            mean = (s["world"] + 1) / 2
+            for key, offset in want.items():
+                got = s["metrics"].get(key, math.nan)
+                if not math.isclose(got, mean + offset):
+                    problems.append(f"{stage}, rank {rank}: {key} is {got}, not {mean + offset}")
+    return problems
+
+
 JUDGES: dict[str, Callable[[Runs, str], list[str]]] = {
+    "eval_log": _judge_eval_log,
     "hooks": _judge_hooks,
     "log": _judge_log,
     "clip_norm": _judge_fit(

@@ -197,13 +197,17 @@ class ContractModule(pl.LightningModule):
             return None
         return loss
 
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._loss(batch)
         # Rises with the epoch: EarlyStopping(mode="min") must stop once patience runs out, on every rank together.
         self.log("rising", float(self.current_epoch), sync_dist=True)
+        if self.feature == "eval_log":  # per loader: Lightning suffixes /dataloader_idx_N
+            self.log("val_synced", float(self.global_rank + 1 + 10 * dataloader_idx), sync_dist=True)
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self._loss(batch)
+        if self.feature == "eval_log":
+            self.log("test_synced", float(self.global_rank + 1), sync_dist=True)
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         return self(batch[0]).float()
@@ -226,7 +230,9 @@ class ContractModule(pl.LightningModule):
             return DataLoader(data, batch_size=BATCH, sampler=EveryOtherBackwards(SAMPLES))
         return DataLoader(_data(0), batch_size=BATCH)
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> Any:
+        if self.feature == "eval_log":
+            return [DataLoader(_data(1), batch_size=BATCH), DataLoader(_data(5), batch_size=BATCH)]
         return DataLoader(_data(1), batch_size=BATCH)
 
     def test_dataloader(self) -> DataLoader:
@@ -267,6 +273,9 @@ class ContractModule(pl.LightningModule):
         if calls is not None:
             seen["calls"] = list(calls)
             calls.clear()
+        seen["world"] = self.trainer.world_size
+        if self.feature == "eval_log":
+            seen["metrics"] = {k: float(v) for k, v in self.trainer.callback_metrics.items()}
         if self.feature == "lr_monitor" and isinstance(self.trainer.logger, RecordingLogger):
             seen["logged"] = [r for r in self.trainer.logger.records if any(k.startswith("lr-") for k in r)]
         if self.feature == "checkpoint":
@@ -358,6 +367,12 @@ def _compile(name: str, out: Path) -> None:
     _trainer(name, out, "compile").fit(model)  # type: ignore[arg-type]  # Lightning unwraps the OptimizedModule
 
 
+def _eval_log(name: str, out: Path) -> None:
+    model = ContractModule("eval_log", str(out))
+    _trainer(name, out, "eval_log").validate(model)
+    _trainer(name, out, "eval_log").test(model)
+
+
 def _predict(name: str, out: Path) -> None:
     model = ContractModule("predict", str(out))
     predictions = _trainer(name, out, "predict").predict(model, return_predictions=True)
@@ -385,6 +400,7 @@ FEATURES: dict[str, Callable[[str, Path], None]] = {
     "accumulate": _fit("accumulate", max_steps=3, accumulate_grad_batches=2),
     "manual": _fit("manual", max_steps=-1, max_epochs=1, limit_train_batches=2),
     "predict": _predict,
+    "eval_log": _eval_log,
     "checkpoint": _checkpoint,
     "early_stopping": _fit(
         "early_stopping",
