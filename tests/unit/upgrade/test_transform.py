@@ -662,3 +662,34 @@ def test_a_star_import_from_the_removed_metrics_package_comes_from_torchmetrics(
         "from torchmetrics.functional import *",
         "from pytorch_lightning.callbacks import *",  # a module 2.x still has: left alone
     ]
+
+
+PER_SAMPLE_STEP_END = """class M(LightningModule):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        if batch_idx < 0:
+            return None
+        return {"loss": F.cross_entropy(self(x), y, reduction="none")}
+
+    def training_step_end(self, outputs):
+        return {"loss": outputs["loss"].mean()}
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self(x), y)
+
+    def validation_step_end(self, outputs):
+        return outputs.mean()
+"""
+
+
+def test_a_step_end_that_means_per_sample_losses_keeps_running_after_its_step() -> None:
+    """A step with ``reduction="none"`` returns one loss per sample, which 1.x's training_step_end meaned (found by
+    tests/helpers/upgrade_equivalence/dp_step_end.py beside Lightning 1.9.5: with the hook deleted, 2.x's backward
+    got a vector). The reduction is kept and applied to each return; a step of scalars still loses its step end."""
+    out = upgraded(PER_SAMPLE_STEP_END)
+    assert 'return self._training_step_end_1x({"loss": F.cross_entropy(self(x), y, reduction="none")})' in out
+    assert "return None" in out  # a bare None is left as 1.x skipped the step with it
+    assert "def _training_step_end_1x(self, outputs):" in out and "def training_step_end" not in out
+    assert "validation_step_end" not in out
+    assert upgraded(out) == out
