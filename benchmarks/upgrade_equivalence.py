@@ -62,20 +62,26 @@ class Case:
     explains: tuple[str, ...] = ()
     #: processes it trains on
     world: int = 1
-    #: slow in CI (two processes): run in the extended tier only
+    #: run in CI's extended tier only (two processes, or a shape CI trains elsewhere)
     extended: bool = False
+    #: the converted script runs as the tool left it (False: a TODO for a person stops it; CI does not run it)
+    runs: bool = True
 
 
 CASES: dict[str, Case] = {
-    "argparse_trainer.py": Case("1.9", "single device", argv=("--gpus", "0", "--max_epochs", "2", "--lr", "0.03")),
-    "config_dict.py": Case("1.6", "single device"),
+    # extended=True where CI's 60 s would be exceeded and the corpus (tests/integration/upgrade/test_corpus.py) trains
+    # the same shape converted
+    "argparse_trainer.py": Case(
+        "1.9", "single device", argv=("--gpus", "0", "--max_epochs", "2", "--lr", "0.03"), extended=True
+    ),
+    "config_dict.py": Case("1.6", "single device", extended=True),
     "ddp_processes.py": Case("1.6", "ddp (2 processes)", world=2, extended=True),
     "ddp_cpu_spawn.py": Case(
         "1.6", "ddp_cpu (2 processes, 1.x: ddp_spawn)", world=2, difference="ddp-spawn-cpu-sum", extended=True
     ),
     "dp_step_end.py": Case("1.9", "dp (1 CPU device; 1.x: ddp)"),
-    "epoch_end_aggregate.py": Case("1.9", "single device"),
-    "epoch_end_two_loaders.py": Case("1.6", "single device", difference="epoch-end-several-loaders"),
+    "epoch_end_aggregate.py": Case("1.9", "single device", difference="epoch-end-base-class", runs=False),
+    "epoch_end_two_loaders.py": Case("1.6", "single device", difference="epoch-end-several-loaders", runs=False),
     "gan_optimizer_idx.py": Case("1.9", "single device"),
     "gan_frequency.py": Case("1.6", "single device"),
     "track_grad_norm.py": Case("1.9", "single device", difference="grad-norm-rounding", explains=("grad_norms",)),
@@ -95,6 +101,11 @@ DIFFERENCES = {
     "grad-norm-rounding": (
         "1.x's track_grad_norm logged each norm rounded to 4 decimals (pytorch_lightning/utilities/grads.py); 2.x's "
         "grad_norm, which the conversion logs, does not round. The training itself is equal."
+    ),
+    "epoch-end-base-class": (
+        "a base class's training_epoch_end(outputs), called through super() by a subclass whose step it aggregates, "
+        "is left to a person (TODO epoch-end: its class has no step to collect from); 2.x refuses the 1.x hook, so "
+        "the converted script does not run until it is finished by hand."
     ),
     "epoch-end-several-loaders": (
         "validation_epoch_end over several dataloaders is left to a person (TODO epoch-end): 2.x refuses the 1.x hook, "
@@ -232,8 +243,8 @@ def run_case(name: str, case: Case, refs: dict[str, Path], work: Path, timeout: 
         Path(sys.executable), conv_dir / name, argv, work / "2x.json", {**base_env(), "PYTHONPATH": str(ROOT)}, timeout
     )
     if failed:
-        verdict = "named difference" if case.difference else "converted run failed"
-        return {**row, "verdict": verdict, "detail": failed}
+        failure = "named difference" if case.difference else "converted run failed"
+        return {**row, "verdict": failure, "detail": failed}
     converted = figures(json.loads((work / "2x.json").read_text()))
     row["compared"] = compare(reference, converted)
     row["verdict"] = verdict(case, row["compared"])

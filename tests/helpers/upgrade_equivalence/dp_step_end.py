@@ -55,6 +55,7 @@ class Classifier(pl.LightningModule):
 
 if __name__ == "__main__":
     pl.seed_everything(5)
+    # replace_sampler_ddp=False: 1.x ran dp on the CPU as ddp, whose DistributedSampler would shuffle the data
     trainer = pl.Trainer(strategy="dp", accelerator="cpu", devices=1, max_epochs=2, logger=False,
-                         enable_checkpointing=False, enable_model_summary=False)
+                         enable_checkpointing=False, enable_model_summary=False, replace_sampler_ddp=False)
     trainer.fit(Classifier())
