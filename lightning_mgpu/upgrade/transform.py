@@ -320,6 +320,7 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             found.append((_quoted(rules.STRATEGY_STRINGS[name]), key, _code(value)))
             if name == "ddp_cpu":
                 accelerator = "cpu"
+                args.note("ddp-cpu-gradient-mean")
             continue
         if name is not None or key == "plugins":
             if key == "distributed_backend" and name is not None:

@@ -37,7 +37,6 @@ def upgraded(source: str) -> str:
             'Trainer(gpus=n, accelerator="horovod")',
             'Trainer(accelerator="gpu" if n else "cpu", devices=n or 1, strategy="horovod")',
         ),
-        ('Trainer(num_processes=2, accelerator="ddp_cpu")', 'Trainer(accelerator="cpu", devices=2, strategy="ddp")'),
         ('Trainer(gpus=2, plugins="ddp_sharded")', 'Trainer(accelerator="gpu", devices=2, strategy="ddp_sharded")'),
         ('Trainer(gpus=2, plugins=["ddp_sharded"])', 'Trainer(accelerator="gpu", devices=2, strategy="ddp_sharded")'),
         ('Trainer(accelerator="gpu", gpus=2)', 'Trainer(accelerator="gpu", devices=2)'),
@@ -693,3 +692,16 @@ def test_a_step_end_that_means_per_sample_losses_keeps_running_after_its_step() 
     assert "def _training_step_end_1x(self, outputs):" in out and "def training_step_end" not in out
     assert "validation_step_end" not in out
     assert upgraded(out) == out
+
+
+def test_ddp_cpu_gets_a_note_that_1x_summed_the_ranks_gradients() -> None:
+    """Measured beside Lightning 1.6.5 (tests/helpers/upgrade_equivalence/ddp_cpu_spawn.py): its ddp_cpu stepped with
+    the sum of the two ranks' gradients, the converted ddp with their mean; the rewrite says so where it is made."""
+    out = upgraded('t = Trainer(num_processes=2, accelerator="ddp_cpu")\n')
+    assert out == (
+        "# NOTE(lightning-mgpu:ddp-cpu-gradient-mean): 1.x's ddp_cpu summed the ranks' gradients; 2.x's ddp takes"
+        ' their mean\nt = Trainer(accelerator="cpu", devices=2, strategy="ddp")\n'
+    )
+    assert "ddp-cpu-gradient-mean" not in upgraded(
+        'from pytorch_lightning import Trainer\nTrainer(accelerator="ddp")\n'
+    )
