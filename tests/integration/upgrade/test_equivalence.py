@@ -48,6 +48,7 @@ def test_the_converted_script_computes_what_1x_computed(name: str, tmp_path: Pat
     converted = figures(json.loads(out.read_text()))
     compared = compare(reference, converted)
     assert verdict(case, compared) in ("equal", "named difference"), compared
-    assert compare({"first": reference["losses"][0]}, {"first": converted["losses"][0]}) == {"first": "equal"}
+    if case.first_equal:
+        assert compare({"first": reference["losses"][0]}, {"first": converted["losses"][0]}) == {"first": "equal"}
     if case.difference:
         assert verdict(case, compared) == "named difference", f"{case.difference} no longer shows: {compared}"
