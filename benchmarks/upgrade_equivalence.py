@@ -89,6 +89,16 @@ CASES: dict[str, Case] = {
         extended=True,
         first_equal=False,
     ),
+    "dp_step_end.py": Case("1.9", "dp (1 CPU device; 1.x: ddp)"),
+    "epoch_end_aggregate.py": Case("1.9", "single device", difference="epoch-end-base-class", runs=False),
+    "epoch_end_two_loaders.py": Case("1.6", "single device", difference="epoch-end-several-loaders", runs=False),
+    "gan_optimizer_idx.py": Case("1.9", "single device"),
+    "gan_frequency.py": Case("1.6", "single device"),
+    "track_grad_norm.py": Case("1.9", "single device", difference="grad-norm-rounding", explains=("grad_norms",)),
+    "accumulate_dict.py": Case("1.9", "single device"),
+    "resume_1x_checkpoint.py": Case(
+        "1.9", "single device", argv=("--resume", "{ckpt}"), prepare=("--save", "{ckpt}", "--max_epochs", "1")
+    ),
 }
 
 #: Differences that are not the tool's: their cause, as the report gives it.

@@ -24,6 +24,7 @@ RUN = sorted(name for name, case in CASES.items() if case.runs and name in STORE
 
 
 def test_every_runnable_script_has_stored_1x_figures() -> None:
+    assert {p.name for p in SCRIPTS.glob("*.py") if not p.name.startswith("_")} == set(CASES)
     assert {name for name, case in CASES.items() if case.runs} <= set(STORED)
 
 
