@@ -419,6 +419,16 @@ RULES = _rules(
         kind="note",
     ),
     Rule(
+        "ddp-cpu-gradient-mean",
+        "1.x's ddp_cpu summed the ranks' gradients; 2.x's ddp takes their mean",
+        'accelerator="ddp_cpu" ran as ddp_spawn on CPU processes, and Lightning 1.6.5 and 1.9.5 stepped it with the'
+        " sum of the ranks' gradients (the spawned ranks' CPU parameters appear to share memory), where ddp, torch's"
+        " DDP and 2.x take the mean: the converted script trains with the mean, as ddp on GPUs always did. To"
+        " reproduce a 1.x run's numbers with plain SGD, multiply the learning rate by the number of processes"
+        " (measured: tests/helpers/upgrade_equivalence/ddp_cpu_spawn.py, docs/upgrade.md).",
+        kind="note",
+    ),
+    Rule(
         "trainer-tpu-cores",
         'tpu_cores is gone: use accelerator="tpu", devices=N',
         'tpu_cores=N became accelerator="tpu", devices=N.',

@@ -331,6 +331,7 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             found.append((_quoted(rules.STRATEGY_STRINGS[name]), key, _code(value)))
             if name == "ddp_cpu":
                 accelerator = "cpu"
+                args.note("ddp-cpu-gradient-mean")
             continue
         if name is not None or key == "plugins":
             if key == "distributed_backend" and name is not None:
@@ -694,6 +695,79 @@ def _reduce_only(func: cst.FunctionDef) -> bool:
     return True
 
 
+def _per_sample_steps(methods: dict[str, cst.FunctionDef]) -> set[str]:
+    """The steps of a class that have a 1.x ``<step>_end`` and compute a loss with ``reduction="none"``: what they
+    return is per sample, so a step end that means it does more than combine the replicas' scalars, and must keep
+    running after each step."""
+
+    class Finder(cst.CSTVisitor):
+        found = False
+
+        def visit_Arg(self, node: cst.Arg) -> None:
+            if (
+                node.keyword is not None
+                and node.keyword.value == "reduction"
+                and isinstance(node.value, cst.SimpleString)
+                and node.value.evaluated_value == "none"
+            ):
+                self.found = True
+
+    steps: set[str] = set()
+    for name in ("training_step", "validation_step", "test_step"):
+        if name in methods and f"{name}_end" in methods:
+            finder = Finder()
+            methods[name].body.visit(finder)
+            if finder.found:
+                steps.add(name)
+    return steps
+
+
+class _WrapReturns(cst.CSTTransformer):
+    """``return X`` -> ``return self.<method>(X)`` in one function's own body (not in functions or classes nested in
+    it)."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__()
+        self.method = method
+        self.depth = 0
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.depth += 1
+        return self.depth == 1
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self.depth -= 1
+        return updated
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def leave_Return(self, original: cst.Return, updated: cst.Return) -> cst.Return:
+        if updated.value is None or m.matches(updated.value, m.Name("None")):
+            return updated  # a skipped step
+        call = cst.Call(
+            func=cst.Attribute(value=cst.Name("self"), attr=cst.Name(self.method)), args=[cst.Arg(updated.value)]
+        )
+        return updated.with_changes(value=call)
+
+
+def _step_end_into_step(node: cst.ClassDef, steps: set[str]) -> cst.ClassDef:
+    """Each step of ``steps`` whose ``<step>_end`` was kept as ``_<step>_end_1x`` returns what that gives, as 1.x
+    called the step end on each step's output."""
+    names = {s.name.value for s in node.body.body if isinstance(s, cst.FunctionDef)}
+    body = []
+    for statement in node.body.body:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value in steps:
+            kept = f"_{statement.name.value}_end_1x"
+            if kept in names:
+                statement = statement.visit(_WrapReturns(kept))  # type: ignore[assignment]
+        body.append(statement)
+    return node.with_changes(body=node.body.with_changes(body=body))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The transformer
 
@@ -723,6 +797,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._class_depth = 0
         self._class_has_optimizer_idx: list[bool] = []
         self._class_manual: list[str] = []  # what manual_optimization.py makes of the class (ManualPlan.kind)
+        self._class_per_sample: list[set[str]] = []  # per enclosing class: its steps with per-sample outputs
         self._manual = ManualPlan(frozenset())
         #: local name -> (bundle module, new name, extra call kwargs) for the removed classes imported in this file.
         self.renamed: dict[str, tuple[str, str, dict[str, str]]] = {}
@@ -1688,6 +1763,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             and any(p.name.value == "optimizer_idx" for p in step.params.params)
             and _uses(step.body, "optimizer_idx", "training_step") > 0
         )
+        per_sample = _per_sample_steps(methods)
         # Recorded only from here on, where nothing can raise: leave_ClassDef pops what this pushed.
         self._class_depth += 1
         # A plain nn.Module (or no base): its training_epoch_end is the user's own, called by their own loop.
@@ -1696,6 +1772,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             self.datamodules.add(node.name.value)
         self._class_has_optimizer_idx.append(has_optimizer_idx)
         self._class_manual.append(self._manual.kind(node.name.value))
+        self._class_per_sample.append(per_sample)
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._class_depth -= 1
@@ -1707,8 +1784,11 @@ class UpgradeTransformer(cst.CSTTransformer):
             )
         has_optimizer_idx = self._class_has_optimizer_idx.pop()
         manual = self._class_manual.pop()
+        per_sample = self._class_per_sample.pop()
         if not self._lightning_class.pop():
             return updated
+        if per_sample:
+            updated = _step_end_into_step(updated, per_sample)
         lines = {s.name.value: self._line(s) for s in original.body.body if isinstance(s, cst.FunctionDef)}
         comments: list[tuple[str, str]] = []
         for convert in (
@@ -1770,6 +1850,14 @@ class UpgradeTransformer(cst.CSTTransformer):
         if hook in rules.HOOK_DROPPED_PARAMS:
             return self._drop_params(original, updated, hook)
         if hook in rules.STEP_END_HOOKS:
+            if _reduce_only(updated) and hook.removesuffix("_end") in self._class_per_sample[-1]:
+                # The step's outputs are per sample (reduction="none"): the reduction is kept, after each step.
+                self._change(
+                    original,
+                    "step-end",
+                    f"{hook} -> _{hook}_1x, applied to what the step returns: its outputs are per sample",
+                )
+                return updated.with_changes(name=cst.Name(f"_{hook}_1x"))
             if _reduce_only(updated):
                 self._change(
                     original,

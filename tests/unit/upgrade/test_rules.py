@@ -81,7 +81,7 @@ def _ids_at_change_sites(text: str, hook_tuples: bool = True) -> set[str]:
         r"\.change\(\s*\"([a-z0-9-]+)\"",  # args.change("rule", ...)
         r"rule=\"([a-z0-9-]+)\"",  # Finding(..., rule="rule")
         r"\(\s*(?:\w+|\"\w+\"),\s*\"([a-z0-9-]+)\",\s*f?[\"']",  # hooks: (method, "rule", message)
-        r"(?:todo_text|note_text|\.todo)\(\s*\"([a-z0-9-]+)\"",  # TODOs and notes
+        r"(?:todo_text|note_text|\.todo|\.note)\(\s*\"([a-z0-9-]+)\"",  # TODOs and notes
     )
     chosen = patterns if hook_tuples else patterns[:3] + patterns[4:]
     return {rule for pattern in chosen for rule in re.findall(pattern, text)}

@@ -37,7 +37,6 @@ def upgraded(source: str) -> str:
             'Trainer(gpus=n, accelerator="horovod")',
             'Trainer(accelerator="gpu" if n else "cpu", devices=n or 1, strategy="horovod")',
         ),
-        ('Trainer(num_processes=2, accelerator="ddp_cpu")', 'Trainer(accelerator="cpu", devices=2, strategy="ddp")'),
         ('Trainer(gpus=2, plugins="ddp_sharded")', 'Trainer(accelerator="gpu", devices=2, strategy="ddp_sharded")'),
         ('Trainer(gpus=2, plugins=["ddp_sharded"])', 'Trainer(accelerator="gpu", devices=2, strategy="ddp_sharded")'),
         ('Trainer(accelerator="gpu", gpus=2)', 'Trainer(accelerator="gpu", devices=2)'),
@@ -662,3 +661,47 @@ def test_a_star_import_from_the_removed_metrics_package_comes_from_torchmetrics(
         "from torchmetrics.functional import *",
         "from pytorch_lightning.callbacks import *",  # a module 2.x still has: left alone
     ]
+
+
+PER_SAMPLE_STEP_END = """class M(LightningModule):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        if batch_idx < 0:
+            return None
+        return {"loss": F.cross_entropy(self(x), y, reduction="none")}
+
+    def training_step_end(self, outputs):
+        return {"loss": outputs["loss"].mean()}
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self(x), y)
+
+    def validation_step_end(self, outputs):
+        return outputs.mean()
+"""
+
+
+def test_a_step_end_that_means_per_sample_losses_keeps_running_after_its_step() -> None:
+    """A step with ``reduction="none"`` returns one loss per sample, which 1.x's training_step_end meaned (found by
+    tests/helpers/upgrade_equivalence/dp_step_end.py beside Lightning 1.9.5: with the hook deleted, 2.x's backward
+    got a vector). The reduction is kept and applied to each return; a step of scalars still loses its step end."""
+    out = upgraded(PER_SAMPLE_STEP_END)
+    assert 'return self._training_step_end_1x({"loss": F.cross_entropy(self(x), y, reduction="none")})' in out
+    assert "return None" in out  # a bare None is left as 1.x skipped the step with it
+    assert "def _training_step_end_1x(self, outputs):" in out and "def training_step_end" not in out
+    assert "validation_step_end" not in out
+    assert upgraded(out) == out
+
+
+def test_ddp_cpu_gets_a_note_that_1x_summed_the_ranks_gradients() -> None:
+    """Measured beside Lightning 1.6.5 (tests/helpers/upgrade_equivalence/ddp_cpu_spawn.py): its ddp_cpu stepped with
+    the sum of the two ranks' gradients, the converted ddp with their mean; the rewrite says so where it is made."""
+    out = upgraded('t = Trainer(num_processes=2, accelerator="ddp_cpu")\n')
+    assert out == (
+        "# NOTE(lightning-mgpu:ddp-cpu-gradient-mean): 1.x's ddp_cpu summed the ranks' gradients; 2.x's ddp takes"
+        ' their mean\nt = Trainer(accelerator="cpu", devices=2, strategy="ddp")\n'
+    )
+    assert "ddp-cpu-gradient-mean" not in upgraded(
+        'from pytorch_lightning import Trainer\nTrainer(accelerator="ddp")\n'
+    )
