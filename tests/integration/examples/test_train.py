@@ -163,6 +163,7 @@ def test_all_callback_flags_together_under_ddp(tmp_path: Path) -> None:
     assert (out / "logs" / "version_0" / "diagnosis.json").is_file()
 
 
+@pytest.mark.extended  # the preprocess backends: tests/integration/data/; --preprocess ray: test_ray_train.py
 def test_preprocess_with_processes_under_ddp(tmp_path: Path) -> None:
     out = tmp_path / "pre"
     run_python(

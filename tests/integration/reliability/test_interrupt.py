@@ -42,8 +42,13 @@ STRATEGIES = [
     pytest.param("sharded_spawn", "2", (), id="sharded_spawn", marks=RunIf(fairscale=True).marks),
     pytest.param("sharded_fsdp2", "2", (), id="sharded_fsdp2"),
     pytest.param("dp", "2", (), id="dp", marks=pytest.mark.extended),
-    pytest.param("ddp", "2", TORCHRUN, id="ddp-torchrun"),
-    pytest.param("horovod", "2", HOROVODRUN, id="horovod-horovodrun", marks=RunIf(horovod=True).marks),
+    # The launchers' own relay of Ctrl-C (torchrun, horovodrun): the extended tier's. The default tier runs the same
+    # save and exact resume launched by Lightning and the bundle (above), and torchrun's restart and resume
+    # (test_elastic_restart.py).
+    pytest.param("ddp", "2", TORCHRUN, id="ddp-torchrun", marks=pytest.mark.extended),
+    pytest.param(
+        "horovod", "2", HOROVODRUN, id="horovod-horovodrun", marks=[*RunIf(horovod=True).marks, pytest.mark.extended]
+    ),
 ]
 # Adam: its state (moments, step count) must come back exactly as well; one thread per rank for bitwise repeatability.
 EPOCHS = 3
