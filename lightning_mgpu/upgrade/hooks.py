@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
+import libcst.matchers as m
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.scopes import dotted, literal
@@ -114,6 +115,28 @@ class _OwnStatements(cst.CSTTransformer):
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         return False
+
+
+class _WrapReturns(_OwnStatements):
+    """``return X`` -> ``return self.<method>(X)`` in the one function it is run on (``return`` and ``return None``,
+    a skipped step, stay)."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__()
+        self.method = method
+
+    def leave_Return(self, original: cst.Return, updated: cst.Return) -> cst.Return:
+        if updated.value is None or m.matches(updated.value, m.Name("None")):
+            return updated
+        call = cst.Call(
+            func=cst.Attribute(value=cst.Name("self"), attr=cst.Name(self.method)), args=[cst.Arg(updated.value)]
+        )
+        return updated.with_changes(value=call)
+
+
+def wrap_returns(func: cst.FunctionDef, method: str) -> cst.FunctionDef:
+    """``func`` with each of its own ``return X`` returning ``self.<method>(X)`` instead."""
+    return func.visit(_WrapReturns(method))  # type: ignore[return-value]  # a FunctionDef stays a FunctionDef
 
 
 class _CollectReturns(_OwnStatements):

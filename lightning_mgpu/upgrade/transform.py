@@ -21,7 +21,13 @@ from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.conflicts import drop_default, plugin_refines
 from lightning_mgpu.upgrade.grad_norm import GradNormPlan, add_hook
 from lightning_mgpu.upgrade.grad_norm import plan as grad_norm_plan
-from lightning_mgpu.upgrade.hooks import convert_epoch_ends, convert_log_returns, convert_renamed_hooks, with_comments
+from lightning_mgpu.upgrade.hooks import (
+    convert_epoch_ends,
+    convert_log_returns,
+    convert_renamed_hooks,
+    with_comments,
+    wrap_returns,
+)
 from lightning_mgpu.upgrade.manual_optimization import CLIP_ARGS, ManualPlan
 from lightning_mgpu.upgrade.manual_optimization import convert as manual_convert
 from lightning_mgpu.upgrade.manual_optimization import convert_subclass as manual_convert_subclass
@@ -722,38 +728,6 @@ def _per_sample_steps(methods: dict[str, cst.FunctionDef]) -> set[str]:
     return steps
 
 
-class _WrapReturns(cst.CSTTransformer):
-    """``return X`` -> ``return self.<method>(X)`` in one function's own body (not in functions or classes nested in
-    it)."""
-
-    def __init__(self, method: str) -> None:
-        super().__init__()
-        self.method = method
-        self.depth = 0
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self.depth += 1
-        return self.depth == 1
-
-    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
-        self.depth -= 1
-        return updated
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def leave_Return(self, original: cst.Return, updated: cst.Return) -> cst.Return:
-        if updated.value is None or m.matches(updated.value, m.Name("None")):
-            return updated  # a skipped step
-        call = cst.Call(
-            func=cst.Attribute(value=cst.Name("self"), attr=cst.Name(self.method)), args=[cst.Arg(updated.value)]
-        )
-        return updated.with_changes(value=call)
-
-
 def _step_end_into_step(node: cst.ClassDef, steps: set[str]) -> cst.ClassDef:
     """Each step of ``steps`` whose ``<step>_end`` was kept as ``_<step>_end_1x`` returns what that gives, as 1.x
     called the step end on each step's output."""
@@ -763,7 +737,7 @@ def _step_end_into_step(node: cst.ClassDef, steps: set[str]) -> cst.ClassDef:
         if isinstance(statement, cst.FunctionDef) and statement.name.value in steps:
             kept = f"_{statement.name.value}_end_1x"
             if kept in names:
-                statement = statement.visit(_WrapReturns(kept))  # type: ignore[assignment]
+                statement = wrap_returns(statement, kept)
         body.append(statement)
     return node.with_changes(body=node.body.with_changes(body=body))
 
