@@ -55,7 +55,8 @@ print(json.dumps({"env": type(env).__name__, "rank": t.global_rank, "local": t.l
 """
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "sharded"])
+# sharded reads SLURM's variables through the same cluster environment as ddp: the extended tier's.
+@pytest.mark.parametrize("strategy", ["ddp", pytest.param("sharded", marks=pytest.mark.extended)])
 @pytest.mark.parametrize("procid", [0, 5])
 def test_each_srun_task_gets_its_rank_from_slurm(procid: int, strategy: str) -> None:
     args = _srun_args()  # parsed as written; the probe then builds the Trainer on this CPU machine

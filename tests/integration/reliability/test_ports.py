@@ -20,7 +20,10 @@ from tests.helpers.runif import RunIf
 #   and under the ddp_sharded aliases;
 # - Lightning's own ddp -> ddp_spawn (and back): plain Lightning 2.6 fails the same way; the bundle's callbacks_factory
 #   entry point (run for every Trainer) moves MASTER_PORT off the earlier fit's store.
+# The default tier's sequence takes each of those transitions once; the extended tier's take them again in the other
+# direction, and from dp and the aliases.
 SEQUENCES = [
+    ["ddp", "ddp_spawn", "ddp", "sharded", "sharded_spawn"],
     ["ddp_spawn", "ddp", "ddp_spawn", "ddp", "sharded_spawn", "sharded", "sharded_spawn"],
     ["dp", "sharded_spawn", "ddp_sharded", "ddp_sharded_spawn"],
 ]
@@ -30,7 +33,7 @@ SEQUENCES = [
 @pytest.mark.timeout(480)
 @pytest.mark.parametrize(
     "names",
-    [SEQUENCES[0], pytest.param(SEQUENCES[1], marks=pytest.mark.extended)],  # the aliases' and dp's transitions
+    [SEQUENCES[0], *(pytest.param(s, marks=pytest.mark.extended) for s in SEQUENCES[1:])],
     ids=["-".join(s) for s in SEQUENCES],
 )
 def test_fits_in_one_process_in_any_order(names: list[str]) -> None:

@@ -448,12 +448,15 @@ BATCHES, GLOBAL_BATCH = 8, 8
 # The launches the four callbacks' test modules share: (strategy, mode, precision). fp32 runs are compared
 # exactly with one process that synchronizes every micro-batch; bf16-mixed runs within bf16's precision.
 # Each launch costs ~15 s on 2 cores, so cases share launches: GradSyncToggle's manual accumulation runs
-# under ddp (in bf16-mixed, the ddp bf16 case), ddp_spawn (fp32: DDPStrategy's exact manual check, plus
-# the callback pickled into spawned workers) and horovod (its own skip logic), next to the GAN toggle_model runs.
+# under ddp (fp32: DDPStrategy's exact manual check), ddp_spawn (in bf16-mixed, plus the callback pickled into
+# spawned workers) and horovod (its own skip logic), next to the GAN toggle_model runs (ddp's GAN: the bf16 case).
+# Lightning's ddp_spawn is the extended tier's (EXTENDED): the bundle's callbacks do under it what they do under ddp,
+# and the default tier pickles them into spawned workers under sharded_spawn (tests/integration/reliability).
 MATRIX = [
     ("ddp", "auto", "32-true"),
-    ("ddp", "manual", "bf16-mixed"),
-    ("ddp_spawn", "manual", "32-true"),
+    ("ddp", "manual", "32-true"),
+    ("ddp", "gan", "bf16-mixed"),
+    ("ddp_spawn", "manual", "bf16-mixed"),
     ("ddp_spawn", "gan", "bf16-mixed"),
     ("sharded", "auto", "32-true"),
     ("sharded", "gan", "bf16-mixed"),
@@ -463,6 +466,7 @@ MATRIX = [
     ("dp", "auto", "32-true"),
     ("dp", "gan", "bf16-mixed"),
 ]
+EXTENDED = ("ddp_spawn",)
 
 
 def matrix_params(
@@ -484,6 +488,8 @@ def matrix_params(
             marks += RunIf(fairscale=True).marks
         if strategy == "horovod":
             marks += RunIf(horovod=True).marks
+        if strategy in EXTENDED:
+            marks.append(pytest.mark.extended)
         if (known_bugs or {}).get((strategy, mode)):
             marks.append(pytest.mark.xfail(strict=True, reason=known_bugs[(strategy, mode)]))  # type: ignore[index]
         params.append(pytest.param(strategy, mode, precision, marks=marks, id=f"{strategy}-{mode}"))

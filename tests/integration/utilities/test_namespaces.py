@@ -127,8 +127,10 @@ def _fit(root: Path, launch: str) -> dict[str, list[Path]]:
             name,
             marks=[
                 *(RunIf(horovod=True).marks if name == "horovod" else RunIf(fairscale=True).marks),
-                # Lightning's own spawn launcher under either namespace; the bundle's part is the same as under ddp.
-                *([pytest.mark.extended] if name == "ddp_spawn" else []),
+                # Lightning's own spawn launcher under either namespace (the bundle's part is the same as under ddp),
+                # and horovod, whose pytorch_lightning twin the converted 1.x horovod script trains under in the
+                # default tier (tests/integration/upgrade/test_corpus.py, horovod_processes.py).
+                *([pytest.mark.extended] if name in ("ddp_spawn", "horovod") else []),
             ],
         )
         for name in _LAUNCHES
@@ -151,6 +153,9 @@ def test_a_two_process_fit_under_pytorch_lightning_equals_lightning_pytorch(laun
             assert all(torch.equal(pa[rank][k], pb[rank][k]) for k in pa[rank]), f"{a.name} rank {rank}"
 
 
+# ddp2's two nodes: the extended tier's. The bundle's names under pytorch_lightning are the ddp family's and dp's
+# (above); ddp2 itself trains in tests/integration/strategies/ddp2.
+@pytest.mark.extended
 def test_ddp2_on_two_nodes_under_pytorch_lightning_equals_lightning_pytorch(tmp_path: Path) -> None:
     """ddp2: one process per node (two nodes here), DataParallel over two CPU-thread devices within each."""
     runs = []
