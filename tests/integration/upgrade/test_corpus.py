@@ -20,11 +20,9 @@ from tests.helpers.upgrade_corpus import CORPUS
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "helpers" / "upgrade_corpus"
 RUNNABLE = sorted(name for name, script in CORPUS.items() if script.world)
 #: More 1.x shapes of a ddp script on 2 processes: their conversions are checked in tests/unit/upgrade/test_corpus.py,
-#: and training them adds a launch each of what ddp_cpu_processes.py, argparse_trainer.py, epoch_end_hooks.py and
-#: resume_and_checkpoint.py already run.
-# Shapes whose conversion the unit tier checks and whose launch repeats another default run's: ddp on 2 CPU processes
-# (ddp_cpu_processes.py, as resume_and_checkpoint.py), the epoch-end hooks (tests/integration/upgrade/test_equivalence.py
-# runs them against 1.x), argparse's Trainer flags (the seed guides' script).
+#: and training them adds a launch each of what resume_and_checkpoint.py (ddp on 2 CPU processes) and the seed guides'
+#: script (argparse's Trainer flags) already run; the epoch-end hooks are run against 1.x itself in
+#: tests/integration/upgrade/test_equivalence.py.
 EXTENDED_RUNS = {
     "argparse_trainer.py",
     "callbacks_1x.py",
