@@ -376,6 +376,31 @@ def check_saved_optimizer_count(
         )
 
 
+def match_saved_group_options(entries: list[tuple[tuple[Any, ...], Any]], target: Any) -> None:
+    """Give each optimizer param group of a load target (``target["optimizer_states"]``) the options the folder holds
+    for it (its :func:`saved_entries`), no more and no fewer.
+
+    torch's ``Optimizer.load_state_dict`` replaces the groups with the saved ones, whatever the optimizer holds now.
+    torch.distributed.checkpoint instead reads what the target names, and refuses a key the folder lacks. The options
+    differ when the optimizer changed between save and load; Lightning's LearningRateFinder does that: it saves, gives
+    the groups ``initial_lr`` for its search, and loads the folder back. A ``None`` stands for an option the target
+    lacks, until the load fills it.
+    """
+    saved: dict[tuple[int, int], set[Any]] = {}
+    for where, _ in entries:
+        if len(where) >= 5 and where[0] == "optimizer_states" and where[2] == "param_groups":
+            saved.setdefault((int(where[1]), int(where[3])), set()).add(where[4])
+    for index, state in enumerate(target.get("optimizer_states", [])):
+        for number, group in enumerate(state.get("param_groups", [])):
+            options = saved.get((index, number))
+            if options is None:  # a group the folder does not hold: check_saved_optimizer_count and DCP name it
+                continue
+            for key in [k for k in group if k != "params" and k not in options]:
+                del group[key]
+            for key in options - group.keys():
+                group[key] = None
+
+
 def read_owned_optimizer_state(
     path: str | os.PathLike,
     entries: list[tuple[tuple[Any, ...], Any]],

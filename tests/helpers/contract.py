@@ -78,11 +78,16 @@ FEATURES: dict[str, tuple[str, str]] = {
     "swa": ("callbacks", "StochasticWeightAveraging"),
     "ema": ("callbacks", "EMA: WeightAveraging with an exponential moving average (Lightning 2.6)"),
     "lr_monitor": ("callbacks", "LearningRateMonitor(logging_interval='step') through the Trainer's logger"),
+    "lr_finder": ("callbacks", "LearningRateFinder: the suggestion on every rank, the search's steps undone"),
+    "batch_size_finder": ("callbacks", "BatchSizeFinder (Lightning refuses it under distributed strategies)"),
 }
 #: (strategy, feature) -> the start of the one-line refusal it must give, before any step.
 _COMPILE = "RuntimeError: Using a compiled model is incompatible with the current strategy"
 _SWA = "MisconfigurationException: StochasticWeightAveraging cannot average a model that"
 _EMA = "MisconfigurationException: WeightAveraging cannot average a model that"
+_BATCH_SIZE_FINDER = "MisconfigurationException: The Batch size finder is not supported with distributed strategies"
+#: The strategies that run in one process (DataParallel's replicas are threads).
+ONE_PROCESS = ("dp", "dp_emulated")
 REFUSED = {
     # Lightning's SWA guard knows only its own FSDP and DeepSpeed; the bundle refuses for FSDP2 when fitting starts.
     ("sharded_fsdp2", "swa"): _SWA,
@@ -100,6 +105,13 @@ REFUSED = {
     **{
         (f"{s}_spawn", "compile"): "PicklingError: Can't pickle <function ContractModule.forward"
         for s in ("ddp", "sharded", "sharded_zero", "sharded_fsdp2")
+    },
+    # Lightning's own guard (BatchSizeFinder.setup), as under its ddp: every strategy of more than one process.
+    **{
+        (s, "batch_size_finder"): _BATCH_SIZE_FINDER
+        for g in (*GROUPS, *EXTENDED_GROUPS)
+        for s in g
+        if s not in ONE_PROCESS
     },
     # Horovod 0.28.1 has no bfloat16 collectives (the bundle refuses before the first broadcast).
     ("horovod", "precision_bf16_true"): "MisconfigurationException: strategy='horovod' with precision='bf16-true'",
@@ -123,8 +135,9 @@ DIFFERS = {
         ("sharded_zero_spawn", "ZeroRedundancyOptimizer"),
     )
 }
-# The fits' sizes (run_contract.py): steps, test/predict batches.
+# The fits' sizes (run_contract.py): steps, test/predict batches; the learning rate before a search.
 CLIP_NORM, CLIP_VALUE = 1e-3, 1e-4
+LR = 0.01
 
 
 @dataclass
@@ -320,6 +333,43 @@ def _judge_predict(runs: Runs, strategy: str) -> list[str]:
     return [f"returned {r}" for r in returned if r.get("batches") != [2, 2]]
 
 
+def _judge_lr_finder(runs: Runs, strategy: str) -> list[str]:
+    """As Lightning's tests/tuner/test_lr_finder.py: the suggestion is set on the module and used by the optimizer,
+    the same on every rank (rank 0's search, broadcast), and the fit then starts from the weights it had."""
+    seen = runs.seen(strategy, "lr_finder", "fit")
+    if not seen:
+        return ["no rank reported"]
+    problems = _ranks(seen, int(seen[0]["world"]))
+    for rank, s in enumerate(seen):
+        if not 1e-4 <= s["lr"] <= 1.0 or s["lr"] == LR:
+            problems.append(f"rank {rank}: lr is {s['lr']}, not a suggestion in [1e-4, 1]")
+        if s["optimizer_lr"] != s["lr"]:
+            problems.append(f"rank {rank}: the optimizer has lr {s['optimizer_lr']}, the module {s['lr']}")
+        if not s["restored"]:
+            problems.append(f"rank {rank}: the fit started from the search's weights, not the model's own")
+        if s["global_step"] != 2:
+            problems.append(f"rank {rank}: {s['global_step']} steps after the search, not 2")
+        if s["left_behind"]:
+            problems.append(f"rank {rank}: the search's checkpoint is left behind: {s['left_behind']}")
+    if len({s["lr"] for s in seen}) > 1:
+        problems.append(f"the ranks' suggestions differ: {[s['lr'] for s in seen]}")
+    return problems
+
+
+def _judge_batch_size_finder(runs: Runs, strategy: str) -> list[str]:
+    """Three trials of one step (2, 4, 8: each succeeds, so the size doubles), then the fit's 2 steps on batches of
+    the size found, 8."""
+    return _judge_fit(
+        lambda s: (
+            None
+            if (s["batch_size"], s["global_step"], s["batch_sizes"], s["left_behind"]) == (8, 2, [2, 4, 8, 8, 8], [])
+            else f"found {s['batch_size']}, then {s['global_step']} steps; batches {s['batch_sizes']}; left behind"
+            f" {s['left_behind']}"
+        ),
+        "batch_size_finder",
+    )(runs, strategy)
+
+
 def _judge_checkpoint(runs: Runs, strategy: str) -> list[str]:
     files = runs.seen(strategy, "checkpoint", "fit")[0].get("files")
     want = ["epoch=0-step=3.ckpt", "epoch=0-step=4.ckpt", "last.ckpt"]
@@ -404,6 +454,8 @@ JUDGES: dict[str, Callable[[Runs, str], list[str]]] = {
     "early_stopping": _same_epoch_as_control,
     "swa": _judge_fit(lambda s: None if s["global_step"] == 4 else f"{s['global_step']} steps", "swa"),
     "ema": _judge_fit(lambda s: None if s["global_step"] == 4 else f"{s['global_step']} steps", "ema"),
+    "lr_finder": _judge_lr_finder,
+    "batch_size_finder": _judge_batch_size_finder,
 }
 
 

@@ -18,6 +18,7 @@ from lightning_mgpu.checkpoint.sharded import (
     check_saved_optimizer_count,
     folder_reader,
     load_planner,
+    match_saved_group_options,
     saved_entries,
     split_checkpoint,
 )
@@ -223,7 +224,9 @@ def load_sharded_checkpoint(module: nn.Module, optimizers: list[Optimizer], path
         "optimizer_states": [sharded_optimizer_state(module, o) for o in optimizers],
     }
     tensors, _ = split_checkpoint(target)
-    check_saved_optimizer_count(path, saved_entries(path), len(optimizers))
+    entries = saved_entries(path)
+    check_saved_optimizer_count(path, entries, len(optimizers))
+    match_saved_group_options(entries, tensors)
     dcp.load(tensors, storage_reader=folder_reader(path), planner=load_planner())
     set_model_state_dict(module, tensors["state_dict"], options=_options(full_state_dict=False))
     for optimizer, state in zip(optimizers, tensors["optimizer_states"]):

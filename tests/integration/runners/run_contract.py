@@ -27,14 +27,17 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import (
+    BatchSizeFinder,
     EarlyStopping,
     GradientAccumulationScheduler,
+    LearningRateFinder,
     LearningRateMonitor,
     ModelCheckpoint,
     StochasticWeightAveraging,
 )
 from lightning.pytorch.loggers import Logger
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.utils.data import DataLoader, TensorDataset
 
 import lightning_mgpu  # noqa: F401  (registers the bundle's strategies)
@@ -102,6 +105,7 @@ HOOKS = (
 )
 SAMPLES = 16
 BATCH = 2
+LR = 0.01
 
 
 class EveryOtherBackwards(torch.utils.data.Sampler[int]):
@@ -164,6 +168,8 @@ class ContractModule(pl.LightningModule):
         self.automatic_optimization = feature != "manual"
         self.seen: dict[str, Any] = {"batches": 0}
         self.stage_label: str | None = None  # names the files of a stage other than Lightning's own (a resume)
+        # What the tuner's callbacks look up and change (LearningRateFinder: ``lr``; BatchSizeFinder: ``batch_size``).
+        self.lr, self.batch_size = LR, BATCH
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -178,6 +184,7 @@ class ContractModule(pl.LightningModule):
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.seen["batches"] += 1  # here, not in training_step: DataParallel runs that once per device
+        self.seen.setdefault("batch_sizes", []).append(len(batch[0]))
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         loss = self._loss(batch)
@@ -221,14 +228,14 @@ class ContractModule(pl.LightningModule):
                 torch.optim.SGD(self.net[0].parameters(), lr=0.01),
                 torch.optim.SGD(self.net[2].parameters(), lr=0.01),
             ]
-        return torch.optim.SGD(self.parameters(), lr=1.0 if self.feature.startswith("clip") else 0.01)
+        return torch.optim.SGD(self.parameters(), lr=1.0 if self.feature.startswith("clip") else self.lr)
 
     def train_dataloader(self) -> DataLoader:
         if self.feature == "sampler":
             # The user's own sampler (every other sample, backwards): Lightning wraps it so that the ranks share it.
             data = TensorDataset(*_data(0).tensors, torch.arange(SAMPLES))
             return DataLoader(data, batch_size=BATCH, sampler=EveryOtherBackwards(SAMPLES))
-        return DataLoader(_data(0), batch_size=BATCH)
+        return DataLoader(_data(0), batch_size=self.batch_size)
 
     def val_dataloader(self) -> Any:
         if self.feature == "eval_log":
@@ -241,8 +248,28 @@ class ContractModule(pl.LightningModule):
     def predict_dataloader(self) -> list[DataLoader]:
         return [DataLoader(_data(3), batch_size=BATCH), DataLoader(_data(4), batch_size=BATCH)]
 
+    def setup(self, stage: str) -> None:
+        if self.feature == "lr_finder":  # before the strategy wraps or shards the model, and before the search
+            self._initial = {k: v.detach().clone() for k, v in self.state_dict().items()}
+
     def on_train_start(self) -> None:
         self.seen["param_dtype"] = str(next(self.parameters()).dtype)
+        if self.feature == "lr_finder":
+            # The search's steps are undone (Lightning restores the checkpoint it saved first); its suggestion is the
+            # module's lr and the optimizer's.
+            now = {k: _full(v) for k, v in self.state_dict().items()}
+            self.seen.update(
+                lr=self.lr,
+                optimizer_lr=self.trainer.optimizers[0].param_groups[0]["lr"],
+                restored=all(torch.equal(now[k], self._initial[k].float()) for k in self._initial),
+            )
+        if self.feature == "batch_size_finder":
+            self.seen["batch_size"] = self.batch_size
+        if self.feature in ("lr_finder", "batch_size_finder"):  # the checkpoint each saved before it searched
+            root = Path(self.trainer.default_root_dir)
+            self.seen["left_behind"] = sorted(
+                p.name for p in root.iterdir() if p.name.startswith((".lr_find", ".scale"))
+            )
         if self.feature.startswith("clip"):
             self._before = {k: _full(v) for k, v in self.state_dict().items()}
 
@@ -383,6 +410,19 @@ def _predict(name: str, out: Path) -> None:
     (out / f"predict.returned.{os.getpid()}.json").write_text(json.dumps(returned))
 
 
+def _lr_finder(name: str, out: Path) -> None:
+    """LearningRateFinder as Lightning's tests/tuner/test_lr_finder.py uses it: a search of 20 steps at fit start."""
+    torch.manual_seed(0)  # the same model on every rank: its weights must come back as they were
+    finder = LearningRateFinder(min_lr=1e-4, max_lr=1.0, num_training_steps=20, early_stop_threshold=None)
+    _trainer(name, out, "lr_finder", callbacks=[finder]).fit(ContractModule("lr_finder", str(out)))
+
+
+def _batch_size_finder(name: str, out: Path) -> None:
+    """BatchSizeFinder doubling from 2 for 3 trials of one step (Lightning refuses it under distributed strategies)."""
+    finder = BatchSizeFinder(mode="power", init_val=BATCH, max_trials=3, steps_per_trial=1)
+    _trainer(name, out, "batch_size_finder", callbacks=[finder]).fit(ContractModule("batch_size_finder", str(out)))
+
+
 def _checkpoint(name: str, out: Path) -> None:
     every = ModelCheckpoint(
         dirpath=out / "checkpoint", monitor="score", mode="min", save_top_k=2, save_last=True, every_n_train_steps=1
@@ -436,6 +476,8 @@ FEATURES: dict[str, Callable[[str, Path], None]] = {
         callbacks=lambda: [LearningRateMonitor(logging_interval="step")],
     ),
     "sampler": _fit("sampler", max_steps=-1, max_epochs=1),
+    "lr_finder": _lr_finder,
+    "batch_size_finder": _batch_size_finder,
     "init_module": _init_module,
     "compile": _compile,
 }
@@ -465,7 +507,9 @@ def main(argv: list[str] | None = None) -> None:
         for feature in args.features.split(","):
             try:
                 FEATURES[feature](name, out)
-            except Exception as err:  # recorded for the tests to judge; the next feature runs
+            # Recorded for the tests to judge; the next feature runs. (torch.distributed.checkpoint's
+            # CheckpointException is a BaseException.)
+            except (Exception, CheckpointException) as err:
                 first = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
                 record = {"error": first, "traceback": traceback.format_exc()[-3000:]}
                 (out / f"{feature}.error.{os.getpid()}.json").write_text(json.dumps(record))

@@ -25,8 +25,11 @@ from lightning_mgpu.checkpoint.sharded import (
     BackgroundSaves,
     check_saved_optimizer_count,
     is_sharded_checkpoint,
+    load_planner,
+    match_saved_group_options,
     saved_entries,
     sharded_model_keys,
+    split_checkpoint,
     temporary_folder,
     write_sharded_checkpoint,
 )
@@ -104,6 +107,35 @@ def test_a_folder_of_another_number_of_optimizers_is_refused_naming_both(tmp_pat
     ):
         check_saved_optimizer_count(path, entries, 2)
     assert is_sharded_checkpoint(path)  # refused before anything was read into the model, and left whole
+
+
+def test_the_loaded_param_groups_are_the_saved_ones_whatever_the_optimizer_holds_now(tmp_path: Path) -> None:
+    """As torch's Optimizer.load_state_dict: Lightning's LearningRateFinder saves, gives the groups ``initial_lr``
+    for its search, then loads the folder back (torch.distributed.checkpoint alone refuses the key the folder
+    lacks)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    saved = _checkpoint()
+    saved["optimizer_states"][0]["param_groups"][0]["foreach"] = False
+    path = tmp_path / "last.ckpt"
+    _save(saved, path)
+    now = _checkpoint(version=2.0)
+    group = now["optimizer_states"][0]["param_groups"][0]
+    group.update(lr=0.5, initial_lr=0.5)  # an option the folder does not hold
+    del group["foreach"]  # and one it holds that the optimizer has no longer
+    target, _ = split_checkpoint(now)
+    with pytest.raises(CheckpointException, match="initial_lr"):
+        dcp.load(
+            split_checkpoint(now)[0], storage_reader=sharded_checkpoint.folder_reader(path), planner=load_planner()
+        )
+
+    match_saved_group_options(saved_entries(path), target)
+    dcp.load(target, storage_reader=sharded_checkpoint.folder_reader(path), planner=load_planner())
+    loaded = target["optimizer_states"][0]["param_groups"][0]
+    assert loaded.keys() == saved["optimizer_states"][0]["param_groups"][0].keys()
+    assert loaded["lr"] == saved["optimizer_states"][0]["param_groups"][0]["lr"] and loaded["foreach"] is False
+    assert torch.equal(target["state_dict"]["0.weight"], saved["state_dict"]["0.weight"])
 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "rename-aside"])
