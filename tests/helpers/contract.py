@@ -72,7 +72,10 @@ FEATURES: dict[str, tuple[str, str]] = {
     "compile": ("optimization", "a torch.compile'd LightningModule"),
     "sampler": ("data", "a sampler the user attached, shared out over the ranks"),
     "predict": ("predict", "predict with two dataloaders and return_predictions"),
-    "eval_log": ("logging", "validate with two dataloaders and test, self.log with sync_dist in each"),
+    "eval_log": (
+        "logging",
+        "validate and fit's validation with two dataloaders, and test: self.log with sync_dist in each",
+    ),
     "checkpoint": ("callbacks", "ModelCheckpoint: save_top_k, every_n_train_steps, save_last"),
     "early_stopping": ("callbacks", "EarlyStopping stops every rank at the same epoch"),
     "swa": ("callbacks", "StochasticWeightAveraging"),
@@ -379,10 +382,8 @@ def _judge_checkpoint(runs: Runs, strategy: str) -> list[str]:
 def _judge_eval_log(runs: Runs, strategy: str) -> list[str]:
     """The mean over ranks of (rank + 1), and 10 more on the second validation loader, on every rank."""
     problems = []
-    for stage, want in (
-        ("validate", {"val_synced/dataloader_idx_0": 0.0, "val_synced/dataloader_idx_1": 10.0}),
-        ("test", {"test_synced": 0.0}),
-    ):
+    loaders = {"val_synced/dataloader_idx_0": 0.0, "val_synced/dataloader_idx_1": 10.0}
+    for stage, want in (("validate", loaders), ("test", {"test_synced": 0.0}), ("fit", loaders)):
         seen = runs.seen(strategy, "eval_log", stage)
         if not seen:
             problems.append(f"{stage}: no rank reported")

@@ -398,6 +398,7 @@ def _eval_log(name: str, out: Path) -> None:
     model = ContractModule("eval_log", str(out))
     _trainer(name, out, "eval_log").validate(model)
     _trainer(name, out, "eval_log").test(model)
+    _trainer(name, out, "eval_log", val_check_interval=2).fit(model)  # fit's validation, on the same two loaders
 
 
 def _predict(name: str, out: Path) -> None:
