@@ -16,23 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lightning_mgpu.dashboard.charts import PALETTE, TIME_AXIS, Line, LineChart, fmt
+from lightning_mgpu.dashboard.figures import figure_json
+from lightning_mgpu.dashboard.page import CSS, JS, chart_html, escape, inline_json, table_html
 from lightning_mgpu.dashboard.reader import RunData, read_run
-from lightning_mgpu.dashboard.render import (
-    _CSS,
-    _JS,
-    PALETTE,
-    TIME_AXIS,
-    Line,
-    LineChart,
-    _esc,
-    _figure,
-    _inline_json,
-    _table,
-    figure_json,
-    fmt,
-    run_diagnoses,
-    timeline_series,
-)
+from lightning_mgpu.dashboard.render import run_diagnoses, timeline_series
 from lightning_mgpu.monitoring.keys import (
     CPU,
     DATA_WAIT_PCT,
@@ -191,7 +179,7 @@ def _summary_table(summaries: Sequence[RunSummary]) -> str:
         "peak memory GB",
         "last validation",
     )
-    return _table(rows, header, "comparison-table", numeric_from=3)
+    return table_html(rows, header, "comparison-table", numeric_from=3)
 
 
 def render_comparison(run_paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike | None = None) -> Path:
@@ -229,13 +217,13 @@ def render_comparison(run_paths: Sequence[str | os.PathLike], out_dir: str | os.
         "regions": {},
         "main": "",
     }
-    runs_html = "".join(f"<li>{_esc(name)}: {_esc(run.path)}</li>" for run, name in zip(runs, names))
+    runs_html = "".join(f"<li>{escape(name)}: {escape(run.path)}</li>" for run, name in zip(runs, names))
     main = (
         f'<section id="runs"><h2>Runs side by side</h2>{_summary_table(summaries)}'
         f"<p class=\"src\">Window means over each run (the GPU monitor's metrics); diagnosis from each run's"
         f" diagnosis.json or its last logged values.</p></section>"
         '<section id="charts"><h2>Compared</h2><div'
-        f' class="grid">{"".join(_figure(c, None) for c in charts)}</div></section>'
+        f' class="grid">{"".join(chart_html(c, None) for c in charts)}</div></section>'
         f'<section id="paths"><h2>Folders</h2><ul>{runs_html}</ul></section>'
     )
     page = "\n".join(
@@ -243,13 +231,13 @@ def render_comparison(run_paths: Sequence[str | os.PathLike], out_dir: str | os.
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,'
             ' initial-scale=1">',
-            f"<title>{len(runs)} runs compared - lightning_mgpu dashboard</title><style>{_CSS}</style>",
+            f"<title>{len(runs)} runs compared - lightning_mgpu dashboard</title><style>{CSS}</style>",
             f"<script>{plotly.offline.get_plotlyjs()}</script></head>",
             f'<body data-compare="{len(runs)}">',
-            f'<header><h1>{len(runs)} runs compared</h1><div class="sub">{_esc(common)}</div></header>',
+            f'<header><h1>{len(runs)} runs compared</h1><div class="sub">{escape(common)}</div></header>',
             f"<main>{main}</main>",
-            f'<script type="application/json" id="dashboard-data">{_inline_json(state)}</script>',
-            f"<script>{_JS}</script></body></html>",
+            f'<script type="application/json" id="dashboard-data">{inline_json(state)}</script>',
+            f"<script>{JS}</script></body></html>",
         ]
     )
     path = out / "index.html"

@@ -71,6 +71,11 @@ MOVED_NAMES: dict[tuple[str, str], str] = {
         ("lightning_mgpu.utilities.sharded_checkpoint", name): f"lightning_mgpu.checkpoint.keys.{name}"
         for name in ("ids_from_names", "names_from_ids", "param_groups_with_ids", "param_ids")
     },
+    # the dashboard's chart model left render.py (issue 57); the other names it held are still importable there
+    **{
+        ("lightning_mgpu.dashboard.render", name): f"lightning_mgpu.dashboard.charts.{name}"
+        for name in ("MAX_MARKERS", "Chart")
+    },
     **{
         ("lightning_mgpu.strategies.sharded.fsdp2", name): f"lightning_mgpu.strategies.fsdp2.state.{name}"
         for name in (

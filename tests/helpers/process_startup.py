@@ -25,7 +25,7 @@ its ``Metric.plot``; the test venv has matplotlib (the dashboard's PNGs, the ben
 rank paid for it: 0.33 CPU-s of a 4.3 s ``import lightning.pytorch, lightning_mgpu`` here (6 interleaved runs each),
 over about 500 launched processes a suite. Here torchmetrics is told matplotlib is absent (its ``Metric.plot`` then
 raises, as it does without matplotlib); nothing in the bundle or the tests plots through torchmetrics, and the code
-that draws (``dashboard/render.py``, ``benchmarks/harness/report.py``) imports matplotlib itself, as before.
+that draws (``dashboard/png.py``, ``benchmarks/harness/report.py``) imports matplotlib itself, as before.
 
 How it is run: ``scripts/setup_env.sh`` puts ``lightning_mgpu_test_startup.pth`` (this folder) into the venv; that
 line runs this file in a process that starts with ``LIGHTNING_MGPU_TEST_STARTUP`` naming it, and does nothing in any

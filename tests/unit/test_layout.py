@@ -1,4 +1,5 @@
-"""The package's shape: no import circles, imports run one way, old private paths are gone.
+"""The package's shape: no import circles, imports run one way, no private name crosses modules, old private paths
+are gone.
 
 Every ``import`` and ``from ... import`` in ``lightning_mgpu/`` is read with ``ast`` (lazy, function-level
 imports included: a lazy import that closes a loop is still a loop a reader has to untangle).
@@ -7,6 +8,7 @@ imports included: a lazy import that closes a loop is still a loop a reader has 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -352,3 +354,36 @@ def test_benchmarks_never_import_tests() -> None:
     scripts = [p for p in benchmarks.rglob("*.py") if "results" not in p.relative_to(benchmarks).parts]
     assert len(scripts) > 10
     assert [str(p.relative_to(benchmarks)) for p in scripts if "tests" in _top_level_imports(p)] == []
+
+
+def _private_imports() -> list[str]:
+    """``from lightning_mgpu.X import _name`` in the package, where X is not the importer's own package."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__")
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
+                continue
+            if node.module.startswith("lightning_mgpu") and node.module != package:
+                found += [
+                    f"{module}: from {node.module} import {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A name a module keeps private stays its own; a package's private modules serve that package only."""
+    assert _private_imports() == []
+
+
+def test_the_private_import_check_finds_a_planted_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "lightning_mgpu"
+    (package / "dashboard").mkdir(parents=True)
+    (package / "dashboard" / "compare.py").write_text("from lightning_mgpu.dashboard.page import _CSS\n")
+    (package / "data").mkdir()
+    (package / "data" / "backends.py").write_text("from lightning_mgpu.data import _worker\n")  # its own package's
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", package)
+    assert _private_imports() == ["lightning_mgpu.dashboard.compare: from lightning_mgpu.dashboard.page import _CSS"]

@@ -67,7 +67,7 @@ def horovod_worker_env(rank: int, size: int, port: int, timeout_s: int | None = 
     return env
 
 
-class _HorovodScriptLauncher(_SubprocessScriptLauncher):
+class HorovodScriptLauncher(_SubprocessScriptLauncher):
     """Run the script N-1 more times as Horovod workers 1..N-1; this process is worker 0.
 
     Subclassing Lightning's script launcher keeps its behaviour where Lightning checks for it: on Ctrl-C the

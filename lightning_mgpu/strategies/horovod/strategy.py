@@ -46,7 +46,7 @@ from lightning_mgpu.checkpoint.io import AtomicCheckpointIO
 from lightning_mgpu.data.loader import loader_batch_size
 from lightning_mgpu.strategies.horovod import runtime
 from lightning_mgpu.strategies.horovod.environment import HorovodEnvironment
-from lightning_mgpu.strategies.horovod.script_launcher import _HorovodScriptLauncher, can_run_script_again
+from lightning_mgpu.strategies.horovod.script_launcher import HorovodScriptLauncher, can_run_script_again
 from lightning_mgpu.utilities.failures import failed_rank_report
 from lightning_mgpu.utilities.optimizers import rebind_schedulers
 
@@ -209,7 +209,7 @@ class HorovodStrategy(ParallelStrategy):
                     f" `python train.py` or `horovodrun -np {self.num_processes} --gloo python train.py`; in the"
                     " notebook, use strategy='dp' or Lightning's strategy='ddp_notebook'."
                 )
-            self._launcher = _HorovodScriptLauncher(self, start_timeout=self._start_timeout)
+            self._launcher = HorovodScriptLauncher(self, start_timeout=self._start_timeout)
 
     def _init_horovod(self) -> None:
         hvd = runtime.horovod_torch()

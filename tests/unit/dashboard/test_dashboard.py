@@ -429,7 +429,9 @@ def _timeline_run(root: Path, name: str, strategy: str, util: float) -> Path:
 
 @RunIf(plotly=True)
 def test_the_time_line_is_drawn_over_wall_time_with_validation_shaded(tmp_path: Path) -> None:
-    from lightning_mgpu.dashboard.render import TIME_AXIS, build_sections, figure_json
+    from lightning_mgpu.dashboard.charts import TIME_AXIS
+    from lightning_mgpu.dashboard.figures import figure_json
+    from lightning_mgpu.dashboard.render import build_sections
 
     run = read_run(_timeline_run(tmp_path, "logs", "ddp", 90.0))
     assert sorted(run.timelines) == [0, 1] and run.context["strategy"] == "ddp"

@@ -78,14 +78,14 @@ def test_self_launch_is_configured_without_initialising_horovod(monkeypatch: pyt
     import __main__
     from lightning_mgpu.strategies import HorovodStrategy
     from lightning_mgpu.strategies.horovod.runtime import HorovodControllerError
-    from lightning_mgpu.strategies.horovod.script_launcher import _HorovodScriptLauncher
+    from lightning_mgpu.strategies.horovod.script_launcher import HorovodScriptLauncher
     from lightning_mgpu.testing.parity import ParityModule
 
     # From a script, the default self-launch runs that script again, as ddp does (an xdist worker has no script).
     monkeypatch.setattr(__main__, "__file__", "train.py", raising=False)
     trainer = pl.Trainer(strategy="horovod", accelerator="cpu", devices=2, logger=False, enable_progress_bar=False)
     strategy = trainer.strategy
-    assert isinstance(strategy, HorovodStrategy) and isinstance(strategy.launcher, _HorovodScriptLauncher)
+    assert isinstance(strategy, HorovodStrategy) and isinstance(strategy.launcher, HorovodScriptLauncher)
     assert (trainer.world_size, trainer.global_rank, trainer.num_devices) == (2, 0, 2)
     assert trainer._accelerator_connector.is_distributed  # so Lightning injects DistributedSamplers
     assert strategy.distributed_sampler_kwargs == {"num_replicas": 2, "rank": 0}
