@@ -28,6 +28,7 @@ deletes after uploading.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import html
 import json
 import logging
@@ -275,13 +276,29 @@ def _step_time_section(run: RunData, devices: Sequence[str]) -> Section:
     return section
 
 
+def _summed(series: Sequence[Sequence[Point]]) -> list[Point]:
+    """The sum of step series that report at different steps: each holds its last value until its next point."""
+    last: dict[int, float] = {}
+    out: list[Point] = []
+    for x, i, y in sorted((x, i, y) for i, points in enumerate(series) for x, y in points):
+        last[i] = y
+        if len(last) == len(series):
+            if out and out[-1][0] == x:
+                out.pop()
+            out.append((x, sum(last.values())))
+    return out
+
+
 def _throughput_section(run: RunData, devices: Sequence[str]) -> Section:
     section = Section("throughput", "Throughput")
-    lines = []
     total_key = f"{THROUGHPUT}/{SAMPLES_PER_SEC}"
-    if run.series.get(total_key):
-        lines.append(Line(total_key, "all devices", run.series[total_key], TOTAL_COLOR))
-    lines += _per_device_lines(run, devices, THROUGHPUT, SAMPLES_PER_SEC)
+    per_device = _per_device_lines(run, devices, THROUGHPUT, SAMPLES_PER_SEC)
+    total = run.series.get(total_key, [])
+    if len(per_device) > 1 and min(len(line.points) for line in per_device) > len(total):
+        # The devices at the time line's resolution: their sum at each step any of them reported, once all have.
+        total = _summed([line.points for line in per_device])
+    lines = [Line(total_key, "all devices", total, TOTAL_COLOR)] if total else []
+    lines += per_device
     if lines:
         section.charts.append(LineChart("throughput", "Training throughput", "samples / s", lines, y_min=0.0))
     mfu_key = f"{THROUGHPUT}/{MFU}"
@@ -322,10 +339,41 @@ def _charted_keys(sections: Iterable[Section]) -> set[str]:
     return {line.key for s in sections for c in s.charts if isinstance(c, LineChart) for line in c.lines}
 
 
+def timeline_by_step(run: RunData) -> dict[str, list[Point]]:
+    """The time lines on the step axis: each key's samples averaged per optimizer step (every point carries the step
+    it was taken at), as ``key -> [(step, value)]``."""
+    sums: dict[str, dict[int, list[float]]] = {}
+    for rank in sorted(run.timelines):
+        for point in run.timelines[rank]:
+            step = point.get("step")
+            if step is None:
+                continue
+            for key, value in point.get("values", {}).items():
+                total = sums.setdefault(key, {}).setdefault(int(step), [0.0, 0.0])
+                total[0] += float(value)
+                total[1] += 1
+    return {key: [(float(step), t / n) for step, (t, n) in sorted(by.items())] for key, by in sums.items()}
+
+
+def _at_step_resolution(run: RunData) -> RunData:
+    """``run`` with each per-device series that its time line holds at finer grain taken from the time line.
+
+    The window means come once per ``log_every_n_steps`` (2 or 3 points on a short run); the time line has a
+    sample every poll interval, and the batches' timing as often. The min/max bands stay the windows'.
+    """
+    finer = {
+        key: points
+        for key, points in timeline_by_step(run).items()
+        if parse_metric_key(key) is not None and len(points) > len(run.series.get(key, ()))
+    }
+    return dataclasses.replace(run, series={**run.series, **finer}) if finer else run
+
+
 def build_sections(run: RunData) -> list[Section]:
     """The chart sections of the dashboard, in page order (the diagnosis table is added by the renderer)."""
-    devices = _devices(run)
     timeline = _timeline_section(run)
+    run = _at_step_resolution(run)
+    devices = _devices(run)
     return [
         *([timeline] if timeline is not None else []),
         _add_memory_charts(_utilisation_section(run, devices), run, devices),

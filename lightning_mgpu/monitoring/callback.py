@@ -72,8 +72,8 @@ FIELDS: tuple[tuple[str, str], ...] = (
     (K.THROUGHPUT, K.MFU),
 )
 _PROCESS = "__process__"  # sampler label of the per-process CPU source
-#: What each logging window adds to the time line (per device, at the window's end): the data-wait share and its
-#: neighbours, which no background poll can read.
+#: What the training thread's timing adds to the time line (per device, once per sample interval and at each logging
+#: window's end): the data-wait share and its neighbours, which no background poll can read.
 TIMELINE_WINDOW_FIELDS = (
     (K.TIME, K.DATA_WAIT_PCT),
     (K.TIME, K.DATA_WAIT_MS),
@@ -153,7 +153,8 @@ class GPUUtilizationMonitor(Callback):
             CPU metrics are logged, with a warning).
         timeline: also write every poll, with the training phase, to ``<log_dir>/timeline/rank<R>.jsonl``
             (:mod:`~lightning_mgpu.monitoring.timeline`; the dashboard draws it over wall time, validation and
-            checkpoint saves shaded). Each logging window adds its data-wait share, step time and samples/s to it.
+            checkpoint saves shaded). The batches' data-wait share, step time and samples/s join it once per
+            sample interval.
         timeline_export: also write the time line into the Trainer's loggers, each under its own names
             (:mod:`~lightning_mgpu.monitoring.export`): an ``MLFlowLogger`` run (MLflow's ``system/gpu_{i}_...``
             names), a ``TensorBoardLogger`` folder (a run per rank), beside a ``CSVLogger``'s ``metrics.csv``, and
@@ -256,6 +257,9 @@ class GPUUtilizationMonitor(Callback):
         self._detector: SyncDetector | None = None
         self._timer = StepTimer()
         self._period_acc, self._fit_acc = TimingAcc(), TimingAcc()
+        # The window's batches already handed to the time line (_timeline_timing), and when that last happened.
+        self._window_acc = TimingAcc()
+        self._timing_mark: float | None = None
         self._period_stats: dict[str, StatSet] = {}
         self._fit_stats: dict[str, StatSet] = {}
         self._log_dir: str | None = None
@@ -531,6 +535,16 @@ class GPUUtilizationMonitor(Callback):
             return  # windows count optimizer steps, as log_every_n_steps does; every rank steps alike
         if self._timeline is not None:
             self._timeline.step += 1  # optimizer steps, counted here: cheaper than asking the trainer each batch
+            # Within a window, the time line gets the timing of the batches since its last timing point once per
+            # sample interval: step time and throughput at the resolution of the other samples, where one point
+            # per logging window leaves 2 or 3 on a short run.
+            if self._timing_mark is None:
+                self._timing_mark = now
+            elif now - self._timing_mark >= self.sample_interval_s:
+                self._timing_mark = now
+                part = self._timer.take()
+                self._window_acc.merge(part)
+                self._timeline_timing(part)
         self._window_steps += 1
         self._period_steps += 1
         every = self.diagnose_every_n_steps
@@ -695,19 +709,11 @@ class GPUUtilizationMonitor(Callback):
 
     def _flush_window(self, trainer: pl.Trainer, step: int) -> None:
         self._window_steps = 0
-        acc = self._timer.take()
+        rest = self._timer.take()  # the batches since the time line's last timing point
+        acc, self._window_acc = self._window_acc, TimingAcc()
+        acc.merge(rest)
         stats = self._sampler.collect() if self._sampler is not None else {}
-        if self._timeline is not None:
-            timing = self._timing_values(acc)
-            self._timeline.record(
-                time.time(),
-                {
-                    K.metric_key(group, label, name): timing[(group, name)]
-                    for label in self._labels
-                    for group, name in TIMELINE_WINDOW_FIELDS
-                    if (group, name) in timing
-                },
-            )
+        self._timeline_timing(rest)
         for into_acc, into_stats in ((self._period_acc, self._period_stats), (self._fit_acc, self._fit_stats)):
             into_acc.merge(acc)
             merge_stat_sets(into_stats, stats)
@@ -720,6 +726,22 @@ class GPUUtilizationMonitor(Callback):
         if metrics:
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=step)
+
+    def _timeline_timing(self, acc: TimingAcc) -> None:
+        """The data-wait share, step time and samples/s of ``acc``'s batches, as a point of the time line (none for
+        no batches)."""
+        timing = self._timing_values(acc)
+        if self._timeline is None or not timing:
+            return
+        self._timeline.record(
+            time.time(),
+            {
+                K.metric_key(group, label, name): timing[(group, name)]
+                for label in self._labels
+                for group, name in TIMELINE_WINDOW_FIELDS
+                if (group, name) in timing
+            },
+        )
 
     def _flush_timeline(self) -> None:
         """The time line's new points to its file, and to this rank's writers into the Trainer's loggers."""

@@ -20,8 +20,10 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 
+from lightning_mgpu.dashboard.charts import LineChart
 from lightning_mgpu.dashboard.compare import render_comparison
-from lightning_mgpu.dashboard.render import render_dashboard
+from lightning_mgpu.dashboard.reader import read_run
+from lightning_mgpu.dashboard.render import build_sections, render_dashboard
 from tests.helpers.browser import Browser
 from tests.helpers.launch import TRAIN, finish, run, run_python, start
 from tests.helpers.runif import RunIf
@@ -201,6 +203,14 @@ def test_real_ddp_and_dp_runs_on_the_time_line_and_compared_in_chromium(tmp_path
             timeout=300,
         )
         runs[strategy] = out / "logs" / "version_0"
+    # The monitor's charts on the step axis as well: each device's line at the time line's resolution, not one point
+    # per logging window (2 or 3 on this run). The training curves are what the module logs, as often as it does.
+    monitor = ("utilisation", "step-time", "throughput")
+    sections = build_sections(read_run(runs["ddp"]))
+    charts = {c.id: c for s in sections if s.id in monitor for c in s.charts if isinstance(c, LineChart)}
+    assert {"cpu-utilisation", "cpu-memory", "step-time", "throughput"} <= set(charts), sorted(charts)
+    short = {(c.id, line.label): len(line.points) for c in charts.values() for line in c.lines if len(line.points) < 20}
+    assert not short, short
     page = render_dashboard(runs["ddp"], png=False).html
     compare = render_comparison([runs["dp"], runs["ddp"]], tmp_path / "comparison")
     with Browser(tmp_path / "profile", window=(1400, 1500)) as browser:

@@ -139,14 +139,17 @@ def test_the_time_line_of_a_fit_has_its_phases_and_reaches_a_neptune_run(tmp_pat
         points = read_timeline(timeline_path(trainer.log_dir, 0))
         phases = {p["phase"] for p in points}
         assert {"train", "validation", "checkpoint", "idle"} <= phases, phases
-        # The background polls (cpu/..., gpu/...), and one point per logging window with its data-wait share.
+        # The background polls (cpu/..., gpu/...), and the batches' timing (data-wait share, step time, samples/s)
+        # once per sample interval: here shorter than a step, so at most one per step, and at every window's end.
         sampled = [p for p in points if any(k.startswith(("cpu/", "gpu/")) for k in p["values"])]
-        windows = [p for p in points if "time/rank0/data_wait_pct" in p["values"]]
+        timed = [p for p in points if "time/rank0/data_wait_pct" in p["values"]]
         assert len(sampled) >= 20 and all(
             "cpu/rank0/util_pct" in p["values"] or "cpu/rank0/rss_gb" in p["values"] for p in sampled
         )
-        assert len(windows) == 13  # a window every 5 of the 2 x 32 steps, and one for the last 4
-        assert [p for p in points if p["values"]] == sorted(sampled + windows, key=lambda p: p["t"])
+        steps = [p["step"] for p in timed]
+        assert steps == sorted(set(steps)) and 13 < len(timed) <= 64, steps  # 2 x 32 steps
+        assert {*range(5, 64, 5), 64} <= set(steps)  # a window every 5 steps, and one for the last 4
+        assert [p for p in points if p["values"]] == sorted(sampled + timed, key=lambda p: p["t"])
         assert [p["t"] for p in points] == sorted(p["t"] for p in points)
         assert points[-1]["phase"] == "idle" and points[-1].get("mark")  # after the last batch
         run = neptune.experiment

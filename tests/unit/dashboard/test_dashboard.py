@@ -459,6 +459,54 @@ def test_the_time_line_is_drawn_over_wall_time_with_validation_shaded(tmp_path: 
 
 
 @RunIf(plotly=True)
+def test_the_step_charts_take_the_time_lines_resolution(tmp_path: Path) -> None:
+    """Utilisation, step time and throughput per device at every step the time line has (not one point per logging
+    window), and all devices' throughput summed across ranks that report at different steps."""
+    from lightning_mgpu.dashboard.render import build_sections
+    from lightning_mgpu.monitoring.timeline import Timeline, timeline_path
+
+    logger = CSVLogger(tmp_path, name="logs")
+    for step in (49, 99):  # two logging windows of the monitor
+        window = {"throughput/samples_per_sec": 201.0}
+        for rank in (0, 1):
+            window |= {
+                f"cpu/rank{rank}/util_pct": 50.0 + rank,
+                f"throughput/rank{rank}/samples_per_sec": 100.0 + rank,
+                f"time/rank{rank}/step_ms": 10.0 + rank,
+            }
+        logger.log_metrics(window, step=step)
+    logger.save()
+    run_dir = Path(logger.log_dir)
+    for rank in (0, 1):
+        timeline = Timeline(timeline_path(run_dir, rank))
+        timeline.set_phase("train", 1000.0)
+        for i in range(60):
+            timeline.step = 2 * i + rank  # the ranks sample at different steps
+            timeline.record(
+                1000.0 + 0.5 * i,
+                {
+                    f"cpu/rank{rank}/util_pct": 50.0 + rank,
+                    f"throughput/rank{rank}/samples_per_sec": 100.0 + rank,
+                    f"time/rank{rank}/step_ms": 10.0 + rank,
+                },
+            )
+        timeline.flush()
+    run = read_run(run_dir)
+    assert len(run.series["cpu/rank0/util_pct"]) == 2
+    charts = {c.id: c for s in build_sections(run) for c in s.charts}
+    util = charts["cpu-utilisation"]
+    assert [len(line.points) for line in util.lines] == [60, 60] and util.lines[1].points[:2] == [
+        (1.0, 51.0),
+        (3.0, 51.0),
+    ]
+    step_lines = [line for line in charts["step-time"].lines if line.label.endswith(" step")]
+    assert [len(line.points) for line in step_lines] == [60, 60]
+    total, *devices = charts["throughput"].lines
+    assert total.label == "all devices" and [len(line.points) for line in devices] == [60, 60]
+    assert total.points[0] == (1.0, 201.0) and len(total.points) == 119 and {y for _, y in total.points} == {201.0}
+
+
+@RunIf(plotly=True)
 def test_runs_compared_on_one_page(tmp_path: Path) -> None:
     from lightning_mgpu.dashboard.compare import render_comparison
 
