@@ -74,6 +74,8 @@ class Section:
     title: str
     charts: list[Chart] = field(default_factory=list)
     note: str | None = None
+    #: ``(label, href)``: files the section offers beside its charts (the time line's CSV and Parquet).
+    links: list[tuple[str, str]] = field(default_factory=list)
 
 
 def fmt(value: float) -> str:

@@ -53,6 +53,7 @@ td ul{margin:0;padding-left:18px}
 details{margin-top:8px}summary{cursor:pointer;color:#2459a8}
 pre{background:#fff;border:1px solid var(--line);border-radius:8px;padding:10px;overflow:auto;font-size:12px}
 .src{color:var(--muted);font-size:12px;margin:6px 0 0}
+h2 a.export{font-size:12px;font-weight:400;margin-left:10px;color:#2459a8}
 """
 
 #: The page's script: draws every chart from the embedded JSON with the inlined plotly.js; in a live page, polls

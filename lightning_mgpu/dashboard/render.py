@@ -52,6 +52,7 @@ from lightning_mgpu.dashboard.charts import (
     StackedBarChart,
     fmt,
 )
+from lightning_mgpu.dashboard.export import CSV_NAME, PARQUET_NAME, write_timeline_csv, write_timeline_parquet
 from lightning_mgpu.dashboard.figures import figure_json
 from lightning_mgpu.dashboard.page import CSS, JS, chart_html, escape, inline_json, table_html
 from lightning_mgpu.dashboard.png import render_pngs
@@ -97,6 +98,8 @@ class DashboardResult:
     pngs: list[Path]
     run: RunData
     diagnoses: list[Diagnosis]
+    #: The time line as a table (``timeline.csv``, ``timeline.parquet``), where the run has one.
+    exports: list[Path] = dataclasses.field(default_factory=list)
 
     def _repr_html_(self) -> str:
         """The page in an ``<iframe srcdoc>``: Jupyter, VS Code and Colab display it as it is in the file (its own
@@ -503,7 +506,11 @@ def page_state(
     def section_html(s: Section) -> str:
         body = "".join(chart_html(c, pngs.get(c.id)) for c in s.charts)
         note = f'<p class="note">{escape(s.note)}</p>' if s.note else ""
-        return f'<section id="{escape(s.id)}"><h2>{escape(s.title)}</h2>{note}<div class="grid">{body}</div></section>'
+        links = "".join(f' <a class="export" href="{escape(href)}">{escape(label)}</a>' for label, href in s.links)
+        return (
+            f'<section id="{escape(s.id)}"><h2>{escape(s.title)}{links}</h2>{note}<div class="grid">{body}</div>'
+            "</section>"
+        )
 
     main = [f'<div data-live-region="cards">{regions["cards"]}</div>']
     main += [section_html(s) for s in sections[:split]]
@@ -647,10 +654,26 @@ def render_dashboard(
         except MissingDependencyError as err:
             log.warning("dashboard: PNG images skipped: %s", err)
             run.notes.append(f"PNG images skipped: {err}")
+    exports = _export_timeline(run, out, sections)
     page = render_html(run, sections, diagnoses, source, {k: p.name for k, p in pngs.items()})
     html_path = out / "index.html"
     atomic_write(html_path, lambda f: f.write(page.encode("utf-8")))
-    return DashboardResult(html=html_path, pngs=list(pngs.values()), run=run, diagnoses=diagnoses)
+    return DashboardResult(html=html_path, pngs=list(pngs.values()), run=run, diagnoses=diagnoses, exports=exports)
+
+
+def _export_timeline(run: RunData, out: Path, sections: Sequence[Section]) -> list[Path]:
+    """The time line as CSV and Parquet beside the page, linked from its section; Parquet only with pyarrow."""
+    section = next((s for s in sections if s.id == "timeline"), None)
+    if section is None:
+        return []
+    written = [write_timeline_csv(run, out / CSV_NAME)]
+    try:
+        written.append(write_timeline_parquet(run, out / PARQUET_NAME))
+    except MissingDependencyError as err:
+        log.warning("dashboard: the time line's Parquet file skipped: %s", err)
+        run.notes.append(f"timeline.parquet skipped: {err}")
+    section.links = [("CSV" if p.suffix == ".csv" else "Parquet", p.name) for p in written]
+    return written
 
 
 def main(args: argparse.Namespace) -> int:
@@ -667,6 +690,8 @@ def main(args: argparse.Namespace) -> int:
     sys.stdout.write(f"dashboard: {result.html}\n")
     if result.pngs:
         sys.stdout.write(f"charts (PNG): {', '.join(p.name for p in result.pngs)} in {result.html.parent}\n")
+    if result.exports:
+        sys.stdout.write(f"time line: {', '.join(p.name for p in result.exports)} in {result.html.parent}\n")
     return 0
 
 

@@ -35,6 +35,7 @@ _EXTRAS: dict[str, tuple[str, str]] = {
     "matplotlib": ("dashboard", _hint("matplotlib>=3.7", "dashboard")),
     "plotly": ("dashboard", _hint("plotly>=5.20", "dashboard")),
     "tensorboard": ("dashboard", _hint("tensorboard>=2.14", "dashboard")),
+    "pyarrow": ("dashboard", _hint("pyarrow>=14", "dashboard")),
     "psutil": ("monitor", _hint("psutil>=5.9", "monitor")),
     "ray.train": ("ray", _hint("ray[train]>=2.54", "ray")),
     "libcst": ("upgrade", _hint("libcst>=1.1", "upgrade")),
