@@ -49,7 +49,7 @@ td ul{margin:0;padding-left:18px}
 .badge{display:inline-block;white-space:nowrap;padding:2px 8px;border-radius:10px;font-size:12px;font-weight:600;
   color:#fff}
 .v-input-bound{background:#d62728}.v-communication-bound{background:#ff7f0e}.v-compute-bound{background:#1f77b4}
-.v-healthy{background:#2ca02c}.v-low-utilisation-unexplained{background:#9467bd}
+.v-healthy{background:#2ca02c}.v-low-utilisation-unexplained{background:#9467bd}.v-throttled{background:#8c564b}
 details{margin-top:8px}summary{cursor:pointer;color:#2459a8}
 pre{background:#fff;border:1px solid var(--line);border-radius:8px;padding:10px;overflow:auto;font-size:12px}
 .src{color:var(--muted);font-size:12px;margin:6px 0 0}

@@ -659,6 +659,14 @@ class GPUUtilizationMonitor(Callback):
         put(K.GPU, gpu.get("mem_total_gb"), mem_total_gb="last")
         put(K.GPU, gpu.get("power_w"), power_w="mean")
         put(K.GPU, gpu.get("sm_clock_mhz"), sm_clock_mhz="mean")
+        put(K.GPU, gpu.get(K.TEMP_C), temp_c="max")
+        put(K.GPU, gpu.get(K.ENERGY_J), energy_j="total")  # each sample holds the energy since the one before
+        put(K.GPU, gpu.get(K.PCIE_TX_MB_S), pcie_tx_mb_s="mean")
+        put(K.GPU, gpu.get(K.PCIE_RX_MB_S), pcie_rx_mb_s="mean")
+        put(K.GPU, gpu.get(K.THROTTLE_POWER_PCT), throttle_power_pct="mean")
+        put(K.GPU, gpu.get(K.THROTTLE_THERMAL_PCT), throttle_thermal_pct="mean")
+        put(K.GPU, gpu.get(K.THROTTLE_HW_SLOWDOWN_PCT), throttle_hw_slowdown_pct="mean")
+        put(K.GPU, gpu.get(K.ECC_ERRORS), ecc_errors="last")
         put(K.CPU, cpu.get("util_pct"), util_pct="mean", util_pct_min="min", util_pct_max="max")
         put(K.CPU, cpu.get("rss_gb"), rss_gb="max")
         out.update(self._timing_values(acc))
@@ -788,6 +796,10 @@ class GPUUtilizationMonitor(Callback):
             label: {K.diagnosis_name(group, name): v for (group, name), v in values.items()}
             for label, values in self._per_device(rows).items()
         }
+        if scope == "fit" and step > 0:  # the whole fit's energy, per optimizer step as well
+            for values in per_device.values():
+                if "gpu_energy_j" in values:
+                    values["gpu_energy_j_per_step"] = values["gpu_energy_j"] / step
         diagnoses = diagnose(per_device, self.thresholds, self._context)
         self.last_diagnosis = diagnoses
         sites = self._detector.top_sites(5) if self._detector is not None else self.sync_sites[:5]

@@ -12,6 +12,10 @@ ignored):
 ``gpu_util_pct_min/_max``   its min / max over the window's samples
 ``gpu_mem_used_gb``         device memory used; ``gpu_mem_total_gb`` its capacity
 ``gpu_power_w``             board power; ``gpu_sm_clock_mhz`` the SM clock
+``gpu_throttle_*_pct``      % of samples with clocks held back by the power cap (``power``), heat
+                            (``thermal``) or a hardware slowdown (``hw_slowdown``)
+``gpu_temp_c``              the hottest reading; ``gpu_energy_j`` energy used (``_per_step``: per step)
+``gpu_ecc_errors``          uncorrected ECC errors since the driver loaded
 ``cpu_util_pct``            process CPU utilisation, normalised to the torch threads (0-100)
 ``cpu_util_pct_min/_max``   its min / max; ``cpu_rss_gb`` resident memory
 ``data_wait_pct``           % of training time spent waiting for the next batch
@@ -57,7 +61,8 @@ COMMUNICATION_BOUND = "communication-bound"
 COMPUTE_BOUND = "compute-bound"
 HEALTHY = "healthy"
 LOW_UTILISATION_UNEXPLAINED = "low-utilisation-unexplained"
-VERDICTS = (INPUT_BOUND, COMMUNICATION_BOUND, COMPUTE_BOUND, HEALTHY, LOW_UTILISATION_UNEXPLAINED)
+THROTTLED = "throttled"
+VERDICTS = (INPUT_BOUND, COMMUNICATION_BOUND, THROTTLED, COMPUTE_BOUND, HEALTHY, LOW_UTILISATION_UNEXPLAINED)
 
 JSON_VERSION = 1
 _MIXED = ("16-mixed", "bf16-mixed", "bf16-true", "16-true", "16", "bf16", "transformer-engine", "fp8")
@@ -101,6 +106,8 @@ class DiagnosisThresholds:
             the verdict is low-utilisation-unexplained.
         healthy_mfu: compute-bound runs at or above this model-FLOPs utilisation are healthy.
         small_step_ms: steps shorter than this on a GPU suggest launch overhead (advice only).
+        throttle_pct: throttled when the GPU's clocks were held back (power, heat, a hardware slowdown) in at least
+            this share of the samples.
 
     Raises:
         ValueError: a percentage outside [0, 100], a ratio below 1, or a negative value.
@@ -114,9 +121,10 @@ class DiagnosisThresholds:
     low_util_pct: float = 60.0
     healthy_mfu: float = 0.4
     small_step_ms: float = 20.0
+    throttle_pct: float = 20.0
 
     def __post_init__(self) -> None:
-        for name in ("data_wait_pct", "busy_util_pct", "comm_pct", "low_util_pct"):
+        for name in ("data_wait_pct", "busy_util_pct", "comm_pct", "low_util_pct", "throttle_pct"):
             value = getattr(self, name)
             if not 0.0 <= value <= 100.0:
                 raise ValueError(f"DiagnosisThresholds.{name} is a percentage in [0, 100], got {value}")
@@ -265,13 +273,60 @@ def _advice_low_util(m: Mapping[str, float], ctx: Mapping[str, Any], t: Diagnosi
     return advice
 
 
+#: The throttle causes NVML reports, as the monitor groups them, and what to check for each.
+_THROTTLE_ADVICE = {
+    "power": (
+        "its power cap",
+        "check the limit and the draw (nvidia-smi -q -d POWER,PERFORMANCE); raise the limit where the board allows"
+        " (nvidia-smi -pl), or expect these clocks",
+    ),
+    "thermal": (
+        "heat",
+        "check the cooling: fans, airflow, a blocked intake, the room's temperature (nvidia-smi -q -d"
+        " TEMPERATURE,PERFORMANCE)",
+    ),
+    "hw_slowdown": (
+        "a hardware slowdown",
+        "an external power-brake signal or the power supply: check nvidia-smi -q -d PERFORMANCE and the node's power",
+    ),
+}
+
+
+def _throttle(m: Mapping[str, float], t: DiagnosisThresholds) -> tuple[str, float] | None:
+    """The throttle cause that held the clocks back most often, if at least ``throttle_pct`` of the samples."""
+    shares = [(m[f"gpu_throttle_{cause}_pct"], cause) for cause in _THROTTLE_ADVICE if f"gpu_throttle_{cause}_pct" in m]
+    share, cause = max(shares, default=(0.0, ""))
+    return (cause, share) if shares and share >= t.throttle_pct else None
+
+
+def _advice_throttled(cause: str, share: float, m: Mapping[str, float]) -> list[str]:
+    what, check = _THROTTLE_ADVICE[cause]
+    hottest = f" (up to {m['gpu_temp_c']:.0f} C)" if cause == "thermal" and "gpu_temp_c" in m else ""
+    return [f"the GPU's clocks were held back by {what} in {share:.0f}% of the samples{hottest}: {check}"]
+
+
 def _diagnose_one(device: str, m: dict[str, float], t: DiagnosisThresholds, ctx: Mapping[str, Any]) -> Diagnosis:
+    d = _verdict(device, m, t, ctx)
+    errors = m.get("gpu_ecc_errors")
+    if errors:
+        d.advice.append(
+            f"{errors:.0f} uncorrected ECC error(s) on this GPU since the driver loaded: its memory is failing; take"
+            " the node out of service and report it (nvidia-smi -q -d ECC)"
+        )
+    return d
+
+
+def _verdict(device: str, m: dict[str, float], t: DiagnosisThresholds, ctx: Mapping[str, Any]) -> Diagnosis:
     # Only a GPU's utilisation is judged: a CPU process using fewer cores than its threads is not idle.
     util = m.get("gpu_util_pct")
     if _is_input_bound(m, t):
         return Diagnosis(device, INPUT_BOUND, _advice_input(m, ctx), m)
     if _is_communication_bound(m, t):
         return Diagnosis(device, COMMUNICATION_BOUND, _advice_comm(m, ctx), m)
+    # A GPU held back by power or heat is busy, but slower than it can be: named before utilisation and compute.
+    throttled = _throttle(m, t)
+    if throttled is not None:
+        return Diagnosis(device, THROTTLED, _advice_throttled(*throttled, m), m)
     if util is not None and util < t.low_util_pct:
         return Diagnosis(device, LOW_UTILISATION_UNEXPLAINED, _advice_low_util(m, ctx, t), m)
     mfu = m.get("mfu")
@@ -293,6 +348,8 @@ def diagnose(
 
     1. **input-bound**: ``data_wait_pct >= data_wait_pct`` threshold (unless the GPU is busy anyway);
     2. **communication-bound**: ``comm_pct`` high, or synced micro-batches much slower than unsynced;
+    2a. **throttled**: the GPU's clocks held back by its power cap, heat or a hardware slowdown in at least
+       ``throttle_pct`` of the samples (the cause and what to check are the advice);
     3. **low-utilisation-unexplained**: GPU utilisation below ``low_util_pct`` with neither cause
        (``cpu_util_pct`` is evidence only: on CPU the verdict rests on the timings);
     4. **healthy**: ``mfu >= healthy_mfu``;

@@ -10,6 +10,13 @@ group           per-device names                       meaning
 ``gpu``         ``util_pct`` (+ ``_min``/``_max``)      NVML utilisation, % of time a kernel ran
                 ``mem_used_gb``, ``mem_total_gb``       device memory (NVML, whole device)
                 ``power_w``, ``sm_clock_mhz``           board power, SM clock
+                ``temp_c``                              GPU temperature (window maximum)
+                ``energy_j``                            energy the board used in the window (NVML's counter)
+                ``pcie_tx_mb_s``, ``pcie_rx_mb_s``      PCIe throughput out of / into the GPU
+                ``throttle_power_pct``                  % of samples with clocks held back by the power cap
+                ``throttle_thermal_pct``                ... by heat (software or hardware thermal slowdown)
+                ``throttle_hw_slowdown_pct``            ... by a hardware slowdown (power brake, external signal)
+                ``ecc_errors``                          uncorrected ECC errors since the driver loaded
 ``cpu``         ``util_pct`` (+ ``_min``/``_max``)      process CPU time / (wall x torch threads)
                 ``rss_gb``                              resident memory of the training process
 ``time``        ``data_wait_pct``, ``data_wait_ms``     time waiting for the next batch
@@ -57,6 +64,14 @@ MEM_USED_GB = "mem_used_gb"
 MEM_TOTAL_GB = "mem_total_gb"
 POWER_W = "power_w"
 SM_CLOCK_MHZ = "sm_clock_mhz"
+TEMP_C = "temp_c"
+ENERGY_J = "energy_j"
+PCIE_TX_MB_S = "pcie_tx_mb_s"
+PCIE_RX_MB_S = "pcie_rx_mb_s"
+THROTTLE_POWER_PCT = "throttle_power_pct"
+THROTTLE_THERMAL_PCT = "throttle_thermal_pct"
+THROTTLE_HW_SLOWDOWN_PCT = "throttle_hw_slowdown_pct"
+ECC_ERRORS = "ecc_errors"
 RSS_GB = "rss_gb"
 
 # Step timing (group time)
@@ -72,7 +87,18 @@ HOST_SYNCS_PER_STEP = "host_syncs_per_step"
 SAMPLES_PER_SEC = "samples_per_sec"
 MFU = "mfu"
 
-GPU_NAMES = (UTIL_PCT, UTIL_PCT_MIN, UTIL_PCT_MAX, MEM_USED_GB, MEM_TOTAL_GB, POWER_W, SM_CLOCK_MHZ)
+#: What NVML offers beyond utilisation, memory, power and clock, where the board and driver have it.
+GPU_HEALTH_NAMES = (
+    TEMP_C,
+    ENERGY_J,
+    PCIE_TX_MB_S,
+    PCIE_RX_MB_S,
+    THROTTLE_POWER_PCT,
+    THROTTLE_THERMAL_PCT,
+    THROTTLE_HW_SLOWDOWN_PCT,
+    ECC_ERRORS,
+)
+GPU_NAMES = (UTIL_PCT, UTIL_PCT_MIN, UTIL_PCT_MAX, MEM_USED_GB, MEM_TOTAL_GB, POWER_W, SM_CLOCK_MHZ, *GPU_HEALTH_NAMES)
 CPU_NAMES = (UTIL_PCT, UTIL_PCT_MIN, UTIL_PCT_MAX, RSS_GB)
 TIME_NAMES = (DATA_WAIT_PCT, DATA_WAIT_MS, STEP_MS, COMM_PCT, SYNCED_STEP_MS, UNSYNCED_STEP_MS, HOST_SYNCS_PER_STEP)
 THROUGHPUT_NAMES = (SAMPLES_PER_SEC,)

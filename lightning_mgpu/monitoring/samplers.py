@@ -264,8 +264,19 @@ class _BufferedSeries:
         return [_sample_value(value_type, s) * self.scale for s in fresh]
 
 
+#: NVML's clock event (throttle) reason bits, grouped as the time line records them: the share of samples in which
+#: any bit of a group was set. (Idle, application clocks, sync boost and display clocks are not slowdowns.)
+THROTTLE_GROUPS = {
+    "throttle_power_pct": 0x4 | 0x80,  # software power cap | hardware power brake
+    "throttle_thermal_pct": 0x20 | 0x40,  # software | hardware thermal slowdown
+    "throttle_hw_slowdown_pct": 0x8,  # hardware slowdown (an external signal or the power supply)
+}
+
+
 class NvmlSource:
-    """One GPU through NVML: utilisation, memory, power and SM clock.
+    """One GPU through NVML: utilisation, memory, power and SM clock from the driver's sample buffers; temperature,
+    energy, PCIe throughput, throttle reasons and ECC errors read at each poll. A query the board or driver does not
+    support is left out from then on.
 
     Args:
         label: the device label (``rank0``, ``rank0_dev1``).
@@ -288,6 +299,20 @@ class NvmlSource:
             ),
         }
         self._unsupported: set[str] = set()
+        # Read at each poll: NVML keeps no sample buffer for these.
+        clock_reasons = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            n, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )  # renamed in NVML 12.5; the old name is gone from newer pynvml
+        self._instant: dict[str, Callable[[], float]] = {
+            "temp_c": lambda: float(n.nvmlDeviceGetTemperature(handle, n.NVML_TEMPERATURE_GPU)),
+            "pcie_tx_mb_s": lambda: n.nvmlDeviceGetPcieThroughput(handle, n.NVML_PCIE_UTIL_TX_BYTES) / 1024.0,
+            "pcie_rx_mb_s": lambda: n.nvmlDeviceGetPcieThroughput(handle, n.NVML_PCIE_UTIL_RX_BYTES) / 1024.0,
+            "ecc_errors": lambda: float(
+                n.nvmlDeviceGetTotalEccErrors(handle, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC)
+            ),
+        }
+        self._clock_reasons: Callable[[Any], int] | None = clock_reasons
+        self._energy_mj: float | None = None  # NVML's energy counter at the previous poll (mJ since the driver loaded)
         #: NVML's index of this GPU (PCI order, the physical index; ``CUDA_VISIBLE_DEVICES`` does not renumber it)
         #: and its enforced power limit in W: what MLflow names and divides by. ``None`` where NVML does not say.
         self.nvml_index: int | None = self._ask(lambda: int(n.nvmlDeviceGetIndex(handle)))
@@ -315,7 +340,40 @@ class NvmlSource:
                 if getattr(err, "value", None) != getattr(self.nvml, "NVML_ERROR_NOT_SUPPORTED", 3):
                     raise
                 self._unsupported.add(name)  # e.g. no power sensor: log the rest
+        for name, query in self._instant.items():
+            value = self._supported(name, query)
+            if value is not None:
+                out.append((name, value))
+        clock_reasons = self._clock_reasons
+        if clock_reasons is not None:
+            reasons = self._supported("throttle", lambda: float(clock_reasons(self.handle)))
+            if reasons is not None:
+                out += [(name, 100.0 if int(reasons) & bits else 0.0) for name, bits in THROTTLE_GROUPS.items()]
+        # Energy: what the board used since the previous poll (the counter is cumulative); the first poll sets it.
+        energy = self._supported("energy_j", lambda: float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle)))
+        if energy is not None:
+            if self._energy_mj is not None and energy >= self._energy_mj:
+                out.append(("energy_j", (energy - self._energy_mj) / 1000.0))
+            self._energy_mj = energy
         return out
+
+    def _supported(self, name: str, query: Callable[[], float]) -> float | None:
+        """``query()``, or ``None`` (and never again) where NVML says the device does not support it."""
+        if name in self._unsupported:
+            return None
+        try:
+            return query()
+        except AttributeError:  # a pynvml without this query (or without the constant it takes)
+            self._unsupported.add(name)
+            return None
+        except self.nvml.NVMLError as err:
+            if getattr(err, "value", None) not in (
+                getattr(self.nvml, "NVML_ERROR_NOT_SUPPORTED", 3),
+                getattr(self.nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
+            ):
+                raise
+            self._unsupported.add(name)
+            return None
 
 
 def _normalise_uuid(uuid: Any) -> str:

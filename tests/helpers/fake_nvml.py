@@ -24,6 +24,10 @@ class FakeGPU:
         self.mem_used, self.mem_total = 3 * 2**30, 80 * 2**30
         self.power_mw, self.clock = 250_000, 1410
         self.power_limit_mw = 500_000
+        # Read at each poll: temperature, the energy counter (mJ), PCIe KB/s, clock event reasons, ECC errors.
+        self.temp_c, self.energy_mj, self.pcie_kb_s = 55, 1_000_000, {0: 2048, 1: 1024}
+        self.reasons, self.ecc_errors = 0, 0
+        self.unsupported: set[str] = set()  # queries that raise NVML_ERROR_NOT_SUPPORTED on this board
 
 
 class NVMLError(Exception):
@@ -70,6 +74,22 @@ def make_fake_pynvml(gpus: list[FakeGPU]) -> types.ModuleType:
     m.nvmlDeviceGetPowerUsage = lambda h: h.power_mw
     m.nvmlDeviceGetEnforcedPowerLimit = lambda h: h.power_limit_mw
     m.nvmlDeviceGetClockInfo = lambda h, kind: h.clock
+    m.NVML_TEMPERATURE_GPU, m.NVML_PCIE_UTIL_TX_BYTES, m.NVML_PCIE_UTIL_RX_BYTES = 0, 0, 1
+    m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, m.NVML_VOLATILE_ECC = 1, 0
+
+    def query(name: str, read: Any) -> Any:
+        def call(h: FakeGPU, *args: Any) -> Any:
+            if name in h.unsupported:
+                raise NVMLError(3)
+            return read(h, *args)
+
+        return call
+
+    m.nvmlDeviceGetTemperature = query("temp", lambda h, sensor: h.temp_c)
+    m.nvmlDeviceGetTotalEnergyConsumption = query("energy", lambda h: h.energy_mj)
+    m.nvmlDeviceGetPcieThroughput = query("pcie", lambda h, counter: h.pcie_kb_s[counter])
+    m.nvmlDeviceGetCurrentClocksEventReasons = query("reasons", lambda h: h.reasons)
+    m.nvmlDeviceGetTotalEccErrors = query("ecc", lambda h, kind, counter: h.ecc_errors)
     return m
 
 

@@ -87,6 +87,40 @@ def test_nvml_window_mean_uses_buffered_samples(fake_gpus: list[FakeGPU]) -> Non
     assert sampler.collect()["rank0"]["util_pct"].mean == pytest.approx(55.0)
 
 
+def test_temperature_energy_pcie_throttling_and_ecc_where_nvml_has_them(fake_gpus: list[FakeGPU]) -> None:
+    nvml, gpu = sys.modules["pynvml"], fake_gpus[0]
+    sampler = BackgroundSampler([NvmlSource("rank0", nvml, gpu)], interval_s=60)  # the test polls by hand
+    sampler.poll()  # the energy counter's first reading: nothing used yet
+    assert "energy_j" not in sampler.collect()["rank0"]
+    gpu.temp_c, gpu.energy_mj, gpu.reasons = 71, 1_150_000, 0x4  # 150 J later, capped by power
+    sampler.poll()
+    gpu.temp_c, gpu.energy_mj, gpu.reasons = 83, 1_250_000, 0x1 | 0x40  # idle bit (not a slowdown), hardware thermal
+    sampler.poll()
+    gpu.energy_mj, gpu.reasons, gpu.ecc_errors = 1_300_000, 0, 2
+    sampler.poll()
+    window = sampler.collect()["rank0"]
+    assert (window["temp_c"].max, window["energy_j"].total) == (83.0, pytest.approx(300.0))
+    assert (window["pcie_tx_mb_s"].mean, window["pcie_rx_mb_s"].mean) == (2.0, 1.0)
+    assert window["throttle_power_pct"].mean == pytest.approx(100 / 3)
+    assert window["throttle_thermal_pct"].mean == pytest.approx(100 / 3)
+    assert window["throttle_hw_slowdown_pct"].mean == 0.0 and window["ecc_errors"].last == 2.0
+
+    # A board without a query: that reading is left out from then on, the others go on.
+    older = fake_gpus[1]
+    older.unsupported = {"temp", "reasons", "energy"}
+    source = NvmlSource("rank0", nvml, older)
+    read = {name for name, _ in source.read()}
+    assert {"temp_c", "throttle_power_pct", "energy_j"}.isdisjoint(read) and {"pcie_tx_mb_s", "ecc_errors"} <= read
+    older.unsupported = set()
+    assert "temp_c" not in {name for name, _ in source.read()}  # never asked again
+    # Any other NVML error is raised, not hidden.
+    broken = FakeGPU("ffffffff-aaaa-bbbb-cccc-000000000000", util=1.0)
+    source = NvmlSource("rank0", nvml, broken)
+    nvml.nvmlDeviceGetTemperature = lambda h, sensor: (_ for _ in ()).throw(nvml.NVMLError(999))
+    with pytest.raises(nvml.NVMLError):
+        source.read()
+
+
 # --------------------------------------------------------------------------- dp labelling (unit level)
 class RecordingLogger:
     def __init__(self) -> None:
@@ -412,6 +446,11 @@ def test_real_nvml_reads_this_process_gpu() -> None:
     assert 0 <= window["util_pct"].mean <= 100 and window["util_pct"].max > 0
     total = torch.cuda.get_device_properties(0).total_memory / 2**30
     assert window["mem_total_gb"].last == pytest.approx(total, rel=0.05)
+    # What a data-centre GPU's NVML has besides: temperature and PCIe always, the energy counter from Volta on.
+    assert 0 < window["temp_c"].max < 110 and window["pcie_tx_mb_s"].count > 0
+    assert {"throttle_power_pct", "throttle_thermal_pct"} <= window.keys()
+    if "energy_j" in window:
+        assert window["energy_j"].total > 0  # 200 matmuls of 4096^2 use energy
 
 
 @pytest.mark.gpu

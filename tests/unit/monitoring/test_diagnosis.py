@@ -9,6 +9,9 @@ import pytest
 
 from lightning_mgpu.monitoring import keys as K
 from lightning_mgpu.monitoring.diagnosis import (
+    COMPUTE_BOUND,
+    INPUT_BOUND,
+    THROTTLED,
     VERDICTS,
     Diagnosis,
     DiagnosisThresholds,
@@ -202,3 +205,31 @@ def test_logged_metrics_feed_diagnose() -> None:
         "rank1": {"gpu_util_pct": 95.0, "data_wait_pct": 2.0},
     }
     assert [d.verdict for d in diagnose(per_device)] == ["input-bound", "compute-bound"]
+
+
+def test_a_gpu_held_back_by_power_or_heat_is_named_throttled_with_the_cause() -> None:
+    busy = {"gpu_util_pct": 97.0, "data_wait_pct": 1.0, "step_ms": 80.0}
+    power, heat, below, starved = diagnose(
+        {
+            "rank0": {**busy, "gpu_throttle_power_pct": 45.0, "gpu_throttle_thermal_pct": 5.0},
+            "rank1": {**busy, "gpu_throttle_thermal_pct": 60.0, "gpu_temp_c": 88.0},
+            "rank2": {**busy, "gpu_throttle_power_pct": 10.0},  # under the 20 % threshold
+            "rank3": {**busy, "data_wait_pct": 70.0, "gpu_util_pct": 30.0, "gpu_throttle_power_pct": 90.0},
+        }
+    )
+    assert power.verdict == THROTTLED and "power cap in 45% of the samples" in power.advice[0]
+    assert "nvidia-smi -q -d POWER,PERFORMANCE" in power.advice[0]
+    assert heat.verdict == THROTTLED and "heat in 60% of the samples (up to 88 C)" in heat.advice[0]
+    assert below.verdict == COMPUTE_BOUND
+    assert starved.verdict == INPUT_BOUND  # waiting for data comes first: the clocks do not matter then
+    assert diagnose({"r": {**busy, "gpu_throttle_hw_slowdown_pct": 25.0}})[0].verdict == THROTTLED
+    assert diagnose({"r": busy}, DiagnosisThresholds(throttle_pct=0.0))[0].verdict == COMPUTE_BOUND  # nothing read
+    with pytest.raises(ValueError, match="throttle_pct is a percentage"):
+        DiagnosisThresholds(throttle_pct=120.0)
+
+
+def test_uncorrected_ecc_errors_are_named_whatever_the_verdict() -> None:
+    (d,) = diagnose({"rank0": {"gpu_util_pct": 97.0, "gpu_ecc_errors": 3.0}})
+    assert d.verdict == COMPUTE_BOUND and any("3 uncorrected ECC error(s)" in a for a in d.advice)
+    (clean,) = diagnose({"rank0": {"gpu_util_pct": 97.0, "gpu_ecc_errors": 0.0}})
+    assert not any("ECC" in a for a in clean.advice)
