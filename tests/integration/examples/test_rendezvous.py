@@ -49,8 +49,8 @@ def _run(cmd: list[str], env: dict[str, str], marker: str, expect: Expect = FAIL
     [
         # Node 1 (2 processes) reaches for node 0, which was never started: nobody listens on the port.
         pytest.param("1", "2", "trying to connect to (127.0.0.1, {port})", id="main-address-unreachable"),
-        # Node 0 waits for node 1, which never comes.
-        pytest.param("0", "1", "1/2 clients joined", id="a-node-never-comes"),
+        # Node 0 waits for node 1, which never comes: the same bound from the other side (the extended tier's).
+        pytest.param("0", "1", "1/2 clients joined", id="a-node-never-comes", marks=pytest.mark.extended),
     ],
 )
 def test_a_rendezvous_that_cannot_complete_fails_every_process_in_bound(
@@ -111,6 +111,7 @@ def test_torchrun_with_an_unreachable_endpoint_fails_in_bound_naming_it(tmp_path
 
 @pytest.mark.timeout(240)
 @RunIf(ray=True)
+@pytest.mark.extended  # the check before Ray starts is a unit test too (tests/unit/launchers); this is its launch
 def test_an_unreachable_ray_address_is_refused_before_ray_starts(tmp_path: Path) -> None:
     import socket
 

@@ -25,14 +25,17 @@ pytestmark = [pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def out(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
     from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
     root = tmp_path_factory.mktemp("resume_hooks")
     rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(find_free_network_port()), "NODE_RANK": "0"}
     envs = [{**rendezvous, "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)} for rank in range(2)]
     launch_processes(["-m", RUNNER, "popen", str(root)], envs, timeout=600)
-    run_python(["-m", RUNNER, "spawn", str(root)], timeout=600)
+    # The spawn variants (each fit starts 2 workers: 4 fits, 8 processes) are the extended tier's; the default tier
+    # checks a resume under sharded_spawn's launcher in tests/integration/reliability/test_interrupt.py.
+    if request.config.getoption("--extended"):
+        run_python(["-m", RUNNER, "spawn", str(root)], timeout=600)
     return root
 
 
@@ -67,6 +70,7 @@ def test_resume_runs_the_hooks_in_ddps_order(out: Path, name: str, source: str) 
         assert got == sequence, first_difference(got, sequence)
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("name", ENGINES)
 def test_spawn_variant_resume_runs_the_hooks_in_ddp_spawns_order(out: Path, name: str) -> None:
     expected = hooks(out, "ddp_spawn")
@@ -78,7 +82,11 @@ def test_spawn_variant_resume_runs_the_hooks_in_ddp_spawns_order(out: Path, name
 
 
 @pytest.mark.parametrize(
-    "label", [*(f"{e}_{s}" for e in ENGINES for s in ("file", "folder")), *(f"{e}_spawn" for e in ENGINES)]
+    "label",
+    [
+        *(f"{e}_{s}" for e in ENGINES for s in ("file", "folder")),
+        *(pytest.param(f"{e}_spawn", marks=pytest.mark.extended) for e in ENGINES),
+    ],
 )
 def test_what_on_load_checkpoint_sets_reaches_the_optimizer_as_under_ddp(out: Path, label: str) -> None:
     reference = weights(out, "ddp_spawn" if label.endswith("_spawn") else "ddp")

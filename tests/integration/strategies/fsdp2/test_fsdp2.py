@@ -31,10 +31,17 @@ CONFIGS = {
 }
 
 
+#: The extended tier's configurations: the contract tier checks accumulation and clipping under sharded_fsdp2 against
+#: their expected effect (tests/integration/contract/test_optimization.py).
+EXTENDED_CONFIGS = ("accumulate", "clip")
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def runs(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("fsdp2")
     out: dict[str, Any] = {"root": root}
+    extended = request.config.getoption("--extended")
+    configs = {name: flags for name, flags in CONFIGS.items() if extended or name not in EXTENDED_CONFIGS}
     # A few launches of run_parity's sequences instead of many single runs (a launch is mostly imports): each
     # strategy's configurations, then the resumes, grouped by their number of ranks.
     # FSDP2 saves sharded folders by default; its sequence ends with the Adam run again as one full file, gathered by
@@ -45,11 +52,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "adam_full": (*CONFIGS["adam"], "--checkpoint-format", "full", "--fsdp2-gather", "dcp"),
         "adam_by_hand": (*CONFIGS["adam"], "--checkpoint-format", "full", "--fsdp2-gather", "by_hand"),
     }
-    for label, strategy, configs in (("fsdp2", FSDP2, {**CONFIGS, **full}), ("ddp", DDP, CONFIGS)):
+    for label, strategy, sequence in (("fsdp2", FSDP2, {**configs, **full}), ("ddp", DDP, configs)):
         done = run_parity_sequence(
-            [(root / f"{label}_{name}", *strategy, "--devices", "2", *extra) for name, extra in configs.items()]
+            [(root / f"{label}_{name}", *strategy, "--devices", "2", *extra) for name, extra in sequence.items()]
         )
-        out.update({f"{label}/{name}": params for name, params in zip(configs, done)})
+        out.update({f"{label}/{name}": params for name, params in zip(sequence, done)})
     # Resume the 5-step checkpoints for 3 more steps under the other strategy and on 1, 2 and 4 ranks, then the 1-rank
     # folder on 2 ranks for 3 more (resharding: saved by N ranks, loaded by M). The data of a run depends on its
     # length, so the reference is ddp resumed from ddp, not an 8-step run.
@@ -92,7 +99,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("config", ["sgd", "adam", "accumulate", "clip"])
+@pytest.mark.parametrize(
+    "config", [c if c not in EXTENDED_CONFIGS else pytest.param(c, marks=pytest.mark.extended) for c in CONFIGS]
+)
 def test_parameters_match_ddp(runs: dict[str, Any], config: str) -> None:
     fsdp2, ddp = runs[f"fsdp2/{config}"], runs[f"ddp/{config}"]
     assert max_abs_diff(fsdp2[0], fsdp2[1]) == 0.0  # the ranks agree
@@ -289,6 +298,9 @@ def test_a_model_built_in_configure_model_is_never_whole_and_resumes_on_fewer_ra
     assert one["global_step"] == 16
 
 
+# The extended tier's: background saves are tests/unit/checkpoint/test_sharded.py's (BackgroundSaves), and FSDP2's
+# folders are checked above; this is the two together in a fit.
+@pytest.mark.extended
 def test_async_saves_land_the_same_folders_while_training_goes_on(tmp_path) -> None:
     """``train.py --async-save``: every checkpoint of the run (the epochs' top-k and ``last``) written in the background
     holds exactly what the synchronous run's does, and the background writes did not change the training."""

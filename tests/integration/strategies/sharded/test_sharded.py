@@ -221,6 +221,9 @@ def test_two_rank_sharded_checkpoint_resumes_under_dp(runs: dict[str, Any]) -> N
     _assert_same(back["resume_2to1/params/dp"], runs["ranks"][0]["resumed/params/ddp_from_ddp"], atol=1e-5)
 
 
+# The extended tier's: train.py under sharded_spawn is launched in the default tier by the Ctrl-C, rank-failure and
+# ports tests, the consolidated checkpoint is test_zero_sharded_checkpoints.py's, the alias is the registry's.
+@pytest.mark.extended
 def test_train_py_under_sharded_spawn_then_resume_under_the_ddp_sharded_alias(tmp_path: Path) -> None:
     common = ["--accelerator", "cpu", "--devices", "2", "--logger", "none", "--optimizer", "adam", "--lr", "0.01"]
     first = tmp_path / "spawn"
