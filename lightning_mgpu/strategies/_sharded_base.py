@@ -161,6 +161,20 @@ class ShardedBase(StepRouting, DDPStrategy):
         """``"sharded"`` (a folder of per-rank shards) or ``"full"`` (one file consolidated on rank 0)."""
         return self._checkpoint_format
 
+    def check_before_launch(self, trainer: pl.Trainer) -> None:
+        """Refusals of the fit's set-up that the ``*_spawn`` launcher makes before it starts any worker, in one line
+        (in a worker they come back wrapped in its traceback). Lightning's own guard of ``BatchSizeFinder`` (every rank
+        would search alone) is one: it runs in the workers' set-up.
+
+        Raises:
+            MisconfigurationException: a feature this strategy cannot run.
+        """
+        from lightning.pytorch.callbacks import BatchSizeFinder
+
+        callbacks = trainer.callbacks  # type: ignore[attr-defined]
+        if trainer.state.fn == TrainerFn.FITTING and any(isinstance(c, BatchSizeFinder) for c in callbacks):
+            raise MisconfigurationException("The Batch size finder is not supported with distributed strategies.")
+
     # ------------------------------------------------------------------ what an engine answers
     def _setup_fit(self, trainer: pl.Trainer) -> None:
         """Wrap the model and build the (sharded) optimizers, in the order the engine needs."""

@@ -39,6 +39,10 @@ class CleanExitSpawnLauncher(_MultiProcessingLauncher):
 
     @override
     def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
+        # What the strategy refuses at setup, refused here too, before any worker starts (check_before_launch).
+        check = getattr(self._strategy, "check_before_launch", None)
+        if trainer is not None and check is not None:
+            check(trainer)
         self._failures = tempfile.mkdtemp(prefix="lightning_mgpu-failures-")
         try:
             with interrupts_to_workers():

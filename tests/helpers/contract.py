@@ -116,6 +116,8 @@ REFUSED = {
         for s in g
         if s not in ONE_PROCESS
     },
+    # ... which Lightning's ddp_spawn runs in its workers (the bundle's *_spawn launchers ask before spawning).
+    ("ddp_spawn", "batch_size_finder"): "ProcessRaisedException: -- Process",
     # Horovod 0.28.1 has no bfloat16 collectives (the bundle refuses before the first broadcast).
     ("horovod", "precision_bf16_true"): "MisconfigurationException: strategy='horovod' with precision='bf16-true'",
 }

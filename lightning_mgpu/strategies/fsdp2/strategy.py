@@ -28,6 +28,7 @@ from lightning.fabric.plugins.collectives.torch_collective import default_pg_tim
 from lightning.fabric.utilities.init import _has_meta_device_parameters_or_buffers, _materialize_distributed_module
 from lightning.pytorch.overrides.distributed import _sync_module_states
 from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import nn
@@ -153,6 +154,18 @@ class FSDP2Strategy(ShardedBase):
         return module
 
     # ------------------------------------------------------------------ setup
+    @override
+    def check_before_launch(self, trainer: pl.Trainer) -> None:
+        """The sharded engines' refusals before a spawn launch, and SWA and EMA, which cannot average what FSDP2
+        shards.
+
+        Raises:
+            MisconfigurationException: BatchSizeFinder, or SWA or EMA on a model this strategy shards.
+        """
+        super().check_before_launch(trainer)
+        if trainer.state.fn == TrainerFn.FITTING:
+            _refuse_weight_averaging(trainer)
+
     @override
     def _setup_fit(self, trainer: pl.Trainer) -> None:
         _refuse_weight_averaging(trainer)

@@ -373,12 +373,17 @@ def _fit(feature: str, callbacks: Callable[[], list[pl.Callback]] = list, **kwar
     return run
 
 
-def _ema() -> pl.Callback:
-    """Lightning 2.6's EMA: ``WeightAveraging`` with torch's exponential moving average."""
-    from lightning.pytorch.callbacks import WeightAveraging
-    from torch.optim.swa_utils import get_ema_multi_avg_fn
+def _ema_update(averaged: torch.Tensor, current: torch.Tensor, num_averaged: torch.Tensor) -> torch.Tensor:
+    """An exponential moving average with decay 0.9, at module level: a spawn launcher pickles the callback
+    (torch's ``get_ema_multi_avg_fn`` is a closure, which does not pickle)."""
+    return averaged + (current - averaged) * 0.1
 
-    return WeightAveraging(multi_avg_fn=get_ema_multi_avg_fn(0.9))
+
+def _ema() -> pl.Callback:
+    """Lightning 2.6's EMA: ``WeightAveraging`` with an exponential moving average."""
+    from lightning.pytorch.callbacks import WeightAveraging
+
+    return WeightAveraging(avg_fn=_ema_update)
 
 
 def _init_module(name: str, out: Path) -> None:

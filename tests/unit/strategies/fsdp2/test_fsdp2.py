@@ -194,3 +194,38 @@ def test_weight_averaging_is_refused_before_anything_is_sharded(averaging: str, 
     with pytest.raises(MisconfigurationException, match=rf"^{name} cannot average .* strategy='sharded_fsdp2'"):
         trainer.fit(model)
     assert not is_fully_sharded(model) and trainer.global_step == 0
+
+
+@pytest.mark.parametrize(
+    ("strategy", "callback", "match"),
+    [
+        ("sharded_fsdp2_spawn", "swa", r"^StochasticWeightAveraging cannot average .* strategy='sharded_fsdp2'"),
+        ("sharded_zero_spawn", "batch_size_finder", r"^The Batch size finder is not supported with distributed"),
+    ],
+)
+def test_a_spawn_variant_refuses_before_it_starts_a_worker(strategy: str, callback: str, match: str, tmp_path) -> None:
+    """The refusal of the fit's set-up, in one line from the launching process: from a worker it came back wrapped in
+    torch.multiprocessing's ProcessRaisedException and the worker's traceback."""
+    from lightning.pytorch import callbacks
+    from lightning.pytorch.demos.boring_classes import BoringModel
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    made = (
+        callbacks.StochasticWeightAveraging(swa_lrs=0.1)
+        if callback == "swa"
+        else callbacks.BatchSizeFinder(mode="power", init_val=2, max_trials=2)
+    )
+    trainer = pl.Trainer(
+        strategy=strategy,
+        accelerator="cpu",
+        devices=2,
+        max_epochs=1,
+        callbacks=[made],
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+    )
+    with pytest.raises(MisconfigurationException, match=match):
+        trainer.fit(BoringModel())
+    assert trainer.strategy.launcher.procs == []  # no worker was started
