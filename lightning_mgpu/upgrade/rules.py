@@ -953,6 +953,15 @@ RULES.update(
             kind="rewrite",
         ),
         Rule(
+            "ddp-spawn-isinstance",
+            "isinstance(s, (DDPStrategy, DDPSpawnStrategy)): the spawn class went from the tuple",
+            '2.0 removed DDPSpawnStrategy (and 1.5\'s DDPSpawnPlugin): ddp_spawn is DDPStrategy(start_method="spawn")'
+            " in 2.x. In an isinstance() tuple that also holds the class it became (DDPStrategy, or DDPPlugin renamed"
+            " to it), the spawn class goes: the tuple matches ddp and ddp_spawn as it did. Alone, isinstance(s,"
+            " DDPSpawnStrategy) has no 2.x class to name and is left for the independent scan to report.",
+            kind="rewrite",
+        ),
+        Rule(
             "track-grad-norm",
             "track_grad_norm became the module's on_before_optimizer_step logging grad_norm",
             "Trainer(track_grad_norm=p) logged the gradients' p-norms; 2.x: in the LightningModule, def"

@@ -749,6 +749,9 @@ def _step_end_into_step(node: cst.ClassDef, steps: set[str]) -> cst.ClassDef:
 _STATEMENTS = (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef, cst.If, cst.For, cst.While, cst.With, cst.Try)
 #: Classes whose ``add_argparse_args``/``from_argparse_args`` 2.0 removed: the Trainer's and a DataModule's.
 _ARGPARSE_METHODS = ("add_argparse_args", "from_argparse_args")
+#: The namespaces' subpackages a script may import by name (``from pytorch_lightning import loggers``) and reach a
+#: removed name through (``loggers.TestTubeLogger``).
+_SUBPACKAGES = frozenset({"loggers", "callbacks", "plugins", "strategies", "profiler"})
 
 
 class UpgradeTransformer(cst.CSTTransformer):
@@ -777,6 +780,9 @@ class UpgradeTransformer(cst.CSTTransformer):
         self.renamed: dict[str, tuple[str, str, dict[str, str]]] = {}
         #: aliases of the Lightning namespaces: {"pl": "pytorch_lightning", "L": "lightning.pytorch"}.
         self.namespace_aliases: dict[str, str] = {}
+        #: local names of the namespaces' subpackages (``from pytorch_lightning import loggers as pl_loggers``,
+        #: ``import pytorch_lightning.plugins as plugins``): {"pl_loggers": ("pytorch_lightning", "loggers")}.
+        self.submodule_aliases: dict[str, tuple[str, str]] = {}
         self.imports_to_add: dict[tuple[str, str, str | None], None] = {}  # (module, name, asname), in order
         self.plain_imports: dict[str, None] = {}  # ``import X`` statements to add
         self.fairscale_checkpoint_line: int | None = None
@@ -917,6 +923,9 @@ class UpgradeTransformer(cst.CSTTransformer):
             local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
             if name in rules.BUNDLE_FOR_NAMESPACE:
                 self.namespace_aliases[local or name] = name
+            namespace = next((ns for ns in rules.BUNDLE_FOR_NAMESPACE if (name or "").startswith(ns + ".")), None)
+            if namespace is not None and local is not None:  # import pytorch_lightning.loggers as pl_loggers
+                self.submodule_aliases[local] = (namespace, name[len(namespace) + 1 :])  # type: ignore[index]
 
     def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:
         # import pytorch_lightning.metrics -> import torchmetrics
@@ -1175,6 +1184,10 @@ class UpgradeTransformer(cst.CSTTransformer):
             return updated
         head, _, rest = dotted.partition(".")
         namespace = self.namespace_aliases.get(head)
+        subpackage = ""  # reached through a subpackage's local name: loggers.TestTubeLogger
+        if namespace is None and head in self.submodule_aliases:
+            namespace, subpackage = self.submodule_aliases[head]
+            rest = f"{subpackage}.{rest}"
         if namespace is None:
             return updated
         below, _, name = rest.rpartition(".")
@@ -1190,9 +1203,12 @@ class UpgradeTransformer(cst.CSTTransformer):
             new, extra = rules.LIGHTNING_PLUGINS[name]
             if extra:
                 self.renamed[dotted] = (f"{namespace}.strategies", new, extra)
+                if subpackage:
+                    self._add_import(f"{namespace}.strategies", new, None)  # the call site writes the bare name
                 return updated  # the call site rewrites it, with its extra arguments
-            self._change(original, "plugin-class", f"{dotted} -> {head}.strategies.{new}")
-            return cst.parse_expression(f"{head}.strategies.{new}")
+            spelled = self._below(head, subpackage, namespace, "strategies", new)
+            self._change(original, "plugin-class", f"{dotted} -> {_code(spelled)}")
+            return spelled
         moved = rules.MOVED_NAMES.get((below, name))
         if moved is not None:
             submodule, new = moved
@@ -1203,12 +1219,13 @@ class UpgradeTransformer(cst.CSTTransformer):
             return cst.Name(new)
         renamed = rules.RENAMED_NAMES.get((below, name))
         if renamed is not None:
-            self._change(original, "renamed-name", f"{dotted} -> {head}.{renamed[0]}.{renamed[1]}")
-            return cst.parse_expression(f"{head}.{renamed[0]}.{renamed[1]}")
+            spelled = self._below(head, subpackage, namespace, *renamed)
+            self._change(original, "renamed-name", f"{dotted} -> {_code(spelled)}")
+            return spelled
         if below in rules.MOVED_MODULES:
-            target = f"{head}.{rules.MOVED_MODULES[below]}".rstrip(".")
-            self._change(original, "moved-module", f"{dotted} -> {target}.{name}")
-            return cst.parse_expression(f"{target}.{name}")
+            spelled = self._below(head, subpackage, namespace, rules.MOVED_MODULES[below], name)
+            self._change(original, "moved-module", f"{dotted} -> {_code(spelled)}")
+            return spelled
         if below == "metrics" or below.startswith("metrics."):
             self.plain_imports["torchmetrics"] = None
             new = rules.TORCHMETRICS_RENAMED.get(name, name)
@@ -1216,6 +1233,16 @@ class UpgradeTransformer(cst.CSTTransformer):
             self._change(original, "metrics-import", f"{dotted} -> {target}.{new}")
             return cst.parse_expression(f"{target}.{new}")
         return updated
+
+    def _below(self, head: str, subpackage: str, namespace: str, module: str, name: str) -> cst.BaseExpression:
+        """``name`` of ``module`` (below the namespace) as this file reaches it: through the namespace's alias
+        (``pl.loggers.X``), through a subpackage's local name that holds it (``loggers.X``), or imported by name."""
+        if not subpackage:
+            return cst.parse_expression(".".join(part for part in (head, module, name) if part))
+        if module == subpackage or module.startswith(subpackage + "."):
+            return cst.parse_expression(".".join([head, *module.split(".")[1:], name]))
+        self._add_import(".".join(part for part in (namespace, module) if part), name, None)
+        return cst.Name(name)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._attribute_names.add(id(node.attr))  # x.DDPPlugin is not the imported name DDPPlugin
@@ -1243,6 +1270,8 @@ class UpgradeTransformer(cst.CSTTransformer):
                 return tuned
         if func in self.renamed:
             return self._renamed_call(original, updated, func)
+        if func == "isinstance":
+            updated = self._isinstance_spawn(original, updated)
         if original in self.facts.moved_resume:
             value = self.facts.moved_resume[original]
             args = list(updated.args)
@@ -1318,6 +1347,32 @@ class UpgradeTransformer(cst.CSTTransformer):
             return self._metric_call(original, renamed)
         return renamed
 
+    def _isinstance_spawn(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """``isinstance(s, (DDPStrategy, DDPSpawnStrategy))``: 2.x's DDPStrategy is both (``start_method="spawn"``),
+        so the spawn class, which 2.x removed, goes from a tuple that holds the class it became."""
+        if len(updated.args) != 2 or not isinstance(updated.args[1].value, cst.Tuple):
+            return updated
+        classes = updated.args[1].value
+        names = [e.value.value for e in classes.elements if isinstance(e.value, cst.Name)]
+        kept = [
+            e
+            for e in classes.elements
+            if not (
+                isinstance(e.value, cst.Name)
+                and e.value.value in self.renamed
+                and self.renamed[e.value.value][2]  # renamed with extra arguments: a spawn class
+                and self.renamed[e.value.value][1] in names
+            )
+        ]
+        if len(kept) == len(classes.elements):
+            return updated
+        dropped = [_code(e.value) for e in classes.elements if e not in kept]
+        kept[-1] = kept[-1].with_changes(comma=cst.Comma() if len(kept) == 1 else cst.MaybeSentinel.DEFAULT)
+        self._change(original, "ddp-spawn-isinstance", f"isinstance(..., {', '.join(dropped)}) dropped from the tuple")
+        return updated.with_changes(
+            args=[updated.args[0], updated.args[1].with_changes(value=classes.with_changes(elements=kept))]
+        )
+
     def _renamed_rule(self, func: str) -> str:
         """The rule a call of a renamed class falls under, from where its new name comes from."""
         module, new, _ = self.renamed[func]
@@ -1329,9 +1384,20 @@ class UpgradeTransformer(cst.CSTTransformer):
             return "plugin-class"
         return "renamed-name"
 
-    def _argparse_owner(self, owner: str) -> bool:
+    def _argparse_owner(self, owner: str, depth: int = 0) -> bool:
+        """A Trainer or a LightningDataModule class: by its name, a class of this file, or a local name that every
+        assignment in its scope gives one (``dm_cls = MNISTDataModule`` in each branch of an ``if``)."""
         last = owner.rsplit(".", 1)[-1]
-        return last == "Trainer" or last.endswith("DataModule") or last in self.datamodules
+        if last == "Trainer" or last.endswith("DataModule") or last in self.datamodules:
+            return True
+        if "." in owner or depth > 4 or not self._scopes:
+            return False
+        scope = self._scopes[-1].lookup(owner)
+        values = scope.assigns.get(owner) if scope is not None else None
+        return bool(values) and all(
+            (_dotted(value) or "") not in ("", owner) and self._argparse_owner(_dotted(value) or "", depth + 1)
+            for value in values  # type: ignore[union-attr]
+        )
 
     def _argparse_call(self, original: cst.Call, updated: cst.Call, owner: str, method: str) -> cst.Call:
         """``Trainer.add_argparse_args(parser)`` -> ``add_argparse_args(Trainer, parser)``, and the same for
@@ -1437,6 +1503,13 @@ class UpgradeTransformer(cst.CSTTransformer):
         if isinstance(node.names, cst.ImportStar) or module is None:
             return
         below = next((module[len(ns) + 1 :] for ns in rules.BUNDLE_FOR_NAMESPACE if module.startswith(ns + ".")), "")
+        namespace = next((ns for ns in rules.BUNDLE_FOR_NAMESPACE if module == ns or module.startswith(ns + ".")), None)
+        if namespace is not None:
+            # from pytorch_lightning import loggers [as pl_loggers]: a subpackage, reached as an attribute later.
+            for alias in node.names:
+                name = _dotted(alias.name)
+                if name and name in _SUBPACKAGES and "." not in name and not below:
+                    self.submodule_aliases[_alias_of(alias) or name] = (namespace, name)
         if module.startswith("torchmetrics") or below == "metrics" or below.startswith("metrics."):
             for alias in node.names:
                 if isinstance(alias.name, cst.Name):
