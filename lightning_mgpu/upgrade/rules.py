@@ -962,6 +962,31 @@ RULES.update(
             kind="rewrite",
         ),
         Rule(
+            "trainer-args-translated",
+            "settings this tool cannot read are translated at run time by legacy_trainer_kwargs",
+            "Trainer(accelerator=args.accelerator, gpus=args.gpus, progress_bar_refresh_rate=args.rate, ...): values"
+            ' from a command line or a config, which 1.x read by what they held (accelerator="ddp" was a strategy,'
+            ' "gpu" a device type; a refresh rate of 0 hid the bar). The settings that decide the devices, the'
+            " strategy, the progress bar and the model summary (accelerator, distributed_backend, strategy, gpus,"
+            " num_processes, tpu_cores, ipus, devices, progress_bar_refresh_rate, enable_progress_bar,"
+            " weights_summary, enable_model_summary) move together into **legacy_trainer_kwargs(...), with the call's"
+            " callbacks=, from lightning_mgpu.upgrade.trainer_args: it translates them as 1.x's Trainer read them when"
+            " the Trainer is built, and refuses a value with no 2.x meaning with a ValueError. Only where each TODO the"
+            " call would get is trainer-accelerator-unknown, trainer-conflict, trainer-progress-bar or"
+            " trainer-weights-summary and one comes from a value the tool cannot read; two literals that disagree"
+            " stay a trainer-conflict TODO, and a call with plugins= or a splat of its own is left to the other rules.",
+            kind="rewrite",
+        ),
+        Rule(
+            "trainer-gpus-beside-accelerator",
+            'gpus=X beside accelerator="gpu" became devices=X or "auto"',
+            'Trainer(accelerator="gpu", gpus=X) with X a value this tool cannot read (torch.cuda.device_count(), a'
+            " flag): 1.5-1.9 kept the GPU accelerator the call named and took X devices, or every GPU where X was 0"
+            ' or None (devices left unset meant all of them). 2.x: accelerator="gpu", devices=X or "auto". Without'
+            ' accelerator="gpu" a gpus= that may be 0 keeps its CPU path (trainer-devices).',
+            kind="rewrite",
+        ),
+        Rule(
             "track-grad-norm",
             "track_grad_norm became the module's on_before_optimizer_step logging grad_norm",
             "Trainer(track_grad_norm=p) logged the gradients' p-norms; 2.x: in the LightningModule, def"

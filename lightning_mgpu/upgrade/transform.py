@@ -34,10 +34,11 @@ from lightning_mgpu.upgrade.manual_optimization import convert_subclass as manua
 from lightning_mgpu.upgrade.manual_optimization import plan as manual_plan
 from lightning_mgpu.upgrade.metrics import class_counts, with_task
 from lightning_mgpu.upgrade.removed_names import epoch_output_annotation, test_tube_arguments, trainer_attribute
-from lightning_mgpu.upgrade.scopes import LIST, FileFacts, Scope, is_dict_builder
+from lightning_mgpu.upgrade.scopes import LIST, FileFacts, Scope, is_dict_builder, translates_at_run_time
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
 from lightning_mgpu.upgrade.scopes import literal as _literal
+from lightning_mgpu.upgrade.translate_args import may_be_ddp_cpu, meaningless, settles, split, translation
 from lightning_mgpu.upgrade.tuner import tuner_call, tuner_owner
 
 log = logging.getLogger(__name__)
@@ -394,6 +395,15 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             accelerator = "gpu"
             if args.set("devices", gpus, replacing="gpus"):
                 args.change("trainer-devices", f"gpus={_code(gpus)} -> devices={_code(gpus)}")
+        elif _string(args.get("accelerator") or cst.Name("None")) in ("gpu", "cuda") and not args.has("devices"):
+            # gpus=X beside accelerator="gpu" (1.5+): 1.x kept the GPU and took X devices, or all of them
+            # ("auto") where X was 0 or None.
+            left: cst.BaseExpression = gpus
+            if isinstance(left, (cst.IfExp, cst.BooleanOperation, cst.Lambda, cst.NamedExpr)) and not left.lpar:
+                left = left.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            all_gpus = cst.BooleanOperation(left=left, operator=cst.Or(), right=_quoted("auto"))
+            args.replace("gpus", [("devices", all_gpus)])
+            args.change("trainer-gpus-beside-accelerator", f"gpus={_code(gpus)} -> devices={_code(all_gpus)}")
         else:
             # A variable or a condition: 1.x ran on the CPU when it was 0 or None, and so must the rewrite.
             accelerator_node, devices = _accelerator_for(gpus, args.get("num_processes"))
@@ -1569,6 +1579,30 @@ class UpgradeTransformer(cst.CSTTransformer):
             kept = [item for item in kept if item[0] not in CLIP_ARGS]  # the module clips: manual_optimization.py
             self._change(original, "manual-optimization", "gradient_clip_val -> the module's clip_gradients")
         trainer = rewrite_trainer_args(self._args(kept))
+        translated: cst.Arg | None = None
+        if (
+            settles(trainer.todos)
+            and not stars
+            and not translates_at_run_time(original)
+            and "plugins" not in {key for key, _, _ in kept}
+            and not self._literal_conflict(kept)
+        ):
+            # Values this tool cannot read (accelerator=args.accelerator beside gpus=args.gpus): the settings they
+            # decide with move into legacy_trainer_kwargs(...), translated when the Trainer is built
+            # (translate_args.py).
+            moved, rest = split(kept)
+            trainer = rewrite_trainer_args(self._args(rest))
+            separator = next(
+                (_without_comment(a.comma) for a in updated.args[:-1] if isinstance(a.comma, cst.Comma)), None
+            )
+            translated = cst.Arg(star="**", value=translation(moved, self.namespace, separator))
+            if may_be_ddp_cpu(moved, trainer.resolve):
+                trainer.note("ddp-cpu-gradient-mean")
+            trainer.change(
+                "trainer-args-translated",
+                f"{', '.join(key for key, _, _ in moved)} -> **legacy_trainer_kwargs(...) (translated at run time)",
+            )
+            self._add_import("lightning_mgpu.upgrade.trainer_args", "legacy_trainer_kwargs", None)
         if any(key == "resume_from_checkpoint" for key, _, _ in trainer.items):
             value = trainer.get("resume_from_checkpoint")
             trainer.remove("resume_from_checkpoint")
@@ -1605,7 +1639,20 @@ class UpgradeTransformer(cst.CSTTransformer):
         if not trainer.changes and new_stars == stars and len(trainer.items) == len(items):
             return updated
         new_args = positional + [self._arg(key, value, like) for key, value, like in trainer.items] + new_stars
+        if translated is not None:  # last, where the call's closing parenthesis was
+            if new_args:
+                translated = translated.with_changes(whitespace_after_arg=new_args[-1].whitespace_after_arg)
+                new_args[-1] = new_args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+            new_args.append(translated)
         return updated.with_changes(args=self._commas(new_args, updated.args))
+
+    def _literal_conflict(self, items: list[tuple[str, cst.BaseExpression, cst.Arg | None]]) -> bool:
+        """Whether the literal settings among ``items`` conflict on their own (accelerator="ddp" beside
+        strategy="ddp_spawn"), or one means nothing (progress_bar_refresh_rate=-1): a person's choice, which a
+        translation at run time would only turn into an error."""
+        literal = [item for item in items if _literal(item[1]) is not ... or isinstance(item[1], cst.List)]
+        todos = rewrite_trainer_args(self._args(literal)).todos
+        return any(rules.rule_of(text) == "trainer-conflict" for text in todos) or meaningless(items)
 
     def _translated(self, settings: cst.BaseExpression, callbacks: cst.BaseExpression | None) -> cst.Call:
         """``legacy_trainer_kwargs(settings[, namespace=...][, callbacks=...])``: the file's Lightning tree (for the
@@ -1641,25 +1688,53 @@ class UpgradeTransformer(cst.CSTTransformer):
         the statement being visited."""
         # is_dict_builder admitted plain elements with string keys, or keyword arguments only.
         items: list[tuple[str, cst.BaseExpression, cst.Arg | None]] = []
+        translated: list[cst.BaseExpression] = []  # **legacy_trainer_kwargs(...) already in it
         if isinstance(node, cst.Dict):
-            elements = [e for e in node.elements if isinstance(e, cst.DictElement)]
-            items = [(_string(e.key) or "", e.value, None) for e in elements]
+            plain = [e for e in node.elements if isinstance(e, cst.DictElement)]
+            items = [(_string(e.key) or "", e.value, None) for e in plain]
+            translated = [e.value for e in node.elements if isinstance(e, cst.StarredDictElement)]
         elif isinstance(node, cst.Call):
             items = [(a.keyword.value, a.value, a) for a in node.args if a.keyword is not None]
+            translated = [a.value for a in node.args if a.star == "**"]
         inner = rewrite_trainer_args(self._args(items))
+        if (
+            settles(inner.todos)
+            and not translated
+            and "plugins" not in {key for key, _, _ in items}
+            and not self._literal_conflict(items)
+        ):
+            # Values this tool cannot read: the settings they decide with are translated at run time (as in a call).
+            moved, rest = split(items)
+            inner = rewrite_trainer_args(self._args(rest))
+            originals = node.elements if isinstance(node, cst.Dict) else node.args  # type: ignore[attr-defined]
+            separator = next(
+                (_without_comment(e.comma) for e in originals[:-1] if isinstance(e.comma, cst.Comma)), None
+            )
+            translated = [translation(moved, self.namespace, separator)]
+            if may_be_ddp_cpu(moved, inner.resolve):
+                inner.note("ddp-cpu-gradient-mean")
+            inner.change(
+                "trainer-args-translated",
+                f"{', '.join(key for key, _, _ in moved)} -> **legacy_trainer_kwargs(...) (translated at run time)",
+            )
+            self._add_import("lightning_mgpu.upgrade.trainer_args", "legacy_trainer_kwargs", None)
         if any(k == "resume_from_checkpoint" for k, _, _ in inner.items):
             inner.todo("trainer-resume", value=_code(inner.get("resume_from_checkpoint")))  # type: ignore[arg-type]
         self._emit(at, inner)
         if not inner.changes and len(inner.items) == len(items):
             return None
         if isinstance(node, cst.Dict):
-            elements = [cst.DictElement(key=_quoted(k), value=v) for k, v, _ in inner.items]
+            elements: list[cst.BaseDictElement] = [cst.DictElement(key=_quoted(k), value=v) for k, v, _ in inner.items]
+            elements += [cst.StarredDictElement(value=value) for value in translated]
             return node.with_changes(elements=self._dict_commas(elements, node.elements))
         args = [self._arg(k, v, like) for k, v, like in inner.items]
+        args += [cst.Arg(star="**", value=value) for value in translated]
         return node.with_changes(args=self._commas(args, node.args))  # type: ignore[attr-defined]
 
     @staticmethod
-    def _dict_commas(elements: list[cst.DictElement], original: Sequence[cst.BaseDictElement]) -> list[cst.DictElement]:
+    def _dict_commas(
+        elements: list[cst.BaseDictElement], original: Sequence[cst.BaseDictElement]
+    ) -> list[cst.BaseDictElement]:
         separator = next(
             (_without_comment(e.comma) for e in original[:-1] if isinstance(e.comma, cst.Comma)),
             cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
