@@ -962,6 +962,30 @@ RULES.update(
             kind="rewrite",
         ),
         Rule(
+            "tuner-flags",
+            "auto_lr_find=/auto_scale_batch_size= and trainer.tune() became Tuner(trainer) calls",
+            "1.x's trainer.tune(model, ...) ran the batch-size scaling that Trainer(auto_scale_batch_size=) asked for,"
+            " then the learning-rate finder of auto_lr_find= (which set the model's lr or learning_rate, or the"
+            " attribute a string named). 2.x: Tuner(trainer).scale_batch_size(model, ..., mode=...) and"
+            " Tuner(trainer).lr_find(model, ..., attr_name=...), from the file's namespace; a flag that is off runs"
+            " nothing, and one this tool cannot read runs under if flag:. Where the Trainer is assigned once to a"
+            " local name whose one tune() call is a statement of its own (tune()'s dataloaders and datamodule carry"
+            " over; scale_batch_size_kwargs=, lr_find_kwargs= or four positional arguments keep the trainer-tune"
+            " TODO). 1.7-1.9 ran tune() under isolate_rng(): 2.x's lr_find restores the random state too,"
+            " scale_batch_size does not.",
+            kind="rewrite",
+        ),
+        Rule(
+            "tuner-flags-unused",
+            "auto_lr_find/auto_scale_batch_size dropped: only tune() read them",
+            "Since 1.0 only trainer.tune() read auto_lr_find= and auto_scale_batch_size= (fit() did not). They are"
+            " dropped, with this note, where they are off (False, None) or where the Trainer is a local name of a"
+            " function that never calls its tune() and never hands the trainer on (not returned, passed or stored):"
+            " nothing could run them. trainer.tuner.lr_find(...) (Tuner(trainer).lr_find now) ran the finder"
+            " whatever the flag said.",
+            kind="note",
+        ),
+        Rule(
             "trainer-args-translated",
             "settings this tool cannot read are translated at run time by legacy_trainer_kwargs",
             "Trainer(accelerator=args.accelerator, gpus=args.gpus, progress_bar_refresh_rate=args.rate, ...): values"

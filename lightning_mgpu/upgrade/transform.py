@@ -39,7 +39,8 @@ from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
 from lightning_mgpu.upgrade.scopes import literal as _literal
 from lightning_mgpu.upgrade.translate_args import may_be_ddp_cpu, meaningless, settles, split, translation
-from lightning_mgpu.upgrade.tuner import tuner_call, tuner_owner
+from lightning_mgpu.upgrade.tuner import FLAGS as TUNER_FLAGS
+from lightning_mgpu.upgrade.tuner import TunePlan, tune_plan, tune_statements, tuner_call, tuner_owner
 
 log = logging.getLogger(__name__)
 
@@ -807,6 +808,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._module_comments: list[str] | None = None  # TODOs with no statement to sit above: the file's header
         self._class_counts: dict[int, str] = {}  # id(call) -> the class count its context offers (metrics.py)
         self._grad_norm: GradNormPlan | None = None  # where track_grad_norm's hook goes (grad_norm.py)
+        self._tune = TunePlan()  # where auto_lr_find/auto_scale_batch_size go (tuner.py)
 
     # -- bookkeeping ---------------------------------------------------------------------------------------------
 
@@ -868,6 +870,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             self._class_counts = class_counts(node)
             self._grad_norm = grad_norm_plan(node)
             self._manual = manual_plan(node)
+            self._tune = tune_plan(node)
         if isinstance(node, (cst.Module, cst.FunctionDef)):
             # A function the pre-pass failed on has no scope of its own: it knows nothing about its names.
             self._scopes.append(self.facts.scopes.get(node) or Scope(node, self._scopes[-1] if self._scopes else None))
@@ -1295,7 +1298,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             return self._argparse_call(original, updated, owner, method)
         if method in rules.LOOP_KWARGS and owner and not owner.endswith("Trainer"):
             updated = self._loop_kwargs(original, updated, method)
-        if method == "tune" and owner.endswith("trainer"):
+        if method == "tune" and owner.endswith("trainer") and original not in self._tune.tunes:
             self._todo(original, rules.todo_text("trainer-tune"))
         if method == "set_defaults":
             updated = self._set_defaults(original, updated)
@@ -1575,6 +1578,21 @@ class UpgradeTransformer(cst.CSTTransformer):
         if self._grad_norm is not None and any(key == "track_grad_norm" for key, _, _ in items):
             kept = [item for item in items if item[0] != "track_grad_norm"]  # the module logs it: grad_norm.py
             self._change(original, "track-grad-norm", "track_grad_norm -> the module's on_before_optimizer_step")
+        tuner_flags = [
+            (key, value)
+            for key, value, _ in kept
+            if key in TUNER_FLAGS and (original in self._tune.unused or _literal(value) in (False, None, 0, ""))
+        ]
+        if original in self._tune.moved or tuner_flags:
+            # auto_lr_find/auto_scale_batch_size: only tune() read them (tuner.py). Moved to the tune() statement,
+            # or dropped where nothing could run them.
+            kept = [item for item in kept if item[0] not in TUNER_FLAGS]
+            if original in self._tune.moved:
+                self._change(original, "tuner-flags", "auto_lr_find/auto_scale_batch_size -> the Tuner calls of tune()")
+            else:
+                self._note(original, rules.note_text("tuner-flags-unused"))
+                written = ", ".join(f"{key}={_code(value)}" for key, value in tuner_flags)
+                self._change(original, "tuner-flags-unused", f"{written} dropped (nothing runs them)")
         if self._manual.clip is not None and any(key in CLIP_ARGS for key, _, _ in kept):
             kept = [item for item in kept if item[0] not in CLIP_ARGS]  # the module clips: manual_optimization.py
             self._change(original, "manual-optimization", "gradient_clip_val -> the module's clip_gradients")
@@ -1774,6 +1792,20 @@ class UpgradeTransformer(cst.CSTTransformer):
         if len(updated.body) != 1:
             return updated
         small = updated.body[0]
+        first = original.body[0]
+        if (
+            isinstance(first, cst.Expr)
+            and isinstance(first.value, cst.Call)
+            and first.value in self._tune.tunes
+            and isinstance(small, cst.Expr)
+            and isinstance(small.value, cst.Call)
+        ):
+            # trainer.tune(model, dm) -> the Tuner calls the Trainer's flags asked for (tuner.py).
+            statements = tune_statements(small.value, self._tune.tunes[first.value], self._tune.guards.get(first.value))
+            self._add_import(f"{self.namespace}.tuner", "Tuner", None)
+            self._change(original, "tuner-flags", f"{_code(first.value)} -> Tuner(...) calls")
+            statements[0] = statements[0].with_changes(leading_lines=updated.leading_lines)
+            return cst.FlattenSentinel(statements)
         # self.hparams = hparams -> self.save_hyperparameters(hparams): hparams is read-only in 2.x.
         if (
             isinstance(small, cst.Assign)
