@@ -962,6 +962,18 @@ RULES.update(
             kind="rewrite",
         ),
         Rule(
+            "checkpoint-prefix-moved",
+            'ModelCheckpoint(prefix=P) became filename="P-..." (and CHECKPOINT_NAME_LAST = "P-last")',
+            '1.0-1.2\'s ModelCheckpoint(prefix=P) joined P and "-" in front of the formatted filename, and of'
+            ' "last" when save_last was on. 2.x: filename="P-<the filename>", and name.CHECKPOINT_NAME_LAST ='
+            ' "P-last" after the callback is built, where save_last may be on. Where the prefix and the filename are'
+            " literals and the prefix holds no brace; an empty prefix changed nothing and goes. Without filename= the"
+            ' default name depended on the release (1.0-1.1 "{epoch}", 1.2 "{epoch}-{step}"); that, a callback with'
+            " save_last that is not assigned to a name, or a prefix or filename this tool cannot read keeps the"
+            " checkpoint-prefix TODO.",
+            kind="rewrite",
+        ),
+        Rule(
             "tuner-flags",
             "auto_lr_find=/auto_scale_batch_size= and trainer.tune() became Tuner(trainer) calls",
             "1.x's trainer.tune(model, ...) ran the batch-size scaling that Trainer(auto_scale_batch_size=) asked for,"

@@ -18,6 +18,7 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from lightning_mgpu.upgrade import rules
+from lightning_mgpu.upgrade.checkpoint_prefix import last_name_statement, moved_prefix
 from lightning_mgpu.upgrade.conflicts import drop_default, plugin_refines
 from lightning_mgpu.upgrade.grad_norm import GradNormPlan, add_hook
 from lightning_mgpu.upgrade.grad_norm import plan as grad_norm_plan
@@ -809,6 +810,8 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._class_counts: dict[int, str] = {}  # id(call) -> the class count its context offers (metrics.py)
         self._grad_norm: GradNormPlan | None = None  # where track_grad_norm's hook goes (grad_norm.py)
         self._tune = TunePlan()  # where auto_lr_find/auto_scale_batch_size go (tuner.py)
+        self._assigned_calls: dict[cst.Call, str] = {}  # name = Call(...) statements: the call -> the name
+        self._last_checkpoint_names: dict[cst.Call, str] = {}  # ModelCheckpoint(prefix=P) -> "P-last" (1.x's)
 
     # -- bookkeeping ---------------------------------------------------------------------------------------------
 
@@ -861,6 +864,11 @@ class UpgradeTransformer(cst.CSTTransformer):
     def on_visit(self, node: cst.CSTNode) -> bool:
         if isinstance(node, _STATEMENTS):
             self._pending.append([])
+        if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 and isinstance(node.body[0], cst.Assign):
+            assign = node.body[0]
+            if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+                if isinstance(assign.value, cst.Call):
+                    self._assigned_calls[assign.value] = assign.targets[0].target.value
         if isinstance(node, cst.Module):
             # libcst keeps the comments above a file's first statement in Module.header, not in its leading_lines:
             # a TODO written there by an earlier run is found here, so a second run does not write it again.
@@ -1493,9 +1501,17 @@ class UpgradeTransformer(cst.CSTTransformer):
                     original, "checkpoint-filepath", "ModelCheckpoint(filepath=...) -> (dirpath=..., filename=...)"
                 )
             else:
-                if key == "prefix":
-                    self._todo(original, rules.todo_text("checkpoint-prefix"))
                 args.append(arg)
+        if any(a.keyword is not None and a.keyword.value == "prefix" for a in args):
+            # prefix="P": in front of filename= (checkpoint_prefix.py), and of the last checkpoint's name.
+            moved = moved_prefix(args, original in self._assigned_calls)
+            if moved is None:
+                self._todo(original, rules.todo_text("checkpoint-prefix"))
+            else:
+                args, last = moved
+                if last is not None:
+                    self._last_checkpoint_names[original] = last
+                self._change(original, "checkpoint-prefix-moved", "ModelCheckpoint(prefix=...) -> filename=...")
         return updated.with_changes(args=args)
 
     def _is_torchmetrics(self, func: str) -> bool:
@@ -1793,6 +1809,11 @@ class UpgradeTransformer(cst.CSTTransformer):
             return updated
         small = updated.body[0]
         first = original.body[0]
+        if isinstance(first, cst.Assign) and first.value in self._last_checkpoint_names:
+            # ModelCheckpoint(prefix=P, save_last=True): 1.x named the last checkpoint "P-last" too.
+            name = self._assigned_calls[first.value]  # type: ignore[index]
+            last = last_name_statement(name, self._last_checkpoint_names[first.value])  # type: ignore[index]
+            return cst.FlattenSentinel([updated, last])
         if (
             isinstance(first, cst.Expr)
             and isinstance(first.value, cst.Call)

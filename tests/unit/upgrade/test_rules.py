@@ -64,6 +64,7 @@ REWRITES = {
     "trainer-gpus-beside-accelerator": 't = Trainer(gpus=torch.cuda.device_count(), accelerator="gpu")\n',
     "trainer-args-translated": "t = Trainer(accelerator=args.accelerator, gpus=args.gpus)\n",
     "tuner-flags": "t = Trainer(auto_lr_find=True)\nt.tune(model)\n",
+    "checkpoint-prefix-moved": "ck = ModelCheckpoint(filename='{epoch}', prefix='run1')\n",
     "ddp-spawn-isinstance": (
         "from pytorch_lightning.strategies import DDPSpawnStrategy, DDPStrategy\n"
         "x = isinstance(s, (DDPStrategy, DDPSpawnStrategy))\n"
