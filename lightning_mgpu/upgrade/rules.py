@@ -953,6 +953,76 @@ RULES.update(
             kind="rewrite",
         ),
         Rule(
+            "ddp-spawn-isinstance",
+            "isinstance(s, (DDPStrategy, DDPSpawnStrategy)): the spawn class went from the tuple",
+            '2.0 removed DDPSpawnStrategy (and 1.5\'s DDPSpawnPlugin): ddp_spawn is DDPStrategy(start_method="spawn")'
+            " in 2.x. In an isinstance() tuple that also holds the class it became (DDPStrategy, or DDPPlugin renamed"
+            " to it), the spawn class goes: the tuple matches ddp and ddp_spawn as it did. Alone, isinstance(s,"
+            " DDPSpawnStrategy) has no 2.x class to name and is left for the independent scan to report.",
+            kind="rewrite",
+        ),
+        Rule(
+            "checkpoint-prefix-moved",
+            'ModelCheckpoint(prefix=P) became filename="P-..." (and CHECKPOINT_NAME_LAST = "P-last")',
+            '1.0-1.2\'s ModelCheckpoint(prefix=P) joined P and "-" in front of the formatted filename, and of'
+            ' "last" when save_last was on. 2.x: filename="P-<the filename>", and name.CHECKPOINT_NAME_LAST ='
+            ' "P-last" after the callback is built, where save_last may be on. Where the prefix and the filename are'
+            " literals and the prefix holds no brace; an empty prefix changed nothing and goes. Without filename= the"
+            ' default name depended on the release (1.0-1.1 "{epoch}", 1.2 "{epoch}-{step}"); that, a callback with'
+            " save_last that is not assigned to a name, or a prefix or filename this tool cannot read keeps the"
+            " checkpoint-prefix TODO.",
+            kind="rewrite",
+        ),
+        Rule(
+            "tuner-flags",
+            "auto_lr_find=/auto_scale_batch_size= and trainer.tune() became Tuner(trainer) calls",
+            "1.x's trainer.tune(model, ...) ran the batch-size scaling that Trainer(auto_scale_batch_size=) asked for,"
+            " then the learning-rate finder of auto_lr_find= (which set the model's lr or learning_rate, or the"
+            " attribute a string named). 2.x: Tuner(trainer).scale_batch_size(model, ..., mode=...) and"
+            " Tuner(trainer).lr_find(model, ..., attr_name=...), from the file's namespace; a flag that is off runs"
+            " nothing, and one this tool cannot read runs under if flag:. Where the Trainer is assigned once to a"
+            " local name whose one tune() call is a statement of its own (tune()'s dataloaders and datamodule carry"
+            " over; scale_batch_size_kwargs=, lr_find_kwargs= or four positional arguments keep the trainer-tune"
+            " TODO). 1.7-1.9 ran tune() under isolate_rng(): 2.x's lr_find restores the random state too,"
+            " scale_batch_size does not.",
+            kind="rewrite",
+        ),
+        Rule(
+            "tuner-flags-unused",
+            "auto_lr_find/auto_scale_batch_size dropped: only tune() read them",
+            "Since 1.0 only trainer.tune() read auto_lr_find= and auto_scale_batch_size= (fit() did not). They are"
+            " dropped, with this note, where they are off (False, None) or where the Trainer is a local name of a"
+            " function that never calls its tune() and never hands the trainer on (not returned, passed or stored):"
+            " nothing could run them. trainer.tuner.lr_find(...) (Tuner(trainer).lr_find now) ran the finder"
+            " whatever the flag said.",
+            kind="note",
+        ),
+        Rule(
+            "trainer-args-translated",
+            "settings this tool cannot read are translated at run time by legacy_trainer_kwargs",
+            "Trainer(accelerator=args.accelerator, gpus=args.gpus, progress_bar_refresh_rate=args.rate, ...): values"
+            ' from a command line or a config, which 1.x read by what they held (accelerator="ddp" was a strategy,'
+            ' "gpu" a device type; a refresh rate of 0 hid the bar). The settings that decide the devices, the'
+            " strategy, the progress bar and the model summary (accelerator, distributed_backend, strategy, gpus,"
+            " num_processes, tpu_cores, ipus, devices, progress_bar_refresh_rate, enable_progress_bar,"
+            " weights_summary, enable_model_summary) move together into **legacy_trainer_kwargs(...), with the call's"
+            " callbacks=, from lightning_mgpu.upgrade.trainer_args: it translates them as 1.x's Trainer read them when"
+            " the Trainer is built, and refuses a value with no 2.x meaning with a ValueError. Only where each TODO the"
+            " call would get is trainer-accelerator-unknown, trainer-conflict, trainer-progress-bar or"
+            " trainer-weights-summary and one comes from a value the tool cannot read; two literals that disagree"
+            " stay a trainer-conflict TODO, and a call with plugins= or a splat of its own is left to the other rules.",
+            kind="rewrite",
+        ),
+        Rule(
+            "trainer-gpus-beside-accelerator",
+            'gpus=X beside accelerator="gpu" became devices=X or "auto"',
+            'Trainer(accelerator="gpu", gpus=X) with X a value this tool cannot read (torch.cuda.device_count(), a'
+            " flag): 1.5-1.9 kept the GPU accelerator the call named and took X devices, or every GPU where X was 0"
+            ' or None (devices left unset meant all of them). 2.x: accelerator="gpu", devices=X or "auto". Without'
+            ' accelerator="gpu" a gpus= that may be 0 keeps its CPU path (trainer-devices).',
+            kind="rewrite",
+        ),
+        Rule(
             "track-grad-norm",
             "track_grad_norm became the module's on_before_optimizer_step logging grad_norm",
             "Trainer(track_grad_norm=p) logged the gradients' p-norms; 2.x: in the LightningModule, def"

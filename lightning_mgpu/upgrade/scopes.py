@@ -61,10 +61,19 @@ def is_trainer_call(call: cst.Call) -> bool:
 
 
 def is_dict_builder(node: cst.BaseExpression) -> bool:
-    """A dict literal with string keys, or ``dict(key=value, ...)``."""
+    """A dict literal with string keys, or ``dict(key=value, ...)`` (either may also splat
+    ``**legacy_trainer_kwargs(...)``, settings translated at run time)."""
     if isinstance(node, cst.Dict):
-        return all(isinstance(e, cst.DictElement) and isinstance(literal(e.key), str) for e in node.elements)
-    return isinstance(node, cst.Call) and dotted(node.func) == "dict" and all(a.keyword is not None for a in node.args)
+        return all(
+            (isinstance(e, cst.DictElement) and isinstance(literal(e.key), str))
+            or (isinstance(e, cst.StarredDictElement) and is_translated(e.value))
+            for e in node.elements
+        )
+    return (
+        isinstance(node, cst.Call)
+        and dotted(node.func) == "dict"
+        and all(a.keyword is not None or (a.star == "**" and is_translated(a.value)) for a in node.args)
+    )
 
 
 def is_translated(node: cst.BaseExpression) -> bool:

@@ -29,7 +29,8 @@ from typing import Any
 
 from lightning_mgpu.upgrade import rules
 
-#: 1.x Trainer flags that 2.x removed, added beside the 2.x ones (default None: only a value given is translated).
+#: 1.x Trainer flags that 2.x removed, added beside the 2.x ones (default None, or 1.x's own default where it was not
+#: None: only a value given is translated).
 LEGACY_FLAGS = (
     "gpus",
     "num_processes",
@@ -57,6 +58,8 @@ LEGACY_FLAGS = (
     "prepare_data_per_node",
     "weights_save_path",
 )
+#: The removed flags whose 1.x default was not None (``--weights_summary None`` turned the summary off).
+_LEGACY_DEFAULTS: dict[str, Any] = {"weights_summary": "top"}
 #: Values of a removed flag that mean "not used": dropped without a word.
 _UNSET = (None, False, "", "false", "False", "none", "None", -1)
 
@@ -121,7 +124,11 @@ def add_argparse_args(
         for name in LEGACY_FLAGS:
             if name not in taken:
                 group.add_argument(
-                    f"--{name}", dest=name, type=_value, default=None, help="Lightning 1.x flag, translated"
+                    f"--{name}",
+                    dest=name,
+                    type=_value,
+                    default=_LEGACY_DEFAULTS.get(name),
+                    help="Lightning 1.x flag, translated",
                 )
     return parser
 
@@ -156,12 +163,18 @@ def from_argparse_args(cls: type, args: argparse.Namespace | dict[str, Any], **k
 
 
 def legacy_trainer_kwargs(
-    params: Mapping[str, Any], namespace: str = "lightning.pytorch", *, callbacks: Any = None
+    params: Mapping[str, Any] | None = None,
+    namespace: str = "lightning.pytorch",
+    *,
+    callbacks: Any = None,
+    **settings: Any,
 ) -> dict[str, Any]:
     """Translate Lightning 1.x Trainer keyword arguments into 2.x ones, as 1.x's Trainer read them.
 
     ``lightning-mgpu upgrade`` writes ``Trainer(**legacy_trainer_kwargs(settings))`` where settings it cannot read
-    (a config file, a function's ``**kwargs``) are splatted into a Trainer.
+    (a config file, a function's ``**kwargs``) are splatted into a Trainer, and
+    ``Trainer(max_epochs=3, **legacy_trainer_kwargs(accelerator=args.accelerator, gpus=args.gpus))`` where a call's
+    own arguments hold values it cannot read.
 
     Args:
         params: keyword arguments for a Trainer (a dict, or any mapping: an OmegaConf ``DictConfig``), 1.x and 2.x
@@ -170,14 +183,22 @@ def legacy_trainer_kwargs(
             ``pytorch_lightning``).
         callbacks: the ``callbacks=`` the Trainer call passes beside the splatted settings: a callback a 1.x key
             adds (``progress_bar_refresh_rate``) joins them, as 1.x's Trainer added it, instead of clashing with them.
+        **settings: more keyword arguments for the Trainer, as ``params`` holds them.
 
     Returns:
         The 2.x keyword arguments.
 
     Raises:
-        ValueError: a 1.x argument whose value has no 2.x meaning, named with the 2.x way; or ``callbacks`` given both
-            in ``params`` and as ``callbacks=`` (the Trainer call would have refused it too).
+        ValueError: a 1.x argument whose value has no 2.x meaning, named with the 2.x way; ``callbacks`` given both
+            in ``params`` and as ``callbacks=`` (the Trainer call would have refused it too); or a setting given both
+            in ``params`` and as a keyword.
     """
+    if settings:
+        twice = sorted(set(params or {}) & set(settings))
+        if twice:
+            raise ValueError(f"{', '.join(twice)} given twice: in the settings and as keywords")
+        params = {**(params or {}), **settings}
+    params = params if params is not None else {}
     if callbacks is not None:
         if "callbacks" in params:
             raise ValueError("callbacks= is given twice: in the settings and beside them")
@@ -232,8 +253,15 @@ def legacy_trainer_kwargs(
         if not isinstance(params["checkpoint_callback"], bool):
             raise ValueError("checkpoint_callback= takes no ModelCheckpoint in 2.x: pass it in callbacks=[...]")
         put("enable_checkpointing", params["checkpoint_callback"], "checkpoint_callback")
-    if params.get("weights_summary", "top") is None:
+    summary = params.get("weights_summary", "top")
+    if summary is None:
         put("enable_model_summary", False, "weights_summary=None")
+    elif summary == "full":  # every layer: 2.x's ModelSummary callback with no depth limit
+        full = importlib.import_module(f"{namespace}.callbacks").ModelSummary(max_depth=-1)
+        listed = out.get("callbacks") or []
+        out["callbacks"] = [*(listed if isinstance(listed, list) else [listed]), full]
+    elif summary != "top":
+        raise ValueError(f'weights_summary={summary!r}: 1.x took "top", "full" or None')
     if params.get("reload_dataloaders_every_epoch"):
         put("reload_dataloaders_every_n_epochs", 1, "reload_dataloaders_every_epoch=True")
     rate = params.get("progress_bar_refresh_rate")

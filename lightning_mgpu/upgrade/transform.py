@@ -18,6 +18,7 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from lightning_mgpu.upgrade import rules
+from lightning_mgpu.upgrade.checkpoint_prefix import last_name_statement, moved_prefix
 from lightning_mgpu.upgrade.conflicts import drop_default, plugin_refines
 from lightning_mgpu.upgrade.grad_norm import GradNormPlan, add_hook
 from lightning_mgpu.upgrade.grad_norm import plan as grad_norm_plan
@@ -34,11 +35,13 @@ from lightning_mgpu.upgrade.manual_optimization import convert_subclass as manua
 from lightning_mgpu.upgrade.manual_optimization import plan as manual_plan
 from lightning_mgpu.upgrade.metrics import class_counts, with_task
 from lightning_mgpu.upgrade.removed_names import epoch_output_annotation, test_tube_arguments, trainer_attribute
-from lightning_mgpu.upgrade.scopes import LIST, FileFacts, Scope, is_dict_builder
+from lightning_mgpu.upgrade.scopes import LIST, FileFacts, Scope, is_dict_builder, translates_at_run_time
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
 from lightning_mgpu.upgrade.scopes import literal as _literal
-from lightning_mgpu.upgrade.tuner import tuner_call, tuner_owner
+from lightning_mgpu.upgrade.translate_args import may_be_ddp_cpu, meaningless, settles, split, translation
+from lightning_mgpu.upgrade.tuner import FLAGS as TUNER_FLAGS
+from lightning_mgpu.upgrade.tuner import TunePlan, tune_plan, tune_statements, tuner_call, tuner_owner
 
 log = logging.getLogger(__name__)
 
@@ -394,6 +397,15 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             accelerator = "gpu"
             if args.set("devices", gpus, replacing="gpus"):
                 args.change("trainer-devices", f"gpus={_code(gpus)} -> devices={_code(gpus)}")
+        elif _string(args.get("accelerator") or cst.Name("None")) in ("gpu", "cuda") and not args.has("devices"):
+            # gpus=X beside accelerator="gpu" (1.5+): 1.x kept the GPU and took X devices, or all of them
+            # ("auto") where X was 0 or None.
+            left: cst.BaseExpression = gpus
+            if isinstance(left, (cst.IfExp, cst.BooleanOperation, cst.Lambda, cst.NamedExpr)) and not left.lpar:
+                left = left.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            all_gpus = cst.BooleanOperation(left=left, operator=cst.Or(), right=_quoted("auto"))
+            args.replace("gpus", [("devices", all_gpus)])
+            args.change("trainer-gpus-beside-accelerator", f"gpus={_code(gpus)} -> devices={_code(all_gpus)}")
         else:
             # A variable or a condition: 1.x ran on the CPU when it was 0 or None, and so must the rewrite.
             accelerator_node, devices = _accelerator_for(gpus, args.get("num_processes"))
@@ -749,6 +761,9 @@ def _step_end_into_step(node: cst.ClassDef, steps: set[str]) -> cst.ClassDef:
 _STATEMENTS = (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef, cst.If, cst.For, cst.While, cst.With, cst.Try)
 #: Classes whose ``add_argparse_args``/``from_argparse_args`` 2.0 removed: the Trainer's and a DataModule's.
 _ARGPARSE_METHODS = ("add_argparse_args", "from_argparse_args")
+#: The namespaces' subpackages a script may import by name (``from pytorch_lightning import loggers``) and reach a
+#: removed name through (``loggers.TestTubeLogger``).
+_SUBPACKAGES = frozenset({"loggers", "callbacks", "plugins", "strategies", "profiler"})
 
 
 class UpgradeTransformer(cst.CSTTransformer):
@@ -777,6 +792,9 @@ class UpgradeTransformer(cst.CSTTransformer):
         self.renamed: dict[str, tuple[str, str, dict[str, str]]] = {}
         #: aliases of the Lightning namespaces: {"pl": "pytorch_lightning", "L": "lightning.pytorch"}.
         self.namespace_aliases: dict[str, str] = {}
+        #: local names of the namespaces' subpackages (``from pytorch_lightning import loggers as pl_loggers``,
+        #: ``import pytorch_lightning.plugins as plugins``): {"pl_loggers": ("pytorch_lightning", "loggers")}.
+        self.submodule_aliases: dict[str, tuple[str, str]] = {}
         self.imports_to_add: dict[tuple[str, str, str | None], None] = {}  # (module, name, asname), in order
         self.plain_imports: dict[str, None] = {}  # ``import X`` statements to add
         self.fairscale_checkpoint_line: int | None = None
@@ -791,6 +809,9 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._module_comments: list[str] | None = None  # TODOs with no statement to sit above: the file's header
         self._class_counts: dict[int, str] = {}  # id(call) -> the class count its context offers (metrics.py)
         self._grad_norm: GradNormPlan | None = None  # where track_grad_norm's hook goes (grad_norm.py)
+        self._tune = TunePlan()  # where auto_lr_find/auto_scale_batch_size go (tuner.py)
+        self._assigned_calls: dict[cst.Call, str] = {}  # name = Call(...) statements: the call -> the name
+        self._last_checkpoint_names: dict[cst.Call, str] = {}  # ModelCheckpoint(prefix=P) -> "P-last" (1.x's)
 
     # -- bookkeeping ---------------------------------------------------------------------------------------------
 
@@ -843,6 +864,11 @@ class UpgradeTransformer(cst.CSTTransformer):
     def on_visit(self, node: cst.CSTNode) -> bool:
         if isinstance(node, _STATEMENTS):
             self._pending.append([])
+        if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 and isinstance(node.body[0], cst.Assign):
+            assign = node.body[0]
+            if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+                if isinstance(assign.value, cst.Call):
+                    self._assigned_calls[assign.value] = assign.targets[0].target.value
         if isinstance(node, cst.Module):
             # libcst keeps the comments above a file's first statement in Module.header, not in its leading_lines:
             # a TODO written there by an earlier run is found here, so a second run does not write it again.
@@ -852,6 +878,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             self._class_counts = class_counts(node)
             self._grad_norm = grad_norm_plan(node)
             self._manual = manual_plan(node)
+            self._tune = tune_plan(node)
         if isinstance(node, (cst.Module, cst.FunctionDef)):
             # A function the pre-pass failed on has no scope of its own: it knows nothing about its names.
             self._scopes.append(self.facts.scopes.get(node) or Scope(node, self._scopes[-1] if self._scopes else None))
@@ -917,6 +944,9 @@ class UpgradeTransformer(cst.CSTTransformer):
             local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
             if name in rules.BUNDLE_FOR_NAMESPACE:
                 self.namespace_aliases[local or name] = name
+            namespace = next((ns for ns in rules.BUNDLE_FOR_NAMESPACE if (name or "").startswith(ns + ".")), None)
+            if namespace is not None and local is not None:  # import pytorch_lightning.loggers as pl_loggers
+                self.submodule_aliases[local] = (namespace, name[len(namespace) + 1 :])  # type: ignore[index]
 
     def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:
         # import pytorch_lightning.metrics -> import torchmetrics
@@ -1175,6 +1205,10 @@ class UpgradeTransformer(cst.CSTTransformer):
             return updated
         head, _, rest = dotted.partition(".")
         namespace = self.namespace_aliases.get(head)
+        subpackage = ""  # reached through a subpackage's local name: loggers.TestTubeLogger
+        if namespace is None and head in self.submodule_aliases:
+            namespace, subpackage = self.submodule_aliases[head]
+            rest = f"{subpackage}.{rest}"
         if namespace is None:
             return updated
         below, _, name = rest.rpartition(".")
@@ -1190,9 +1224,12 @@ class UpgradeTransformer(cst.CSTTransformer):
             new, extra = rules.LIGHTNING_PLUGINS[name]
             if extra:
                 self.renamed[dotted] = (f"{namespace}.strategies", new, extra)
+                if subpackage:
+                    self._add_import(f"{namespace}.strategies", new, None)  # the call site writes the bare name
                 return updated  # the call site rewrites it, with its extra arguments
-            self._change(original, "plugin-class", f"{dotted} -> {head}.strategies.{new}")
-            return cst.parse_expression(f"{head}.strategies.{new}")
+            spelled = self._below(head, subpackage, namespace, "strategies", new)
+            self._change(original, "plugin-class", f"{dotted} -> {_code(spelled)}")
+            return spelled
         moved = rules.MOVED_NAMES.get((below, name))
         if moved is not None:
             submodule, new = moved
@@ -1203,12 +1240,13 @@ class UpgradeTransformer(cst.CSTTransformer):
             return cst.Name(new)
         renamed = rules.RENAMED_NAMES.get((below, name))
         if renamed is not None:
-            self._change(original, "renamed-name", f"{dotted} -> {head}.{renamed[0]}.{renamed[1]}")
-            return cst.parse_expression(f"{head}.{renamed[0]}.{renamed[1]}")
+            spelled = self._below(head, subpackage, namespace, *renamed)
+            self._change(original, "renamed-name", f"{dotted} -> {_code(spelled)}")
+            return spelled
         if below in rules.MOVED_MODULES:
-            target = f"{head}.{rules.MOVED_MODULES[below]}".rstrip(".")
-            self._change(original, "moved-module", f"{dotted} -> {target}.{name}")
-            return cst.parse_expression(f"{target}.{name}")
+            spelled = self._below(head, subpackage, namespace, rules.MOVED_MODULES[below], name)
+            self._change(original, "moved-module", f"{dotted} -> {_code(spelled)}")
+            return spelled
         if below == "metrics" or below.startswith("metrics."):
             self.plain_imports["torchmetrics"] = None
             new = rules.TORCHMETRICS_RENAMED.get(name, name)
@@ -1216,6 +1254,16 @@ class UpgradeTransformer(cst.CSTTransformer):
             self._change(original, "metrics-import", f"{dotted} -> {target}.{new}")
             return cst.parse_expression(f"{target}.{new}")
         return updated
+
+    def _below(self, head: str, subpackage: str, namespace: str, module: str, name: str) -> cst.BaseExpression:
+        """``name`` of ``module`` (below the namespace) as this file reaches it: through the namespace's alias
+        (``pl.loggers.X``), through a subpackage's local name that holds it (``loggers.X``), or imported by name."""
+        if not subpackage:
+            return cst.parse_expression(".".join(part for part in (head, module, name) if part))
+        if module == subpackage or module.startswith(subpackage + "."):
+            return cst.parse_expression(".".join([head, *module.split(".")[1:], name]))
+        self._add_import(".".join(part for part in (namespace, module) if part), name, None)
+        return cst.Name(name)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._attribute_names.add(id(node.attr))  # x.DDPPlugin is not the imported name DDPPlugin
@@ -1243,6 +1291,8 @@ class UpgradeTransformer(cst.CSTTransformer):
                 return tuned
         if func in self.renamed:
             return self._renamed_call(original, updated, func)
+        if func == "isinstance":
+            updated = self._isinstance_spawn(original, updated)
         if original in self.facts.moved_resume:
             value = self.facts.moved_resume[original]
             args = list(updated.args)
@@ -1256,7 +1306,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             return self._argparse_call(original, updated, owner, method)
         if method in rules.LOOP_KWARGS and owner and not owner.endswith("Trainer"):
             updated = self._loop_kwargs(original, updated, method)
-        if method == "tune" and owner.endswith("trainer"):
+        if method == "tune" and owner.endswith("trainer") and original not in self._tune.tunes:
             self._todo(original, rules.todo_text("trainer-tune"))
         if method == "set_defaults":
             updated = self._set_defaults(original, updated)
@@ -1318,6 +1368,32 @@ class UpgradeTransformer(cst.CSTTransformer):
             return self._metric_call(original, renamed)
         return renamed
 
+    def _isinstance_spawn(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """``isinstance(s, (DDPStrategy, DDPSpawnStrategy))``: 2.x's DDPStrategy is both (``start_method="spawn"``),
+        so the spawn class, which 2.x removed, goes from a tuple that holds the class it became."""
+        if len(updated.args) != 2 or not isinstance(updated.args[1].value, cst.Tuple):
+            return updated
+        classes = updated.args[1].value
+        names = [e.value.value for e in classes.elements if isinstance(e.value, cst.Name)]
+        kept = [
+            e
+            for e in classes.elements
+            if not (
+                isinstance(e.value, cst.Name)
+                and e.value.value in self.renamed
+                and self.renamed[e.value.value][2]  # renamed with extra arguments: a spawn class
+                and self.renamed[e.value.value][1] in names
+            )
+        ]
+        if len(kept) == len(classes.elements):
+            return updated
+        dropped = [_code(e.value) for e in classes.elements if e not in kept]
+        kept[-1] = kept[-1].with_changes(comma=cst.Comma() if len(kept) == 1 else cst.MaybeSentinel.DEFAULT)
+        self._change(original, "ddp-spawn-isinstance", f"isinstance(..., {', '.join(dropped)}) dropped from the tuple")
+        return updated.with_changes(
+            args=[updated.args[0], updated.args[1].with_changes(value=classes.with_changes(elements=kept))]
+        )
+
     def _renamed_rule(self, func: str) -> str:
         """The rule a call of a renamed class falls under, from where its new name comes from."""
         module, new, _ = self.renamed[func]
@@ -1329,9 +1405,20 @@ class UpgradeTransformer(cst.CSTTransformer):
             return "plugin-class"
         return "renamed-name"
 
-    def _argparse_owner(self, owner: str) -> bool:
+    def _argparse_owner(self, owner: str, depth: int = 0) -> bool:
+        """A Trainer or a LightningDataModule class: by its name, a class of this file, or a local name that every
+        assignment in its scope gives one (``dm_cls = MNISTDataModule`` in each branch of an ``if``)."""
         last = owner.rsplit(".", 1)[-1]
-        return last == "Trainer" or last.endswith("DataModule") or last in self.datamodules
+        if last == "Trainer" or last.endswith("DataModule") or last in self.datamodules:
+            return True
+        if "." in owner or depth > 4 or not self._scopes:
+            return False
+        scope = self._scopes[-1].lookup(owner)
+        values = scope.assigns.get(owner) if scope is not None else None
+        return bool(values) and all(
+            (_dotted(value) or "") not in ("", owner) and self._argparse_owner(_dotted(value) or "", depth + 1)
+            for value in values  # type: ignore[union-attr]
+        )
 
     def _argparse_call(self, original: cst.Call, updated: cst.Call, owner: str, method: str) -> cst.Call:
         """``Trainer.add_argparse_args(parser)`` -> ``add_argparse_args(Trainer, parser)``, and the same for
@@ -1414,9 +1501,17 @@ class UpgradeTransformer(cst.CSTTransformer):
                     original, "checkpoint-filepath", "ModelCheckpoint(filepath=...) -> (dirpath=..., filename=...)"
                 )
             else:
-                if key == "prefix":
-                    self._todo(original, rules.todo_text("checkpoint-prefix"))
                 args.append(arg)
+        if any(a.keyword is not None and a.keyword.value == "prefix" for a in args):
+            # prefix="P": in front of filename= (checkpoint_prefix.py), and of the last checkpoint's name.
+            moved = moved_prefix(args, original in self._assigned_calls)
+            if moved is None:
+                self._todo(original, rules.todo_text("checkpoint-prefix"))
+            else:
+                args, last = moved
+                if last is not None:
+                    self._last_checkpoint_names[original] = last
+                self._change(original, "checkpoint-prefix-moved", "ModelCheckpoint(prefix=...) -> filename=...")
         return updated.with_changes(args=args)
 
     def _is_torchmetrics(self, func: str) -> bool:
@@ -1437,6 +1532,13 @@ class UpgradeTransformer(cst.CSTTransformer):
         if isinstance(node.names, cst.ImportStar) or module is None:
             return
         below = next((module[len(ns) + 1 :] for ns in rules.BUNDLE_FOR_NAMESPACE if module.startswith(ns + ".")), "")
+        namespace = next((ns for ns in rules.BUNDLE_FOR_NAMESPACE if module == ns or module.startswith(ns + ".")), None)
+        if namespace is not None:
+            # from pytorch_lightning import loggers [as pl_loggers]: a subpackage, reached as an attribute later.
+            for alias in node.names:
+                name = _dotted(alias.name)
+                if name and name in _SUBPACKAGES and "." not in name and not below:
+                    self.submodule_aliases[_alias_of(alias) or name] = (namespace, name)
         if module.startswith("torchmetrics") or below == "metrics" or below.startswith("metrics."):
             for alias in node.names:
                 if isinstance(alias.name, cst.Name):
@@ -1492,10 +1594,49 @@ class UpgradeTransformer(cst.CSTTransformer):
         if self._grad_norm is not None and any(key == "track_grad_norm" for key, _, _ in items):
             kept = [item for item in items if item[0] != "track_grad_norm"]  # the module logs it: grad_norm.py
             self._change(original, "track-grad-norm", "track_grad_norm -> the module's on_before_optimizer_step")
+        tuner_flags = [
+            (key, value)
+            for key, value, _ in kept
+            if key in TUNER_FLAGS and (original in self._tune.unused or _literal(value) in (False, None, 0, ""))
+        ]
+        if original in self._tune.moved or tuner_flags:
+            # auto_lr_find/auto_scale_batch_size: only tune() read them (tuner.py). Moved to the tune() statement,
+            # or dropped where nothing could run them.
+            kept = [item for item in kept if item[0] not in TUNER_FLAGS]
+            if original in self._tune.moved:
+                self._change(original, "tuner-flags", "auto_lr_find/auto_scale_batch_size -> the Tuner calls of tune()")
+            else:
+                self._note(original, rules.note_text("tuner-flags-unused"))
+                written = ", ".join(f"{key}={_code(value)}" for key, value in tuner_flags)
+                self._change(original, "tuner-flags-unused", f"{written} dropped (nothing runs them)")
         if self._manual.clip is not None and any(key in CLIP_ARGS for key, _, _ in kept):
             kept = [item for item in kept if item[0] not in CLIP_ARGS]  # the module clips: manual_optimization.py
             self._change(original, "manual-optimization", "gradient_clip_val -> the module's clip_gradients")
         trainer = rewrite_trainer_args(self._args(kept))
+        translated: cst.Arg | None = None
+        if (
+            settles(trainer.todos)
+            and not stars
+            and not translates_at_run_time(original)
+            and "plugins" not in {key for key, _, _ in kept}
+            and not self._literal_conflict(kept)
+        ):
+            # Values this tool cannot read (accelerator=args.accelerator beside gpus=args.gpus): the settings they
+            # decide with move into legacy_trainer_kwargs(...), translated when the Trainer is built
+            # (translate_args.py).
+            moved, rest = split(kept)
+            trainer = rewrite_trainer_args(self._args(rest))
+            separator = next(
+                (_without_comment(a.comma) for a in updated.args[:-1] if isinstance(a.comma, cst.Comma)), None
+            )
+            translated = cst.Arg(star="**", value=translation(moved, self.namespace, separator))
+            if may_be_ddp_cpu(moved, trainer.resolve):
+                trainer.note("ddp-cpu-gradient-mean")
+            trainer.change(
+                "trainer-args-translated",
+                f"{', '.join(key for key, _, _ in moved)} -> **legacy_trainer_kwargs(...) (translated at run time)",
+            )
+            self._add_import("lightning_mgpu.upgrade.trainer_args", "legacy_trainer_kwargs", None)
         if any(key == "resume_from_checkpoint" for key, _, _ in trainer.items):
             value = trainer.get("resume_from_checkpoint")
             trainer.remove("resume_from_checkpoint")
@@ -1532,7 +1673,20 @@ class UpgradeTransformer(cst.CSTTransformer):
         if not trainer.changes and new_stars == stars and len(trainer.items) == len(items):
             return updated
         new_args = positional + [self._arg(key, value, like) for key, value, like in trainer.items] + new_stars
+        if translated is not None:  # last, where the call's closing parenthesis was
+            if new_args:
+                translated = translated.with_changes(whitespace_after_arg=new_args[-1].whitespace_after_arg)
+                new_args[-1] = new_args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+            new_args.append(translated)
         return updated.with_changes(args=self._commas(new_args, updated.args))
+
+    def _literal_conflict(self, items: list[tuple[str, cst.BaseExpression, cst.Arg | None]]) -> bool:
+        """Whether the literal settings among ``items`` conflict on their own (accelerator="ddp" beside
+        strategy="ddp_spawn"), or one means nothing (progress_bar_refresh_rate=-1): a person's choice, which a
+        translation at run time would only turn into an error."""
+        literal = [item for item in items if _literal(item[1]) is not ... or isinstance(item[1], cst.List)]
+        todos = rewrite_trainer_args(self._args(literal)).todos
+        return any(rules.rule_of(text) == "trainer-conflict" for text in todos) or meaningless(items)
 
     def _translated(self, settings: cst.BaseExpression, callbacks: cst.BaseExpression | None) -> cst.Call:
         """``legacy_trainer_kwargs(settings[, namespace=...][, callbacks=...])``: the file's Lightning tree (for the
@@ -1568,25 +1722,53 @@ class UpgradeTransformer(cst.CSTTransformer):
         the statement being visited."""
         # is_dict_builder admitted plain elements with string keys, or keyword arguments only.
         items: list[tuple[str, cst.BaseExpression, cst.Arg | None]] = []
+        translated: list[cst.BaseExpression] = []  # **legacy_trainer_kwargs(...) already in it
         if isinstance(node, cst.Dict):
-            elements = [e for e in node.elements if isinstance(e, cst.DictElement)]
-            items = [(_string(e.key) or "", e.value, None) for e in elements]
+            plain = [e for e in node.elements if isinstance(e, cst.DictElement)]
+            items = [(_string(e.key) or "", e.value, None) for e in plain]
+            translated = [e.value for e in node.elements if isinstance(e, cst.StarredDictElement)]
         elif isinstance(node, cst.Call):
             items = [(a.keyword.value, a.value, a) for a in node.args if a.keyword is not None]
+            translated = [a.value for a in node.args if a.star == "**"]
         inner = rewrite_trainer_args(self._args(items))
+        if (
+            settles(inner.todos)
+            and not translated
+            and "plugins" not in {key for key, _, _ in items}
+            and not self._literal_conflict(items)
+        ):
+            # Values this tool cannot read: the settings they decide with are translated at run time (as in a call).
+            moved, rest = split(items)
+            inner = rewrite_trainer_args(self._args(rest))
+            originals = node.elements if isinstance(node, cst.Dict) else node.args  # type: ignore[attr-defined]
+            separator = next(
+                (_without_comment(e.comma) for e in originals[:-1] if isinstance(e.comma, cst.Comma)), None
+            )
+            translated = [translation(moved, self.namespace, separator)]
+            if may_be_ddp_cpu(moved, inner.resolve):
+                inner.note("ddp-cpu-gradient-mean")
+            inner.change(
+                "trainer-args-translated",
+                f"{', '.join(key for key, _, _ in moved)} -> **legacy_trainer_kwargs(...) (translated at run time)",
+            )
+            self._add_import("lightning_mgpu.upgrade.trainer_args", "legacy_trainer_kwargs", None)
         if any(k == "resume_from_checkpoint" for k, _, _ in inner.items):
             inner.todo("trainer-resume", value=_code(inner.get("resume_from_checkpoint")))  # type: ignore[arg-type]
         self._emit(at, inner)
         if not inner.changes and len(inner.items) == len(items):
             return None
         if isinstance(node, cst.Dict):
-            elements = [cst.DictElement(key=_quoted(k), value=v) for k, v, _ in inner.items]
+            elements: list[cst.BaseDictElement] = [cst.DictElement(key=_quoted(k), value=v) for k, v, _ in inner.items]
+            elements += [cst.StarredDictElement(value=value) for value in translated]
             return node.with_changes(elements=self._dict_commas(elements, node.elements))
         args = [self._arg(k, v, like) for k, v, like in inner.items]
+        args += [cst.Arg(star="**", value=value) for value in translated]
         return node.with_changes(args=self._commas(args, node.args))  # type: ignore[attr-defined]
 
     @staticmethod
-    def _dict_commas(elements: list[cst.DictElement], original: Sequence[cst.BaseDictElement]) -> list[cst.DictElement]:
+    def _dict_commas(
+        elements: list[cst.BaseDictElement], original: Sequence[cst.BaseDictElement]
+    ) -> list[cst.BaseDictElement]:
         separator = next(
             (_without_comment(e.comma) for e in original[:-1] if isinstance(e.comma, cst.Comma)),
             cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
@@ -1626,6 +1808,25 @@ class UpgradeTransformer(cst.CSTTransformer):
         if len(updated.body) != 1:
             return updated
         small = updated.body[0]
+        first = original.body[0]
+        if isinstance(first, cst.Assign) and first.value in self._last_checkpoint_names:
+            # ModelCheckpoint(prefix=P, save_last=True): 1.x named the last checkpoint "P-last" too.
+            name = self._assigned_calls[first.value]  # type: ignore[index]
+            last = last_name_statement(name, self._last_checkpoint_names[first.value])  # type: ignore[index]
+            return cst.FlattenSentinel([updated, last])
+        if (
+            isinstance(first, cst.Expr)
+            and isinstance(first.value, cst.Call)
+            and first.value in self._tune.tunes
+            and isinstance(small, cst.Expr)
+            and isinstance(small.value, cst.Call)
+        ):
+            # trainer.tune(model, dm) -> the Tuner calls the Trainer's flags asked for (tuner.py).
+            statements = tune_statements(small.value, self._tune.tunes[first.value], self._tune.guards.get(first.value))
+            self._add_import(f"{self.namespace}.tuner", "Tuner", None)
+            self._change(original, "tuner-flags", f"{_code(first.value)} -> Tuner(...) calls")
+            statements[0] = statements[0].with_changes(leading_lines=updated.leading_lines)
+            return cst.FlattenSentinel(statements)
         # self.hparams = hparams -> self.save_hyperparameters(hparams): hparams is read-only in 2.x.
         if (
             isinstance(small, cst.Assign)

@@ -16,6 +16,7 @@ more positional arguments than ``model, train_dataloaders, val_dataloaders`` are
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -82,3 +83,256 @@ def tuner_call(call: cst.Call, trainer: cst.BaseExpression, method: str) -> cst.
         return None
     tuner = cst.Call(func=cst.Name("Tuner"), args=[cst.Arg(trainer.deep_clone())])
     return call.with_changes(func=cst.Attribute(value=tuner, attr=cst.Name(method)), args=args)
+
+
+# -- auto_lr_find= / auto_scale_batch_size= and trainer.tune() (rules tuner-flags and tuner-flags-unused) -------------
+#: The Trainer flags 1.x's ``trainer.tune()`` read, and the Tuner method each ran (in this order).
+FLAGS = {"auto_scale_batch_size": "scale_batch_size", "auto_lr_find": "lr_find"}
+#: ``trainer.tune``'s positional parameters this rewrite carries over (1.x put datamodule 4th before 1.8, dataloaders
+#: after: more than three positional arguments are left alone), and its keywords, renamed where 2.x renamed them.
+TUNE_POSITIONAL = 3
+TUNE_KEYWORDS = {
+    "model": "model",
+    "train_dataloaders": "train_dataloaders",
+    "train_dataloader": "train_dataloaders",
+    "val_dataloaders": "val_dataloaders",
+    "val_dataloader": "val_dataloaders",
+    "datamodule": "datamodule",
+}
+#: Attributes of a trainer that read or run the flags: a trainer reached through them keeps the flags' TODO.
+_READS_FLAGS = frozenset({"tune", *FLAGS})
+
+
+@dataclass
+class TunePlan:
+    """What the file does with each Trainer built with ``auto_lr_find=`` / ``auto_scale_batch_size=``.
+
+    ``unused``: Trainer calls whose flags are dropped because nothing could run them (the trainer is a local name whose
+    ``tune()`` is never called, and it never leaves its function); ``moved``: Trainer calls whose flags move to their
+    ``tune()`` statements; ``tunes``: each such ``trainer.tune(...)`` call -> the flags' values (the Trainer's own
+    expressions).
+    """
+
+    unused: set[cst.Call] = field(default_factory=set)
+    moved: set[cst.Call] = field(default_factory=set)
+    tunes: dict[cst.Call, dict[str, cst.BaseExpression]] = field(default_factory=dict)
+    #: ``if X: trainer.tune(...)`` (the call alone in its if's body) -> X's code: a flag X needs no second if.
+    guards: dict[cst.Call, str] = field(default_factory=dict)
+
+
+def _is_trainer(call: cst.Call) -> bool:
+    """``Trainer(...)`` / ``pl.Trainer(...)``; not ``from_argparse_args``, whose flags may also come from the command
+    line."""
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return name == "Trainer"
+
+
+def _flag_values(call: cst.Call) -> dict[str, cst.BaseExpression]:
+    return {a.keyword.value: a.value for a in call.args if a.keyword is not None and a.keyword.value in FLAGS}
+
+
+def _tune_args(call: cst.Call) -> list[cst.Arg] | None:
+    """``trainer.tune(...)``'s arguments as a Tuner method takes them; None where they cannot be carried over (more
+    than three positional, ``scale_batch_size_kwargs=``/``lr_find_kwargs=``/``method=``, a splat)."""
+    positional = [a for a in call.args if a.keyword is None]
+    if len(positional) > TUNE_POSITIONAL or any(a.star for a in call.args):
+        return None
+    out = []
+    for arg in call.args:
+        if arg.keyword is None:
+            out.append(arg)
+        elif arg.keyword.value in TUNE_KEYWORDS:
+            out.append(arg.with_changes(keyword=cst.Name(TUNE_KEYWORDS[arg.keyword.value])))
+        else:
+            return None
+    return out
+
+
+class _TuneFacts(cst.CSTVisitor):
+    """One pass: per function (and the module), its Trainer assignments with tuner flags, its ``x.tune(...)``
+    statements, and how each name is used."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stack: list[cst.CSTNode] = []
+        self.parents: dict[cst.CSTNode, cst.CSTNode | None] = {}
+        self.assigns: dict[tuple[cst.CSTNode, str], list[cst.BaseExpression]] = {}
+        self.trainers: list[tuple[cst.CSTNode, str, cst.Call]] = []
+        self.tunes: dict[tuple[cst.CSTNode, str], list[cst.Call]] = {}
+        self.statements: set[cst.Call] = set()  # calls that are a statement of their own
+        self.guards: dict[cst.Call, str] = {}  # a call alone in an if's body -> the if's test
+        self.attributes: dict[tuple[cst.CSTNode, str], list[str]] = {}  # name -> attributes read off it
+        self.uses: dict[tuple[cst.CSTNode, str], int] = {}  # name -> loads and stores, attribute reads included
+        self._not_a_use: set[int] = set()  # Name nodes that name an attribute, a keyword or a parameter
+
+    def _push(self, node: cst.CSTNode) -> None:
+        self.parents[node] = self._stack[-1] if self._stack else None
+        self._stack.append(node)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._push(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._not_a_use.add(id(node.name))
+        for param in [*node.params.params, *node.params.kwonly_params, *node.params.posonly_params]:
+            self._not_a_use.add(id(param.name))
+            self.assigns.setdefault((node, param.name.value), []).append(cst.Name("__parameter__"))
+        if isinstance(node.params.star_arg, cst.Param):
+            self._not_a_use.add(id(node.params.star_arg.name))
+        if node.params.star_kwarg is not None:
+            self._not_a_use.add(id(node.params.star_kwarg.name))
+        self._push(node)
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._stack.pop()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._not_a_use.add(id(node.name))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self._not_a_use.add(id(node.keyword))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._not_a_use.add(id(node.attr))
+        if isinstance(node.value, cst.Name):
+            self.attributes.setdefault((self._stack[-1], node.value.value), []).append(node.attr.value)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if id(node) not in self._not_a_use:
+            key = (self._stack[-1], node.value)
+            self.uses[key] = self.uses.get(key, 0) + 1
+
+    def visit_If(self, node: cst.If) -> None:
+        body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
+        if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and len(body[0].body) == 1:
+            only = body[0].body[0]
+            if isinstance(only, cst.Expr) and isinstance(only.value, cst.Call):
+                self.guards[only.value] = _code(node.test)
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        if isinstance(node.value, cst.Call):
+            self.statements.add(node.value)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                self.assigns.setdefault((self._stack[-1], target.target.value), []).append(node.value)
+                if isinstance(node.value, cst.Call) and _is_trainer(node.value) and _flag_values(node.value):
+                    self.trainers.append((self._stack[-1], target.target.value, node.value))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "tune" and isinstance(func.value, cst.Name):
+            self.tunes.setdefault((self._stack[-1], func.value.value), []).append(node)
+
+    def nested_uses(self, scope: cst.CSTNode, name: str) -> bool:
+        """Whether a function inside ``scope`` reads ``name`` without assigning it itself (a closure)."""
+        for (inner, used), count in self.uses.items():
+            if used != name or inner is scope or not count or (inner, name) in self.assigns:
+                continue
+            parent = self.parents.get(inner)
+            while parent is not None and parent is not scope:
+                parent = self.parents.get(parent)
+            if parent is scope:
+                return True
+        return False
+
+
+def tune_plan(module: cst.Module) -> TunePlan:
+    """Where a Trainer's ``auto_lr_find=`` / ``auto_scale_batch_size=`` can go, read from the whole file.
+
+    A Trainer assigned once to a local name: where each ``name.tune(...)`` of its function is a statement of its own
+    with arguments a Tuner method takes, the flags move there (``tunes``); where the function never calls
+    ``name.tune()`` and the name is only ever used as ``name.<attribute>`` there (not returned, passed on or stored,
+    not read by a nested function), nothing could run them and they are dropped (``unused``; not at module level,
+    where another module may import the trainer).
+    """
+    facts = _TuneFacts()
+    module.visit(facts)
+    plan = TunePlan()
+    for scope, name, call in facts.trainers:
+        if len(facts.assigns.get((scope, name), [])) != 1 or facts.nested_uses(scope, name):
+            continue
+        attributes = facts.attributes.get((scope, name), [])
+        tunes = facts.tunes.get((scope, name), [])
+        only_attributes = facts.uses.get((scope, name), 0) == 1 + len(attributes)  # the assignment, then x.attr
+        if tunes:
+            if (
+                only_attributes
+                and attributes.count("tune") == len(tunes)
+                and not set(attributes) & (_READS_FLAGS - {"tune"})
+                and ("tuner" not in attributes or "auto_scale_batch_size" not in _flag_values(call))
+                and all(tune in facts.statements and _tune_args(tune) is not None for tune in tunes)
+                and len(tunes) == 1  # 1.9's tune() turned the flags off once it had run them; 1.4's did not
+            ):
+                plan.moved.add(call)
+                plan.tunes[tunes[0]] = _flag_values(call)
+                if tunes[0] in facts.guards:
+                    plan.guards[tunes[0]] = facts.guards[tunes[0]]
+        elif (
+            only_attributes
+            and not isinstance(scope, cst.Module)
+            and not set(attributes) & _READS_FLAGS
+            # 1.4's trainer.tuner.lr_find() ran tune() with auto_lr_find on: auto_scale_batch_size ran there too.
+            and ("tuner" not in attributes or "auto_scale_batch_size" not in _flag_values(call))
+        ):
+            plan.unused.add(call)
+    return plan
+
+
+def tune_statements(
+    call: cst.Call, flags: dict[str, cst.BaseExpression], guard: str | None = None
+) -> list[cst.BaseStatement]:
+    """``trainer.tune(model, ...)`` (a statement) -> the Tuner calls 1.x's tune() made with these flags, in its order:
+    ``Tuner(trainer).scale_batch_size(..., mode=...)`` then ``Tuner(trainer).lr_find(..., attr_name=...)``. A literal
+    flag that is off runs nothing; a flag this tool cannot read runs under ``if flag:`` (unless ``guard``, the test of
+    the if the tune() call sits alone in, is that flag already), its string value (a mode, an attribute name) passed
+    on as 1.x did.
+
+    Args:
+        call: the ``trainer.tune(...)`` call (its arguments as :func:`_tune_args` takes them).
+        flags: the Trainer's ``auto_scale_batch_size`` / ``auto_lr_find`` values.
+        guard: the code of the test of the ``if`` whose body is the tune() call alone.
+    """
+    trainer = call.func.value  # type: ignore[attr-defined]
+    args = _tune_args(call) or []
+    out: list[cst.BaseStatement] = []
+    for flag, method in FLAGS.items():
+        value = flags.get(flag)
+        if value is None:
+            continue
+        written = _code(value)
+        option = "mode" if method == "scale_batch_size" else "attr_name"
+        default = '"power"' if method == "scale_batch_size" else '""'
+        known = _literal_value(value)
+        extra: list[cst.Arg] = []
+        if known is ...:
+            extra = [_kwarg(option, f"{written} if isinstance({written}, str) else {default}")]
+        elif isinstance(known, str):
+            extra = [_kwarg(option, written)]
+        elif not known:
+            continue  # off: 1.x's tune() ran nothing for it
+        tuned = cst.Call(
+            func=cst.Attribute(
+                value=cst.Call(func=cst.Name("Tuner"), args=[cst.Arg(trainer.deep_clone())]), attr=cst.Name(method)
+            ),
+            args=_with_args(args, extra) or args,
+        )
+        statement: cst.BaseStatement = cst.SimpleStatementLine([cst.Expr(tuned)])
+        if known is ... and written != guard:
+            statement = cst.If(test=value.deep_clone(), body=cst.IndentedBlock([statement]))
+        out.append(statement)
+    return out or [cst.SimpleStatementLine([cst.Pass()])]
+
+
+def _literal_value(node: cst.BaseExpression) -> object:
+    """True/False/None, a string or a number; ``...`` for anything else."""
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[node.value]
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return node.evaluated_value
+    return ...

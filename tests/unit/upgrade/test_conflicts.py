@@ -53,3 +53,41 @@ def test_the_result_builds_on_lightning_2() -> None:
     assert "None" not in source.replace("logger=False", "")
     trainer = eval(source.split("=", 1)[1].strip(), {"Trainer": pl.Trainer})  # noqa: S307
     assert trainer.accelerator.__class__.__name__ == "CPUAccelerator"
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (
+            'Trainer(gpus=torch.cuda.device_count(), strategy="ddp", accelerator="gpu")',
+            'Trainer(devices=torch.cuda.device_count() or "auto", strategy="ddp", accelerator="gpu")',
+        ),
+        ('Trainer(accelerator="cuda", gpus=args.gpus)', 'Trainer(accelerator="cuda", devices=args.gpus or "auto")'),
+        (
+            'Trainer(gpus=n if cuda else None, accelerator="gpu")',
+            'Trainer(devices=(n if cuda else None) or "auto", accelerator="gpu")',
+        ),
+    ],
+)
+def test_gpus_beside_accelerator_gpu(before: str, after: str) -> None:
+    """Rule ``trainer-gpus-beside-accelerator``: 1.5-1.9 kept the GPU accelerator the call named, with X devices, or
+    all of them where X was 0 or None."""
+    result = upgrade_source(f"t = {before}\n")
+    assert result.source == f"t = {after}\n"
+    assert [f.rule for f in result.findings] == ["trainer-gpus-beside-accelerator"]
+    assert upgrade_source(result.source).source == result.source
+
+
+def test_gpus_beside_accelerator_gpu_and_devices_stays_a_conflict() -> None:
+    assert "trainer-conflict):" in upgraded('t = Trainer(gpus=args.gpus, accelerator="gpu", devices=2)\n')
+
+
+def test_gpus_zero_beside_accelerator_gpu_means_every_gpu_as_in_1x() -> None:
+    """1.9.5's accelerator connector left devices unset for gpus=0 and took every GPU; 2.x's "auto" does the same."""
+    import pytorch_lightning as pl
+
+    source = upgraded('t = Trainer(gpus=n, accelerator="gpu", logger=False)\n')
+    assert 'devices=n or "auto"' in source
+    trainer_call = source.split("=", 1)[1].strip().replace('accelerator="gpu"', 'accelerator="cpu"')
+    trainer = eval(trainer_call, {"Trainer": pl.Trainer, "n": 0})  # noqa: S307  (on the CPU here: "auto" is 1)
+    assert trainer.num_devices == 1

@@ -105,3 +105,29 @@ def test_test_tube_through_an_attribute_and_a_positional_description() -> None:
     assert "test-tube-logger): TestTubeLogger was removed" in out  # b: test-tube's description, positionally
     assert "handlers = {pl.loggers.TensorBoardLogger: 1}" in out
     assert "TestTubeLogger" not in out.replace("TODO(lightning-mgpu:test-tube-logger): TestTubeLogger", "")
+
+
+ISINSTANCE = """from pytorch_lightning.strategies import DDPSpawnStrategy, DDPStrategy
+from pytorch_lightning.plugins import DDPPlugin, DDPSpawnPlugin
+
+
+def is_ddp(trainer):
+    new = isinstance(trainer.strategy, (DDPStrategy, DDPSpawnStrategy))
+    old = isinstance(trainer.training_type_plugin, (DDPPlugin, DDPSpawnPlugin))
+    alone = isinstance(trainer.strategy, DDPSpawnStrategy)
+    return new, old, alone
+"""
+
+
+def test_the_spawn_class_goes_from_an_isinstance_tuple_that_holds_ddp() -> None:
+    """Rule ``ddp-spawn-isinstance``: 2.x's DDPStrategy is ddp and ddp_spawn; alone the spawn class stays for the scan
+    to report (2.x has no class that means spawn only)."""
+    result = upgrade_source(ISINSTANCE)
+    out = result.source
+    assert upgrade_source(out).source == out
+    lines = [line.strip() for line in out.splitlines()]
+    assert "new = isinstance(trainer.strategy, (DDPStrategy,))" in lines, out
+    assert "old = isinstance(trainer.strategy, (DDPStrategy,))" in lines, out
+    assert "alone = isinstance(trainer.strategy, DDPSpawnStrategy)" in lines
+    assert [f.rule for f in result.findings].count("ddp-spawn-isinstance") == 2
+    assert [kind for _, kind in unmarked(out)] == ["DDPSpawnStrategy"]

@@ -61,6 +61,14 @@ REWRITES = {
     "metrics-legacy-args": "from torchmetrics import Accuracy\nacc = Accuracy(num_classes=3, multiclass=True)\n",
     "trainer-splat-translated": "def build(config):\n    return Trainer(**config['trainer'])\n",
     "tuner": "lr_finder = trainer.tuner.lr_find(model)\n",
+    "trainer-gpus-beside-accelerator": 't = Trainer(gpus=torch.cuda.device_count(), accelerator="gpu")\n',
+    "trainer-args-translated": "t = Trainer(accelerator=args.accelerator, gpus=args.gpus)\n",
+    "tuner-flags": "t = Trainer(auto_lr_find=True)\nt.tune(model)\n",
+    "checkpoint-prefix-moved": "ck = ModelCheckpoint(filename='{epoch}', prefix='run1')\n",
+    "ddp-spawn-isinstance": (
+        "from pytorch_lightning.strategies import DDPSpawnStrategy, DDPStrategy\n"
+        "x = isinstance(s, (DDPStrategy, DDPSpawnStrategy))\n"
+    ),
     "manual-optimization": (
         "import pytorch_lightning as pl\nclass M(pl.LightningModule):\n"
         "    def training_step(self, batch, batch_idx, optimizer_idx):\n        return batch[optimizer_idx]\n"

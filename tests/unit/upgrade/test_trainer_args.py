@@ -121,3 +121,14 @@ def test_a_datamodule_is_built_from_its_own_flags() -> None:
     assert not hasattr(args, "gpus") and not hasattr(args, "transforms")  # only simple types; no Trainer flags
     dm = from_argparse_args(DataModule, args)
     assert (dm.batch_size, dm.data_dir) == (8, "data")
+
+
+@pytest.mark.parametrize(
+    ("argv", "depths"), [([], [1]), (["--weights_summary", "full"], [-1]), (["--weights_summary", "none"], [])]
+)
+def test_weights_summary_as_1x_read_it(trainer_cls: type, argv: list[str], depths: list[int]) -> None:
+    """1.x's --weights_summary defaulted to "top" (the summary 2.x prints by default), "full" printed every layer
+    (2.x: ModelSummary(max_depth=-1)) and None printed nothing."""
+    trainer = from_argparse_args(trainer_cls, _parse(trainer_cls, argv), logger=False)
+    summaries = [c for c in trainer.callbacks if type(c).__name__ in ("ModelSummary", "RichModelSummary")]
+    assert [s._max_depth for s in summaries] == depths

@@ -86,3 +86,129 @@ def test_the_converted_call_runs_on_lightning_2(tmp_path) -> None:
     loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8)
     finder = namespace["find"](trainer, model, loader)  # type: ignore[operator]
     assert finder is not None and model.lr == 0.5  # update_attr=False, as 1.x
+
+
+# -- auto_lr_find= / auto_scale_batch_size= and trainer.tune(): rules tuner-flags and tuner-flags-unused -------------
+
+FLAGS_SCRIPT = """import pytorch_lightning as pl
+
+model = Model()
+trainer = pl.Trainer(max_epochs=10, auto_lr_find=True, auto_scale_batch_size="binsearch")
+trainer.tune(model, train_dataloader=loader)
+trainer.fit(model)
+
+
+def main(config, model, data):
+    trainer = pl.Trainer(max_epochs=config.max_epochs, auto_lr_find=config.auto_lr)
+    if config.auto_lr:
+        trainer.tune(model, data)
+    trainer.fit(model, data)
+
+
+def named(model):
+    trainer = pl.Trainer(auto_lr_find="my_lr", auto_scale_batch_size=flags.scale)
+    trainer.tune(model)
+    trainer.fit(model)
+
+
+def explicit_finder(model, loader):
+    trainer = pl.Trainer(max_epochs=3, auto_lr_find=True)
+    trainer.logger.log_hyperparams({})
+    finder = trainer.tuner.lr_find(model, loader)
+    trainer.fit(model, loader)
+"""
+
+
+def test_tune_becomes_the_tuner_calls_its_flags_asked_for() -> None:
+    result = upgrade_source(FLAGS_SCRIPT)
+    out = result.source
+    assert upgrade_source(out).source == out, "a second run changed something"
+    lines = [line.strip() for line in out.splitlines()]
+    assert "from pytorch_lightning.tuner import Tuner" in lines
+    assert "trainer = pl.Trainer(max_epochs=10)" in lines
+    # 1.x's order: the batch size first, then the learning rate.
+    start = lines.index('Tuner(trainer).scale_batch_size(model, train_dataloaders=loader, mode="binsearch")')
+    assert lines[start + 1] == "Tuner(trainer).lr_find(model, train_dataloaders=loader)"
+    # A flag this tool cannot read: under its own if, unless the tune() call already sits alone under that if.
+    at = lines.index("if config.auto_lr:")
+    assert lines[at + 1] == (
+        'Tuner(trainer).lr_find(model, data, attr_name=config.auto_lr if isinstance(config.auto_lr, str) else "")'
+    )
+    assert lines.count("if config.auto_lr:") == 1
+    at = lines.index("if flags.scale:")
+    assert lines[at + 1] == (
+        'Tuner(trainer).scale_batch_size(model, mode=flags.scale if isinstance(flags.scale, str) else "power")'
+    )
+    assert lines[at + 2] == 'Tuner(trainer).lr_find(model, attr_name="my_lr")'
+    # trainer.tuner.lr_find() ran the finder whatever the flag said, and tune() is never called: the flag goes.
+    assert "trainer = pl.Trainer(max_epochs=3)" in lines
+    assert "TODO" not in out and unmarked(out) == []
+    found = [f.rule for f in result.findings]
+    assert found.count("tuner-flags") == 6 and "tuner-flags-unused" in found
+    assert any(f.note and f.rule == "tuner-flags-unused" for f in result.findings)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # The trainer leaves the function: a caller may tune it.
+        "def build():\n    trainer = pl.Trainer(auto_lr_find=True)\n    return trainer\n",
+        "def build(registry):\n    trainer = pl.Trainer(auto_lr_find=True)\n    registry.add(trainer)\n",
+        # A nested function tunes it; tune()'s result is used; its kwargs dicts; two tune() calls.
+        "def f(m):\n    trainer = pl.Trainer(auto_lr_find=True)\n    def g():\n        trainer.tune(m)\n    g()\n",
+        "def f(m):\n    trainer = pl.Trainer(auto_lr_find=True)\n    result = trainer.tune(m)\n",
+        "def f(m):\n    trainer = pl.Trainer(auto_lr_find=True)\n    trainer.tune(m, lr_find_kwargs={'min_lr': 1})\n",
+        "def f(m):\n    trainer = pl.Trainer(auto_lr_find=True)\n    trainer.tune(m)\n    trainer.tune(m)\n",
+        # At module level another module may import the trainer and tune it.
+        "trainer = pl.Trainer(auto_lr_find=True)\ntrainer.fit(model)\n",
+        # from_argparse_args: the command line may set the flags too.
+        "def f(args):\n    trainer = pl.Trainer.from_argparse_args(args, auto_lr_find=True)\n    trainer.fit(m)\n",
+    ],
+)
+def test_where_the_flags_may_still_run_their_todo_stays(source: str) -> None:
+    out = upgraded("import pytorch_lightning as pl\n" + source)
+    assert "TODO(lightning-mgpu:trainer-auto-lr-find)" in out, out
+    assert "from pytorch_lightning.tuner import Tuner" not in out
+
+
+def test_an_off_flag_is_dropped_with_a_note() -> None:
+    out = upgraded(
+        "import pytorch_lightning as pl\ndef f():\n    return pl.Trainer(auto_lr_find=False, max_epochs=2)\n"
+    )
+    assert "return pl.Trainer(max_epochs=2)" in out and "NOTE(lightning-mgpu:tuner-flags-unused)" in out
+
+
+def test_the_converted_tune_sets_the_learning_rate_as_1x_did(tmp_path) -> None:
+    """auto_lr_find=True and tune(): the converted script's finder sets model.lr on this Lightning (update_attr, as
+    1.x's tune() did)."""
+    import pytorch_lightning as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.lr = 0.5
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    source = upgraded(
+        "import pytorch_lightning as pl\n"
+        "def tune(model, loader, root):\n"
+        "    trainer = pl.Trainer(auto_lr_find=True, max_epochs=1, logger=False, enable_progress_bar=False,"
+        " default_root_dir=root, accelerator='cpu')\n"
+        "    trainer.tune(model, loader)\n"
+    )
+    assert "Tuner(trainer).lr_find(model, loader)" in source
+    pl.seed_everything(7)  # data the finder finds a steepest descent on, every run
+    namespace: dict[str, object] = {}
+    exec(compile(source, "converted", "exec"), namespace)  # noqa: S102
+    model = Model()
+    loader = DataLoader(TensorDataset(torch.randn(512, 4)), batch_size=4)  # 128 batches: the finder's 100 steps
+    namespace["tune"](model, loader, str(tmp_path))  # type: ignore[operator]
+    assert model.lr != 0.5  # the finder's suggestion, set as 1.x's tune() set it

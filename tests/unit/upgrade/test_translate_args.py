@@ -1,0 +1,155 @@
+"""``lightning_mgpu.upgrade.translate_args`` (rule ``trainer-args-translated``): Trainer settings whose values this
+tool cannot read move into ``**legacy_trainer_kwargs(...)``, translated when the Trainer is built as 1.x read them;
+two literals that disagree stay a ``trainer-conflict`` TODO."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
+
+from lightning_mgpu.upgrade.leftovers import unmarked
+from lightning_mgpu.upgrade.transform import upgrade_source
+
+FROM_ARGS = """from pytorch_lightning import Trainer
+
+
+def build(args_trainer, monitor):
+    trainer = Trainer(
+        accelerator=args_trainer.accelerator,
+        gpus=args_trainer.gpus,  # -1: every GPU
+        max_epochs=args_trainer.max_epochs,
+        progress_bar_refresh_rate=args_trainer.progress_bar_refresh_rate,
+        weights_summary=args_trainer.weights_summary,
+        callbacks=[monitor],
+        precision=32,
+        logger=False,
+    )
+    return trainer
+"""
+
+DICT = """import pytorch_lightning as pl
+
+
+def build(args, callbacks):
+    trainer_args = {
+        "devices": args.devices,
+        "accelerator": args.accelerator,
+        "max_epochs": args.max_epochs,
+        "callbacks": callbacks,
+        "logger": False,
+    }
+    return pl.Trainer(**trainer_args)
+"""
+
+
+def upgraded(source: str) -> tuple[str, list[str]]:
+    result = upgrade_source(source)
+    assert upgrade_source(result.source).source == result.source, "a second run changed something"
+    compile(result.source, "<upgraded>", "exec")
+    return result.source, [f.rule for f in result.findings]
+
+
+def test_the_call_moves_what_it_cannot_read_into_the_translation() -> None:
+    out, found = upgraded(FROM_ARGS)
+    assert found == ["trainer-args-translated"], out
+    assert "TODO" not in out and unmarked(out) == []
+    assert "from lightning_mgpu.upgrade.trainer_args import legacy_trainer_kwargs" in out
+    lines = [line.strip() for line in out.splitlines()]
+    assert lines[lines.index("**legacy_trainer_kwargs(") :][:8] == [
+        "**legacy_trainer_kwargs(",
+        "accelerator=args_trainer.accelerator,",
+        "gpus=args_trainer.gpus,  # -1: every GPU",
+        "progress_bar_refresh_rate=args_trainer.progress_bar_refresh_rate,",
+        "weights_summary=args_trainer.weights_summary,",
+        'namespace="pytorch_lightning",',
+        "callbacks=[monitor],",
+        "),",  # the call's own trailing comma
+    ], out
+    assert "max_epochs=args_trainer.max_epochs," in lines and "precision=32," in lines
+
+
+def test_the_translation_builds_what_1x_built() -> None:
+    """The converted function run on Lightning 2.x: accelerator="ddp_cpu" is ddp on CPU processes, a refresh rate
+    of 0 hides the bar, weights_summary="full" is ModelSummary(max_depth=-1), beside the call's own callback."""
+    pl = pytest.importorskip("pytorch_lightning")
+    out, _ = upgraded(FROM_ARGS)
+    namespace: dict[str, object] = {}
+    exec(compile(out, "<upgraded>", "exec"), namespace)  # noqa: S102
+    monitor = pl.callbacks.LearningRateMonitor()
+    args = SimpleNamespace(
+        accelerator="ddp_cpu", gpus=None, max_epochs=1, progress_bar_refresh_rate=0, weights_summary="full"
+    )
+    trainer = namespace["build"](args, monitor)  # type: ignore[operator]
+    assert type(trainer.strategy).__name__ == "DDPStrategy" and type(trainer.accelerator).__name__ == "CPUAccelerator"
+    assert trainer.progress_bar_callback is None
+    summaries = [c for c in trainer.callbacks if isinstance(c, pl.callbacks.ModelSummary)]
+    assert [s._max_depth for s in summaries] == [-1] and monitor in trainer.callbacks
+    args = SimpleNamespace(accelerator="cpu", gpus=0, max_epochs=1, progress_bar_refresh_rate=5, weights_summary="top")
+    trainer = namespace["build"](args, monitor)  # type: ignore[operator]
+    assert type(trainer.accelerator).__name__ == "CPUAccelerator" and trainer.progress_bar_callback.refresh_rate == 5
+
+
+def test_a_settings_dict_moves_them_too() -> None:
+    out, found = upgraded(DICT)
+    assert found == ["trainer-args-translated"], out
+    assert "TODO" not in out and unmarked(out) == []
+    lines = [line.strip() for line in out.splitlines()]
+    assert lines[lines.index("**legacy_trainer_kwargs(") :][:5] == [
+        "**legacy_trainer_kwargs(",
+        "devices=args.devices,",
+        "accelerator=args.accelerator,",
+        'namespace="pytorch_lightning",',
+        "),",
+    ], out
+    assert '"callbacks": callbacks,' in lines  # no moved setting adds a callback: the list stays where it was
+    pl = pytest.importorskip("pytorch_lightning")
+    namespace: dict[str, object] = {}
+    exec(compile(out, "<upgraded>", "exec"), namespace)  # noqa: S102
+    args = SimpleNamespace(devices=1, accelerator="cpu", max_epochs=1)
+    trainer = namespace["build"](args, [])  # type: ignore[operator]
+    assert isinstance(trainer, pl.Trainer) and type(trainer.accelerator).__name__ == "CPUAccelerator"
+
+
+@pytest.mark.parametrize(
+    ("source", "rule"),
+    [
+        ('t = Trainer(accelerator="ddp", strategy="ddp_spawn")\n', "trainer-conflict"),  # two literals: a person's
+        ("t = Trainer(accelerator=args.accelerator, plugins=[plugin])\n", "trainer-accelerator-unknown"),
+        # Literals that disagree beside a value it cannot read: still the person's choice.
+        (
+            't = Trainer(accelerator="ddp", strategy="ddp_spawn", progress_bar_refresh_rate=args.r)\n',
+            "trainer-conflict",
+        ),
+    ],
+)
+def test_what_a_translation_does_not_settle_keeps_its_todo(source: str, rule: str) -> None:
+    out, found = upgraded(source)
+    assert "legacy_trainer_kwargs" not in out and f"TODO(lightning-mgpu:{rule})" in out, out
+    assert "trainer-args-translated" not in found
+
+
+def test_legacy_trainer_kwargs_takes_keywords() -> None:
+    from lightning_mgpu.upgrade.trainer_args import legacy_trainer_kwargs
+
+    assert legacy_trainer_kwargs({"max_epochs": 2}, accelerator="ddp", gpus=2) == {
+        "max_epochs": 2,
+        "strategy": "ddp",
+        "accelerator": "gpu",
+        "devices": 2,
+    }
+    with pytest.raises(ValueError, match="given twice"):
+        legacy_trainer_kwargs({"gpus": 1}, gpus=2)
+    with pytest.raises(ValueError, match="weights_summary='some'"):
+        legacy_trainer_kwargs(weights_summary="some")
+
+
+def test_an_argument_that_leaves_the_call_with_its_todo_does_not_change_the_decision() -> None:
+    """auto_scale_batch_size= leaves the call with its TODO: the first run translates the rest as the second run,
+    which no longer sees it, would (the same output twice)."""
+    out, found = upgraded("t = Trainer(accelerator=cfg.accelerator, auto_scale_batch_size=cfg.scale, max_epochs=2)\n")
+    assert "trainer-args-translated" in found and "TODO(lightning-mgpu:trainer-auto-scale-batch-size)" in out
+    translation = 'legacy_trainer_kwargs(accelerator=cfg.accelerator, namespace="pytorch_lightning")'
+    assert out.endswith(f"t = Trainer(max_epochs=2, **{translation})\n"), out
