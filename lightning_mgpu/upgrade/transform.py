@@ -1624,19 +1624,8 @@ class UpgradeTransformer(cst.CSTTransformer):
             # Values this tool cannot read (accelerator=args.accelerator beside gpus=args.gpus): the settings they
             # decide with move into legacy_trainer_kwargs(...), translated when the Trainer is built
             # (translate_args.py).
-            moved, rest = split(kept)
-            trainer = rewrite_trainer_args(self._args(rest))
-            separator = next(
-                (_without_comment(a.comma) for a in updated.args[:-1] if isinstance(a.comma, cst.Comma)), None
-            )
-            translated = cst.Arg(star="**", value=translation(moved, self.namespace, separator))
-            if may_be_ddp_cpu(moved, trainer.resolve):
-                trainer.note("ddp-cpu-gradient-mean")
-            trainer.change(
-                "trainer-args-translated",
-                f"{', '.join(key for key, _, _ in moved)} -> **legacy_trainer_kwargs(...) (translated at run time)",
-            )
-            self._add_import("lightning_mgpu.upgrade.trainer_args", "legacy_trainer_kwargs", None)
+            trainer, expression = self._moved_into_translation(kept, updated.args)
+            translated = cst.Arg(star="**", value=expression)
         if any(key == "resume_from_checkpoint" for key, _, _ in trainer.items):
             value = trainer.get("resume_from_checkpoint")
             trainer.remove("resume_from_checkpoint")
@@ -1679,6 +1668,25 @@ class UpgradeTransformer(cst.CSTTransformer):
                 new_args[-1] = new_args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
             new_args.append(translated)
         return updated.with_changes(args=self._commas(new_args, updated.args))
+
+    def _moved_into_translation(
+        self, items: list[tuple[str, cst.BaseExpression, cst.Arg | None]], originals: Any
+    ) -> tuple[Any, cst.BaseExpression]:
+        """The Trainer settings of ``items`` that the values this tool cannot read decide with, moved into a
+        ``legacy_trainer_kwargs(...)`` call (translated when the Trainer is built): the rewrite of the rest, with the
+        change recorded, and that call, written in the style of ``originals`` (a call's arguments or a dict's
+        elements). Shared by a Trainer call and a settings dict (rule trainer-args-translated)."""
+        moved, rest = split(items)
+        trainer = rewrite_trainer_args(self._args(rest))
+        separator = next((_without_comment(e.comma) for e in originals[:-1] if isinstance(e.comma, cst.Comma)), None)
+        if may_be_ddp_cpu(moved, trainer.resolve):
+            trainer.note("ddp-cpu-gradient-mean")
+        trainer.change(
+            "trainer-args-translated",
+            f"{', '.join(key for key, _, _ in moved)} -> **legacy_trainer_kwargs(...) (translated at run time)",
+        )
+        self._add_import("lightning_mgpu.upgrade.trainer_args", "legacy_trainer_kwargs", None)
+        return trainer, translation(moved, self.namespace, separator)
 
     def _literal_conflict(self, items: list[tuple[str, cst.BaseExpression, cst.Arg | None]]) -> bool:
         """Whether the literal settings among ``items`` conflict on their own (accelerator="ddp" beside
@@ -1738,20 +1746,9 @@ class UpgradeTransformer(cst.CSTTransformer):
             and not self._literal_conflict(items)
         ):
             # Values this tool cannot read: the settings they decide with are translated at run time (as in a call).
-            moved, rest = split(items)
-            inner = rewrite_trainer_args(self._args(rest))
             originals = node.elements if isinstance(node, cst.Dict) else node.args  # type: ignore[attr-defined]
-            separator = next(
-                (_without_comment(e.comma) for e in originals[:-1] if isinstance(e.comma, cst.Comma)), None
-            )
-            translated = [translation(moved, self.namespace, separator)]
-            if may_be_ddp_cpu(moved, inner.resolve):
-                inner.note("ddp-cpu-gradient-mean")
-            inner.change(
-                "trainer-args-translated",
-                f"{', '.join(key for key, _, _ in moved)} -> **legacy_trainer_kwargs(...) (translated at run time)",
-            )
-            self._add_import("lightning_mgpu.upgrade.trainer_args", "legacy_trainer_kwargs", None)
+            inner, expression = self._moved_into_translation(items, originals)
+            translated = [expression]
         if any(k == "resume_from_checkpoint" for k, _, _ in inner.items):
             inner.todo("trainer-resume", value=_code(inner.get("resume_from_checkpoint")))  # type: ignore[arg-type]
         self._emit(at, inner)
