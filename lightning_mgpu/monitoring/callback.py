@@ -738,8 +738,10 @@ class GPUUtilizationMonitor(Callback):
     def _timeline_timing(self, acc: TimingAcc) -> None:
         """The data-wait share, step time and samples/s of ``acc``'s batches, as a point of the time line (none for
         no batches)."""
+        if self._timeline is None:  # no time line: nothing to compute
+            return
         timing = self._timing_values(acc)
-        if self._timeline is None or not timing:
+        if not timing:
             return
         self._timeline.record(
             time.time(),
