@@ -90,8 +90,8 @@ CASES: dict[str, Case] = {
         first_equal=False,
     ),
     "dp_step_end.py": Case("1.9", "dp (1 CPU device; 1.x: ddp)"),
-    "epoch_end_aggregate.py": Case("1.9", "single device", difference="epoch-end-base-class", runs=False),
-    "epoch_end_two_loaders.py": Case("1.6", "single device", difference="epoch-end-several-loaders", runs=False),
+    "epoch_end_aggregate.py": Case("1.9", "single device"),
+    "epoch_end_two_loaders.py": Case("1.6", "single device"),
     "gan_optimizer_idx.py": Case("1.9", "single device"),
     "gan_frequency.py": Case("1.6", "single device"),
     "track_grad_norm.py": Case("1.9", "single device", difference="grad-norm-rounding", explains=("grad_norms",)),
@@ -116,15 +116,6 @@ DIFFERENCES = {
     "grad-norm-rounding": (
         "1.x's track_grad_norm logged each norm rounded to 4 decimals (pytorch_lightning/utilities/grads.py); 2.x's "
         "grad_norm, which the conversion logs, does not round. The training itself is equal."
-    ),
-    "epoch-end-base-class": (
-        "a base class's training_epoch_end(outputs), called through super() by a subclass whose step it aggregates, "
-        "is left to a person (TODO epoch-end: its class has no step to collect from); 2.x refuses the 1.x hook, so "
-        "the converted script does not run until it is finished by hand."
-    ),
-    "epoch-end-several-loaders": (
-        "validation_epoch_end over several dataloaders is left to a person (TODO epoch-end): 2.x refuses the 1.x hook, "
-        "so the converted script does not run until it is finished by hand."
     ),
 }
 

@@ -202,15 +202,15 @@ def _returns_dict(func: cst.FunctionDef) -> bool:
     )
 
 
-def _ensure_init_attr(cls: cst.ClassDef, attr: str) -> cst.ClassDef:
-    """``self.ATTR = []`` at the end of ``__init__`` (an ``__init__`` that passes everything on, where there is
+def _ensure_init_attr(cls: cst.ClassDef, attr: str, empty: str = "[]") -> cst.ClassDef:
+    """``self.ATTR = EMPTY`` at the end of ``__init__`` (an ``__init__`` that passes everything on, where there is
     none)."""
     methods = _methods(cls)
-    line = cst.parse_statement(f"self.{attr} = []")
+    line = cst.parse_statement(f"self.{attr} = {empty}")
     init = methods.get("__init__")
     if init is None:
         new = cst.parse_statement(
-            f"def __init__(self, *args, **kwargs):\n    super().__init__(*args, **kwargs)\n    self.{attr} = []\n"
+            f"def __init__(self, *args, **kwargs):\n    super().__init__(*args, **kwargs)\n    self.{attr} = {empty}\n"
         )
         body = list(cls.body.body)
         index = next((i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef)), len(body))
@@ -218,9 +218,9 @@ def _ensure_init_attr(cls: cst.ClassDef, attr: str) -> cst.ClassDef:
         lead = first.leading_lines if isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) else ()
         body.insert(index, new.with_changes(leading_lines=lead))
         if index < len(body) - 1:
-            body[index + 1] = body[index + 1].with_changes(leading_lines=[cst.EmptyLine()])
+            body[index + 1] = body[index + 1].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         return cls.with_changes(body=cls.body.with_changes(body=body))
-    if f"self.{attr} = []" in cst.Module(body=[init]).code:
+    if f"self.{attr} = {empty}" in cst.Module(body=[init]).code:
         return cls
     init = _as_block(init)  # def __init__(self): super().__init__()
     assert isinstance(init.body, cst.IndentedBlock)
@@ -229,49 +229,217 @@ def _ensure_init_attr(cls: cst.ClassDef, attr: str) -> cst.ClassDef:
     )
 
 
-def convert_epoch_ends(cls: cst.ClassDef, has_optimizer_idx: bool) -> ClassResult:
+@dataclass(frozen=True)
+class HookShape:
+    """How one 1.x epoch-end hook got its outputs, read from a class's family: the class, its bases and its
+    subclasses in the same file (a base's ``training_epoch_end`` aggregates what a subclass's step returns)."""
+
+    #: some hook of the family reads ``outputs[i]["loss"]``: a bare training loss is collected as ``{"loss": loss}``
+    loss_keyed: bool
+    #: the step's dataloader-index parameter: the outputs come per loader (1.x: a list per loader where there were
+    #: several, one flat list where there was one); None where the step takes none
+    loader_param: str | None
+    #: a base of the class in the file has the hook, and its ``__init__`` makes the list
+    inherited: bool = False
+
+
+#: Where the number of a stage's dataloaders is, on a 2.x Trainer (one entry per loader).
+_LOADER_COUNTS = {"validation_epoch_end": "num_val_batches", "test_epoch_end": "num_test_batches"}
+
+
+def _loader_param(step: cst.FunctionDef, step_name: str) -> str | None:
+    """The parameter 1.x passed the dataloader index in: ``dataloader_idx`` by name, or a validation/test step's
+    fourth (``self, batch, batch_idx, idx``)."""
+    names = _param_names(step)
+    if "dataloader_idx" in names:
+        return "dataloader_idx"
+    if step_name != "training_step" and len(names) == 4:
+        return names[3]
+    return None
+
+
+def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
+    """Per class of the file, the 1.x epoch-end hooks that convert (:class:`HookShape` per hook name): those where the
+    class's family has a hook that reads its outputs and a step that returns them. A class of the family that has
+    only the step collects its outputs; one that has only the hook takes them from the list its relative fills.
+    A name two classes share is not in the plan (which one a subclass means is not known).
+
+    Args:
+        module: the parsed file.
+    """
+    classes: list[cst.ClassDef] = []
+
+    class _Classes(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            classes.append(node)
+
+    module.visit(_Classes())
+    names = [c.name.value for c in classes]
+    # Two classes of one name: which one a subclass means is not known; neither takes part.
+    by_name = {c.name.value: c for c in classes if names.count(c.name.value) == 1}
+    bases = {
+        name: {(dotted(b.value) or "").rsplit(".", 1)[-1] for b in c.bases} & set(by_name)
+        for name, c in by_name.items()
+    }
+
+    def ancestors(name: str) -> set[str]:
+        found, todo = set(), list(bases.get(name, ()))
+        while todo:
+            base = todo.pop()
+            if base not in found:
+                found.add(base)
+                todo.extend(bases.get(base, ()))
+        return found
+
+    up = {name: ancestors(name) for name in by_name}
+    plan: dict[str, dict[str, HookShape]] = {}
+    for name in by_name:
+        family = {name} | up[name] | {other for other, above in up.items() if name in above}
+        shapes: dict[str, HookShape] = {}
+        for old, (step_name, _, _) in EPOCH_ENDS.items():
+            hooks, steps, inherited = [], [], False
+            for member in sorted(family):
+                methods = _methods(by_name[member])
+                hook, step = methods.get(old), methods.get(step_name)
+                if hook is not None and len(_param_names(hook)) == 2 and _uses_name(hook.body, _param_names(hook)[1]):
+                    hooks.append(hook)
+                    inherited = inherited or member in up[name]
+                if step is not None:
+                    steps.append(step)
+            # Decision: every step of the family must return something, and none may run several optimizers (their
+            # outputs nest per optimizer; manual_optimization.py rewrites those steps): else the TODO stays.
+            if (
+                not hooks
+                or not steps
+                or any(not any(r.value is not None for r in _returns(s)) for s in steps)
+                or (step_name == "training_step" and any("optimizer_idx" in _param_names(s) for s in steps))
+            ):
+                continue
+            loaders = {_loader_param(s, step_name) for s in steps}
+            if len(loaders) > 1 and None not in loaders:
+                continue  # steps naming the loader index differently: not one shape
+            loader = next((p for p in loaders if p is not None), None)
+            shapes[old] = HookShape(any(_loss_keyed(h, _param_names(h)[1]) for h in hooks), loader, inherited)
+        plan[name] = shapes
+    return plan
+
+
+class _SuperEpochEnd(_OwnStatements):
+    """``super().OLD(X)`` as a statement of a converted hook -> ``self.ATTR = X`` and ``super().NEW()``: the base's
+    hook, converted alike, takes its outputs from the list again."""
+
+    def __init__(self, old: str, new: str, attr: str) -> None:
+        super().__init__()
+        self.old, self.new, self.attr = old, new, attr
+        self.left = 0  # calls of super().OLD in another shape (a value used, keywords): the TODO stays
+        self.handed = 0  # calls rewritten
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if len(updated.body) != 1 or not m.matches(
+            updated.body[0],
+            m.Expr(
+                m.Call(
+                    func=m.Attribute(value=m.Call(func=m.Name("super")), attr=m.Name(self.old)),
+                    args=[m.Arg(keyword=None, star="")],
+                )
+            ),
+        ):
+            return updated
+        statement = updated.body[0]
+        assert isinstance(statement, cst.Expr)
+        call = statement.value
+        assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+        code = cst.Module(body=[]).code_for_node(call.args[0].value)
+        put_back = cst.parse_statement(f"self.{self.attr} = {code}").with_changes(leading_lines=updated.leading_lines)
+        super_call = cst.Module(body=[]).code_for_node(call.func.value)
+        self.handed += 1
+        return cst.FlattenSentinel([put_back, cst.parse_statement(f"{super_call}.{self.new}()")])
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == self.old and m.matches(node.value, m.Call(func=m.Name("super"))):
+            self.left += 1
+
+
+def convert_epoch_ends(
+    cls: cst.ClassDef, has_optimizer_idx: bool, family: dict[str, HookShape] | None = None
+) -> ClassResult:
     """``training_epoch_end(self, outputs)`` and its twins -> ``on_*_epoch_end(self)``, with the step's outputs
     collected on the module, Lightning's own migration pattern: the step appends what it returns (detached, and a
     bare training loss as ``{"loss": loss}``, as 1.x handed it over) to ``self.<step>_outputs``; the epoch-end hook
-    takes the list and leaves an empty one. A TODO where the step is not in the class, returns nothing, takes a
-    ``dataloader_idx`` (several loaders) or runs several optimizers."""
+    takes the list and leaves an empty one. Several dataloaders (a step with a loader index): the step collects per
+    loader, and the hook gets 1.x's list per loader (one flat list where there is one loader). The step and the hook
+    may be in different classes of one family (``family``: :func:`epoch_end_plan`); a hook's
+    ``super().training_epoch_end(outputs)`` hands the outputs on to the base's converted hook. A TODO where no step
+    of the family returns the outputs, or the step runs several optimizers.
+
+    Args:
+        cls: the class, already rewritten inside.
+        has_optimizer_idx: its ``training_step`` uses ``optimizer_idx`` (several optimizers).
+        family: what :func:`epoch_end_plan` found for this class; None: the class alone.
+    """
     result = ClassResult(cls)
+    if family is None:
+        family = epoch_end_plan(cst.Module(body=[cls])).get(cls.name.value, {})
     for old, (step_name, new, attr) in EPOCH_ENDS.items():
         methods = _methods(result.node)
-        hook = methods.get(old)
+        hook, step = methods.get(old), methods.get(step_name)
+        shape = family.get(old)
+        blocked = shape is None or (step_name == "training_step" and has_optimizer_idx)
+        empty = "{}" if shape is not None and shape.loader_param else "[]"
         if hook is None:
+            if step is not None and not blocked:  # a relative's hook reads what this step returns
+                assert shape is not None
+                result.node = _collect(result.node, step_name, attr, shape, _returns_dict(step))
+                if not shape.inherited:
+                    result.node = _ensure_init_attr(result.node, attr, empty)
+                if step_name == "training_step":
+                    result.imports.append(("utilities.memory", "recursive_detach"))
+                result.changes.append(
+                    (step_name, "epoch-end", f"{step_name} collects its outputs in self.{attr} for {new} of a relative")
+                )
             continue
         if new in methods:
             result.todos.append((old, rules.todo_text("hook-conflict", hook=old, new=new)))
             continue
         params = _param_names(hook)
-        step = methods.get(step_name)
         used = len(params) == 2 and _uses_name(hook.body, params[1])
         if len(params) != 2 or hook.params.star_arg is not cst.MaybeSentinel.DEFAULT:
             result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
             continue
         if used:
-            blocked = (
-                step is None
-                or "dataloader_idx" in _param_names(step)
-                or (step_name == "training_step" and has_optimizer_idx)
-                or not any(r.value is not None for r in _returns(step))
-            )
             if blocked:
                 result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
                 continue
-            assert step is not None  # a missing step blocks
-            step, hook = _as_block(step), _as_block(hook)
+            assert shape is not None
+            hook = _as_block(hook)
+            rewrite = _SuperEpochEnd(old, new, attr)
+            handed_on = hook.visit(rewrite)
+            assert isinstance(handed_on, cst.FunctionDef)
+            checker = _SuperEpochEnd(old, new, attr)
+            handed_on.visit(checker)
+            if checker.left or (shape.loader_param and rewrite.handed):
+                # a super call this rewrite does not take, or one that would hand per-loader outputs back
+                result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
+                continue
+            hook = handed_on
             result.node = _replace_method(result.node, old, [hook])
-            if step_name == "training_step":
-                wrap = "{}" if _returns_dict(step) or not _loss_keyed(hook, params[1]) else '{{"loss": {}}}'
-                wrap = f"recursive_detach({wrap})"
-                result.imports.append(("utilities.memory", "recursive_detach"))
+            if step is not None:
+                result.node = _collect(result.node, step_name, attr, shape, _returns_dict(step))
+                if step_name == "training_step":
+                    result.imports.append(("utilities.memory", "recursive_detach"))
+            if shape.loader_param:
+                count = _LOADER_COUNTS[old]
+                take = [
+                    cst.parse_statement(
+                        f"{params[1]} = [self.{attr}.get(i, []) for i in range(len(self.trainer.{count}))]"
+                    ),
+                    cst.parse_statement(f"self.{attr} = {{}}"),
+                    cst.parse_statement(f"{params[1]} = {params[1]}[0] if len({params[1]}) == 1 else {params[1]}"),
+                ]
             else:
-                wrap = "{}"
-            new_step = step.visit(_CollectReturns(step, attr, wrap))
-            result.node = _replace_method(result.node, step_name, [new_step])  # type: ignore[list-item]
-            take = cst.parse_statement(f"{params[1]}, self.{attr} = self.{attr}, []")
+                take = [cst.parse_statement(f"{params[1]}, self.{attr} = self.{attr}, []")]
             body = list(hook.body.body) if isinstance(hook.body, cst.IndentedBlock) else []
             docstring = (
                 body[:1]
@@ -281,9 +449,11 @@ def convert_epoch_ends(cls: cst.ClassDef, has_optimizer_idx: bool) -> ClassResul
                 and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString))
                 else []
             )
-            new_body = hook.body.with_changes(body=[*docstring, take, *body[len(docstring) :]])
-            result.node = _ensure_init_attr(result.node, attr)
-            message = f"{old}(outputs) -> {new}(self), the outputs collected in self.{attr} by {step_name}"
+            new_body = hook.body.with_changes(body=[*docstring, *take, *body[len(docstring) :]])
+            result.node = _ensure_init_attr(result.node, attr, empty)
+            where = f"by {step_name}" if step is not None else f"by {step_name} of a relative"
+            per_loader = ", per dataloader" if shape.loader_param else ""
+            message = f"{old}(outputs) -> {new}(self), the outputs collected in self.{attr}{per_loader} {where}"
         else:
             new_body = hook.body
             message = f"{old}(outputs) -> {new}(self) (outputs was unused)"
@@ -299,6 +469,25 @@ def convert_epoch_ends(cls: cst.ClassDef, has_optimizer_idx: bool) -> ClassResul
         result.node = _replace_method(result.node, old, [renamed])
         result.changes.append((old, "epoch-end", message))
     return result
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def _collect(cls: cst.ClassDef, step_name: str, attr: str, shape: HookShape, returns_dict: bool) -> cst.ClassDef:
+    """The class with its step appending each value it returns to ``self.ATTR`` (per loader where the step takes
+    one), as 1.x handed it to the epoch end: a training step's detached, a bare training loss as ``{"loss": ...}``
+    where the hook reads that key."""
+    step = _as_block(_methods(cls)[step_name])
+    if step_name == "training_step":
+        wrap = "{}" if returns_dict or not shape.loss_keyed else '{{"loss": {}}}'
+        wrap = f"recursive_detach({wrap})"
+    else:
+        wrap = "{}"
+    target = f"{attr}.setdefault({shape.loader_param}, [])" if shape.loader_param else attr
+    new_step = step.visit(_CollectReturns(step, target, wrap))
+    return _replace_method(cls, step_name, [new_step])  # type: ignore[list-item]
 
 
 #: The methods whose returned dict Lightning 1.0 read ``"log"`` and ``"progress_bar"`` keys from.

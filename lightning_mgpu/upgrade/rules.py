@@ -732,8 +732,12 @@ RULES = _rules(
         "epoch-end",
         "{hook}(outputs) is gone: collect outputs for {new}",
         "training_epoch_end/validation_epoch_end/test_epoch_end(outputs) became on_*_epoch_end(self) without outputs."
-        " The tool collects the step's return value in self.<step>_outputs and hands it to the body as outputs,"
-        " where the step is in the same class and returns its output; otherwise do that by hand.",
+        " The tool collects the step's return value in self.<step>_outputs and hands it to the body as outputs"
+        " (per dataloader where the step takes a dataloader index: a list per loader, as 1.x gave it), also where"
+        " the hook and the step are in different classes of one file (a base's hook, a subclass's step; a"
+        " super().<hook>(outputs) call hands the outputs on to the base's converted hook). It leaves this TODO where"
+        " no step of the class's family in the file returns its output, the step runs several optimizers, or a"
+        " super() call to the hook is used as a value: collect the outputs by hand.",
     ),
     Rule(
         "progress-bar-dict",

@@ -23,9 +23,11 @@ from lightning_mgpu.upgrade.conflicts import drop_default, plugin_refines
 from lightning_mgpu.upgrade.grad_norm import GradNormPlan, add_hook
 from lightning_mgpu.upgrade.grad_norm import plan as grad_norm_plan
 from lightning_mgpu.upgrade.hooks import (
+    HookShape,
     convert_epoch_ends,
     convert_log_returns,
     convert_renamed_hooks,
+    epoch_end_plan,
     with_comments,
     wrap_returns,
 )
@@ -788,6 +790,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._class_manual: list[str] = []  # what manual_optimization.py makes of the class (ManualPlan.kind)
         self._class_per_sample: list[set[str]] = []  # per enclosing class: its steps with per-sample outputs
         self._manual = ManualPlan(frozenset())
+        self._epoch_ends: dict[str, dict[str, HookShape]] = {}
         #: local name -> (bundle module, new name, extra call kwargs) for the removed classes imported in this file.
         self.renamed: dict[str, tuple[str, str, dict[str, str]]] = {}
         #: aliases of the Lightning namespaces: {"pl": "pytorch_lightning", "L": "lightning.pytorch"}.
@@ -878,6 +881,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             self._class_counts = class_counts(node)
             self._grad_norm = grad_norm_plan(node)
             self._manual = manual_plan(node)
+            self._epoch_ends = epoch_end_plan(node)
             self._tune = tune_plan(node)
         if isinstance(node, (cst.Module, cst.FunctionDef)):
             # A function the pre-pass failed on has no scope of its own: it knows nothing about its names.
@@ -1965,7 +1969,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         comments: list[tuple[str, str]] = []
         for convert in (
             convert_log_returns,
-            lambda c: convert_epoch_ends(c, has_optimizer_idx),
+            lambda c: convert_epoch_ends(c, has_optimizer_idx, self._epoch_ends.get(original.name.value)),
             convert_renamed_hooks,
         ):
             try:

@@ -87,7 +87,7 @@ def test_a_call_whose_rewrite_raises_keeps_a_todo_and_the_rest_converts(monkeypa
 
 
 def test_a_class_rewrite_that_raises_leaves_the_classs_other_rewrites(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(cls, has_optimizer_idx):
+    def broken(cls, has_optimizer_idx, family=None):
         raise IndexError("no step")
 
     monkeypatch.setattr(transform, "convert_epoch_ends", broken)

@@ -500,8 +500,17 @@ def test_epoch_end_hooks_collect_the_steps_outputs() -> None:
         '    def on_validation_epoch_end(self):\n        """Average."""\n        val_outs, self.validation_step_outputs'
         in out
     )
-    # Several test loaders: the outputs are nested per loader; left for a person.
-    assert "epoch-end): test_epoch_end(outputs) is gone" in out and "def test_epoch_end(self, outputs):" in out
+    # A step with a loader index: collected per loader, handed over as 1.x did (a list per loader where there are
+    # several, one flat list where there is one).
+    assert "self.test_step_outputs = {}" in out
+    assert "self.test_step_outputs.setdefault(dataloader_idx, []).append(step_output)" in out
+    assert (
+        "    def on_test_epoch_end(self):\n"
+        "        outputs = [self.test_step_outputs.get(i, []) for i in range(len(self.trainer.num_test_batches))]\n"
+        "        self.test_step_outputs = {}\n"
+        "        outputs = outputs[0] if len(outputs) == 1 else outputs\n" in out
+    )
+    assert "TODO" not in out
 
 
 def test_epoch_end_conversion_runs_as_1x_did() -> None:
@@ -535,6 +544,116 @@ def test_epoch_end_conversion_runs_as_1x_did() -> None:
         module.on_validation_epoch_end()
         assert logged["avg"] == pytest.approx(1.0 + epoch) and logged["val"] == pytest.approx(2.0)
         assert module.training_step_outputs == [] and module.validation_step_outputs == []
+
+
+EPOCH_END_FAMILY = """class Base(LightningModule):
+    def training_epoch_end(self, outputs):
+        self.means.append(torch.stack([o["loss"] for o in outputs]).mean().item())
+
+
+class M(Base):
+    def __init__(self):
+        super().__init__()
+        self.means, self.counts, self.val = [], [], []
+
+    def training_step(self, batch, batch_idx):
+        return self(batch)
+
+    def training_epoch_end(self, outputs):
+        super().training_epoch_end(outputs)
+        self.counts.append(len(outputs))
+
+    def validation_step(self, batch, batch_idx, loader):
+        return self(batch)
+
+    def validation_epoch_end(self, outputs):
+        self.val.append(outputs)
+
+
+class Other(Base):
+    def training_step(self, batch, batch_idx):
+        return {"loss": self(batch)}
+"""
+
+
+def _run_family(source: str, loaders: int) -> list[object]:
+    """The converted classes driven like Lightning 2.x's loop for two epochs: what each epoch end recorded."""
+    torch = pytest.importorskip("torch")
+
+    class Trainer:
+        num_val_batches = [3] * loaders
+
+    class LightningModule:
+        trainer = Trainer()
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __call__(self, batch):
+            return batch.sum()
+
+        def on_train_epoch_end(self):
+            pass
+
+    namespace = {"LightningModule": LightningModule, "torch": torch, "recursive_detach": lambda x: x}
+    code = source.replace("from pytorch_lightning.utilities.memory import recursive_detach\n", "")
+    exec(compile(code, "m", "exec"), namespace)  # noqa: S102
+    module = namespace["M"]()
+    for epoch in range(2):
+        for i in range(3):
+            module.training_step(torch.tensor([float(i + epoch)]), i)
+            for loader in range(loaders):
+                module.validation_step(torch.tensor([10.0 * loader + i]), i, loader)
+        module.on_train_epoch_end()
+        module.on_validation_epoch_end()
+    return [
+        module.means,
+        module.counts,
+        [[[float(t) for t in o] for o in v] if loaders > 1 else [float(t) for t in v] for v in module.val],
+    ]
+
+
+def test_an_epoch_end_in_a_base_class_aggregates_a_subclass_step() -> None:
+    """A base class's training_epoch_end reached from the subclass through super(), and a validation step with a
+    loader index: converted (no TODO), and computing what 1.x handed over."""
+    out = upgraded(EPOCH_END_FAMILY)
+    assert "TODO" not in out
+    # The base takes the list its subclasses fill; its __init__ (made) holds it.
+    assert (
+        "class Base(LightningModule):\n    def __init__(self, *args, **kwargs):\n"
+        "        super().__init__(*args, **kwargs)\n        self.training_step_outputs = []\n" in out
+    )
+    assert (
+        "    def on_train_epoch_end(self):\n"
+        "        outputs, self.training_step_outputs = self.training_step_outputs, []\n        self.means" in out
+    )
+    # The subclass hands its outputs on to the base's converted hook.
+    assert "        self.training_step_outputs = outputs\n        super().on_train_epoch_end()\n" in out
+    # A subclass with only a step collects for the base's hook.
+    assert (
+        "class Other(Base):\n    def training_step(self, batch, batch_idx):\n"  # no __init__: Base's makes the list
+        '        step_output = {"loss": self(batch)}\n'
+        "        self.training_step_outputs.append(recursive_detach(step_output))\n" in out
+    )
+    means, counts, val = _run_family(out, loaders=2)
+    assert means == [1.0, 2.0] and counts == [3, 3]  # 1.x: {"loss": ...} per step, 3 steps an epoch
+    assert val == [[[0.0, 1.0, 2.0], [10.0, 11.0, 12.0]]] * 2  # a list per loader
+    assert _run_family(out, loaders=1)[2] == [[0.0, 1.0, 2.0]] * 2  # one loader: one flat list, as 1.x gave it
+
+
+def test_an_epoch_end_family_that_cannot_be_followed_keeps_its_todo() -> None:
+    # No step anywhere in the family.
+    out = upgraded(
+        "class Base(LightningModule):\n    def training_epoch_end(self, outputs):\n        self.n = len(outputs)\n"
+    )
+    assert "TODO(lightning-mgpu:epoch-end)" in out and "def training_epoch_end(self, outputs):" in out
+    # A super call whose value is used.
+    out = upgraded(
+        EPOCH_END_FAMILY.replace(
+            "        super().training_epoch_end(outputs)\n", "        x = super().training_epoch_end(outputs)\n"
+        )
+    )
+    assert out.count("TODO(lightning-mgpu:epoch-end)") == 1 and "x = super().training_epoch_end(outputs)" in out
 
 
 def test_callback_hooks_renamed_with_their_1x_reach() -> None:
