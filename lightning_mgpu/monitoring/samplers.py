@@ -21,11 +21,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 GIB = float(2**30)
+#: NvmlSource's default least time between two PCIe throughput readings, in seconds
+PCIE_EVERY_S = 5.0
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -275,17 +278,22 @@ THROTTLE_GROUPS = {
 
 class NvmlSource:
     """One GPU through NVML: utilisation, memory, power and SM clock from the driver's sample buffers; temperature,
-    energy, PCIe throughput, throttle reasons and ECC errors read at each poll. A query the board or driver does not
-    support is left out from then on.
+    energy, throttle reasons and ECC errors read at each poll; PCIe throughput at most every ``pcie_every_s``. A
+    query the board or driver does not support is left out from then on.
 
     Args:
         label: the device label (``rank0``, ``rank0_dev1``).
         nvml: the ``pynvml`` module (initialised).
         handle: the NVML device handle (see :func:`match_nvml_handles`).
+        pcie_every_s: the least time between two PCIe readings. NVML counts the bytes of each direction over 20 ms
+            inside the call, so a reading holds the sampler thread 40 ms per GPU (320 ms of a 0.5 s poll for 8 GPUs
+            under ``dp``); 0 reads it at every poll.
     """
 
-    def __init__(self, label: str, nvml: ModuleType, handle: Any) -> None:
+    def __init__(self, label: str, nvml: ModuleType, handle: Any, pcie_every_s: float = PCIE_EVERY_S) -> None:
         self.label, self.nvml, self.handle = label, nvml, handle
+        self.pcie_every_s = pcie_every_s
+        self._pcie_due = 0.0  # time.monotonic() from which the next PCIe reading is taken
         n = nvml
         self._series = {
             "util_pct": _BufferedSeries(
@@ -305,11 +313,14 @@ class NvmlSource:
         )  # renamed in NVML 12.5; the old name is gone from newer pynvml
         self._instant: dict[str, Callable[[], float]] = {
             "temp_c": lambda: float(n.nvmlDeviceGetTemperature(handle, n.NVML_TEMPERATURE_GPU)),
-            "pcie_tx_mb_s": lambda: n.nvmlDeviceGetPcieThroughput(handle, n.NVML_PCIE_UTIL_TX_BYTES) / 1024.0,
-            "pcie_rx_mb_s": lambda: n.nvmlDeviceGetPcieThroughput(handle, n.NVML_PCIE_UTIL_RX_BYTES) / 1024.0,
             "ecc_errors": lambda: float(
                 n.nvmlDeviceGetTotalEccErrors(handle, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC)
             ),
+        }
+        # Read every pcie_every_s: each call blocks 20 ms in the driver (KB/s over that interval).
+        self._pcie: dict[str, Callable[[], float]] = {
+            "pcie_tx_mb_s": lambda: n.nvmlDeviceGetPcieThroughput(handle, n.NVML_PCIE_UTIL_TX_BYTES) / 1024.0,
+            "pcie_rx_mb_s": lambda: n.nvmlDeviceGetPcieThroughput(handle, n.NVML_PCIE_UTIL_RX_BYTES) / 1024.0,
         }
         self._clock_reasons: Callable[[Any], int] | None = clock_reasons
         self._energy_mj: float | None = None  # NVML's energy counter at the previous poll (mJ since the driver loaded)
@@ -332,15 +343,14 @@ class NvmlSource:
         mem = self.nvml.nvmlDeviceGetMemoryInfo(self.handle)
         out += [("mem_used_gb", mem.used / GIB), ("mem_total_gb", mem.total / GIB)]
         for name, series in self._series.items():
-            if name in self._unsupported:
-                continue
-            try:
-                out += [(name, v) for v in series.read()]
-            except self.nvml.NVMLError as err:
-                if getattr(err, "value", None) != getattr(self.nvml, "NVML_ERROR_NOT_SUPPORTED", 3):
-                    raise
-                self._unsupported.add(name)  # e.g. no power sensor: log the rest
-        for name, query in self._instant.items():
+            values = self._supported(name, series.read)  # e.g. no power sensor: log the rest
+            out += [(name, v) for v in values or ()]
+        instant = dict(self._instant)
+        now = time.monotonic()
+        if now >= self._pcie_due:
+            instant.update(self._pcie)
+            self._pcie_due = now + self.pcie_every_s
+        for name, query in instant.items():
             value = self._supported(name, query)
             if value is not None:
                 out.append((name, value))
@@ -357,7 +367,7 @@ class NvmlSource:
             self._energy_mj = energy
         return out
 
-    def _supported(self, name: str, query: Callable[[], float]) -> float | None:
+    def _supported(self, name: str, query: Callable[[], _T]) -> _T | None:
         """``query()``, or ``None`` (and never again) where NVML says the device does not support it."""
         if name in self._unsupported:
             return None

@@ -101,6 +101,13 @@ def test_temperature_energy_pcie_throttling_and_ecc_where_nvml_has_them(fake_gpu
     window = sampler.collect()["rank0"]
     assert (window["temp_c"].max, window["energy_j"].total) == (83.0, pytest.approx(300.0))
     assert (window["pcie_tx_mb_s"].mean, window["pcie_rx_mb_s"].mean) == (2.0, 1.0)
+    # PCIe is read once per pcie_every_s (each NVML call counts bytes over 20 ms): at the first of these quick polls
+    # only; this window's 3 polls read none, and the window carries the last reading forward.
+    assert window["pcie_tx_mb_s"].count == 1 and window["temp_c"].count == 3
+    every_poll = BackgroundSampler([NvmlSource("rank0", nvml, gpu, pcie_every_s=0)], interval_s=60)
+    for _ in range(3):
+        every_poll.poll()
+    assert every_poll.collect()["rank0"]["pcie_rx_mb_s"].count == 3
     assert window["throttle_power_pct"].mean == pytest.approx(100 / 3)
     assert window["throttle_thermal_pct"].mean == pytest.approx(100 / 3)
     assert window["throttle_hw_slowdown_pct"].mean == 0.0 and window["ecc_errors"].last == 2.0
