@@ -29,7 +29,11 @@ COLUMNS = ("rank", "time", "seconds", "step", "phase")
 CSV_NAME, PARQUET_NAME = "timeline.csv", "timeline.parquet"
 
 
-def timeline_table(run: RunData) -> tuple[list[str], list[dict[str, Any]]]:
+#: ``(columns, rows)``: what :func:`timeline_table` returns
+Table = tuple[list[str], list[dict[str, Any]]]
+
+
+def timeline_table(run: RunData) -> Table:
     """``(columns, rows)`` of ``run``'s time lines, the rows in time order (ranks interleaved); empty without one."""
     points = [(rank, p) for rank in sorted(run.timelines) for p in run.timelines[rank]]
     if not points:
@@ -50,13 +54,18 @@ def timeline_table(run: RunData) -> tuple[list[str], list[dict[str, Any]]]:
     return [*COLUMNS, *keys], rows
 
 
-def write_timeline_csv(run: RunData, path: str | os.PathLike) -> Path:
+def write_timeline_csv(run: RunData, path: str | os.PathLike, table: Table | None = None) -> Path:
     """Write ``run``'s time line table to ``path`` as CSV (atomically); returns ``path``.
+
+    Args:
+        run: the run read by :func:`lightning_mgpu.dashboard.reader.read_run`.
+        path: the file to write.
+        table: :func:`timeline_table` of ``run``, where the caller has it already.
 
     Raises:
         ValueError: the run has no time line.
     """
-    columns, rows = _table_or_refuse(run)
+    columns, rows = _table_or_refuse(run, table)
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=columns, restval="", lineterminator="\n")
     writer.writeheader()
@@ -65,8 +74,13 @@ def write_timeline_csv(run: RunData, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def write_timeline_parquet(run: RunData, path: str | os.PathLike) -> Path:
+def write_timeline_parquet(run: RunData, path: str | os.PathLike, table: Table | None = None) -> Path:
     """Write ``run``'s time line table to ``path`` as Parquet (atomically); returns ``path``.
+
+    Args:
+        run: the run read by :func:`lightning_mgpu.dashboard.reader.read_run`.
+        path: the file to write.
+        table: :func:`timeline_table` of ``run``, where the caller has it already.
 
     Raises:
         ValueError: the run has no time line.
@@ -74,7 +88,7 @@ def write_timeline_parquet(run: RunData, path: str | os.PathLike) -> Path:
     """
     pa = require("pyarrow", "the time line's Parquet export")
     parquet = require("pyarrow.parquet", "the time line's Parquet export")
-    columns, rows = _table_or_refuse(run)
+    columns, rows = _table_or_refuse(run, table)
     types = {
         "rank": pa.int32(),
         "time": pa.float64(),
@@ -89,8 +103,8 @@ def write_timeline_parquet(run: RunData, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def _table_or_refuse(run: RunData) -> tuple[list[str], list[dict[str, Any]]]:
-    columns, rows = timeline_table(run)
+def _table_or_refuse(run: RunData, table: Table | None) -> Table:
+    columns, rows = table if table is not None else timeline_table(run)
     if not rows:
         raise ValueError(
             f"{run.path} has no time line (timeline/rank<R>.jsonl): train with GPUUtilizationMonitor(timeline=True),"

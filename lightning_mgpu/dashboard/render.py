@@ -52,7 +52,13 @@ from lightning_mgpu.dashboard.charts import (
     StackedBarChart,
     fmt,
 )
-from lightning_mgpu.dashboard.export import CSV_NAME, PARQUET_NAME, write_timeline_csv, write_timeline_parquet
+from lightning_mgpu.dashboard.export import (
+    CSV_NAME,
+    PARQUET_NAME,
+    timeline_table,
+    write_timeline_csv,
+    write_timeline_parquet,
+)
 from lightning_mgpu.dashboard.figures import figure_json
 from lightning_mgpu.dashboard.page import CSS, JS, chart_html, escape, inline_json, table_html
 from lightning_mgpu.dashboard.png import render_pngs
@@ -666,9 +672,10 @@ def _export_timeline(run: RunData, out: Path, sections: Sequence[Section]) -> li
     section = next((s for s in sections if s.id == "timeline"), None)
     if section is None:
         return []
-    written = [write_timeline_csv(run, out / CSV_NAME)]
+    table = timeline_table(run)  # built once for both files
+    written = [write_timeline_csv(run, out / CSV_NAME, table)]
     try:
-        written.append(write_timeline_parquet(run, out / PARQUET_NAME))
+        written.append(write_timeline_parquet(run, out / PARQUET_NAME, table))
     except MissingDependencyError as err:
         log.warning("dashboard: the time line's Parquet file skipped: %s", err)
         run.notes.append(f"timeline.parquet skipped: {err}")
