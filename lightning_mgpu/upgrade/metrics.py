@@ -252,3 +252,32 @@ def with_task(call: cst.Call, name: str, count: str | None) -> cst.Call | None:
     if not rest:
         new[-1] = new[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return call.with_changes(args=[*head, *new, *rest])
+
+
+#: Metric -> (its stand-in in ``lightning_mgpu.upgrade.legacy_metrics``, the positional arguments it takes, the
+#: keywords it takes): the calls whose task torchmetrics <= 0.10 inferred and that have an exact stand-in.
+INFERRED = {
+    "Accuracy": ("LegacyAccuracy", 0, frozenset({"threshold", "dist_sync_on_step"})),
+    "accuracy": ("legacy_accuracy", 2, frozenset({"threshold"})),
+    "auroc": ("legacy_auroc", 2, frozenset()),
+}
+
+
+def with_inferred_task(call: cst.Call, name: str) -> tuple[cst.Call, str] | None:
+    """``call`` (a torchmetrics metric without ``task=`` and no class count in sight) with its stand-in that infers the
+    task from the inputs as torchmetrics <= 0.10 did (rule ``metrics-inferred-task``), and the stand-in's name to
+    import from ``lightning_mgpu.upgrade.legacy_metrics``; None where there is none or the call passes anything else.
+
+    Args:
+        call: the metric's call, ``Accuracy()`` or ``accuracy(preds, target)``.
+        name: the metric's name as torchmetrics has it.
+    """
+    if name not in INFERRED:
+        return None
+    new, positional, keywords = INFERRED[name]
+    if any(a.star for a in call.args):
+        return None
+    given = [a for a in call.args if a.keyword is None]
+    if len(given) != positional or any(a.keyword.value not in keywords for a in call.args if a.keyword is not None):
+        return None
+    return call.with_changes(func=cst.Name(new)), new

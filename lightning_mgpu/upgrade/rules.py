@@ -882,6 +882,17 @@ RULES.update(
             kind="rewrite",
         ),
         Rule(
+            "metrics-inferred-task",
+            "a stand-in that reads the task off the inputs as torchmetrics <= 0.10 did",
+            "torchmetrics >= 0.11 needs task= where 1.x inferred binary, multiclass or multilabel from the inputs."
+            " Where the file names no class count, Accuracy() becomes LegacyAccuracy(), accuracy(preds, target)"
+            " legacy_accuracy(preds, target) and auroc(preds, target) legacy_auroc(preds, target), from"
+            " lightning_mgpu.upgrade.legacy_metrics: they read the inputs as torchmetrics 0.10.3 did and compute what"
+            " it computed (micro accuracy; binary AUROC, the only one 0.10 took without num_classes). Other keywords,"
+            " and other metrics, keep the metrics-task TODO. To fix the task, pass task= to torchmetrics' own metric.",
+            kind="rewrite",
+        ),
+        Rule(
             "trainer-splat-translated",
             "settings splatted into the Trainer are translated at run time by legacy_trainer_kwargs",
             "Trainer(**settings) where the settings come from somewhere this tool cannot read (a config file, a"

@@ -35,7 +35,7 @@ from lightning_mgpu.upgrade.manual_optimization import CLIP_ARGS, ManualPlan
 from lightning_mgpu.upgrade.manual_optimization import convert as manual_convert
 from lightning_mgpu.upgrade.manual_optimization import convert_subclass as manual_convert_subclass
 from lightning_mgpu.upgrade.manual_optimization import plan as manual_plan
-from lightning_mgpu.upgrade.metrics import class_counts, with_task
+from lightning_mgpu.upgrade.metrics import class_counts, with_inferred_task, with_task
 from lightning_mgpu.upgrade.removed_names import epoch_output_annotation, test_tube_arguments, trainer_attribute
 from lightning_mgpu.upgrade.scopes import LIST, FileFacts, Scope, is_dict_builder, translates_at_run_time
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
@@ -1584,6 +1584,14 @@ class UpgradeTransformer(cst.CSTTransformer):
         if counted is not None:
             self._change(original, "metrics-num-classes", f'{name}(...) -> {name}(task="multiclass", num_classes=...)')
             return counted
+        # No count anywhere: a stand-in that reads the task off the inputs as torchmetrics <= 0.10 did (metrics.py).
+        inferred = with_inferred_task(updated, name)
+        if inferred is not None:
+            self._add_import("lightning_mgpu.upgrade.legacy_metrics", inferred[1], None)
+            self._change(
+                original, "metrics-inferred-task", f"{name}(...) -> {inferred[1]}(...): the task read off the inputs"
+            )
+            return inferred[0]
         self._todo(original, rules.todo_text("metrics-task", name=name))
         return updated
 

@@ -68,17 +68,27 @@ def test_a_module_constant_counts_below_its_assignment() -> None:
         "    return torchmetrics.Recall()\n"
     )
     out = upgraded(source)
-    assert "EARLY = torchmetrics.Accuracy()\n" in out  # N_CLASSES does not exist yet when it runs
+    assert "EARLY = LegacyAccuracy()\n" in out  # N_CLASSES does not exist yet when it runs: the task is inferred
     assert 'METRICS = {"acc": torchmetrics.Accuracy(task="multiclass", num_classes=N_CLASSES),' in out
     assert 'return torchmetrics.Recall(task="multiclass", num_classes=N_CLASSES)' in out
-    assert out.count("metrics-task") == 2  # EARLY, and the statement with Accuracy(0.5)
+    assert out.count("metrics-task") == 1  # the statement with Accuracy(0.5): a positional threshold
 
 
-def test_no_count_or_a_curve_keeps_the_todo() -> None:
+def test_no_count_or_a_curve_gets_the_stand_in_that_infers_the_task() -> None:
+    """Where no count is in sight (and for AUROC, often binary per label), the metric becomes its stand-in that reads
+    the task off the inputs as torchmetrics 0.10 did (metrics-inferred-task); anything else keeps the TODO."""
     out = upgraded(MODULE)
-    todos = [line.strip() for line in out.splitlines() if "metrics-task" in line]
-    assert len(todos) == 2, todos  # auroc (a curve), Unknown's Accuracy (no count)
-    assert "roc = auroc(probs, y)" in out and "self.acc = torchmetrics.Accuracy()" in out
+    assert "metrics-task" not in out
+    assert "roc = legacy_auroc(probs, y)" in out and "self.acc = LegacyAccuracy()" in out
+    assert "from lightning_mgpu.upgrade.legacy_metrics import LegacyAccuracy\n" in out
+    assert "from lightning_mgpu.upgrade.legacy_metrics import legacy_auroc\n" in out
+    out = upgraded(
+        "import torchmetrics\nfrom torchmetrics.functional import accuracy, auroc\n"
+        "a = torchmetrics.Accuracy(top_k=2)\nb = accuracy(p, t, top_k=2)\nc = auroc(p, t, pos_label=1)\n"
+        "d = torchmetrics.F1Score()\ne = accuracy(p, t, threshold=0.3)\n"
+    )
+    assert out.count("TODO(lightning-mgpu:metrics-task)") == 4  # top_k and pos_label: not 0.10's defaults; F1Score
+    assert "e = legacy_accuracy(p, t, threshold=0.3)" in out
 
 
 def test_a_functional_metric_given_num_classes_gets_task() -> None:
@@ -94,7 +104,7 @@ def test_two_different_counts_decide_nothing() -> None:
         "    net = resnet(num_classes=cfg.n)\n"
         "    return torchmetrics.Accuracy()\n"
     )
-    assert "metrics-task" in upgraded(source)
+    assert "return LegacyAccuracy()" in upgraded(source)  # no count guessed: the task read off the inputs
 
 
 def test_converted_metrics_build_on_this_torchmetrics() -> None:
@@ -109,6 +119,18 @@ def test_converted_metrics_build_on_this_torchmetrics() -> None:
     import torch
 
     assert float(metric(torch.tensor([0, 1, 2, 3]), torch.tensor([0, 1, 2, 0]))) == pytest.approx(0.75)  # micro
+    # No count: the stand-ins run as written (their figures: test_legacy_metrics.py).
+    source = upgraded(
+        "import torchmetrics\nfrom torchmetrics.functional import accuracy, auroc\n"
+        "def build():\n    return torchmetrics.Accuracy()\n"
+        "def score(p, t):\n    return accuracy(p, t), auroc(p, t)\n"
+    )
+    namespace = {}
+    exec(compile(source, "converted", "exec"), namespace)  # noqa: S102
+    probs, target = torch.tensor([0.9, 0.2, 0.6, 0.4]), torch.tensor([1, 0, 0, 1])
+    assert float(namespace["build"]()(probs, target)) == pytest.approx(0.5)  # type: ignore[operator]
+    acc, roc = namespace["score"](probs, target)  # type: ignore[operator]
+    assert (float(acc), float(roc)) == (pytest.approx(0.5), pytest.approx(0.75))
 
 
 def test_a_count_another_method_reads_off_a_parameter_counts_where_that_parameter_is_passed() -> None:
@@ -123,9 +145,9 @@ def test_a_count_another_method_reads_off_a_parameter_counts_where_that_paramete
     )
     assert 'self.acc = torchmetrics.Accuracy(task="multiclass", num_classes=cfg.data.num_classes)' in upgraded(source)
     # Passed something else than a name: the method may read another object; the TODO stays.
-    assert "metrics-task" in upgraded(source.replace("self.build_net(cfg)", "self.build_net(load(cfg))"))
+    assert "LegacyAccuracy()" in upgraded(source.replace("self.build_net(cfg)", "self.build_net(load(cfg))"))
     # A star before it: which parameter cfg lands in is not written.
-    assert "metrics-task" in upgraded(source.replace("self.build_net(cfg)", "self.build_net(*extra, cfg)"))
+    assert "LegacyAccuracy()" in upgraded(source.replace("self.build_net(cfg)", "self.build_net(*extra, cfg)"))
     # Passed by keyword, it counts.
     assert "num_classes=cfg.data.num_classes)" in upgraded(source.replace("build_net(cfg)", "build_net(cfg=cfg)"))
 

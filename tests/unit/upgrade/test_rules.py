@@ -49,6 +49,7 @@ REWRITES = {
         "import torchmetrics\nclass M(LightningModule):\n    def __init__(self, num_classes):\n"
         "        self.num_classes = num_classes\n        self.acc = torchmetrics.Accuracy()\n"
     ),
+    "metrics-inferred-task": "import torchmetrics\nacc = torchmetrics.Accuracy()\n",
     "trainer-training-type-plugin": "world = trainer.training_type_plugin.world_size\n",
     "trainer-root-gpu": "gpu = trainer.root_gpu\n",
     "epoch-output-type": (

@@ -430,11 +430,10 @@ m = pl.metrics.functional.accuracy(x, y)
         "p = pl.strategies.DDPStrategy(find_unused_parameters=True)",
         "pl.seed_everything(1)",
         'a = Accuracy(task="multiclass", num_classes=10)',
-        "m = torchmetrics.functional.accuracy(x, y)",
+        "m = legacy_accuracy(x, y)",  # the moved functional metric, its task inferred as 0.10 did
     ):
         assert line in out.splitlines(), (line, out)
     assert "metrics-task): torchmetrics' F1Score needs task=" in out
-    assert "metrics-task): torchmetrics' accuracy needs task=" in out
     assert "from pytorch_lightning.loggers import TensorBoardLogger" in out.splitlines()  # test-tube-logger-args
 
 

@@ -1,0 +1,99 @@
+"""torchmetrics <= 0.10's classification metrics that infer their task from the inputs, for converted 1.x scripts.
+
+Since torchmetrics 0.11 a classification metric needs ``task=`` (``Accuracy()`` raises). 1.x code wrote
+``Accuracy()``, ``accuracy(preds, target)`` or ``auroc(preds, target)`` and torchmetrics read binary, multiclass or
+multilabel off the inputs' shapes. Where the file does not say how many classes there are (``metrics.py`` reads that
+when it can), ``lightning-mgpu upgrade`` writes these instead (rule ``metrics-inferred-task``); they read the inputs
+as torchmetrics 0.10.3 did and compute what it computed (checked against figures 0.10.3 produced:
+``tests/unit/upgrade/test_legacy_metrics.py``):
+
+- **accuracy** (0.10's defaults: ``average="micro"``, ``threshold=0.5``, ``subset_accuracy=False``): the share of
+  correct labels. Multiclass (``preds`` of shape ``(N, C, ...)`` beside ``target`` ``(N, ...)``): the arg-max
+  label; float ``preds`` of ``target``'s shape (binary, multilabel): ``preds >= threshold``; integer ``preds``:
+  as they are. Every element of ``target`` counts once.
+- **AUROC**: without ``num_classes`` 0.10 took binary inputs only (1-D scores, 0/1 targets): torchmetrics'
+  ``binary_auroc``.
+
+Pass ``task=`` (and ``num_classes=``) to torchmetrics' own metric to fix the task instead; these exist so that a
+converted script computes what it computed before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torchmetrics import Metric
+from torchmetrics.functional.classification import binary_auroc
+
+
+def accuracy_counts(preds: torch.Tensor, target: torch.Tensor, threshold: float = 0.5) -> tuple[torch.Tensor, int]:
+    """``(correct, total)`` of one batch, read as torchmetrics 0.10's ``accuracy`` read it (module docstring).
+
+    Raises:
+        ValueError: shapes 0.10 refused too (neither equal nor ``preds`` one dimension more), or a float ``target``.
+    """
+    if target.is_floating_point():
+        raise ValueError(f"accuracy: target must hold integer labels, got {target.dtype}: pass target.long()")
+    if preds.ndim == target.ndim + 1 and preds.shape[:1] + preds.shape[2:] == target.shape:
+        labels = preds.argmax(dim=1)
+    elif preds.shape == target.shape:
+        labels = (preds >= threshold).to(target.dtype) if preds.is_floating_point() else preds
+    else:
+        raise ValueError(
+            f"accuracy: preds {tuple(preds.shape)} and target {tuple(target.shape)} are neither of one shape nor"
+            " (N, C, ...) beside (N, ...): pass task= to torchmetrics' Accuracy"
+        )
+    return (labels == target).sum(), target.numel()
+
+
+def legacy_accuracy(preds: torch.Tensor, target: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
+    """torchmetrics 0.10's ``accuracy(preds, target)``: the task read off the inputs (module docstring)."""
+    correct, total = accuracy_counts(preds, target, threshold)
+    return correct.float() / total
+
+
+def legacy_auroc(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """torchmetrics 0.10's ``auroc(preds, target)``: without ``num_classes`` it took only binary inputs (1-D scores
+    and 0/1 targets); torchmetrics' ``binary_auroc`` computes the same (its sigmoid of scores outside [0, 1] keeps
+    their order).
+
+    Raises:
+        ValueError: any other shape (0.10 refused it too without ``num_classes``).
+    """
+    if preds.ndim != 1 or preds.shape != target.shape:
+        raise ValueError(
+            f"auroc: preds {tuple(preds.shape)} and target {tuple(target.shape)} are not binary (N,) and (N,):"
+            ' pass task="multiclass" or "multilabel" and the class count to torchmetrics\' auroc'
+        )
+    return binary_auroc(preds, target)
+
+
+class LegacyAccuracy(Metric):
+    """torchmetrics 0.10's ``Accuracy()`` (micro average): the share of correct labels over every update, the task
+    read off each batch's inputs (module docstring). Synchronised across processes like any torchmetrics metric.
+
+    Args:
+        threshold: a float prediction at or above it is label 1 (binary and multilabel inputs).
+        kwargs: torchmetrics' ``Metric`` options (``dist_sync_on_step``, ...).
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+    correct: torch.Tensor
+    total: torch.Tensor
+
+    def __init__(self, threshold: float = 0.5, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.threshold = threshold
+        self.add_state("correct", default=torch.tensor(0), dist_reduce_fx="sum")
+        self.add_state("total", default=torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        correct, total = accuracy_counts(preds, target, self.threshold)
+        self.correct += correct
+        self.total += total
+
+    def compute(self) -> torch.Tensor:
+        return self.correct.float() / self.total
