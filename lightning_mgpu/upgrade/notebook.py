@@ -10,12 +10,14 @@ metadata are not touched; the file keeps its JSON layout (indentation, key order
 convert.
 
 Cells share no pre-pass: a dict of Trainer settings built in one cell and splatted in another is the ``trainer-splat``
-TODO. The Lightning namespace a notebook imports, and its aliases (``import pytorch_lightning as pl``), are read from
-all its cells.
+TODO. The Lightning namespace a notebook imports, its aliases (``import pytorch_lightning as pl``) and the torchmetrics
+names it imports (``from torchmetrics import Accuracy`` in one cell, ``Accuracy()`` in another) are read from all its
+cells.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import re
@@ -132,6 +134,25 @@ def notebook_context(code: str) -> tuple[str, dict[str, str]]:
     return namespace_of(code), aliases
 
 
+def metric_imports(sources: list[str]) -> list[str]:
+    """The names a notebook's cells import from torchmetrics (or 1.x's ``pytorch_lightning.metrics``), in order; a
+    cell that does not parse adds none."""
+    names: list[str] = []
+    for source in sources:
+        masked = mask_ipython(source)
+        try:
+            tree = ast.parse(masked[0] if masked else source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            module = (node.module or "") if isinstance(node, ast.ImportFrom) else ""
+            if module.split(".")[0] == "torchmetrics" or re.match(
+                r"(pytorch_lightning|lightning\.pytorch)\.metrics", module
+            ):
+                names += [alias.name for alias in node.names if alias.name != "*"]  # type: ignore[attr-defined]
+    return names
+
+
 def _cell_source(cell: dict[str, Any]) -> str:
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else str(source)
@@ -188,6 +209,7 @@ def upgrade_notebook(text: str) -> NotebookResult:
     cells = data["cells"]
     code_cells = [(i, c) for i, c in enumerate(cells, start=1) if isinstance(c, dict) and c.get("cell_type") == "code"]
     namespace, aliases = notebook_context("\n".join(_cell_source(c) for _, c in code_cells))
+    metric_names = metric_imports([_cell_source(c) for _, c in code_cells])
     result = NotebookResult(text)
     changed = False
     for index, cell in code_cells:
@@ -197,7 +219,7 @@ def upgrade_notebook(text: str) -> NotebookResult:
             continue
         source, originals = masked
         try:
-            upgraded = upgrade_source(source, namespace=namespace, aliases=aliases)
+            upgraded = upgrade_source(source, namespace=namespace, aliases=aliases, metric_names=metric_names)
         except cst.ParserSyntaxError as err:
             result.unparsable[index] = syntax_error(source, err)
             continue

@@ -1526,6 +1526,10 @@ class UpgradeTransformer(cst.CSTTransformer):
             return False
         return any(module.startswith("torchmetrics") and name == func for module, name, _ in self._metric_names())
 
+    def add_metric_names(self, names: Sequence[str]) -> None:
+        """torchmetrics names imported elsewhere (a notebook's other cells), known as if this source imported them."""
+        self._torchmetrics_imports += [("torchmetrics", rules.TORCHMETRICS_RENAMED.get(n, n)) for n in names]
+
     def _metric_names(self) -> list[tuple[str, str, None]]:
         return [
             (entry[0], entry[1], None) for entry in self.renamed.values() if entry[0].startswith("torchmetrics")
@@ -2086,7 +2090,12 @@ def namespace_of(code: str) -> str:
     return "pytorch_lightning"
 
 
-def upgrade_source(source: str, namespace: str | None = None, aliases: dict[str, str] | None = None) -> FileResult:
+def upgrade_source(
+    source: str,
+    namespace: str | None = None,
+    aliases: dict[str, str] | None = None,
+    metric_names: Sequence[str] = (),
+) -> FileResult:
     """Upgrade one file's source.
 
     Args:
@@ -2094,6 +2103,8 @@ def upgrade_source(source: str, namespace: str | None = None, aliases: dict[str,
         namespace: the Lightning tree that added imports come from (default: the one ``source`` imports).
         aliases: names that stand for a Lightning tree without ``source`` importing them (a notebook's earlier
             cells: ``{"pl": "pytorch_lightning"}``).
+        metric_names: torchmetrics names imported where ``source`` does not show it (a notebook's other cells:
+            ``from torchmetrics import Accuracy``), so that ``Accuracy()`` converts as in one file.
 
     Returns:
         The upgraded source (identical when there was nothing to do) and its findings, with original line numbers.
@@ -2115,6 +2126,7 @@ def upgrade_source(source: str, namespace: str | None = None, aliases: dict[str,
     wrapper.module.visit(facts)
     transformer = UpgradeTransformer(facts, namespace or namespace_of(source))
     transformer.namespace_aliases.update(aliases or {})
+    transformer.add_metric_names(metric_names)
     new = wrapper.visit(transformer)
     try:
         code = new.code
@@ -2122,6 +2134,7 @@ def upgrade_source(source: str, namespace: str | None = None, aliases: dict[str,
         log.debug("a rewrite cannot be written out; again, statement by statement", exc_info=True)
         transformer = UpgradeTransformer(facts, transformer.namespace, check_code=True)
         transformer.namespace_aliases.update(aliases or {})
+        transformer.add_metric_names(metric_names)
         new = wrapper.visit(transformer)
         code = new.code
     findings = sorted(transformer.findings, key=lambda f: (f.line, f.todo))

@@ -17,7 +17,13 @@ pytest.importorskip("nbformat", reason="lightning-mgpu upgrade reads notebooks w
 import nbformat
 
 from lightning_mgpu.cli import main as cli_main
-from lightning_mgpu.upgrade.notebook import mask_ipython, notebook_context, unmask_ipython, upgrade_notebook
+from lightning_mgpu.upgrade.notebook import (
+    mask_ipython,
+    metric_imports,
+    notebook_context,
+    unmask_ipython,
+    upgrade_notebook,
+)
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "helpers" / "upgrade_notebooks"
 
@@ -172,6 +178,28 @@ def test_the_namespace_and_its_aliases_come_from_every_cell() -> None:
         "t = L.Trainer(callbacks=[TQDMProgressBar(refresh_rate=5)])",
         'm = torchmetrics.Accuracy(task="multiclass", num_classes=3)',
     ]
+
+
+def test_torchmetrics_names_imported_in_another_cell_convert() -> None:
+    """``from torchmetrics import Accuracy`` in the first cell, ``Accuracy()`` in a class cell: converted as in one file
+    (before, the class cell did not know the name and left it as it was, unmarked)."""
+    assert metric_imports(
+        ["%pip install torchmetrics\nfrom torchmetrics import Accuracy, F1 as F", "x = (", "import os"]
+    ) == [
+        "Accuracy",
+        "F1",
+    ]
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("import pytorch_lightning as pl\nfrom torchmetrics import Accuracy"),
+        nbformat.v4.new_code_cell(
+            "class M(pl.LightningModule):\n    def __init__(self, n_classes):\n        super().__init__()\n"
+            "        self.acc = Accuracy()\n        self.other = Accuracy()\n\nacc = Accuracy()\n"
+        ),
+    ]
+    converted = source(json.loads(upgrade_notebook(nbformat.writes(notebook)).text)["cells"][1])
+    assert 'self.acc = Accuracy(task="multiclass", num_classes=n_classes)' in converted
+    assert "acc = LegacyAccuracy()" in converted  # no count at module level: the task read off the inputs
 
 
 def test_folders_hold_notebooks_and_a_broken_one_is_not_the_tools_failure(
