@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from lightning_mgpu.upgrade.scopes import dotted, is_trainer_call
+from lightning_mgpu.upgrade.traverse import read_only_visit
 
 HOOK = "on_before_optimizer_step"
 
@@ -55,7 +56,7 @@ def plan(module: cst.Module) -> GradNormPlan | None:
         module: the parsed file.
     """
     finder = _Finder()
-    module.visit(finder)
+    read_only_visit(module, finder)
     if finder.unreadable or len(finder.norms) != 1 or len(finder.modules) != 1:
         return None
     target = finder.modules[0]

@@ -16,6 +16,7 @@ import libcst.matchers as m
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.scopes import dotted, literal
+from lightning_mgpu.upgrade.traverse import read_only_visit
 
 #: epoch-end hook -> (its step, the 2.x hook, the attribute that collects the step's outputs).
 EPOCH_ENDS = {
@@ -69,7 +70,7 @@ def _uses_name(node: cst.CSTNode, name: str) -> bool:
             nonlocal found
             found = found or n.value == name
 
-    node.visit(Finder())
+    read_only_visit(node, Finder())
     return found
 
 
@@ -94,7 +95,7 @@ def _returns(func: cst.FunctionDef) -> Iterator[cst.Return]:
         def visit_Return(self, node: cst.Return) -> None:
             found.append(node)
 
-    func.visit(Finder())
+    read_only_visit(func, Finder())
     return iter(found)
 
 
@@ -178,7 +179,7 @@ def _loss_keyed(func: cst.FunctionDef, param: str) -> bool:
                 if isinstance(element.slice, cst.Index) and literal(element.slice.value) == "loss":
                     found = True
 
-    func.visit(Finder())
+    read_only_visit(func, Finder())
     return found
 
 
@@ -195,7 +196,7 @@ def _returns_dict(func: cst.FunctionDef) -> bool:
                     if isinstance(target.target, cst.Name):
                         dict_names.add(target.target.value)
 
-    func.visit(Finder())
+    read_only_visit(func, Finder())
     values = [r.value for r in _returns(func) if r.value is not None]
     return bool(values) and all(
         isinstance(v, cst.Dict) or (isinstance(v, cst.Name) and v.value in dict_names) for v in values
@@ -273,7 +274,7 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
         def visit_ClassDef(self, node: cst.ClassDef) -> None:
             classes.append(node)
 
-    module.visit(_Classes())
+    read_only_visit(module, _Classes())
     names = [c.name.value for c in classes]
     # Two classes of one name: which one a subclass means is not known; neither takes part.
     by_name = {c.name.value: c for c in classes if names.count(c.name.value) == 1}

@@ -42,6 +42,7 @@ import libcst as cst
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.scopes import dotted, is_trainer_call, literal
+from lightning_mgpu.upgrade.traverse import read_only_visit
 
 RULE = "manual-optimization"
 HELPER = "_training_step_1x"
@@ -106,7 +107,7 @@ class _Names(cst.CSTVisitor):
         self.names.add(node.value)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)  # the attribute's own name is not a read
+        read_only_visit(node.value, self)  # the attribute's own name is not a read
         return False
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -119,7 +120,7 @@ def _self_rooted(node: cst.BaseExpression) -> bool:
     if isinstance(node, (cst.Integer, cst.SimpleString)):
         return True
     names = _Names()
-    node.visit(names)
+    read_only_visit(node, names)
     return not names.calls and names.names <= {"self"}
 
 
@@ -151,7 +152,7 @@ def frequencies(configure: cst.FunctionDef) -> list[str] | bool:
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return node is configure  # a nested function's dicts and returns are not the method's
 
-    configure.visit(_Find())
+    read_only_visit(configure, _Find())
     keyed = [d for d in dicts if any(_dict_key(e) == "frequency" for e in d.elements)]
     # Every "frequency" of the method is a key of one of its dict literals (not dict(frequency=...), not a variable).
     if code.count("frequency") != sum(1 for d in keyed for e in d.elements if _dict_key(e) == "frequency"):
@@ -302,7 +303,7 @@ def plan(module: cst.Module) -> ManualPlan:
         def visit_ClassDef(self, node: cst.ClassDef) -> None:
             classes.append(node)
 
-    module.visit(_Classes())
+    read_only_visit(module, _Classes())
     candidates = [c for c in classes if convertible(c)]
     names = [c.name.value for c in classes]
     candidates = [c for c in candidates if names.count(c.name.value) == 1]  # two classes of one name: which?
@@ -338,7 +339,7 @@ def plan(module: cst.Module) -> ManualPlan:
     if not candidates:
         return ManualPlan(frozenset())
     args = _TrainerArgs()
-    module.visit(args)
+    read_only_visit(module, args)
     code = module.code
     # Each spelling of these settings must be one the visitor read (a dict or a config file handing them over is not).
     if args.unreadable or any(code.count(key) != count for key, count in args.seen.items()):

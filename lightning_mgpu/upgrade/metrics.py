@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from lightning_mgpu.upgrade.traverse import read_only_visit
+
 #: Names a class count goes by in real code.
 CLASS_COUNT_NAMES = frozenset(
     {"num_classes", "n_classes", "nb_classes", "num_class", "n_class", "number_of_classes", "num_cls", "n_cls"}
@@ -203,7 +205,7 @@ def class_counts(module: cst.Module) -> dict[int, str]:
         ``id(call) -> code`` of the count (``"num_classes"``, ``"self.hparams.n_classes"``, ``"10"``).
     """
     visitor = _CountVisitor()
-    module.visit(visitor)
+    read_only_visit(module, visitor)
     visitor.resolve_self_calls()
     answers: dict[int, str] = {}
     for call, levels in visitor.calls.items():

@@ -42,6 +42,7 @@ from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
 from lightning_mgpu.upgrade.scopes import literal as _literal
 from lightning_mgpu.upgrade.translate_args import may_be_ddp_cpu, meaningless, settles, split, translation
+from lightning_mgpu.upgrade.traverse import read_only_visit
 from lightning_mgpu.upgrade.tuner import FLAGS as TUNER_FLAGS
 from lightning_mgpu.upgrade.tuner import TunePlan, tune_plan, tune_statements, tuner_call, tuner_owner
 
@@ -627,7 +628,7 @@ def _uses(node: cst.CSTNode, name: str, hook: str) -> int:
             if m.matches(call.func, m.Attribute(value=m.Call(func=m.Name("super")), attr=m.Name(hook))):
                 for arg in call.args:
                     if not (isinstance(arg.value, cst.Name) and arg.value.value == name):
-                        arg.value.visit(self)
+                        read_only_visit(arg.value, self)
                 return False
             return True
 
@@ -636,7 +637,7 @@ def _uses(node: cst.CSTNode, name: str, hook: str) -> int:
                 self.count += 1
 
     counter = Counter()
-    node.visit(counter)
+    read_only_visit(node, counter)
     return counter.count
 
 
@@ -736,7 +737,7 @@ def _per_sample_steps(methods: dict[str, cst.FunctionDef]) -> set[str]:
     for name in ("training_step", "validation_step", "test_step"):
         if name in methods and f"{name}_end" in methods:
             finder = Finder()
-            methods[name].body.visit(finder)
+            read_only_visit(methods[name].body, finder)
             if finder.found:
                 steps.add(name)
     return steps
@@ -2121,9 +2122,9 @@ def upgrade_source(
         result.source  # 'trainer = Trainer(accelerator="gpu", devices=2, strategy="dp")\\n'
     """
     module = cst.parse_module(source)
-    wrapper = MetadataWrapper(module)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # the module is this call's own: no copy needed
     facts = FileFacts()
-    wrapper.module.visit(facts)
+    read_only_visit(wrapper.module, facts)
     transformer = UpgradeTransformer(facts, namespace or namespace_of(source))
     transformer.namespace_aliases.update(aliases or {})
     transformer.add_metric_names(metric_names)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from lightning_mgpu.upgrade.traverse import read_only_visit
+
 METHODS = ("lr_find", "scale_batch_size")
 #: 1.x keyword names of the tuner methods that 2.x renamed.
 RENAMED_KEYWORDS = {"train_dataloader": "train_dataloaders", "val_dataloader": "val_dataloaders"}
@@ -250,7 +252,7 @@ def tune_plan(module: cst.Module) -> TunePlan:
     where another module may import the trainer).
     """
     facts = _TuneFacts()
-    module.visit(facts)
+    read_only_visit(module, facts)
     plan = TunePlan()
     for scope, name, call in facts.trainers:
         if len(facts.assigns.get((scope, name), [])) != 1 or facts.nested_uses(scope, name):
