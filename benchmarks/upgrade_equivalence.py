@@ -99,6 +99,46 @@ CASES: dict[str, Case] = {
     "resume_1x_checkpoint.py": Case(
         "1.9", "single device", argv=("--resume", "{ckpt}"), prepare=("--save", "{ckpt}", "--max_epochs", "1")
     ),
+    "ddp_sharded.py": Case("1.9", "ddp_sharded (2 processes)", world=2, extended=True),
+    "resume_sharded_1x_checkpoint.py": Case(
+        "1.9",
+        "ddp_sharded (2 processes)",
+        argv=("--resume", "{ckpt}"),
+        prepare=("--save", "{ckpt}", "--max_epochs", "1"),
+        difference="sharded-resume-scheduler-1x",
+        world=2,
+        extended=True,
+    ),
+    "resume_dp_1x_checkpoint.py": Case(
+        "1.9",
+        "dp (1 CPU device; 1.x: ddp)",
+        argv=("--resume", "{ckpt}"),
+        prepare=("--save", "{ckpt}", "--max_epochs", "1"),
+        extended=True,
+    ),
+    "optimizer_step_1x.py": Case("1.9", "single device"),
+    "gradient_clip_accumulate.py": Case("1.6", "single device"),
+    "auto_lr_find.py": Case("1.9", "single device"),
+    "auto_scale_batch_size.py": Case(
+        "1.9", "single device", difference="batch-size-dataset-cap", explains=("batch_size_found",), extended=True
+    ),
+    "on_epoch_end.py": Case("1.6", "single device"),
+    "reload_dataloaders.py": Case(
+        "1.6", "single device", difference="reload-iterates-twice", explains=("losses", "weights_digest"), extended=True
+    ),
+    "terminate_on_nan.py": Case(
+        "1.6",
+        "single device",
+        difference="terminate-on-nan-todo",
+        explains=("steps_run", "stopped", "weights_digest"),
+        extended=True,
+    ),
+    "datamodule_argparse.py": Case(
+        "1.9",
+        "single device",
+        argv=("--max_epochs", "2", "--batch_size", "16", "--accelerator", "cpu", "--devices", "1", "--lr", "0.05"),
+        extended=True,
+    ),
 }
 
 #: Differences that are not the tool's: their cause, as the report gives it.
@@ -109,9 +149,41 @@ DIFFERENCES = {
         "2.x take the mean. The first step's loss is equal; later steps differ, rightly."
     ),
     "ddp-spawn-sampler-order": (
-        "under Lightning 1.9.5's ddp_spawn on the CPU the DistributedSampler hands the ranks other batches than 2.x's "
-        "(the initial weights are equal, the first batch is not; the tool changes nothing in that file); cause not "
-        "yet traced (1.6.5's ddp_cpu, also spawned, gives 2.x's order)."
+        "Lightning 1.9.5 put every training loader's own sampler inside a DistributedSamplerWrapper "
+        "(trainer/connectors/data_connector.py, _get_distributed_sampler), so a shuffle=True loader's RandomSampler "
+        "drew a permutation that the DistributedSampler then permuted again; 1.6.5 and 2.x replace a RandomSampler by "
+        "DistributedSampler(dataset). Under every 1.9.5 ddp-family strategy (ddp, ddp_spawn, ddp_sharded) a shuffled "
+        "loader hands the ranks other batches than 2.x (the initial weights are equal, the first batch is not; the "
+        "tool changes nothing in that file). Without shuffle=True the orders agree (ddp_sharded.py)."
+    ),
+    "batch-size-dataset-cap": (
+        'auto_scale_batch_size="power" with no out-of-memory error: 1.9.5 capped the size at the training set\'s '
+        "length (pytorch_lightning/tuner/batch_size_scaling.py, _adjust_batch_size: min(new_size, len(dataset))), "
+        "2.x stops at the first power of two at or past it (lightning/pytorch/tuner/batch_size_scaling.py: "
+        "batch_size >= the dataset's length ends the search uncapped): 200 samples gave 200 and 256, one batch "
+        "either way, so the training is equal. The tool's tuner-flags rule says so."
+    ),
+    "terminate-on-nan-todo": (
+        "terminate_on_nan=True is gone from 2.x and the tool leaves a TODO (trainer-terminate-on-nan): 1.6.5 raised "
+        "ValueError at the non-finite loss before its backward (optimizer_loop.py, check_finite_loss), the "
+        "converted script trains on with NaN weights until a person adds the check. The losses before it are equal."
+    ),
+    "reload-iterates-twice": (
+        "with reload_dataloaders_every_n_epochs=1, 2.x creates the reloaded training loader's iterator twice per "
+        "epoch after the first (lightning/pytorch/loops/fit_loop.py, setup_data: iter(self._data_fetcher); "
+        "training_epoch_loop.py, on_run_start: iter(data_fetcher) again when current_epoch > 0); the first, never "
+        "read, draws its base seed from torch's global generator, so a shuffle=True loader without a generator of its "
+        "own shuffles the second epoch on from a state one draw further than 1.6.5's (measured: 3 draws between "
+        "train_dataloader() and the first batch, 1.6.5: 2). The loaders' sizes and the first epoch are equal. The "
+        "tool's trainer-reload-dataloaders rule says so."
+    ),
+    "sharded-resume-scheduler-1x": (
+        "1.9.5's ddp_sharded lost the LR scheduler on resume: _reinit_optimizers_with_oss "
+        "(pytorch_lightning/overrides/fairscale.py) replaced the configured Adam by an OSS sharing its param-group "
+        "dicts, which the scheduler (built on the Adam) steps; loading the checkpoint's optimizer state "
+        "(torch.optim.Optimizer.load_state_dict) gives the OSS new dicts, so StepLR no longer reached it and the "
+        "resumed 1.x run kept lr 0.01 where the schedule says 0.005. The bundle's sharded strategy steps the "
+        "schedule. The first epoch after the resume (the 1.x checkpoint's weights and Adam state) is equal."
     ),
     "grad-norm-rounding": (
         "1.x's track_grad_norm logged each norm rounded to 4 decimals (pytorch_lightning/utilities/grads.py); 2.x's "
@@ -144,6 +216,16 @@ def _flat(value: Any) -> list[float]:
     return [float(value)]
 
 
+def _relative(x: float, y: float) -> float:
+    """Their relative difference; two NaNs are equal, a NaN beside a number is as far apart as can be (NaN compares
+    false with everything, so a plain difference let a run whose weights went NaN pass as equal)."""
+    if math.isnan(x) or math.isnan(y):
+        return 0.0 if math.isnan(x) and math.isnan(y) else math.inf
+    if x == y:
+        return 0.0
+    return abs(x - y) / max(abs(x), abs(y), 1e-12)
+
+
 def compare(reference: dict[str, Any], converted: dict[str, Any], rtol: float = RTOL) -> dict[str, str]:
     """Per figure both runs recorded: ``"equal"``, or what differs (lengths, the first step apart, the largest
     relative difference). A figure only one side recorded is reported as missing on the other."""
@@ -156,7 +238,7 @@ def compare(reference: dict[str, Any], converted: dict[str, Any], rtol: float = 
         if len(a) != len(b):
             verdicts[key] = f"{len(a)} values in 1.x, {len(b)} converted"
             continue
-        rel = [abs(x - y) / max(abs(x), abs(y), 1e-12) for x, y in zip(a, b)]
+        rel = [_relative(x, y) for x, y in zip(a, b)]
         worst = max(rel, default=0.0)
         if worst <= rtol:
             verdicts[key] = "equal"

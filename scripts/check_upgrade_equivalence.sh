@@ -8,7 +8,8 @@
 #
 # Two reference venvs, each its own, never the project's .venv (ignored paths; a stamp file records what each holds,
 # so a second run reuses them):
-#   .venv-ref-1.9  pytorch-lightning 1.9.5 + torch 2.0.1 on Python 3.11 (the base interpreter of .venv): 1.7-1.9 code
+#   .venv-ref-1.9  pytorch-lightning 1.9.5 + torch 2.0.1 on Python 3.11 (the base interpreter of .venv): 1.7-1.9 code,
+#                  with fairscale 0.4.13 (strategy="ddp_sharded")
 #   .venv-ref-1.6  pytorch-lightning 1.6.5 + torch 1.13.1 on pyenv's Python 3.10 (torch 1.13 fails at import on 3.11),
 #                  with six and setuptools<70: 1.4-1.6 code (accelerator="ddp_cpu", distributed_backend=, ...)
 # pip here is capped at a newer torch by a global config: PIP_CONFIG_FILE=/dev/null lifts it for these installs.
@@ -53,7 +54,7 @@ build() {  # build VENV INTERPRETER PACKAGES...
   echo "$spec" > "$venv/.stamp"
 }
 
-build "$REF_ROOT/.venv-ref-1.9" "$(python311)" "pytorch-lightning==1.9.5" "torch==2.0.1" "numpy<2"
+build "$REF_ROOT/.venv-ref-1.9" "$(python311)" "pytorch-lightning==1.9.5" "torch==2.0.1" "numpy<2" "fairscale==0.4.13"
 build "$REF_ROOT/.venv-ref-1.6" "$(python310)" "pytorch-lightning==1.6.5" "torch==1.13.1" "numpy<2" six \
   "setuptools<70" "torchmetrics<0.12"
 

@@ -553,7 +553,10 @@ RULES = _rules(
         "trainer-reload-dataloaders",
         "reload_dataloaders_every_epoch -> reload_dataloaders_every_n_epochs",
         "reload_dataloaders_every_epoch=True became reload_dataloaders_every_n_epochs=1 (False is removed, a value the"
-        " tool cannot read becomes int(X)).",
+        " tool cannot read becomes int(X)). The same data, another order: after each reload 2.x creates the"
+        " training loader's iterator twice (FitLoop.setup_data, then the epoch loop), and the first one draws a seed"
+        " from torch's global generator, so a shuffle=True loader without its own generator shuffles epochs 2 on"
+        " differently from 1.x (tests/helpers/upgrade_equivalence/reload_dataloaders.py).",
         kind="rewrite",
     ),
     Rule(
@@ -999,7 +1002,9 @@ RULES.update(
             " local name whose one tune() call is a statement of its own (tune()'s dataloaders and datamodule carry"
             " over; scale_batch_size_kwargs=, lr_find_kwargs= or four positional arguments keep the trainer-tune"
             " TODO). 1.7-1.9 ran tune() under isolate_rng(): 2.x's lr_find restores the random state too,"
-            " scale_batch_size does not.",
+            " scale_batch_size does not. Power scaling with no out-of-memory error: 1.9 capped the size at the"
+            " training set's length, 2.x stops at the first power of two at or past it (200 samples: 1.9.5 found"
+            " 200, 2.x 256; one batch either way; tests/helpers/upgrade_equivalence/auto_scale_batch_size.py).",
             kind="rewrite",
         ),
         Rule(
