@@ -1,18 +1,22 @@
-"""``examples/train.py --gpu-monitor --logger mlflow|tensorboard|csv`` under ddp on 2 CPU processes: every rank's
-time line reaches the logger's store under its names, read back with the logger's own reader.
+"""``examples/train.py --gpu-monitor --logger mlflow|tensorboard|csv|wandb`` under ddp on 2 CPU processes: every
+rank's time line reaches the logger's store under its names, read back with the logger's own reader.
 
 Rank 0 says where the logger's run is and each rank writes its own points (no GPU here: the CPU and timing series;
-the GPU names are checked in-process with a fake NVML, ``tests/unit/monitoring/test_export.py``).
+the GPU names are checked in-process with a fake NVML, ``tests/unit/monitoring/test_export.py``; the W&B run is
+written on fake GPUs, ``tests/helpers/fake_gpu_train.py``, and read back from its offline folder).
 """
 
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lightning_mgpu.monitoring.export import PHASE_CODES, csv_timeline_path, tensorboard_run_dir
+from lightning_mgpu.monitoring.timeline import read_timeline, timeline_path
 from tests.helpers.launch import TRAIN, run_python
 from tests.helpers.runif import require_or_skip
 
@@ -71,3 +75,98 @@ def test_train_py_writes_every_ranks_time_line_into_its_logger(
                 rows = list(csv.DictReader(f))
             assert len([r for r in rows if r[f"cpu/rank{rank}/util_pct"]]) >= 3
             assert {"train", "validation"} <= {r["phase"] for r in rows if r["phase_change"] == "1"}
+
+
+# --------------------------------------------------------------------------- W&B, offline, on fake GPUs
+FAKE_GPU_TRAIN = str(Path(__file__).resolve().parents[2] / "helpers" / "fake_gpu_train.py")
+#: The fake GPUs' NVML index per rank (tests/helpers/fake_gpu_train.py: CUDA_VISIBLE_DEVICES=3,1, cuda:<local rank>).
+NVML_INDEX = {0: 3, 1: 1}
+
+
+def _read_wandb_run(run_dir: Path) -> dict[str, Any]:
+    """An offline run's transaction log (``run-<id>.wandb``) read with W&B's own reader: its run record, history
+    rows, metric definitions, summary and config."""
+    datastore = require_or_skip("wandb.sdk.internal.datastore")  # W&B's Python reader: 0.29 and older
+    from wandb.proto import wandb_internal_pb2
+
+    def key(item: Any) -> str:
+        return item.key or "/".join(item.nested_key)
+
+    (path,) = run_dir.glob("run-*.wandb")
+    store = datastore.DataStore()  # type: ignore[attr-defined]
+    store.open_for_scan(str(path))
+    out: dict[str, Any] = {"history": [], "metrics": {}, "summary": {}, "config": {}}
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        if kind == "run":  # wandb.init's config is in it
+            out["run"] = record.run
+            out["config"].update({key(i): json.loads(i.value_json) for i in record.run.config.update})
+        elif kind == "history":
+            out["history"].append({key(i): json.loads(i.value_json) for i in record.history.item})
+        elif kind == "metric" and record.metric.name:
+            out["metrics"][record.metric.name] = record.metric.step_metric
+        elif kind == "summary":
+            out["summary"].update({key(i): json.loads(i.value_json) for i in record.summary.update})
+        elif kind == "config":
+            out["config"].update({key(i): json.loads(i.value_json) for i in record.config.update})
+    return out
+
+
+def test_train_py_writes_every_ranks_time_line_into_wandb_offline_under_its_gpu_names(tmp_path: Path) -> None:
+    """``train.py --gpu-monitor --logger wandb`` under ddp (2 CPU processes, fake GPUs): rank 0's samples in the
+    logger's run, rank 1's in a run of its own in the same group, under ``gpu.{NVML index}.*``."""
+    require_or_skip("wandb")
+    out = tmp_path / "wandb"
+    home = tmp_path / "wandb_home"  # W&B's settings, cache and artifacts: nothing in the user's home
+    run_python(
+        [FAKE_GPU_TRAIN, "--strategy", "ddp", "--devices", "2", "--accelerator", "cpu", "--max-steps", "12"]
+        + ["--gpu-monitor", "--monitor-interval", "0.02", "--logger", "wandb", "--output-dir", str(out)],
+        env={
+            "WANDB_MODE": "offline",  # no network, no login
+            "WANDB_SILENT": "true",
+            "WANDB_DIR": str(out),
+            "WANDB_CONFIG_DIR": str(home / "config"),
+            "WANDB_CACHE_DIR": str(home / "cache"),
+            "WANDB_DATA_DIR": str(home / "data"),
+            "WANDB_ERROR_REPORTING": "false",
+            "WANDB_RUN_GROUP": "wt-group",
+        },
+        timeout=300,
+    )
+    runs = [_read_wandb_run(d) for d in sorted((out / "wandb").glob("offline-run-*"))]
+    assert len(runs) == 2  # one per process, as W&B does it
+    (rank0,) = [r for r in runs if not r["run"].display_name.endswith("-rank1")]
+    (rank1,) = [r for r in runs if r["run"].display_name.endswith("-rank1")]
+    assert rank0["run"].run_group == rank1["run"].run_group == "wt-group"
+    assert rank1["run"].display_name == f"{rank0['run'].run_id}-rank1"
+    assert rank1["config"]["gpu_monitor/rank0_run"] == rank0["run"].run_id
+    for rank, run in ((0, rank0), (1, rank1)):
+        gpu = f"gpu.{NVML_INDEX[rank]}"
+        samples = [p for p in read_timeline(timeline_path(out, rank)) if f"gpu/rank{rank}/util_pct" in p["values"]]
+        rows = [h for h in run["history"] if f"{gpu}.gpu" in h]
+        assert len(rows) == len(samples) >= 3  # every sample of the time line, at the monitor's resolution
+        assert [h["timeline/wall_time"] for h in rows] == pytest.approx([p["t"] for p in samples])
+        assert all(h["_timestamp"] == h["timeline/wall_time"] for h in rows)  # W&B's wall time is the sample's
+        assert {h[f"{gpu}.gpu"] for h in rows} == {40.0 if rank == 0 else 20.0}  # the fake GPU's utilisation
+        assert {h[f"{gpu}.powerWatts"] for h in rows} == {250.0} and {h[f"{gpu}.powerPercent"] for h in rows} == {50.0}
+        assert {h[f"{gpu}.memoryAllocatedBytes"] for h in rows} == {3 * 2**30}
+        assert {h[f"{gpu}.temp"] for h in rows} == {55} and {h[f"{gpu}.smClock"] for h in rows} == {1410}
+        other = f"gpu.{NVML_INDEX[1 - rank]}"
+        assert not any(k.startswith(f"{other}.") for h in run["history"] for k in h)  # only this process's GPU
+        assert any(f"timeline/time/rank{rank}/data_wait_pct" in h for h in run["history"])
+        assert {"train", "validation"} <= {
+            h["timeline/phase_change"] for h in run["history"] if "timeline/phase_change" in h
+        }
+        # Their own x axis, not Lightning's trainer/global_step; _step only grows.
+        assert run["metrics"][f"{gpu}.gpu"] == run["metrics"]["timeline/phase"] == "timeline/wall_time"
+        steps = [h["_step"] for h in run["history"]]
+        assert steps == sorted(set(steps))
+        assert run["config"][f"gpu_monitor/devices/rank{rank}"].startswith(f"rank{rank}: cuda:{rank} = NVML GPU")
+    assert rank0["metrics"]["trainer/global_step"] == ""  # Lightning's own rows keep their axis
+    verdict = rank0["summary"]["gpu_monitor/verdict/rank0"]
+    assert rank0["summary"]["gpu_monitor/verdict"].startswith(f"rank0: {verdict}, rank1: ")
+    assert f"gpu_monitor: {verdict}" in rank0["run"].tags  # the run's last record, after the end-of-fit diagnosis
+    (files,) = [d / "files" for d in (out / "wandb").glob("offline-run-*") if rank0["run"].run_id in d.name]
+    assert (files / "diagnosis.json").is_file()
