@@ -427,6 +427,12 @@ def test_a_wandb_logger_is_chosen_and_says_where_its_run_is(tmp_path: Path) -> N
     assert run.finished == 0
     rank1 = ExportContext(1, 2, config=TimelineExportConfig(wandb_rank_runs=False))
     assert open_exports([found], [WandbLogger(experiment=run)], rank1) == []
+    # pytorch_lightning's WandbLogger, through the bundle's twin for that namespace (lightning_mgpu.pl).
+    require_or_skip("pytorch_lightning")
+    from lightning_mgpu.pl.monitoring.export import destinations as pl_destinations
+    from pytorch_lightning.loggers import WandbLogger as PlWandbLogger
+
+    assert [d.kind for d in pl_destinations([PlWandbLogger(experiment=run)], TimelineExportConfig())] == ["wandb"]
 
 
 def test_wandb_rows_carry_the_samples_wall_time_phase_and_their_own_x_axis() -> None:
