@@ -27,7 +27,7 @@ import pytest
 
 from lightning_mgpu.monitoring.export import PHASE_CODES, csv_timeline_path, tensorboard_run_dir
 from lightning_mgpu.monitoring.timeline import read_timeline, timeline_path
-from tests.helpers.launch import TRAIN, kill_tree, processes_naming, run_python, start
+from tests.helpers.launch import TRAIN, finish, processes_naming, run_python, start
 from tests.helpers.runif import require_or_skip
 
 RANKS = (0, 1)
@@ -239,10 +239,6 @@ def _check_mlflow_rest_api(tmp_path: Path, store: str, run_id: str, histories: d
         }
         assert tags["gpu_monitor.devices.rank0"].startswith("rank0: cuda:0 = NVML GPU 3")
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            kill_tree(server.pid)
-            server.wait(timeout=10)
+        os.killpg(server.pid, signal.SIGTERM)  # the server and its uvicorn worker stop cleanly on it, exit 0
+        finish(server, timeout=30, what="mlflow server after SIGTERM")  # past 30 s: its group is killed, a failure
     assert not processes_naming(store)  # nothing of the server is left
