@@ -41,6 +41,11 @@ On a Ray cluster with Ray Train (--launcher ray; docs/multinode.md). Ray places 
     (`--ray-workers` counts processes, one device each; `--num-workers` stays the DataLoader's workers per process.
     tests/integration/launchers/test_ray_train.py runs both forms on CPU, joining a two-node Ray cluster by address.)
 
+GPU monitoring, with its time line in the logger you use (docs/monitoring.md has each logger's names)
+    $ python examples/train.py --gpu-monitor --logger mlflow          # or tensorboard, csv, neptune
+    $ python examples/train.py --gpu-monitor --logger wandb           # W&B, offline unless WANDB_MODE=online:
+                                                                      # OUTPUT_DIR/wandb/offline-run-*, a run per rank
+
 Resume from a checkpoint
     $ python examples/train.py --ckpt-path outputs/checkpoints/last.ckpt --max-epochs 20
     Ctrl-C finishes the current step, saves outputs/checkpoints/last.ckpt and exits with 130 (--no-save-on-interrupt:
@@ -170,9 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--logger",
         default="csv",
-        choices=("none", "csv", "tensorboard", "mlflow", "neptune"),
+        choices=("none", "csv", "tensorboard", "mlflow", "neptune", "wandb"),
         help="where metrics go (with --gpu-monitor, the time line too: docs/monitoring.md); mlflow: the run in"
-        " $MLFLOW_TRACKING_URI, else a file store in OUTPUT_DIR/mlruns",
+        " $MLFLOW_TRACKING_URI, else a file store in OUTPUT_DIR/mlruns; wandb: $WANDB_MODE (offline by default),"
+        " into OUTPUT_DIR/wandb",
     )
     p.add_argument(
         "--output-dir", default="outputs", type=Path, help="logs, checkpoints and summary.json (created if missing)"
@@ -395,7 +401,9 @@ def _check_logger(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """A logger whose package is missing is refused here, naming the extra, before any process starts."""
     from lightning_mgpu.utilities.imports import install_hint, is_available
 
-    package = {"mlflow": "mlflow", "tensorboard": "tensorboard", "neptune": "neptune"}.get(args.logger)
+    package = {"mlflow": "mlflow", "tensorboard": "tensorboard", "neptune": "neptune", "wandb": "wandb"}.get(
+        args.logger
+    )
     # TensorBoardLogger also writes through tensorboardX; the others have one package.
     if (
         package is not None
@@ -641,6 +649,17 @@ def build_logger(args: argparse.Namespace) -> Any:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             uri = f"file:{(args.output_dir / 'mlruns').resolve()}"
         return MLFlowLogger(experiment_name="lightning_mgpu", tracking_uri=uri)
+    if args.logger == "wandb":
+        from lightning.pytorch.loggers import WandbLogger
+
+        # Offline unless told otherwise (no account needed; `wandb sync OUTPUT_DIR/wandb/offline-run-*` uploads later).
+        # A group, so that the other ranks' runs (the monitor's time line, one run per process) sit with rank 0's.
+        return WandbLogger(
+            project=os.environ.get("WANDB_PROJECT", "lightning_mgpu"),
+            save_dir=str(args.output_dir),
+            group=os.environ.get("WANDB_RUN_GROUP") or f"train-{time.strftime('%Y%m%d-%H%M%S')}",
+            mode=os.environ.get("WANDB_MODE", "offline"),
+        )
     from lightning_mgpu.loggers import NeptuneLogger
 
     # Offline by default: the hosted service is gone; sync the folder to a self-hosted server later.

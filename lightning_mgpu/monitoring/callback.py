@@ -157,7 +157,8 @@ class GPUUtilizationMonitor(Callback):
             sample interval.
         timeline_export: also write the time line into the Trainer's loggers, each under its own names
             (:mod:`~lightning_mgpu.monitoring.export`): an ``MLFlowLogger`` run (MLflow's ``system/gpu_{i}_...``
-            names), a ``TensorBoardLogger`` folder (a run per rank), beside a ``CSVLogger``'s ``metrics.csv``, and
+            names), a ``TensorBoardLogger`` folder (a run per rank), beside a ``CSVLogger``'s ``metrics.csv``, a
+            ``WandbLogger`` run (W&B's ``gpu.{i}.*`` names; the other ranks in runs of their own, grouped), and
             the bundle's ``NeptuneLogger`` run (rank 0, ``monitoring/timeline/``). ``True``: into every one of these
             the Trainer has; a :class:`~lightning_mgpu.monitoring.export.TimelineExportConfig` to choose; ``False``:
             none. Needs ``timeline=True``.
@@ -404,9 +405,10 @@ class GPUUtilizationMonitor(Callback):
         """Where the monitor's own files go (diagnosis.json, timeline/): Lightning's ``trainer.log_dir``, except with an
         MLFlowLogger first. Lightning's log_dir is then MLflow's store itself: a file store's root, where a folder
         reads as a malformed experiment, or ``None`` for a sqlite store or a server, where nothing would be written.
-        They go to ``<default_root_dir>/gpu_monitor/<run id>`` instead (and diagnosis.json into the run too)."""
-        first = next((d for d in found if d.kind == "mlflow" and d.logger_index == 0 and d.run_id), None)
-        if first is None or first.run_id is None:
+        They go to ``<default_root_dir>/gpu_monitor/<run id>`` instead (and diagnosis.json into the run too); so they
+        do with a ``WandbLogger`` first that was given no ``save_dir`` (Lightning's log_dir is then ``None``)."""
+        first = next((d for d in found if d.logger_index == 0 and d.run_id), None)
+        if first is None or first.run_id is None or (first.kind != "mlflow" and log_dir is not None):
             return log_dir
         return str(Path(trainer.default_root_dir) / "gpu_monitor" / first.run_id)
 

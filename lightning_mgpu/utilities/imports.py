@@ -31,6 +31,7 @@ _EXTRAS: dict[str, tuple[str, str]] = {
     "ray": ("ray", _hint("ray[train]>=2.54", "ray")),
     "neptune": ("neptune", _hint("neptune>=1.10,<2", "neptune")),
     "mlflow": ("mlflow", _hint("mlflow-skinny>=2.8", "mlflow")),
+    "wandb": ("wandb", _hint("wandb>=0.19.10", "wandb")),
     "pynvml": ("gpu", _hint("nvidia-ml-py>=12", "gpu")),
     "matplotlib": ("dashboard", _hint("matplotlib>=3.7", "dashboard")),
     "plotly": ("dashboard", _hint("plotly>=5.20", "dashboard")),

@@ -6,7 +6,7 @@ each logger of the Trainer that has a writer gets the time line under its own na
 tables):
 
 ========================  ==============================================================================
-Lightning logger          what it gets (:mod:`to_mlflow`, :mod:`to_tensorboard`, :mod:`to_csv`, :mod:`to_neptune`)
+Lightning logger          what it gets (:mod:`to_mlflow`, :mod:`to_tensorboard`, :mod:`to_csv`, :mod:`to_wandb`, ...)
 ========================  ==============================================================================
 ``MLFlowLogger``          ``system/[rank{R}/]gpu_{i}_utilization_percentage`` ... (MLflow's names, NVML's
                           ``i``), the rest under ``timeline/``, verdicts as tags, diagnosis and dashboard as
@@ -14,6 +14,9 @@ Lightning logger          what it gets (:mod:`to_mlflow`, :mod:`to_tensorboard`,
 ``TensorBoardLogger``     a run per rank, ``<version>/timeline/rank<R>``: the monitor's keys as scalars at
                           wall time, the phase as text
 ``CSVLogger``             ``timeline_rank<R>.csv`` (and ``_devices.csv``) beside ``metrics.csv``
+``WandbLogger``           ``gpu.{i}.gpu`` ... (W&B's names, NVML's ``i``) against the samples' wall time, the
+                          rest under ``timeline/``; rank 0 in the logger's run, each other rank in a run of
+                          its own in the logger's group; verdicts in the summary and tags
 bundle ``NeptuneLogger``  rank 0's points under ``monitoring/timeline/``
 ========================  ==============================================================================
 
@@ -26,7 +29,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
-from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
 from lightning_mgpu.monitoring.export.base import (
     PHASE_CODES,
@@ -41,6 +44,12 @@ from lightning_mgpu.monitoring.export.to_csv import CsvTimelineExport, csv_devic
 from lightning_mgpu.monitoring.export.to_mlflow import MlflowTimelineExport, to_mlflow_values
 from lightning_mgpu.monitoring.export.to_neptune import TIMELINE_PREFIX, NeptuneTimelineExport
 from lightning_mgpu.monitoring.export.to_tensorboard import TensorBoardTimelineExport, tensorboard_run_dir
+from lightning_mgpu.monitoring.export.to_wandb import (
+    WandbTimelineExport,
+    open_rank_run,
+    to_wandb_values,
+    wandb_destination,
+)
 
 __all__ = [
     "PHASE_CODES",
@@ -55,12 +64,14 @@ __all__ = [
     "TensorBoardTimelineExport",
     "TimelineExport",
     "TimelineExportConfig",
+    "WandbTimelineExport",
     "csv_devices_path",
     "csv_timeline_path",
     "destinations",
     "open_exports",
     "tensorboard_run_dir",
     "to_mlflow_values",
+    "to_wandb_values",
 ]
 
 
@@ -72,7 +83,7 @@ def _is_bundle_neptune(logger: Logger) -> bool:
 def destinations(loggers: Sequence[Logger], config: TimelineExportConfig) -> list[Destination]:
     """Where each logger keeps its run, for the loggers that have a writer (rank 0: the loggers are open there).
 
-    A logger of another kind (W&B, Comet, ...) is left out: it still gets the window means.
+    A logger of another kind (Comet, ...) is left out: it still gets the window means.
     """
     found: list[Destination] = []
     for index, logger in enumerate(loggers):
@@ -97,6 +108,8 @@ def _destination(index: int, logger: Logger, config: TimelineExportConfig) -> De
         return Destination("csv", index, str(logger.log_dir))
     if _is_bundle_neptune(logger) and config.neptune:
         return Destination("neptune", index)
+    if isinstance(logger, WandbLogger) and config.wandb:
+        return wandb_destination(index, logger.experiment)  # opens (or resumes) the run now, as Lightning would
     return None
 
 
@@ -111,6 +124,12 @@ def _open(destination: Destination, logger: Logger, context: ExportContext) -> T
         # Only rank 0's logger holds a run (the bundle's NeptuneLogger opens none on other ranks).
         run = logger.experiment  # type: ignore[attr-defined]  # the bundle's NeptuneLogger (by name, above)
         return NeptuneTimelineExport(run, context)
+    if destination.kind == "wandb" and isinstance(logger, WandbLogger):
+        if context.rank == 0:
+            return WandbTimelineExport(logger.experiment, context)  # the logger's run
+        if context.config.wandb_rank_runs:
+            # W&B's pattern for several processes: a run per process, in one group (the logger has none here).
+            return WandbTimelineExport(open_rank_run(destination, context), context, owns_run=True)
     return None
 
 

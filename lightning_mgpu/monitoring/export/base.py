@@ -29,12 +29,16 @@ class TimelineExportConfig:
         tensorboard: into a ``TensorBoardLogger``'s folder, one TensorBoard run per rank (``timeline/rank<R>``).
         csv: beside a ``CSVLogger``'s ``metrics.csv``, ``timeline_rank<R>.csv``.
         neptune: into the bundle's ``NeptuneLogger`` run (rank 0), under ``monitoring/timeline/``.
+        wandb: into a ``WandbLogger``'s run (rank 0) and a run per other rank in its group: W&B's GPU names
+            (``gpu.{i}.gpu``, ...), our extras under ``prefix``, against the samples' wall time.
         prefix: where the values without an MLflow system-metric name go (``timeline/cpu/rank0/util_pct``, ...).
         rank_in_names: MLflow names carry the rank (``system/rank1/gpu_0_...``). ``None``: when the run has several
             ranks (MLflow's own names are per machine; two ranks of one run would otherwise write one series).
         mlflow_batch: metrics per MLflow ``log_batch`` call (MLflow accepts 1,000 at most).
         mlflow_artifacts: also upload ``diagnosis.json`` and a dashboard folder (``<log_dir>/dashboard``) if one
             was written.
+        wandb_rank_runs: ranks other than 0 open a W&B run of their own (W&B's pattern for several processes: a run
+            per process, grouped); ``False``: only rank 0's time line goes to W&B.
 
     Example::
 
@@ -45,10 +49,12 @@ class TimelineExportConfig:
     tensorboard: bool = True
     csv: bool = True
     neptune: bool = True
+    wandb: bool = True
     prefix: str = "timeline"
     rank_in_names: bool | None = None
     mlflow_batch: int = 1000
     mlflow_artifacts: bool = True
+    wandb_rank_runs: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.mlflow_batch <= 1000:
@@ -88,16 +94,19 @@ class Destination:
     """Where one logger keeps its run, said by rank 0 and sent to every rank (plain data: it is broadcast).
 
     Args:
-        kind: ``mlflow``, ``tensorboard``, ``csv`` or ``neptune``.
+        kind: ``mlflow``, ``tensorboard``, ``csv``, ``neptune`` or ``wandb``.
         logger_index: the logger's place in ``trainer.loggers`` (the same on every rank).
-        where: the MLflow tracking URI, or the logger's version folder.
-        run_id: the MLflow run.
+        where: the MLflow tracking URI, the logger's version folder, or W&B's folder (the run's ``dir``).
+        run_id: the MLflow run, or rank 0's W&B run.
+        options: what else a rank needs to open its writer, as ``(name, value)`` pairs (W&B: project, entity, group,
+            name and mode of rank 0's run).
     """
 
     kind: str
     logger_index: int
     where: str = ""
     run_id: str | None = None
+    options: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -114,7 +123,7 @@ class TimelineExport(Protocol):
     """One logger's writer of a rank's time line. Every call may raise: the monitor then drops the writer, warns
     once, and training goes on."""
 
-    #: ``mlflow``, ``tensorboard``, ``csv``, ``neptune``
+    #: ``mlflow``, ``tensorboard``, ``csv``, ``neptune``, ``wandb``
     kind: str
 
     def write(self, points: list[dict[str, Any]]) -> None:

@@ -1,5 +1,6 @@
 """``lightning_mgpu.monitoring.export``: the monitor's time line in MLflow, TensorBoard and CSV, read back with each
-logger's own reader (``MlflowClient.get_metric_history``, TensorBoard's ``EventAccumulator``, ``csv``).
+logger's own reader (``MlflowClient.get_metric_history``, TensorBoard's ``EventAccumulator``, ``csv``), and W&B's
+names and rows on a run that records the calls.
 
 The GPU is a fake ``pynvml`` (``tests/helpers/fake_nvml.py``): torch sees ``CUDA_VISIBLE_DEVICES=3,1``, so the
 monitor's ``cuda:0`` is NVML's GPU 3, and MLflow's names must say ``gpu_3``. The fits are real, on the CPU, in-process.
@@ -27,8 +28,10 @@ from lightning_mgpu.monitoring.export import (
     csv_devices_path,
     csv_timeline_path,
     destinations,
+    open_exports,
     tensorboard_run_dir,
     to_mlflow_values,
+    to_wandb_values,
 )
 from lightning_mgpu.monitoring.timeline import read_timeline, timeline_path
 from tests.helpers.fake_nvml import FakeGPU, install_fake_gpus
@@ -92,7 +95,7 @@ def test_mlflow_names_follow_nvml_and_carry_the_rank_where_asked() -> None:
 def test_only_loggers_with_a_writer_are_chosen(tmp_path: Path) -> None:
     from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
-    class Other(Logger):  # W&B, Comet, ...: the window means only
+    class Other(Logger):  # Comet, ...: the window means only
         name, version = "other", 0
 
         def log_metrics(self, metrics: Any, step: Any = None) -> None: ...
@@ -316,3 +319,188 @@ def test_with_mlflow_first_the_monitors_files_stay_out_of_the_store(
     )  # nothing of the monitor's among MLflow's experiments
     assert [a.path for a in client.list_artifacts(run_id, "gpu_monitor")] == ["gpu_monitor/diagnosis.json"]
     assert len(client.get_metric_history(run_id, "system/gpu_3_utilization_percentage")) == 7
+
+
+# --------------------------------------------------------------------------- W&B, on a run that records its calls
+# (a real W&B run starts its `wandb-core` service process, which the unit tier refuses: the real offline run is read
+# back in tests/integration/monitoring/test_export.py, from examples/train.py under ddp on fake GPUs)
+def test_wandb_names_follow_nvml_and_keep_the_rest_under_the_prefix() -> None:
+    devices = {"rank1": DeviceInfo("rank1", cuda_index=0, nvml_index=3, power_limit_w=400.0)}
+    values = {
+        "gpu/rank1/util_pct": 97.0,
+        "gpu/rank1/mem_used_gb": 8.0,
+        "gpu/rank1/mem_total_gb": 80.0,
+        "gpu/rank1/power_w": 100.0,
+        "gpu/rank1/temp_c": 61.0,
+        "gpu/rank1/sm_clock_mhz": 1410.0,
+        "gpu/rank1/ecc_errors": 0.0,
+        "gpu/rank1/energy_j": 12.5,
+        "gpu/rank1/util_pct_max": 99.0,
+        "cpu/rank1/util_pct": 50.0,
+        "time/rank1/data_wait_pct": 12.5,
+    }
+    assert to_wandb_values(values, ExportContext(1, 2, devices), prefix="timeline") == {
+        "gpu.3.gpu": 97.0,
+        "gpu.3.memoryAllocatedBytes": 8 * GIB,
+        "gpu.3.memoryAllocated": 10.0,
+        "gpu.3.powerWatts": 100.0,
+        "gpu.3.powerPercent": 25.0,
+        "gpu.3.temp": 61.0,
+        "gpu.3.smClock": 1410.0,
+        "gpu.3.unCorrectedMemoryErrors": 0.0,
+        "timeline/gpu/rank1/energy_j": 12.5,
+        "timeline/gpu/rank1/util_pct_max": 99.0,
+        "timeline/cpu/rank1/util_pct": 50.0,
+        "timeline/time/rank1/data_wait_pct": 12.5,
+    }
+    # dp: two GPUs of one process, each under its NVML index (torch's where NVML does not say); no limit, no percent.
+    dp = {"rank0_dev0": DeviceInfo("rank0_dev0", 0, 2), "rank0_dev1": DeviceInfo("rank0_dev1", 1, None)}
+    named = to_wandb_values(
+        {"gpu/rank0_dev0/util_pct": 1.0, "gpu/rank0_dev1/power_w": 2.0}, ExportContext(0, 1, dp), "tl"
+    )
+    assert named == {"gpu.2.gpu": 1.0, "gpu.1.powerWatts": 2.0}
+
+
+class _Settings:
+    def __init__(self, mode: str, root_dir: str) -> None:
+        self.mode, self.root_dir = mode, root_dir
+
+
+class RecordingRun:
+    """What the exporter calls on a W&B run, recorded (the subset of ``wandb.Run`` it uses)."""
+
+    def __init__(self, mode: str = "offline", group: str = "") -> None:
+        self.id, self.project, self.entity, self.group, self.name = "run0", "proj", "team", group, "bright-sun-1"
+        self.settings = _Settings(mode, "/tmp/wandb-root")
+        self.defined: dict[str, str | None] = {}
+        self.rows: list[dict[str, Any]] = []
+        self.config: Any = self
+        self.config_values: dict[str, Any] = {}
+        self.summary: dict[str, Any] = {}
+        self.tags: tuple[str, ...] = ("mine",)
+        self.saved: list[str] = []
+        self.finished = 0
+
+    def define_metric(self, name: str, step_metric: str | None = None, **options: Any) -> None:
+        self.defined[name] = step_metric
+
+    def update(self, values: dict[str, Any], allow_val_change: bool = False) -> None:  # run.config.update
+        self.config_values.update(values)
+
+    def log(self, row: dict[str, Any], step: int | None = None) -> None:
+        assert step is None  # W&B's _step must stay monotonic beside Lightning's rows
+        self.rows.append(dict(row))
+
+    def save(self, path: str, base_path: str | None = None, policy: str = "live") -> None:
+        self.saved.append(path)
+
+    def finish(self) -> None:
+        self.finished += 1
+
+
+def test_a_wandb_logger_is_chosen_and_says_where_its_run_is(tmp_path: Path) -> None:
+    require_or_skip("wandb")
+    from lightning.pytorch.loggers import WandbLogger
+
+    from lightning_mgpu.monitoring.export import Destination
+
+    run = RecordingRun(group="sweep-7")
+    (found,) = destinations([WandbLogger(experiment=run)], TimelineExportConfig())
+    assert found == Destination(
+        "wandb",
+        0,
+        "/tmp/wandb-root",
+        "run0",
+        (("project", "proj"), ("entity", "team"), ("group", "sweep-7"), ("name", "bright-sun-1"), ("mode", "offline")),
+    )
+    # No group: the other ranks' runs are grouped under rank 0's run id. A disabled run, or wandb=False: nothing.
+    assert dict(destinations([WandbLogger(experiment=RecordingRun())], TimelineExportConfig())[0].options)["group"] == (
+        "run0"
+    )
+    assert destinations([WandbLogger(experiment=RecordingRun(mode="disabled"))], TimelineExportConfig()) == []
+    assert destinations([WandbLogger(experiment=run)], TimelineExportConfig(wandb=False)) == []
+    # Rank 0 writes into the logger's run, and leaves it open; a rank > 0 opens none with wandb_rank_runs=False.
+    context = ExportContext(0, 2, {"rank0": DeviceInfo("rank0", 0, 3)})
+    (export,) = open_exports([found], [WandbLogger(experiment=run)], context)
+    assert export.run is run and not export.owns_run
+    export.close()
+    assert run.finished == 0
+    rank1 = ExportContext(1, 2, config=TimelineExportConfig(wandb_rank_runs=False))
+    assert open_exports([found], [WandbLogger(experiment=run)], rank1) == []
+    # pytorch_lightning's WandbLogger, through the bundle's twin for that namespace (lightning_mgpu.pl).
+    require_or_skip("pytorch_lightning")
+    from lightning_mgpu.pl.monitoring.export import destinations as pl_destinations
+    from pytorch_lightning.loggers import WandbLogger as PlWandbLogger
+
+    assert [d.kind for d in pl_destinations([PlWandbLogger(experiment=run)], TimelineExportConfig())] == ["wandb"]
+
+
+def test_wandb_rows_carry_the_samples_wall_time_phase_and_their_own_x_axis() -> None:
+    from lightning_mgpu.monitoring.export import WandbTimelineExport
+
+    run = RecordingRun()
+    devices = {"rank0": DeviceInfo("rank0", 0, 3, "GPU-3", 500.0)}
+    export = WandbTimelineExport(run, ExportContext(0, 2, devices), owns_run=True)
+    assert run.config_values["gpu_monitor/devices/rank0"] == "rank0: cuda:0 = NVML GPU 3 (GPU-3)"
+    assert run.config_values["gpu_monitor/phase_codes"] == "0=idle 1=train 2=validation 3=checkpoint"
+    export.write(
+        [
+            {"t": 100.0, "step": 0, "phase": "train", "mark": True, "values": {}},
+            {"t": 100.5, "step": 1, "phase": "train", "values": {"gpu/rank0/util_pct": 90.0, "cpu/rank0/rss_gb": 1.0}},
+        ]
+    )
+    export.write([{"t": 101.0, "step": 2, "phase": "validation", "mark": True, "values": {}}])
+    assert run.rows == [
+        {
+            "timeline/step": 0,
+            "timeline/phase": PHASE_CODES["train"],
+            "timeline/phase_change": "train",
+            "timeline/wall_time": 100.0,
+            "_timestamp": 100.0,
+        },
+        {
+            "gpu.3.gpu": 90.0,
+            "timeline/cpu/rank0/rss_gb": 1.0,
+            "timeline/step": 1,
+            "timeline/phase": PHASE_CODES["train"],
+            "timeline/wall_time": 100.5,
+            "_timestamp": 100.5,
+        },
+        {
+            "timeline/step": 2,
+            "timeline/phase": PHASE_CODES["validation"],
+            "timeline/phase_change": "validation",
+            "timeline/wall_time": 101.0,
+            "_timestamp": 101.0,
+        },
+    ]
+    # Every key against the samples' wall time, each defined once (a key's own definition beats Lightning's "*").
+    assert run.defined == {
+        "timeline/wall_time": None,
+        "timeline/step": "timeline/wall_time",
+        "timeline/phase": "timeline/wall_time",
+        "timeline/phase_change": "timeline/wall_time",
+        "gpu.3.gpu": "timeline/wall_time",
+        "timeline/cpu/rank0/rss_gb": "timeline/wall_time",
+    }
+    export.finish({"rank0": "input-bound", "rank1": "input-bound"}, {"diagnosis.json": __file__, "dashboard": "/none"})
+    assert run.summary == {
+        "gpu_monitor/verdict/rank0": "input-bound",
+        "gpu_monitor/verdict/rank1": "input-bound",
+        "gpu_monitor/verdict": "rank0: input-bound, rank1: input-bound",
+    }
+    assert run.tags == ("mine", "gpu_monitor: input-bound") and run.saved == [__file__]
+    export.close()
+    assert run.finished == 1  # a rank's own run ends with the fit
+
+
+def test_with_a_wandb_logger_without_save_dir_first_the_monitors_files_go_beside_the_runs(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from lightning_mgpu.monitoring.export import Destination
+
+    trainer = SimpleNamespace(default_root_dir=str(tmp_path))
+    found = [Destination("wandb", 0, "", "abc123")]
+    # Lightning's log_dir is the WandbLogger's save_dir: None when it was given none.
+    assert GPUUtilizationMonitor._files_dir(trainer, None, found) == str(tmp_path / "gpu_monitor" / "abc123")
+    assert GPUUtilizationMonitor._files_dir(trainer, "/logs", found) == "/logs"
