@@ -50,6 +50,8 @@ def test_train_py_writes_every_ranks_time_line_into_its_logger(
     tmp_path: Path, logger: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / logger
+    # The store is train.py's own (OUTPUT_DIR/mlruns): not one an earlier test's mlflow.set_tracking_uri left here.
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     # MLflow's run on fake GPUs (tests/helpers/fake_gpu_train.py), for its system-metric names.
     _train(out, logger, FAKE_GPU_TRAIN if logger == "mlflow" else TRAIN)
     if logger == "mlflow":

@@ -9,6 +9,7 @@ monitor's ``cuda:0`` is NVML's GPU 3, and MLflow's names must say ``gpu_3``. The
 from __future__ import annotations
 
 import csv
+import os
 import platform
 import time
 from collections.abc import Iterator
@@ -58,7 +59,16 @@ def mlflow_store() -> Iterator[None]:
         platform.platform()
         import mlflow.tracking  # noqa: F401
 
-        yield
+        original = os.environ.get("MLFLOW_TRACKING_URI")
+        try:
+            yield
+        finally:
+            # Lightning's MLFlowLogger calls mlflow.set_tracking_uri, which MLflow 3 also writes into the process's
+            # environment: a later test's `train.py --logger mlflow` would inherit this module's store (and refuse it).
+            if original is None:
+                os.environ.pop("MLFLOW_TRACKING_URI", None)
+            else:
+                os.environ["MLFLOW_TRACKING_URI"] = original
 
 
 # --------------------------------------------------------------------------- names, without a fit
