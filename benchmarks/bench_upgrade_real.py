@@ -13,7 +13,9 @@ in-process), and reports per file and in total:
   ``ast``, independently of the transformer);
 - tool failures (an exception, or a file the tool reported it failed on) and files that did not parse (their own
   syntax: Python 2, a broken file);
-- the seconds the tool took over the whole corpus.
+- the seconds the tool took over the whole corpus, file by file in this process; and the speed a user sees:
+  ``upgrade_paths`` over a copy of every ``.py`` file at once, with its default processes (one per CPU) and with one,
+  as seconds per 100 files (issue 53's goal: at most 20 s on 2 cores).
 
 Notebooks: until the tool converts ``.ipynb`` files they count as "not yet supported"; their code cells (lines
 starting with ``%``, ``!`` or ``?`` left out) are converted as one module anyway, to report what they would need.
@@ -43,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_mgpu.upgrade.leftovers import unmarked
-from lightning_mgpu.upgrade.run import upgrade_paths
+from lightning_mgpu.upgrade.run import default_jobs, upgrade_paths
 from lightning_mgpu.upgrade.transform import upgrade_source
 
 HERE = Path(__file__).resolve().parent
@@ -278,6 +280,12 @@ def print_report(files: list[FileFigures], total: dict[str, Any]) -> None:
         f"{nb['fully_converted']} would convert fully, TODOs {nb['todos_by_rule']}, unmarked {nb['unmarked_by_kind']}"
     )
     print(f"seconds: {total['tool_seconds']} in the tool, {total['seconds']} for the whole run")
+    sp = total.get("speed")
+    if sp:
+        print(
+            f"speed: {sp['default_jobs_s_per_100_files']} s per 100 files with {sp['jobs']} process(es) (the default"
+            f" on {sp['cpus']} CPU(s)), {sp['one_job_s_per_100_files']} s with one; goal: at most 20 s on 2 cores"
+        )
 
 
 def _revision() -> str:
@@ -329,7 +337,25 @@ def run(corpus: Path, manifest: Path) -> tuple[list[FileFigures], dict[str, Any]
             else:
                 measure_notebook(copy, figures)
             files.append(figures)
-    return files, totals(files, time.perf_counter() - started)
+        total = totals(files, time.perf_counter() - started)
+        total["speed"] = speed([source_dir / by_id[r["id"]].name for r in rows if r["kind"] == "py"], work)
+    return files, total
+
+
+def speed(originals: list[Path], work: Path) -> dict[str, Any]:
+    """Seconds per 100 files of ``upgrade_paths(..., write=True)`` over fresh copies of ``originals`` at once, with
+    the default processes and with one (the same files, side by side in one run)."""
+    figures: dict[str, Any] = {"files": len(originals), "cpus": default_jobs(10**6)}
+    for label, jobs in (("default_jobs", None), ("one_job", 1)):
+        folder = work / f"speed_{label}"
+        folder.mkdir()
+        for original in originals:
+            shutil.copyfile(original, folder / original.name)
+        start = time.perf_counter()
+        upgrade_paths([folder], write=True, out=io.StringIO(), jobs=jobs)
+        figures[f"{label}_s_per_100_files"] = round((time.perf_counter() - start) * 100 / len(originals), 2)
+    figures["jobs"] = default_jobs(len(originals))
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:

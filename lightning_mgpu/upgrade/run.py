@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import logging
+import os
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -52,6 +53,19 @@ class RunReport:
     notes: dict[Path, list] = field(default_factory=dict)
     scanned: int = 0
 
+    def merge(self, path: Path, other: RunReport) -> None:
+        """Take what ``other`` (one file's conversion) recorded about ``path`` as it stopped: unparsable or failed,
+        and its notebook cells."""
+        for reasons, theirs in ((self.unparsable, other.unparsable), (self.failed, other.failed)):
+            if path in theirs:
+                reasons[path] = theirs[path]
+        for cells, their_cells in (
+            (self.unparsable_cells, other.unparsable_cells),
+            (self.failed_cells, other.failed_cells),
+        ):
+            if path in their_cells:
+                cells[path] = their_cells[path]
+
     def findings(self) -> list:
         """Every change, TODO and note of the run."""
         return [f for group in (self.changed, self.todos, self.notes) for fs in group.values() for f in fs]
@@ -84,13 +98,18 @@ def python_files(paths: Iterable[Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def upgrade_paths(paths: Iterable[Path], write: bool = False, out: TextIO | None = None) -> RunReport:
+def upgrade_paths(
+    paths: Iterable[Path], write: bool = False, out: TextIO | None = None, jobs: int | None = None
+) -> RunReport:
     """Upgrade every Python file and notebook under ``paths``; print the diff to ``out`` unless ``write``.
 
     Args:
         paths: files and folders.
         write: apply the changes in place instead of printing the diff.
         out: where the diff goes (default: standard output).
+        jobs: processes that convert files side by side; None: one per CPU this process may use, where there are
+            enough files to pay for starting them (:func:`default_jobs`). The report, the diff and the files written
+            are the same whatever the number.
 
     Returns:
         The run's report (changes and TODOs with line numbers, the files that did not parse and those the tool
@@ -106,17 +125,16 @@ def upgrade_paths(paths: Iterable[Path], write: bool = False, out: TextIO | None
     """
     out = out or sys.stdout
     report = RunReport()
-    for path in python_files(paths):
+    files = python_files(paths)
+    for path, converted in zip(files, _convert_all(files, default_jobs(len(files)) if jobs is None else jobs)):
         report.scanned += 1
-        try:
-            source = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            report.unparsable[path] = f"cannot be read ({err})"
+        if converted.missing is not None:
+            raise converted.missing
+        report.merge(path, converted.report)
+        if converted.outcome is None:
             continue
-        outcome = _upgrade_file(path, source, report)
-        if outcome is None:
-            continue
-        new, findings, diffs = outcome
+        source = converted.source
+        new, findings, diffs = converted.outcome
         for finding in findings:
             group = report.todos if finding.todo else report.notes if finding.note else None
             if group is not None:
@@ -137,6 +155,65 @@ def upgrade_paths(paths: Iterable[Path], write: bool = False, out: TextIO | None
                     )
                 )
     return report
+
+
+#: Files per process below which a run stays in one process (starting one costs about as much as converting them).
+FILES_PER_JOB = 8
+
+
+def default_jobs(files: int) -> int:
+    """Processes for ``files`` files: one per CPU this process may use, at most one per :data:`FILES_PER_JOB` files."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, files // FILES_PER_JOB))
+
+
+@dataclass
+class _Converted:
+    """One file's conversion, as a worker process hands it back."""
+
+    source: str = ""
+    outcome: tuple[str, list, list[tuple[str, str, str]]] | None = None
+    report: RunReport = field(default_factory=RunReport)  # what _upgrade_file recorded about the file
+    missing: Exception | None = None  # a missing optional dependency: the run stops with it
+
+
+def _convert(path: Path) -> _Converted:
+    """Read and convert one file (in a worker process, or in this one)."""
+    from lightning_mgpu.utilities.imports import MissingDependencyError
+
+    converted = _Converted()
+    try:
+        converted.source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        converted.report.unparsable[path] = f"cannot be read ({err})"
+        return converted
+    try:
+        converted.outcome = _upgrade_file(path, converted.source, converted.report)
+    except MissingDependencyError as err:
+        converted.missing = err
+    return converted
+
+
+def _convert_all(files: list[Path], jobs: int) -> Iterator[_Converted]:
+    """Each file's conversion, in the files' order; ``jobs`` processes side by side where there is more than one.
+
+    Decision: fork where the platform has it (the parent has libcst and the rules imported already, so a worker starts
+    in milliseconds, and this command imports neither torch nor Lightning, whose threads fork would not carry);
+    elsewhere the platform's default start method.
+    """
+    if jobs <= 1 or len(files) <= 1:
+        yield from map(_convert, files)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    import lightning_mgpu.upgrade.notebook  # noqa: F401  (imported once here, not once per worker)
+    import lightning_mgpu.upgrade.transform  # noqa: F401
+
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=context) as pool:
+        yield from pool.map(_convert, files, chunksize=max(1, len(files) // (jobs * 4)))
 
 
 def _upgrade_file(path: Path, source: str, report: RunReport) -> tuple[str, list, list[tuple[str, str, str]]] | None:
@@ -250,6 +327,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--write", action="store_true", help="apply the changes in place (default: print a unified diff)"
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="processes converting files side by side (default: one per CPU, where there are enough files)",
+    )
+    parser.add_argument(
         "--explain", metavar="RULE", help="print the full text of a rule named in a TODO(lightning-mgpu:RULE) and exit"
     )
     parser.add_argument(
@@ -290,9 +373,12 @@ def main(args: argparse.Namespace) -> int:
             "lightning-mgpu upgrade: error: name .py or .ipynb files or folders (or --explain RULE)", file=sys.stderr
         )
         return 2
+    if args.jobs is not None and args.jobs < 1:
+        print(f"lightning-mgpu upgrade: error: --jobs {args.jobs}: pass 1 or more", file=sys.stderr)  # noqa: T201
+        return 2
     try:
         require("libcst", "lightning-mgpu upgrade")
-        report = upgrade_paths(args.paths, write=args.write)
+        report = upgrade_paths(args.paths, write=args.write, jobs=args.jobs)
     except (FileNotFoundError, MissingDependencyError) as err:
         print(f"lightning-mgpu upgrade: error: {err}", file=sys.stderr)  # noqa: T201  (the command's own output)
         return 2

@@ -209,7 +209,7 @@ def test_folders_hold_notebooks_and_a_broken_one_is_not_the_tools_failure(
     shutil.copy(colab, tmp_path / ".ipynb_checkpoints" / "colab_mnist-checkpoint.ipynb")  # Jupyter's autosave
     (tmp_path / "half.ipynb").write_text('{"cells": [')
     (tmp_path / "v3.ipynb").write_text('{"nbformat": 3, "worksheets": []}')
-    assert cli_main(["upgrade", str(tmp_path)]) == 0
+    assert cli_main(["upgrade", "--jobs", "1", str(tmp_path)]) == 0  # in-process (the unit tier)
     out, err = capsys.readouterr()
     assert "checkpoint" not in out + err and f"--- a/{colab} (cell 4)" in out
     assert f"{tmp_path / 'half.ipynb'}: skipped, is not a notebook this tool reads (not JSON" in err

@@ -27,9 +27,10 @@ def scripts(tmp_path: Path) -> Path:
     return folder
 
 
+# --jobs 1: the unit tier runs in-process; tests/integration/upgrade/test_run.py checks that processes change nothing.
 def test_the_default_run_prints_a_diff_and_changes_nothing(scripts: Path, capsys: pytest.CaptureFixture) -> None:
     before = {p: p.read_text() for p in scripts.rglob("*.py")}
-    assert cli_main(["upgrade", str(scripts)]) == 0
+    assert cli_main(["upgrade", "--jobs", "1", str(scripts)]) == 0
     out, err = capsys.readouterr()
     assert {p: p.read_text() for p in scripts.rglob("*.py")} == before
     gan = scripts / "gan_dp.py"
@@ -49,12 +50,12 @@ def test_the_default_run_prints_a_diff_and_changes_nothing(scripts: Path, capsys
 
 def test_write_applies_and_a_second_run_reports_no_change(scripts: Path, capsys: pytest.CaptureFixture) -> None:
     broken = (scripts / "broken.py").read_text()
-    assert cli_main(["upgrade", "--write", str(scripts)]) == 0
+    assert cli_main(["upgrade", "--write", "--jobs", "1", str(scripts)]) == 0
     assert 'strategy="dp"' in (scripts / "gan_dp.py").read_text()
     assert (scripts / "broken.py").read_text() == broken  # left untouched
     assert not list(scripts.glob(".*.tmp"))
     capsys.readouterr()
-    assert cli_main(["upgrade", "--write", str(scripts)]) == 0
+    assert cli_main(["upgrade", "--write", "--jobs", "1", str(scripts)]) == 0
     out, err = capsys.readouterr()
     assert out == "" and f"0 of {len(SCRIPTS) + 1} file(s) changed (0 rewrite(s))" in err
 
@@ -87,7 +88,7 @@ def test_a_file_the_tool_cannot_handle_is_skipped_not_fatal(scripts: Path, capsy
         return original(source)
 
     monkeypatch.setattr(transform, "upgrade_source", flaky)
-    assert cli_main(["upgrade", str(scripts)]) == 0
+    assert cli_main(["upgrade", "--jobs", "1", str(scripts)]) == 0
     err = capsys.readouterr().err
     assert f"{scripts / 'callbacks_1x.py'}: skipped, the tool failed on it (RecursionError: deep" in err
     # Counted apart from the file that does not parse (the file's fault, not the tool's).
@@ -153,3 +154,11 @@ def test_every_name_a_rewrite_imports_exists_in_lightning_2(namespace: str) -> N
     missing = [(m, n) for m, n in sorted(targets) if not hasattr(importlib.import_module(m), n)]
     assert not missing, missing
     assert hasattr(importlib.import_module(f"{namespace}.strategies"), "DeepSpeedStrategy")
+
+
+def test_jobs_below_one_is_refused_in_one_line(scripts: Path, capsys: pytest.CaptureFixture) -> None:
+    before = (scripts / "gan_dp.py").read_text()
+    assert cli_main(["upgrade", "--write", "--jobs", "0", str(scripts)]) == 2
+    err = capsys.readouterr().err
+    assert err == "lightning-mgpu upgrade: error: --jobs 0: pass 1 or more\n"
+    assert (scripts / "gan_dp.py").read_text() == before  # refused before any file is touched
