@@ -126,13 +126,7 @@ CASES: dict[str, Case] = {
     "reload_dataloaders.py": Case(
         "1.6", "single device", difference="reload-iterates-twice", explains=("losses", "weights_digest"), extended=True
     ),
-    "terminate_on_nan.py": Case(
-        "1.6",
-        "single device",
-        difference="terminate-on-nan-todo",
-        explains=("steps_run", "stopped", "weights_digest"),
-        extended=True,
-    ),
+    "terminate_on_nan.py": Case("1.6", "single device"),
     "datamodule_argparse.py": Case(
         "1.9",
         "single device",
@@ -162,11 +156,6 @@ DIFFERENCES = {
         "2.x stops at the first power of two at or past it (lightning/pytorch/tuner/batch_size_scaling.py: "
         "batch_size >= the dataset's length ends the search uncapped): 200 samples gave 200 and 256, one batch "
         "either way, so the training is equal. The tool's tuner-flags rule says so."
-    ),
-    "terminate-on-nan-todo": (
-        "terminate_on_nan=True is gone from 2.x and the tool leaves a TODO (trainer-terminate-on-nan): 1.6.5 raised "
-        "ValueError at the non-finite loss before its backward (optimizer_loop.py, check_finite_loss), the "
-        "converted script trains on with NaN weights until a person adds the check. The losses before it are equal."
     ),
     "reload-iterates-twice": (
         "with reload_dataloaders_every_n_epochs=1, 2.x creates the reloaded training loader's iterator twice per "

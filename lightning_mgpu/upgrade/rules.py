@@ -467,9 +467,13 @@ RULES = _rules(
     ),
     Rule(
         "trainer-terminate-on-nan",
-        "terminate_on_nan is gone: check the loss in training_step",
-        "terminate_on_nan=True stopped on a NaN/inf loss. 2.x has no flag: raise in training_step when"
-        " not torch.isfinite(loss), or use detect_anomaly=True (slower, and it stops at the op that made the NaN).",
+        "terminate_on_nan is gone: add lightning_mgpu's TerminateOnNaN callback",
+        "terminate_on_nan=True raised ValueError at a NaN/inf training loss (before its backward) or parameter (after"
+        " it). 2.x has no flag; the tool writes callbacks=[TerminateOnNaN()] (from lightning_mgpu.callbacks, or"
+        " lightning_mgpu.pl.callbacks under pytorch_lightning), which checks both where 1.x did, and removes"
+        " terminate_on_nan=False; legacy_trainer_kwargs adds the callback for a True read at run time. This TODO"
+        " stays where the value is not a literal or callbacks= is not a list the tool can extend: add the callback"
+        " by hand. detect_anomaly=True instead stops at the operation that made the NaN (slower).",
     ),
     Rule(
         "trainer-log-gpu-memory",

@@ -216,9 +216,10 @@ class _TrainerArgs:
     def note(self, rule: str) -> None:
         self.notes.append(rules.note_text(rule))
 
-    def add_callback(self, call: str, name: str, module: str, replacing: str) -> bool:
-        """Append ``call`` (a callback built from ``name``, imported from ``module`` below the namespace) to
-        ``callbacks=``, in ``replacing``'s place; False where ``callbacks=`` is something this tool cannot extend."""
+    def add_callback(self, call: str, name: str, module: str, replacing: str, bundle: bool = False) -> bool:
+        """Append ``call`` (a callback built from ``name``, imported from ``module`` below the namespace, or below
+        the bundle's package for that namespace where ``bundle``) to ``callbacks=``, in ``replacing``'s place; False
+        where ``callbacks=`` is something this tool cannot extend."""
         existing = self.get("callbacks")
         element = cst.Element(cst.parse_expression(call))
         if existing is None:
@@ -235,7 +236,8 @@ class _TrainerArgs:
             self.remove(replacing)
         else:
             return False
-        self.imports.append((f"{self.namespace}.{module}", name))
+        root = rules.BUNDLE_FOR_NAMESPACE[self.namespace] if bundle else self.namespace
+        self.imports.append((f"{root}.{module}", name))
         return True
 
 
@@ -503,6 +505,17 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             )
         else:
             args.todo("trainer-checkpoint-callback", value=_code(checkpoint))
+    nan = args.get("terminate_on_nan")
+    if nan is not None:
+        literal = _literal(nan)
+        if literal is False:
+            args.remove("terminate_on_nan")
+            args.change("trainer-terminate-on-nan", "terminate_on_nan=False removed (1.x's default)")
+        elif literal is True and args.add_callback(
+            "TerminateOnNaN()", "TerminateOnNaN", "callbacks", "terminate_on_nan", bundle=True
+        ):
+            args.change("trainer-terminate-on-nan", "terminate_on_nan=True -> callbacks=[TerminateOnNaN()]")
+        # Anything else (a variable, callbacks= the tool cannot extend): the trainer-terminate-on-nan TODO below.
     early = args.get("early_stop_callback")
     if early is not None:
         literal = _literal(early)

@@ -67,9 +67,7 @@ CORPUS: dict[str, Script] = {
     "amp_apex.py": Script("DDPStrategy", todos=frozenset({"trainer-apex"}), build="build_trainer"),
     "horovod_dict.py": Script("HorovodStrategy", needs=("horovod",), build="build_trainer"),
     "step_end_ema.py": Script("DDPStrategy", todos=frozenset({"step-end"}), build="build_trainer"),
-    "yaml_config.py": Script(
-        "SingleDeviceStrategy", todos=frozenset({"trainer-terminate-on-nan"}), build="build_trainer"
-    ),
+    "yaml_config.py": Script("SingleDeviceStrategy", build="build_trainer"),
 }
 
 #: The scripts that train on this machine once converted, with the strategy each named (for the older tests).

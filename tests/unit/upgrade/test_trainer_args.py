@@ -132,3 +132,16 @@ def test_weights_summary_as_1x_read_it(trainer_cls: type, argv: list[str], depth
     trainer = from_argparse_args(trainer_cls, _parse(trainer_cls, argv), logger=False)
     summaries = [c for c in trainer.callbacks if type(c).__name__ in ("ModelSummary", "RichModelSummary")]
     assert [s._max_depth for s in summaries] == depths
+
+
+def test_terminate_on_nan_becomes_the_bundles_callback(trainer_cls: type) -> None:
+    """1.x's flag read at run time (a dict, a command line) adds the bundle's TerminateOnNaN, of the Trainer's own
+    namespace (its Trainer refuses another's callbacks); False adds nothing."""
+    import importlib
+
+    namespace = trainer_cls.__module__.removesuffix(".trainer.trainer")
+    trainer = trainer_cls(**legacy_trainer_kwargs({"terminate_on_nan": True}, namespace=namespace), logger=False)
+    stops = [c for c in trainer.callbacks if type(c).__name__ == "TerminateOnNaN"]
+    assert len(stops) == 1 and isinstance(stops[0], importlib.import_module(namespace).Callback)
+    unset = trainer_cls(**legacy_trainer_kwargs({"terminate_on_nan": False}, namespace=namespace), logger=False)
+    assert not any(type(c).__name__ == "TerminateOnNaN" for c in unset.callbacks)

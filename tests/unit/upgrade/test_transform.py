@@ -830,3 +830,19 @@ def test_ddp_cpu_gets_a_note_that_1x_summed_the_ranks_gradients() -> None:
     assert "ddp-cpu-gradient-mean" not in upgraded(
         'from pytorch_lightning import Trainer\nTrainer(accelerator="ddp")\n'
     )
+
+
+@pytest.mark.parametrize(
+    ("namespace", "bundle"), [("pytorch_lightning", "lightning_mgpu.pl"), ("lightning.pytorch", "lightning_mgpu")]
+)
+def test_terminate_on_nan_becomes_the_bundles_callback_in_the_files_namespace(namespace: str, bundle: str) -> None:
+    out = upgraded(
+        f"import {namespace} as pl\n"
+        "t = pl.Trainer(terminate_on_nan=True, max_epochs=2)\n"
+        "u = pl.Trainer(terminate_on_nan=False, callbacks=[cb])\n"
+        "v = pl.Trainer(terminate_on_nan=flag)\n"
+    )
+    assert f"from {bundle}.callbacks import TerminateOnNaN\n" in out
+    assert "t = pl.Trainer(callbacks=[TerminateOnNaN()], max_epochs=2)\n" in out
+    assert "u = pl.Trainer(callbacks=[cb])\n" in out  # False was 1.x's default
+    assert out.count("TODO(lightning-mgpu:trainer-terminate-on-nan)") == 1  # a value the tool cannot read
