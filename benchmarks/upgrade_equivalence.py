@@ -127,6 +127,7 @@ CASES: dict[str, Case] = {
         "1.6", "single device", difference="reload-iterates-twice", explains=("losses", "weights_digest"), extended=True
     ),
     "terminate_on_nan.py": Case("1.6", "single device"),
+    "stochastic_weight_avg.py": Case("1.6", "single device", extended=True),
     "datamodule_argparse.py": Case(
         "1.9",
         "single device",

@@ -457,8 +457,13 @@ RULES = _rules(
     ),
     Rule(
         "trainer-swa",
-        "stochastic_weight_avg is gone: StochasticWeightAveraging(swa_lrs=...)",
-        "stochastic_weight_avg=True became the StochasticWeightAveraging callback, whose swa_lrs is now required.",
+        "stochastic_weight_avg is gone: add LegacyStochasticWeightAveraging()",
+        "stochastic_weight_avg=True added 1.x's StochasticWeightAveraging() with every default; its swa_lrs=None meant"
+        " the optimizer's learning rates when averaging starts, and 2.x requires swa_lrs. The tool writes"
+        " callbacks=[LegacyStochasticWeightAveraging()] (lightning_mgpu.callbacks, or lightning_mgpu.pl.callbacks"
+        " under pytorch_lightning: Lightning's callback, reading those rates as 1.x did), and removes"
+        " stochastic_weight_avg=False; legacy_trainer_kwargs adds it for a True read at run time. This TODO stays"
+        " where the value is not a literal or callbacks= is not a list the tool can extend.",
     ),
     Rule(
         "trainer-multiple-trainloader-mode",

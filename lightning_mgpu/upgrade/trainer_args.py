@@ -271,11 +271,14 @@ def legacy_trainer_kwargs(
         bar = importlib.import_module(f"{namespace}.callbacks").TQDMProgressBar(refresh_rate=int(rate))
         callbacks = out.get("callbacks") or []
         out["callbacks"] = [*(callbacks if isinstance(callbacks, list) else [callbacks]), bar]
-    if params.get("terminate_on_nan"):
-        bundle = rules.BUNDLE_FOR_NAMESPACE[namespace]
-        stop = importlib.import_module(f"{bundle}.callbacks").TerminateOnNaN()
-        callbacks = out.get("callbacks") or []
-        out["callbacks"] = [*(callbacks if isinstance(callbacks, list) else [callbacks]), stop]
+    bundle_callbacks = importlib.import_module(f"{rules.BUNDLE_FOR_NAMESPACE[namespace]}.callbacks")
+    for flag, make in (
+        ("terminate_on_nan", bundle_callbacks.TerminateOnNaN),
+        ("stochastic_weight_avg", bundle_callbacks.LegacyStochasticWeightAveraging),
+    ):
+        if params.get(flag):
+            callbacks = out.get("callbacks") or []
+            out["callbacks"] = [*(callbacks if isinstance(callbacks, list) else [callbacks]), make()]
     if params.get("resume_from_checkpoint") is not None:
         raise ValueError(
             "resume_from_checkpoint is gone from the Trainer: pass ckpt_path=args.resume_from_checkpoint to trainer.fit"
@@ -287,7 +290,8 @@ def legacy_trainer_kwargs(
         out["max_steps"] = -1  # 1.x's "no limit"
     # Removed flags whose unset values mean nothing, and whose set values have no 2.x Trainer argument.
     for old, rule in {**rules.REMOVED_ARGS, **rules.DROPPED_ARGS}.items():
-        translated = ("tpu_cores", "ipus", "terminate_on_nan")  # above: accelerator and devices, the callback
+        # above: accelerator and devices, the callbacks
+        translated = ("tpu_cores", "ipus", "terminate_on_nan", "stochastic_weight_avg")
         if params.get(old) not in _UNSET and old not in translated and old not in rules.DROPPED_ARGS:
             raise ValueError(f"--{old}={params[old]!r}: {rules.RULES[rule].todo}")
     return out

@@ -505,6 +505,21 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             )
         else:
             args.todo("trainer-checkpoint-callback", value=_code(checkpoint))
+    swa = args.get("stochastic_weight_avg")
+    if swa is not None:
+        literal = _literal(swa)
+        if literal is False:
+            args.remove("stochastic_weight_avg")
+            args.change("trainer-swa", "stochastic_weight_avg=False removed (1.x's default)")
+        elif literal is True and args.add_callback(
+            "LegacyStochasticWeightAveraging()",
+            "LegacyStochasticWeightAveraging",
+            "callbacks",
+            "stochastic_weight_avg",
+            bundle=True,
+        ):
+            args.change("trainer-swa", "stochastic_weight_avg=True -> callbacks=[LegacyStochasticWeightAveraging()]")
+        # Anything else: the trainer-swa TODO below.
     nan = args.get("terminate_on_nan")
     if nan is not None:
         literal = _literal(nan)

@@ -140,8 +140,10 @@ def test_terminate_on_nan_becomes_the_bundles_callback(trainer_cls: type) -> Non
     import importlib
 
     namespace = trainer_cls.__module__.removesuffix(".trainer.trainer")
-    trainer = trainer_cls(**legacy_trainer_kwargs({"terminate_on_nan": True}, namespace=namespace), logger=False)
-    stops = [c for c in trainer.callbacks if type(c).__name__ == "TerminateOnNaN"]
-    assert len(stops) == 1 and isinstance(stops[0], importlib.import_module(namespace).Callback)
+    settings = {"terminate_on_nan": True, "stochastic_weight_avg": True}
+    trainer = trainer_cls(**legacy_trainer_kwargs(settings, namespace=namespace), logger=False)
+    for name in ("TerminateOnNaN", "LegacyStochasticWeightAveraging"):
+        added = [c for c in trainer.callbacks if type(c).__name__ == name]
+        assert len(added) == 1 and isinstance(added[0], importlib.import_module(namespace).Callback)
     unset = trainer_cls(**legacy_trainer_kwargs({"terminate_on_nan": False}, namespace=namespace), logger=False)
     assert not any(type(c).__name__ == "TerminateOnNaN" for c in unset.callbacks)

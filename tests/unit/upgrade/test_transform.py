@@ -846,3 +846,16 @@ def test_terminate_on_nan_becomes_the_bundles_callback_in_the_files_namespace(na
     assert "t = pl.Trainer(callbacks=[TerminateOnNaN()], max_epochs=2)\n" in out
     assert "u = pl.Trainer(callbacks=[cb])\n" in out  # False was 1.x's default
     assert out.count("TODO(lightning-mgpu:trainer-terminate-on-nan)") == 1  # a value the tool cannot read
+
+
+def test_stochastic_weight_avg_becomes_the_bundles_legacy_swa() -> None:
+    out = upgraded(
+        "import pytorch_lightning as pl\n"
+        "t = pl.Trainer(stochastic_weight_avg=True, callbacks=[cb])\n"
+        "u = pl.Trainer(stochastic_weight_avg=False)\n"
+        "v = pl.Trainer(stochastic_weight_avg=config.swa)\n"
+    )
+    assert "from lightning_mgpu.pl.callbacks import LegacyStochasticWeightAveraging\n" in out
+    assert "t = pl.Trainer(callbacks=[cb, LegacyStochasticWeightAveraging()])\n" in out
+    assert "u = pl.Trainer()\n" in out
+    assert out.count("TODO(lightning-mgpu:trainer-swa)") == 1
