@@ -1096,12 +1096,12 @@ RULES.update(
     _rules(
         Rule(
             "trainer-key-unfollowed",
-            "{key!r} is a 1.x Trainer key, in settings the tool does not follow into a Trainer",
+            "1.x Trainer key {value}, in settings not followed into a Trainer",
             "A 1.x Trainer key (gpus, distributed_backend, checkpoint_callback, ...) is written into a dict or a config"
             ' object (settings["gpus"] = n, {"checkpoint_callback": ...}, dict(gpus=...)) that this tool cannot follow'
             " into a Trainer, so it was left as it was. If the settings reach Trainer(**settings) or"
             " from_argparse_args(Trainer, ...) from lightning_mgpu.upgrade.trainer_args, they are translated at run"
-            " time as 1.x read them; any other path needs the 2.x key: gpus=N -> accelerator=\"gpu\", devices=N (0 or"
+            ' time as 1.x read them; any other path needs the 2.x key: gpus=N -> accelerator="gpu", devices=N (0 or'
             ' None: accelerator="cpu"); distributed_backend=X -> strategy=X; checkpoint_callback=True/False ->'
             " enable_checkpointing=, a ModelCheckpoint -> callbacks=[...]; weights_summary=None ->"
             " enable_model_summary=False; replace_sampler_ddp -> use_distributed_sampler; resume_from_checkpoint ->"
@@ -1111,7 +1111,7 @@ RULES.update(
         ),
         Rule(
             "trainer-accelerator-connector",
-            "trainer.accelerator_connector is gone: read trainer.strategy, trainer.accelerator, trainer.num_devices",
+            "gone: read trainer.strategy, .accelerator, .num_devices",
             "Trainer.accelerator_connector (1.x, public) became the private Trainer._accelerator_connector in 2.0, with"
             " other attributes: use_ddp, use_ddp2, use_dp, num_gpus, parallel_device_ids, ... are gone. Read the"
             " public Trainer instead: isinstance(trainer.strategy, DDPStrategy) (lightning's strategies; 1.x's use_ddp"
@@ -1122,7 +1122,7 @@ RULES.update(
         ),
         Rule(
             "result-object",
-            "{name} is gone (removed in 1.x): self.log(...) in the step, and return the loss",
+            "{name} is gone: self.log(...) in the step, and return the loss",
             "Lightning 1.0's TrainResult and EvalResult were deprecated in 1.0 and removed in 1.1. In 2.x: call"
             " self.log(name, value, prog_bar=..., on_step=..., on_epoch=...) and self.log_dict(...) in the step"
             " instead of result.log/log_dict; a training step returns the loss (TrainResult(minimize=loss)) or a dict"
@@ -1132,7 +1132,7 @@ RULES.update(
         ),
         Rule(
             "eval-step-optimizer-idx",
-            "{hook}(..., optimizer_idx): 1.x never passed optimizer_idx here (2.x passes dataloader_idx there)",
+            "1.x never passed optimizer_idx to {hook}: remove it",
             "Lightning 1.x passed optimizer_idx to training_step only: a validation_step, test_step or predict_step"
             " parameter optimizer_idx=D always held its default D (where there were several loaders, 1.x and 2.x"
             " pass dataloader_idx in that place). The parameter goes, so that 2.x's dataloader_idx cannot land in it,"

@@ -1837,7 +1837,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         # A 1.x Trainer key the rewrites left in settings they do not follow: a TODO, never silence.
         for written in result.nodes if isinstance(result, cst.FlattenSentinel) else [result]:
             for key in legacy_keys(written) if isinstance(written, cst.CSTNode) else []:
-                self._todo(original, rules.todo_text("trainer-key-unfollowed", key=key))
+                self._todo(original, rules.todo_text("trainer-key-unfollowed", value=repr(key)))
         return result
 
     def _leave_simple_statement(
@@ -2067,7 +2067,9 @@ class UpgradeTransformer(cst.CSTTransformer):
             if dropped is None:
                 self._todo(original, rules.todo_text("eval-step-optimizer-idx", hook=hook))
                 return updated
-            self._change(original, "eval-step-optimizer-idx", f"{hook}: dropped optimizer_idx, its uses read its default")
+            self._change(
+                original, "eval-step-optimizer-idx", f"{hook}: dropped optimizer_idx, its uses read its default"
+            )
             return dropped
         if hook in rules.STEP_END_HOOKS:
             if _reduce_only(updated) and hook.removesuffix("_end") in self._class_per_sample[-1]:
