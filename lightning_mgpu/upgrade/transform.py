@@ -32,6 +32,7 @@ from lightning_mgpu.upgrade.hooks import (
     wrap_returns,
 )
 from lightning_mgpu.upgrade.leftover_spellings import (
+    RESULT_CLASSES,
     drop_eval_optimizer_idx,
     is_accelerator_connector,
     legacy_keys,
@@ -985,6 +986,10 @@ class UpgradeTransformer(cst.CSTTransformer):
             return self._metrics_import(original, updated, "torchmetrics" + below[len("metrics") :])
         if isinstance(updated.names, cst.ImportStar):
             return updated
+        if namespace is not None:  # from pytorch_lightning import TrainResult: leftover_spellings.py
+            for alias in updated.names:
+                if isinstance(alias.name, cst.Name) and alias.name.value in RESULT_CLASSES:
+                    self._todo(original, rules.todo_text("result-object", name=alias.name.value))
         if (module == "torchmetrics" or module.startswith("torchmetrics.")) and any(
             isinstance(a.name, cst.Name) and rules.TORCHMETRICS_RENAMED.get(a.name.value, a.name.value) != a.name.value
             for a in updated.names

@@ -156,8 +156,8 @@ def test_train_and_eval_results_get_a_todo_each() -> None:
     assert todo_above(out, "result = pl.TrainResult(minimize=loss)", "result-object")
     assert todo_above(out, "return EvalResult(checkpoint_on=loss)", "result-object")
     assert "TrainResult is gone" in out and "EvalResult is gone" in out
-    # The import line is left to the person who rewrites the steps (the scanner counts it, the TODOs below explain).
-    assert [what for _, what in unmarked(out)] == ["import EvalResult"]
+    assert todo_above(out, "from pytorch_lightning import EvalResult", "result-object")
+    assert unmarked(out) == []
 
 
 # -- eval-step-optimizer-idx ------------------------------------------------------------------------------------------
