@@ -78,6 +78,8 @@ class FileResult:
 
     source: str
     findings: list[Finding] = field(default_factory=list)
+    #: Names this file's imports renamed (``DDPPlugin`` -> ``DDPStrategy``): a notebook's later cells rename their uses.
+    renamed: dict[str, tuple[str, str, dict[str, str]]] = field(default_factory=dict)
 
     @property
     def changes(self) -> list[Finding]:
@@ -2134,6 +2136,7 @@ def upgrade_source(
     namespace: str | None = None,
     aliases: dict[str, str] | None = None,
     metric_names: Sequence[str] = (),
+    renamed: dict[str, tuple[str, str, dict[str, str]]] | None = None,
 ) -> FileResult:
     """Upgrade one file's source.
 
@@ -2144,6 +2147,8 @@ def upgrade_source(
             cells: ``{"pl": "pytorch_lightning"}``).
         metric_names: torchmetrics names imported where ``source`` does not show it (a notebook's other cells:
             ``from torchmetrics import Accuracy``), so that ``Accuracy()`` converts as in one file.
+        renamed: names renamed by imports ``source`` does not show (a notebook's earlier cells:
+            ``from pytorch_lightning.plugins import DDPPlugin``), as :attr:`FileResult.renamed` gives them.
 
     Returns:
         The upgraded source (identical when there was nothing to do) and its findings, with original line numbers.
@@ -2165,6 +2170,7 @@ def upgrade_source(
     read_only_visit(wrapper.module, facts)
     transformer = UpgradeTransformer(facts, namespace or namespace_of(source))
     transformer.namespace_aliases.update(aliases or {})
+    transformer.renamed.update(renamed or {})
     transformer.add_metric_names(metric_names)
     new = wrapper.visit(transformer)
     try:
@@ -2173,6 +2179,7 @@ def upgrade_source(
         log.debug("a rewrite cannot be written out; again, statement by statement", exc_info=True)
         transformer = UpgradeTransformer(facts, transformer.namespace, check_code=True)
         transformer.namespace_aliases.update(aliases or {})
+        transformer.renamed.update(renamed or {})
         transformer.add_metric_names(metric_names)
         new = wrapper.visit(transformer)
         code = new.code
@@ -2183,7 +2190,7 @@ def upgrade_source(
         )
     if code != source:
         _check_compiles(source, code)
-    return FileResult(code, findings)
+    return FileResult(code, findings, dict(transformer.renamed))
 
 
 def syntax_error(source: str, err: Exception) -> str:
