@@ -212,6 +212,7 @@ def upgrade_notebook(text: str) -> NotebookResult:
     metric_names = metric_imports([_cell_source(c) for _, c in code_cells])
     result = NotebookResult(text)
     changed = False
+    renamed: dict[str, tuple[str, str, dict[str, str]]] = {}  # what earlier cells' imports renamed (DDPPlugin)
     for index, cell in code_cells:
         before = _cell_source(cell)
         masked = mask_ipython(before) if "__lightning_mgpu_ipython_" not in before else None
@@ -219,7 +220,9 @@ def upgrade_notebook(text: str) -> NotebookResult:
             continue
         source, originals = masked
         try:
-            upgraded = upgrade_source(source, namespace=namespace, aliases=aliases, metric_names=metric_names)
+            upgraded = upgrade_source(
+                source, namespace=namespace, aliases=aliases, metric_names=metric_names, renamed=renamed
+            )
         except cst.ParserSyntaxError as err:
             result.unparsable[index] = syntax_error(source, err)
             continue
@@ -227,6 +230,7 @@ def upgrade_notebook(text: str) -> NotebookResult:
             log.debug("upgrade failed on cell %s", index, exc_info=True)
             result.failed[index] = f"{type(err).__name__}: {err}"
             continue
+        renamed.update(upgraded.renamed)
         after = unmask_ipython(upgraded.source, originals)
         magic = before.splitlines(keepends=True)[0] if before.startswith("%%") else ""
         if magic and not after.startswith(magic):  # a comment the rewrite put above it: a cell magic stays first

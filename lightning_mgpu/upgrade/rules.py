@@ -1080,3 +1080,73 @@ RULES["trainer-log-gpu-memory"] = Rule(
     " (lightning_mgpu.callbacks: utilisation, memory, power and a diagnosis per rank).",
     kind="note",
 )
+
+#: Keys of a settings dict that only a 1.x Trainer took: a dict or config that still holds one after the rewrite (one
+#: the tool does not follow into a Trainer) gets the trainer-key-unfollowed TODO.
+LEGACY_SETTINGS_KEYS = frozenset(
+    {
+        "gpus",
+        "num_processes",
+        "distributed_backend",
+        "checkpoint_callback",
+        "weights_summary",
+        "replace_sampler_ddp",
+        "resume_from_checkpoint",
+        "progress_bar_refresh_rate",
+        "amp_backend",
+        "amp_level",
+        "auto_select_gpus",
+        "reload_dataloaders_every_epoch",
+    }
+)
+#: The evaluation hooks 1.x never passed an ``optimizer_idx`` to (a parameter of theirs always held its default).
+EVAL_STEP_HOOKS = ("validation_step", "test_step", "predict_step")
+RULES.update(
+    _rules(
+        Rule(
+            "trainer-key-unfollowed",
+            "1.x Trainer key {value}, in settings not followed into a Trainer",
+            "A 1.x Trainer key (gpus, distributed_backend, checkpoint_callback, ...) is written into a dict or a config"
+            ' object (settings["gpus"] = n, {"checkpoint_callback": ...}, dict(gpus=...)) that this tool cannot follow'
+            " into a Trainer, so it was left as it was. If the settings reach Trainer(**settings) or"
+            " from_argparse_args(Trainer, ...) from lightning_mgpu.upgrade.trainer_args, they are translated at run"
+            ' time as 1.x read them; any other path needs the 2.x key: gpus=N -> accelerator="gpu", devices=N (0 or'
+            ' None: accelerator="cpu"); distributed_backend=X -> strategy=X; checkpoint_callback=True/False ->'
+            " enable_checkpointing=, a ModelCheckpoint -> callbacks=[...]; weights_summary=None ->"
+            " enable_model_summary=False; replace_sampler_ddp -> use_distributed_sampler; resume_from_checkpoint ->"
+            " trainer.fit(..., ckpt_path=); progress_bar_refresh_rate -> TQDMProgressBar(refresh_rate=) or"
+            " enable_progress_bar=False. Where the key only names something of the script's own (a callback's label in"
+            " a config, a value the script reads back itself by that key), nothing needs to change: drop the TODO.",
+        ),
+        Rule(
+            "trainer-accelerator-connector",
+            "gone: read trainer.strategy, .accelerator, .num_devices",
+            "Trainer.accelerator_connector (1.x, public) became the private Trainer._accelerator_connector in 2.0, with"
+            " other attributes: use_ddp, use_ddp2, use_dp, num_gpus, parallel_device_ids, ... are gone. Read the"
+            " public Trainer instead: isinstance(trainer.strategy, DDPStrategy) (lightning's strategies; 1.x's use_ddp"
+            " also covered ddp_spawn, ddp_sharded and DeepSpeed, all DDPStrategy subclasses or siblings: check which"
+            " the code meant), trainer.strategy is this bundle's DataParallelStrategy / DDP2Strategy for use_dp /"
+            " use_ddp2, trainer.accelerator (the device type), trainer.num_devices, trainer.device_ids,"
+            " trainer.world_size.",
+        ),
+        Rule(
+            "result-object",
+            "{name} is gone: self.log(...) in the step, and return the loss",
+            "Lightning 1.0's TrainResult and EvalResult were deprecated in 1.0 and removed in 1.1. In 2.x: call"
+            " self.log(name, value, prog_bar=..., on_step=..., on_epoch=...) and self.log_dict(...) in the step"
+            " instead of result.log/log_dict; a training step returns the loss (TrainResult(minimize=loss)) or a dict"
+            ' with "loss"; checkpoint_on=/early_stop_on= become ModelCheckpoint(monitor=...) and'
+            " EarlyStopping(monitor=...) on a logged name; an evaluation step returns what its epoch end needs, or"
+            " nothing.",
+        ),
+        Rule(
+            "eval-step-optimizer-idx",
+            "1.x never passed optimizer_idx to {hook}: remove it",
+            "Lightning 1.x passed optimizer_idx to training_step only: a validation_step, test_step or predict_step"
+            " parameter optimizer_idx=D always held its default D (where there were several loaders, 1.x and 2.x"
+            " pass dataloader_idx in that place). The parameter goes, so that 2.x's dataloader_idx cannot land in it,"
+            " and each use in the body reads D. A parameter without a default (or a default that is not a literal), or"
+            " one the body assigns, is left with this TODO: remove it, and read what the body needs another way.",
+        ),
+    )
+)

@@ -263,3 +263,29 @@ def test_a_cell_the_tool_fails_on_is_left_and_the_others_convert(
     assert after[4] == before[4] and after[6] != before[6]  # the class's cell as it was; the Trainer's converted
     assert f"{colab}:cell 5: the tool failed on it (RecursionError: deep; please report it)" in err
     assert "0 file(s) the tool failed on (and 1 notebook cell(s))" in err
+
+
+def test_a_name_an_earlier_cell_imports_and_the_tool_renames_is_renamed_where_a_later_cell_uses_it() -> None:
+    """``from pytorch_lightning.plugins import DDPPlugin`` in the imports cell becomes ``DDPStrategy``; a later cell's
+    ``DDPPlugin(...)`` follows (before, it was left as it was: a NameError once the import was renamed)."""
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell(
+            "from pytorch_lightning import Trainer\nfrom pytorch_lightning.plugins import DDPPlugin, DDPSpawnPlugin"
+        ),
+        nbformat.v4.new_markdown_cell("Two GPUs, no unused parameters."),
+        nbformat.v4.new_code_cell(
+            "spawn = DDPSpawnPlugin()\n"
+            "trainer = Trainer(gpus=2, plugins=DDPPlugin(find_unused_parameters=False))\n"
+            "later = DDPPlugin"
+        ),
+    ]
+    once = upgrade_notebook(nbformat.writes(notebook)).text
+    converted = [source(cell) for cell in json.loads(once)["cells"]]
+    assert "from pytorch_lightning.strategies import DDPStrategy" in converted[0]
+    assert converted[2].splitlines() == [
+        'spawn = DDPStrategy(start_method="spawn")',
+        'trainer = Trainer(accelerator="gpu", devices=2, strategy=DDPStrategy(find_unused_parameters=False))',
+        "later = DDPStrategy",
+    ]
+    assert upgrade_notebook(once).text == once
