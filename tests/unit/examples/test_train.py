@@ -125,7 +125,7 @@ def _bad_inputs(tmp: Path) -> dict[str, list[tuple[list[str], str]]]:
         "--trust-checkpoint": [(["--trust-checkpoint=yes"], flag_value)],
         "--data": [(["--data", "imagenet"], "invalid choice: 'imagenet'")],
         "--num-workers": [(["--num-workers", "-1"], "--num-workers must be >= 0")],
-        "--logger": [(["--logger", "wandb"], "invalid choice: 'wandb'")],
+        "--logger": [(["--logger", "comet"], "invalid choice: 'comet'")],
         "--output-dir": [
             (["--output-dir", str(a_file)], "is a file, not a folder"),
             (["--output-dir", "/proc/lightning_mgpu_test"], "cannot be written"),
