@@ -213,7 +213,7 @@ def _convert_all(files: list[Path], jobs: int) -> Iterator[_Converted]:
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=context) as pool:
-        yield from pool.map(_convert, files, chunksize=max(1, len(files) // (jobs * 4)))
+        yield from pool.map(_convert, files)  # one file at a time: a large file late in the list does not hold a batch
 
 
 def _upgrade_file(path: Path, source: str, report: RunReport) -> tuple[str, list, list[tuple[str, str, str]]] | None:

@@ -52,9 +52,53 @@ def _child_fields(kind: type[cst.CSTNode]) -> tuple[str, ...]:
     return (*first, *(n for n in names if n not in first))
 
 
+#: The last module walked, in pre-order: ``[node, index past its subtree]`` per node. Each file's six pre-passes walk
+#: the same module; the order is computed once and replayed (about 5 times as fast as walking the fields again).
+_last_module: tuple[cst.Module, list[list]] | None = None
+
+
+def _preorder(node: cst.CSTNode, out: list[list]) -> list[list]:
+    entry = [node, 0]
+    out.append(entry)
+    for name in _child_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            if not isinstance(value, TRIVIA):
+                _preorder(value, out)
+        elif isinstance(value, (tuple, list)):
+            for child in value:
+                if isinstance(child, cst.CSTNode) and not isinstance(child, TRIVIA):
+                    _preorder(child, out)
+    entry[1] = len(out)
+    return out
+
+
+def _replay(order: list[list], visitor: cst.CSTVisitor) -> None:
+    open_nodes: list[list] = []  # entries whose subtree is being visited
+    i = 0
+    while i < len(order):
+        node, end = order[i]
+        while open_nodes and open_nodes[-1][1] <= i:
+            visitor.on_leave(open_nodes.pop()[0])
+        if visitor.on_visit(node):
+            open_nodes.append(order[i])
+            i += 1
+        else:
+            visitor.on_leave(node)
+            i = end
+    while open_nodes:
+        visitor.on_leave(open_nodes.pop()[0])
+
+
 def read_only_visit(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     """Run ``visitor`` over ``node`` and everything below it, as ``node.visit(visitor)`` would, without rebuilding
     the tree (trivia left out: :data:`TRIVIA`)."""
+    global _last_module
+    if isinstance(node, cst.Module):
+        if _last_module is None or _last_module[0] is not node:
+            _last_module = (node, _preorder(node, []))
+        _replay(_last_module[1], visitor)
+        return
     if visitor.on_visit(node):
         for name in _child_fields(type(node)):
             value = getattr(node, name)
