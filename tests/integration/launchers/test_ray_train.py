@@ -146,6 +146,10 @@ def _kill_a_worker_once_a_checkpoint_is_registered(proc: subprocess.Popen, stora
     os.kill(workers[-1], signal.SIGKILL)
 
 
+# The extended tier: about 200 s of one CI worker (a Ray cluster, a killed worker, its restart and the Lightning-
+# launched run beside it); test_without_an_address_a_local_ray_is_started_for_the_workers_and_stopped_after keeps
+# the Ray launcher in the default tier.
+@pytest.mark.extended
 def test_a_ray_train_run_survives_a_killed_worker_and_equals_the_lightning_launched_run(
     ray_cluster, tmp_path: Path
 ) -> None:

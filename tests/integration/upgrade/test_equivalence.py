@@ -4,7 +4,7 @@
 The 1.x side is not run here: its figures (the loss of every step, a digest of the final weights, what else the
 script records) are stored in ``reference_1x.json`` by ``scripts/check_upgrade_equivalence.sh --fixture``, which runs
 both sides in the 1.x reference venvs; ``<script>_1x.pt`` is the checkpoint 1.9.5 wrote that a ``resume_*`` script
-continues from. One launch per script; the two-process ones, and second cases of a shape, are in the extended tier.
+continues from. One launch per script, every script in the default tier.
 """
 
 from __future__ import annotations
