@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 #: The Lightning namespaces a script may import, and the bundle module that serves each (the user's namespace stays).
 BUNDLE_FOR_NAMESPACE = {"pytorch_lightning": "lightning_mgpu.pl", "lightning.pytorch": "lightning_mgpu"}
+#: 1.x Trainer flags that became a callback of the bundle's (``lightning_mgpu.callbacks``): flag -> the callback.
+FLAG_CALLBACKS = {"stochastic_weight_avg": "LegacyStochasticWeightAveraging", "terminate_on_nan": "TerminateOnNaN"}
 
 #: 1.x ``accelerator=`` / ``distributed_backend=`` / ``plugins=`` strings that named a strategy -> 2.x ``strategy=``.
 #: ``ddp_cpu`` was ddp on CPU processes.

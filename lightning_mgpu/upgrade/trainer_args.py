@@ -272,13 +272,13 @@ def legacy_trainer_kwargs(
         callbacks = out.get("callbacks") or []
         out["callbacks"] = [*(callbacks if isinstance(callbacks, list) else [callbacks]), bar]
     bundle_callbacks = importlib.import_module(f"{rules.BUNDLE_FOR_NAMESPACE[namespace]}.callbacks")
-    for flag, make in (
-        ("terminate_on_nan", bundle_callbacks.TerminateOnNaN),
-        ("stochastic_weight_avg", bundle_callbacks.LegacyStochasticWeightAveraging),
-    ):
+    for flag, name in rules.FLAG_CALLBACKS.items():
         if params.get(flag):
             callbacks = out.get("callbacks") or []
-            out["callbacks"] = [*(callbacks if isinstance(callbacks, list) else [callbacks]), make()]
+            out["callbacks"] = [
+                *(callbacks if isinstance(callbacks, list) else [callbacks]),
+                getattr(bundle_callbacks, name)(),
+            ]
     if params.get("resume_from_checkpoint") is not None:
         raise ValueError(
             "resume_from_checkpoint is gone from the Trainer: pass ckpt_path=args.resume_from_checkpoint to trainer.fit"
@@ -290,8 +290,7 @@ def legacy_trainer_kwargs(
         out["max_steps"] = -1  # 1.x's "no limit"
     # Removed flags whose unset values mean nothing, and whose set values have no 2.x Trainer argument.
     for old, rule in {**rules.REMOVED_ARGS, **rules.DROPPED_ARGS}.items():
-        # above: accelerator and devices, the callbacks
-        translated = ("tpu_cores", "ipus", "terminate_on_nan", "stochastic_weight_avg")
+        translated = ("tpu_cores", "ipus", *rules.FLAG_CALLBACKS)  # above: accelerator and devices, the callbacks
         if params.get(old) not in _UNSET and old not in translated and old not in rules.DROPPED_ARGS:
             raise ValueError(f"--{old}={params[old]!r}: {rules.RULES[rule].todo}")
     return out

@@ -514,32 +514,17 @@ def rewrite_trainer_args(args: _TrainerArgs) -> _TrainerArgs:
             )
         else:
             args.todo("trainer-checkpoint-callback", value=_code(checkpoint))
-    swa = args.get("stochastic_weight_avg")
-    if swa is not None:
-        literal = _literal(swa)
+    # 1.x flags that became one of the bundle's callbacks: True adds it, False (1.x's default) goes; anything else (a
+    # variable, callbacks= the tool cannot extend) keeps the flag's TODO below.
+    for flag, name in rules.FLAG_CALLBACKS.items():
+        value = args.get(flag)
+        literal = _literal(value) if value is not None else None
+        rule = rules.REMOVED_ARGS[flag]
         if literal is False:
-            args.remove("stochastic_weight_avg")
-            args.change("trainer-swa", "stochastic_weight_avg=False removed (1.x's default)")
-        elif literal is True and args.add_callback(
-            "LegacyStochasticWeightAveraging()",
-            "LegacyStochasticWeightAveraging",
-            "callbacks",
-            "stochastic_weight_avg",
-            bundle=True,
-        ):
-            args.change("trainer-swa", "stochastic_weight_avg=True -> callbacks=[LegacyStochasticWeightAveraging()]")
-        # Anything else: the trainer-swa TODO below.
-    nan = args.get("terminate_on_nan")
-    if nan is not None:
-        literal = _literal(nan)
-        if literal is False:
-            args.remove("terminate_on_nan")
-            args.change("trainer-terminate-on-nan", "terminate_on_nan=False removed (1.x's default)")
-        elif literal is True and args.add_callback(
-            "TerminateOnNaN()", "TerminateOnNaN", "callbacks", "terminate_on_nan", bundle=True
-        ):
-            args.change("trainer-terminate-on-nan", "terminate_on_nan=True -> callbacks=[TerminateOnNaN()]")
-        # Anything else (a variable, callbacks= the tool cannot extend): the trainer-terminate-on-nan TODO below.
+            args.remove(flag)
+            args.change(rule, f"{flag}=False removed (1.x's default)")
+        elif literal is True and args.add_callback(f"{name}()", name, "callbacks", flag, bundle=True):
+            args.change(rule, f"{flag}=True -> callbacks=[{name}()]")
     early = args.get("early_stop_callback")
     if early is not None:
         literal = _literal(early)

@@ -99,14 +99,4 @@ def read_only_visit(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
             _last_module = (node, _preorder(node, []))
         _replay(_last_module[1], visitor)
         return
-    if visitor.on_visit(node):
-        for name in _child_fields(type(node)):
-            value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
-                if not isinstance(value, TRIVIA):
-                    read_only_visit(value, visitor)
-            elif isinstance(value, (tuple, list)):
-                for child in value:
-                    if isinstance(child, cst.CSTNode) and not isinstance(child, TRIVIA):
-                        read_only_visit(child, visitor)
-    visitor.on_leave(node)
+    _replay(_preorder(node, []), visitor)
