@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_mgpu.upgrade.leftovers import unmarked
+from lightning_mgpu.upgrade.notebook import PYTHON_CELL_MAGICS, python_file_cell
 from lightning_mgpu.upgrade.run import default_jobs, upgrade_paths
 from lightning_mgpu.upgrade.transform import upgrade_source
 
@@ -102,6 +103,10 @@ def notebook_code(text: str) -> str:
             continue
         source = cell.get("source", "")
         lines = source if isinstance(source, list) else source.splitlines(keepends=True)
+        first = "".join(lines[:1]).strip()
+        if first.startswith("%%") and first[2:].split(" ", 1)[0] not in PYTHON_CELL_MAGICS:
+            if python_file_cell("".join(lines)) is None:
+                continue  # %%bash, a YAML file written: not Python
         kept = [line for line in lines if not line.lstrip().startswith(MAGIC_PREFIXES)]
         cells.append("".join(kept).rstrip("\n") + "\n")
     return "\n".join(cells)

@@ -2,8 +2,10 @@
 
 IPython's own syntax stays as it was: line magics (``%load_ext tensorboard``), shell lines (``!pip install ...``, also
 continued with ``\\``, and ``files = !ls``), help lines (``Trainer?``, ``??fit``) and cell magics. A cell under a Python
-cell magic (``%%time``, ``%%capture``, ...) has its body converted; any other cell magic (``%%bash``,
-``%%writefile``, ...) leaves the cell alone. Each such line is swapped for a placeholder statement while the cell is
+cell magic (``%%time``, ``%%capture``, ...) has its body converted; a cell that writes a Python file
+(``%%writefile model.py``: course material keeps its LightningModule there) has its body converted as that file, with
+its own imports; any other cell magic (``%%bash``, ``%%writefile config.yaml``, ...) leaves the cell alone. Each such
+line is swapped for a placeholder statement while the cell is
 rewritten, so line numbers stay the cell's own, and put back afterwards. Markdown, outputs, execution counts and
 metadata are not touched; the file keeps its JSON layout (indentation, key order) where it can, and is checked with
 ``nbformat.validate`` before it is written. A cell that does not parse stays as it is and is reported; the others
@@ -36,6 +38,8 @@ _PLACEHOLDER_LINE = re.compile(r"[ \t]*__lightning_mgpu_ipython_(\d+)__[ \t]*")
 _ASSIGNED_MAGIC = re.compile(r"[ \t]*[A-Za-z_][\w.,\s]*=[ \t]*[!%]")
 #: ``Trainer?``, ``pl.Trainer.fit??``, ``?Trainer``.
 _HELP = re.compile(r"[ \t]*(\?{1,2}[\w.]+|[\w.]+\?{1,2})[ \t]*")
+#: ``%%writefile model.py``, ``%%writefile -a src/train.py``: the cell's body is that Python file.
+_WRITES_PYTHON = re.compile(r"%%writefile(?:[ \t]+(?:-a|--append))?[ \t]+(['\"]?)[^'\"\s]+\.py\1[ \t]*")
 
 
 class NotebookError(ValueError):
@@ -102,6 +106,14 @@ def mask_ipython(source: str) -> tuple[str, list[str]] | None:
             continue
         masked.append(line)
     return "".join(masked), originals
+
+
+def python_file_cell(source: str) -> tuple[str, str] | None:
+    """A ``%%writefile <path>.py`` cell's magic line and body (the Python file it writes), or None for another cell."""
+    first, _, body = source.partition("\n")
+    if not _WRITES_PYTHON.fullmatch(first.rstrip("\r")):
+        return None
+    return first + "\n", body
 
 
 def unmask_ipython(source: str, originals: list[str]) -> str:
@@ -215,13 +227,25 @@ def upgrade_notebook(text: str) -> NotebookResult:
     renamed: dict[str, tuple[str, str, dict[str, str]]] = {}  # what earlier cells' imports renamed (DDPPlugin)
     for index, cell in code_cells:
         before = _cell_source(cell)
-        masked = mask_ipython(before) if "__lightning_mgpu_ipython_" not in before else None
+        file_cell = python_file_cell(before)
+        # A Python file the cell writes is a module of its own: its imports, not the notebook's, say what it names.
+        masked = (
+            (file_cell[1], [])
+            if file_cell is not None
+            else mask_ipython(before)
+            if "__lightning_mgpu_ipython_" not in before
+            else None
+        )
         if masked is None or not before.strip():
             continue
         source, originals = masked
         try:
-            upgraded = upgrade_source(
-                source, namespace=namespace, aliases=aliases, metric_names=metric_names, renamed=renamed
+            upgraded = (
+                upgrade_source(source)
+                if file_cell is not None
+                else upgrade_source(
+                    source, namespace=namespace, aliases=aliases, metric_names=metric_names, renamed=renamed
+                )
             )
         except cst.ParserSyntaxError as err:
             result.unparsable[index] = syntax_error(source, err)
@@ -230,13 +254,16 @@ def upgrade_notebook(text: str) -> NotebookResult:
             log.debug("upgrade failed on cell %s", index, exc_info=True)
             result.failed[index] = f"{type(err).__name__}: {err}"
             continue
-        renamed.update(upgraded.renamed)
-        after = unmask_ipython(upgraded.source, originals)
+        if file_cell is None:
+            renamed.update(upgraded.renamed)
+        after = unmask_ipython(upgraded.source, originals) if file_cell is None else file_cell[0] + upgraded.source
         magic = before.splitlines(keepends=True)[0] if before.startswith("%%") else ""
         if magic and not after.startswith(magic):  # a comment the rewrite put above it: a cell magic stays first
             after = magic + after.replace(magic, "", 1)
+        shift = 0 if file_cell is None else 1  # a written file's line 1 is the cell's line 2
         findings = [
-            Finding(f.line, f.message, todo=f.todo, note=f.note, rule=f.rule, cell=index) for f in upgraded.findings
+            Finding(f.line + shift if f.line else 0, f.message, todo=f.todo, note=f.note, rule=f.rule, cell=index)
+            for f in upgraded.findings
         ]
         if after == before and not findings:
             continue

@@ -21,6 +21,7 @@ from lightning_mgpu.upgrade.notebook import (
     mask_ipython,
     metric_imports,
     notebook_context,
+    python_file_cell,
     unmask_ipython,
     upgrade_notebook,
 )
@@ -159,6 +160,41 @@ def test_continued_shell_lines_and_cell_magics() -> None:
     assert masked.endswith("\nTrainer(gpus=1)") and originals == ["%%capture out"]
     # Python's own % and ? stay Python's.
     assert mask_ipython("x = a % b\ny = '?'\nz = c if d else e") == ("x = a % b\ny = '?'\nz = c if d else e", [])
+
+
+def test_a_cell_that_writes_a_python_file_converts_as_that_file_and_other_written_files_stay() -> None:
+    """Course notebooks keep the LightningModule in ``%%writefile model.py`` (run later with ``!python``): its body is
+    a module with its own imports and converts as one; a YAML file written the same way is left as it is."""
+    assert python_file_cell("%%writefile -a 'src/m.py'\nx = 1\n") == ("%%writefile -a 'src/m.py'\n", "x = 1\n")
+    assert python_file_cell("%%writefile config.yaml\ntrainer:\n  gpus: 1\n") is None
+    assert python_file_cell("%%bash\npython m.py\n") is None
+    module = (
+        "import pytorch_lightning as pl\n\n\n"
+        "class M(pl.LightningModule):\n"
+        "    def validation_step(self, batch, batch_idx):\n"
+        "        return batch.sum()\n\n"
+        "    def validation_epoch_end(self, outputs):\n"
+        "        self.log('n', float(len(outputs)))\n\n\n"
+        "trainer = pl.Trainer(gpus=1)\n"
+    )
+    yaml = "%%writefile config.yaml\ntrainer:\n  gpus: 1\n  accelerator: ddp\n"
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("import lightning.pytorch as L"),  # the notebook's own namespace: not the file's
+        nbformat.v4.new_code_cell("%%writefile model.py\n" + module),
+        nbformat.v4.new_code_cell(yaml),
+    ]
+    result = upgrade_notebook(nbformat.writes(notebook))
+    written, kept = (source(c) for c in json.loads(result.text)["cells"][1:])
+    assert written.startswith("%%writefile model.py\n") and kept == yaml
+    body = written.split("\n", 1)[1]
+    assert "def on_validation_epoch_end(self)" in body and "validation_epoch_end(self, outputs)" not in body
+    assert 'pl.Trainer(accelerator="gpu", devices=1)' in body and "lightning.pytorch" not in body
+    # Findings count the cell's lines: the file's first line is the cell's second.
+    trainer_line = module.count("\n", 0, module.index("trainer =")) + 2
+    assert {f.line for f in result.findings if f.rule == "trainer-devices"} == {trainer_line}
+    again = upgrade_notebook(result.text)
+    assert again.text == result.text
 
 
 def test_the_namespace_and_its_aliases_come_from_every_cell() -> None:
