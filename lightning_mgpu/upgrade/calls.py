@@ -34,6 +34,8 @@ ARGPARSE_METHODS = ("add_argparse_args", "from_argparse_args")
 
 
 def leave_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+    """A call, routed to its rewrite: a renamed class's, the tuner's, the argparse methods', a metric's, a Trainer's
+    (some calls pass through several: ``isinstance``, ``fit(ckpt_path=)``, the loops' keywords, ``ModelCheckpoint``)."""
     func = _dotted(original.func) or ""
     result = result_class(original)
     if result is not None:  # Lightning 1.0's TrainResult/EvalResult: leftover_spellings.py

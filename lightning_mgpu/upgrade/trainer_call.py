@@ -6,8 +6,8 @@ the settings that values this tool cannot read decide with moved into ``legacy_t
 the tuner flags, gradient clipping under manual optimization) left out; and the rewrite's findings emitted.
 
 Rule ids: track-grad-norm, tuner-flags, tuner-flags-unused, manual-optimization, trainer-args-translated,
-trainer-splat-translated; TODOs trainer-resume, trainer-splat; note tuner-flags-unused (and the rules of
-:func:`~lightning_mgpu.upgrade.trainer_rewrite.rewrite_trainer_args`, emitted here).
+trainer-splat-translated; TODOs trainer-resume, trainer-splat; notes tuner-flags-unused, ddp-cpu-gradient-mean (and
+the rules of :func:`~lightning_mgpu.upgrade.trainer_rewrite.rewrite_trainer_args`, emitted here).
 """
 
 from __future__ import annotations

@@ -6,8 +6,10 @@ are written (a call, a dict of settings, a subscript assignment: :mod:`~lightnin
 
 Rule ids: trainer-precision, trainer-amp-backend, trainer-renamed-arg, trainer-checkpoint-callback,
 trainer-early-stop-callback, trainer-weights-summary, trainer-progress-bar, trainer-reload-dataloaders,
-trainer-accumulate-dict, trainer-profiler, trainer-max-steps, and the rules of :data:`rules.DROPPED_ARGS`,
-:data:`rules.REMOVED_ARGS` and :data:`rules.FLAG_CALLBACKS`; TODOs trainer-apex, trainer-amp-backend-variable.
+trainer-accumulate-dict, trainer-profiler, trainer-max-steps, and the rules of :data:`rules.DROPPED_ARGS` (with their
+notes), :data:`rules.REMOVED_ARGS` and :data:`rules.FLAG_CALLBACKS`; TODOs trainer-apex, trainer-amp-backend-variable,
+the removed arguments' rules, and trainer-checkpoint-callback, trainer-weights-summary, trainer-progress-bar,
+trainer-accumulate-dict where a value cannot be rewritten.
 """
 
 from __future__ import annotations

@@ -16,7 +16,11 @@ rule family, a module of its own that receives the shared :class:`~lightning_mgp
   :mod:`~lightning_mgpu.upgrade.trainer_kwargs`): the Trainer's keyword arguments, wherever they are written;
 - :mod:`~lightning_mgpu.upgrade.statements`: assignments and statements rewritten as a whole;
 - :mod:`~lightning_mgpu.upgrade.classes`: classes and their hooks;
-- :mod:`~lightning_mgpu.upgrade.findings`: what a file's upgrade gives back, and the checks around it.
+- :mod:`~lightning_mgpu.upgrade.findings`: what a file's upgrade gives back, and the checks around it;
+  :mod:`~lightning_mgpu.upgrade.nodes`: the small node helpers the families share.
+
+Rule ids of its own: internal-error (through the context), and the note fairscale-checkpoint that
+:func:`upgrade_source` adds where the file imports fairscale's ``checkpoint_wrapper``.
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._header_comments: set[str] = set()
         self._visit_failed: set[int] = set()  # ids of the nodes whose visit_* raised
 
-    # -- what upgrade_source and a notebook read and set -----------------------------------------------------------
+    # -- what upgrade_source reads and sets --------------------------------------------------------------------
 
     @property
     def namespace(self) -> str:
@@ -187,8 +191,6 @@ class UpgradeTransformer(cst.CSTTransformer):
                     else:
                         result = first
         return result
-
-    # -- imports -------------------------------------------------------------------------------------------------
 
     # -- routes to the rule families -------------------------------------------------------------------------------
 
