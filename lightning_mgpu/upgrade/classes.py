@@ -207,6 +207,22 @@ def leave_class_def(ctx: UpgradeContext, original: cst.ClassDef, updated: cst.Cl
         updated = step_end_into_step(updated, per_sample)
     lines = {s.name.value: ctx.line(s) for s in original.body.body if isinstance(s, cst.FunctionDef)}
     comments: list[tuple[str, str]] = []
+    updated = _hook_rewrites(ctx, original, updated, has_optimizer_idx, lines, comments)
+    if manual:  # several optimizers -> manual optimization, as 1.x ran them: manual_optimization.py
+        updated = _manual_optimization(ctx, original, updated, manual, lines, comments)
+    return with_comments(updated, comments) if comments else updated
+
+
+def _hook_rewrites(
+    ctx: UpgradeContext,
+    original: cst.ClassDef,
+    updated: cst.ClassDef,
+    has_optimizer_idx: bool,
+    lines: dict[str, int],
+    comments: list[tuple[str, str]],
+) -> cst.ClassDef:
+    """hooks.py's class rewrites (returned logs, epoch ends, renamed hooks), each on what the one before left; their
+    findings recorded at the method's line, their TODOs added to ``comments``."""
     for convert in (
         convert_log_returns,
         lambda c: convert_epoch_ends(c, has_optimizer_idx, ctx.epoch_ends.get(original.name.value)),
@@ -226,32 +242,42 @@ def leave_class_def(ctx: UpgradeContext, original: cst.ClassDef, updated: cst.Cl
             comments.append((method, text))
         for module, name in result.imports:
             ctx.add_import(f"{ctx.namespace}.{module}", name, None)
-    if manual:  # several optimizers -> manual optimization, as 1.x ran them: manual_optimization.py
-        try:
-            converted = (
-                manual_convert(updated, ctx.manual.clip)
-                if manual == "base"
-                else manual_convert_subclass(updated, manual)
-            )
-        except Exception as err:  # noqa: BLE001  (the class stays as the other rewrites left it, with its TODO)
-            ctx.internal_error(original, err)
-            converted = None
-        changed = False
-        if converted is None:  # the other rewrites left a shape this rule does not take: today's TODO
-            text = rules.todo_text("optimizer-idx", hook="training_step")
-            ctx.findings.append(Finding(lines.get("training_step", ctx.line(original)), text, todo=True))
-            comments.append(("training_step", text))
-        else:
-            changed, updated = converted is not updated, converted
-        if changed and manual == "base":
-            ctx.change(
-                original,
-                "manual-optimization",
-                "training_step(..., optimizer_idx) -> manual optimization, each optimizer as 1.x stepped it",
-            )
-        elif changed:
-            ctx.change(original, "manual-optimization", f"a subclass of a manual-optimization class: {manual}")
-    return with_comments(updated, comments) if comments else updated
+    return updated
+
+
+def _manual_optimization(
+    ctx: UpgradeContext,
+    original: cst.ClassDef,
+    updated: cst.ClassDef,
+    manual: str,
+    lines: dict[str, int],
+    comments: list[tuple[str, str]],
+) -> cst.ClassDef:
+    """The class (``manual``: what manual_optimization.py makes of it) turned to manual optimization; where it cannot
+    be, the optimizer-idx TODO is added to ``comments``."""
+    try:
+        converted = (
+            manual_convert(updated, ctx.manual.clip) if manual == "base" else manual_convert_subclass(updated, manual)
+        )
+    except Exception as err:  # noqa: BLE001  (the class stays as the other rewrites left it, with its TODO)
+        ctx.internal_error(original, err)
+        converted = None
+    changed = False
+    if converted is None:  # the other rewrites left a shape this rule does not take: today's TODO
+        text = rules.todo_text("optimizer-idx", hook="training_step")
+        ctx.findings.append(Finding(lines.get("training_step", ctx.line(original)), text, todo=True))
+        comments.append(("training_step", text))
+    else:
+        changed, updated = converted is not updated, converted
+    if changed and manual == "base":
+        ctx.change(
+            original,
+            "manual-optimization",
+            "training_step(..., optimizer_idx) -> manual optimization, each optimizer as 1.x stepped it",
+        )
+    elif changed:
+        ctx.change(original, "manual-optimization", f"a subclass of a manual-optimization class: {manual}")
+    return updated
 
 
 def leave_function_def(

@@ -102,87 +102,99 @@ def leave_import_from(
     bundle = rules.BUNDLE_FOR_NAMESPACE[namespace]
     kept: list[cst.ImportAlias] = []
     for alias in updated.names:
-        name = alias.name.value if isinstance(alias.name, cst.Name) else None
-        local = _alias_of(alias) or name
-        asname = _alias_of(alias)
-        if name in rules.REMOVED_CLASSES and below in rules.REMOVED_CLASS_MODULES:
-            # The bundle's class under its own name, and every use renamed; a user's own alias stays.
-            new, extra = rules.REMOVED_CLASSES[name]
-            keep_alias = asname if not extra and asname != new else None
-            ctx.add_import(bundle, new, keep_alias)
-            if keep_alias is None:
-                ctx.renamed[local] = (bundle, new, extra)  # type: ignore[index]
-            ctx.change(
-                original,
-                "bundle-class",
-                f"from {module} import {name} -> from {bundle} import {new}"
-                + (f" as {keep_alias}" if keep_alias else ""),
-            )
-            continue
-        if name in rules.LIGHTNING_PLUGINS and below in rules.LIGHTNING_PLUGIN_MODULES:
-            new, extra = rules.LIGHTNING_PLUGINS[name]
-            ctx.add_import(f"{namespace}.strategies", new, None)
-            ctx.renamed[local] = (f"{namespace}.strategies", new, extra)  # type: ignore[index]
-            ctx.change(
-                original, "plugin-class", f"from {module} import {name} -> from {namespace}.strategies import {new}"
-            )
-            if new == "FSDPStrategy":
-                ctx.todo(original, rules.todo_text("fsdp-plugin", value=name))
-            continue
-        moved = rules.MOVED_NAMES.get((below, name))  # type: ignore[arg-type]
-        if moved is not None:
-            submodule, new = moved
-            target = f"{bundle}.{submodule}"
-            if new == name:
-                ctx.add_import(target, new, asname)
-            else:
-                ctx.add_import(target, new, None)
-                ctx.renamed[local] = (target, new, {})  # type: ignore[index]
-            ctx.change(original, "bundle-name", f"from {module} import {name} -> from {target} import {new}")
-            continue
-        renamed = rules.RENAMED_NAMES.get((below, name))  # type: ignore[arg-type]
-        if renamed is not None:
-            submodule, new = renamed
-            ctx.add_import(f"{namespace}.{submodule}", new, asname)
-            if asname is None:
-                ctx.renamed[local] = (f"{namespace}.{submodule}", new, {})  # type: ignore[index]
-            ctx.change(
-                original,
-                "renamed-name",
-                f"from {module} import {name} -> from {namespace}.{submodule} import {new}",
-            )
-            continue
-        if below in rules.MOVED_MODULES:
-            target = f"{namespace}.{rules.MOVED_MODULES[below]}".rstrip(".")
-            ctx.add_import(target, name, asname)  # type: ignore[arg-type]
-            ctx.change(original, "moved-module", f"from {module} import {name} -> from {target} import {name}")
-            continue
-        if below == "utilities.argparse" and name in ARGPARSE_METHODS:
-            ctx.add_import("lightning_mgpu.upgrade.trainer_args", name, asname)
-            ctx.change(
-                original,
-                "trainer-argparse",
-                f"from {module} import {name} -> from lightning_mgpu.upgrade.trainer_args",
-            )
-            continue
-        if name == "TestTubeLogger":
-            ctx.todo(original, rules.todo_text("test-tube-logger"))
-        if name == "auto_move_data":
-            # The module is gone in 2.x: the import would stop the script; the decorator goes with it.
-            ctx.auto_move_data.add(local or name)
-            ctx.change(
-                original,
-                "auto-move-data",
-                f"from {module} import auto_move_data removed (2.x has no such decorator)",
-            )
-            continue
-        kept.append(alias)
+        if not _moved_name(ctx, original, alias, module, namespace, below, bundle):
+            kept.append(alias)
     if len(kept) == len(updated.names):
         return updated
     if not kept:
         return cst.RemoveFromParent()
     kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return updated.with_changes(names=kept)
+
+
+def _moved_name(
+    ctx: UpgradeContext,
+    original: cst.ImportFrom,
+    alias: cst.ImportAlias,
+    module: str,
+    namespace: str,
+    below: str,
+    bundle: str,
+) -> bool:
+    """One name imported from a Lightning namespace, imported from where 2.x (or the bundle) keeps it: True where it
+    goes from this import statement (its new import added, its uses renamed), False where it stays."""
+    name = alias.name.value if isinstance(alias.name, cst.Name) else None
+    local = _alias_of(alias) or name
+    asname = _alias_of(alias)
+    if name in rules.REMOVED_CLASSES and below in rules.REMOVED_CLASS_MODULES:
+        # The bundle's class under its own name, and every use renamed; a user's own alias stays.
+        new, extra = rules.REMOVED_CLASSES[name]
+        keep_alias = asname if not extra and asname != new else None
+        ctx.add_import(bundle, new, keep_alias)
+        if keep_alias is None:
+            ctx.renamed[local] = (bundle, new, extra)  # type: ignore[index]
+        ctx.change(
+            original,
+            "bundle-class",
+            f"from {module} import {name} -> from {bundle} import {new}" + (f" as {keep_alias}" if keep_alias else ""),
+        )
+        return True
+    if name in rules.LIGHTNING_PLUGINS and below in rules.LIGHTNING_PLUGIN_MODULES:
+        new, extra = rules.LIGHTNING_PLUGINS[name]
+        ctx.add_import(f"{namespace}.strategies", new, None)
+        ctx.renamed[local] = (f"{namespace}.strategies", new, extra)  # type: ignore[index]
+        ctx.change(original, "plugin-class", f"from {module} import {name} -> from {namespace}.strategies import {new}")
+        if new == "FSDPStrategy":
+            ctx.todo(original, rules.todo_text("fsdp-plugin", value=name))
+        return True
+    moved = rules.MOVED_NAMES.get((below, name))  # type: ignore[arg-type]
+    if moved is not None:
+        submodule, new = moved
+        target = f"{bundle}.{submodule}"
+        if new == name:
+            ctx.add_import(target, new, asname)
+        else:
+            ctx.add_import(target, new, None)
+            ctx.renamed[local] = (target, new, {})  # type: ignore[index]
+        ctx.change(original, "bundle-name", f"from {module} import {name} -> from {target} import {new}")
+        return True
+    renamed = rules.RENAMED_NAMES.get((below, name))  # type: ignore[arg-type]
+    if renamed is not None:
+        submodule, new = renamed
+        ctx.add_import(f"{namespace}.{submodule}", new, asname)
+        if asname is None:
+            ctx.renamed[local] = (f"{namespace}.{submodule}", new, {})  # type: ignore[index]
+        ctx.change(
+            original,
+            "renamed-name",
+            f"from {module} import {name} -> from {namespace}.{submodule} import {new}",
+        )
+        return True
+    if below in rules.MOVED_MODULES:
+        target = f"{namespace}.{rules.MOVED_MODULES[below]}".rstrip(".")
+        ctx.add_import(target, name, asname)  # type: ignore[arg-type]
+        ctx.change(original, "moved-module", f"from {module} import {name} -> from {target} import {name}")
+        return True
+    if below == "utilities.argparse" and name in ARGPARSE_METHODS:
+        ctx.add_import("lightning_mgpu.upgrade.trainer_args", name, asname)
+        ctx.change(
+            original,
+            "trainer-argparse",
+            f"from {module} import {name} -> from lightning_mgpu.upgrade.trainer_args",
+        )
+        return True
+    if name == "TestTubeLogger":
+        ctx.todo(original, rules.todo_text("test-tube-logger"))
+    if name == "auto_move_data":
+        # The module is gone in 2.x: the import would stop the script; the decorator goes with it.
+        ctx.auto_move_data.add(local or name)
+        ctx.change(
+            original,
+            "auto-move-data",
+            f"from {module} import auto_move_data removed (2.x has no such decorator)",
+        )
+        return True
+    return False
 
 
 def metrics_import(

@@ -111,16 +111,7 @@ def rewrite_statement(
         and isinstance(small.value.func.value, cst.Name)
         and ctx.is_trainer_dict(small.value.func.value.value)
     ):
-        update = small.value
-        if len(update.args) == 1 and update.args[0].keyword is None and is_dict_builder(update.args[0].value):
-            new = rewrite_dict(ctx, update.args[0].value, original)
-            if new is not None:
-                update = update.with_changes(args=[update.args[0].with_changes(value=new)])
-        elif update.args and all(a.keyword is not None for a in update.args):
-            new = rewrite_dict(ctx, cst.Call(func=cst.Name("dict"), args=update.args), original)
-            if isinstance(new, cst.Call):  # dict(...) in, dict(...) out
-                update = update.with_changes(args=new.args)
-        return updated.with_changes(body=[small.with_changes(value=update)])
+        return updated.with_changes(body=[small.with_changes(value=dict_update(ctx, original, small.value))])
     return updated
 
 
@@ -151,3 +142,17 @@ def subscript_assign(
     lines[0] = lines[0].with_changes(leading_lines=updated.leading_lines)
     lines[-1] = lines[-1].with_changes(trailing_whitespace=updated.trailing_whitespace)
     return cst.FlattenSentinel(lines)
+
+
+def dict_update(ctx: UpgradeContext, original: cst.SimpleStatementLine, update: cst.Call) -> cst.Call:
+    """``settings.update(gpus=2)`` / ``settings.update({"gpus": 2})`` on a dict that reaches a Trainer: its settings
+    rewritten as a dict's."""
+    if len(update.args) == 1 and update.args[0].keyword is None and is_dict_builder(update.args[0].value):
+        new = rewrite_dict(ctx, update.args[0].value, original)
+        if new is not None:
+            update = update.with_changes(args=[update.args[0].with_changes(value=new)])
+    elif update.args and all(a.keyword is not None for a in update.args):
+        new = rewrite_dict(ctx, cst.Call(func=cst.Name("dict"), args=update.args), original)
+        if isinstance(new, cst.Call):  # dict(...) in, dict(...) out
+            update = update.with_changes(args=new.args)
+    return update

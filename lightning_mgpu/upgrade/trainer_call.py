@@ -54,6 +54,47 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
     items: list[tuple[str, cst.BaseExpression, cst.Arg | None]] = [
         (a.keyword.value, a.value, a) for a in keywords if a.keyword is not None
     ]
+    kept = _left_to_plans(ctx, original, items)
+    trainer = rewrite_trainer_args(trainer_args(ctx, kept))
+    translated: cst.Arg | None = None
+    if (
+        settles(trainer.todos)
+        and not stars
+        and not translates_at_run_time(original)
+        and "plugins" not in {key for key, _, _ in kept}
+        and not literal_conflict(ctx, kept)
+    ):
+        # Values this tool cannot read (accelerator=args.accelerator beside gpus=args.gpus): the settings they
+        # decide with move into legacy_trainer_kwargs(...), translated when the Trainer is built
+        # (translate_args.py).
+        trainer, expression = moved_into_translation(ctx, kept, updated.args)
+        translated = cst.Arg(star="**", value=expression)
+    if any(key == "resume_from_checkpoint" for key, _, _ in trainer.items):
+        value = trainer.get("resume_from_checkpoint")
+        trainer.remove("resume_from_checkpoint")
+        if original not in ctx.facts.resolved_resume:
+            trainer.todo("trainer-resume", value=_code(value))  # type: ignore[arg-type]
+    new_stars = _splats(ctx, original, updated, trainer, stars)
+    strategy = trainer.get("strategy")
+    if strategy is not None and _string(strategy) in rules.BUNDLE_STRATEGY_NAMES:
+        ctx.needs_bundle_import = True
+    emit(ctx, original, trainer)
+    if not trainer.changes and new_stars == stars and len(trainer.items) == len(items):
+        return updated
+    new_args = positional + [_keyword_arg(key, value, like) for key, value, like in trainer.items] + new_stars
+    if translated is not None:  # last, where the call's closing parenthesis was
+        if new_args:
+            translated = translated.with_changes(whitespace_after_arg=new_args[-1].whitespace_after_arg)
+            new_args[-1] = new_args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+        new_args.append(translated)
+    return updated.with_changes(args=_commas(new_args, updated.args))
+
+
+def _left_to_plans(
+    ctx: UpgradeContext, original: cst.Call, items: list[tuple[str, cst.BaseExpression, cst.Arg | None]]
+) -> list[tuple[str, cst.BaseExpression, cst.Arg | None]]:
+    """``items`` without the arguments a module-level plan took out of the call: track_grad_norm (grad_norm.py),
+    the tuner flags (tuner.py), gradient clipping under manual optimization (manual_optimization.py)."""
     kept = items
     if ctx.grad_norm is not None and any(key == "track_grad_norm" for key, _, _ in items):
         kept = [item for item in items if item[0] != "track_grad_norm"]  # the module logs it: grad_norm.py
@@ -76,25 +117,14 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
     if ctx.manual.clip is not None and any(key in CLIP_ARGS for key, _, _ in kept):
         kept = [item for item in kept if item[0] not in CLIP_ARGS]  # the module clips: manual_optimization.py
         ctx.change(original, "manual-optimization", "gradient_clip_val -> the module's clip_gradients")
-    trainer = rewrite_trainer_args(trainer_args(ctx, kept))
-    translated: cst.Arg | None = None
-    if (
-        settles(trainer.todos)
-        and not stars
-        and not translates_at_run_time(original)
-        and "plugins" not in {key for key, _, _ in kept}
-        and not literal_conflict(ctx, kept)
-    ):
-        # Values this tool cannot read (accelerator=args.accelerator beside gpus=args.gpus): the settings they
-        # decide with move into legacy_trainer_kwargs(...), translated when the Trainer is built
-        # (translate_args.py).
-        trainer, expression = moved_into_translation(ctx, kept, updated.args)
-        translated = cst.Arg(star="**", value=expression)
-    if any(key == "resume_from_checkpoint" for key, _, _ in trainer.items):
-        value = trainer.get("resume_from_checkpoint")
-        trainer.remove("resume_from_checkpoint")
-        if original not in ctx.facts.resolved_resume:
-            trainer.todo("trainer-resume", value=_code(value))  # type: ignore[arg-type]
+    return kept
+
+
+def _splats(
+    ctx: UpgradeContext, original: cst.Call, updated: cst.Call, trainer: TrainerArgs, stars: list[cst.Arg]
+) -> list[cst.Arg]:
+    """The call's ``*``/``**`` arguments rewritten: a literal dict of settings as a dict, one this tool cannot read
+    translated at run time (its callbacks joined by the call's own ``callbacks=``, taken out of ``trainer``)."""
     # Literal dicts splatted into the call: Trainer(**{"gpus": 2}).
     new_stars = []
     for star in stars:
@@ -119,19 +149,7 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
         ctx.add_import("lightning_mgpu.upgrade.trainer_args", "legacy_trainer_kwargs", None)
     elif unknown:
         trainer.todo("trainer-splat", value=_code(original.args[max(unknown)].value))  # the last one
-    strategy = trainer.get("strategy")
-    if strategy is not None and _string(strategy) in rules.BUNDLE_STRATEGY_NAMES:
-        ctx.needs_bundle_import = True
-    emit(ctx, original, trainer)
-    if not trainer.changes and new_stars == stars and len(trainer.items) == len(items):
-        return updated
-    new_args = positional + [_keyword_arg(key, value, like) for key, value, like in trainer.items] + new_stars
-    if translated is not None:  # last, where the call's closing parenthesis was
-        if new_args:
-            translated = translated.with_changes(whitespace_after_arg=new_args[-1].whitespace_after_arg)
-            new_args[-1] = new_args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
-        new_args.append(translated)
-    return updated.with_changes(args=_commas(new_args, updated.args))
+    return new_stars
 
 
 def moved_into_translation(
