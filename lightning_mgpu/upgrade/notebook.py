@@ -26,7 +26,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_mgpu.upgrade.transform import Finding, UpgradeError, namespace_of, syntax_error, upgrade_source
+from lightning_mgpu.upgrade.findings import Finding, UpgradeError, namespace_of, syntax_error
+from lightning_mgpu.upgrade.transform import upgrade_source
 
 log = logging.getLogger(__name__)
 

@@ -266,12 +266,12 @@ def test_without_nbformat_the_run_names_the_extra(
 
 def test_a_cell_magic_stays_the_cells_first_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """A TODO for the whole cell goes above its first statement: under ``%%time`` that is below the magic."""
-    from lightning_mgpu.upgrade.transform import UpgradeTransformer
+    from lightning_mgpu.upgrade import imports
 
-    def broken(self, original, updated):
+    def broken(ctx, original, updated):
         raise ValueError("imports")
 
-    monkeypatch.setattr(UpgradeTransformer, "_import_bundle", broken)  # a failure the file's header gets a TODO for
+    monkeypatch.setattr(imports, "import_bundle", broken)  # a failure the file's header gets a TODO for
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell('%%time\nt = Trainer(accelerator="dp")')]
     cell = source(json.loads(upgrade_notebook(nbformat.writes(notebook)).text)["cells"][0])

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
-from lightning_mgpu.upgrade import hooks, rules, scopes, transform
-from lightning_mgpu.upgrade.transform import UpgradeError, UpgradeTransformer, upgrade_source
+from lightning_mgpu.upgrade import calls, classes, findings, hooks, imports, rules, scopes
+from lightning_mgpu.upgrade.transform import UpgradeError, upgrade_source
 
 TODO = rules.TODO_PREFIX
 #: Converted in every test below: it shows the rest of the file still converts.
@@ -70,10 +70,10 @@ def test_one_line_collapses_whitespace_and_cuts() -> None:
 
 
 def test_a_call_whose_rewrite_raises_keeps_a_todo_and_the_rest_converts(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self, original, updated):
+    def broken(ctx, original, updated):
         raise KeyError("filepath")
 
-    monkeypatch.setattr(UpgradeTransformer, "_model_checkpoint", broken)
+    monkeypatch.setattr(calls, "model_checkpoint", broken)
     source = "def build(out):\n    ck = ModelCheckpoint(filepath=out, period=2)\n    " + NEIGHBOUR
     out = stable(source)
     assert out == (
@@ -90,7 +90,7 @@ def test_a_class_rewrite_that_raises_leaves_the_classs_other_rewrites(monkeypatc
     def broken(cls, has_optimizer_idx, family=None):
         raise IndexError("no step")
 
-    monkeypatch.setattr(transform, "convert_epoch_ends", broken)
+    monkeypatch.setattr(classes, "convert_epoch_ends", broken)
     source = (
         "class Model(LightningModule):\n"
         "    def validation_epoch_end(self, outputs):\n"
@@ -109,14 +109,14 @@ def test_a_class_rewrite_that_raises_leaves_the_classs_other_rewrites(monkeypatc
 
 
 def test_a_class_whose_visit_raises_is_left_whole_and_the_next_class_converts(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = transform._uses
+    real = classes.uses
 
     def broken(node, name, hook):
         if hook == "training_step" and name == "optimizer_idx":
             raise RecursionError("deep")
         return real(node, name, hook)
 
-    monkeypatch.setattr(transform, "_uses", broken)
+    monkeypatch.setattr(classes, "uses", broken)
     source = (
         "class Gan(LightningModule):\n"
         "    def training_step(self, batch, batch_idx, optimizer_idx):\n"
@@ -150,10 +150,10 @@ def test_the_pre_pass_raising_on_a_function_leaves_a_todo_there(monkeypatch: pyt
 
 
 def test_a_module_level_failure_goes_to_the_files_header(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self, original, updated):
+    def broken(ctx, original, updated):
         raise ValueError("imports")
 
-    monkeypatch.setattr(UpgradeTransformer, "_import_bundle", broken)
+    monkeypatch.setattr(imports, "import_bundle", broken)
     out = stable('"""Doc."""\nt = Trainer(accelerator="dp")\n')
     assert out.startswith(f"# {rules.TODO_TAG}internal-error): Module not converted: the tool raised ValueError")
     assert 't = Trainer(strategy="dp")' in out  # the statements converted; only the file-level step failed
@@ -161,8 +161,8 @@ def test_a_module_level_failure_goes_to_the_files_header(monkeypatch: pytest.Mon
 
 def test_a_rewrite_that_does_not_compile_is_refused() -> None:
     with pytest.raises(UpgradeError, match="does not compile"):
-        transform._check_compiles("x = 1\n", "x = (\n")
-    transform._check_compiles("print 'py2'\n", "print 'py2' +\n")  # did not compile before either: not the tool's
+        findings.check_compiles("x = 1\n", "x = (\n")
+    findings.check_compiles("print 'py2'\n", "print 'py2' +\n")  # did not compile before either: not the tool's
 
 
 def test_hooks_comments_stay_on_one_line() -> None:
@@ -214,7 +214,7 @@ def test_a_node_libcst_cannot_write_is_caught_statement_by_statement(monkeypatch
         bad = method.with_changes(body=cst.SimpleStatementSuite(body=[cst.parse_statement("x = 1\n")]))
         return hooks.ClassResult(cls.with_changes(body=cls.body.with_changes(body=[bad])))
 
-    monkeypatch.setattr(transform, "convert_log_returns", broken)
+    monkeypatch.setattr(classes, "convert_log_returns", broken)
     source = "class M(LightningModule):\n    def on_epoch_start(self):\n        pass\n\n" + NEIGHBOUR
     result = upgrade_source(source)
     assert result.source == (

@@ -1,0 +1,278 @@
+"""The calls family: what a call is routed to (:func:`leave_call`) and the call rewrites that are not the Trainer's
+or a metric's: a renamed class's call (with the arguments its new class needs), ``isinstance`` with a removed spawn
+class, the tuner's calls, ``resume_from_checkpoint`` moved to ``fit(ckpt_path=)``, ``add_argparse_args`` /
+``from_argparse_args``, the loops' renamed keywords, ``parser.set_defaults``, ``ModelCheckpoint`` and
+``TestTubeLogger``.
+
+Rule ids: tuner, trainer-resume, trainer-argparse, trainer-loop-kwargs, trainer-renamed-arg, ddp-spawn-isinstance,
+checkpoint-every-n-epochs, checkpoint-filepath, checkpoint-prefix-moved, test-tube-logger-args, and a renamed class's
+rule (metrics-import, bundle-class, bundle-name, plugin-class, renamed-name); TODOs result-object, trainer-tune,
+gpu-stats-monitor, checkpoint-filepath, checkpoint-prefix, test-tube-logger.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from lightning_mgpu.upgrade import rules
+from lightning_mgpu.upgrade.checkpoint_prefix import moved_prefix
+from lightning_mgpu.upgrade.context import UpgradeContext
+from lightning_mgpu.upgrade.leftover_spellings import result_class
+from lightning_mgpu.upgrade.metric_calls import is_torchmetrics, metric_call
+from lightning_mgpu.upgrade.nodes import code as _code
+from lightning_mgpu.upgrade.nodes import kwarg as _kwarg
+from lightning_mgpu.upgrade.nodes import quoted as _quoted
+from lightning_mgpu.upgrade.nodes import string as _string
+from lightning_mgpu.upgrade.removed_names import test_tube_arguments
+from lightning_mgpu.upgrade.scopes import dotted as _dotted
+from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
+from lightning_mgpu.upgrade.trainer_call import trainer_call
+from lightning_mgpu.upgrade.tuner import tuner_call, tuner_owner
+
+#: Classes whose ``add_argparse_args``/``from_argparse_args`` 2.0 removed: the Trainer's and a DataModule's.
+ARGPARSE_METHODS = ("add_argparse_args", "from_argparse_args")
+
+
+def leave_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+    """A call, routed to its rewrite: a renamed class's, the tuner's, the argparse methods', a metric's, a Trainer's
+    (some calls pass through several: ``isinstance``, ``fit(ckpt_path=)``, the loops' keywords, ``ModelCheckpoint``)."""
+    func = _dotted(original.func) or ""
+    result = result_class(original)
+    if result is not None:  # Lightning 1.0's TrainResult/EvalResult: leftover_spellings.py
+        ctx.todo(original, rules.todo_text("result-object", name=result))
+        return updated
+    if func.rsplit(".", 1)[-1] == "TestTubeLogger":  # its arguments, as TensorBoardLogger takes them
+        updated = test_tube_call(ctx, original, updated)
+    owner_and_method = tuner_owner(original.func)
+    if owner_and_method is not None:  # trainer.tuner.lr_find(...) -> Tuner(trainer).lr_find(...): tuner.py
+        tuned = tuner_call(updated, *owner_and_method)
+        if tuned is not None:
+            ctx.add_import(f"{ctx.namespace}.tuner", "Tuner", None)
+            ctx.change(original, "tuner", f"{func}(...) -> Tuner(...).{owner_and_method[1]}(...)")
+            return tuned
+    if func in ctx.renamed:
+        return renamed_call(ctx, original, updated, func)
+    if func == "isinstance":
+        updated = isinstance_spawn(ctx, original, updated)
+    if original in ctx.facts.moved_resume:
+        value = ctx.facts.moved_resume[original]
+        args = list(updated.args)
+        if args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args.append(_kwarg("ckpt_path", value.deep_clone()))
+        ctx.change(original, "trainer-resume", f"resume_from_checkpoint={_code(value)} -> {func}(ckpt_path=...)")
+        updated = updated.with_changes(args=args)
+    owner, _, method = func.rpartition(".")
+    if method in ARGPARSE_METHODS and argparse_owner(ctx, owner):
+        return argparse_call(ctx, original, updated, owner, method)
+    if method in rules.LOOP_KWARGS and owner and not owner.endswith("Trainer"):
+        updated = loop_kwargs(ctx, original, updated, method)
+    if method == "tune" and owner.endswith("trainer") and original not in ctx.tune.tunes:
+        ctx.todo(original, rules.todo_text("trainer-tune"))
+    if method == "set_defaults":
+        updated = set_defaults(ctx, original, updated)
+    if func.rsplit(".", 1)[-1] == "ModelCheckpoint":
+        updated = model_checkpoint(ctx, original, updated)
+    new_func = _dotted(updated.func) or ""
+    if new_func.split(".")[-1] in rules.TORCHMETRICS_TASK and is_torchmetrics(ctx, new_func):
+        return metric_call(ctx, original, updated)
+    if _is_trainer_call(original):
+        return trainer_call(ctx, original, updated)
+    return updated
+
+
+def test_tube_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cst.Call:
+    """``TestTubeLogger(...)`` -> ``TensorBoardLogger(...)``'s arguments (removed_names.py; the name itself is
+    renamed through ``rules.RENAMED_NAMES``)."""
+    converted = test_tube_arguments(updated)
+    if converted is None:
+        ctx.todo(original, rules.todo_text("test-tube-logger"))
+        return updated
+    dropped = f", dropped {', '.join(converted[1])}" if converted[1] else ""
+    ctx.change(original, "test-tube-logger-args", f"TestTubeLogger(...) -> TensorBoardLogger(...){dropped}")
+    return converted[0]
+
+
+def renamed_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call, func: str) -> cst.Call:
+    _, new, extra = ctx.renamed[func]
+    args = list(updated.args)
+    if new == "GPUUtilizationMonitor" and args:
+        ctx.todo(original, rules.todo_text("gpu-stats-monitor", value=", ".join(_code(a).rstrip(", ") for a in args)))
+        args = []
+    for key, value in extra.items():
+        if not any(a.keyword is not None and a.keyword.value == key for a in args):
+            if args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
+                args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            args.append(_kwarg(key, cst.parse_expression(value)))
+    new_func: cst.BaseExpression = cst.Name(new)
+    head = func.split(".")[0]
+    if "." in func and head in ctx.namespace_aliases:
+        new_func = (
+            cst.parse_expression(f"{head}.strategies.{new}") if "strategies" in ctx.renamed[func][0] else new_func
+        )
+    ctx.change(
+        original,
+        renamed_rule(ctx, func),
+        f"{func}(...) -> {new}(...)" + (f" with {', '.join(f'{k}={v}' for k, v in extra.items())}" if extra else ""),
+    )
+    renamed = updated.with_changes(func=new_func, args=args)
+    if new in rules.TORCHMETRICS_TASK and ctx.renamed[func][0].startswith("torchmetrics"):
+        return metric_call(ctx, original, renamed)
+    return renamed
+
+
+def isinstance_spawn(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cst.Call:
+    """``isinstance(s, (DDPStrategy, DDPSpawnStrategy))``: 2.x's DDPStrategy is both (``start_method="spawn"``),
+    so the spawn class, which 2.x removed, goes from a tuple that holds the class it became."""
+    if len(updated.args) != 2 or not isinstance(updated.args[1].value, cst.Tuple):
+        return updated
+    classes = updated.args[1].value
+    names = [e.value.value for e in classes.elements if isinstance(e.value, cst.Name)]
+    kept = [
+        e
+        for e in classes.elements
+        if not (
+            isinstance(e.value, cst.Name)
+            and e.value.value in ctx.renamed
+            and ctx.renamed[e.value.value][2]  # renamed with extra arguments: a spawn class
+            and ctx.renamed[e.value.value][1] in names
+        )
+    ]
+    if len(kept) == len(classes.elements):
+        return updated
+    dropped = [_code(e.value) for e in classes.elements if e not in kept]
+    kept[-1] = kept[-1].with_changes(comma=cst.Comma() if len(kept) == 1 else cst.MaybeSentinel.DEFAULT)
+    ctx.change(original, "ddp-spawn-isinstance", f"isinstance(..., {', '.join(dropped)}) dropped from the tuple")
+    return updated.with_changes(
+        args=[updated.args[0], updated.args[1].with_changes(value=classes.with_changes(elements=kept))]
+    )
+
+
+def renamed_rule(ctx: UpgradeContext, func: str) -> str:
+    """The rule a call of a renamed class falls under, from where its new name comes from."""
+    module, new, _ = ctx.renamed[func]
+    if module.startswith("torchmetrics"):
+        return "metrics-import"
+    if module.startswith("lightning_mgpu"):
+        return "bundle-class" if new in {n for n, _ in rules.REMOVED_CLASSES.values()} else "bundle-name"
+    if any(new == n for n, _ in rules.LIGHTNING_PLUGINS.values()):
+        return "plugin-class"
+    return "renamed-name"
+
+
+def argparse_owner(ctx: UpgradeContext, owner: str, depth: int = 0) -> bool:
+    """A Trainer or a LightningDataModule class: by its name, a class of this file, or a local name that every
+    assignment in its scope gives one (``dm_cls = MNISTDataModule`` in each branch of an ``if``)."""
+    last = owner.rsplit(".", 1)[-1]
+    if last == "Trainer" or last.endswith("DataModule") or last in ctx.datamodules:
+        return True
+    if "." in owner or depth > 4 or not ctx.scopes:
+        return False
+    scope = ctx.scopes[-1].lookup(owner)
+    values = scope.assigns.get(owner) if scope is not None else None
+    return bool(values) and all(
+        (_dotted(value) or "") not in ("", owner) and argparse_owner(ctx, _dotted(value) or "", depth + 1)
+        for value in values  # type: ignore[union-attr]
+    )
+
+
+def argparse_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call, owner: str, method: str) -> cst.Call:
+    """``Trainer.add_argparse_args(parser)`` -> ``add_argparse_args(Trainer, parser)``, and the same for
+    ``from_argparse_args``, whose keyword arguments are Trainer arguments to rewrite too."""
+    ctx.add_import("lightning_mgpu.upgrade.trainer_args", method, None)
+    owner_node = original.func.value  # type: ignore[attr-defined]
+    args = [cst.Arg(owner_node, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *updated.args]
+    new = updated.with_changes(func=cst.Name(method), args=args)
+    ctx.change(
+        original,
+        "trainer-argparse",
+        f"{owner}.{method}(...) -> {method}({owner}, ...) (lightning_mgpu.upgrade.trainer_args)",
+    )
+    if method == "from_argparse_args" and owner.rsplit(".", 1)[-1] == "Trainer":
+        return trainer_call(ctx, original, new)
+    return new
+
+
+def loop_kwargs(ctx: UpgradeContext, original: cst.Call, updated: cst.Call, method: str) -> cst.Call:
+    renames = rules.LOOP_KWARGS[method]
+    if not any(a.keyword is not None and a.keyword.value in renames for a in updated.args):
+        return updated
+    args = []
+    for arg in updated.args:
+        if arg.keyword is not None and arg.keyword.value in renames:
+            ctx.change(
+                original,
+                "trainer-loop-kwargs",
+                f"{method}({arg.keyword.value}=...) -> {method}({renames[arg.keyword.value]}=...)",
+            )
+            arg = arg.with_changes(keyword=cst.Name(renames[arg.keyword.value]))
+        args.append(arg)
+    return updated.with_changes(args=args)
+
+
+def set_defaults(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cst.Call:
+    """``parser.set_defaults(replace_sampler_ddp=False)``: the renamed Trainer flags (the others stay 1.x flags,
+    which :mod:`lightning_mgpu.upgrade.trainer_args` accepts and translates)."""
+    args = []
+    for arg in updated.args:
+        if arg.keyword is not None and arg.keyword.value in rules.RENAMED_ARGS:
+            new = rules.RENAMED_ARGS[arg.keyword.value]
+            ctx.change(
+                original, "trainer-renamed-arg", f"set_defaults({arg.keyword.value}=...) -> set_defaults({new}=...)"
+            )
+            arg = arg.with_changes(keyword=cst.Name(new))
+        args.append(arg)
+    return updated.with_changes(args=args)
+
+
+def model_checkpoint(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cst.Call:
+    """``ModelCheckpoint(filepath=...)`` (split into ``dirpath`` and ``filename`` as 1.x did), ``period`` and
+    ``every_n_val_epochs`` (``every_n_epochs``); ``prefix`` gets a TODO."""
+    args: list[cst.Arg] = []
+    for arg in updated.args:
+        key = arg.keyword.value if arg.keyword is not None else None
+        if key in rules.CHECKPOINT_RENAMED:
+            args.append(arg.with_changes(keyword=cst.Name(rules.CHECKPOINT_RENAMED[key])))
+            ctx.change(
+                original,
+                "checkpoint-every-n-epochs",
+                f"ModelCheckpoint({key}=...) -> ({rules.CHECKPOINT_RENAMED[key]}=...)",
+            )
+        elif key == "filepath":
+            path = _string(arg.value)
+            if path is None and not looks_like_a_pattern(arg.value):
+                # 1.x took a folder or a file pattern here; which one this value is, only the run knows.
+                ctx.todo(original, rules.todo_text("checkpoint-filepath", value=_code(arg.value)))
+                args.append(arg)
+                continue
+            if path is not None:
+                head, _, tail = path.rpartition("/")
+                parts: list[tuple[str, cst.BaseExpression]] = [("dirpath", _quoted(head))] if head else []
+                parts += [("filename", _quoted(tail.removesuffix(".ckpt")))] if tail else []
+            else:
+                ctx.plain_imports["os"] = None
+                parts = [
+                    ("dirpath", cst.parse_expression(f"os.path.dirname({_code(arg.value)})")),
+                    ("filename", cst.parse_expression(f"os.path.basename({_code(arg.value)})")),
+                ]
+            args += [_kwarg(k, v, arg).with_changes(comma=arg.comma) for k, v in parts]
+            ctx.change(original, "checkpoint-filepath", "ModelCheckpoint(filepath=...) -> (dirpath=..., filename=...)")
+        else:
+            args.append(arg)
+    if any(a.keyword is not None and a.keyword.value == "prefix" for a in args):
+        # prefix="P": in front of filename= (checkpoint_prefix.py), and of the last checkpoint's name.
+        moved = moved_prefix(args, original in ctx.assigned_calls)
+        if moved is None:
+            ctx.todo(original, rules.todo_text("checkpoint-prefix"))
+        else:
+            args, last = moved
+            if last is not None:
+                ctx.last_checkpoint_names[original] = last
+            ctx.change(original, "checkpoint-prefix-moved", "ModelCheckpoint(prefix=...) -> filename=...")
+    return updated.with_changes(args=args)
+
+
+def looks_like_a_pattern(node: cst.BaseExpression) -> bool:
+    """``os.path.join(out, "{epoch}-{val_loss:.2f}")`` or an f-string with ``{epoch}``: a file pattern, not a folder."""
+    code = _code(node)
+    return "{epoch" in code or "{step" in code or "{val" in code or ".ckpt" in code
