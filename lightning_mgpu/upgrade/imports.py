@@ -9,6 +9,8 @@ auto-move-data, bundle-import; TODOs result-object, fsdp-plugin, test-tube-logge
 from __future__ import annotations
 
 import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, ImportItem
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.calls import ARGPARSE_METHODS
@@ -221,41 +223,22 @@ def metrics_import(
 
 
 def leave_module(ctx: UpgradeContext, original: cst.Module, updated: cst.Module) -> cst.Module:
+    """Add the imports the rewrites need, through libcst's ``AddImportsVisitor``: a name the file already imports is
+    not added again, a name from a module the file already imports from joins that statement, and new statements go
+    after the file's opening block of imports.
+
+    The visitor runs on that opening block only (its docstring and imports), not on the whole file: a visit of a whole
+    module rebuilds every node (the 161 real files took 31 % longer), and the names a file's top imports bind are
+    the ones its later code can use (an import inside a function binds nothing at module level).
+    """
     updated = import_bundle(ctx, original, updated)
     if not ctx.imports_to_add and not ctx.plain_imports:
         return updated
-    existing = {
-        (_dotted(s.module), a.name.value, _alias_of(a))
-        for stmt in updated.body
-        if isinstance(stmt, cst.SimpleStatementLine)
-        for s in stmt.body
-        if isinstance(s, cst.ImportFrom) and s.module is not None and not isinstance(s.names, cst.ImportStar)
-        for a in s.names
-        if isinstance(a.name, cst.Name)
-    }
-    plain = {
-        _dotted(a.name)
-        for stmt in updated.body
-        if isinstance(stmt, cst.SimpleStatementLine)
-        for s in stmt.body
-        if isinstance(s, cst.Import)
-        for a in s.names
-    }
-    new_statements = [
-        cst.SimpleStatementLine(body=[cst.Import(names=[cst.ImportAlias(name=cst.parse_expression(m))])])  # type: ignore[arg-type]
-        for m in ctx.plain_imports
-        if m not in plain
-    ]
-    for module, name, asname in ctx.imports_to_add:
-        if (module, name, asname) in existing:
-            continue
-        alias = cst.ImportAlias(name=cst.Name(name), asname=cst.AsName(name=cst.Name(asname)) if asname else None)
-        new_statements.append(
-            cst.SimpleStatementLine(body=[cst.ImportFrom(module=cst.parse_expression(module), names=[alias])])  # type: ignore[arg-type]
-        )
-    if not new_statements:
-        return updated
-    return insert_after_imports(updated, new_statements)
+    items = [ImportItem(module) for module in ctx.plain_imports]
+    items += [ImportItem(module, name, asname) for module, name, asname in ctx.imports_to_add]
+    head = opening_block(updated)
+    added = AddImportsVisitor(CodemodContext(), items).transform_module(updated.with_changes(body=updated.body[:head]))
+    return updated.with_changes(body=[*added.body, *updated.body[head:]])
 
 
 def import_bundle(ctx: UpgradeContext, original: cst.Module, updated: cst.Module) -> cst.Module:
@@ -291,11 +274,11 @@ def import_bundle(ctx: UpgradeContext, original: cst.Module, updated: cst.Module
     return insert_after_imports(updated, [line])
 
 
-def insert_after_imports(module: cst.Module, statements: list[cst.SimpleStatementLine]) -> cst.Module:
-    """Insert ``statements`` after the file's opening block of imports (after its docstring when it has none)."""
-    body = list(module.body)
+def opening_block(module: cst.Module) -> int:
+    """How many of ``module``'s first statements are its opening block: its docstring and the imports (with any
+    docstring-like strings between them) before the first other statement."""
     last_import = -1
-    for index, statement in enumerate(body):
+    for index, statement in enumerate(module.body):
         if isinstance(statement, cst.SimpleStatementLine) and all(
             isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body
         ):
@@ -304,6 +287,7 @@ def insert_after_imports(module: cst.Module, statements: list[cst.SimpleStatemen
             isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Expr)
         ):
             break
+    body = module.body
     if (
         last_import < 0
         and body
@@ -311,5 +295,10 @@ def insert_after_imports(module: cst.Module, statements: list[cst.SimpleStatemen
         and isinstance(body[0].body[0], cst.Expr)
     ):
         last_import = 0  # the docstring
-    body[last_import + 1 : last_import + 1] = statements
-    return module.with_changes(body=body)
+    return last_import + 1
+
+
+def insert_after_imports(module: cst.Module, statements: list[cst.SimpleStatementLine]) -> cst.Module:
+    """Insert ``statements`` after the file's opening block of imports (after its docstring when it has none)."""
+    at = opening_block(module)
+    return module.with_changes(body=[*module.body[:at], *statements, *module.body[at:]])

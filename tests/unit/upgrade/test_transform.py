@@ -135,7 +135,7 @@ def test_comments_and_layout_survive() -> None:
         ),
         (
             "from pytorch_lightning.plugins import DDP2Plugin, DataParallelPlugin\n",
-            "from lightning_mgpu.pl import DDP2Strategy\nfrom lightning_mgpu.pl import DataParallelStrategy\n",
+            "from lightning_mgpu.pl import DDP2Strategy, DataParallelStrategy\n",  # a statement that imports both
         ),
         (
             "from pytorch_lightning.loggers import CSVLogger, NeptuneLogger\n",
@@ -171,10 +171,9 @@ def test_spawn_sharded_and_gpu_stats_monitor_call_sites() -> None:
     assert "ok = isinstance(cbs[0], GPUUtilizationMonitor)" in out
     assert "logger = NeptuneLogger(project='p')" in out and "s2 = DataParallelStrategy()" in out
     for line in (
-        "from lightning_mgpu.pl import ShardedStrategy",
+        "from lightning_mgpu.pl import DataParallelStrategy, ShardedStrategy",  # one statement per module
         "from lightning_mgpu.pl.callbacks import GPUUtilizationMonitor",
         "from lightning_mgpu.pl.loggers import NeptuneLogger",
-        "from lightning_mgpu.pl import DataParallelStrategy",
     ):
         assert line in out.splitlines(), line
     assert "DDPSpawnShardedStrategy" not in out
@@ -417,11 +416,10 @@ m = pl.metrics.functional.accuracy(x, y)
 """
     out = upgraded(source)
     for line in (
-        "from pytorch_lightning import LightningModule",
+        "from pytorch_lightning import LightningModule, seed_everything",  # a name added joins its module's import
         "from pytorch_lightning.callbacks import Callback",
-        "from pytorch_lightning.loggers import Logger",
+        "from pytorch_lightning.loggers import Logger, TensorBoardLogger",  # ... and test-tube-logger-args
         "from pytorch_lightning.loggers.logger import rank_zero_experiment",
-        "from pytorch_lightning import seed_everything",
         "from pytorch_lightning.utilities import rank_zero_only",
         "from torchmetrics import Accuracy, F1Score",
         "class L(Logger):",
@@ -434,7 +432,6 @@ m = pl.metrics.functional.accuracy(x, y)
     ):
         assert line in out.splitlines(), (line, out)
     assert "metrics-task): torchmetrics' F1Score needs task=" in out
-    assert "from pytorch_lightning.loggers import TensorBoardLogger" in out.splitlines()  # test-tube-logger-args
 
 
 def test_loop_keywords_hparams_and_tune() -> None:
