@@ -76,7 +76,8 @@ def leave_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cs
     new_func = _dotted(updated.func) or ""
     if new_func.split(".")[-1] in rules.TORCHMETRICS_TASK and is_torchmetrics(ctx, new_func):
         return metric_call(ctx, original, updated)
-    if _is_trainer_call(original):
+    if _is_trainer_call(original) or original in ctx.facts.subclass_trainer_calls:
+        # cls(...) in a classmethod and super().__init__(...) in __init__ of a Trainer subclass: a Trainer's call too.
         return trainer_call(ctx, original, updated)
     return updated
 

@@ -1,4 +1,6 @@
-"""The Trainer-call family: a ``Trainer(...)`` call and a dict of Trainer settings (a literal or ``dict(...)``, splatted
+"""The Trainer-call family: a ``Trainer(...)`` call (or one under another name: ``cls(...)`` in a classmethod and
+``super().__init__(...)`` in ``__init__`` of a Trainer subclass, :func:`~lightning_mgpu.upgrade.scopes.
+subclass_construction`) and a dict of Trainer settings (a literal or ``dict(...)``, splatted
 into a call or assigned to a name that reaches one) rewritten through
 :func:`~lightning_mgpu.upgrade.trainer_rewrite.rewrite_trainer_args`, with what this file says about each value;
 the settings that values this tool cannot read decide with moved into ``legacy_trainer_kwargs(...)``
