@@ -1041,7 +1041,8 @@ RULES.update(
             " dropped, with this note, where they are off (False, None) or where the Trainer is a local name of a"
             " function that never calls its tune() and never hands the trainer on (not returned, passed or stored):"
             " nothing could run them (a Trainer(...) call, or Trainer.from_argparse_args(args, ...)'s own keywords:"
-            " a flag the parsed arguments hold is left to the run-time translation). trainer.tuner.lr_find(...) (Tuner(trainer).lr_find now) ran the finder"
+            " a flag the parsed arguments hold is left to the run-time translation)."
+            " trainer.tuner.lr_find(...) (Tuner(trainer).lr_find now) ran the finder"
             " whatever the flag said.",
             kind="note",
         ),
