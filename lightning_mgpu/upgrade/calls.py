@@ -4,10 +4,10 @@ class, the tuner's calls, ``resume_from_checkpoint`` moved to ``fit(ckpt_path=)`
 ``from_argparse_args``, the loops' renamed keywords, ``parser.set_defaults``, ``ModelCheckpoint`` and
 ``TestTubeLogger``.
 
-Rule ids: tuner, trainer-resume, trainer-argparse, trainer-loop-kwargs, trainer-renamed-arg, ddp-spawn-isinstance,
-checkpoint-every-n-epochs, checkpoint-filepath, checkpoint-prefix-moved, test-tube-logger-args, and a renamed class's
-rule (metrics-import, bundle-class, bundle-name, plugin-class, renamed-name); TODOs result-object, trainer-tune,
-gpu-stats-monitor, checkpoint-filepath, checkpoint-prefix, test-tube-logger.
+Rule ids: tuner, tuner-tune-result, trainer-resume, trainer-argparse, trainer-loop-kwargs, trainer-renamed-arg,
+ddp-spawn-isinstance, checkpoint-every-n-epochs, checkpoint-filepath, checkpoint-prefix-moved, test-tube-logger-args,
+and a renamed class's rule (metrics-import, bundle-class, bundle-name, plugin-class, renamed-name); TODOs
+result-object, trainer-tune, gpu-stats-monitor, checkpoint-filepath, checkpoint-prefix, test-tube-logger.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from lightning_mgpu.upgrade.removed_names import test_tube_arguments
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
 from lightning_mgpu.upgrade.trainer_call import trainer_call
-from lightning_mgpu.upgrade.tuner import tuner_call, tuner_owner
+from lightning_mgpu.upgrade.tuner import tune_result, tuner_call, tuner_owner
 
 #: Classes whose ``add_argparse_args``/``from_argparse_args`` 2.0 removed: the Trainer's and a DataModule's.
 ARGPARSE_METHODS = ("add_argparse_args", "from_argparse_args")
@@ -67,6 +67,12 @@ def leave_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cs
         return argparse_call(ctx, original, updated, owner, method)
     if method in rules.LOOP_KWARGS and owner and not owner.endswith("Trainer"):
         updated = loop_kwargs(ctx, original, updated, method)
+    if original in ctx.tune.results:
+        # result = trainer.tune(...), read as result["lr_find"]: the dict 1.x returned, from the Tuner's calls.
+        ctx.add_import(f"{ctx.namespace}.tuner", "Tuner", None)
+        methods = ctx.tune.results[original]
+        ctx.change(original, "tuner-tune-result", f"{func}(...) -> {{{', '.join(methods)}: Tuner(...)...}}")
+        return tune_result(original, methods)
     if method == "tune" and owner.endswith("trainer") and original not in ctx.tune.tunes:
         ctx.todo(original, rules.todo_text("trainer-tune"))
     if method == "set_defaults":
@@ -76,7 +82,8 @@ def leave_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cs
     new_func = _dotted(updated.func) or ""
     if new_func.split(".")[-1] in rules.TORCHMETRICS_TASK and is_torchmetrics(ctx, new_func):
         return metric_call(ctx, original, updated)
-    if _is_trainer_call(original):
+    if _is_trainer_call(original) or original in ctx.facts.subclass_trainer_calls:
+        # cls(...) in a classmethod and super().__init__(...) in __init__ of a Trainer subclass: a Trainer's call too.
         return trainer_call(ctx, original, updated)
     return updated
 

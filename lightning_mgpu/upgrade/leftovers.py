@@ -203,6 +203,41 @@ def _owner_name(node: ast.expr) -> str:
     return node.id if isinstance(node, ast.Name) else ""
 
 
+def _subclass_trainer_calls(tree: ast.AST) -> set[int]:
+    """The ids of the calls that build a Trainer under another name: ``cls(...)`` in a classmethod, and
+    ``super().__init__(...)`` in ``__init__``, of a class whose base is named ``...Trainer`` (or is such a class of
+    this file)."""
+    trainers: set[str] = set()
+    calls: set[int] = set()
+    classes = sorted((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)), key=lambda n: n.lineno)
+    for cls in classes:
+        bases = [b.attr if isinstance(b, ast.Attribute) else b.id if isinstance(b, ast.Name) else "" for b in cls.bases]
+        if not any(b.endswith("Trainer") or b in trainers for b in bases):
+            continue
+        trainers.add(cls.name)
+        for method in cls.body:
+            if not isinstance(method, ast.FunctionDef):
+                continue
+            first = method.args.args[0].arg if method.args.args else None
+            is_classmethod = any(isinstance(d, ast.Name) and d.id == "classmethod" for d in method.decorator_list)
+            for node in ast.walk(method):
+                if not isinstance(node, ast.Call):
+                    continue
+                func = node.func
+                if is_classmethod and isinstance(func, ast.Name) and func.id == first:
+                    calls.add(id(node))
+                if (
+                    method.name == "__init__"
+                    and isinstance(func, ast.Attribute)
+                    and func.attr == "__init__"
+                    and isinstance(func.value, ast.Call)
+                    and isinstance(func.value.func, ast.Name)
+                    and func.value.func.id == "super"
+                ):
+                    calls.add(id(node))
+    return calls
+
+
 def leftovers(source: str) -> list[tuple[int, str]]:
     """Each 1.x spelling in ``source``, marked or not.
 
@@ -217,13 +252,15 @@ def leftovers(source: str) -> list[tuple[int, str]]:
     """
     tree = ast.parse(source)
     metric_classes, metric_modules = _metric_names(tree)
+    subclass_calls = _subclass_trainer_calls(tree)  # cls(...) / super().__init__(...) of a Trainer subclass
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
             for keyword in node.keywords:
-                if name.endswith("Trainer") and keyword.arg in REMOVED_TRAINER_KEYWORDS:
+                trainer = name.endswith("Trainer") or id(node) in subclass_calls
+                if trainer and keyword.arg in REMOVED_TRAINER_KEYWORDS:
                     found.append((node.lineno, f"Trainer({keyword.arg}=...)"))
                 if keyword.arg in ("accelerator", "plugins") and isinstance(keyword.value, ast.Constant):
                     if keyword.value.value in STRATEGY_NAMES:

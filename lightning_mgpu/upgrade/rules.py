@@ -1019,12 +1019,30 @@ RULES.update(
             kind="rewrite",
         ),
         Rule(
+            "tuner-tune-result",
+            'result = trainer.tune(...) read as result["lr_find"] became a dict of the Tuner calls',
+            '1.x\'s trainer.tune(model, ...) returned a dict with a key for each tuner it ran: "scale_batch_size"'
+            ' (the size found) and "lr_find" (the finder object, with .suggestion()). Where the Trainer\'s flags are'
+            " not in this file (a config splatted into it) but the result is assigned once to a local name that is"
+            ' only read as result["lr_find"] / result["scale_batch_size"], those keys say which tuners ran, and the'
+            ' call becomes {"scale_batch_size": Tuner(trainer).scale_batch_size(...), "lr_find":'
+            " Tuner(trainer).lr_find(...)} (the keys read, in 1.x's order), so each lookup works as before."
+            " lr_find keeps 2.x's update_attr=True: 1.x's tune() set the learning rate it found too, on lr or"
+            " learning_rate (a string auto_lr_find named another attribute, which 2.x's attr_name= takes: with"
+            " neither attribute 2.x's finder raises). A tuner whose key is never read is taken to have been off;"
+            " tune()'s dataloaders and datamodule carry over as for tuner-flags, and any other use of the result"
+            " keeps the trainer-tune TODO.",
+            kind="rewrite",
+        ),
+        Rule(
             "tuner-flags-unused",
             "auto_lr_find/auto_scale_batch_size dropped: only tune() read them",
             "Since 1.0 only trainer.tune() read auto_lr_find= and auto_scale_batch_size= (fit() did not). They are"
             " dropped, with this note, where they are off (False, None) or where the Trainer is a local name of a"
             " function that never calls its tune() and never hands the trainer on (not returned, passed or stored):"
-            " nothing could run them. trainer.tuner.lr_find(...) (Tuner(trainer).lr_find now) ran the finder"
+            " nothing could run them (a Trainer(...) call, or Trainer.from_argparse_args(args, ...)'s own keywords:"
+            " a flag the parsed arguments hold is left to the run-time translation)."
+            " trainer.tuner.lr_find(...) (Tuner(trainer).lr_find now) ran the finder"
             " whatever the flag said.",
             kind="note",
         ),
@@ -1041,7 +1059,11 @@ RULES.update(
             " the Trainer is built, and refuses a value with no 2.x meaning with a ValueError. Only where each TODO the"
             " call would get is trainer-accelerator-unknown, trainer-conflict, trainer-progress-bar or"
             " trainer-weights-summary and one comes from a value the tool cannot read; two literals that disagree"
-            " stay a trainer-conflict TODO, and a call with plugins= or a splat of its own is left to the other rules.",
+            " stay a trainer-conflict TODO, and a call with a splat of its own is left to the other rules. plugins="
+            " stays out of the translation: where it is a training-type plugin the strategy rewrite turns into"
+            " strategy=DDPStrategy(...), that strategy moves with the rest (the translation keeps a strategy object"
+            ' beside accelerator="ddp"/"ddp_spawn", as 1.x let the plugin refine the backend string); any other'
+            " plugins= leaves the call to the other rules.",
             kind="rewrite",
         ),
         Rule(

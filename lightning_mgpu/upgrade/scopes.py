@@ -60,6 +60,30 @@ def is_trainer_call(call: cst.Call) -> bool:
     return name == "Trainer" or name.endswith(".Trainer") or name.endswith("Trainer.from_argparse_args")
 
 
+def subclass_construction(
+    call: cst.Call, function: cst.CSTNode, owner: cst.CSTNode, trainer_classes: set[str] | frozenset[str]
+) -> bool:
+    """Whether ``call``, in ``function`` (a method of the class ``owner``), builds a Lightning Trainer under another
+    name: ``cls(...)`` in a classmethod of a Trainer subclass (``class Trainer(pl.Trainer)``, whose name is in
+    ``trainer_classes``), or ``super().__init__(...)`` / ``super(Cls, self).__init__(...)`` in its ``__init__``."""
+    if not isinstance(function, cst.FunctionDef) or not isinstance(owner, cst.ClassDef):
+        return False
+    if owner.name.value not in trainer_classes:
+        return False
+    params = function.params.params
+    if isinstance(call.func, cst.Name):
+        # cls(...): the classmethod's first parameter, whatever it is named.
+        classmethod = any(dotted(d.decorator) == "classmethod" for d in function.decorators)
+        return classmethod and bool(params) and call.func.value == params[0].name.value
+    return (
+        function.name.value == "__init__"
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "__init__"
+        and isinstance(call.func.value, cst.Call)
+        and dotted(call.func.value.func) == "super"
+    )
+
+
 def is_dict_builder(node: cst.BaseExpression) -> bool:
     """A dict literal with string keys, or ``dict(key=value, ...)`` (either may also splat
     ``**legacy_trainer_kwargs(...)``, settings translated at run time)."""
@@ -140,6 +164,11 @@ class FileFacts(cst.CSTVisitor):
         #: what this pass knows about the rest of the file stays.
         self.failed: dict[cst.CSTNode, Exception] = {}
         self._visit_failed: set[int] = set()
+        #: ``cls(...)`` in a classmethod and ``super().__init__(...)`` in ``__init__`` of a Trainer subclass: Trainer
+        #: calls under another name (:func:`subclass_construction`).
+        self.subclass_trainer_calls: set[cst.Call] = set()
+        self._trainer_classes: set[str] = set()  # names of this file's Trainer subclasses (a base's own included)
+        self._defs: list[cst.ClassDef | cst.FunctionDef] = []  # the classes and functions around the node
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         try:
@@ -170,11 +199,24 @@ class FileFacts(cst.CSTVisitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         names = [param.name.value for param in [*node.params.params, *node.params.kwonly_params]]
         self._push(node)
+        self._defs.append(node)
         for name in names:
             self._stack[-1].assigns.setdefault(name, [])  # a parameter: its values are unknown
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._defs.pop()
         self._close(self._stack.pop())
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        # class MyTrainer(pl.Trainer) / (Mixin, Trainer) / (MyTrainer): a Trainer subclass (the name Trainer as
+        # is_trainer_call reads it, or a subclass of this file's).
+        bases = [dotted(base.value) or "" for base in node.bases]
+        if any(b == "Trainer" or b.endswith(".Trainer") or b in self._trainer_classes for b in bases):
+            self._trainer_classes.add(node.name.value)
+        self._defs.append(node)
+
+    def leave_ClassDef(self, node: cst.ClassDef) -> None:
+        self._defs.pop()
 
     def visit_Name(self, node: cst.Name) -> None:
         key = (id(self._stack[-1]), node.value)
@@ -240,6 +282,14 @@ class FileFacts(cst.CSTVisitor):
             self._stack[-1].fits.append((node.func.value.value, node))
         if func.endswith("add_argument"):
             self._flag(node)
+        if len(self._defs) > 1 and subclass_construction(node, self._defs[-1], self._defs[-2], self._trainer_classes):
+            # Built like a Trainer(...) and converted like one; its splats (the subclass forwarding its own
+            # **kwargs, whose keys its callers choose) are left as they are: not recorded below.
+            self.subclass_trainer_calls.add(node)
+            for arg in node.args:
+                if arg.keyword is not None and arg.keyword.value in ("accelerator", "distributed_backend"):
+                    if isinstance(arg.value, cst.Name):
+                        self._backend_names.append((self._stack[-1], arg.value.value))
         if is_trainer_call(node):
             for arg in node.args:
                 if arg.keyword is not None and arg.keyword.value in ("accelerator", "distributed_backend"):

@@ -219,7 +219,13 @@ def legacy_trainer_kwargs(
         name = params[strategy_source]
         if strategy_source == "accelerator":
             out.pop("accelerator")
-        put("strategy", rules.STRATEGY_STRINGS[name], f"{strategy_source}={name!r}")
+        given = out.get("strategy")
+        if given is not None and not isinstance(given, str) and name in ("ddp", "ddp_spawn"):
+            # accelerator="ddp" beside plugins=DDPPlugin(...) (now strategy=DDPStrategy(...)): in 1.x the plugin
+            # object refined the backend string, so the object is the strategy (as trainer_devices.py rewrites it).
+            pass
+        else:
+            put("strategy", rules.STRATEGY_STRINGS[name], f"{strategy_source}={name!r}")
         if name == "ddp_cpu":
             put("accelerator", "cpu", f"{strategy_source}={name!r}")
     elif params.get("distributed_backend") not in (None, ""):

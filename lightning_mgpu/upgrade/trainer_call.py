@@ -1,4 +1,6 @@
-"""The Trainer-call family: a ``Trainer(...)`` call and a dict of Trainer settings (a literal or ``dict(...)``, splatted
+"""The Trainer-call family: a ``Trainer(...)`` call (or one under another name: ``cls(...)`` in a classmethod and
+``super().__init__(...)`` in ``__init__`` of a Trainer subclass, :func:`~lightning_mgpu.upgrade.scopes.
+subclass_construction`) and a dict of Trainer settings (a literal or ``dict(...)``, splatted
 into a call or assigned to a name that reaches one) rewritten through
 :func:`~lightning_mgpu.upgrade.trainer_rewrite.rewrite_trainer_args`, with what this file says about each value;
 the settings that values this tool cannot read decide with moved into ``legacy_trainer_kwargs(...)``
@@ -31,7 +33,14 @@ from lightning_mgpu.upgrade.scopes import is_dict_builder, translates_at_run_tim
 from lightning_mgpu.upgrade.scopes import literal as _literal
 from lightning_mgpu.upgrade.trainer_kwargs import TrainerArgs
 from lightning_mgpu.upgrade.trainer_rewrite import rewrite_trainer_args
-from lightning_mgpu.upgrade.translate_args import may_be_ddp_cpu, meaningless, settles, split, translation
+from lightning_mgpu.upgrade.translate_args import (
+    LEAVE_THE_CALL,
+    may_be_ddp_cpu,
+    meaningless,
+    settles,
+    split,
+    translation,
+)
 from lightning_mgpu.upgrade.tuner import FLAGS as TUNER_FLAGS
 
 
@@ -68,6 +77,26 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
         # decide with move into legacy_trainer_kwargs(...), translated when the Trainer is built
         # (translate_args.py).
         trainer, expression = moved_into_translation(ctx, kept, updated.args)
+        translated = cst.Arg(star="**", value=expression)
+    elif (
+        settles(trainer.todos)
+        and not stars
+        and not translates_at_run_time(original)
+        and "plugins" in {key for key, _, _ in kept}
+        and not trainer.has("plugins")
+        and not literal_conflict(ctx, trainer.items)
+    ):
+        # plugins=DDPPlugin(...) beside values this tool cannot read: the rewrite above turned the plugin into
+        # strategy=DDPStrategy(...), and a second run would then move that strategy into legacy_trainer_kwargs(...)
+        # with the rest (the 2.x spelling, which the translation takes as given). Done here, from the rewritten
+        # settings, the first run writes what the second would (rule trainer-args-translated), and the TODOs the
+        # translation settles are not written.
+        first = trainer
+        trainer, expression = moved_into_translation(ctx, first.items, updated.args)
+        trainer.changes[:0] = first.changes
+        trainer.todos[:0] = [t for t in first.todos if rules.rule_of(t) in LEAVE_THE_CALL]
+        trainer.notes[:0] = first.notes
+        trainer.imports[:0] = first.imports
         translated = cst.Arg(star="**", value=expression)
     if any(key == "resume_from_checkpoint" for key, _, _ in trainer.items):
         value = trainer.get("resume_from_checkpoint")

@@ -12,8 +12,10 @@ progress bar and the model summary move together into
 are rewritten as usual.
 
 Only where every TODO the call would get is one of those, and at least one comes from a value this tool cannot read:
-two literal settings that disagree stay a ``trainer-conflict`` TODO, and a call with ``plugins=`` or a splat of its
-own is left to the other rules.
+two literal settings that disagree stay a ``trainer-conflict`` TODO, and a call with a splat of its own, or with a
+``plugins=`` the strategy rewrite does not turn into ``strategy=``, is left to the other rules (one it does turn into
+``strategy=DDPStrategy(...)`` moves that strategy with the rest: see
+:func:`~lightning_mgpu.upgrade.trainer_call.trainer_call`).
 """
 
 from __future__ import annotations

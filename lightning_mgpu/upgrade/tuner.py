@@ -6,7 +6,9 @@
 - ``trainer.tuner.scale_batch_size(...)`` / ``trainer.scale_batch_size(...)`` ->
   ``Tuner(trainer).scale_batch_size(...)``.
 
-``trainer.tune()`` and the ``auto_lr_find``/``auto_scale_batch_size`` flags keep their TODOs (``trainer-tune``, ...).
+``trainer.tune()`` and the ``auto_lr_find``/``auto_scale_batch_size`` flags keep their TODOs (``trainer-tune``, ...)
+where :func:`tune_plan` finds no place for them; ``result = trainer.tune(...)`` read as ``result["lr_find"]`` becomes
+the dict 1.x returned (:func:`tune_result`, rule ``tuner-tune-result``).
 
 The Tuner comes from the file's own namespace (``pytorch_lightning.tuner`` or ``lightning.pytorch.tuner``). Calls with
 more positional arguments than ``model, train_dataloaders, val_dataloaders`` are left as they are (2.x put
@@ -120,13 +122,21 @@ class TunePlan:
     tunes: dict[cst.Call, dict[str, cst.BaseExpression]] = field(default_factory=dict)
     #: ``if X: trainer.tune(...)`` (the call alone in its if's body) -> X's code: a flag X needs no second if.
     guards: dict[cst.Call, str] = field(default_factory=dict)
+    #: ``result = trainer.tune(...)`` whose trainer's flags this file does not show, and whose result is only read
+    #: as ``result["lr_find"]`` / ``result["scale_batch_size"]`` -> the Tuner methods those keys name, in 1.x's order
+    #: (rule tuner-tune-result: :func:`tune_result`).
+    results: dict[cst.Call, list[str]] = field(default_factory=dict)
 
 
 def _is_trainer(call: cst.Call) -> bool:
-    """``Trainer(...)`` / ``pl.Trainer(...)``; not ``from_argparse_args``, whose flags may also come from the command
-    line."""
+    """``Trainer(...)`` / ``pl.Trainer(...)``, and ``Trainer.from_argparse_args(args, auto_lr_find=True, ...)``: only
+    the flags written in the call count (:func:`_flag_values` reads its keywords); a flag the parsed arguments hold is
+    left to the run-time translation, which refuses it loudly rather than dropping it."""
     func = call.func
     name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    if name == "from_argparse_args" and isinstance(func, cst.Attribute):
+        owner = func.value
+        return (owner.attr.value if isinstance(owner, cst.Attribute) else getattr(owner, "value", "")) == "Trainer"
     return name == "Trainer"
 
 
@@ -166,6 +176,9 @@ class _TuneFacts(cst.CSTVisitor):
         self.guards: dict[cst.Call, str] = {}  # a call alone in an if's body -> the if's test
         self.attributes: dict[tuple[cst.CSTNode, str], list[str]] = {}  # name -> attributes read off it
         self.uses: dict[tuple[cst.CSTNode, str], int] = {}  # name -> loads and stores, attribute reads included
+        #: name = x.tune(...) -> the tune() calls; name[...] -> each subscript's literal key (None: another key)
+        self.tune_results: dict[tuple[cst.CSTNode, str], list[cst.Call]] = {}
+        self.subscripts: dict[tuple[cst.CSTNode, str], list[str | None]] = {}
         self._not_a_use: set[int] = set()  # Name nodes that name an attribute, a keyword or a parameter
 
     def _push(self, node: cst.CSTNode) -> None:
@@ -223,6 +236,15 @@ class _TuneFacts(cst.CSTVisitor):
                 self.assigns.setdefault((self._stack[-1], target.target.value), []).append(node.value)
                 if isinstance(node.value, cst.Call) and _is_trainer(node.value) and _flag_values(node.value):
                     self.trainers.append((self._stack[-1], target.target.value, node.value))
+                if isinstance(node.value, cst.Call) and len(node.targets) == 1 and _tune_owner(node.value):
+                    self.tune_results.setdefault((self._stack[-1], target.target.value), []).append(node.value)
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if isinstance(node.value, cst.Name):
+            index = node.slice[0].slice if len(node.slice) == 1 else None
+            key = _literal_value(index.value) if isinstance(index, cst.Index) else None
+            written = key if isinstance(key, str) else None
+            self.subscripts.setdefault((self._stack[-1], node.value.value), []).append(written)
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -240,6 +262,56 @@ class _TuneFacts(cst.CSTVisitor):
             if parent is scope:
                 return True
         return False
+
+
+def _tune_owner(call: cst.Call) -> bool:
+    """``trainer.tune(...)`` / ``self.trainer.tune(...)``: something named like a trainer (as calls.py's TODO)."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or func.attr.value != "tune":
+        return False
+    owner = func.value
+    last = owner.attr.value if isinstance(owner, cst.Attribute) else owner.value if isinstance(owner, cst.Name) else ""
+    return "trainer" in last.lower()
+
+
+def _result_keys(facts: _TuneFacts, plan: TunePlan) -> None:
+    """``result = trainer.tune(...)`` read only as ``result["lr_find"]`` (and/or ``["scale_batch_size"]``): 1.x's
+    tune() returned a dict with a key for each tuner it ran, so those keys say which ran (plan.results)."""
+    for (scope, name), calls in facts.tune_results.items():
+        keys = facts.subscripts.get((scope, name), [])
+        if (
+            len(calls) != 1
+            or calls[0] in plan.tunes
+            or len(facts.assigns.get((scope, name), [])) != 1
+            or facts.nested_uses(scope, name)
+            or _tune_args(calls[0]) is None
+            or not keys
+            or not all(key in FLAGS.values() for key in keys)
+            # every use of the name but its assignment is one of those subscripts (not passed on, not iterated)
+            or facts.uses.get((scope, name), 0) != 1 + len(keys)
+        ):
+            continue
+        plan.results[calls[0]] = [method for method in FLAGS.values() if method in keys]
+
+
+def tune_result(call: cst.Call, methods: list[str]) -> cst.Dict:
+    """``trainer.tune(model, ...)`` -> ``{"lr_find": Tuner(trainer).lr_find(model, ...)}`` (one entry per method of
+    ``methods``, in 1.x's order): the dict 1.x's tune() returned, built by the 2.x calls; ``update_attr`` left at
+    2.x's default (True), as 1.x's tune() set the learning rate it found."""
+    trainer = call.func.value  # type: ignore[attr-defined]
+    args = _tune_args(call) or []
+    elements = []
+    for method in methods:
+        tuned = cst.Call(
+            func=cst.Attribute(
+                value=cst.Call(func=cst.Name("Tuner"), args=[cst.Arg(trainer.deep_clone())]), attr=cst.Name(method)
+            ),
+            args=_with_args(args, []) or args,
+        )
+        elements.append(cst.DictElement(key=cst.SimpleString(f'"{method}"'), value=tuned))
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    elements = [e.with_changes(comma=comma) for e in elements[:-1]] + elements[-1:]
+    return cst.Dict(elements=elements)
 
 
 def tune_plan(module: cst.Module) -> TunePlan:
@@ -281,6 +353,7 @@ def tune_plan(module: cst.Module) -> TunePlan:
             and ("tuner" not in attributes or "auto_scale_batch_size" not in _flag_values(call))
         ):
             plan.unused.add(call)
+    _result_keys(facts, plan)
     return plan
 
 

@@ -65,6 +65,7 @@ REWRITES = {
     "trainer-gpus-beside-accelerator": 't = Trainer(gpus=torch.cuda.device_count(), accelerator="gpu")\n',
     "trainer-args-translated": "t = Trainer(accelerator=args.accelerator, gpus=args.gpus)\n",
     "tuner-flags": "t = Trainer(auto_lr_find=True)\nt.tune(model)\n",
+    "tuner-tune-result": 'def f(trainer, model):\n    r = trainer.tune(model)\n    return r["lr_find"]\n',
     "checkpoint-prefix-moved": "ck = ModelCheckpoint(filename='{epoch}', prefix='run1')\n",
     "ddp-spawn-isinstance": (
         "from pytorch_lightning.strategies import DDPSpawnStrategy, DDPStrategy\n"

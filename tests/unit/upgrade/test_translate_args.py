@@ -153,3 +153,56 @@ def test_an_argument_that_leaves_the_call_with_its_todo_does_not_change_the_deci
     assert "trainer-args-translated" in found and "TODO(lightning-mgpu:trainer-auto-scale-batch-size)" in out
     translation = 'legacy_trainer_kwargs(accelerator=cfg.accelerator, namespace="pytorch_lightning")'
     assert out.endswith(f"t = Trainer(max_epochs=2, **{translation})\n"), out
+
+
+PLUGIN_BESIDE_UNREAD = """import pytorch_lightning as pl
+from pytorch_lightning.plugins import DDPPlugin
+
+
+def make_trainer(opts, saver):
+    return pl.Trainer(
+        gpus=opts.gpus,
+        accelerator=opts.accelerator,
+        max_epochs=opts.epochs,
+        plugins=DDPPlugin(find_unused_parameters=False),
+        weights_summary="top",
+        callbacks=[saver],
+    )
+"""
+
+PLUGIN_LIST_BESIDE_RATE = """from pytorch_lightning import Trainer
+from pytorch_lightning.plugins import DDPPlugin
+
+
+def make_trainer(opts, saver):
+    return Trainer(max_epochs=opts.epochs,
+                   callbacks=[saver],
+                   weights_summary=None,
+                   progress_bar_refresh_rate=opts.refresh,
+                   gpus=opts.n_gpus,
+                   accelerator="ddp" if opts.n_gpus > 1 else None,
+                   plugins=[DDPPlugin(find_unused_parameters=False)])
+"""
+
+
+@pytest.mark.parametrize("source", [PLUGIN_BESIDE_UNREAD, PLUGIN_LIST_BESIDE_RATE])
+def test_a_ddp_plugin_beside_unread_values_is_translated_in_the_first_run(source: str) -> None:
+    """plugins=DDPPlugin(...) beside values this tool cannot read: the first run writes what the second run wrote
+    (the plugin as strategy=DDPStrategy(...), moved into the translation with the rest), with no TODO."""
+    out, found = upgraded(source)  # asserts that a second run changes nothing
+    assert "trainer-args-translated" in found and "TODO" not in out and unmarked(out) == [], out
+    assert "strategy=DDPStrategy(find_unused_parameters=False)," in out and "plugins" not in out, out
+    pl = pytest.importorskip("pytorch_lightning")
+    namespace: dict[str, object] = {}
+    exec(compile(out, "<upgraded>", "exec"), namespace)  # noqa: S102
+    saver = pl.callbacks.LearningRateMonitor()
+    for accelerator in ("ddp", "cpu", None):
+        opts = SimpleNamespace(gpus=None, n_gpus=0, accelerator=accelerator, epochs=1, refresh=3)
+        trainer = namespace["make_trainer"](opts, saver)  # type: ignore[operator]
+        # 1.x: the plugin object was the strategy (accelerator="ddp" only named its family), on the CPU here.
+        assert type(trainer.strategy).__name__ == "DDPStrategy" and trainer.strategy._ddp_kwargs == {
+            "find_unused_parameters": False
+        }
+        assert type(trainer.accelerator).__name__ == "CPUAccelerator" and saver in trainer.callbacks
+    if "refresh" in source:
+        assert trainer.progress_bar_callback.refresh_rate == 3

@@ -161,8 +161,8 @@ def test_tune_becomes_the_tuner_calls_its_flags_asked_for() -> None:
         "def f(m):\n    trainer = pl.Trainer(auto_lr_find=True)\n    trainer.tune(m)\n    trainer.tune(m)\n",
         # At module level another module may import the trainer and tune it.
         "trainer = pl.Trainer(auto_lr_find=True)\ntrainer.fit(model)\n",
-        # from_argparse_args: the command line may set the flags too.
-        "def f(args):\n    trainer = pl.Trainer.from_argparse_args(args, auto_lr_find=True)\n    trainer.fit(m)\n",
+        # from_argparse_args whose trainer leaves the function: its tune() may run elsewhere.
+        "def f(args):\n    trainer = pl.Trainer.from_argparse_args(args, auto_lr_find=True)\n    return trainer\n",
     ],
 )
 def test_where_the_flags_may_still_run_their_todo_stays(source: str) -> None:
@@ -212,3 +212,78 @@ def test_the_converted_tune_sets_the_learning_rate_as_1x_did(tmp_path) -> None:
     loader = DataLoader(TensorDataset(torch.randn(512, 4)), batch_size=4)  # 128 batches: the finder's 100 steps
     namespace["tune"](model, loader, str(tmp_path))  # type: ignore[operator]
     assert model.lr != 0.5  # the finder's suggestion, set as 1.x's tune() set it
+
+
+def test_flags_written_in_from_argparse_args_are_dropped_where_nothing_runs_them() -> None:
+    """Trainer.from_argparse_args(args, auto_lr_find=True, ...) and no tune() anywhere: 1.x's fit() never read it."""
+    out = upgraded(
+        "import pytorch_lightning as pl\n"
+        "def run(opts, module):\n"
+        "    trainer = pl.Trainer.from_argparse_args(opts, auto_lr_find=True, max_epochs=1)\n"
+        "    trainer.fit(module)\n"
+    )
+    assert "trainer = from_argparse_args(pl.Trainer, opts, max_epochs=1)" in out, out
+    assert "NOTE(lightning-mgpu:tuner-flags-unused)" in out and "TODO" not in out and unmarked(out) == []
+
+
+TUNE_RESULT = """import pytorch_lightning as pl
+
+
+class Runner:
+    def __init__(self, settings):
+        self.trainer = pl.Trainer(**settings)
+
+    def search(self, model, loader, wanted):
+        if wanted:
+            found = self.trainer.tune(model, train_dataloaders=loader)
+            return f"suggested {found['lr_find'].suggestion()}"
+        return None
+"""
+
+
+def test_a_tune_result_read_by_its_keys_becomes_the_dict_of_the_tuner_calls(tmp_path) -> None:
+    """result = trainer.tune(...) read as result["lr_find"], the flags in a config: the dict 1.x's tune() returned,
+    built by Tuner(trainer).lr_find(...), which sets the learning rate as 1.x's tune() did."""
+    out = upgraded(TUNE_RESULT)
+    assert 'found = {"lr_find": Tuner(self.trainer).lr_find(model, train_dataloaders=loader)}' in out, out
+    assert "TODO" not in out and unmarked(out) == [] and "from pytorch_lightning.tuner import Tuner" in out
+    import pytorch_lightning as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.lr = 0.5
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    pl.seed_everything(7)
+    namespace: dict[str, object] = {}
+    exec(compile(out, "converted", "exec"), namespace)  # noqa: S102
+    settings = {"max_epochs": 1, "logger": False, "enable_progress_bar": False, "default_root_dir": str(tmp_path)}
+    runner = namespace["Runner"](settings)  # type: ignore[operator]
+    model = Model()
+    loader = DataLoader(TensorDataset(torch.randn(512, 4)), batch_size=4)
+    text = runner.search(model, loader, True)
+    assert text.startswith("suggested ") and model.lr != 0.5 and float(text.split()[1]) == model.lr
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        "    print(found)\n",  # the whole result: which keys it held, only the run knows
+        "    print(found['lr_find'], found.get('scale_batch_size'))\n",
+        "    print(found[key])\n",
+    ],
+)
+def test_other_uses_of_a_tune_result_keep_the_todo(use: str) -> None:
+    out = upgraded(
+        "import pytorch_lightning as pl\ndef f(trainer, model, key):\n    found = trainer.tune(model)\n" + use
+    )
+    assert "TODO(lightning-mgpu:trainer-tune)" in out and "    found = trainer.tune(model)\n" in out, out
