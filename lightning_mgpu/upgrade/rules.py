@@ -740,7 +740,16 @@ RULES = _rules(
         " on_train_batch_end(self, outputs, batch, batch_idx) (or on_validation_batch_end / on_test_batch_end)."
         " A value it returned replaced the step's output: return it from the step instead. Under this bundle's"
         " dp/ddp2, a body that combines the replicas' outputs goes into combine_replica_outputs(self, step_name,"
-        " outputs) (docs/dp.md).",
+        " outputs) (docs/dp.md). The tool removes a hook that only means or sums the outputs (the bundle's dp"
+        " reduces them). One that does more, called with the one output 1.x passed, is kept as _<step>_end_1x and"
+        " the class gets lightning_mgpu.upgrade.step_ends.LegacyStepEnds as its last base: it runs the hook after"
+        " the outermost step call a Trainer makes (on subclasses' steps too), keeping the step's output where the"
+        " hook returns None, as 1.x's loops did; under dp/ddp2 its combine_replica_outputs applies the hook to the"
+        " replicas' gathered outputs instead (a step without one: 1.9's DataParallel mean). Where the step collects"
+        " its outputs for a converted epoch end, the step returns self._<step>_end_1x(X) instead (the list holds"
+        " what the hook gave), only where the hook always returns a value, the file shows no dp/ddp2, the class is"
+        " not abstract and no class of the file subclasses it. Elsewhere (a base's hook called through super(),"
+        " several optimizers, other parameters) this TODO stays.",
     ),
     Rule(
         "epoch-end",
