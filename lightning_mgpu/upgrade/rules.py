@@ -760,7 +760,9 @@ RULES = _rules(
         " the hook and the step are in different classes of one file (a base's hook, a subclass's step; a"
         " super().<hook>(outputs) call hands the outputs on to the base's converted hook). It leaves this TODO where"
         " no step of the class's family in the file returns its output, the step runs several optimizers, or a"
-        " super() call to the hook is used as a value: collect the outputs by hand.",
+        " super() call to the hook is used as a value: collect the outputs by hand. An epoch end that only calls"
+        " super().<hook>(outputs) (besides a docstring, pass and comments) in a class whose one base is"
+        " LightningModule is removed: 1.x's LightningModule epoch ends did nothing, and 2.x's has none to call.",
     ),
     Rule(
         "progress-bar-dict",
