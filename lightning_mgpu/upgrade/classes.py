@@ -549,10 +549,18 @@ def drop_params(ctx: UpgradeContext, original: cst.FunctionDef, updated: cst.Fun
         return updated  # the step becomes _training_step_1x, index and all, when the class is left
     names = {p.name.value for p in updated.params.params}
     dropped = set()
+    computed = None  # lr_scheduler_step: the scheduler parameter its optimizer_idx is computed from
     for name in rules.HOOK_DROPPED_PARAMS[hook]:
         if name not in names:
             continue
         if uses(updated.body, name, hook):
+            if hook == "lr_scheduler_step" and name == "optimizer_idx":
+                computed = _scheduler_param(updated)
+                if computed is not None:
+                    # Decision: 1.x passed the index of the scheduler's optimizer among configure_optimizers'
+                    # (its config's opt_idx, matched by identity with scheduler.optimizer): the body computes it.
+                    dropped.add(name)
+                    continue
             if name == "optimizer_idx":
                 ctx.todo(original, rules.todo_text("optimizer-idx", hook=hook))
             continue
@@ -564,4 +572,30 @@ def drop_params(ctx: UpgradeContext, original: cst.FunctionDef, updated: cst.Fun
         params[-1] = params[-1].with_changes(comma=updated.params.params[-1].comma)
     body = updated.body.visit(DropSuperArgs(hook, dropped))
     ctx.change(original, "hook-param", f"{hook}: dropped {', '.join(sorted(dropped))} (gone from the 2.x signature)")
+    if computed is not None and isinstance(body, cst.IndentedBlock):
+        line = cst.parse_statement(f"optimizer_idx = self.trainer.optimizers.index({computed}.optimizer)")
+        statements = list(body.body)
+        first = statements[0] if statements else None
+        docstring = (
+            isinstance(first, cst.SimpleStatementLine)
+            and isinstance(first.body[0], cst.Expr)
+            and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+        )
+        statements.insert(1 if docstring else 0, line)
+        body = body.with_changes(body=statements)
+        ctx.change(
+            original, "hook-param", f"{hook}: optimizer_idx computed from {computed}.optimizer, as 1.x passed it"
+        )
     return updated.with_changes(params=updated.params.with_changes(params=params), body=body)
+
+
+def _scheduler_param(func: cst.FunctionDef) -> str | None:
+    """1.x's ``lr_scheduler_step(self, scheduler, optimizer_idx, metric)``: the scheduler's parameter, where the
+    method has that shape and a block body the computed index can go into."""
+    names = [p.name.value for p in func.params.params]
+    params = func.params
+    if len(names) != 4 or names[2] != "optimizer_idx" or not isinstance(func.body, cst.IndentedBlock):
+        return None
+    if not isinstance(params.star_arg, cst.MaybeSentinel) or params.kwonly_params or params.star_kwarg is not None:
+        return None  # (self, scheduler, optimizer_idx, metric, *args): not 1.x's signature
+    return names[1]

@@ -804,7 +804,10 @@ RULES = _rules(
         " training_step, optimizer_zero_grad, optimizer_step, backward, on_before_optimizer_step and lr_scheduler_step"
         " lost optimizer_idx (optimizer_step also"
         " on_tpu, using_native_amp and using_lbfgs, backward its optimizer). The tool drops a parameter the body does"
-        " not use; one it uses is left with this TODO (optimizer_idx in use: the optimizer-idx TODO).",
+        " not use; one it uses is left with this TODO (optimizer_idx in use: the optimizer-idx TODO), but for"
+        " lr_scheduler_step(self, scheduler, optimizer_idx, metric), whose body gets optimizer_idx ="
+        " self.trainer.optimizers.index(scheduler.optimizer): what 1.x passed (the index of the scheduler's optimizer"
+        " among configure_optimizers', matched with scheduler.optimizer).",
     ),
     Rule(
         "init-hooks",
