@@ -171,6 +171,194 @@ def step_end_into_step(node: cst.ClassDef, steps: set[str]) -> cst.ClassDef:
     return node.with_changes(body=node.body.with_changes(body=body))
 
 
+#: 1.x's step-end hook -> the epoch end whose outputs list held what it returned.
+_STEP_END_EPOCH = {
+    "training_step_end": "training_epoch_end",
+    "validation_step_end": "validation_epoch_end",
+    "test_step_end": "test_epoch_end",
+}
+#: How a step end that does more than reduce converts (:func:`step_end_plan`).
+MIXIN, EXPLICIT = "mixin", "explicit"
+#: 1.x's names of the strategies that passed a step end the replicas' gathered outputs.
+_DATA_PARALLEL_NAMES = frozenset({"dp", "ddp2", "ddp2_spawn"})
+_DATA_PARALLEL_CLASSES = frozenset(
+    {"DataParallelStrategy", "DataParallelPlugin", "DDP2Strategy", "DDP2Plugin", "LightningDataParallel"}
+)
+
+
+def shows_data_parallel(module: cst.CSTNode) -> bool:
+    """Whether a file names 1.x's dp/ddp2 anywhere: a ``"dp"``/``"ddp2"`` string (a strategy, accelerator or
+    distributed_backend value, however it gets there) or a DataParallel/DDP2 strategy or plugin class."""
+
+    class Finder(cst.CSTVisitor):
+        found = False
+
+        def visit_SimpleString(self, node: cst.SimpleString) -> None:
+            try:
+                value = node.evaluated_value
+            except Exception:  # noqa: BLE001  (a string libcst cannot evaluate is no strategy name)
+                return
+            self.found = self.found or value in _DATA_PARALLEL_NAMES
+
+        def visit_Name(self, node: cst.Name) -> None:
+            self.found = self.found or node.value in _DATA_PARALLEL_CLASSES
+
+    finder = Finder()
+    read_only_visit(module, finder)
+    return finder.found
+
+
+def _takes_one_output(func: cst.FunctionDef) -> bool:
+    """``(self, outputs)``, ``(self, outputs, *args, **kwargs)``: the one positional argument 1.x passed."""
+    params = func.params
+    return (
+        len(params.params) == 2
+        and not params.posonly_params
+        and not params.kwonly_params
+        and not isinstance(params.star_arg, cst.ParamStar)
+    )
+
+
+def _calls_super(func: cst.FunctionDef, hook: str) -> bool:
+    found = False
+
+    class Finder(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            nonlocal found
+            if node.attr.value == hook and m.matches(node.value, m.Call(func=m.Name("super"))):
+                found = True
+
+    read_only_visit(func.body, Finder())
+    return found
+
+
+def _always_returns_value(func: cst.FunctionDef) -> bool:
+    """Every ``return`` of the function gives a value (not None) and its body ends in one: what it gives always
+    replaces the step's output, so ``return self._<step>_end_1x(X)`` is 1.x's ``X if end(X) is None else end(X)``."""
+    body = func.body.body if isinstance(func.body, cst.IndentedBlock) else []
+    last = body[-1] if body else None
+    if not (isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return)):
+        return False
+    returns = list(_own_returns(func))
+    return all(r.value is not None and not m.matches(r.value, m.Name("None")) for r in returns)
+
+
+def _own_returns(func: cst.FunctionDef) -> list[cst.Return]:
+    found: list[cst.Return] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is func
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+    read_only_visit(func, Finder())
+    return found
+
+
+def _subclassed_in_file(module: cst.CSTNode, name: str) -> bool:
+    """Whether another class of the file names ``name`` among its bases."""
+    found = False
+
+    class Finder(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            nonlocal found
+            if any((_dotted(b.value) or "").rsplit(".", 1)[-1] == name for b in node.bases):
+                found = True
+
+    read_only_visit(module, Finder())
+    return found
+
+
+def step_end_plan(
+    ctx: UpgradeContext,
+    node: cst.ClassDef,
+    methods: dict[str, cst.FunctionDef],
+    per_sample: set[str],
+    has_optimizer_idx: bool,
+) -> dict[str, str]:
+    """How each 1.x ``*_step_end`` of a class that does more than reduce converts (rule step-end): kept as
+    ``_<step>_end_1x``, and either :data:`MIXIN` (the class gets :class:`~lightning_mgpu.upgrade.step_ends.
+    LegacyStepEnds`, which runs it after each step at run time, exact under every strategy, dp and ddp2 included) or
+    :data:`EXPLICIT` (the step returns ``self._<step>_end_1x(X)``). A hook missing from the plan keeps its TODO
+    (or is a reduce-only one, converted as before)."""
+    module = ctx.scopes[0].node if ctx.scopes else node
+    epoch_ends = ctx.epoch_ends.get(node.name.value, {})
+    bases = {(_dotted(b.value) or "").rsplit(".", 1)[-1] for b in node.bases}
+    # A class that is meant to be subclassed (in other files too) gets no step rewritten: its subclasses' steps
+    # would not return the step end's result.
+    abstract = "ABC" in bases or "abstractmethod" in cst.Module(body=[node]).code
+    data_parallel = shows_data_parallel(module)
+
+    def explicit_ok(hook: str, func: cst.FunctionDef) -> bool:
+        # ``return self._<step>_end_1x(X)`` is exact where the class has the step, the hook always returns a value,
+        # nothing in the file runs dp/ddp2 (there 1.x passed it the replicas' gathered outputs) and no class of the
+        # file overrides the step.
+        return (
+            hook.removesuffix("_end") in methods
+            and _always_returns_value(func)
+            and not data_parallel
+            and not abstract
+            and not _subclassed_in_file(module, node.name.value)
+        )
+
+    candidates: dict[str, cst.FunctionDef] = {}
+    for hook in rules.STEP_END_HOOKS:
+        func = methods.get(hook)
+        if func is None or reduce_only(func):
+            continue  # reduce-only: removed, or kept for per-sample outputs (leave_function_def)
+        step = hook.removesuffix("_end")
+        # Decision: a hook 1.x did not call with one output, one handing on to a base's step end, or a training
+        # step end of several optimizers (1.x called it per optimizer; manual_optimization.py rewrites the step)
+        # keeps its TODO.
+        if not _takes_one_output(func) or _calls_super(func, hook):
+            continue
+        if step == "training_step" and (has_optimizer_idx or ctx.manual.kind(node.name.value)):
+            continue
+        candidates[hook] = func
+    # A step that collects its outputs for a converted epoch end in its own body: the collected value must be the
+    # step end's result, so the step returns it explicitly (where that is exact; else the TODO stays).
+    # (An earlier run's collection: the step appends to self.<step>_outputs itself.)
+    collected = {
+        h
+        for h in candidates
+        if h.removesuffix("_end") in methods
+        and (
+            _STEP_END_EPOCH[h] in epoch_ends
+            or f"self.{h.removesuffix('_end')}_outputs" in cst.Module(body=[methods[h.removesuffix("_end")]]).code
+        )
+    }
+    plan = {h: EXPLICIT for h in collected if explicit_ok(h, candidates[h])}
+    # A step already returning its kept step end (per-sample, or an earlier run's explicit rewrite).
+    returned = bool(per_sample) or (
+        "LegacyStepEnds" not in bases and any(f"_{h}_1x" in methods for h in rules.STEP_END_HOOKS)
+    )
+    for hook, func in candidates.items():
+        if hook in collected:
+            continue
+        if EXPLICIT in plan.values() or returned:
+            # One class, one way: LegacyStepEnds would run a step end again after a step that returns it.
+            if explicit_ok(hook, func):
+                plan[hook] = EXPLICIT
+        else:
+            plan[hook] = MIXIN
+    if MIXIN in plan.values():
+        # A reduce-only step end is kept too: under dp/ddp2 LegacyStepEnds.combine_replica_outputs takes over from
+        # the bundle's own loss reduction, and applies what the hook did (a sum stays a sum).
+        for hook in rules.STEP_END_HOOKS:
+            func = methods.get(hook)
+            if func is not None and hook not in plan and reduce_only(func) and _takes_one_output(func):
+                plan[hook] = MIXIN
+    return plan
+
+
 def visit_class_def(ctx: UpgradeContext, node: cst.ClassDef) -> None:
     bases = {(_dotted(b.value) or "").rsplit(".", 1)[-1] for b in node.bases}
     methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}
@@ -181,6 +369,9 @@ def visit_class_def(ctx: UpgradeContext, node: cst.ClassDef) -> None:
         and uses(step.body, "optimizer_idx", "training_step") > 0
     )
     per_sample = per_sample_steps(methods)
+    step_ends = (
+        step_end_plan(ctx, node, methods, per_sample, has_optimizer_idx) if bases - rules.NON_LIGHTNING_BASES else {}
+    )
     # Recorded only from here on, where nothing can raise: leave_ClassDef pops what this pushed.
     ctx.class_depth += 1
     # A plain nn.Module (or no base): its training_epoch_end is the user's own, called by their own loop.
@@ -190,6 +381,7 @@ def visit_class_def(ctx: UpgradeContext, node: cst.ClassDef) -> None:
     ctx.class_has_optimizer_idx.append(has_optimizer_idx)
     ctx.class_manual.append(ctx.manual.kind(node.name.value))
     ctx.class_per_sample.append(per_sample)
+    ctx.class_step_ends.append(step_ends)
 
 
 def leave_class_def(ctx: UpgradeContext, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
@@ -201,16 +393,43 @@ def leave_class_def(ctx: UpgradeContext, original: cst.ClassDef, updated: cst.Cl
     has_optimizer_idx = ctx.class_has_optimizer_idx.pop()
     manual = ctx.class_manual.pop()
     per_sample = ctx.class_per_sample.pop()
+    step_ends = ctx.class_step_ends.pop()
     if not ctx.lightning_class.pop():
         return updated
-    if per_sample:
-        updated = step_end_into_step(updated, per_sample)
+    explicit = {hook.removesuffix("_end") for hook, how in step_ends.items() if how == EXPLICIT}
+    if per_sample or explicit:
+        # Before the epoch-end rewrites: a step that collects its outputs collects what the step end gave.
+        updated = step_end_into_step(updated, per_sample | explicit)
+    if MIXIN in step_ends.values():
+        updated = with_legacy_step_ends(ctx, updated)
     lines = {s.name.value: ctx.line(s) for s in original.body.body if isinstance(s, cst.FunctionDef)}
     comments: list[tuple[str, str]] = []
     updated = _hook_rewrites(ctx, original, updated, has_optimizer_idx, lines, comments)
     if manual:  # several optimizers -> manual optimization, as 1.x ran them: manual_optimization.py
         updated = _manual_optimization(ctx, original, updated, manual, lines, comments)
     return with_comments(updated, comments) if comments else updated
+
+
+def with_legacy_step_ends(ctx: UpgradeContext, cls: cst.ClassDef) -> cst.ClassDef:
+    """``cls`` with :class:`~lightning_mgpu.upgrade.step_ends.LegacyStepEnds` as its last positional base (last: a
+    base that already has it, in this file or another, keeps a consistent MRO), imported from the bundle."""
+    ctx.add_import("lightning_mgpu.upgrade.step_ends", "LegacyStepEnds", None)
+    if any(_dotted(b.value) == "LegacyStepEnds" for b in cls.bases):
+        return cls
+    bases = list(cls.bases)
+    positional = [i for i, b in enumerate(bases) if b.keyword is None and not b.star]
+    index = positional[-1] + 1 if positional else 0
+    new = cst.Arg(cst.Name("LegacyStepEnds"))
+    if index < len(bases):
+        new = new.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    elif bases:
+        bases[-1] = bases[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    bases.insert(index, new)
+    return cls.with_changes(
+        bases=bases,
+        lpar=cls.lpar if bases and not isinstance(cls.lpar, cst.MaybeSentinel) else cst.LeftParen(),
+        rpar=cls.rpar if bases and not isinstance(cls.rpar, cst.MaybeSentinel) else cst.RightParen(),
+    )
 
 
 def _hook_rewrites(
@@ -299,6 +518,12 @@ def leave_function_def(
             return updated
         ctx.change(original, "eval-step-optimizer-idx", f"{hook}: dropped optimizer_idx, its uses read its default")
         return dropped
+    if hook in rules.STEP_END_HOOKS and hook in ctx.class_step_ends[-1]:
+        # step_end_plan: kept as _<hook>_1x, run after each step by LegacyStepEnds or returned by the step.
+        how = ctx.class_step_ends[-1][hook]
+        where = "LegacyStepEnds runs it after each step" if how == MIXIN else "the step returns what it gives"
+        ctx.change(original, "step-end", f"{hook} -> _{hook}_1x: {where}, as 1.x called it")
+        return updated.with_changes(name=cst.Name(f"_{hook}_1x"))
     if hook in rules.STEP_END_HOOKS:
         if reduce_only(updated) and hook.removesuffix("_end") in ctx.class_per_sample[-1]:
             # The step's outputs are per sample (reduction="none"): the reduction is kept, after each step.
@@ -324,10 +549,18 @@ def drop_params(ctx: UpgradeContext, original: cst.FunctionDef, updated: cst.Fun
         return updated  # the step becomes _training_step_1x, index and all, when the class is left
     names = {p.name.value for p in updated.params.params}
     dropped = set()
+    computed = None  # lr_scheduler_step: the scheduler parameter its optimizer_idx is computed from
     for name in rules.HOOK_DROPPED_PARAMS[hook]:
         if name not in names:
             continue
         if uses(updated.body, name, hook):
+            if hook == "lr_scheduler_step" and name == "optimizer_idx":
+                computed = _scheduler_param(updated)
+                if computed is not None:
+                    # Decision: 1.x passed the index of the scheduler's optimizer among configure_optimizers'
+                    # (its config's opt_idx, matched by identity with scheduler.optimizer): the body computes it.
+                    dropped.add(name)
+                    continue
             if name == "optimizer_idx":
                 ctx.todo(original, rules.todo_text("optimizer-idx", hook=hook))
             continue
@@ -339,4 +572,30 @@ def drop_params(ctx: UpgradeContext, original: cst.FunctionDef, updated: cst.Fun
         params[-1] = params[-1].with_changes(comma=updated.params.params[-1].comma)
     body = updated.body.visit(DropSuperArgs(hook, dropped))
     ctx.change(original, "hook-param", f"{hook}: dropped {', '.join(sorted(dropped))} (gone from the 2.x signature)")
+    if computed is not None and isinstance(body, cst.IndentedBlock):
+        line = cst.parse_statement(f"optimizer_idx = self.trainer.optimizers.index({computed}.optimizer)")
+        statements = list(body.body)
+        first = statements[0] if statements else None
+        docstring = (
+            isinstance(first, cst.SimpleStatementLine)
+            and isinstance(first.body[0], cst.Expr)
+            and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+        )
+        statements.insert(1 if docstring else 0, line)
+        body = body.with_changes(body=statements)
+        ctx.change(
+            original, "hook-param", f"{hook}: optimizer_idx computed from {computed}.optimizer, as 1.x passed it"
+        )
     return updated.with_changes(params=updated.params.with_changes(params=params), body=body)
+
+
+def _scheduler_param(func: cst.FunctionDef) -> str | None:
+    """1.x's ``lr_scheduler_step(self, scheduler, optimizer_idx, metric)``: the scheduler's parameter, where the
+    method has that shape and a block body the computed index can go into."""
+    names = [p.name.value for p in func.params.params]
+    params = func.params
+    if len(names) != 4 or names[2] != "optimizer_idx" or not isinstance(func.body, cst.IndentedBlock):
+        return None
+    if not isinstance(params.star_arg, cst.MaybeSentinel) or params.kwonly_params or params.star_kwarg is not None:
+        return None  # (self, scheduler, optimizer_idx, metric, *args): not 1.x's signature
+    return names[1]

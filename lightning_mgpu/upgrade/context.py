@@ -43,6 +43,8 @@ class UpgradeContext:
         self.class_has_optimizer_idx: list[bool] = []
         self.class_manual: list[str] = []  # what manual_optimization.py makes of the class (ManualPlan.kind)
         self.class_per_sample: list[set[str]] = []  # per enclosing class: its steps with per-sample outputs
+        #: per enclosing class: its 1.x step ends that convert -> how (classes.py's step_end_plan)
+        self.class_step_ends: list[dict[str, str]] = []
         self.manual = ManualPlan(frozenset())
         self.epoch_ends: dict[str, dict[str, HookShape]] = {}
         #: local name -> (bundle module, new name, extra call kwargs) for the removed classes imported in this file.

@@ -259,6 +259,40 @@ def _loader_param(step: cst.FunctionDef, step_name: str) -> str | None:
     return None
 
 
+def super_only_epoch_end(cls: cst.ClassDef, hook: cst.FunctionDef, old: str) -> bool:
+    """Whether ``hook`` (``old``, a 1.x epoch end of ``cls``) only hands its outputs to ``super().<old>(outputs)``
+    (besides a docstring, ``pass`` and comments) in a class whose one base is LightningModule itself: 1.x's
+    LightningModule epoch ends did nothing, and 2.x's LightningModule has none (the call raises AttributeError), so
+    the method does nothing and goes (rule epoch-end)."""
+    if len(cls.bases) != 1 or (dotted(cls.bases[0].value) or "").rsplit(".", 1)[-1] != "LightningModule":
+        return False
+    params = _param_names(hook)
+    if len(params) != 2 or hook.params.star_arg is not cst.MaybeSentinel.DEFAULT or hook.decorators:
+        return False
+    call = m.Call(
+        func=m.Attribute(value=m.Call(func=m.Name("super"), args=[]), attr=m.Name(old)),
+        args=[m.Arg(value=m.Name(params[1]), keyword=None, star="")],
+    )
+    body = hook.body.body if isinstance(hook.body, cst.IndentedBlock) else hook.body.body
+    calls = 0
+    for index, statement in enumerate(body):
+        smalls = statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]
+        for small in smalls:
+            if isinstance(small, cst.Pass):
+                continue
+            if (
+                index == 0
+                and isinstance(small, cst.Expr)
+                and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
+            ):
+                continue  # the docstring
+            if m.matches(small, m.Expr(call) | m.Return(call)):
+                calls += 1
+                continue
+            return False
+    return calls > 0
+
+
 def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
     """Per class of the file, the 1.x epoch-end hooks that convert (:class:`HookShape` per hook name): those where the
     class's family has a hook that reads its outputs and a step that returns them. A class of the family that has
@@ -302,7 +336,12 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
             for member in sorted(family):
                 methods = _methods(by_name[member])
                 hook, step = methods.get(old), methods.get(step_name)
-                if hook is not None and len(_param_names(hook)) == 2 and _uses_name(hook.body, _param_names(hook)[1]):
+                if (
+                    hook is not None
+                    and len(_param_names(hook)) == 2
+                    and _uses_name(hook.body, _param_names(hook)[1])
+                    and not super_only_epoch_end(by_name[member], hook, old)  # removed: it reads nothing
+                ):
                     hooks.append(hook)
                     inherited = inherited or member in up[name]
                 if step is not None:
@@ -389,6 +428,13 @@ def convert_epoch_ends(
         shape = family.get(old)
         blocked = shape is None or (step_name == "training_step" and has_optimizer_idx)
         empty = "{}" if shape is not None and shape.loader_param else "[]"
+        if hook is not None and super_only_epoch_end(result.node, hook, old):
+            # Decision: it only called LightningModule's own 1.x epoch end, which did nothing; 2.x has none to call.
+            result.node = _replace_method(result.node, old, [])
+            result.changes.append(
+                (old, "epoch-end", f"{old} removed: it only called LightningModule's, which 2.x lacks")
+            )
+            continue
         if hook is None:
             if step is not None and not blocked:  # a relative's hook reads what this step returns
                 assert shape is not None

@@ -740,7 +740,16 @@ RULES = _rules(
         " on_train_batch_end(self, outputs, batch, batch_idx) (or on_validation_batch_end / on_test_batch_end)."
         " A value it returned replaced the step's output: return it from the step instead. Under this bundle's"
         " dp/ddp2, a body that combines the replicas' outputs goes into combine_replica_outputs(self, step_name,"
-        " outputs) (docs/dp.md).",
+        " outputs) (docs/dp.md). The tool removes a hook that only means or sums the outputs (the bundle's dp"
+        " reduces them). One that does more, called with the one output 1.x passed, is kept as _<step>_end_1x and"
+        " the class gets lightning_mgpu.upgrade.step_ends.LegacyStepEnds as its last base: it runs the hook after"
+        " the outermost step call a Trainer makes (on subclasses' steps too), keeping the step's output where the"
+        " hook returns None, as 1.x's loops did; under dp/ddp2 its combine_replica_outputs applies the hook to the"
+        " replicas' gathered outputs instead (a step without one: 1.9's DataParallel mean). Where the step collects"
+        " its outputs for a converted epoch end, the step returns self._<step>_end_1x(X) instead (the list holds"
+        " what the hook gave), only where the hook always returns a value, the file shows no dp/ddp2, the class is"
+        " not abstract and no class of the file subclasses it. Elsewhere (a base's hook called through super(),"
+        " several optimizers, other parameters) this TODO stays.",
     ),
     Rule(
         "epoch-end",
@@ -751,7 +760,9 @@ RULES = _rules(
         " the hook and the step are in different classes of one file (a base's hook, a subclass's step; a"
         " super().<hook>(outputs) call hands the outputs on to the base's converted hook). It leaves this TODO where"
         " no step of the class's family in the file returns its output, the step runs several optimizers, or a"
-        " super() call to the hook is used as a value: collect the outputs by hand.",
+        " super() call to the hook is used as a value: collect the outputs by hand. An epoch end that only calls"
+        " super().<hook>(outputs) (besides a docstring, pass and comments) in a class whose one base is"
+        " LightningModule is removed: 1.x's LightningModule epoch ends did nothing, and 2.x's has none to call.",
     ),
     Rule(
         "progress-bar-dict",
@@ -793,7 +804,10 @@ RULES = _rules(
         " training_step, optimizer_zero_grad, optimizer_step, backward, on_before_optimizer_step and lr_scheduler_step"
         " lost optimizer_idx (optimizer_step also"
         " on_tpu, using_native_amp and using_lbfgs, backward its optimizer). The tool drops a parameter the body does"
-        " not use; one it uses is left with this TODO (optimizer_idx in use: the optimizer-idx TODO).",
+        " not use; one it uses is left with this TODO (optimizer_idx in use: the optimizer-idx TODO), but for"
+        " lr_scheduler_step(self, scheduler, optimizer_idx, metric), whose body gets optimizer_idx ="
+        " self.trainer.optimizers.index(scheduler.optimizer): what 1.x passed (the index of the scheduler's optimizer"
+        " among configure_optimizers', matched with scheduler.optimizer).",
     ),
     Rule(
         "init-hooks",

@@ -61,12 +61,12 @@ CORPUS: dict[str, Script] = {
     "gan_dp.py": Script("DataParallelStrategy", build="build_trainer"),
     "seed_guide.py": Script("DataParallelStrategy", needs=("neptune", "fairscale"), build="build_trainer"),
     "sharded_gpus.py": Script("ShardedStrategy", todos=frozenset({"trainer-resume"}), build="build_trainer"),
-    "multinode_ddp2.py": Script("DDP2Strategy", todos=frozenset({"step-end"}), build="build_trainer"),
+    "multinode_ddp2.py": Script("DDP2Strategy", todos=frozenset(), build="build_trainer"),
     "ddp_plugin.py": Script("DDPStrategy", build="build_trainer"),
     "deepspeed_plugin.py": Script("DDPStrategy", build="build_trainer"),
     "amp_apex.py": Script("DDPStrategy", todos=frozenset({"trainer-apex"}), build="build_trainer"),
     "horovod_dict.py": Script("HorovodStrategy", needs=("horovod",), build="build_trainer"),
-    "step_end_ema.py": Script("DDPStrategy", todos=frozenset({"step-end"}), build="build_trainer"),
+    "step_end_ema.py": Script("DDPStrategy", todos=frozenset(), build="build_trainer"),
     "yaml_config.py": Script("SingleDeviceStrategy", build="build_trainer"),
 }
 

@@ -1,5 +1,5 @@
 """A 1.x module whose training_step_end keeps an EMA of the weights: under ddp 1.x ran it after every step; 2.x never
-calls it, so the tool can only point at where it must go."""
+calls it, so the tool keeps it as _training_step_end_1x, which LegacyStepEnds runs after every step."""
 import copy
 
 import torch

@@ -213,8 +213,11 @@ def test_hooks_lose_what_2x_dropped_and_keep_what_they_use() -> None:
     assert "def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure):" in out
     assert "super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)" in out
     assert "def backward(self, loss, *args, **kwargs):" in out
-    assert "training_step_end" not in out and "validation_step_end" not in out  # reductions the bundle's dp does
-    assert "def test_step_end" in out and "step-end): test_step_end is never called in 2.x" in out  # it logs
+    # test_step_end logs: kept, run after each step by LegacyStepEnds (test_step_ends.py), and with it the
+    # reductions, which the mixin's combine_replica_outputs applies under dp in place of the bundle's own.
+    assert "class M(LightningModule, LegacyStepEnds):" in out and TODO not in out
+    for hook in ("training_step_end", "validation_step_end", "test_step_end"):
+        assert f"def _{hook}_1x(self, outputs):" in out and f"def {hook}(" not in out
     # An epoch end that never read its outputs: renamed, nothing collected.
     assert "def on_validation_epoch_end(self):" in out and "validation_step_outputs" not in out
 
