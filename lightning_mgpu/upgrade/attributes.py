@@ -3,7 +3,8 @@ name (``pl.loggers.NeptuneLogger``, ``pl.strategies.DDPShardedStrategy``, ``pl.m
 Trainer attributes (``trainer.root_gpu``), the uses of a name an import renamed, and the ``EPOCH_OUTPUT`` annotation.
 
 Rule ids: bundle-class, plugin-class, bundle-name, renamed-name, moved-module, metrics-import, epoch-output-type, and
-the rules of ``removed_names.TRAINER_ATTRIBUTES``; TODO trainer-accelerator-connector, spawn-class-use.
+the rules of ``removed_names.TRAINER_ATTRIBUTES``; trainer-progress-bar-dict; TODO trainer-accelerator-connector,
+spawn-class-use.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ def visit_attribute(ctx: UpgradeContext, node: cst.Attribute) -> None:
 
 
 def leave_attribute(ctx: UpgradeContext, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+    bar_dict = progress_bar_dict(ctx, original, updated)
+    if bar_dict is not None:
+        return bar_dict
     # trainer.root_gpu, trainer.training_type_plugin: removed_names.py.
     attribute = trainer_attribute(updated)
     if attribute is not None:
@@ -87,6 +91,28 @@ def leave_attribute(ctx: UpgradeContext, original: cst.Attribute, updated: cst.A
         ctx.change(original, "metrics-import", f"{dotted} -> {target}.{new}")
         return cst.parse_expression(f"{target}.{new}")
     return updated
+
+
+def progress_bar_dict(ctx: UpgradeContext, original: cst.Attribute, updated: cst.Attribute) -> cst.Dict | None:
+    """``trainer.progress_bar_dict`` (removed in 1.7) -> ``{**get_standard_metrics(trainer),
+    **trainer.progress_bar_metrics}``: what 2.x's progress bar shows, as a new dict (1.x built a new one on every
+    read; ``progress_bar_metrics`` alone is the trainer's own dict, which a caller's ``pop("v_num")`` would change).
+    Only where the owner is named like a trainer and is a plain name or attribute chain (it is read twice)."""
+    if updated.attr.value != "progress_bar_dict" or _dotted(updated.value) is None:
+        return None
+    owner = updated.value
+    last = owner.attr.value if isinstance(owner, cst.Attribute) else _dotted(owner) or ""
+    if "trainer" not in last.lower():
+        return None
+    ctx.add_import(f"{ctx.namespace}.callbacks.progress.progress_bar", "get_standard_metrics", None)
+    ctx.change(
+        original, "trainer-progress-bar-dict", f"{_code(original)} -> get_standard_metrics + progress_bar_metrics"
+    )
+    call = cst.Call(func=cst.Name("get_standard_metrics"), args=[cst.Arg(owner)])
+    metrics = cst.Attribute(value=owner, attr=cst.Name("progress_bar_metrics"))
+    return cst.Dict(
+        [cst.StarredDictElement(call), cst.StarredDictElement(metrics)], lpar=updated.lpar, rpar=updated.rpar
+    )
 
 
 def reached(

@@ -666,6 +666,17 @@ RULES = _rules(
         " name is undefined, and a check of s.strategy_name or s._start_method is what to write by hand.",
     ),
     Rule(
+        "trainer-progress-bar-dict",
+        "trainer.progress_bar_dict -> a new dict of get_standard_metrics(trainer) and trainer.progress_bar_metrics",
+        "Trainer.progress_bar_dict (removed in 1.7) was a new dict of what the progress bar showed: the module's"
+        " get_progress_bar_dict() (the running loss, the logger's version as v_num) and the metrics logged with"
+        " prog_bar=True. 2.x's bar shows get_standard_metrics(trainer) (v_num) and trainer.progress_bar_metrics, which"
+        " is what it becomes, as a new dict (progress_bar_metrics alone is the trainer's own dict: a pop() on it"
+        " would change what the bar shows). 2.0 no longer shows the running loss: log it with prog_bar=True to keep"
+        " it. Only where the owner is named like a trainer and is a name or an attribute chain (it is read twice).",
+        kind="rewrite",
+    ),
+    Rule(
         "plugin-class",
         "a 1.x training-type plugin -> its 2.x strategy class (DDPPlugin -> DDPStrategy)",
         "Lightning's own plugins became strategies: DDPPlugin -> DDPStrategy, DDPSpawnPlugin -> DDPStrategy(...,"
