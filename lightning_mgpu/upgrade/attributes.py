@@ -3,7 +3,8 @@ name (``pl.loggers.NeptuneLogger``, ``pl.strategies.DDPShardedStrategy``, ``pl.m
 Trainer attributes (``trainer.root_gpu``), the uses of a name an import renamed, and the ``EPOCH_OUTPUT`` annotation.
 
 Rule ids: bundle-class, plugin-class, bundle-name, renamed-name, moved-module, metrics-import, epoch-output-type, and
-the rules of ``removed_names.TRAINER_ATTRIBUTES``; TODO trainer-accelerator-connector.
+the rules of ``removed_names.TRAINER_ATTRIBUTES``; trainer-progress-bar-dict; TODO trainer-accelerator-connector,
+spawn-class-use.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ def visit_attribute(ctx: UpgradeContext, node: cst.Attribute) -> None:
 
 
 def leave_attribute(ctx: UpgradeContext, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+    bar_dict = progress_bar_dict(ctx, original, updated)
+    if bar_dict is not None:
+        return bar_dict
     # trainer.root_gpu, trainer.training_type_plugin: removed_names.py.
     attribute = trainer_attribute(updated)
     if attribute is not None:
@@ -89,6 +93,28 @@ def leave_attribute(ctx: UpgradeContext, original: cst.Attribute, updated: cst.A
     return updated
 
 
+def progress_bar_dict(ctx: UpgradeContext, original: cst.Attribute, updated: cst.Attribute) -> cst.Dict | None:
+    """``trainer.progress_bar_dict`` (removed in 1.7) -> ``{**get_standard_metrics(trainer),
+    **trainer.progress_bar_metrics}``: what 2.x's progress bar shows, as a new dict (1.x built a new one on every
+    read; ``progress_bar_metrics`` alone is the trainer's own dict, which a caller's ``pop("v_num")`` would change).
+    Only where the owner is named like a trainer and is a plain name or attribute chain (it is read twice)."""
+    if updated.attr.value != "progress_bar_dict" or _dotted(updated.value) is None:
+        return None
+    owner = updated.value
+    last = owner.attr.value if isinstance(owner, cst.Attribute) else _dotted(owner) or ""
+    if "trainer" not in last.lower():
+        return None
+    ctx.add_import(f"{ctx.namespace}.callbacks.progress.progress_bar", "get_standard_metrics", None)
+    ctx.change(
+        original, "trainer-progress-bar-dict", f"{_code(original)} -> get_standard_metrics + progress_bar_metrics"
+    )
+    call = cst.Call(func=cst.Name("get_standard_metrics"), args=[cst.Arg(owner)])
+    metrics = cst.Attribute(value=owner, attr=cst.Name("progress_bar_metrics"))
+    return cst.Dict(
+        [cst.StarredDictElement(call), cst.StarredDictElement(metrics)], lpar=updated.lpar, rpar=updated.rpar
+    )
+
+
 def reached(
     ctx: UpgradeContext, head: str, subpackage: str, namespace: str, module: str, name: str
 ) -> cst.BaseExpression:
@@ -102,12 +128,34 @@ def reached(
     return cst.Name(name)
 
 
+def visit_call(ctx: UpgradeContext, node: cst.Call) -> None:
+    """The names a call's rewrite handles itself: its callee (``DDPSpawnPlugin(...)`` gets its extra arguments in
+    leave_Call) and a spawn class that ``isinstance(s, (DDPStrategy, DDPSpawnStrategy))`` drops from its tuple."""
+    if isinstance(node.func, cst.Name):
+        ctx.called_names.add(id(node.func))
+        if node.func.value == "isinstance" and len(node.args) == 2 and isinstance(node.args[1].value, cst.Tuple):
+            elements = [e.value for e in node.args[1].value.elements if isinstance(e.value, cst.Name)]
+            for e in elements:
+                entry = ctx.renamed.get(e.value)
+                others = {
+                    ctx.renamed[o.value][1] if o.value in ctx.renamed else o.value for o in elements if o is not e
+                }
+                if entry is not None and entry[2] and entry[1] in others:
+                    ctx.called_names.add(id(e))  # calls.isinstance_spawn drops it
+
+
 def leave_name(ctx: UpgradeContext, original: cst.Name, updated: cst.Name) -> cst.Name:
     # References to a renamed import (isinstance(cb, GPUStatsMonitor)); calls that add arguments go through
     # leave_Call.
     if id(original) in ctx.attribute_names:
         return updated
     entry = ctx.renamed.get(updated.value)
+    if entry is not None and entry[2] and id(original) not in ctx.called_names:
+        # A class that became another with extra arguments (DDPSpawnPlugin -> DDPStrategy(start_method="spawn")),
+        # named but not called (isinstance(s, DDPSpawnStrategy), a base class, a list of classes): its import went
+        # and 2.x has no class that is it alone. Renaming it would widen what it matches; left as it is, it is
+        # undefined: a TODO.
+        ctx.todo(original, rules.todo_text("spawn-class-use", name=updated.value))
     return cst.Name(entry[1]) if entry is not None and not entry[2] else updated
 
 

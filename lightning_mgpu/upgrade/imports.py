@@ -23,6 +23,9 @@ from lightning_mgpu.upgrade.scopes import dotted as _dotted
 #: The namespaces' subpackages a script may import by name (``from pytorch_lightning import loggers``) and reach a
 #: removed name through (``loggers.TestTubeLogger``).
 SUBPACKAGES = frozenset({"loggers", "callbacks", "plugins", "strategies", "profiler"})
+#: Deeper modules a script may import by name (``from pytorch_lightning.callbacks import progress``) that still exist
+#: in 2.x and hold a name 2.x renamed (``progress.ProgressBarBase`` -> ``ProgressBar``).
+NESTED_SUBPACKAGES = frozenset({"callbacks.progress"})
 
 
 def visit_import_from(ctx: UpgradeContext, node: cst.ImportFrom) -> None:
@@ -37,6 +40,10 @@ def visit_import_from(ctx: UpgradeContext, node: cst.ImportFrom) -> None:
             name = _dotted(alias.name)
             if name and name in SUBPACKAGES and "." not in name and not below:
                 ctx.submodule_aliases[_alias_of(alias) or name] = (namespace, name)
+            elif name and below and f"{below}.{name}" in NESTED_SUBPACKAGES:
+                # from pytorch_lightning.callbacks import progress: progress.ProgressBarBase is renamed as the
+                # from-import of the name is (the module itself is still there in 2.x).
+                ctx.submodule_aliases[_alias_of(alias) or name] = (namespace, f"{below}.{name}")
     if module.startswith("torchmetrics") or below == "metrics" or below.startswith("metrics."):
         for alias in node.names:
             if isinstance(alias.name, cst.Name):

@@ -644,6 +644,39 @@ RULES = _rules(
         kind="rewrite",
     ),
     Rule(
+        "import-fallback",
+        "try/except ImportError importing one name two ways -> the try's (2.x) imports",
+        "A version-compatibility block (try: from pytorch_lightning.strategies import DDPStrategy / except"
+        " ImportError: from pytorch_lightning.plugins import DDPPlugin as DDPStrategy) converted branch by branch"
+        " names 2.x's class twice, and the old branch's DDPStrategy = DDPPlugin becomes a self-assignment that leaves"
+        " the name unbound in a function. Where every handler catches ImportError/ModuleNotFoundError only and imports"
+        " from the same Lightning namespace as the try:, binding every name the try: binds, and the try: holds only"
+        " imports from that namespace and assignments without a call, the statement becomes the try: body (then its"
+        " else:), converted as any import: under 2.x it is what ran. A fallback that imports no Lightning name (an"
+        " optional dependency), or a try: between lightning.pytorch and pytorch_lightning (both 2.x), stays.",
+        kind="rewrite",
+    ),
+    Rule(
+        "spawn-class-use",
+        "{name} is named, not called: 2.x has no such class",
+        "DDPSpawnPlugin/DDPSpawnStrategy (and the sharded spawn classes) became a 2.x class with extra arguments"
+        ' (DDPStrategy(start_method="spawn")): a call converts, and isinstance() drops the spawn class from a tuple'
+        " that holds the class it became (ddp-spawn-isinstance). Named any other way (isinstance(s,"
+        " DDPSpawnStrategy) alone, a base class, a list of classes) it has no 2.x equivalent: its import went, the"
+        " name is undefined, and a check of s.strategy_name or s._start_method is what to write by hand.",
+    ),
+    Rule(
+        "trainer-progress-bar-dict",
+        "trainer.progress_bar_dict -> a new dict of get_standard_metrics(trainer) and trainer.progress_bar_metrics",
+        "Trainer.progress_bar_dict (removed in 1.7) was a new dict of what the progress bar showed: the module's"
+        " get_progress_bar_dict() (the running loss, the logger's version as v_num) and the metrics logged with"
+        " prog_bar=True. 2.x's bar shows get_standard_metrics(trainer) (v_num) and trainer.progress_bar_metrics, which"
+        " is what it becomes, as a new dict (progress_bar_metrics alone is the trainer's own dict: a pop() on it"
+        " would change what the bar shows). 2.0 no longer shows the running loss: log it with prog_bar=True to keep"
+        " it. Only where the owner is named like a trainer and is a name or an attribute chain (it is read twice).",
+        kind="rewrite",
+    ),
+    Rule(
         "plugin-class",
         "a 1.x training-type plugin -> its 2.x strategy class (DDPPlugin -> DDPStrategy)",
         "Lightning's own plugins became strategies: DDPPlugin -> DDPStrategy, DDPSpawnPlugin -> DDPStrategy(...,"

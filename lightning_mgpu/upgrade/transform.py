@@ -9,6 +9,7 @@ there, the rest of the file converted), places the TODO comments above their sta
 rule family, a module of its own that receives the shared :class:`~lightning_mgpu.upgrade.context.UpgradeContext`:
 
 - :mod:`~lightning_mgpu.upgrade.imports`: imports, and the imports to add at the end;
+  :mod:`~lightning_mgpu.upgrade.import_fallbacks`: try/except ImportError blocks that import one name two ways;
 - :mod:`~lightning_mgpu.upgrade.attributes`: attribute chains, renamed names, annotations;
 - :mod:`~lightning_mgpu.upgrade.calls`: calls (routed on to :mod:`~lightning_mgpu.upgrade.trainer_call` and
   :mod:`~lightning_mgpu.upgrade.metric_calls`);
@@ -32,7 +33,16 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from lightning_mgpu.upgrade import attributes, calls, classes, imports, metric_calls, rules, statements
+from lightning_mgpu.upgrade import (
+    attributes,
+    calls,
+    classes,
+    import_fallbacks,
+    imports,
+    metric_calls,
+    rules,
+    statements,
+)
 from lightning_mgpu.upgrade.context import UpgradeContext
 from lightning_mgpu.upgrade.findings import (
     FileResult,
@@ -208,6 +218,17 @@ class UpgradeTransformer(cst.CSTTransformer):
     ) -> cst.ImportFrom | cst.RemovalSentinel:
         return imports.leave_import_from(self.ctx, original, updated)
 
+    def visit_Try(self, node: cst.Try) -> None:
+        import_fallbacks.visit_try(self.ctx, node)
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> bool:
+        return import_fallbacks.visit_except_handler(self.ctx, node)
+
+    def leave_Try(
+        self, original: cst.Try, updated: cst.Try
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
+        return import_fallbacks.leave_try(self.ctx, original, updated)
+
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         return imports.leave_module(self.ctx, original, updated)
 
@@ -222,6 +243,9 @@ class UpgradeTransformer(cst.CSTTransformer):
 
     def leave_Annotation(self, original: cst.Annotation, updated: cst.Annotation) -> cst.Annotation:
         return attributes.leave_annotation(self.ctx, original, updated)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        attributes.visit_call(self.ctx, node)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         return calls.leave_call(self.ctx, original, updated)

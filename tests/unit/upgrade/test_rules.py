@@ -37,6 +37,11 @@ REWRITES = {
     "bundle-class": "from pytorch_lightning.plugins import DDPShardedPlugin\n",
     "plugin-class": "from pytorch_lightning.plugins import DDPPlugin\np = DDPPlugin()\n",
     "bundle-name": "from pytorch_lightning.loggers import NeptuneLogger\n",
+    "trainer-progress-bar-dict": "shown = trainer.progress_bar_dict\n",
+    "import-fallback": (
+        "try:\n    from pytorch_lightning.strategies import DDPStrategy\nexcept ImportError:\n"
+        "    from pytorch_lightning.plugins import DDPPlugin as DDPStrategy\n"
+    ),
     "renamed-name": "from pytorch_lightning.loggers import LightningLoggerBase\n",
     "moved-module": "from pytorch_lightning.core.lightning import LightningModule\n",
     "metrics-import": "import pytorch_lightning as pl\nacc = pl.metrics.MeanSquaredError()\n",
