@@ -502,6 +502,97 @@ _LOGGING_RETURNS = (
 )
 
 
+#: The calls that build a dict the way 1.x steps built the dict they returned (``OrderedDict({...})`` in the GAN
+#: examples of the time, ``dict(loss=..., log=...)``).
+_DICT_BUILDERS = frozenset({"dict", "OrderedDict", "collections.OrderedDict"})
+_LOG_KEYS = ("log", "progress_bar")
+
+
+def _dict_literal(value: cst.BaseExpression) -> cst.Dict | cst.Call | None:
+    """Where a dict's literal entries are written: ``{...}`` itself, the ``{...}`` inside ``dict({...})`` /
+    ``OrderedDict({...})``, or a ``dict(key=value)`` call's keywords (the call); None for anything else."""
+    if isinstance(value, cst.Dict):
+        return value
+    if not isinstance(value, cst.Call) or dotted(value.func) not in _DICT_BUILDERS:
+        return None
+    positional = [a for a in value.args if a.keyword is None]
+    if len(positional) == 1 and not positional[0].star and isinstance(positional[0].value, cst.Dict):
+        return positional[0].value if len(value.args) == 1 else None
+    if not positional and all(not a.star for a in value.args):
+        return value  # dict(loss=loss, log=logs) (or no arguments at all)
+    return None
+
+
+def _log_entries(value: cst.BaseExpression) -> dict[str, cst.BaseExpression]:
+    """The ``"log"``/``"progress_bar"`` entries of a dict built by ``value`` (none where it is not such a dict)."""
+    entries = _dict_literal(value)
+    if isinstance(entries, cst.Dict):
+        return {
+            literal(e.key): e.value
+            for e in entries.elements
+            if isinstance(e, cst.DictElement) and literal(e.key) in _LOG_KEYS
+        }
+    if isinstance(entries, cst.Call):
+        return {
+            a.keyword.value: a.value for a in entries.args if a.keyword is not None and a.keyword.value in _LOG_KEYS
+        }
+    return {}
+
+
+def _without_log_entries(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``value`` (a dict :func:`_dict_literal` reads) without its ``"log"``/``"progress_bar"`` entries."""
+    entries = _dict_literal(value)
+    if isinstance(entries, cst.Dict):
+        kept: list[cst.BaseDictElement] = [
+            e for e in entries.elements if not (isinstance(e, cst.DictElement) and literal(e.key) in _LOG_KEYS)
+        ]
+        if kept:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        if entries is value:
+            return entries.with_changes(elements=kept)
+        assert isinstance(value, cst.Call)
+        return value.with_changes(args=[value.args[0].with_changes(value=entries.with_changes(elements=kept))])
+    assert isinstance(entries, cst.Call)
+    args = [a for a in entries.args if not (a.keyword is not None and a.keyword.value in _LOG_KEYS)]
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return entries.with_changes(args=args)
+
+
+def _literal_keys(value: cst.BaseExpression) -> set[str] | None:
+    """The keys of a ``{...}`` literal whose keys are all string literals; None where they are not known."""
+    if not isinstance(value, cst.Dict):
+        return None
+    keys = [literal(e.key) if isinstance(e, cst.DictElement) else ... for e in value.elements]
+    return {k for k in keys if isinstance(k, str)} if all(isinstance(k, str) for k in keys) else None
+
+
+def _log_lines(logs: cst.BaseExpression | None, bar: cst.BaseExpression | None) -> list[cst.BaseStatement]:
+    """The ``self.log_dict`` calls for a returned dict's ``"log"`` (logs) and ``"progress_bar"`` (bar) entries.
+
+    2.x raises where one hook logs a key twice with different arguments: one dict in both entries is logged once,
+    with ``prog_bar=True`` (1.0 showed it and logged it); two dicts whose keys may overlap log the keys of ``bar``
+    with ``prog_bar=True`` and the rest of ``logs`` without."""
+    code = cst.Module(body=[]).code_for_node
+    lines: list[cst.BaseStatement] = []
+    if logs is not None and bar is not None and code(logs) == code(bar):
+        return [cst.parse_statement(f"self.log_dict({code(bar)}, prog_bar=True)")]
+    if logs is not None:
+        bar_keys = _literal_keys(bar) if bar is not None else set()
+        log_keys = _literal_keys(logs)
+        overlap = bar_keys is None or log_keys is None or bool(bar_keys & log_keys)
+        if bar is not None and overlap and isinstance(bar, (cst.Name, cst.Attribute)):
+            # Keys in both: logged once, on the progress bar and to the logger (as 1.0 did them both).
+            lines.append(
+                cst.parse_statement(f"self.log_dict({{k: v for k, v in {code(logs)}.items() if k not in {code(bar)}}})")
+            )
+        else:
+            lines.append(cst.parse_statement(f"self.log_dict({code(logs)})"))
+    if bar is not None:
+        lines.append(cst.parse_statement(f"self.log_dict({code(bar)}, prog_bar=True)"))
+    return lines
+
+
 class _LogReturns(_OwnStatements):
     """``return {"loss": loss, "log": logs, "progress_bar": bar}`` -> ``self.log_dict(logs)``,
     ``self.log_dict(bar, prog_bar=True)``, ``return {"loss": loss}`` (nested functions left alone)."""
@@ -521,12 +612,10 @@ class _LogReturns(_OwnStatements):
         keys = {literal(e.key): e for e in value.elements if isinstance(e, cst.DictElement)}
         if "log" not in keys and "progress_bar" not in keys:
             return updated
-        code = cst.Module(body=[]).code_for_node
-        lines: list[cst.BaseStatement] = []
-        if "log" in keys:
-            lines.append(cst.parse_statement(f"self.log_dict({code(keys['log'].value)})"))
-        if "progress_bar" in keys:
-            lines.append(cst.parse_statement(f"self.log_dict({code(keys['progress_bar'].value)}, prog_bar=True)"))
+        lines = _log_lines(
+            keys["log"].value if "log" in keys else None,
+            keys["progress_bar"].value if "progress_bar" in keys else None,
+        )
         rest = [
             e
             for e in value.elements
@@ -544,9 +633,134 @@ class _LogReturns(_OwnStatements):
         return cst.FlattenSentinel(lines)
 
 
+@dataclass
+class _ReturnedName:
+    """How one method builds a dict it returns through a local name (``output = OrderedDict({...}); return output``)."""
+
+    #: the statements that put "log"/"progress_bar" entries in it: ``name = {...}`` and ``name["log"] = x``
+    writes: list[cst.SimpleStatementLine] = field(default_factory=list)
+    #: every use of the name is one this rule follows (built, given entries, read by key, returned)
+    followed: bool = True
+
+
+def _returned_names(func: cst.FunctionDef) -> dict[str, _ReturnedName]:
+    """The local names ``func`` returns (``return output``) that hold a dict it builds with "log"/"progress_bar"
+    entries, and whether each is followed: every occurrence of the name in ``func`` (nested functions included) is
+    ``name = <dict>``, ``name["key"] = x``, a read ``name["key"]`` of another key, or ``return name``."""
+    names = {r.value.value for r in _returns(func) if isinstance(r.value, cst.Name)}
+    found: dict[str, _ReturnedName] = {}
+    for name in names - {"None", "self"}:
+        seen = accounted = 0
+        shape = _ReturnedName()
+        set_keys: list[str] = []
+
+        class Occurrences(cst.CSTVisitor):
+            """Every read and write of the name (an attribute's name and a keyword's are not the name)."""
+
+            def visit_Name(self, node: cst.Name) -> None:
+                nonlocal seen
+                seen += node.value == name
+
+            def visit_Attribute(self, node: cst.Attribute) -> bool:
+                node.value.visit(self)
+                return False
+
+            def visit_Arg(self, node: cst.Arg) -> bool:
+                node.value.visit(self)
+                return False
+
+        class Followed(cst.CSTVisitor):
+            """The occurrences this rule follows, in ``func``'s own statements."""
+
+            def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+                return node is func
+
+            def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+                return False
+
+            def visit_Lambda(self, node: cst.Lambda) -> bool:
+                return False
+
+            def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+                nonlocal accounted
+                if len(node.body) != 1:
+                    return
+                small = node.body[0]
+                if isinstance(small, cst.Return) and small.value is not None and m.matches(small.value, m.Name(name)):
+                    accounted += 1
+                if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+                    return
+                target = small.targets[0].target
+                if m.matches(target, m.Name(name)):
+                    if _dict_literal(small.value) is None:
+                        return  # name = something else: not a dict this rule can read
+                    accounted += 1
+                    if _log_entries(small.value):
+                        shape.writes.append(node)
+                elif isinstance(target, cst.Subscript) and m.matches(target.value, m.Name(name)):
+                    key = _subscript_key(target)
+                    if key in _LOG_KEYS:
+                        accounted += 1
+                        set_keys.append(key)
+                        shape.writes.append(node)
+
+            def visit_Subscript(self, node: cst.Subscript) -> None:
+                nonlocal accounted
+                if m.matches(node.value, m.Name(name)) and isinstance(_subscript_key(node), str):
+                    # name["loss"] read, or name["loss"] = x: either way the dict stays a dict with that key
+                    accounted += _subscript_key(node) not in _LOG_KEYS
+
+        read_only_visit(func.body, Occurrences())
+        read_only_visit(func, Followed())
+        if not shape.writes:
+            continue
+        # Decision: an occurrence not followed (the dict handed to a function, updated, aliased, read in a nested
+        # function), or both entries set by key (one dict in both would be logged twice): a TODO, not a guess.
+        shape.followed = seen == accounted and len(set(set_keys)) < 2
+        found[name] = shape
+    return found
+
+
+def _subscript_key(node: cst.Subscript) -> object:
+    """The literal key of ``x["key"]``; ``...`` for anything else."""
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return ...
+    return literal(node.slice[0].slice.value)
+
+
+class _LogNames(_OwnStatements):
+    """The statements :func:`_returned_names` found: ``name = {..., "log": x}`` -> ``self.log_dict(x)`` and
+    ``name = {...}`` without the entry; ``name["log"] = x`` -> ``self.log_dict(x)``."""
+
+    def __init__(self, writes: set[int]) -> None:
+        super().__init__()
+        self.writes = writes
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if id(original) not in self.writes:
+            return updated
+        assign = updated.body[0]
+        assert isinstance(assign, cst.Assign)
+        target = assign.targets[0].target
+        if isinstance(target, cst.Subscript):
+            key = _subscript_key(target)
+            lines = _log_lines(assign.value if key == "log" else None, assign.value if key != "log" else None)
+        else:
+            entries = _log_entries(assign.value)
+            lines = _log_lines(entries.get("log"), entries.get("progress_bar"))
+            lines.append(updated.with_changes(body=[assign.with_changes(value=_without_log_entries(assign.value))]))
+            lines[-1] = lines[-1].with_changes(leading_lines=[])
+        lines[0] = lines[0].with_changes(leading_lines=updated.leading_lines)
+        return cst.FlattenSentinel(lines)
+
+
 def convert_log_returns(cls: cst.ClassDef) -> ClassResult:
     """Lightning 1.0 logged the ``"log"`` (and ``"progress_bar"``) entries of a step's or an epoch end's returned
-    dict; 2.x ignores them. They become ``self.log_dict(...)`` calls before the return."""
+    dict; 2.x ignores them. They become ``self.log_dict(...)`` calls before the return, or where the method builds the
+    dict it returns through a local name (``output = OrderedDict({..., "log": logs}); return output``), where it puts
+    them in; a name the rule cannot follow keeps a TODO."""
     result = ClassResult(cls)
     for name in _LOGGING_RETURNS:
         method = _methods(result.node).get(name)
@@ -554,8 +768,20 @@ def convert_log_returns(cls: cst.ClassDef) -> ClassResult:
             continue
         transformer = _LogReturns()
         new = _as_block(method).visit(transformer)
-        if transformer.changed:
-            result.node = _replace_method(result.node, name, [new])  # type: ignore[list-item]
+        assert isinstance(new, cst.FunctionDef)
+        changed = transformer.changed
+        # The dict returned through a local name: followed where every use of the name is one the rule reads.
+        shapes = _returned_names(new)
+        writes = {id(s) for shape in shapes.values() if shape.followed for s in shape.writes}
+        if writes:
+            followed = new.visit(_LogNames(writes))
+            assert isinstance(followed, cst.FunctionDef)
+            new, changed = followed, True
+        for local, shape in shapes.items():
+            if not shape.followed:
+                result.todos.append((name, rules.todo_text("log-returns-unfollowed", name=local)))
+        if changed:
+            result.node = _replace_method(result.node, name, [new])
             result.changes.append(
                 (name, "log-returns", f'{name}: returned "log"/"progress_bar" entries -> self.log_dict(...)')
             )

@@ -763,8 +763,21 @@ RULES = _rules(
         "log-returns",
         'returned "log"/"progress_bar" dicts -> self.log_dict(...)',
         'Lightning 1.0 logged the "log" and "progress_bar" entries of the dict a step or an epoch end returned; 2.x'
-        " ignores them. They become self.log_dict(logs) and self.log_dict(bar, prog_bar=True) before the return.",
+        " ignores them. They become self.log_dict(logs) and self.log_dict(bar, prog_bar=True) before the return; one"
+        " dict in both entries becomes one self.log_dict(bar, prog_bar=True) (2.x raises where a hook logs a key twice"
+        " with different arguments), and two dicts whose keys may overlap log bar with prog_bar=True and the other"
+        ' keys of logs without. A dict the method returns through a local name (output = OrderedDict({"loss": loss,'
+        ' "log": logs}), dict(...) or {...}, possibly given output["log"] = logs later, then return output) is'
+        " followed: the calls go where the entries are put in, and the dict keeps its other keys.",
         kind="rewrite",
+    ),
+    Rule(
+        "log-returns-unfollowed",
+        '{name}: 2.x ignores its "log"/"progress_bar" entries',
+        'The method returns a local dict with "log"/"progress_bar" entries (which Lightning 1.0 logged and 2.x'
+        " ignores) but uses the name in a way log-returns does not follow: handed to a function, updated, aliased,"
+        " read in a nested function, or given both entries by key. Log the entries with self.log_dict(logs) /"
+        " self.log_dict(bar, prog_bar=True) where they are made, and drop them from the dict.",
     ),
     Rule(
         "renamed-hook",
