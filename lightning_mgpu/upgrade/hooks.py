@@ -33,6 +33,7 @@ class ClassResult:
     node: cst.ClassDef
     changes: list[tuple[str, str, str]] = field(default_factory=list)  # (method, rule, message)
     todos: list[tuple[str, str]] = field(default_factory=list)  # (method, comment text)
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (method, note text), written by the rewrite
     imports: list[tuple[str, str]] = field(default_factory=list)  # (module below the namespace, name)
 
 
