@@ -608,6 +608,15 @@ class _LogReturns(_OwnStatements):
         if len(updated.body) != 1 or not isinstance(updated.body[0], cst.Return):
             return updated
         value = updated.body[0].value
+        if isinstance(value, cst.Call) and _log_entries(value):
+            # return dict(loss=loss, log=logs) / return OrderedDict({...}): the call stays, without the entries
+            entries = _log_entries(value)
+            lines = _log_lines(entries.get("log"), entries.get("progress_bar"))
+            returned = updated.body[0].with_changes(value=_without_log_entries(value))
+            lines.append(updated.with_changes(body=[returned], leading_lines=[]))
+            lines[0] = lines[0].with_changes(leading_lines=updated.leading_lines)
+            self.changed = True
+            return cst.FlattenSentinel(lines)
         if not isinstance(value, cst.Dict):
             return updated
         keys = {literal(e.key): e for e in value.elements if isinstance(e, cst.DictElement)}

@@ -187,3 +187,15 @@ def test_the_leftover_scan_sees_log_entries_returned() -> None:
         "        def pack():\n            return {'log': batch}\n        return self.net(batch[0]).sum()\n"
     )
     assert not unmarked(nested)
+
+
+def test_a_dict_call_in_the_return_itself(tmp_path) -> None:
+    source = STEP_THROUGH_A_NAME.replace(
+        '        output = OrderedDict({\n            "loss": mse,\n            "progress_bar": shown,\n'
+        '            "log": shown\n        })\n        return output\n',
+        "        return dict(loss=mse, log=shown)\n",
+    )
+    out = upgraded(source)
+    assert "        self.log_dict(shown)\n        return dict(loss=mse)\n" in out and not unmarked(out)
+    trainer = fit(out, tmp_path)
+    assert "mse" in trainer.logged_metrics
