@@ -913,3 +913,9 @@ def with_comments(cls: cst.ClassDef, comments: list[tuple[str, str]]) -> cst.Cla
                 break
         cls = cls.with_changes(body=cls.body.with_changes(body=body))
     return cls
+
+
+#: The class helpers other rewrites of a class's hooks share (result_objects.py).
+as_block = _as_block
+class_methods = _methods
+replace_method = _replace_method

@@ -35,7 +35,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from lightning_mgpu.upgrade import rules
-from lightning_mgpu.upgrade.hooks import ClassResult, _as_block, _methods, _replace_method
+from lightning_mgpu.upgrade.hooks import ClassResult, as_block, class_methods, replace_method
 from lightning_mgpu.upgrade.scopes import dotted, literal
 from lightning_mgpu.upgrade.traverse import read_only_visit
 
@@ -492,14 +492,14 @@ def convert_result_objects(cls: cst.ClassDef, planned: frozenset[tuple[str, str]
     result = ClassResult(cls)
     note = rules.note_text("result-object-monitor")
     for hook, method_plan in class_plans(cls).items():
-        method = _methods(result.node)[hook]
-        out = None if method_plan is None else rewrite(_as_block(method), hook, method_plan, note)
+        method = class_methods(result.node)[hook]
+        out = None if method_plan is None else rewrite(as_block(method), hook, method_plan, note)
         if out is None:
             if (cls.name.value, hook) in planned:
                 result.todos.append((hook, rules.todo_text("result-object", name="TrainResult/EvalResult")))
             continue
         new, monitored = out
-        result.node = _replace_method(result.node, hook, [new])
+        result.node = replace_method(result.node, hook, [new])
         result.changes.append((hook, "result-object-log", f"{hook}: TrainResult/EvalResult -> self.log(...)"))
         if monitored:
             result.notes.append((hook, note))
