@@ -28,6 +28,7 @@ from lightning_mgpu.upgrade.hooks import (
 from lightning_mgpu.upgrade.leftover_spellings import drop_eval_optimizer_idx
 from lightning_mgpu.upgrade.manual_optimization import convert as manual_convert
 from lightning_mgpu.upgrade.manual_optimization import convert_subclass as manual_convert_subclass
+from lightning_mgpu.upgrade.result_objects import convert_result_objects
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.traverse import read_only_visit
 
@@ -443,6 +444,7 @@ def _hook_rewrites(
     """hooks.py's class rewrites (returned logs, epoch ends, renamed hooks), each on what the one before left; their
     findings recorded at the method's line, their TODOs added to ``comments``."""
     for convert in (
+        lambda c: convert_result_objects(c, ctx.result_plan.methods),  # result_objects.py
         convert_log_returns,
         lambda c: convert_epoch_ends(c, has_optimizer_idx, ctx.epoch_ends.get(original.name.value)),
         convert_renamed_hooks,
@@ -459,6 +461,8 @@ def _hook_rewrites(
         for method, text in result.todos:
             ctx.findings.append(Finding(lines.get(method, ctx.line(original)), text, todo=True))
             comments.append((method, text))
+        for method, text in result.notes:  # the comment is in the rewritten body already
+            ctx.findings.append(Finding(lines.get(method, ctx.line(original)), text, note=True))
         for module, name in result.imports:
             ctx.add_import(f"{ctx.namespace}.{module}", name, None)
     return updated

@@ -22,6 +22,7 @@ from lightning_mgpu.upgrade.grad_norm import GradNormPlan
 from lightning_mgpu.upgrade.hooks import HookShape
 from lightning_mgpu.upgrade.manual_optimization import ManualPlan
 from lightning_mgpu.upgrade.nodes import node_kind
+from lightning_mgpu.upgrade.result_objects import ResultPlan
 from lightning_mgpu.upgrade.scopes import FileFacts, Scope
 from lightning_mgpu.upgrade.tuner import TunePlan
 
@@ -70,6 +71,7 @@ class UpgradeContext:
         self.class_counts: dict[int, str] = {}  # id(call) -> the class count its context offers (metrics.py)
         self.grad_norm: GradNormPlan | None = None  # where track_grad_norm's hook goes (grad_norm.py)
         self.tune = TunePlan()  # where auto_lr_find/auto_scale_batch_size go (tuner.py)
+        self.result_plan = ResultPlan()  # the TrainResult/EvalResult the class rewrite takes (result_objects.py)
         self.assigned_calls: dict[cst.Call, str] = {}  # name = Call(...) statements: the call -> the name
         self.last_checkpoint_names: dict[cst.Call, str] = {}  # ModelCheckpoint(prefix=P) -> "P-last" (1.x's)
 

@@ -33,22 +33,23 @@ class ClassResult:
     node: cst.ClassDef
     changes: list[tuple[str, str, str]] = field(default_factory=list)  # (method, rule, message)
     todos: list[tuple[str, str]] = field(default_factory=list)  # (method, comment text)
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (method, note text), written by the rewrite
     imports: list[tuple[str, str]] = field(default_factory=list)  # (module below the namespace, name)
 
 
-def _methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+def class_methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
     body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else []
     return {s.name.value: s for s in body if isinstance(s, cst.FunctionDef)}
 
 
-def _replace_method(cls: cst.ClassDef, name: str, new: list[cst.BaseStatement]) -> cst.ClassDef:
+def replace_method(cls: cst.ClassDef, name: str, new: list[cst.BaseStatement]) -> cst.ClassDef:
     body = list(cls.body.body)
     index = next(i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == name)
     body[index : index + 1] = new
     return cls.with_changes(body=cls.body.with_changes(body=body))
 
 
-def _as_block(func: cst.FunctionDef) -> cst.FunctionDef:
+def as_block(func: cst.FunctionDef) -> cst.FunctionDef:
     """``def f(self): a; return b`` with its statements on lines of their own, in an indented block: the rewrites
     insert statements into a body and rewrite its ``return`` lines (a one-line body has neither)."""
     if isinstance(func.body, cst.IndentedBlock):
@@ -206,7 +207,7 @@ def _returns_dict(func: cst.FunctionDef) -> bool:
 def _ensure_init_attr(cls: cst.ClassDef, attr: str, empty: str = "[]") -> cst.ClassDef:
     """``self.ATTR = EMPTY`` at the end of ``__init__`` (an ``__init__`` that passes everything on, where there is
     none)."""
-    methods = _methods(cls)
+    methods = class_methods(cls)
     line = cst.parse_statement(f"self.{attr} = {empty}")
     init = methods.get("__init__")
     if init is None:
@@ -223,9 +224,9 @@ def _ensure_init_attr(cls: cst.ClassDef, attr: str, empty: str = "[]") -> cst.Cl
         return cls.with_changes(body=cls.body.with_changes(body=body))
     if f"self.{attr} = {empty}" in cst.Module(body=[init]).code:
         return cls
-    init = _as_block(init)  # def __init__(self): super().__init__()
+    init = as_block(init)  # def __init__(self): super().__init__()
     assert isinstance(init.body, cst.IndentedBlock)
-    return _replace_method(
+    return replace_method(
         cls, "__init__", [init.with_changes(body=init.body.with_changes(body=[*init.body.body, line]))]
     )
 
@@ -334,7 +335,7 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
         for old, (step_name, _, _) in EPOCH_ENDS.items():
             hooks, steps, inherited = [], [], False
             for member in sorted(family):
-                methods = _methods(by_name[member])
+                methods = class_methods(by_name[member])
                 hook, step = methods.get(old), methods.get(step_name)
                 if (
                     hook is not None
@@ -423,14 +424,14 @@ def convert_epoch_ends(
     if family is None:
         family = epoch_end_plan(cst.Module(body=[cls])).get(cls.name.value, {})
     for old, (step_name, new, attr) in EPOCH_ENDS.items():
-        methods = _methods(result.node)
+        methods = class_methods(result.node)
         hook, step = methods.get(old), methods.get(step_name)
         shape = family.get(old)
         blocked = shape is None or (step_name == "training_step" and has_optimizer_idx)
         empty = "{}" if shape is not None and shape.loader_param else "[]"
         if hook is not None and super_only_epoch_end(result.node, hook, old):
             # Decision: it only called LightningModule's own 1.x epoch end, which did nothing; 2.x has none to call.
-            result.node = _replace_method(result.node, old, [])
+            result.node = replace_method(result.node, old, [])
             result.changes.append(
                 (old, "epoch-end", f"{old} removed: it only called LightningModule's, which 2.x lacks")
             )
@@ -460,7 +461,7 @@ def convert_epoch_ends(
                 result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
                 continue
             assert shape is not None
-            hook = _as_block(hook)
+            hook = as_block(hook)
             rewrite = _SuperEpochEnd(old, new, attr)
             handed_on = hook.visit(rewrite)
             assert isinstance(handed_on, cst.FunctionDef)
@@ -471,7 +472,7 @@ def convert_epoch_ends(
                 result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
                 continue
             hook = handed_on
-            result.node = _replace_method(result.node, old, [hook])
+            result.node = replace_method(result.node, old, [hook])
             if step is not None:
                 result.node = _collect(result.node, step_name, attr, shape, _returns_dict(step))
                 if step_name == "training_step":
@@ -504,7 +505,7 @@ def convert_epoch_ends(
         else:
             new_body = hook.body
             message = f"{old}(outputs) -> {new}(self) (outputs was unused)"
-        methods = _methods(result.node)
+        methods = class_methods(result.node)
         hook = methods[old]
         renamed = hook.with_changes(
             name=cst.Name(new),
@@ -513,7 +514,7 @@ def convert_epoch_ends(
             ),
             body=new_body,
         )
-        result.node = _replace_method(result.node, old, [renamed])
+        result.node = replace_method(result.node, old, [renamed])
         result.changes.append((old, "epoch-end", message))
     return result
 
@@ -526,7 +527,7 @@ def _collect(cls: cst.ClassDef, step_name: str, attr: str, shape: HookShape, ret
     """The class with its step appending each value it returns to ``self.ATTR`` (per loader where the step takes
     one), as 1.x handed it to the epoch end: a training step's detached, a bare training loss as ``{"loss": ...}``
     where the hook reads that key."""
-    step = _as_block(_methods(cls)[step_name])
+    step = as_block(class_methods(cls)[step_name])
     if step_name == "training_step":
         wrap = "{}" if returns_dict or not shape.loss_keyed else '{{"loss": {}}}'
         wrap = f"recursive_detach({wrap})"
@@ -534,7 +535,7 @@ def _collect(cls: cst.ClassDef, step_name: str, attr: str, shape: HookShape, ret
         wrap = "{}"
     target = f"{attr}.setdefault({shape.loader_param}, [])" if shape.loader_param else attr
     new_step = step.visit(_CollectReturns(step, target, wrap))
-    return _replace_method(cls, step_name, [new_step])  # type: ignore[list-item]
+    return replace_method(cls, step_name, [new_step])  # type: ignore[list-item]
 
 
 #: The methods whose returned dict Lightning 1.0 read ``"log"`` and ``"progress_bar"`` keys from.
@@ -546,6 +547,97 @@ _LOGGING_RETURNS = (
     "validation_epoch_end",
     "test_epoch_end",
 )
+
+
+#: The calls that build a dict the way 1.x steps built the dict they returned (``OrderedDict({...})`` in the GAN
+#: examples of the time, ``dict(loss=..., log=...)``).
+_DICT_BUILDERS = frozenset({"dict", "OrderedDict", "collections.OrderedDict"})
+_LOG_KEYS = ("log", "progress_bar")
+
+
+def _dict_literal(value: cst.BaseExpression) -> cst.Dict | cst.Call | None:
+    """Where a dict's literal entries are written: ``{...}`` itself, the ``{...}`` inside ``dict({...})`` /
+    ``OrderedDict({...})``, or a ``dict(key=value)`` call's keywords (the call); None for anything else."""
+    if isinstance(value, cst.Dict):
+        return value
+    if not isinstance(value, cst.Call) or dotted(value.func) not in _DICT_BUILDERS:
+        return None
+    positional = [a for a in value.args if a.keyword is None]
+    if len(positional) == 1 and not positional[0].star and isinstance(positional[0].value, cst.Dict):
+        return positional[0].value if len(value.args) == 1 else None
+    if not positional and all(not a.star for a in value.args):
+        return value  # dict(loss=loss, log=logs) (or no arguments at all)
+    return None
+
+
+def _log_entries(value: cst.BaseExpression) -> dict[str, cst.BaseExpression]:
+    """The ``"log"``/``"progress_bar"`` entries of a dict built by ``value`` (none where it is not such a dict)."""
+    entries = _dict_literal(value)
+    if isinstance(entries, cst.Dict):
+        return {
+            literal(e.key): e.value
+            for e in entries.elements
+            if isinstance(e, cst.DictElement) and literal(e.key) in _LOG_KEYS
+        }
+    if isinstance(entries, cst.Call):
+        return {
+            a.keyword.value: a.value for a in entries.args if a.keyword is not None and a.keyword.value in _LOG_KEYS
+        }
+    return {}
+
+
+def _without_log_entries(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``value`` (a dict :func:`_dict_literal` reads) without its ``"log"``/``"progress_bar"`` entries."""
+    entries = _dict_literal(value)
+    if isinstance(entries, cst.Dict):
+        kept: list[cst.BaseDictElement] = [
+            e for e in entries.elements if not (isinstance(e, cst.DictElement) and literal(e.key) in _LOG_KEYS)
+        ]
+        if kept:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        if entries is value:
+            return entries.with_changes(elements=kept)
+        assert isinstance(value, cst.Call)
+        return value.with_changes(args=[value.args[0].with_changes(value=entries.with_changes(elements=kept))])
+    assert isinstance(entries, cst.Call)
+    args = [a for a in entries.args if not (a.keyword is not None and a.keyword.value in _LOG_KEYS)]
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return entries.with_changes(args=args)
+
+
+def _literal_keys(value: cst.BaseExpression) -> set[str] | None:
+    """The keys of a ``{...}`` literal whose keys are all string literals; None where they are not known."""
+    if not isinstance(value, cst.Dict):
+        return None
+    keys = [literal(e.key) if isinstance(e, cst.DictElement) else ... for e in value.elements]
+    return {k for k in keys if isinstance(k, str)} if all(isinstance(k, str) for k in keys) else None
+
+
+def _log_lines(logs: cst.BaseExpression | None, bar: cst.BaseExpression | None) -> list[cst.BaseStatement]:
+    """The ``self.log_dict`` calls for a returned dict's ``"log"`` (logs) and ``"progress_bar"`` (bar) entries.
+
+    2.x raises where one hook logs a key twice with different arguments: one dict in both entries is logged once,
+    with ``prog_bar=True`` (1.0 showed it and logged it); two dicts whose keys may overlap log the keys of ``bar``
+    with ``prog_bar=True`` and the rest of ``logs`` without."""
+    code = cst.Module(body=[]).code_for_node
+    lines: list[cst.BaseStatement] = []
+    if logs is not None and bar is not None and code(logs) == code(bar):
+        return [cst.parse_statement(f"self.log_dict({code(bar)}, prog_bar=True)")]
+    if logs is not None:
+        bar_keys = _literal_keys(bar) if bar is not None else set()
+        log_keys = _literal_keys(logs)
+        overlap = bar_keys is None or log_keys is None or bool(bar_keys & log_keys)
+        if bar is not None and overlap and isinstance(bar, (cst.Name, cst.Attribute)):
+            # Keys in both: logged once, on the progress bar and to the logger (as 1.0 did them both).
+            lines.append(
+                cst.parse_statement(f"self.log_dict({{k: v for k, v in {code(logs)}.items() if k not in {code(bar)}}})")
+            )
+        else:
+            lines.append(cst.parse_statement(f"self.log_dict({code(logs)})"))
+    if bar is not None:
+        lines.append(cst.parse_statement(f"self.log_dict({code(bar)}, prog_bar=True)"))
+    return lines
 
 
 class _LogReturns(_OwnStatements):
@@ -562,17 +654,24 @@ class _LogReturns(_OwnStatements):
         if len(updated.body) != 1 or not isinstance(updated.body[0], cst.Return):
             return updated
         value = updated.body[0].value
+        if isinstance(value, cst.Call) and _log_entries(value):
+            # return dict(loss=loss, log=logs) / return OrderedDict({...}): the call stays, without the entries
+            entries = _log_entries(value)
+            lines = _log_lines(entries.get("log"), entries.get("progress_bar"))
+            returned = updated.body[0].with_changes(value=_without_log_entries(value))
+            lines.append(updated.with_changes(body=[returned], leading_lines=[]))
+            lines[0] = lines[0].with_changes(leading_lines=updated.leading_lines)
+            self.changed = True
+            return cst.FlattenSentinel(lines)
         if not isinstance(value, cst.Dict):
             return updated
         keys = {literal(e.key): e for e in value.elements if isinstance(e, cst.DictElement)}
         if "log" not in keys and "progress_bar" not in keys:
             return updated
-        code = cst.Module(body=[]).code_for_node
-        lines: list[cst.BaseStatement] = []
-        if "log" in keys:
-            lines.append(cst.parse_statement(f"self.log_dict({code(keys['log'].value)})"))
-        if "progress_bar" in keys:
-            lines.append(cst.parse_statement(f"self.log_dict({code(keys['progress_bar'].value)}, prog_bar=True)"))
+        lines = _log_lines(
+            keys["log"].value if "log" in keys else None,
+            keys["progress_bar"].value if "progress_bar" in keys else None,
+        )
         rest = [
             e
             for e in value.elements
@@ -590,18 +689,155 @@ class _LogReturns(_OwnStatements):
         return cst.FlattenSentinel(lines)
 
 
+@dataclass
+class _ReturnedName:
+    """How one method builds a dict it returns through a local name (``output = OrderedDict({...}); return output``)."""
+
+    #: the statements that put "log"/"progress_bar" entries in it: ``name = {...}`` and ``name["log"] = x``
+    writes: list[cst.SimpleStatementLine] = field(default_factory=list)
+    #: every use of the name is one this rule follows (built, given entries, read by key, returned)
+    followed: bool = True
+
+
+def _returned_names(func: cst.FunctionDef) -> dict[str, _ReturnedName]:
+    """The local names ``func`` returns (``return output``) that hold a dict it builds with "log"/"progress_bar"
+    entries, and whether each is followed: every occurrence of the name in ``func`` (nested functions included) is
+    ``name = <dict>``, ``name["key"] = x``, a read ``name["key"]`` of another key, or ``return name``."""
+    names = {r.value.value for r in _returns(func) if isinstance(r.value, cst.Name)}
+    found: dict[str, _ReturnedName] = {}
+    for name in names - {"None", "self"}:
+        seen = accounted = 0
+        shape = _ReturnedName()
+        set_keys: list[str] = []
+
+        class Occurrences(cst.CSTVisitor):
+            """Every read and write of the name (an attribute's name and a keyword's are not the name)."""
+
+            def visit_Name(self, node: cst.Name) -> None:
+                nonlocal seen
+                seen += node.value == name
+
+            def visit_Attribute(self, node: cst.Attribute) -> bool:
+                node.value.visit(self)
+                return False
+
+            def visit_Arg(self, node: cst.Arg) -> bool:
+                node.value.visit(self)
+                return False
+
+        class Followed(cst.CSTVisitor):
+            """The occurrences this rule follows, in ``func``'s own statements."""
+
+            def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+                return node is func
+
+            def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+                return False
+
+            def visit_Lambda(self, node: cst.Lambda) -> bool:
+                return False
+
+            def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+                nonlocal accounted
+                if len(node.body) != 1:
+                    return
+                small = node.body[0]
+                if isinstance(small, cst.Return) and small.value is not None and m.matches(small.value, m.Name(name)):
+                    accounted += 1
+                if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+                    return
+                target = small.targets[0].target
+                if m.matches(target, m.Name(name)):
+                    if _dict_literal(small.value) is None:
+                        return  # name = something else: not a dict this rule can read
+                    accounted += 1
+                    if _log_entries(small.value):
+                        shape.writes.append(node)
+                elif isinstance(target, cst.Subscript) and m.matches(target.value, m.Name(name)):
+                    key = _subscript_key(target)
+                    if key in _LOG_KEYS:
+                        accounted += 1
+                        set_keys.append(key)
+                        shape.writes.append(node)
+
+            def visit_Subscript(self, node: cst.Subscript) -> None:
+                nonlocal accounted
+                if m.matches(node.value, m.Name(name)) and isinstance(_subscript_key(node), str):
+                    # name["loss"] read, or name["loss"] = x: either way the dict stays a dict with that key
+                    accounted += _subscript_key(node) not in _LOG_KEYS
+
+        read_only_visit(func.body, Occurrences())
+        read_only_visit(func, Followed())
+        if not shape.writes:
+            continue
+        # Decision: an occurrence not followed (the dict handed to a function, updated, aliased, read in a nested
+        # function), or both entries set by key (one dict in both would be logged twice): a TODO, not a guess.
+        shape.followed = seen == accounted and len(set(set_keys)) < 2
+        found[name] = shape
+    return found
+
+
+def _subscript_key(node: cst.Subscript) -> object:
+    """The literal key of ``x["key"]``; ``...`` for anything else."""
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return ...
+    return literal(node.slice[0].slice.value)
+
+
+class _LogNames(_OwnStatements):
+    """The statements :func:`_returned_names` found: ``name = {..., "log": x}`` -> ``self.log_dict(x)`` and
+    ``name = {...}`` without the entry; ``name["log"] = x`` -> ``self.log_dict(x)``."""
+
+    def __init__(self, writes: set[int]) -> None:
+        super().__init__()
+        self.writes = writes
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if id(original) not in self.writes:
+            return updated
+        assign = updated.body[0]
+        assert isinstance(assign, cst.Assign)
+        target = assign.targets[0].target
+        if isinstance(target, cst.Subscript):
+            key = _subscript_key(target)
+            lines = _log_lines(assign.value if key == "log" else None, assign.value if key != "log" else None)
+        else:
+            entries = _log_entries(assign.value)
+            lines = _log_lines(entries.get("log"), entries.get("progress_bar"))
+            lines.append(updated.with_changes(body=[assign.with_changes(value=_without_log_entries(assign.value))]))
+            lines[-1] = lines[-1].with_changes(leading_lines=[])
+        lines[0] = lines[0].with_changes(leading_lines=updated.leading_lines)
+        return cst.FlattenSentinel(lines)
+
+
 def convert_log_returns(cls: cst.ClassDef) -> ClassResult:
     """Lightning 1.0 logged the ``"log"`` (and ``"progress_bar"``) entries of a step's or an epoch end's returned
-    dict; 2.x ignores them. They become ``self.log_dict(...)`` calls before the return."""
+    dict; 2.x ignores them. They become ``self.log_dict(...)`` calls before the return, or where the method builds the
+    dict it returns through a local name (``output = OrderedDict({..., "log": logs}); return output``), where it puts
+    them in; a name the rule cannot follow keeps a TODO."""
     result = ClassResult(cls)
     for name in _LOGGING_RETURNS:
-        method = _methods(result.node).get(name)
+        method = class_methods(result.node).get(name)
         if method is None:
             continue
         transformer = _LogReturns()
-        new = _as_block(method).visit(transformer)
-        if transformer.changed:
-            result.node = _replace_method(result.node, name, [new])  # type: ignore[list-item]
+        new = as_block(method).visit(transformer)
+        assert isinstance(new, cst.FunctionDef)
+        changed = transformer.changed
+        # The dict returned through a local name: followed where every use of the name is one the rule reads.
+        shapes = _returned_names(new)
+        writes = {id(s) for shape in shapes.values() if shape.followed for s in shape.writes}
+        if writes:
+            followed = new.visit(_LogNames(writes))
+            assert isinstance(followed, cst.FunctionDef)
+            new, changed = followed, True
+        for local, shape in shapes.items():
+            if not shape.followed:
+                result.todos.append((name, rules.todo_text("log-returns-unfollowed", name=local)))
+        if changed:
+            result.node = replace_method(result.node, name, [new])
             result.changes.append(
                 (name, "log-returns", f'{name}: returned "log"/"progress_bar" entries -> self.log_dict(...)')
             )
@@ -622,7 +858,7 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
     ``on_init_*`` and ``get_progress_bar_dict`` get a TODO."""
     result = ClassResult(cls)
     for old, (new, aliases) in rules.RENAMED_HOOKS.items():
-        methods = _methods(result.node)
+        methods = class_methods(result.node)
         hook = methods.get(old)
         if hook is None:
             continue
@@ -643,10 +879,10 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
         lines: list[cst.BaseStatement] = [renamed]
         for alias in aliases:
             lines.append(cst.parse_statement(f"{alias} = {new}  # 1.x's {old} ran in every loop's epochs"))
-        result.node = _replace_method(result.node, old, lines)
+        result.node = replace_method(result.node, old, lines)
         also = f" (and {', '.join(aliases)})" if aliases else ""
         result.changes.append((old, "renamed-hook", f"{old} -> {new}{also}"))
-    methods = _methods(result.node)
+    methods = class_methods(result.node)
     interrupt = methods.get("on_keyboard_interrupt")
     if interrupt is not None:
         if "on_exception" in methods:
@@ -660,7 +896,7 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
             # (self, *args): no place for the exception parameter the guard reads.
             result.todos.append(("on_keyboard_interrupt", rules.todo_text("keyboard-interrupt")))
         else:
-            interrupt = _as_block(interrupt)
+            interrupt = as_block(interrupt)
             guard = cst.If(
                 test=cst.parse_expression("isinstance(exception, KeyboardInterrupt)"),
                 body=interrupt.body,
@@ -672,7 +908,7 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
                 params=interrupt.params.with_changes(params=[*existing, cst.Param(cst.Name("exception"))]),
                 body=cst.IndentedBlock(body=[guard]),
             )
-            result.node = _replace_method(result.node, "on_keyboard_interrupt", [renamed])
+            result.node = replace_method(result.node, "on_keyboard_interrupt", [renamed])
             result.changes.append(
                 (
                     "on_keyboard_interrupt",
@@ -680,7 +916,7 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
                     "on_keyboard_interrupt -> on_exception (KeyboardInterrupt only)",
                 )
             )
-    methods = _methods(result.node)
+    methods = class_methods(result.node)
     for name, param in rules.HOOK_PARAM_DROPS.items():
         hook = methods.get(name)
         if hook is None or param not in _param_names(hook):
@@ -692,11 +928,11 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
             continue
         kept = [p for p in hook.params.params if p.name.value != param]
         kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        result.node = _replace_method(
+        result.node = replace_method(
             result.node, name, [hook.with_changes(params=hook.params.with_changes(params=kept))]
         )
         result.changes.append((name, "hook-param", f"{name}: dropped {param} (gone from the 2.x signature)"))
-    methods = _methods(result.node)
+    methods = class_methods(result.node)
     for name in ("on_init_start", "on_init_end"):
         if (
             name in methods

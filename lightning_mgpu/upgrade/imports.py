@@ -90,9 +90,22 @@ def leave_import_from(
     if isinstance(updated.names, cst.ImportStar):
         return updated
     if namespace is not None:  # from pytorch_lightning import TrainResult: leftover_spellings.py
-        for alias in updated.names:
+        aliases = list(updated.names)
+        results = [a for a in aliases if isinstance(a.name, cst.Name) and a.name.value in RESULT_CLASSES]
+        if results and ctx.result_plan.every_mention and all(a.asname is None for a in results):
+            # every use of the names is a constructor the class rewrite takes (result_objects.py): the names go
+            others = [a for a in aliases if all(a is not r for r in results)]
+            ctx.change(original, "result-object-log", "TrainResult/EvalResult import removed (self.log instead)")
+            if not others:
+                return cst.RemoveFromParent()
+            others[-1] = others[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            updated = updated.with_changes(names=others)
+            aliases = others
+        for alias in aliases:
             if isinstance(alias.name, cst.Name) and alias.name.value in RESULT_CLASSES:
                 ctx.todo(original, rules.todo_text("result-object", name=alias.name.value))
+    if isinstance(updated.names, cst.ImportStar):  # never (a list of names above): the type, for what follows
+        return updated
     if (module == "torchmetrics" or module.startswith("torchmetrics.")) and any(
         isinstance(a.name, cst.Name) and rules.TORCHMETRICS_RENAMED.get(a.name.value, a.name.value) != a.name.value
         for a in updated.names

@@ -171,6 +171,23 @@ REMOVED_HOOKS = frozenset(
     }
 )
 NAMESPACES = ("pytorch_lightning", "lightning.pytorch")
+#: The hooks whose returned dict Lightning 1.0 read "log"/"progress_bar" entries from (and a step turned into manual
+#: optimization's helper). Not on_*_epoch_end: a file of 1.3 or later that returns such a dict there (a tutorial of
+#: the held-out sample did) returned it to nobody in 1.x already, and the tool converts an epoch end's dict before it
+#: renames the hook.
+LOG_RETURN_HOOKS = frozenset(
+    {
+        "training_step",
+        "validation_step",
+        "test_step",
+        "training_epoch_end",
+        "validation_epoch_end",
+        "test_epoch_end",
+        "_training_step_1x",
+    }
+)
+#: The entries of a returned dict that 1.0 logged and 2.x ignores.
+LOG_RETURN_KEYS = frozenset({"log", "progress_bar"})
 
 
 def _removed_module(module: str) -> bool:
@@ -236,6 +253,66 @@ def _subclass_trainer_calls(tree: ast.AST) -> set[int]:
                 ):
                     calls.add(id(node))
     return calls
+
+
+def _log_keyed(value: ast.expr | None) -> bool:
+    """Whether ``value`` builds a dict with a "log"/"progress_bar" entry: ``{...}``, ``dict(...)`` or
+    ``OrderedDict(...)`` (its ``{...}`` or its keywords)."""
+    if isinstance(value, ast.Dict):
+        return any(isinstance(k, ast.Constant) and k.value in LOG_RETURN_KEYS for k in value.keys)
+    if isinstance(value, ast.Call):
+        func = value.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if name in ("dict", "OrderedDict"):
+            return any(k.arg in LOG_RETURN_KEYS for k in value.keywords) or any(_log_keyed(a) for a in value.args)
+    return False
+
+
+def _own_nodes(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
+    """The nodes of ``func``'s own body (not of the functions, lambdas and classes nested in it)."""
+    found: list[ast.AST] = []
+    todo: list[ast.AST] = list(func.body)
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _log_returns(tree: ast.AST) -> list[tuple[int, str]]:
+    """``return`` statements of a Lightning module's hooks that hand back a dict with "log"/"progress_bar" entries
+    (1.0 logged them, 2.x ignores them): the dict written there, or a local name the hook builds such a dict in (or
+    sets ``name["log"] = ...`` on). A class deriving from nn.Module only is a plain module: its methods are its own."""
+    found: list[tuple[int, str]] = []
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef) or not cls.bases:
+            continue
+        if all(ast.unparse(b) in ("nn.Module", "Module", "torch.nn.Module") for b in cls.bases):
+            continue
+        for func in cls.body:
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.name not in LOG_RETURN_HOOKS:
+                continue
+            own = _own_nodes(func)
+            keyed: set[str] = set()
+            for node in own:
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name) and _log_keyed(node.value):
+                            keyed.add(target.id)
+                        if (
+                            isinstance(target, ast.Subscript)
+                            and isinstance(target.value, ast.Name)
+                            and isinstance(target.slice, ast.Constant)
+                            and target.slice.value in LOG_RETURN_KEYS
+                        ):
+                            keyed.add(target.value.id)
+            for node in own:
+                if not isinstance(node, ast.Return):
+                    continue
+                if _log_keyed(node.value) or (isinstance(node.value, ast.Name) and node.value.id in keyed):
+                    found.append((node.lineno, f'{func.name} returns "log"/"progress_bar"'))
+    return found
 
 
 def leftovers(source: str) -> list[tuple[int, str]]:
@@ -326,6 +403,7 @@ def leftovers(source: str) -> list[tuple[int, str]]:
             for target in node.targets:
                 if ast.unparse(target) == "self.hparams":
                     found.append((node.lineno, "self.hparams = ..."))
+    found += _log_returns(tree)
     return sorted(set(found))
 
 

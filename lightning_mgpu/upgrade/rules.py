@@ -807,8 +807,21 @@ RULES = _rules(
         "log-returns",
         'returned "log"/"progress_bar" dicts -> self.log_dict(...)',
         'Lightning 1.0 logged the "log" and "progress_bar" entries of the dict a step or an epoch end returned; 2.x'
-        " ignores them. They become self.log_dict(logs) and self.log_dict(bar, prog_bar=True) before the return.",
+        " ignores them. They become self.log_dict(logs) and self.log_dict(bar, prog_bar=True) before the return; one"
+        " dict in both entries becomes one self.log_dict(bar, prog_bar=True) (2.x raises where a hook logs a key twice"
+        " with different arguments), and two dicts whose keys may overlap log bar with prog_bar=True and the other"
+        ' keys of logs without. A dict the method returns through a local name (output = OrderedDict({"loss": loss,'
+        ' "log": logs}), dict(...) or {...}, possibly given output["log"] = logs later, then return output) is'
+        " followed: the calls go where the entries are put in, and the dict keeps its other keys.",
         kind="rewrite",
+    ),
+    Rule(
+        "log-returns-unfollowed",
+        '{name}: 2.x ignores its "log"/"progress_bar" entries',
+        'The method returns a local dict with "log"/"progress_bar" entries (which Lightning 1.0 logged and 2.x'
+        " ignores) but uses the name in a way log-returns does not follow: handed to a function, updated, aliased,"
+        " read in a nested function, or given both entries by key. Log the entries with self.log_dict(logs) /"
+        " self.log_dict(bar, prog_bar=True) where they are made, and drop them from the dict.",
     ),
     Rule(
         "renamed-hook",
@@ -1208,7 +1221,39 @@ RULES.update(
             " instead of result.log/log_dict; a training step returns the loss (TrainResult(minimize=loss)) or a dict"
             ' with "loss"; checkpoint_on=/early_stop_on= become ModelCheckpoint(monitor=...) and'
             " EarlyStopping(monitor=...) on a logged name; an evaluation step returns what its epoch end needs, or"
-            " nothing.",
+            " nothing. The tool does this itself (result-object-log) where a hook builds the object, logs through it"
+            " and returns it; this TODO stays where the object is used otherwise: passed on, an attribute read,"
+            " hiddens=, 1.0-only log keywords (sync_dist_op, tbptt_*), or a step whose outputs a *_step_end or"
+            " *_epoch_end reads.",
+        ),
+        Rule(
+            "result-object-log",
+            "TrainResult/EvalResult -> self.log(...), the step returns its loss",
+            "Lightning 1.0's result objects (core/step_result.py, 0.9.0 to 1.0.8), where a hook of a Lightning module"
+            " builds one (result = pl.TrainResult(loss), TrainResult(minimize=loss), EvalResult(checkpoint_on=x),"
+            " EvalResult(x) whose first parameter is early_stop_on, a bare EvalResult()), logs through it and returns"
+            " it: result.log(...) -> self.log(...) and result.log_dict(...) -> self.log_dict(...), with 1.0's on_step"
+            " and on_epoch written out where they differ from 2.x's defaults for the hook and the call did not give"
+            " them (TrainResult.log: on_step=True, on_epoch=False; TrainResult.log_dict, EvalResult.log and"
+            " EvalResult.log_dict: on_step=False, on_epoch=True; 2.x: on_step=True, on_epoch=False in training_step,"
+            " on_step=False, on_epoch=True in the evaluation steps and the epoch ends; prog_bar=False, logger=True"
+            " and reduce_fx=mean agree). result = TrainResult(minimize=loss) becomes result = loss (the step returns"
+            " its loss); an object without minimize is dropped and the hook returns None. checkpoint_on=x and"
+            ' early_stop_on=x become self.log("checkpoint_on", x) / self.log("early_stop_on", x), averaged over the'
+            " epoch as 1.0 did (on_step=False, on_epoch=True in a training step), with the note"
+            " result-object-monitor. The TrainResult/EvalResult import goes where every use of the names converts.",
+            kind="rewrite",
+        ),
+        Rule(
+            "result-object-monitor",
+            'ModelCheckpoint/EarlyStopping must name it: monitor="checkpoint_on"',
+            "Lightning 1.0's ModelCheckpoint with no monitor= monitored the logged val_loss, else checkpoint_on (and"
+            " kept the best, save_top_k=1), and its EarlyStopping's default monitor was early_stop_on; 2.x's"
+            " ModelCheckpoint keeps the last epoch unless told, and EarlyStopping needs monitor=. To keep 1.0's"
+            ' behaviour pass ModelCheckpoint(monitor="checkpoint_on") / EarlyStopping(monitor="early_stop_on") to'
+            " the Trainer (the names the converted hook logs). A TrainResult(minimize=loss) without checkpoint_on"
+            " also had 1.0's ModelCheckpoint keep the best epoch by the training loss; 2.x keeps the last.",
+            kind="note",
         ),
         Rule(
             "eval-step-optimizer-idx",

@@ -57,6 +57,7 @@ from lightning_mgpu.upgrade.hooks import epoch_end_plan
 from lightning_mgpu.upgrade.manual_optimization import plan as manual_plan
 from lightning_mgpu.upgrade.metrics import class_counts
 from lightning_mgpu.upgrade.nodes import code as _code
+from lightning_mgpu.upgrade.result_objects import plan as result_plan
 from lightning_mgpu.upgrade.scopes import FileFacts, Scope
 from lightning_mgpu.upgrade.trainer_kwargs import TrainerArgs
 from lightning_mgpu.upgrade.trainer_rewrite import rewrite_trainer_args
@@ -143,6 +144,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             self.ctx.manual = manual_plan(node)
             self.ctx.epoch_ends = epoch_end_plan(node)
             self.ctx.tune = tune_plan(node)
+            self.ctx.result_plan = result_plan(node)
         if isinstance(node, (cst.Module, cst.FunctionDef)):
             # A function the pre-pass failed on has no scope of its own: it knows nothing about its names.
             self.ctx.scopes.append(

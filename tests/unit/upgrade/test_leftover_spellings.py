@@ -142,11 +142,14 @@ class AutoEncoder(pl.LightningModule):
         loss = self(batch).mean()
         result = pl.TrainResult(minimize=loss)
         result.log("train_loss", loss, prog_bar=True)
+        # the object handed on: result-object-log does not follow it
+        self.keep(result)
         return result
 
     def validation_step(self, batch, batch_idx):
         loss = self(batch).mean()
-        return EvalResult(checkpoint_on=loss)
+        # hiddens: no self.log counterpart
+        return EvalResult(checkpoint_on=loss, hiddens=loss)
 """
 
 
@@ -154,7 +157,7 @@ def test_train_and_eval_results_get_a_todo_each() -> None:
     out = upgrade_source(RESULTS).source
     assert upgrade_source(out).source == out
     assert todo_above(out, "result = pl.TrainResult(minimize=loss)", "result-object")
-    assert todo_above(out, "return EvalResult(checkpoint_on=loss)", "result-object")
+    assert todo_above(out, "return EvalResult(checkpoint_on=loss, hiddens=loss)", "result-object")
     assert "TrainResult is gone" in out and "EvalResult is gone" in out
     assert todo_above(out, "from pytorch_lightning import EvalResult", "result-object")
     assert unmarked(out) == []

@@ -49,6 +49,10 @@ REWRITES = {
         "class M(LightningModule):\n    def training_step(self, batch, i):\n"
         '        return {"loss": batch, "log": {"l": batch}}\n'
     ),
+    "result-object-log": (
+        "class M(LightningModule):\n    def training_step(self, batch, i):\n"
+        "        result = TrainResult(batch)\n        result.log('l', batch)\n        return result\n"
+    ),
     "renamed-hook": "class C(Callback):\n    def on_epoch_start(self, trainer, pl_module):\n        pass\n",
     "metrics-num-classes": (
         "import torchmetrics\nclass M(LightningModule):\n    def __init__(self, num_classes):\n"
