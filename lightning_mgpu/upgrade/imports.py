@@ -256,9 +256,21 @@ def leave_module(ctx: UpgradeContext, original: cst.Module, updated: cst.Module)
         return updated
     items = [ImportItem(module) for module in ctx.plain_imports]
     items += [ImportItem(module, name, asname) for module, name, asname in ctx.imports_to_add]
+    # Workaround (libcst 1.x): AddImportsVisitor sorts a module's (name, alias) pairs and raises TypeError where one
+    # name is asked for both plainly and under an alias (None < str); each such second request goes in a run of its
+    # own. It can go once libcst sorts those pairs with a key that tolerates None.
+    runs: list[list[ImportItem]] = []
+    for item in items:
+        key = (item.module_name, item.obj_name)
+        run = next((r for r in runs if all((i.module_name, i.obj_name) != key for i in r)), None)
+        if run is None:
+            runs.append(run := [])
+        run.append(item)
     head = opening_block(updated)
-    added = AddImportsVisitor(CodemodContext(), items).transform_module(updated.with_changes(body=updated.body[:head]))
-    return updated.with_changes(body=[*added.body, *updated.body[head:]])
+    block = updated.with_changes(body=updated.body[:head])
+    for run in runs:
+        block = AddImportsVisitor(CodemodContext(), run).transform_module(block)
+    return updated.with_changes(body=[*block.body, *updated.body[head:]])
 
 
 def import_bundle(ctx: UpgradeContext, original: cst.Module, updated: cst.Module) -> cst.Module:

@@ -6,8 +6,9 @@ outputs gathered on the root device. What the hook returned replaced the step's 
 end's ``outputs`` list held); where it returned ``None`` the step's own output stayed (1.x's loops:
 ``strategy_output if model_output is None else model_output``). 2.x never calls these hooks.
 
-``lightning-mgpu upgrade`` keeps such a hook as ``_<step>_end_1x`` and puts :class:`LegacyStepEnds` first among the
-class's bases. The mixin does what 1.x's loops did:
+``lightning-mgpu upgrade`` keeps such a hook as ``_<step>_end_1x`` and puts :class:`LegacyStepEnds` last among the
+class's bases (last: the class hierarchy stays valid where a base class in another file has it already). The mixin
+does what 1.x's loops did:
 
 - every ``training_step``/``validation_step``/``test_step`` defined on the class or on any subclass (in this file or
   another: a base class's step end applied to its subclasses' steps in 1.x) is wrapped, at class creation
@@ -99,12 +100,12 @@ def _after_step(step_name: str, step: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class LegacyStepEnds:
-    """Mixin (first among a LightningModule's bases) that runs 1.x's ``*_step_end`` hooks, kept as
+    """Mixin (last among a LightningModule's bases) that runs 1.x's ``*_step_end`` hooks, kept as
     ``_<step>_end_1x``, after each step as 1.x did; see the module's docstring.
 
     Example::
 
-        class Model(LegacyStepEnds, LightningModule):
+        class Model(LightningModule, LegacyStepEnds):
             def training_step(self, batch, batch_idx):
                 return {"loss": self.loss(batch), "flag": batch_idx % 2 == 0}
 

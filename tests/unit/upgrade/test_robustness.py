@@ -221,3 +221,20 @@ def test_a_node_libcst_cannot_write_is_caught_statement_by_statement(monkeypatch
         f"{TODO}internal-error): class M not converted: the tool raised TypeError; please report it\n"
         + source.replace(NEIGHBOUR, NEIGHBOUR_AFTER)
     )
+
+
+def test_one_name_imported_plainly_and_under_an_alias_both_bind() -> None:
+    """pytorch_lightning 1.9's lite.py: the removed DDPShardedStrategy imported under an alias and used by its plain
+    name too; the bundle's class is asked for both ways (libcst's AddImportsVisitor raised TypeError on that: the
+    whole module was left with an internal-error TODO)."""
+    source = (
+        "from pytorch_lightning.strategies import DDPShardedStrategy as PLSharded\n"
+        "from pytorch_lightning.strategies import DDPShardedStrategy\n\n"
+        "a = PLSharded()\nb = DDPShardedStrategy()\n"
+    )
+    out = upgrade_source(source).source
+    assert "internal-error" not in out
+    namespace: dict[str, object] = {}
+    exec(compile(out.replace("a = PLSharded()\nb = DDPShardedStrategy()\n", ""), "<upgraded>", "exec"), namespace)
+    assert namespace["PLSharded"] is namespace["ShardedStrategy"]
+    assert upgrade_source(out).source == out
