@@ -23,6 +23,8 @@ from lightning_mgpu.upgrade.nodes import quoted as _quoted
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import literal as _literal
 
+#: The tasks torchmetrics >= 0.11 takes (its first positional parameter in the classes).
+TASKS = frozenset({"binary", "multiclass", "multilabel"})
 #: torchmetrics <= 0.10 keywords that 0.11 removed -> the values that say nothing beside task="multiclass".
 #: compute_on_step=False only made forward() return None instead of the batch's value: the metric is the same.
 LEGACY_METRIC_ARGS: dict[str, tuple[Any, ...]] = {
@@ -59,6 +61,13 @@ def metric_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> c
     it; with neither, a TODO."""
     keywords = {a.keyword.value for a in updated.args if a.keyword is not None}
     if "task" in keywords or any(a.star for a in updated.args):
+        return updated
+    # The task given by position (torchmetrics >= 0.11: Accuracy("binary", ...), accuracy(p, t, "multiclass", ...)):
+    # already 2.x. No 0.10 signature took one of these strings by position.
+    if any(
+        a.keyword is None and isinstance(a.value, cst.SimpleString) and a.value.evaluated_value in TASKS
+        for a in updated.args
+    ):
         return updated
     name = (_dotted(updated.func) or "").split(".")[-1]
     # torchmetrics <= 0.10's own keywords, which 0.11's metrics refuse: dropped where they say nothing beside
