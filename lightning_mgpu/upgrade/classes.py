@@ -22,6 +22,7 @@ from lightning_mgpu.upgrade.hooks import (
     convert_epoch_ends,
     convert_log_returns,
     convert_renamed_hooks,
+    own_returns,
     with_comments,
     wrap_returns,
 )
@@ -240,28 +241,8 @@ def _always_returns_value(func: cst.FunctionDef) -> bool:
     last = body[-1] if body else None
     if not (isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return)):
         return False
-    returns = list(_own_returns(func))
+    returns = list(own_returns(func))
     return all(r.value is not None and not m.matches(r.value, m.Name("None")) for r in returns)
-
-
-def _own_returns(func: cst.FunctionDef) -> list[cst.Return]:
-    found: list[cst.Return] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is func
-
-        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-            return False
-
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
-
-        def visit_Return(self, node: cst.Return) -> None:
-            found.append(node)
-
-    read_only_visit(func, Finder())
-    return found
 
 
 def _subclassed_in_file(module: cst.CSTNode, name: str) -> bool:

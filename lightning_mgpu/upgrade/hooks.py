@@ -79,7 +79,7 @@ def _param_names(func: cst.FunctionDef) -> list[str]:
     return [p.name.value for p in func.params.params]
 
 
-def _returns(func: cst.FunctionDef) -> Iterator[cst.Return]:
+def own_returns(func: cst.FunctionDef) -> Iterator[cst.Return]:
     """The return statements of ``func`` itself (not of functions or classes nested in it)."""
     found: list[cst.Return] = []
 
@@ -198,7 +198,7 @@ def _returns_dict(func: cst.FunctionDef) -> bool:
                         dict_names.add(target.target.value)
 
     read_only_visit(func, Finder())
-    values = [r.value for r in _returns(func) if r.value is not None]
+    values = [r.value for r in own_returns(func) if r.value is not None]
     return bool(values) and all(
         isinstance(v, cst.Dict) or (isinstance(v, cst.Name) and v.value in dict_names) for v in values
     )
@@ -352,7 +352,7 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
             if (
                 not hooks
                 or not steps
-                or any(not any(r.value is not None for r in _returns(s)) for s in steps)
+                or any(not any(r.value is not None for r in own_returns(s)) for s in steps)
                 or (step_name == "training_step" and any("optimizer_idx" in _param_names(s) for s in steps))
             ):
                 continue
@@ -703,7 +703,7 @@ def _returned_names(func: cst.FunctionDef) -> dict[str, _ReturnedName]:
     """The local names ``func`` returns (``return output``) that hold a dict it builds with "log"/"progress_bar"
     entries, and whether each is followed: every occurrence of the name in ``func`` (nested functions included) is
     ``name = <dict>``, ``name["key"] = x``, a read ``name["key"]`` of another key, or ``return name``."""
-    names = {r.value.value for r in _returns(func) if isinstance(r.value, cst.Name)}
+    names = {r.value.value for r in own_returns(func) if isinstance(r.value, cst.Name)}
     found: dict[str, _ReturnedName] = {}
     for name in names - {"None", "self"}:
         seen = accounted = 0
