@@ -255,6 +255,20 @@ def _subclass_trainer_calls(tree: ast.AST) -> set[int]:
     return calls
 
 
+#: Bases that make a class a plain one: no LightningModule (or subclass of one) can derive from these alone.
+PLAIN_BASES = frozenset({"object", "nn.Module", "Module", "torch.nn.Module"})
+
+
+def _plain_class_nodes(tree: ast.AST) -> set[int]:
+    """The ids of the nodes inside classes with no base or only :data:`PLAIN_BASES` (a user's own ``class
+    Trainer():`` that sets ``self.hparams``): such a class is no LightningModule, so its attributes are its own."""
+    found: set[int] = set()
+    for cls in ast.walk(tree):
+        if isinstance(cls, ast.ClassDef) and all(ast.unparse(b) in PLAIN_BASES for b in cls.bases):
+            found |= {id(node) for node in ast.walk(cls)}
+    return found
+
+
 def _log_keyed(value: ast.expr | None) -> bool:
     """Whether ``value`` builds a dict with a "log"/"progress_bar" entry: ``{...}``, ``dict(...)`` or
     ``OrderedDict(...)`` (its ``{...}`` or its keywords)."""
@@ -286,9 +300,7 @@ def _log_returns(tree: ast.AST) -> list[tuple[int, str]]:
     sets ``name["log"] = ...`` on). A class deriving from nn.Module only is a plain module: its methods are its own."""
     found: list[tuple[int, str]] = []
     for cls in ast.walk(tree):
-        if not isinstance(cls, ast.ClassDef) or not cls.bases:
-            continue
-        if all(ast.unparse(b) in ("nn.Module", "Module", "torch.nn.Module") for b in cls.bases):
+        if not isinstance(cls, ast.ClassDef) or all(ast.unparse(b) in PLAIN_BASES for b in cls.bases):
             continue
         for func in cls.body:
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.name not in LOG_RETURN_HOOKS:
@@ -330,6 +342,7 @@ def leftovers(source: str) -> list[tuple[int, str]]:
     tree = ast.parse(source)
     metric_classes, metric_modules = _metric_names(tree)
     subclass_calls = _subclass_trainer_calls(tree)  # cls(...) / super().__init__(...) of a Trainer subclass
+    plain = _plain_class_nodes(tree)  # self.hparams = ... in a class that cannot be a LightningModule is its own
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -366,7 +379,11 @@ def leftovers(source: str) -> list[tuple[int, str]]:
                 and isinstance(func.value, ast.Name)
                 and func.value.id in metric_modules
             )
-            if is_metric and not any(k.arg == "task" or k.arg is None for k in node.keywords):
+            # torchmetrics >= 0.11 also takes the task as the first positional argument: Accuracy("binary").
+            task_by_position = (
+                bool(node.args) and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+            )
+            if is_metric and not task_by_position and not any(k.arg == "task" or k.arg is None for k in node.keywords):
                 found.append((node.lineno, "torchmetrics metric without task="))
         elif isinstance(node, ast.Dict):
             for key in node.keys:
@@ -399,7 +416,7 @@ def leftovers(source: str) -> list[tuple[int, str]]:
                 found.append((node.lineno, f"def {node.name}(..., optimizer_idx)"))
             if node.name == "on_train_epoch_end" and "outputs" in params:
                 found.append((node.lineno, "def on_train_epoch_end(..., outputs)"))
-        elif isinstance(node, ast.Assign):
+        elif isinstance(node, ast.Assign) and id(node) not in plain:
             for target in node.targets:
                 if ast.unparse(target) == "self.hparams":
                     found.append((node.lineno, "self.hparams = ..."))

@@ -55,7 +55,7 @@ def test_the_checker_sees_what_it_looks_for() -> None:
     source = (
         "from pytorch_lightning.metrics import Accuracy\n"
         "t = Trainer(gpus=2, accelerator='ddp')\n"
-        "class M:\n    def validation_epoch_end(self, outputs):\n        self.hparams = outputs\n"
+        "class M(pl.LightningModule):\n    def validation_epoch_end(self, outputs):\n        self.hparams = outputs\n"
         "# TODO(lightning-mgpu:x): y\nt2 = Trainer(resume_from_checkpoint=p)\n"
     )
     whats = {what for _, what in unmarked(source)}

@@ -53,3 +53,20 @@ def test_2x_code_has_no_leftovers() -> None:
         "class C(Callback):\n    def on_train_epoch_end(self, trainer, pl_module):\n        pass\n"
     )
     assert leftovers(source) == []
+
+
+def test_a_metric_given_its_task_by_position_is_not_a_leftover() -> None:
+    """torchmetrics >= 0.11 takes the task as its first positional argument (``Accuracy("binary")``)."""
+    source = "from torchmetrics import Accuracy\nacc = Accuracy('binary', num_classes=2)\nbad = Accuracy(2)\n"
+    assert leftovers(source) == [(3, "torchmetrics metric without task=")]
+
+
+def test_hparams_assigned_in_a_class_that_cannot_be_a_lightning_module_is_its_own() -> None:
+    """``self.hparams = ...`` is 1.x's only in a class that may be a LightningModule: not in a class with no base, or
+    deriving from ``object`` or ``nn.Module`` alone (a user's own ``class Trainer():`` keeping a dict)."""
+    source = (
+        "class Trainer():\n    def __init__(self, hparams):\n        self.hparams = hparams\n"
+        "class Net(nn.Module):\n    def __init__(self, hparams):\n        self.hparams = hparams\n"
+        "class Model(pl.LightningModule):\n    def __init__(self, hparams):\n        self.hparams = hparams\n"
+    )
+    assert leftovers(source) == [(9, "self.hparams = ...")]

