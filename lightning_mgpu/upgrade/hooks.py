@@ -251,7 +251,10 @@ _LOADER_COUNTS = {"validation_epoch_end": "num_val_batches", "test_epoch_end": "
 
 def _loader_param(step: cst.FunctionDef, step_name: str) -> str | None:
     """The parameter 1.x passed the dataloader index in: ``dataloader_idx`` by name, or a validation/test step's
-    fourth (``self, batch, batch_idx, idx``)."""
+    fourth (``self, batch, batch_idx, idx``). 1.x never passed one to ``training_step`` (several training loaders were
+    combined into one batch), so a training step's ``dataloader_idx=None`` parameter is only ever its default."""
+    if step_name == "training_step":
+        return None
     names = _param_names(step)
     if "dataloader_idx" in names:
         return "dataloader_idx"
@@ -533,7 +536,9 @@ def _collect(cls: cst.ClassDef, step_name: str, attr: str, shape: HookShape, ret
         wrap = f"recursive_detach({wrap})"
     else:
         wrap = "{}"
-    target = f"{attr}.setdefault({shape.loader_param}, [])" if shape.loader_param else attr
+    # Keyed by the loader index, and 0 where the step's default (dataloader_idx=None) stands: 1.x and 2.x pass the
+    # index only where there are several loaders, and the epoch end reads keys 0, 1, ...
+    target = f"{attr}.setdefault({shape.loader_param} or 0, [])" if shape.loader_param else attr
     new_step = step.visit(_CollectReturns(step, target, wrap))
     return replace_method(cls, step_name, [new_step])  # type: ignore[list-item]
 

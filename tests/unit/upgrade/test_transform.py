@@ -502,7 +502,7 @@ def test_epoch_end_hooks_collect_the_steps_outputs() -> None:
     # A step with a loader index: collected per loader, handed over as 1.x did (a list per loader where there are
     # several, one flat list where there is one).
     assert "self.test_step_outputs = {}" in out
-    assert "self.test_step_outputs.setdefault(dataloader_idx, []).append(step_output)" in out
+    assert "self.test_step_outputs.setdefault(dataloader_idx or 0, []).append(step_output)" in out
     assert (
         "    def on_test_epoch_end(self):\n"
         "        outputs = [self.test_step_outputs.get(i, []) for i in range(len(self.trainer.num_test_batches))]\n"
