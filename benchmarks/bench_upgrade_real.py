@@ -7,7 +7,8 @@ in-process), and reports per file and in total:
 
 - converted: the tool ran on it (changed or not); changed: it wrote something;
 - fully converted: converted, compiles, no TODO and no unmarked 1.x spelling left;
-- compiles: ``compile()`` of the output; idempotent: a second run changes nothing;
+- compiles: ``compile()`` of the output (a script in IPython's syntax, ``%cd``/``!pip`` lines, with those lines
+  masked as the tool converts it); idempotent: a second run changes nothing;
 - TODOs by rule (the ``# TODO(lightning-mgpu:RULE)`` comments the run added) and the files each rule leaves;
 - unmarked 1.x spellings left, by kind (:func:`lightning_mgpu.upgrade.leftovers.unmarked`, which reads the output with
   ``ast``, independently of the transformer);
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_mgpu.upgrade.leftovers import unmarked
-from lightning_mgpu.upgrade.notebook import PYTHON_CELL_MAGICS, python_file_cell
+from lightning_mgpu.upgrade.notebook import PYTHON_CELL_MAGICS, mask_ipython, python_file_cell, upgrade_ipython_script
 from lightning_mgpu.upgrade.run import default_jobs, upgrade_paths
 from lightning_mgpu.upgrade.transform import upgrade_source
 
@@ -131,10 +132,27 @@ def _compiles(source: str) -> bool:
     return True
 
 
+def _python_view(source: str) -> str:
+    """``source`` as Python: a script in IPython's syntax (``%cd``, ``!pip`` lines) with those lines masked, as the
+    tool converts it; anything else as it is."""
+    if _compiles(source):
+        return source
+    masked = mask_ipython(source)
+    return masked[0] if masked is not None and masked[1] else source
+
+
+def _second_run(source: str) -> str:
+    """What a second run of the tool makes of an output (through the same path as the first)."""
+    if _compiles(source):
+        return upgrade_source(source).source
+    script = upgrade_ipython_script(source)
+    return source if script is None else script.source
+
+
 def measure_python(path: Path, figures: FileFigures) -> None:
     """Run the tool on one ``.py`` file in place, as ``--write`` does, and fill in ``figures``."""
     original = path.read_text(encoding="utf-8", errors="surrogateescape")
-    parses = _compiles(original)
+    parses = _compiles(_python_view(original))
     start = time.perf_counter()
     try:
         report = upgrade_paths([path], write=True, out=io.StringIO())
@@ -153,13 +171,13 @@ def measure_python(path: Path, figures: FileFigures) -> None:
         return
     after = path.read_text(encoding="utf-8")
     figures.changed = after != original
-    figures.compiles = _compiles(after)
+    figures.compiles = _compiles(_python_view(after))
     try:
-        figures.idempotent = upgrade_source(after).source == after
+        figures.idempotent = _second_run(after) == after
     except Exception as err:  # noqa: BLE001
         figures.idempotent, figures.reason = False, f"second run: {type(err).__name__}: {err}"
     figures.todos = _todos(original, after)
-    figures.unmarked = _unmarked(after) if figures.compiles else {}
+    figures.unmarked = _unmarked(_python_view(after)) if figures.compiles else {}
 
 
 def measure_notebook(path: Path, figures: FileFigures) -> None:

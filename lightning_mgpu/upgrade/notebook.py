@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_mgpu.upgrade.findings import Finding, UpgradeError, namespace_of, syntax_error
+from lightning_mgpu.upgrade.findings import FileResult, Finding, UpgradeError, namespace_of, syntax_error
 from lightning_mgpu.upgrade.transform import upgrade_source
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,29 @@ def mask_ipython(source: str) -> tuple[str, list[str]] | None:
             continue
         masked.append(line)
     return "".join(masked), originals
+
+
+def upgrade_ipython_script(source: str) -> FileResult | None:
+    """A ``.py`` file in IPython's syntax, converted like one notebook cell: a Jupytext/VS Code "percent" script
+    (``# %%`` cells) or an exported notebook keeps lines such as ``%cd ..`` and ``!pip install ...``, which Python
+    refuses. Each such line is masked while the file is rewritten and put back after.
+
+    Args:
+        source: the file's text, which does not parse as Python.
+
+    Returns:
+        The upgraded file and its findings (line numbers the file's own), or None where masking finds no IPython line
+        or the file opens with a cell magic whose body is not Python.
+
+    Raises:
+        libcst.ParserSyntaxError: the masked file does not parse either.
+    """
+    masked = mask_ipython(source) if "__lightning_mgpu_ipython_" not in source else None
+    if masked is None or not masked[1]:
+        return None
+    code, originals = masked
+    result = upgrade_source(code)
+    return FileResult(unmask_ipython(result.source, originals), result.findings, result.renamed)
 
 
 def python_file_cell(source: str) -> tuple[str, str] | None:

@@ -242,9 +242,22 @@ def _upgrade_file(path: Path, source: str, report: RunReport) -> tuple[str, list
                 (f" (cell {c.index})", c.before + "\n", c.after + "\n") for c in notebook.cells if c.after != c.before
             ]
             return notebook.text, notebook.findings, diffs
-        result = upgrade_source(source)
+        try:
+            result = upgrade_source(source)
+        except cst.ParserSyntaxError:
+            # Python refuses it: a script in IPython's syntax (``%cd``, ``!pip`` lines) converts as a notebook cell.
+            from lightning_mgpu.upgrade.notebook import upgrade_ipython_script
+
+            script = upgrade_ipython_script(source)
+            if script is None:
+                raise
+            result = script
     except cst.ParserSyntaxError as err:
-        report.unparsable[path] = f"does not parse ({syntax_error(source, err)})"
+        from lightning_mgpu.upgrade.notebook import mask_ipython
+
+        masked = mask_ipython(source)  # where the file is IPython's, the error Python sees once its lines are masked
+        where = masked[0] if masked is not None and masked[1] else source
+        report.unparsable[path] = f"does not parse ({syntax_error(where, err)})"
         return None
     except MissingDependencyError:
         raise  # nbformat is missing: the run stops with the extra to install

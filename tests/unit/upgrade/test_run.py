@@ -162,3 +162,36 @@ def test_jobs_below_one_is_refused_in_one_line(scripts: Path, capsys: pytest.Cap
     err = capsys.readouterr().err
     assert err == "lightning-mgpu upgrade: error: --jobs 0: pass 1 or more\n"
     assert (scripts / "gan_dp.py").read_text() == before  # refused before any file is touched
+
+
+PERCENT_SCRIPT = """# %%
+%cd ..
+!pip install pytorch-lightning==1.5.10
+import pytorch_lightning as pl
+
+# %%
+trainer = pl.Trainer(gpus=1, max_epochs=3)
+files = !ls
+if files:
+    !echo \\
+        continued
+"""
+
+
+def test_a_script_in_ipythons_syntax_converts_with_its_magics_kept(tmp_path: Path, capsys) -> None:
+    """A Jupytext/VS Code "percent" script keeps ``%cd`` and ``!pip`` lines, which Python refuses (two real held-out
+    files were skipped as "does not parse"): it converts as a notebook cell does, its IPython lines as they were."""
+    script = tmp_path / "scratch.py"
+    script.write_text(PERCENT_SCRIPT)
+    assert cli_main(["upgrade", "--write", "--jobs", "1", str(script)]) == 0
+    out = script.read_text()
+    assert out == PERCENT_SCRIPT.replace("pl.Trainer(gpus=1,", 'pl.Trainer(accelerator="gpu", devices=1,')
+    assert "1 of 1 file(s) changed" in capsys.readouterr().err
+    assert cli_main(["upgrade", "--write", "--jobs", "1", str(script)]) == 0  # idempotent
+    assert script.read_text() == out
+    # Still refused: a file that does not parse once IPython's lines are masked.
+    broken = tmp_path / "broken.py"
+    broken.write_text("%cd ..\ndef f(:\n    pass\n")
+    capsys.readouterr()
+    assert cli_main(["upgrade", "--write", "--jobs", "1", str(broken)]) == 0
+    assert "skipped, does not parse (line 2: " in capsys.readouterr().err
