@@ -855,6 +855,67 @@ def _is_callback_hook(func: cst.FunctionDef) -> bool:
     return len(names) >= 3 and names[1] == "trainer"
 
 
+#: 1.x's hooks that ran in every loop's epochs, and the name each keeps where the class has their 2.x hooks already.
+_LOOP_EPOCH_HOOKS = {"on_epoch_start": "_on_epoch_start_1x", "on_epoch_end": "_on_epoch_end_1x"}
+
+
+def merge_loop_epoch_hook(cls: cst.ClassDef, old: str, targets: tuple[str, ...]) -> cst.ClassDef | None:
+    """``on_epoch_start``/``on_epoch_end`` in a class that already has one of the hooks it becomes (the
+    lightning-hydra-template's ``on_epoch_end`` beside ``training_epoch_end``, now ``on_train_epoch_end``).
+
+    1.x ran ``on_epoch_start`` before each loop's own epoch-start hook, and ``on_epoch_end`` after each loop's own
+    epoch-end hook (itself after ``training_epoch_end``/``validation_epoch_end``): the old hook keeps its body under
+    :data:`_LOOP_EPOCH_HOOKS`' name, each 2.x hook the class has calls it first (start) or last (end), and each one it
+    lacks is that method. None (a TODO) where this cannot be exact: the private name is taken, a hook's parameters
+    differ from the old one's, an end hook can return before its last line, or the old hook calls ``super()``'s (2.x's
+    LightningModule has none).
+    """
+    methods = class_methods(cls)
+    private = _LOOP_EPOCH_HOOKS[old]
+    hook = methods[old]
+    params = _param_names(hook)
+    if private in methods or hook.params.star_arg is not cst.MaybeSentinel.DEFAULT or _uses_name(hook.body, "super"):
+        return None
+    call = cst.parse_statement(f"self.{private}({', '.join(params[1:])})")
+    merged: dict[str, cst.FunctionDef] = {}
+    for target in targets:
+        existing = methods.get(target)
+        if existing is None:
+            continue
+        if _param_names(existing) != params or existing.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+            return None  # a callback's hook under other parameter names: which value goes where is not known
+        block = as_block(existing)
+        body = list(block.body.body)  # type: ignore[union-attr]
+        if old == "on_epoch_end":
+            if any(own_returns(existing)):
+                return None  # a return before the end would skip what 1.x ran after the hook
+            if len(body) == 1 and m.matches(body[0], m.SimpleStatementLine(body=[m.Pass()])):
+                # ``pass`` alone (an epoch end kept empty): the call takes its place and its comments.
+                body = [call.with_changes(leading_lines=body[0].leading_lines)]  # type: ignore[attr-defined]
+            else:
+                body.append(call)
+        else:
+            # 1.x ran on_epoch_start first: the call goes above the body (below a docstring).
+            docstring = int(
+                bool(body)
+                and isinstance(body[0], cst.SimpleStatementLine)
+                and isinstance(body[0].body[0], cst.Expr)
+                and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+            )
+            body.insert(docstring, call)
+        merged[target] = block.with_changes(body=block.body.with_changes(body=body))
+    kept = hook.with_changes(name=cst.Name(private))
+    aliases = [
+        cst.parse_statement(f"{target} = {private}  # 1.x's {old} ran in every loop's epochs")
+        for target in targets
+        if target not in merged
+    ]
+    cls = replace_method(cls, old, [kept, *aliases])
+    for target, method in merged.items():
+        cls = replace_method(cls, target, [method])
+    return cls
+
+
 def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
     """Hooks 2.0 renamed, on callbacks and modules: ``on_epoch_start`` -> ``on_train_epoch_start`` (with the
     validation and test hooks it also stood for as aliases, so the 1.x behaviour stays), ``on_pretrain_routine_*`` ->
@@ -868,7 +929,14 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
         if hook is None:
             continue
         if new in methods or any(a in methods for a in aliases):
-            result.todos.append((old, rules.todo_text("hook-conflict", hook=old, new=new)))
+            merged = merge_loop_epoch_hook(result.node, old, (new, *aliases)) if old in _LOOP_EPOCH_HOOKS else None
+            if merged is None:
+                result.todos.append((old, rules.todo_text("hook-conflict", hook=old, new=new)))
+                continue
+            result.node = merged
+            result.changes.append(
+                (old, "renamed-hook", f"{old} -> {_LOOP_EPOCH_HOOKS[old]}, run by {new} and {', '.join(aliases)}")
+            )
             continue
         params = hook.params
         if old in ("on_batch_start", "on_batch_end"):

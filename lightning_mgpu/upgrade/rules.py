@@ -827,7 +827,9 @@ RULES = _rules(
         "renamed-hook",
         "a renamed hook (on_epoch_start -> on_train_epoch_start, ...)",
         "on_epoch_start/on_epoch_end became on_train_epoch_start/end, with on_validation_epoch_* and on_test_epoch_*"
-        " as aliases (1.x ran them in every loop's epochs); on_pretrain_routine_start/end became on_fit_start;"
+        " as aliases (1.x ran them in every loop's epochs); where the class has some of those hooks already (an"
+        " epoch end converted from training_epoch_end), the old body becomes _on_epoch_start_1x/_on_epoch_end_1x,"
+        " called first/last in each of them, as 1.x ran it; on_pretrain_routine_start/end became on_fit_start;"
         " on_batch_start/end became on_train_batch_start/end with their 2.x parameters.",
         kind="rewrite",
     ),
