@@ -885,7 +885,7 @@ def merge_loop_epoch_hook(cls: cst.ClassDef, old: str, targets: tuple[str, ...])
         if _param_names(existing) != params or existing.params.star_arg is not cst.MaybeSentinel.DEFAULT:
             return None  # a callback's hook under other parameter names: which value goes where is not known
         block = as_block(existing)
-        body = list(block.body.body)  # type: ignore[union-attr]
+        body = list(block.body.body)
         if old == "on_epoch_end":
             if any(own_returns(existing)):
                 return None  # a return before the end would skip what 1.x ran after the hook
