@@ -5,8 +5,8 @@ turned into manual optimization (:mod:`~lightning_mgpu.upgrade.manual_optimizati
 the 1.x ``*_step_end`` hooks, and the removed ``@auto_move_data`` decorator.
 
 Rule ids: hook-param, eval-step-optimizer-idx, step-end, track-grad-norm, manual-optimization (and the rules
-:mod:`~lightning_mgpu.upgrade.hooks` reports, recorded here); TODOs optimizer-idx, eval-step-optimizer-idx, step-end,
-auto-move-data.
+:mod:`~lightning_mgpu.upgrade.hooks` and :mod:`~lightning_mgpu.upgrade.progress_bar_hooks` report, recorded here);
+TODOs optimizer-idx, eval-step-optimizer-idx, step-end, auto-move-data.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from lightning_mgpu.upgrade.hooks import (
 from lightning_mgpu.upgrade.leftover_spellings import drop_eval_optimizer_idx
 from lightning_mgpu.upgrade.manual_optimization import convert as manual_convert
 from lightning_mgpu.upgrade.manual_optimization import convert_subclass as manual_convert_subclass
+from lightning_mgpu.upgrade.progress_bar_hooks import convert as convert_progress_bar_dict
+from lightning_mgpu.upgrade.progress_bar_hooks import with_last_base
 from lightning_mgpu.upgrade.result_objects import convert_result_objects
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.traverse import read_only_visit
@@ -386,6 +388,11 @@ def leave_class_def(ctx: UpgradeContext, original: cst.ClassDef, updated: cst.Cl
         updated = with_legacy_step_ends(ctx, updated)
     lines = {s.name.value: ctx.line(s) for s in original.body.body if isinstance(s, cst.FunctionDef)}
     comments: list[tuple[str, str]] = []
+    # get_progress_bar_dict (progress_bar_hooks.py): LegacyProgressBarDict, after LegacyStepEnds, or its TODO.
+    updated, bar_todo = convert_progress_bar_dict(ctx, original, updated)
+    if bar_todo is not None:
+        ctx.findings.append(Finding(lines.get("get_progress_bar_dict", ctx.line(original)), bar_todo, todo=True))
+        comments.append(("get_progress_bar_dict", bar_todo))
     updated = _hook_rewrites(ctx, original, updated, has_optimizer_idx, lines, comments)
     if manual:  # several optimizers -> manual optimization, as 1.x ran them: manual_optimization.py
         updated = _manual_optimization(ctx, original, updated, manual, lines, comments)
@@ -395,23 +402,7 @@ def leave_class_def(ctx: UpgradeContext, original: cst.ClassDef, updated: cst.Cl
 def with_legacy_step_ends(ctx: UpgradeContext, cls: cst.ClassDef) -> cst.ClassDef:
     """``cls`` with :class:`~lightning_mgpu.upgrade.step_ends.LegacyStepEnds` as its last positional base (last: a
     base that already has it, in this file or another, keeps a consistent MRO), imported from the bundle."""
-    ctx.add_import("lightning_mgpu.upgrade.step_ends", "LegacyStepEnds", None)
-    if any(_dotted(b.value) == "LegacyStepEnds" for b in cls.bases):
-        return cls
-    bases = list(cls.bases)
-    positional = [i for i, b in enumerate(bases) if b.keyword is None and not b.star]
-    index = positional[-1] + 1 if positional else 0
-    new = cst.Arg(cst.Name("LegacyStepEnds"))
-    if index < len(bases):
-        new = new.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    elif bases:
-        bases[-1] = bases[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    bases.insert(index, new)
-    return cls.with_changes(
-        bases=bases,
-        lpar=cls.lpar if bases and not isinstance(cls.lpar, cst.MaybeSentinel) else cst.LeftParen(),
-        rpar=cls.rpar if bases and not isinstance(cls.rpar, cst.MaybeSentinel) else cst.RightParen(),
-    )
+    return with_last_base(ctx, cls, "lightning_mgpu.upgrade.step_ends", "LegacyStepEnds")
 
 
 def _hook_rewrites(

@@ -921,7 +921,7 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
     validation and test hooks it also stood for as aliases, so the 1.x behaviour stays), ``on_pretrain_routine_*`` ->
     ``on_fit_start``, ``on_batch_*`` -> ``on_train_batch_*``, ``on_keyboard_interrupt`` -> ``on_exception`` guarded
     by ``isinstance(exception, KeyboardInterrupt)``; ``dataloader_idx``/``outputs`` go from the hooks that lost them;
-    ``on_init_*`` and ``get_progress_bar_dict`` get a TODO."""
+    ``on_init_*`` get a TODO (``get_progress_bar_dict``: progress_bar_hooks.py)."""
     result = ClassResult(cls)
     for old, (new, aliases) in rules.RENAMED_HOOKS.items():
         methods = class_methods(result.node)
@@ -1013,8 +1013,6 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
             or (name in methods and len(_param_names(methods[name])) == 2)
         ):
             result.todos.append((name, rules.todo_text("init-hooks", hook=name)))
-    if "get_progress_bar_dict" in methods:
-        result.todos.append(("get_progress_bar_dict", rules.todo_text("progress-bar-dict")))
     return result
 
 

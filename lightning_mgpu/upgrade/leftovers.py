@@ -269,6 +269,22 @@ def _plain_class_nodes(tree: ast.AST) -> set[int]:
     return found
 
 
+def _kept_progress_bar_dicts(tree: ast.AST) -> set[int]:
+    """ids of the ``def get_progress_bar_dict`` that are no 1.x leftover: in a class with LegacyProgressBarDict among
+    its bases (the converted hook, shown at run time), or in a callback's, a progress bar's or a DataModule's class
+    (the user's own method: 1.x called the hook on LightningModules only)."""
+    kept: set[int] = set()
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        bases = {ast.unparse(b).rsplit(".", 1)[-1] for b in cls.bases}
+        if "LegacyProgressBarDict" in bases or any(
+            part in base for base in bases for part in ("Callback", "ProgressBar", "DataModule")
+        ):
+            kept |= {id(s) for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "get_progress_bar_dict"}
+    return kept
+
+
 def _log_keyed(value: ast.expr | None) -> bool:
     """Whether ``value`` builds a dict with a "log"/"progress_bar" entry: ``{...}``, ``dict(...)`` or
     ``OrderedDict(...)`` (its ``{...}`` or its keywords)."""
@@ -343,6 +359,7 @@ def leftovers(source: str) -> list[tuple[int, str]]:
     metric_classes, metric_modules = _metric_names(tree)
     subclass_calls = _subclass_trainer_calls(tree)  # cls(...) / super().__init__(...) of a Trainer subclass
     plain = _plain_class_nodes(tree)  # self.hparams = ... in a class that cannot be a LightningModule is its own
+    kept_bar_dicts = _kept_progress_bar_dicts(tree)  # get_progress_bar_dict that is no 1.x leftover
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -410,7 +427,7 @@ def leftovers(source: str) -> list[tuple[int, str]]:
             found.append((node.lineno, node.id))
         elif isinstance(node, ast.FunctionDef):
             params = [a.arg for a in node.args.args]
-            if node.name in REMOVED_HOOKS:
+            if node.name in REMOVED_HOOKS and id(node) not in kept_bar_dicts:
                 found.append((node.lineno, f"def {node.name}"))
             if "optimizer_idx" in params:
                 found.append((node.lineno, f"def {node.name}(..., optimizer_idx)"))

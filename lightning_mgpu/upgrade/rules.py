@@ -800,8 +800,19 @@ RULES = _rules(
     Rule(
         "progress-bar-dict",
         "get_progress_bar_dict is gone: override TQDMProgressBar.get_metrics",
-        "2.x: class Bar(TQDMProgressBar): def get_metrics(self, trainer, pl_module): items ="
-        " super().get_metrics(trainer, pl_module); ...; return items, and pass callbacks=[Bar()].",
+        "Up to 1.6 the progress bar showed a LightningModule's get_progress_bar_dict() (1.x's default: the running"
+        " loss as loss, the logger's version as v_num) with the prog_bar metrics over it; 2.x never calls it, and"
+        " super().get_progress_bar_dict() raises. An override with 1.x's signature, def get_progress_bar_dict(self),"
+        " stays as it is and the class gets lightning_mgpu.upgrade.progress_bar_dict.LegacyProgressBarDict as its"
+        " last base: its super().get_progress_bar_dict() gives 1.x's default (loss, the mean of the last 20 training"
+        " losses, from a callback the mixin puts first among the Trainer's callbacks; v_num), and Lightning's"
+        " ProgressBar.get_metrics (TQDM's, Rich's, a subclass's super() call) shows {**module.get_progress_bar_dict(),"
+        " **trainer.progress_bar_metrics} for that module, as 1.x's did, other modules unchanged. The mixin attaches"
+        " in the module's setup, wrapped at class creation, so a setup without super() still runs it. A method of"
+        " that name on a callback, a progress bar or a DataModule is the user's own and stays. Another signature or a"
+        " decorator keeps this TODO; by hand in 2.x: class Bar(TQDMProgressBar): def get_metrics(self, trainer,"
+        " pl_module): items = super().get_metrics(trainer, pl_module); ...; return items, and pass"
+        " callbacks=[Bar()].",
     ),
     Rule(
         "log-returns",
