@@ -453,6 +453,17 @@ def convert_epoch_ends(
             continue
         params = _param_names(hook)
         used = len(params) == 2 and _uses_name(hook.body, params[1])
+        if _takes_no_outputs(hook):
+            # Decision: 1.x (1.4 to 1.9) called an overridden epoch end with the outputs list, the training one as
+            # soon as one batch ran, the evaluation ones always: ``(self)`` alone raised TypeError, so no 1.x run
+            # reached its body. What the body does is what the author meant at the end of the epoch: the 2.x hook
+            # (nothing collected, the body unchanged).
+            renamed = hook.with_changes(name=cst.Name(new))
+            result.node = replace_method(result.node, old, [renamed])
+            result.changes.append(
+                (old, "epoch-end", f"{old}(self) -> {new}(self) (1.x called it with outputs: a TypeError)")
+            )
+            continue
         if len(params) != 2 or hook.params.star_arg is not cst.MaybeSentinel.DEFAULT:
             result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
             continue
@@ -517,6 +528,20 @@ def convert_epoch_ends(
         result.node = replace_method(result.node, old, [renamed])
         result.changes.append((old, "epoch-end", message))
     return result
+
+
+def _takes_no_outputs(hook: cst.FunctionDef) -> bool:
+    """``def training_epoch_end(self):``: ``self`` alone, no ``*args``/``**kwargs``/keyword-only parameters and not
+    a static or class method (decorated: not known)."""
+    params = hook.params
+    return (
+        [p.name.value for p in params.params] == ["self"]
+        and not params.posonly_params
+        and not params.kwonly_params
+        and isinstance(params.star_arg, cst.MaybeSentinel)
+        and params.star_kwarg is None
+        and not hook.decorators
+    )
 
 
 def _code(node: cst.CSTNode) -> str:

@@ -795,7 +795,10 @@ RULES = _rules(
         " no step of the class's family in the file returns its output, the step runs several optimizers, or a"
         " super() call to the hook is used as a value: collect the outputs by hand. An epoch end that only calls"
         " super().<hook>(outputs) (besides a docstring, pass and comments) in a class whose one base is"
-        " LightningModule is removed: 1.x's LightningModule epoch ends did nothing, and 2.x's has none to call.",
+        " LightningModule is removed: 1.x's LightningModule epoch ends did nothing, and 2.x's has none to call."
+        " One written with self alone (def training_epoch_end(self):) becomes the 2.x hook with its body unchanged:"
+        " 1.x (1.4 to 1.9) called an overridden epoch end with the outputs list (the training one once a batch had"
+        " run, the evaluation ones always), so that signature raised TypeError and no 1.x run reached the body.",
     ),
     Rule(
         "progress-bar-dict",
