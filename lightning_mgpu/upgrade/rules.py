@@ -856,7 +856,26 @@ RULES = _rules(
         " not use; one it uses is left with this TODO (optimizer_idx in use: the optimizer-idx TODO), but for"
         " lr_scheduler_step(self, scheduler, optimizer_idx, metric), whose body gets optimizer_idx ="
         " self.trainer.optimizers.index(scheduler.optimizer): what 1.x passed (the index of the scheduler's optimizer"
-        " among configure_optimizers', matched with scheduler.optimizer).",
+        " among configure_optimizers', matched with scheduler.optimizer). Likewise on_before_optimizer_step: a"
+        " callback's (self, trainer, pl_module, optimizer, opt_idx), whatever the index's name, and a module's"
+        " (self, optimizer, optimizer_idx) lose the index, a body that reads it getting opt_idx ="
+        " trainer.optimizers.index(optimizer) (a module's: self.trainer.optimizers): 1.x passed the optimizer's index"
+        " among the Trainer's, and 2.x passes the same optimizer object.",
+    ),
+    Rule(
+        "finetune-function",
+        "finetune_function: 2.x calls it (pl_module, current_epoch, optimizer)",
+        "Lightning 2.0's BaseFinetuning calls finetune_function(pl_module, current_epoch, optimizer) once for each"
+        " of trainer.optimizers; 1.x passed the optimizer's index as well, so a 1.x override (of a BaseFinetuning or"
+        " BackboneFinetuning subclass, followed through the file's classes) raises TypeError. The tool drops the"
+        " fifth parameter of finetune_function(self, pl_module, epoch, optimizer, idx) and its argument in"
+        " super().finetune_function(...) calls; a body that reads it gets idx ="
+        " pl_module.trainer.optimizers.index(optimizer), the index 1.x passed (1.x's loop enumerated"
+        " trainer.optimizers). A file's own copy of 1.x's BaseFinetuning also calls"
+        " self.finetune_function(pl_module, epoch, optimizer) and loops over enumerate(trainer.optimizers) instead of"
+        " 1.x's private _get_active_optimizers(optimizers, frequencies, batch_idx), its import gone (2.x has no"
+        " optimizer frequencies: every optimizer is active, as in 2.x's own BaseFinetuning). Another signature"
+        " (*args, defaults, a decorator, a super() call passing another value) keeps this TODO: drop the index.",
     ),
     Rule(
         "init-hooks",
