@@ -802,7 +802,13 @@ RULES = _rules(
         " LightningModule is removed: 1.x's LightningModule epoch ends did nothing, and 2.x's has none to call."
         " One written with self alone (def training_epoch_end(self):) becomes the 2.x hook with its body unchanged:"
         " 1.x (1.4 to 1.9) called an overridden epoch end with the outputs list (the training one once a batch had"
-        " run, the evaluation ones always), so that signature raised TypeError and no 1.x run reached the body.",
+        " run, the evaluation ones always), so that signature raised TypeError and no 1.x run reached the body."
+        " A validation/test epoch end whose step no class of its family in the file has (it is inherited from"
+        " another file) gets on_validation_batch_end/on_test_batch_end collecting each step output into"
+        " self.<stage>_batch_outputs per dataloader (a None output left out, a list per loader where there are"
+        " several, as 1.x kept them), after the base's own hook; not in a Callback's or a DataModule's family, nor"
+        " where the family has that hook already. A training epoch end in that shape keeps this TODO (1.x's list"
+        " depended on optimizers the file does not show).",
     ),
     Rule(
         "progress-bar-dict",
