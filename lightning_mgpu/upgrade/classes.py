@@ -19,10 +19,13 @@ from lightning_mgpu.upgrade.context import UpgradeContext
 from lightning_mgpu.upgrade.findings import Finding
 from lightning_mgpu.upgrade.grad_norm import add_hook
 from lightning_mgpu.upgrade.hooks import (
+    ClassResult,
+    class_methods,
     convert_epoch_ends,
     convert_log_returns,
     convert_renamed_hooks,
     own_returns,
+    replace_method,
     with_comments,
     wrap_returns,
 )
@@ -415,8 +418,10 @@ def _hook_rewrites(
 ) -> cst.ClassDef:
     """hooks.py's class rewrites (returned logs, epoch ends, renamed hooks), each on what the one before left; their
     findings recorded at the method's line, their TODOs added to ``comments``."""
+    finetuning = original.name.value in finetuning_classes(ctx.scopes[0].node if ctx.scopes else original)
     for convert in (
         lambda c: convert_result_objects(c, ctx.result_plan.methods),  # result_objects.py
+        lambda c: convert_finetuning(c) if finetuning else ClassResult(c),
         convert_log_returns,
         lambda c: convert_epoch_ends(c, has_optimizer_idx, ctx.epoch_ends.get(original.name.value)),
         convert_renamed_hooks,
@@ -475,6 +480,177 @@ def _manual_optimization(
     return updated
 
 
+#: Lightning's callbacks that call ``finetune_function`` (a file's own class of the name: a copy of Lightning's).
+_FINETUNING_BASES = frozenset({"BaseFinetuning", "BackboneFinetuning"})
+
+
+def finetuning_classes(module: cst.CSTNode) -> set[str]:
+    """The classes of a file that are finetuning callbacks: a copy of Lightning's ``BaseFinetuning`` of the file's
+    own, and every class whose bases (followed through the file's classes) reach a class of that name."""
+    bases: dict[str, set[str]] = {}
+
+    class Finder(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            names = {(_dotted(b.value) or "").rsplit(".", 1)[-1] for b in node.bases if b.keyword is None}
+            bases.setdefault(node.name.value, set()).update(names)
+
+    read_only_visit(module, Finder())
+    found = {name for name in bases if name in _FINETUNING_BASES}
+    grown = True
+    while grown:
+        grown = False
+        for name, above in bases.items():
+            if name not in found and above & (found | _FINETUNING_BASES):
+                found.add(name)
+                grown = True
+    return found
+
+
+def _first_statement_index(body: cst.IndentedBlock) -> int:
+    """Where a statement inserted at the top of a body goes: after its docstring."""
+    first = body.body[0] if body.body else None
+    docstring = (
+        isinstance(first, cst.SimpleStatementLine)
+        and isinstance(first.body[0], cst.Expr)
+        and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+    return 1 if docstring else 0
+
+
+def drop_index_param(
+    func: cst.FunctionDef, hook: str, index: int, optimizers: str, optimizer: str
+) -> tuple[cst.FunctionDef | None, bool]:
+    """``func`` without its positional parameter ``index`` (1.x's optimizer index), the argument gone from its
+    ``super().<hook>(...)`` calls, and where the body reads it, ``<name> = <optimizers>.index(<optimizer>)`` at its
+    top (``optimizers``/``optimizer``: code that names the Trainer's optimizers and the parameter given the
+    optimizer). Returns None where the shape is not one this takes (a ``super()`` call that passes another value in
+    its place, a body on the ``def`` line), and whether the index was computed."""
+    name = func.params.params[index].name.value
+    params = [p for i, p in enumerate(func.params.params) if i != index]
+    params[-1] = params[-1].with_changes(comma=func.params.params[-1].comma)  # a trailing comma, layout kept
+    computed = uses(func.body, name, hook) > 0
+    body = func.body.visit(DropSuperArgs(hook, {name}))
+    assert isinstance(body, cst.BaseSuite)  # a suite stays a suite
+    left = False
+
+    class Left(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            nonlocal left
+            if m.matches(call.func, m.Attribute(value=m.Call(func=m.Name("super")), attr=m.Name(hook))):
+                left = left or len(call.args) > len(params) - 1 or any(a.star for a in call.args)
+
+    read_only_visit(body, Left())
+    if left:
+        return None, False  # super().<hook>(..., 0) or (*args): the index it hands on is not this parameter
+    if computed:
+        if not isinstance(body, cst.IndentedBlock):
+            return None, False
+        line = cst.parse_statement(f"{name} = {optimizers}.index({optimizer})")
+        statements = list(body.body)
+        statements.insert(_first_statement_index(body), line)
+        body = body.with_changes(body=statements)
+    return func.with_changes(params=func.params.with_changes(params=params), body=body), computed
+
+
+def _plain_positional(func: cst.FunctionDef, count: int) -> bool:
+    """``func`` takes exactly ``count`` plain positional parameters (self included) and nothing else."""
+    params = func.params
+    return (
+        len(params.params) == count
+        and not params.posonly_params
+        and not params.kwonly_params
+        and isinstance(params.star_arg, cst.MaybeSentinel)
+        and params.star_kwarg is None
+        and not func.decorators
+    )
+
+
+class _VendoredFinetuning(cst.CSTTransformer):
+    """In a file's own copy of 1.x's ``BaseFinetuning``: ``self.finetune_function(a, b, c, idx)`` ->
+    ``self.finetune_function(a, b, c)`` (2.x's call) and 1.x's private ``_get_active_optimizers(optimizers,
+    frequencies, batch_idx)`` -> ``enumerate(optimizers)``, its import inside the method gone: 2.x has no optimizer
+    frequencies (its own BaseFinetuning loops over ``enumerate(trainer.optimizers)``), and 1.x's function gave every
+    optimizer with its index where there were none."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed = False
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if m.matches(updated.func, m.Attribute(value=m.Name("self"), attr=m.Name("finetune_function"))):
+            if len(updated.args) == 4 and all(a.keyword is None and not a.star for a in updated.args):
+                args = list(updated.args[:3])
+                args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                self.changed = True
+                return updated.with_changes(args=args)
+        if (
+            m.matches(updated.func, m.Name("_get_active_optimizers"))
+            and 2 <= len(updated.args) <= 3
+            and all(a.keyword is None and not a.star for a in updated.args)
+        ):
+            self.changed = True
+            first = updated.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return updated.with_changes(
+                func=cst.Name("enumerate"), args=[first], whitespace_before_args=cst.SimpleWhitespace("")
+            )
+        return updated
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine | cst.RemovalSentinel:
+        if len(updated.body) == 1 and m.matches(
+            updated.body[0],
+            m.ImportFrom(
+                module=m.Attribute(attr=m.Name("utilities"), value=m.Attribute(attr=m.Name("loops"))),
+                names=[m.ImportAlias(name=m.Name("_get_active_optimizers"), asname=None)],
+            ),
+        ):
+            self.changed = True
+            return cst.RemoveFromParent()
+        return updated
+
+
+def convert_finetuning(cls: cst.ClassDef) -> ClassResult:
+    """A finetuning callback's hooks (rule finetune-function): ``finetune_function(self, pl_module, epoch,
+    optimizer, optimizer_idx)`` loses the index, which 2.x's BaseFinetuning no longer passes (it calls
+    ``finetune_function(pl_module, current_epoch, optimizer)`` for each of ``trainer.optimizers``); a body that reads
+    it computes it as ``pl_module.trainer.optimizers.index(optimizer)``, the index 1.x passed. A file's own copy of
+    ``BaseFinetuning`` also calls it as 2.x does (:class:`_VendoredFinetuning`)."""
+    result = ClassResult(cls)
+    hook = "finetune_function"
+    method = class_methods(cls).get(hook)
+    if method is not None and _plain_positional(method, 5):
+        names = [p.name.value for p in method.params.params]
+        new, computed = drop_index_param(method, hook, 4, f"{names[1]}.trainer.optimizers", names[3])
+        if new is None:
+            result.todos.append((hook, rules.todo_text("finetune-function")))
+        else:
+            result.node = replace_method(result.node, hook, [new])
+            how = f", computed as {names[1]}.trainer.optimizers.index({names[3]})" if computed else ""
+            result.changes.append(
+                (hook, "finetune-function", f"{hook}: dropped {names[4]} (2.x does not pass it){how}")
+            )
+    elif method is not None and not _plain_positional(method, 4):
+        # (self, pl_module, epoch, optimizer, *args), a default, a decorator: what 2.x's call binds is not known.
+        result.todos.append((hook, rules.todo_text("finetune-function")))
+    if cls.name.value == "BaseFinetuning":
+        vendored = _VendoredFinetuning()
+        node = result.node.visit(vendored)
+        assert isinstance(node, cst.ClassDef)
+        if vendored.changed:
+            result.node = node
+            result.changes.append(
+                (
+                    "on_train_epoch_start",
+                    "finetune-function",
+                    "BaseFinetuning (a copy of 1.x's): finetune_function called as 2.x calls it, for each optimizer",
+                )
+            )
+        if "_get_active_optimizers" in cst.Module(body=[result.node]).code:
+            result.todos.append(("on_train_epoch_start", rules.todo_text("finetune-function")))
+    return result
+
+
 def leave_function_def(
     ctx: UpgradeContext, original: cst.FunctionDef, updated: cst.FunctionDef
 ) -> cst.FunctionDef | cst.RemovalSentinel:
@@ -523,6 +699,10 @@ def leave_function_def(
 def drop_params(ctx: UpgradeContext, original: cst.FunctionDef, updated: cst.FunctionDef, hook: str) -> cst.FunctionDef:
     if hook == "training_step" and ctx.class_manual[-1] in ("base", "helper"):
         return updated  # the step becomes _training_step_1x, index and all, when the class is left
+    if hook == "on_before_optimizer_step":
+        computed_index = _optimizer_step_index(ctx, original, updated)
+        if computed_index is not None:
+            return computed_index
     names = {p.name.value for p in updated.params.params}
     dropped = set()
     computed = None  # lr_scheduler_step: the scheduler parameter its optimizer_idx is computed from
@@ -563,6 +743,33 @@ def drop_params(ctx: UpgradeContext, original: cst.FunctionDef, updated: cst.Fun
             original, "hook-param", f"{hook}: optimizer_idx computed from {computed}.optimizer, as 1.x passed it"
         )
     return updated.with_changes(params=updated.params.with_changes(params=params), body=body)
+
+
+def _optimizer_step_index(
+    ctx: UpgradeContext, original: cst.FunctionDef, updated: cst.FunctionDef
+) -> cst.FunctionDef | None:
+    """1.x's ``on_before_optimizer_step`` with its index: a callback's ``(self, trainer, pl_module, optimizer,
+    opt_idx)`` (whatever the index's name) or a module's ``(self, optimizer, optimizer_idx)`` whose body reads it.
+    The index goes; a body that reads it computes it from the Trainer's optimizers (rule hook-param): 1.x passed the
+    optimizer's index among them (automatic and manual optimization alike), and 2.x passes the same optimizer
+    object. None where the hook has another shape (drop_params's handling, and its TODO, stays)."""
+    names = [p.name.value for p in updated.params.params]
+    if _plain_positional(updated, 5) and names[1] == "trainer":
+        optimizers = f"{names[1]}.optimizers"  # the hook's trainer parameter
+    elif (
+        _plain_positional(updated, 3)
+        and names[2] == "optimizer_idx"
+        and uses(updated.body, names[2], "on_before_optimizer_step")
+    ):
+        optimizers = "self.trainer.optimizers"
+    else:
+        return None
+    new, computed = drop_index_param(updated, "on_before_optimizer_step", len(names) - 1, optimizers, names[-2])
+    if new is None:
+        return None
+    how = f", computed as {optimizers}.index({names[-2]}), as 1.x passed it" if computed else ""
+    ctx.change(original, "hook-param", f"on_before_optimizer_step: dropped {names[-1]} (gone from 2.x){how}")
+    return new
 
 
 def _scheduler_param(func: cst.FunctionDef) -> str | None:

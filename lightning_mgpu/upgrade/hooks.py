@@ -243,10 +243,15 @@ class HookShape:
     loader_param: str | None
     #: a base of the class in the file has the hook, and its ``__init__`` makes the list
     inherited: bool = False
+    #: no class of the family in the file has the step (it is inherited from another file): the outputs are
+    #: collected per dataloader by an ``on_<stage>_batch_end`` hook the class gets (evaluation stages only)
+    batch_end: bool = False
 
 
 #: Where the number of a stage's dataloaders is, on a 2.x Trainer (one entry per loader).
 _LOADER_COUNTS = {"validation_epoch_end": "num_val_batches", "test_epoch_end": "num_test_batches"}
+#: The 2.x hooks that receive each evaluation step's output, by the 1.x epoch end that got the list of them.
+_BATCH_ENDS = {"validation_epoch_end": "on_validation_batch_end", "test_epoch_end": "on_test_batch_end"}
 
 
 def _loader_param(step: cst.FunctionDef, step_name: str) -> str | None:
@@ -350,6 +355,22 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
                     inherited = inherited or member in up[name]
                 if step is not None:
                     steps.append(step)
+            if hooks and not steps and old in _BATCH_ENDS and not inherited:
+                # Decision: the step is inherited from another file (not seen): 2.x hands each evaluation step's
+                # output to on_<stage>_batch_end, which collects them as 1.x did (a None output left out, a list
+                # per dataloader where there are several), whatever the step. Not the training stage: there 1.x's
+                # list depended on the optimizers (nested per optimizer, the loss normalised), which the file does
+                # not show. A family with the batch-end hook already keeps the TODO.
+                # A callback's or a DataModule's method of the name is the user's own (1.x called neither's).
+                outside = {
+                    (dotted(b.value) or "").rsplit(".", 1)[-1] for member in family for b in by_name[member].bases
+                } - set(by_name)
+                batch_end = _BATCH_ENDS[old]
+                if not any(word in base for base in outside for word in ("Callback", "DataModule")) and not any(
+                    batch_end in class_methods(by_name[member]) for member in family
+                ):
+                    shapes[old] = HookShape(False, "dataloader_idx", False, batch_end=True)
+                continue
             # Decision: every step of the family must return something, and none may run several optimizers (their
             # outputs nest per optimizer; manual_optimization.py rewrites those steps): else the TODO stays.
             if (
@@ -430,6 +451,9 @@ def convert_epoch_ends(
         methods = class_methods(result.node)
         hook, step = methods.get(old), methods.get(step_name)
         shape = family.get(old)
+        if shape is not None and shape.batch_end:
+            # a list of its own: an inherited step converted in its own file collects into self.<step>_outputs
+            attr = attr.replace("_step_outputs", "_batch_outputs")
         blocked = shape is None or (step_name == "training_step" and has_optimizer_idx)
         empty = "{}" if shape is not None and shape.loader_param else "[]"
         if hook is not None and super_only_epoch_end(result.node, hook, old):
@@ -456,6 +480,17 @@ def convert_epoch_ends(
             continue
         params = _param_names(hook)
         used = len(params) == 2 and _uses_name(hook.body, params[1])
+        if _takes_no_outputs(hook):
+            # Decision: 1.x (1.4 to 1.9) called an overridden epoch end with the outputs list, the training one as
+            # soon as one batch ran, the evaluation ones always: ``(self)`` alone raised TypeError, so no 1.x run
+            # reached its body. What the body does is what the author meant at the end of the epoch: the 2.x hook
+            # (nothing collected, the body unchanged).
+            renamed = hook.with_changes(name=cst.Name(new))
+            result.node = replace_method(result.node, old, [renamed])
+            result.changes.append(
+                (old, "epoch-end", f"{old}(self) -> {new}(self) (1.x called it with outputs: a TypeError)")
+            )
+            continue
         if len(params) != 2 or hook.params.star_arg is not cst.MaybeSentinel.DEFAULT:
             result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
             continue
@@ -502,7 +537,11 @@ def convert_epoch_ends(
             )
             new_body = hook.body.with_changes(body=[*docstring, *take, *body[len(docstring) :]])
             result.node = _ensure_init_attr(result.node, attr, empty)
+            if shape.batch_end:
+                result.node = _with_batch_end(result.node, old, _BATCH_ENDS[old], attr)
             where = f"by {step_name}" if step is not None else f"by {step_name} of a relative"
+            if shape.batch_end:
+                where = f"by {_BATCH_ENDS[old]} (the step is inherited)"
             per_loader = ", per dataloader" if shape.loader_param else ""
             message = f"{old}(outputs) -> {new}(self), the outputs collected in self.{attr}{per_loader} {where}"
         else:
@@ -520,6 +559,36 @@ def convert_epoch_ends(
         result.node = replace_method(result.node, old, [renamed])
         result.changes.append((old, "epoch-end", message))
     return result
+
+
+def _with_batch_end(cls: cst.ClassDef, old: str, batch_end: str, attr: str) -> cst.ClassDef:
+    """``cls`` with ``on_<stage>_batch_end`` (right after the hook ``old`` became) collecting each step output into
+    ``self.ATTR`` per dataloader, as 1.x's evaluation loop kept them for the epoch end (a None output left out), after
+    the base's own hook."""
+    method = cst.parse_statement(
+        f"def {batch_end}(self, outputs, batch, batch_idx, dataloader_idx=0):\n"
+        f"    super().{batch_end}(outputs, batch, batch_idx, dataloader_idx)\n"
+        "    if outputs is not None:  # 1.x kept each step output but None for the epoch end\n"
+        f"        self.{attr}.setdefault(dataloader_idx, []).append(outputs)\n"
+    ).with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+    body = list(cls.body.body)
+    index = next(i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == old)
+    body.insert(index + 1, method)
+    return cls.with_changes(body=cls.body.with_changes(body=body))
+
+
+def _takes_no_outputs(hook: cst.FunctionDef) -> bool:
+    """``def training_epoch_end(self):``: ``self`` alone, no ``*args``/``**kwargs``/keyword-only parameters and not
+    a static or class method (decorated: not known)."""
+    params = hook.params
+    return (
+        [p.name.value for p in params.params] == ["self"]
+        and not params.posonly_params
+        and not params.kwonly_params
+        and isinstance(params.star_arg, cst.MaybeSentinel)
+        and params.star_kwarg is None
+        and not hook.decorators
+    )
 
 
 def _code(node: cst.CSTNode) -> str:

@@ -21,7 +21,10 @@ readers flag any ``optimizer_idx`` parameter as a 1.x leftover) and gets ``autom
 
 Subclasses in the same file follow their base: a 1.x step of their own becomes their ``_training_step_1x``
 (``super().training_step`` -> ``super()._training_step_1x``), a step of one optimizer gets
-``automatic_optimization = True`` back; a subclass in any other shape keeps the whole family as it was. Subclasses in
+``automatic_optimization = True`` back, a ``configure_optimizers`` of their own that repeats the base's frequencies
+loses the keys; a subclass in any other shape keeps the whole family as it was. A base's ``@abstractmethod`` step
+(the subclasses' steps are the real ones) is taken, as are parameters after the index that have defaults (1.x never
+passed them, see :func:`_step_of_1x`). Subclasses in
 other files cannot be seen: a one-optimizer subclass elsewhere inherits ``automatic_optimization = False``.
 
 Converted only where the file shows all of it; otherwise the ``optimizer-idx`` TODO stays: the class defines
@@ -194,22 +197,30 @@ class _DropFrequency(cst.CSTTransformer):
         return updated.with_changes(elements=kept)
 
 
+#: The decorators a 1.x step may have: ``@abstractmethod`` on a base's step (a LightningModule is no ABC: it marks
+#: the step its subclasses override, and stays on the helper they override in turn).
+_STEP_DECORATORS = frozenset({"abstractmethod", "abc.abstractmethod"})
+
+
 def _step_of_1x(step: cst.FunctionDef) -> bool:
     """``def training_step(self, batch, batch_idx, optimizer_idx)`` (a default on the index is kept: the new step
-    passes it), undecorated, its body free of the name its index is renamed to."""
+    passes it), undecorated but for ``@abstractmethod``, its body free of the name its index is renamed to. Further
+    parameters must have defaults and not be truncated backprop's ``hiddens``: 1.x passed the batch, its index and
+    the optimizer's, and hiddens only under truncated backprop (which the class and its file do not show, see
+    :func:`_safe_class`), so each kept its default, as it does when the new step calls the helper."""
     params = step.params
     if (
-        step.decorators
+        any(dotted(d.decorator) not in _STEP_DECORATORS for d in step.decorators)
         or params.star_arg is not cst.MaybeSentinel.DEFAULT
         or params.kwonly_params
         or params.star_kwarg is not None
         or params.posonly_params
         or any(p.default is not None for p in params.params[:3])
+        or any(p.default is None or p.name.value == "hiddens" for p in params.params[4:])
     ):
         return False
     names = [p.name.value for p in params.params]
-    # (a fifth parameter is truncated backprop's hiddens)
-    return len(names) == 4 and names[0] == "self" and names[3] == "optimizer_idx" and INDEX not in _code(step)
+    return len(names) >= 4 and names[0] == "self" and names[3] == "optimizer_idx" and INDEX not in _code(step)
 
 
 def _safe_class(cls: cst.ClassDef) -> bool:
@@ -344,6 +355,8 @@ def plan(module: cst.Module) -> ManualPlan:
     # Each spelling of these settings must be one the visitor read (a dict or a config file handing them over is not).
     if args.unreadable or any(code.count(key) != count for key, count in args.seen.items()):
         return ManualPlan(frozenset())
+    if "truncated_bptt_steps" in code:
+        return ManualPlan(frozenset())  # 1.x passed the step hiddens (a Trainer's setting before 1.7)
     clip_values, algorithms = args.values["gradient_clip_val"], args.values["gradient_clip_algorithm"]
     clip = None
     if clip_values:
@@ -532,7 +545,9 @@ def convert_subclass(cls: cst.ClassDef, kind: str) -> cst.ClassDef | None:
         assert isinstance(renamed, cst.FunctionDef)
         helper = renamed.visit(_SuperStep())
         body = [helper if s is step else s for s in cls.body.body]
-        return cls.with_changes(body=cls.body.with_changes(body=body))
+        return _without_frequencies(cls.with_changes(body=cls.body.with_changes(body=body)))
+    if kind == "inherit":
+        return _without_frequencies(cls)
     if kind == "automatic":
         flag = cst.parse_statement(
             "# its base steps several optimizers by hand; this step of one optimizer is Lightning's to run\n"
@@ -540,6 +555,16 @@ def convert_subclass(cls: cst.ClassDef, kind: str) -> cst.ClassDef | None:
         )
         return cls.with_changes(body=cls.body.with_changes(body=_with_flag(list(cls.body.body), flag)))
     return cls
+
+
+def _without_frequencies(cls: cst.ClassDef) -> cst.ClassDef:
+    """A subclass's own ``configure_optimizers`` without its optimizers' ``"frequency"`` keys: the plan took it only
+    where they are the base's (the inherited step turns by those), and 2.x warns about the key."""
+    configure = _methods(cls).get("configure_optimizers")
+    if configure is None or not frequencies(configure):
+        return cls
+    body = [s.visit(_DropFrequency()) if s is configure else s for s in cls.body.body]
+    return cls.with_changes(body=cls.body.with_changes(body=body))
 
 
 def _with_flag(body: list[Any], flag: Any) -> list[Any]:

@@ -759,7 +759,11 @@ RULES = _rules(
         " untoggle_optimizer; a step returning None skips its optimizer. The schedulers step after the batch as 1.x"
         ' stepped them (interval "step" every frequency batches, "epoch" after the last batch every frequency'
         " epochs). Subclasses in the file follow: their own 1.x step becomes their _training_step_1x, a step of one"
-        " optimizer gets automatic_optimization = True back. Where the file does not show all of it"
+        " optimizer gets automatic_optimization = True back, and a configure_optimizers of theirs that repeats the"
+        " base's frequencies loses the keys too. A base's @abstractmethod step (a LightningModule is no ABC) is"
+        " taken, the decorator staying on its helper; parameters after optimizer_idx are taken where each has a"
+        " default and is not hiddens (1.x passed none of them, so each kept its default, as the helper's call"
+        " does), and not where the file mentions truncated_bptt_steps. Where the file does not show all of it"
         " (ReduceLROnPlateau or a monitor, optimizer_step,"
         " optimizer_zero_grad or lr_scheduler_step overridden, accumulate_grad_batches, a Trainer's clipping or"
         " frequencies the file does not spell out, truncated backprop) the optimizer-idx TODO stays.",
@@ -795,7 +799,16 @@ RULES = _rules(
         " no step of the class's family in the file returns its output, the step runs several optimizers, or a"
         " super() call to the hook is used as a value: collect the outputs by hand. An epoch end that only calls"
         " super().<hook>(outputs) (besides a docstring, pass and comments) in a class whose one base is"
-        " LightningModule is removed: 1.x's LightningModule epoch ends did nothing, and 2.x's has none to call.",
+        " LightningModule is removed: 1.x's LightningModule epoch ends did nothing, and 2.x's has none to call."
+        " One written with self alone (def training_epoch_end(self):) becomes the 2.x hook with its body unchanged:"
+        " 1.x (1.4 to 1.9) called an overridden epoch end with the outputs list (the training one once a batch had"
+        " run, the evaluation ones always), so that signature raised TypeError and no 1.x run reached the body."
+        " A validation/test epoch end whose step no class of its family in the file has (it is inherited from"
+        " another file) gets on_validation_batch_end/on_test_batch_end collecting each step output into"
+        " self.<stage>_batch_outputs per dataloader (a None output left out, a list per loader where there are"
+        " several, as 1.x kept them), after the base's own hook; not in a Callback's or a DataModule's family, nor"
+        " where the family has that hook already. A training epoch end in that shape keeps this TODO (1.x's list"
+        " depended on optimizers the file does not show).",
     ),
     Rule(
         "progress-bar-dict",
@@ -866,7 +879,26 @@ RULES = _rules(
         " not use; one it uses is left with this TODO (optimizer_idx in use: the optimizer-idx TODO), but for"
         " lr_scheduler_step(self, scheduler, optimizer_idx, metric), whose body gets optimizer_idx ="
         " self.trainer.optimizers.index(scheduler.optimizer): what 1.x passed (the index of the scheduler's optimizer"
-        " among configure_optimizers', matched with scheduler.optimizer).",
+        " among configure_optimizers', matched with scheduler.optimizer). Likewise on_before_optimizer_step: a"
+        " callback's (self, trainer, pl_module, optimizer, opt_idx), whatever the index's name, and a module's"
+        " (self, optimizer, optimizer_idx) lose the index, a body that reads it getting opt_idx ="
+        " trainer.optimizers.index(optimizer) (a module's: self.trainer.optimizers): 1.x passed the optimizer's index"
+        " among the Trainer's, and 2.x passes the same optimizer object.",
+    ),
+    Rule(
+        "finetune-function",
+        "finetune_function: 2.x calls it (pl_module, current_epoch, optimizer)",
+        "Lightning 2.0's BaseFinetuning calls finetune_function(pl_module, current_epoch, optimizer) once for each"
+        " of trainer.optimizers; 1.x passed the optimizer's index as well, so a 1.x override (of a BaseFinetuning or"
+        " BackboneFinetuning subclass, followed through the file's classes) raises TypeError. The tool drops the"
+        " fifth parameter of finetune_function(self, pl_module, epoch, optimizer, idx) and its argument in"
+        " super().finetune_function(...) calls; a body that reads it gets idx ="
+        " pl_module.trainer.optimizers.index(optimizer), the index 1.x passed (1.x's loop enumerated"
+        " trainer.optimizers). A file's own copy of 1.x's BaseFinetuning also calls"
+        " self.finetune_function(pl_module, epoch, optimizer) and loops over enumerate(trainer.optimizers) instead of"
+        " 1.x's private _get_active_optimizers(optimizers, frequencies, batch_idx), its import gone (2.x has no"
+        " optimizer frequencies: every optimizer is active, as in 2.x's own BaseFinetuning). Another signature"
+        " (*args, defaults, a decorator, a super() call passing another value) keeps this TODO: drop the index.",
     ),
     Rule(
         "init-hooks",

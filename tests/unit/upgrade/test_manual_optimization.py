@@ -370,3 +370,137 @@ def test_a_subclass_that_cannot_follow_keeps_the_family_as_it_was() -> None:
     source = SUBCLASSES + "\n\nclass Stepper(GAN):\n    def optimizer_step(self, *args, **kwargs):\n        pass\n"
     out = upgrade_source(source).source
     assert "automatic_optimization" not in out and "optimizer-idx)" in out
+
+
+#: A base whose configure_optimizers (frequencies read from self, a scheduler each) serves subclasses that each
+#: override the base's abstract 1.x step: one clamps weights first, one takes a further keyword parameter and
+#: repeats the base's configure_optimizers.
+ABSTRACT_BASE = """import pytorch_lightning as pl
+import torch
+from abc import abstractmethod
+from torch import nn
+
+
+class Duel(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.generator = nn.Linear(4, 4)
+        self.discriminator = nn.Linear(4, 1)
+        self.n_critic = 2
+        self.seen = []
+
+    @abstractmethod
+    def training_step(self, batch, batch_idx, optimizer_idx):
+        pass
+
+    def configure_optimizers(self):
+        opt_d = torch.optim.SGD(self.discriminator.parameters(), lr=0.1, momentum=0.9)
+        opt_g = torch.optim.SGD(self.generator.parameters(), lr=0.1, momentum=0.9)
+        sched_d = torch.optim.lr_scheduler.StepLR(opt_d, 1, gamma=0.5)
+        sched_g = torch.optim.lr_scheduler.StepLR(opt_g, 1, gamma=0.9)
+        return ({"optimizer": opt_d, "lr_scheduler": sched_d, "frequency": self.n_critic},
+                {"optimizer": opt_g, "lr_scheduler": sched_g, "frequency": 1})
+
+
+class Hinge(Duel):
+    def training_step(self, batch, batch_idx, optimizer_idx):
+        (real,) = batch
+        self.seen.append(optimizer_idx)
+        fake = self.generator(real.flip(0))
+        if optimizer_idx == 0:
+            return (1 - self.discriminator(real)).relu().mean() + (1 + self.discriminator(fake.detach())).relu().mean()
+        if optimizer_idx == 1:
+            return -self.discriminator(fake).mean()
+
+
+class Clipped(Duel):
+    def training_step(self, batch, batch_idx, optimizer_idx):
+        for p in self.discriminator.parameters():
+            p.data.clamp_(-0.3, 0.3)
+        (real,) = batch
+        self.seen.append(optimizer_idx)
+        fake = self.generator(real.flip(0))
+        if optimizer_idx == 0:
+            return self.discriminator(fake.detach()).mean() - self.discriminator(real).mean()
+        if optimizer_idx == 1:
+            return -self.discriminator(fake).mean()
+
+
+class Posed(Duel):
+    def configure_optimizers(self):
+        opt_d = torch.optim.SGD(self.discriminator.parameters(), lr=0.05)
+        opt_g = torch.optim.SGD(self.generator.parameters(), lr=0.05)
+        return ({"optimizer": opt_d, "frequency": self.n_critic}, {"optimizer": opt_g, "frequency": 1})
+
+    def training_step(self, batch, batch_idx, optimizer_idx,
+            pose=None):
+        (real,) = batch
+        self.seen.append(optimizer_idx)
+        fake = self.generator(real.flip(0) if pose is None else real)
+        if optimizer_idx == 0:
+            out = self.discriminator(fake.detach()).pow(2).mean()
+        if optimizer_idx == 1:
+            out = (self.discriminator(fake) - 1).pow(2).mean()
+        return out
+"""
+
+
+def test_an_abstract_base_step_and_its_subclasses_convert() -> None:
+    out = upgraded(ABSTRACT_BASE)
+    assert rules.TODO_TAG not in out, out
+    assert "    @abstractmethod\n    def _training_step_1x(self, batch, batch_idx, optimizer_index):\n" in out
+    for name in ("Hinge", "Clipped"):
+        assert f"class {name}(Duel):\n    def _training_step_1x(self, batch, batch_idx, optimizer_index):\n" in out
+    assert "    def _training_step_1x(self, batch, batch_idx, optimizer_index,\n            pose=None):\n" in out
+    assert '"frequency"' not in out  # the base's and the subclass's copy of them: the new step reads them
+    # the base's, and Posed's (with a configure_optimizers of its own, it is converted as a base); the others inherit
+    assert out.count("automatic_optimization = False") == 2
+
+
+@pytest.mark.parametrize("name", ["Hinge", "Clipped", "Posed"])
+def test_subclasses_of_an_abstract_base_equal_lightning_1x_loops(name: str, tmp_path) -> None:
+    """Each subclass, converted with its base, under Lightning 2, and as 1.x ran it (a plain loop of 1.9.5's
+    semantics): the same turns (the discriminator twice, then the generator, anew each epoch), parameters and
+    learning rates."""
+    import torch
+
+    converted_ns: dict[str, object] = {}
+    exec(compile(upgraded(ABSTRACT_BASE), "converted", "exec"), converted_ns)  # noqa: S102
+    original_ns: dict[str, object] = {}
+    exec(compile(ABSTRACT_BASE, "original", "exec"), original_ns)  # noqa: S102
+    torch.manual_seed(0)
+    converted = converted_ns[name]()  # type: ignore[operator]
+    torch.manual_seed(0)
+    original = original_ns[name]()  # type: ignore[operator]
+    trainer = _fit(converted, tmp_path, epochs=3)
+    _train_as_1x(original, epochs=3)
+    assert converted.seen == original.seen and converted.seen[:6] == [0, 0, 1, 0, 0, 0]
+    for (key, ours), theirs in zip(converted.state_dict().items(), original.state_dict().values()):
+        torch.testing.assert_close(ours, theirs, msg=f"{name}: {key}")
+    if name != "Posed":
+        assert [o.param_groups[0]["lr"] for o in trainer.optimizers] != [0.1, 0.1], "no scheduler stepped"
+
+
+def test_a_further_parameter_without_a_default_keeps_the_todo() -> None:
+    source = ABSTRACT_BASE.replace("pose=None):", "pose):")
+    assert "TODO(lightning-mgpu:optimizer-idx)" in upgrade_source(source).source
+
+
+def test_a_file_with_truncated_backprop_keeps_the_todo() -> None:
+    source = ABSTRACT_BASE + "\n\ndef build():\n    return pl.Trainer(truncated_bptt_steps=2)\n"
+    assert "automatic_optimization" not in upgrade_source(source).source
+
+
+def test_a_subclass_repeating_the_bases_frequencies_loses_them_too() -> None:
+    """A subclass without a step of its own whose configure_optimizers repeats the base's frequencies: the inherited
+    step turns by them, and the keys go (2.x warns about them)."""
+    source = ABSTRACT_BASE + (
+        "\n\nclass Slower(Hinge):\n"
+        "    def configure_optimizers(self):\n"
+        "        opt_d = torch.optim.SGD(self.discriminator.parameters(), lr=0.01)\n"
+        "        opt_g = torch.optim.SGD(self.generator.parameters(), lr=0.01)\n"
+        '        return ({"optimizer": opt_d, "frequency": self.n_critic}, {"optimizer": opt_g, "frequency": 1})\n'
+    )
+    out = upgraded(source)
+    assert rules.TODO_TAG not in out and '"frequency"' not in out
+    assert 'return ({"optimizer": opt_d}, {"optimizer": opt_g})' in out
