@@ -16,7 +16,7 @@ import libcst.matchers as m
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.scopes import dotted, literal
-from lightning_mgpu.upgrade.traverse import read_only_visit
+from lightning_mgpu.upgrade.traverse import FunctionBodyTransformer, FunctionBodyVisitor, read_only_visit
 
 #: epoch-end hook -> (its step, the 2.x hook, the attribute that collects the step's outputs).
 EPOCH_ENDS = {
@@ -83,43 +83,15 @@ def own_returns(func: cst.FunctionDef) -> Iterator[cst.Return]:
     """The return statements of ``func`` itself (not of functions or classes nested in it)."""
     found: list[cst.Return] = []
 
-    class Finder(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is func
-
-        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-            return False
-
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
-
+    class Finder(FunctionBodyVisitor):
         def visit_Return(self, node: cst.Return) -> None:
             found.append(node)
 
-    read_only_visit(func, Finder())
+    read_only_visit(func, Finder(func))
     return iter(found)
 
 
-class _OwnStatements(cst.CSTTransformer):
-    """Visits the statements of the one function it is run on, not those of functions or classes nested in it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.depth = 0
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self.depth += 1
-        return self.depth == 1
-
-    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
-        self.depth -= 1
-        return updated
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-
-class _WrapReturns(_OwnStatements):
+class _WrapReturns(FunctionBodyTransformer):
     """``return X`` -> ``return self.<method>(X)`` in the one function it is run on (``return`` and ``return None``,
     a skipped step, stay)."""
 
@@ -141,7 +113,7 @@ def wrap_returns(func: cst.FunctionDef, method: str) -> cst.FunctionDef:
     return func.visit(_WrapReturns(method))  # type: ignore[return-value]  # a FunctionDef stays a FunctionDef
 
 
-class _CollectReturns(_OwnStatements):
+class _CollectReturns(FunctionBodyTransformer):
     """Before each ``return X`` of one function: ``self.ATTR.append(WRAP(X))`` (X evaluated once)."""
 
     def __init__(self, func: cst.FunctionDef, attr: str, wrap: str) -> None:
@@ -389,7 +361,7 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
     return plan
 
 
-class _SuperEpochEnd(_OwnStatements):
+class _SuperEpochEnd(FunctionBodyTransformer):
     """``super().OLD(X)`` as a statement of a converted hook -> ``self.ATTR = X`` and ``super().NEW()``: the base's
     hook, converted alike, takes its outputs from the list again."""
 
@@ -714,7 +686,7 @@ def _log_lines(logs: cst.BaseExpression | None, bar: cst.BaseExpression | None) 
     return lines
 
 
-class _LogReturns(_OwnStatements):
+class _LogReturns(FunctionBodyTransformer):
     """``return {"loss": loss, "log": logs, "progress_bar": bar}`` -> ``self.log_dict(logs)``,
     ``self.log_dict(bar, prog_bar=True)``, ``return {"loss": loss}`` (nested functions left alone)."""
 
@@ -799,17 +771,8 @@ def _returned_names(func: cst.FunctionDef) -> dict[str, _ReturnedName]:
                 node.value.visit(self)
                 return False
 
-        class Followed(cst.CSTVisitor):
+        class Followed(FunctionBodyVisitor):
             """The occurrences this rule follows, in ``func``'s own statements."""
-
-            def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-                return node is func
-
-            def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-                return False
-
-            def visit_Lambda(self, node: cst.Lambda) -> bool:
-                return False
 
             def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
                 nonlocal accounted
@@ -841,7 +804,7 @@ def _returned_names(func: cst.FunctionDef) -> dict[str, _ReturnedName]:
                     accounted += _subscript_key(node) not in _LOG_KEYS
 
         read_only_visit(func.body, Occurrences())
-        read_only_visit(func, Followed())
+        read_only_visit(func, Followed(func))
         if not shape.writes:
             continue
         # Decision: an occurrence not followed (the dict handed to a function, updated, aliased, read in a nested
@@ -858,7 +821,7 @@ def _subscript_key(node: cst.Subscript) -> object:
     return literal(node.slice[0].slice.value)
 
 
-class _LogNames(_OwnStatements):
+class _LogNames(FunctionBodyTransformer):
     """The statements :func:`_returned_names` found: ``name = {..., "log": x}`` -> ``self.log_dict(x)`` and
     ``name = {...}`` without the entry; ``name["log"] = x`` -> ``self.log_dict(x)``."""
 

@@ -45,7 +45,7 @@ import libcst as cst
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.scopes import dotted, is_trainer_call, literal
-from lightning_mgpu.upgrade.traverse import read_only_visit
+from lightning_mgpu.upgrade.traverse import FunctionBodyVisitor, read_only_visit
 
 RULE = "manual-optimization"
 HELPER = "_training_step_1x"
@@ -145,17 +145,14 @@ def frequencies(configure: cst.FunctionDef) -> list[str] | bool:
     dicts: list[cst.Dict] = []
     returns: list[cst.Return] = []
 
-    class _Find(cst.CSTVisitor):
+    class _Find(FunctionBodyVisitor):  # a nested function's dicts and returns are not the method's
         def visit_Dict(self, node: cst.Dict) -> None:
             dicts.append(node)
 
         def visit_Return(self, node: cst.Return) -> None:
             returns.append(node)
 
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is configure  # a nested function's dicts and returns are not the method's
-
-    read_only_visit(configure, _Find())
+    read_only_visit(configure, _Find(configure))
     keyed = [d for d in dicts if any(_dict_key(e) == "frequency" for e in d.elements)]
     # Every "frequency" of the method is a key of one of its dict literals (not dict(frequency=...), not a variable).
     if code.count("frequency") != sum(1 for d in keyed for e in d.elements if _dict_key(e) == "frequency"):

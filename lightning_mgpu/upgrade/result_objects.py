@@ -37,7 +37,7 @@ import libcst.matchers as m
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.hooks import ClassResult, as_block, class_methods, replace_method
 from lightning_mgpu.upgrade.scopes import dotted, literal
-from lightning_mgpu.upgrade.traverse import read_only_visit
+from lightning_mgpu.upgrade.traverse import FunctionBodyTransformer, FunctionBodyVisitor, read_only_visit
 
 RESULT_CLASSES = frozenset({"TrainResult", "EvalResult"})
 #: Each class's constructor parameters, in order.
@@ -168,17 +168,8 @@ def analyse(func: cst.FunctionDef, hook: str) -> _MethodPlan | None:
         return plan
     old_on_epoch_end = hook in _EPOCH_ENDS
 
-    class Own(cst.CSTVisitor):
+    class Own(FunctionBodyVisitor):
         """The statements of ``func`` itself that build, log through and return a result object."""
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is func
-
-        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-            return False
-
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
 
         def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
             nonlocal failed
@@ -220,7 +211,7 @@ def analyse(func: cst.FunctionDef, hook: str) -> _MethodPlan | None:
                     return
                 counts[name] = counts.get(name, 0) + 1
 
-    read_only_visit(func, Own())
+    read_only_visit(func, Own(func))
     if failed or len(plan.calls) != len(every):
         return None  # a constructor somewhere else (an argument, a nested function, a comprehension): not followed
     for name in plan.names:
@@ -342,25 +333,13 @@ def _with_args(call: cst.Call, extra: list[cst.Arg]) -> cst.Call:
     return call.with_changes(args=[*args, *extra])
 
 
-class _Rewrite(cst.CSTTransformer):
+class _Rewrite(FunctionBodyTransformer):
     """The rewrite of one method whose :class:`_MethodPlan` is ``plan``."""
 
     def __init__(self, func: cst.FunctionDef, hook: str, plan: _MethodPlan, note: str) -> None:
         super().__init__()
         self.func, self.hook, self.plan, self.note = func, hook, plan, note
-        self.depth = 0
         self.monitored: list[str] = []
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self.depth += 1
-        return self.depth == 1
-
-    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
-        self.depth -= 1
-        return updated
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
 
     def _monitor_lines(self, built: _Built) -> list[cst.BaseStatement]:
         """``self.log("checkpoint_on", x)`` / ``self.log("early_stop_on", x)``: the epoch's mean, as 1.0 took it."""

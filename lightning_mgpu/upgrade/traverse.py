@@ -100,3 +100,41 @@ def read_only_visit(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
         _replay(_last_module[1], visitor)
         return
     _replay(_preorder(node, []), visitor)
+
+
+class FunctionBodyVisitor(cst.CSTVisitor):
+    """Reads the statements of one function, ``func``, not those of the functions, lambdas and classes nested in it
+    (whose names and returns are their own). Run it on ``func`` itself (``read_only_visit(func, visitor)``)."""
+
+    def __init__(self, func: cst.FunctionDef) -> None:
+        super().__init__()
+        self.func = func
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.func
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+class FunctionBodyTransformer(cst.CSTTransformer):
+    """Rewrites the statements of the one function it is run on (``func.visit(transformer)``), not those of the
+    functions and classes nested in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = 0
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.depth += 1
+        return self.depth == 1
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self.depth -= 1
+        return updated
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
