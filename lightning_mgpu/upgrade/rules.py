@@ -342,7 +342,12 @@ RULES = _rules(
         "trainer-resume",
         "resume_from_checkpoint is gone: pass ckpt_path={value} to fit",
         "Trainer(resume_from_checkpoint=X) moved to trainer.fit(model, ckpt_path=X) in 2.0. The tool moves it when the"
-        " Trainer is assigned to a name whose fit(...) calls are in the same function; otherwise do it by hand.",
+        " Trainer is assigned to a name whose fit(...) calls are in the same function and every assignment of that"
+        " name there builds a Trainer. Where the name is built more than once (an if/else) and only some"
+        " constructions resume, each construction, alone on its line, gets a variable beside it"
+        " (resume_ckpt_path = X, or = None where it did not resume) and the fits pass ckpt_path=resume_ckpt_path: a"
+        " fit resumes only where its Trainer would have in 1.x. Otherwise (a fit elsewhere, the Trainer returned, the"
+        " name also given something else) do it by hand.",
     ),
     Rule(
         "trainer-conflict",
