@@ -1127,8 +1127,14 @@ RULES.update(
             " stay a trainer-conflict TODO, and a call with a splat of its own is left to the other rules. plugins="
             " stays out of the translation: where it is a training-type plugin the strategy rewrite turns into"
             " strategy=DDPStrategy(...), that strategy moves with the rest (the translation keeps a strategy object"
-            ' beside accelerator="ddp"/"ddp_spawn", as 1.x let the plugin refine the backend string); any other'
-            " plugins= leaves the call to the other rules.",
+            ' beside accelerator="ddp"/"ddp_spawn", as 1.x let the plugin refine the backend string); except'
+            " plugins=NAME where some assignment of NAME in its scope (or a branch or list element of one) builds a"
+            " 1.x plugin or a strategy and others may not (DDPPlugin(...) in one branch, None or opt.plugins in"
+            " others): plugins= moves into the translation with those settings, whatever the call's other values,"
+            " and legacy_trainer_kwargs moves a strategy it holds (an object, alone or in a list or tuple, or a 1.x"
+            " or registered strategy name) to strategy=, as 1.x's accelerator connector took it (a different"
+            " strategy= beside it, or two strategies, is a ValueError); any other plugins= leaves the call to the"
+            " other rules.",
             kind="rewrite",
         ),
         Rule(

@@ -162,6 +162,55 @@ def from_argparse_args(cls: type, args: argparse.Namespace | dict[str, Any], **k
     return cls(**params)
 
 
+def _is_strategy(value: Any) -> bool:
+    """A Lightning strategy object (either namespace's, the bundle's included): its class derives from a class named
+    Strategy in a Lightning ``strategies`` package."""
+    return any(
+        base.__name__ == "Strategy" and base.__module__.split(".strategies", 1)[0] in rules.BUNDLE_FOR_NAMESPACE
+        for base in inspect.getmro(type(value))
+    )
+
+
+def _strategy_name(value: Any, namespace: str) -> str | None:
+    """The 2.x strategy a string in ``plugins=`` named (a 1.x backend string or a registered name), else None."""
+    if not isinstance(value, str):
+        return None
+    if value in rules.STRATEGY_STRINGS:
+        return rules.STRATEGY_STRINGS[value]
+    registry = importlib.import_module(f"{namespace}.strategies").StrategyRegistry
+    return value if value in registry else None
+
+
+def _strategy_from_plugins(out: dict[str, Any], namespace: str) -> bool:
+    """Move the strategy that ``out["plugins"]`` holds (alone, or in a list or tuple beside other plugins) to
+    ``out["strategy"]``, as 1.x's accelerator connector took it; the other plugins stay. Returns whether one moved.
+
+    Raises:
+        ValueError: two strategies in ``plugins=`` (1.x refused them too), or one beside a different ``strategy=``.
+    """
+    plugins = out.get("plugins")
+    listed = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+    found = [p for p in listed if _is_strategy(p) or _strategy_name(p, namespace) is not None]
+    if not found:
+        return False
+    if len(found) > 1:
+        names = ", ".join(p if isinstance(p, str) else type(p).__name__ for p in found)
+        raise ValueError(f"plugins= holds two strategies ({names}): pass one as strategy=")
+    strategy = found[0]
+    written = strategy if isinstance(strategy, str) else type(strategy).__name__
+    if out.get("strategy") not in (None, "auto"):
+        raise ValueError(
+            f"plugins= holds the strategy {written}, and strategy={out['strategy']!r} is given too: choose one"
+        )
+    out["strategy"] = _strategy_name(strategy, namespace) or strategy
+    rest = [p for p in listed if p is not strategy]
+    if rest and isinstance(plugins, (list, tuple)):
+        out["plugins"] = type(plugins)(rest)
+    else:
+        del out["plugins"]
+    return True
+
+
 def legacy_trainer_kwargs(
     params: Mapping[str, Any] | None = None,
     namespace: str = "lightning.pytorch",
@@ -212,6 +261,10 @@ def legacy_trainer_kwargs(
         else:
             raise ValueError(f"{old} maps to {name}={value!r}, but {name}={out[name]!r} is given too: choose one")
 
+    # plugins=DDPStrategy(...) / [DeepSpeedStrategy(...), env] / "ddp_sharded": 1.x's accelerator connector took a
+    # training-type plugin (an object, or a name of its registry) given in plugins= as the strategy; 2.x's Trainer
+    # refuses a strategy there. It moves to strategy=, before the backend strings below read what strategy= holds.
+    from_plugins = _strategy_from_plugins(out, namespace)
     strategy_source = next(
         (k for k in ("distributed_backend", "accelerator") if params.get(k) in rules.STRATEGY_STRINGS), None
     )
@@ -220,9 +273,10 @@ def legacy_trainer_kwargs(
         if strategy_source == "accelerator":
             out.pop("accelerator")
         given = out.get("strategy")
-        if given is not None and not isinstance(given, str) and name in ("ddp", "ddp_spawn"):
-            # accelerator="ddp" beside plugins=DDPPlugin(...) (now strategy=DDPStrategy(...)): in 1.x the plugin
-            # object refined the backend string, so the object is the strategy (as trainer_devices.py rewrites it).
+        if given is not None and (not isinstance(given, str) or from_plugins) and name in ("ddp", "ddp_spawn"):
+            # accelerator="ddp" beside plugins=DDPPlugin(...) (now strategy=DDPStrategy(...)) or plugins="ddp_sharded":
+            # in 1.x the plugin refined the backend string, so the plugin is the strategy (as trainer_devices.py
+            # rewrites it).
             pass
         else:
             put("strategy", rules.STRATEGY_STRINGS[name], f"{strategy_source}={name!r}")
