@@ -66,6 +66,7 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
     ]
     kept = _left_to_plans(ctx, original, items)
     trainer = rewrite_trainer_args(trainer_args(ctx, kept))
+    plugins = trainer.get("plugins")  # still plugins= after the rewrite: not every value is a strategy
     translated: cst.Arg | None = None
     if (
         settles(trainer.todos)
@@ -102,8 +103,8 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
     elif (
         not stars
         and not translates_at_run_time(original)
-        and trainer.has("plugins")
-        and may_hold_strategy(trainer.get("plugins"), ctx.facts.assigned(trainer.get("plugins"), ctx.scopes[-1]))  # type: ignore[arg-type]
+        and plugins is not None
+        and may_hold_strategy(plugins, ctx.facts.assigned(plugins, ctx.scopes[-1]))
         and not literal_conflict(ctx, kept)
     ):
         # plugins=plugins, a name given DDPPlugin(...) in one branch and None or a command-line value in others:
