@@ -29,8 +29,14 @@ from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
 from lightning_mgpu.upgrade.trainer_call import trainer_call
 from lightning_mgpu.upgrade.tuner import tune_result, tuner_call, tuner_owner
 
-#: Classes whose ``add_argparse_args``/``from_argparse_args`` 2.0 removed: the Trainer's and a DataModule's.
-ARGPARSE_METHODS = ("add_argparse_args", "from_argparse_args")
+#: The command-line classmethods 2.0 removed from the Trainer (and a DataModule: the first two and the last), each
+#: a function of the same name and signature (the class first) in lightning_mgpu.upgrade.trainer_args.
+ARGPARSE_METHODS = ("add_argparse_args", "from_argparse_args", "parse_argparser", "get_init_arguments_and_types")
+#: The names ``pytorch_lightning.utilities.argparse`` (1.2 and before: ``argparse_utils``) held that
+#: lightning_mgpu.upgrade.trainer_args has, with 1.x's signatures.
+ARGPARSE_FUNCTIONS = (*ARGPARSE_METHODS, "parse_env_variables")
+#: Those modules, below the namespace.
+ARGPARSE_MODULES = ("utilities.argparse", "utilities.argparse_utils")
 
 
 def leave_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:

@@ -220,6 +220,24 @@ def _owner_name(node: ast.expr) -> str:
     return node.id if isinstance(node, ast.Name) else ""
 
 
+#: The command-line classmethods 2.0 removed from the Trainer and a LightningDataModule (calls.py's ARGPARSE_METHODS).
+ARGPARSE_CLASSMETHODS = ("add_argparse_args", "from_argparse_args", "parse_argparser", "get_init_arguments_and_types")
+
+
+def _argparse_class(node: ast.expr, tree: ast.AST) -> bool:
+    """Whether an argparse classmethod's receiver is a Trainer or a LightningDataModule: named ``...Trainer`` or
+    ``...DataModule``, or a class of this file with such a base."""
+    name = _owner_name(node)
+    if name.endswith(("Trainer", "DataModule")):
+        return True
+    return any(
+        isinstance(c, ast.ClassDef)
+        and c.name == name
+        and any(_owner_name(base).endswith(("Trainer", "DataModule")) for base in c.bases)
+        for c in ast.walk(tree)
+    )
+
+
 def _subclass_trainer_calls(tree: ast.AST) -> set[int]:
     """The ids of the calls that build a Trainer under another name: ``cls(...)`` in a classmethod, and
     ``super().__init__(...)`` in ``__init__``, of a class whose base is named ``...Trainer`` (or is such a class of
@@ -382,7 +400,11 @@ def leftovers(source: str) -> list[tuple[int, str]]:
                     for k in node.keywords
                     if k.arg in CHECKPOINT_KEYWORDS
                 ]
-            if name in ("add_argparse_args", "from_argparse_args") and isinstance(func, ast.Attribute):
+            if name in ARGPARSE_CLASSMETHODS and isinstance(func, ast.Attribute) and _argparse_class(func.value, tree):
+                # Only on a Trainer or a LightningDataModule, the classes whose method 2.0 removed, as calls.py's
+                # argparse_owner reads them (by name, or a DataModule class of this file): what the tool converts.
+                # A receiver it cannot resolve (model_cls = get_class(...)) is most likely a LightningModule, which
+                # had no from_argparse_args in 1.x: the user's own classmethod, left as it is, and not a leftover.
                 found.append((node.lineno, f".{name}(...)"))
             if (
                 isinstance(func, ast.Attribute)

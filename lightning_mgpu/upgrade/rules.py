@@ -13,6 +13,8 @@ BUNDLE_FOR_NAMESPACE = {"pytorch_lightning": "lightning_mgpu.pl", "lightning.pyt
 #: 1.x Trainer flags that became a callback of the bundle's (``lightning_mgpu.callbacks``): flag -> the callback.
 FLAG_CALLBACKS = {"stochastic_weight_avg": "LegacyStochasticWeightAveraging", "terminate_on_nan": "TerminateOnNaN"}
 
+#: Names of ``pytorch_lightning.utilities.argparse`` that 2.x's module still has: their imports stay as they are.
+ARGPARSE_KEPT = frozenset({"_defaults_from_env_vars"})
 #: 1.x ``accelerator=`` / ``distributed_backend=`` / ``plugins=`` strings that named a strategy -> 2.x ``strategy=``.
 #: ``ddp_cpu`` was ddp on CPU processes.
 STRATEGY_STRINGS = {
@@ -342,7 +344,12 @@ RULES = _rules(
         "trainer-resume",
         "resume_from_checkpoint is gone: pass ckpt_path={value} to fit",
         "Trainer(resume_from_checkpoint=X) moved to trainer.fit(model, ckpt_path=X) in 2.0. The tool moves it when the"
-        " Trainer is assigned to a name whose fit(...) calls are in the same function; otherwise do it by hand.",
+        " Trainer is assigned to a name whose fit(...) calls are in the same function and every assignment of that"
+        " name there builds a Trainer. Where the name is built more than once (an if/else) and only some"
+        " constructions resume, each construction, alone on its line, gets a variable beside it"
+        " (resume_ckpt_path = X, or = None where it did not resume) and the fits pass ckpt_path=resume_ckpt_path: a"
+        " fit resumes only where its Trainer would have in 1.x. Otherwise (a fit elsewhere, the Trainer returned, the"
+        " name also given something else) do it by hand.",
     ),
     Rule(
         "trainer-conflict",
@@ -591,11 +598,26 @@ RULES = _rules(
     ),
     Rule(
         "trainer-argparse",
-        "Trainer.add_argparse_args/from_argparse_args -> lightning_mgpu.upgrade.trainer_args",
-        "2.0 removed Trainer.add_argparse_args and from_argparse_args (and a DataModule's). The functions of the same"
-        " name in lightning_mgpu.upgrade.trainer_args take the class first, make every 2.x Trainer argument a flag,"
-        " and still accept the 1.x flags (--gpus, --accelerator ddp, --precision 16, ...), translated at run time.",
+        "Trainer.add_argparse_args/from_argparse_args/parse_argparser -> lightning_mgpu.upgrade.trainer_args",
+        "2.0 removed Trainer.add_argparse_args, from_argparse_args, parse_argparser and get_init_arguments_and_types"
+        " (and a DataModule's add_argparse_args, from_argparse_args and get_init_arguments_and_types), and the"
+        " module pytorch_lightning.utilities.argparse that held them as functions (with parse_env_variables). The"
+        " functions of the same name in lightning_mgpu.upgrade.trainer_args take the class first, as 1.x's did:"
+        " Trainer.parse_argparser(args) becomes parse_argparser(Trainer, args), and the module's imports come from"
+        " there. add_argparse_args makes every 2.x Trainer argument a flag and still accepts the 1.x flags (--gpus,"
+        " --accelerator ddp, --precision 16, ...), which from_argparse_args translates at run time;"
+        " parse_argparser reads a bool flag given without a value as True, as 1.x did; parse_env_variables reads"
+        " PL_TRAINER_<ARG> variables, the 1.x arguments' included (PL_TRAINER_GPUS).",
         kind="rewrite",
+    ),
+    Rule(
+        "argparse-utility",
+        "{value} is gone with pytorch_lightning.utilities.argparse",
+        "2.0 removed pytorch_lightning.utilities.argparse. Its public functions (add_argparse_args,"
+        " from_argparse_args, parse_argparser, parse_env_variables, get_init_arguments_and_types) are rewritten to"
+        " lightning_mgpu.upgrade.trainer_args; this name is not one of them (a private helper such as"
+        " _gpus_allowed_type or _int_or_float_type, or str_to_bool, which 1.x's module imported from"
+        " utilities.parsing): copy what the script needs from Lightning 1.x into the script.",
     ),
     Rule(
         "trainer-tune",
@@ -1168,8 +1190,14 @@ RULES.update(
             " stay a trainer-conflict TODO, and a call with a splat of its own is left to the other rules. plugins="
             " stays out of the translation: where it is a training-type plugin the strategy rewrite turns into"
             " strategy=DDPStrategy(...), that strategy moves with the rest (the translation keeps a strategy object"
-            ' beside accelerator="ddp"/"ddp_spawn", as 1.x let the plugin refine the backend string); any other'
-            " plugins= leaves the call to the other rules.",
+            ' beside accelerator="ddp"/"ddp_spawn", as 1.x let the plugin refine the backend string); except'
+            " plugins=NAME where some assignment of NAME in its scope (or a branch or list element of one) builds a"
+            " 1.x plugin or a strategy and others may not (DDPPlugin(...) in one branch, None or opt.plugins in"
+            " others): plugins= moves into the translation with those settings, whatever the call's other values,"
+            " and legacy_trainer_kwargs moves a strategy it holds (an object, alone or in a list or tuple, or a 1.x"
+            " or registered strategy name) to strategy=, as 1.x's accelerator connector took it (a different"
+            " strategy= beside it, or two strategies, is a ValueError); any other plugins= leaves the call to the"
+            " other rules.",
             kind="rewrite",
         ),
         Rule(

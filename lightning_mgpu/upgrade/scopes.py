@@ -111,6 +111,15 @@ def translates_at_run_time(call: cst.Call) -> bool:
     return (dotted(call.func) or "").split(".")[-1] == "from_argparse_args"
 
 
+def fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_2``, ``base_3``, ...: the first that is not in ``taken``."""
+    name, index = base, 1
+    while name in taken:
+        index += 1
+        name = f"{base}_{index}"
+    return name
+
+
 def strategy_literal(node: cst.BaseExpression) -> bool:
     """A 1.x strategy string or None, or a conditional whose branches all are."""
     if isinstance(node, cst.IfExp):
@@ -126,7 +135,9 @@ class Scope:
     node: cst.CSTNode
     parent: Scope | None
     assigns: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
-    trainers: dict[str, tuple[cst.Call, cst.BaseExpression]] = field(default_factory=dict)  # name -> (call, resume)
+    #: name -> each ``name = Trainer(...)`` in this scope: (the call, its resume_from_checkpoint value or None, whether
+    #: the assignment is alone on its line)
+    trainers: dict[str, list[tuple[cst.Call, cst.BaseExpression | None, bool]]] = field(default_factory=dict)
     fits: list[tuple[str, cst.Call]] = field(default_factory=list)
 
     def lookup(self, name: str) -> Scope | None:
@@ -153,6 +164,15 @@ class FileFacts(cst.CSTVisitor):
         self.unknown_splat_args: dict[cst.Call, list[int]] = {}
         self.moved_resume: dict[cst.Call, cst.BaseExpression] = {}  # fit call -> the value for ckpt_path
         self.resolved_resume: set[cst.Call] = set()  # Trainer calls whose value moved to a fit
+        #: Trainer calls of a name built more than once in its scope, one of them with resume_from_checkpoint -> (the
+        #: variable that carries each construction's checkpoint to the fits, this call's value or None): the
+        #: statement gets ``variable = value`` beside it (rule trainer-resume).
+        self.resume_vars: dict[cst.Call, tuple[str, cst.BaseExpression | None]] = {}
+        #: (the constructions, the fits) of each such name, given their variable when the module ends (a fresh name
+        #: must not clash with any name of the file, the ones after this scope included).
+        self._resume_groups: list[tuple[list[tuple[cst.Call, cst.BaseExpression | None, bool]], list[cst.Call]]] = []
+        self._names: set[str] = set()  # every name the file spells
+        self._line: cst.SimpleStatementLine | None = None  # the statement line being visited
         #: Trainer(**name), with the splat's position in the call: resolved when the module ends.
         self._splats: list[tuple[cst.Call, Scope, str, int]] = []
         #: (scope node, name) of variables that only carry a 1.x strategy name into a Trainer: their assignments
@@ -221,9 +241,25 @@ class FileFacts(cst.CSTVisitor):
     def visit_Name(self, node: cst.Name) -> None:
         key = (id(self._stack[-1]), node.value)
         self._name_uses[key] = self._name_uses.get(key, 0) + 1
+        self._names.add(node.value)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self._line = node
+
+    def leave_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self._line = None
 
     def leave_Module(self, node: cst.Module) -> None:
         self._close(self._stack.pop())
+        for built, fits in self._resume_groups:
+            variable = fresh_name("resume_ckpt_path", self._names)
+            self._names.add(variable)
+            for call, value, _ in built:
+                self.resume_vars[call] = (variable, value)
+                if value is not None:
+                    self.resolved_resume.add(call)
+            for fit in fits:
+                self.moved_resume[fit] = cst.Name(variable)
         for scope, name in self._backend_names:
             values = scope.assigns.get(name) or []
             used_once = self._name_uses.get((id(scope), name), 0) == len(values) + 1
@@ -257,8 +293,8 @@ class FileFacts(cst.CSTVisitor):
                         (a.value for a in node.value.args if a.keyword and a.keyword.value == "resume_from_checkpoint"),
                         None,
                     )
-                    if resume is not None:
-                        self._stack[-1].trainers[target.target.value] = (node.value, resume)
+                    alone = len(node.targets) == 1 and self._line is not None and list(self._line.body) == [node]
+                    self._stack[-1].trainers.setdefault(target.target.value, []).append((node.value, resume, alone))
             elif isinstance(target.target, (cst.Tuple, cst.List)):
                 for element in target.target.elements:
                     if isinstance(element.value, cst.Name):
@@ -324,12 +360,30 @@ class FileFacts(cst.CSTVisitor):
         self.flags[dest] = (default, keywords.get("choices"))
 
     def _close(self, scope: Scope) -> None:
-        for name, (trainer_call, value) in scope.trainers.items():
+        for name, built in scope.trainers.items():
+            resumed = [(call, value) for call, value, _ in built if value is not None]
             fits = [call for target, call in scope.fits if target == name]
-            if fits and all(not any(a.keyword and a.keyword.value == "ckpt_path" for a in call.args) for call in fits):
+            if not resumed or not fits:
+                continue  # nothing to move, or no fit here to move it to: the construction keeps its TODO
+            if any(any(a.keyword and a.keyword.value == "ckpt_path" for a in call.args) for call in fits):
+                continue  # a fit that already names its checkpoint: a person's choice
+            if len(scope.assigns.get(name, ())) != len(built):
+                # The name is also given something that is not a Trainer (trainer = t0 before it): which one each fit
+                # runs on, the tool cannot tell; the construction keeps its TODO.
+                continue
+            if len(built) == 1:
+                # The one construction of the name: its value moves to each fit of the name in this scope.
                 for call in fits:
-                    self.moved_resume[call] = value
-                self.resolved_resume.add(trainer_call)
+                    self.moved_resume[call] = resumed[0][1]
+                self.resolved_resume.add(resumed[0][0])
+            elif all(alone for _, _, alone in built):
+                # trainer = Trainer(..., resume_from_checkpoint=path) in one branch, trainer = Trainer(...) in others:
+                # moving path to every fit would resume runs that never resumed (and path may be unbound there).
+                # Each construction gets a variable beside it, set to its checkpoint or None (1.x's "do not
+                # resume"), and the fits pass that variable: each fit resumes as the Trainer it runs on would have.
+                # Only where each construction is alone on its line (the variable's statement goes after it);
+                # otherwise the TODOs stay.
+                self._resume_groups.append((built, fits))
 
     # -- questions -----------------------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ carries a strategy into a Trainer, a dict of Trainer settings (assigned, ``setti
 last checkpoint's 1.x name after a ``ModelCheckpoint(prefix=...)``, and a 1.x Trainer key left in settings the
 rewrites do not follow (a TODO).
 
-Rule ids: trainer-strategy, hparams-assign, tuner-flags (and the Trainer-arguments rules, through
+Rule ids: trainer-strategy, hparams-assign, tuner-flags, trainer-resume (and the Trainer-arguments rules, through
 :mod:`~lightning_mgpu.upgrade.trainer_call`); TODO trainer-key-unfollowed.
 """
 
@@ -69,6 +69,15 @@ def rewrite_statement(
         name = ctx.assigned_calls[first.value]  # type: ignore[index]
         last = last_name_statement(name, ctx.last_checkpoint_names[first.value])  # type: ignore[index]
         return cst.FlattenSentinel([updated, last])
+    if isinstance(first, cst.Assign) and first.value in ctx.facts.resume_vars:
+        # trainer = Trainer(..., resume_from_checkpoint=X) where another construction of trainer does not resume:
+        # the checkpoint goes into a variable beside each construction (X, or None), which the fits pass as
+        # ckpt_path= (scopes.py's FileFacts._close).
+        variable, value = ctx.facts.resume_vars[first.value]  # type: ignore[index]
+        written = "None" if value is None else _code(value)
+        ctx.change(original, "trainer-resume", f"{variable} = {written} beside the Trainer, for fit(ckpt_path=...)")
+        beside = cst.parse_statement(f"{variable} = {written}")
+        return cst.FlattenSentinel([updated, beside.with_changes(trailing_whitespace=updated.trailing_whitespace)])
     if (
         isinstance(first, cst.Expr)
         and isinstance(first.value, cst.Call)

@@ -17,6 +17,10 @@ command line (``python train.py --gpus 2 --accelerator ddp --precision 16``) tra
 meaning is refused with one line that names the 2.x way. Works with ``lightning.pytorch`` and ``pytorch_lightning``
 (the namespace is read from the class passed) and with any other class (a LightningDataModule): only a Trainer's
 arguments are translated.
+
+1.x's other command-line helpers are here too, with 1.x's signatures: :func:`parse_argparser` (``Trainer.
+parse_argparser(args)``), :func:`parse_env_variables` (``Trainer.match_env_arguments()``) and
+:func:`get_init_arguments_and_types`.
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import os
+from ast import literal_eval
 from collections.abc import Mapping
+from contextlib import suppress
 from typing import Any
 
 from lightning_mgpu.upgrade import rules
@@ -133,12 +140,15 @@ def add_argparse_args(
     return parser
 
 
-def from_argparse_args(cls: type, args: argparse.Namespace | dict[str, Any], **kwargs: Any) -> Any:
+def from_argparse_args(
+    cls: type, args: argparse.Namespace | argparse.ArgumentParser | dict[str, Any], **kwargs: Any
+) -> Any:
     """Build ``cls`` from parsed flags, as 1.x's ``Trainer.from_argparse_args(args, **kwargs)`` did.
 
     Args:
         cls: the class to build.
-        args: the parsed namespace (or a dict); entries that are not arguments of ``cls`` are ignored.
+        args: the parsed namespace (or a dict, or a parser: parsed by :func:`parse_argparser`, as 1.x did); entries
+            that are not arguments of ``cls`` are ignored.
         **kwargs: arguments that win over the flags.
 
     Returns:
@@ -147,6 +157,8 @@ def from_argparse_args(cls: type, args: argparse.Namespace | dict[str, Any], **k
     Raises:
         ValueError: a 1.x flag was given a value that has no 2.x meaning (the message names the 2.x way).
     """
+    if isinstance(args, argparse.ArgumentParser):
+        args = parse_argparser(cls, args)
     given = vars(args) if isinstance(args, argparse.Namespace) else dict(args)
     signature = inspect.signature(cls).parameters
     accepted = set(signature) | (set(LEGACY_FLAGS) if _is_trainer(cls) else set())
@@ -160,6 +172,132 @@ def from_argparse_args(cls: type, args: argparse.Namespace | dict[str, Any], **k
     if _is_trainer(cls):
         params = legacy_trainer_kwargs(params, namespace=_namespace(cls))
     return cls(**params)
+
+
+def get_init_arguments_and_types(cls: Any) -> list[tuple[str, tuple[Any, ...], Any]]:
+    """The arguments of ``cls`` (a class or a function) as 1.x's ``get_init_arguments_and_types`` gave them.
+
+    Returns:
+        ``(name, types, default)`` per parameter: ``types`` the members of a ``Union``/``Optional`` annotation (the
+        types of a ``Literal``'s values), else the annotation alone; ``default`` ``inspect.Parameter.empty`` where
+        there is none. A 2.x class's own signature: a Trainer's 1.x arguments are not in it.
+    """
+    try:  # annotations written as strings (``from __future__ import annotations``) read as the types they name
+        parameters = inspect.signature(cls, eval_str=True).parameters
+    except Exception:  # noqa: BLE001  (a name the annotation's module cannot resolve: read as written, as 1.x did)
+        parameters = inspect.signature(cls).parameters
+    found = []
+    for name, parameter in parameters.items():
+        annotation = parameter.annotation
+        try:
+            if type(annotation).__name__ == "_LiteralGenericAlias":
+                types: tuple[Any, ...] = tuple({type(a) for a in annotation.__args__})
+            elif "typing.Literal" in str(annotation) or "typing_extensions.Literal" in str(annotation):
+                types = tuple({type(a) for union in annotation.__args__ for a in union.__args__})
+            else:
+                types = tuple(annotation.__args__)
+        except (AttributeError, TypeError):
+            types = (annotation,)
+        found.append((name, types, parameter.default))
+    return found
+
+
+def parse_argparser(cls: type, arg_parser: argparse.ArgumentParser | argparse.Namespace) -> argparse.Namespace:
+    """1.x's ``Trainer.parse_argparser(arg_parser)``: parse the command line (where given a parser) and read a flag
+    given without a value (None) as True, for an argument of ``cls`` that takes a bool and defaults to one.
+
+    Args:
+        cls: the class whose arguments are read (the Trainer, or a LightningDataModule).
+        arg_parser: a parser (its ``parse_args()`` is called) or a namespace already parsed.
+
+    Returns:
+        A new namespace with every entry of the parsed one.
+    """
+    args = arg_parser.parse_args() if isinstance(arg_parser, argparse.ArgumentParser) else arg_parser
+    types_default = {name: (types, default) for name, types, default in get_init_arguments_and_types(cls)}
+    parsed = {}
+    for name, value in vars(args).items():
+        if name in types_default and value is None:
+            types, default = types_default[name]
+            if bool in types and isinstance(default, bool):
+                value = True  # --flag with no value (1.x's nargs="?"): on, whatever the default
+        parsed[name] = value
+    return argparse.Namespace(**parsed)
+
+
+def parse_env_variables(cls: type, template: str = "PL_%(cls_name)s_%(cls_argument)s") -> argparse.Namespace:
+    """1.x's ``parse_env_variables(cls)`` (a Trainer's ``match_env_arguments()``): the arguments of ``cls`` set in
+    the environment (``PL_TRAINER_MAX_EPOCHS=3``), their values read as Python literals where they are one.
+
+    Args:
+        cls: the class whose arguments are looked up; for a Trainer the removed 1.x arguments too
+            (``PL_TRAINER_GPUS=2``), which :func:`from_argparse_args` translates.
+        template: the variable's name, from ``cls_name`` (the class's name, upper case) and ``cls_argument``.
+
+    Returns:
+        A namespace of the variables found (an empty one where none is set).
+    """
+    names = [name for name, _, _ in get_init_arguments_and_types(cls)]
+    if _is_trainer(cls):
+        names += [name for name in LEGACY_FLAGS if name not in names]
+    found = {}
+    for name in names:
+        value: Any = os.environ.get(template % {"cls_name": cls.__name__.upper(), "cls_argument": name.upper()})
+        if value is None or value == "":
+            continue
+        with suppress(Exception):  # not a literal: the string as it is (1.x did the same)
+            value = literal_eval(value)
+        found[name] = value
+    return argparse.Namespace(**found)
+
+
+def _is_strategy(value: Any) -> bool:
+    """A Lightning strategy object (either namespace's, the bundle's included): its class derives from a class named
+    Strategy in a Lightning ``strategies`` package."""
+    return any(
+        base.__name__ == "Strategy" and base.__module__.split(".strategies", 1)[0] in rules.BUNDLE_FOR_NAMESPACE
+        for base in inspect.getmro(type(value))
+    )
+
+
+def _strategy_name(value: Any, namespace: str) -> str | None:
+    """The 2.x strategy a string in ``plugins=`` named (a 1.x backend string or a registered name), else None."""
+    if not isinstance(value, str):
+        return None
+    if value in rules.STRATEGY_STRINGS:
+        return rules.STRATEGY_STRINGS[value]
+    registry = importlib.import_module(f"{namespace}.strategies").StrategyRegistry
+    return value if value in registry else None
+
+
+def _strategy_from_plugins(out: dict[str, Any], namespace: str) -> bool:
+    """Move the strategy that ``out["plugins"]`` holds (alone, or in a list or tuple beside other plugins) to
+    ``out["strategy"]``, as 1.x's accelerator connector took it; the other plugins stay. Returns whether one moved.
+
+    Raises:
+        ValueError: two strategies in ``plugins=`` (1.x refused them too), or one beside a different ``strategy=``.
+    """
+    plugins = out.get("plugins")
+    listed = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+    found = [p for p in listed if _is_strategy(p) or _strategy_name(p, namespace) is not None]
+    if not found:
+        return False
+    if len(found) > 1:
+        names = ", ".join(p if isinstance(p, str) else type(p).__name__ for p in found)
+        raise ValueError(f"plugins= holds two strategies ({names}): pass one as strategy=")
+    strategy = found[0]
+    written = strategy if isinstance(strategy, str) else type(strategy).__name__
+    if out.get("strategy") not in (None, "auto"):
+        raise ValueError(
+            f"plugins= holds the strategy {written}, and strategy={out['strategy']!r} is given too: choose one"
+        )
+    out["strategy"] = _strategy_name(strategy, namespace) or strategy
+    rest = [p for p in listed if p is not strategy]
+    if rest and isinstance(plugins, (list, tuple)):
+        out["plugins"] = type(plugins)(rest)
+    else:
+        del out["plugins"]
+    return True
 
 
 def legacy_trainer_kwargs(
@@ -212,6 +350,10 @@ def legacy_trainer_kwargs(
         else:
             raise ValueError(f"{old} maps to {name}={value!r}, but {name}={out[name]!r} is given too: choose one")
 
+    # plugins=DDPStrategy(...) / [DeepSpeedStrategy(...), env] / "ddp_sharded": 1.x's accelerator connector took a
+    # training-type plugin (an object, or a name of its registry) given in plugins= as the strategy; 2.x's Trainer
+    # refuses a strategy there. It moves to strategy=, before the backend strings below read what strategy= holds.
+    from_plugins = _strategy_from_plugins(out, namespace)
     strategy_source = next(
         (k for k in ("distributed_backend", "accelerator") if params.get(k) in rules.STRATEGY_STRINGS), None
     )
@@ -220,9 +362,10 @@ def legacy_trainer_kwargs(
         if strategy_source == "accelerator":
             out.pop("accelerator")
         given = out.get("strategy")
-        if given is not None and not isinstance(given, str) and name in ("ddp", "ddp_spawn"):
-            # accelerator="ddp" beside plugins=DDPPlugin(...) (now strategy=DDPStrategy(...)): in 1.x the plugin
-            # object refined the backend string, so the object is the strategy (as trainer_devices.py rewrites it).
+        if given is not None and (not isinstance(given, str) or from_plugins) and name in ("ddp", "ddp_spawn"):
+            # accelerator="ddp" beside plugins=DDPPlugin(...) (now strategy=DDPStrategy(...)) or plugins="ddp_sharded":
+            # in 1.x the plugin refined the backend string, so the plugin is the strategy (as trainer_devices.py
+            # rewrites it).
             pass
         else:
             put("strategy", rules.STRATEGY_STRINGS[name], f"{strategy_source}={name!r}")

@@ -31,6 +31,7 @@ from lightning_mgpu.upgrade.nodes import string as _string
 from lightning_mgpu.upgrade.nodes import without_comment as _without_comment
 from lightning_mgpu.upgrade.scopes import is_dict_builder, translates_at_run_time
 from lightning_mgpu.upgrade.scopes import literal as _literal
+from lightning_mgpu.upgrade.trainer_devices import may_hold_strategy
 from lightning_mgpu.upgrade.trainer_kwargs import TrainerArgs
 from lightning_mgpu.upgrade.trainer_rewrite import rewrite_trainer_args
 from lightning_mgpu.upgrade.translate_args import (
@@ -65,6 +66,7 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
     ]
     kept = _left_to_plans(ctx, original, items)
     trainer = rewrite_trainer_args(trainer_args(ctx, kept))
+    plugins = trainer.get("plugins")  # still plugins= after the rewrite: not every value is a strategy
     translated: cst.Arg | None = None
     if (
         settles(trainer.todos)
@@ -97,6 +99,21 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
         trainer.todos[:0] = [t for t in first.todos if rules.rule_of(t) in LEAVE_THE_CALL]
         trainer.notes[:0] = first.notes
         trainer.imports[:0] = first.imports
+        translated = cst.Arg(star="**", value=expression)
+    elif (
+        not stars
+        and not translates_at_run_time(original)
+        and plugins is not None
+        and may_hold_strategy(plugins, ctx.facts.assigned(plugins, ctx.scopes[-1]))
+        and not literal_conflict(ctx, kept)
+    ):
+        # plugins=plugins, a name given DDPPlugin(...) in one branch and None or a command-line value in others:
+        # 2.x's Trainer refuses a strategy in plugins=, and whether the name holds one only the run knows. plugins=
+        # moves into legacy_trainer_kwargs(...) with the settings that decide the strategy and the devices (in their
+        # 1.x spelling), which moves a strategy it holds to strategy= as 1.x's accelerator connector took it
+        # (rule trainer-args-translated). Where every assignment gives a strategy, the rewrite above has made it
+        # strategy= already, and this branch is not taken.
+        trainer, expression = moved_into_translation(ctx, kept, updated.args, also=("plugins",))
         translated = cst.Arg(star="**", value=expression)
     if any(key == "resume_from_checkpoint" for key, _, _ in trainer.items):
         value = trainer.get("resume_from_checkpoint")
@@ -182,13 +199,17 @@ def _splats(
 
 
 def moved_into_translation(
-    ctx: UpgradeContext, items: list[tuple[str, cst.BaseExpression, cst.Arg | None]], originals: Any
+    ctx: UpgradeContext,
+    items: list[tuple[str, cst.BaseExpression, cst.Arg | None]],
+    originals: Any,
+    also: tuple[str, ...] = (),
 ) -> tuple[Any, cst.BaseExpression]:
     """The Trainer settings of ``items`` that the values this tool cannot read decide with, moved into a
     ``legacy_trainer_kwargs(...)`` call (translated when the Trainer is built): the rewrite of the rest, with the
     change recorded, and that call, written in the style of ``originals`` (a call's arguments or a dict's
-    elements). Shared by a Trainer call and a settings dict (rule trainer-args-translated)."""
-    moved, rest = split(items)
+    elements), with the settings ``also`` names moved too. Shared by a Trainer call and a settings dict (rule
+    trainer-args-translated)."""
+    moved, rest = split(items, also)
     trainer = rewrite_trainer_args(trainer_args(ctx, rest))
     separator = next((_without_comment(e.comma) for e in originals[:-1] if isinstance(e.comma, cst.Comma)), None)
     if may_be_ddp_cpu(moved, trainer.resolve):

@@ -184,6 +184,23 @@ def _is_strategy_object(node: cst.BaseExpression, assigned: list[cst.BaseExpress
     )
 
 
+def may_hold_strategy(node: cst.BaseExpression, assigned: list[cst.BaseExpression] | None) -> bool:
+    """Whether ``plugins=`` given ``node`` (a name, with what each assignment in its scope gave it) may hold a 1.x
+    training-type plugin or a strategy object: one assignment (or a branch of one, or an element of a list) calls
+    such a class, though others may not (``plugins = DDPPlugin(...)`` in one branch, None or
+    a command-line value in others). Such a value is translated at run time (trainer_call.py); one that holds a
+    strategy in every assignment is ``strategy=`` already (:func:`rewrite_strategy`)."""
+
+    def calls_one(value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.IfExp):
+            return calls_one(value.body) or calls_one(value.orelse)
+        if isinstance(value, (cst.List, cst.Tuple)):
+            return any(calls_one(e.value) for e in value.elements)
+        return isinstance(value, cst.Call) and _is_strategy_object(value, None)
+
+    return isinstance(node, cst.Name) and any(calls_one(value) for value in assigned or ())
+
+
 def strategy_value(node: cst.BaseExpression) -> cst.BaseExpression | None:
     """``node`` with each 1.x strategy string mapped to its 2.x name and None to "auto", where every branch of it is a
     literal (a string, None, or a conditional of those); None where some branch is not."""

@@ -89,11 +89,12 @@ def may_be_ddp_cpu(items: Sequence[Item], resolve: Callable[[cst.BaseExpression]
     )
 
 
-def split(items: Sequence[Item]) -> tuple[list[Item], list[Item]]:
+def split(items: Sequence[Item], also: Sequence[str] = ()) -> tuple[list[Item], list[Item]]:
     """``items`` as (the settings that move into the translation, the others). ``callbacks=`` moves with them where
-    a moved setting may add a callback (the progress bar's, the model summary's), so that it joins the call's own."""
+    a moved setting may add a callback (the progress bar's, the model summary's), so that it joins the call's own;
+    the keys ``also`` names move too (``plugins=`` that may hold a strategy: trainer_call.py)."""
     adds_callbacks = any(item[0] in ("progress_bar_refresh_rate", "weights_summary") for item in items)
-    moves = set(MOVED) | ({"callbacks"} if adds_callbacks else set())
+    moves = set(MOVED) | set(also) | ({"callbacks"} if adds_callbacks else set())
     return [item for item in items if item[0] in moves], [item for item in items if item[0] not in moves]
 
 

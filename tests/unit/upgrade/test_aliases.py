@@ -85,10 +85,11 @@ def test_a_datamodule_class_in_a_variable() -> None:
     lines = [line.strip() for line in out.splitlines()]
     assert "parser = add_argparse_args(dm_cls, parser)" in lines, out
     assert "dm = from_argparse_args(dm_cls, args)" in lines, out
-    # Something the file does not show to be a DataModule is left, and the independent scan still names it.
+    # Something the file does not show to be a DataModule is left: most likely a class's own classmethod (a
+    # LightningModule had none in 1.x), which the scan does not count as a 1.x spelling either.
     assert "thing = builder.from_argparse_args(args)" in lines, out
     assert "trainer-argparse" in rules
-    assert [kind for _, kind in unmarked(out)] == [".from_argparse_args(...)"]
+    assert unmarked(out) == []
 
 
 def test_a_variable_that_may_hold_something_else_is_left() -> None:
