@@ -36,7 +36,7 @@ from lightning_mgpu.upgrade.progress_bar_hooks import convert as convert_progres
 from lightning_mgpu.upgrade.progress_bar_hooks import with_last_base
 from lightning_mgpu.upgrade.result_objects import convert_result_objects
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
-from lightning_mgpu.upgrade.traverse import read_only_visit
+from lightning_mgpu.upgrade.traverse import once_per_module, read_only_visit
 
 
 def uses(node: cst.CSTNode, name: str, hook: str) -> int:
@@ -193,6 +193,7 @@ _DATA_PARALLEL_CLASSES = frozenset(
 )
 
 
+@once_per_module
 def shows_data_parallel(module: cst.CSTNode) -> bool:
     """Whether a file names 1.x's dp/ddp2 anywhere: a ``"dp"``/``"ddp2"`` string (a strategy, accelerator or
     distributed_backend value, however it gets there) or a DataParallel/DDP2 strategy or plugin class."""
@@ -484,7 +485,8 @@ def _manual_optimization(
 _FINETUNING_BASES = frozenset({"BaseFinetuning", "BackboneFinetuning"})
 
 
-def finetuning_classes(module: cst.CSTNode) -> set[str]:
+@once_per_module
+def finetuning_classes(module: cst.CSTNode) -> frozenset[str]:
     """The classes of a file that are finetuning callbacks: a copy of Lightning's ``BaseFinetuning`` of the file's
     own, and every class whose bases (followed through the file's classes) reach a class of that name."""
     bases: dict[str, set[str]] = {}
@@ -503,7 +505,7 @@ def finetuning_classes(module: cst.CSTNode) -> set[str]:
             if name not in found and above & (found | _FINETUNING_BASES):
                 found.add(name)
                 grown = True
-    return found
+    return frozenset(found)
 
 
 def _first_statement_index(body: cst.IndentedBlock) -> int:

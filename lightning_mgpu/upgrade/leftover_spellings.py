@@ -29,6 +29,47 @@ def _key(node: cst.BaseExpression) -> str | None:
     return value if isinstance(value, str) and value in rules.LEGACY_SETTINGS_KEYS else None
 
 
+class _LegacyKeys(cst.CSTVisitor):
+    """:func:`legacy_keys`' walk (a class of its own: defining one per statement cost more than the walk)."""
+
+    def __init__(self, statement: cst.CSTNode) -> None:
+        super().__init__()
+        self.statement = statement
+        self.found: list[str] = []
+
+    def _target(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Subscript) and len(target.slice) == 1:
+            element = target.slice[0].slice
+            key = _key(element.value) if isinstance(element, cst.Index) else None
+            if key is not None:
+                self.found.append(key)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._target(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._target(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._target(node.target)
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        key = _key(node.key)
+        if key is not None:
+            self.found.append(key)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if dotted(node.func) == "dict":
+            self.found.extend(a.keyword.value for a in node.args if a.keyword and a.keyword.value in _KEYS)
+
+    # A nested function or class is a statement of its own: its lines get their own TODO.
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.statement
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return node is self.statement
+
+
 def legacy_keys(statement: cst.CSTNode) -> list[str]:
     """The 1.x Trainer keys a statement still writes: subscript assignments (``x["gpus"] = n``, also augmented or
     annotated), dict literal keys and ``dict(gpus=...)`` keywords, in the order they appear, each once.
@@ -36,46 +77,9 @@ def legacy_keys(statement: cst.CSTNode) -> list[str]:
     Args:
         statement: a statement, after the rewrites.
     """
-    found: list[str] = []
-
-    class Finder(cst.CSTVisitor):
-        def _target(self, target: cst.BaseExpression) -> None:
-            if isinstance(target, cst.Subscript) and len(target.slice) == 1:
-                element = target.slice[0].slice
-                key = _key(element.value) if isinstance(element, cst.Index) else None
-                if key is not None:
-                    found.append(key)
-
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            self._target(node.target)
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            self._target(node.target)
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            self._target(node.target)
-
-        def visit_DictElement(self, node: cst.DictElement) -> None:
-            key = _key(node.key)
-            if key is not None:
-                found.append(key)
-
-        def visit_Call(self, node: cst.Call) -> None:
-            if dotted(node.func) == "dict":
-                found.extend(a.keyword.value for a in node.args if a.keyword and a.keyword.value in _KEYS)
-
-        # A nested function or class is a statement of its own: its lines get their own TODO.
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is statement
-
-        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-            return node is statement
-
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return True
-
-    read_only_visit(statement, Finder())
-    return list(dict.fromkeys(found))
+    finder = _LegacyKeys(statement)
+    read_only_visit(statement, finder)
+    return list(dict.fromkeys(finder.found))
 
 
 _KEYS = rules.LEGACY_SETTINGS_KEYS
