@@ -92,6 +92,18 @@ def leave_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cs
     if func.rsplit(".", 1)[-1] == "ModelCheckpoint":
         updated = model_checkpoint(ctx, original, updated)
     new_func = _dotted(updated.func) or ""
+    old_name = new_func.rsplit(".", 1)[-1]
+    if (
+        new_func.split(".")[0] == "torchmetrics"
+        and isinstance(updated.func, cst.Attribute)
+        and rules.TORCHMETRICS_RENAMED.get(old_name, old_name) != old_name
+    ):
+        # torchmetrics.F1(...) (the module imported, in this file or a notebook's other cell): the class was renamed
+        # as it is where it is imported by name (F1 -> F1Score), then converted like one.
+        renamed = rules.TORCHMETRICS_RENAMED[old_name]
+        updated = updated.with_changes(func=updated.func.with_changes(attr=cst.Name(renamed)))
+        ctx.change(original, "metrics-import", f"{new_func}(...) -> {new_func[: -len(old_name)]}{renamed}(...)")
+        new_func = new_func[: -len(old_name)] + renamed
     if new_func.split(".")[-1] in rules.TORCHMETRICS_TASK and is_torchmetrics(ctx, new_func):
         return metric_call(ctx, original, updated)
     if _is_trainer_call(original) or original in ctx.facts.subclass_trainer_calls:

@@ -223,3 +223,20 @@ def test_a_task_given_by_position_is_2x_already() -> None:
     )
     result = upgrade_source(source)
     assert result.source == source and not result.findings
+
+
+def test_a_renamed_metric_reached_through_the_module_is_renamed_and_converted() -> None:
+    """``import torchmetrics`` then ``torchmetrics.F1(...)`` (a notebook of a third held-out sample): F1 is F1Score
+    since torchmetrics 0.7, as it is where the name is imported; then its task, as for the name."""
+    source = (
+        "import torchmetrics\nimport pytorch_lightning as pl\n"
+        "class M(pl.LightningModule):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.f1 = torchmetrics.F1(num_classes=10)\n"
+        "        self.f = torchmetrics.functional.f1(p, t)\n"
+    )
+    out = upgrade_source(source).source
+    assert 'self.f1 = torchmetrics.F1Score(task="multiclass", num_classes=10)' in out
+    assert 'torchmetrics.functional.f1_score(p, t, task="multiclass", num_classes=10)' in out
+    from lightning_mgpu.upgrade.leftovers import unmarked
+
+    assert upgrade_source(out).source == out and unmarked(out) == []
