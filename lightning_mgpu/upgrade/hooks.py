@@ -75,6 +75,31 @@ def _uses_name(node: cst.CSTNode, name: str) -> bool:
     return found
 
 
+class _NameUses(cst.CSTVisitor):
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self.seen = 0
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.seen += node.value == self.name
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+
+def name_uses(node: cst.CSTNode, name: str) -> int:
+    """How often ``name`` is read or written under ``node`` (an attribute's name and a keyword's are not the name)."""
+    uses = _NameUses(name)
+    read_only_visit(node, uses)
+    return uses.seen
+
+
 def _param_names(func: cst.FunctionDef) -> list[str]:
     return [p.name.value for p in func.params.params]
 
@@ -752,24 +777,9 @@ def _returned_names(func: cst.FunctionDef) -> dict[str, _ReturnedName]:
     names = {r.value.value for r in own_returns(func) if isinstance(r.value, cst.Name)}
     found: dict[str, _ReturnedName] = {}
     for name in names - {"None", "self"}:
-        seen = accounted = 0
+        accounted = 0
         shape = _ReturnedName()
         set_keys: list[str] = []
-
-        class Occurrences(cst.CSTVisitor):
-            """Every read and write of the name (an attribute's name and a keyword's are not the name)."""
-
-            def visit_Name(self, node: cst.Name) -> None:
-                nonlocal seen
-                seen += node.value == name
-
-            def visit_Attribute(self, node: cst.Attribute) -> bool:
-                node.value.visit(self)
-                return False
-
-            def visit_Arg(self, node: cst.Arg) -> bool:
-                node.value.visit(self)
-                return False
 
         class Followed(FunctionBodyVisitor):
             """The occurrences this rule follows, in ``func``'s own statements."""
@@ -803,7 +813,7 @@ def _returned_names(func: cst.FunctionDef) -> dict[str, _ReturnedName]:
                     # name["loss"] read, or name["loss"] = x: either way the dict stays a dict with that key
                     accounted += _subscript_key(node) not in _LOG_KEYS
 
-        read_only_visit(func.body, Occurrences())
+        seen = name_uses(func.body, name)
         read_only_visit(func, Followed(func))
         if not shape.writes:
             continue

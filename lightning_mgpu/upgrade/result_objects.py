@@ -35,7 +35,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from lightning_mgpu.upgrade import rules
-from lightning_mgpu.upgrade.hooks import ClassResult, as_block, class_methods, replace_method
+from lightning_mgpu.upgrade.hooks import ClassResult, as_block, class_methods, name_uses, replace_method
 from lightning_mgpu.upgrade.scopes import dotted, literal
 from lightning_mgpu.upgrade.traverse import FunctionBodyTransformer, FunctionBodyVisitor, read_only_visit
 
@@ -215,23 +215,7 @@ def analyse(func: cst.FunctionDef, hook: str) -> _MethodPlan | None:
     if failed or len(plan.calls) != len(every):
         return None  # a constructor somewhere else (an argument, a nested function, a comprehension): not followed
     for name in plan.names:
-        seen = 0
-
-        class Occurrences(cst.CSTVisitor):
-            def visit_Name(self, node: cst.Name) -> None:
-                nonlocal seen
-                seen += node.value == name
-
-            def visit_Attribute(self, node: cst.Attribute) -> bool:
-                node.value.visit(self)
-                return False
-
-            def visit_Arg(self, node: cst.Arg) -> bool:
-                node.value.visit(self)
-                return False
-
-        read_only_visit(func.body, Occurrences())
-        if seen != counts.get(name, 0):
+        if name_uses(func.body, name) != counts.get(name, 0):
             return None  # the object passed on, read, assigned something else, logged through in a 1.0-only way
     return plan
 

@@ -10,6 +10,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
 
 SHARED = """import pytorch_lightning as pl
 import torch
@@ -47,7 +48,6 @@ class Shared(pl.LightningModule):
 
 
 def test_a_training_step_with_a_dataloader_idx_parameter_collects_a_flat_list(tmp_path) -> None:
-    import pytorch_lightning as pl
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -61,16 +61,8 @@ def test_a_training_step_with_a_dataloader_idx_parameter_collects_a_flat_list(tm
     exec(compile(out, "shared", "exec"), namespace)  # noqa: S102
     model = namespace["Shared"]()
     loader = DataLoader(TensorDataset(torch.randn(10, 2)), batch_size=4)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-    )
+    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
+    trainer = quiet_trainer("pytorch_lightning", max_epochs=1, num_sanity_val_steps=0, default_root_dir=tmp_path)
     trainer.fit(model, loader, loader)
     # What 1.x handed each epoch end: one entry per step, in order (a single validation loader: a flat list too).
     assert model.seen == {"train": [4, 4, 2], "val": [4, 4, 2]}

@@ -11,6 +11,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
 
 TEMPLATE = """import pytorch_lightning as pl
 import torch
@@ -63,7 +64,6 @@ def upgraded(source: str) -> str:
 
 
 def test_loop_epoch_hooks_run_where_1x_ran_them(tmp_path) -> None:
-    import pytorch_lightning as pl
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -75,16 +75,8 @@ def test_loop_epoch_hooks_run_where_1x_ran_them(tmp_path) -> None:
     exec(compile(out, "template", "exec"), namespace)  # noqa: S102
     model = namespace["Classifier"]()
     loader = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-    )
+    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
+    trainer = quiet_trainer("pytorch_lightning", max_epochs=1, num_sanity_val_steps=0, default_root_dir=tmp_path)
     trainer.fit(model, loader, loader)
     # 1.x's order: the training epoch starts; its validation runs before the training epoch's own end.
     assert model.events == [
