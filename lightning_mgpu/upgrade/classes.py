@@ -20,6 +20,7 @@ from lightning_mgpu.upgrade.findings import Finding
 from lightning_mgpu.upgrade.grad_norm import add_hook
 from lightning_mgpu.upgrade.hooks import (
     ClassResult,
+    call_before_returns,
     class_methods,
     convert_epoch_ends,
     convert_log_returns,
@@ -167,12 +168,15 @@ def per_sample_steps(methods: dict[str, cst.FunctionDef]) -> set[str]:
 def step_end_into_step(node: cst.ClassDef, steps: set[str]) -> cst.ClassDef:
     """Each step of ``steps`` whose ``<step>_end`` was kept as ``_<step>_end_1x`` returns what that gives, as 1.x
     called the step end on each step's output."""
-    names = {s.name.value for s in node.body.body if isinstance(s, cst.FunctionDef)}
+    methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}
     body = []
     for statement in node.body.body:
         if isinstance(statement, cst.FunctionDef) and statement.name.value in steps:
             kept = f"_{statement.name.value}_end_1x"
-            if kept in names:
+            if kept in methods and _never_returns_value(methods[kept]):
+                # 1.x kept the step's own output where its step end gave None: the step calls it, returns its own.
+                statement = call_before_returns(statement, kept)
+            elif kept in methods:
                 statement = wrap_returns(statement, kept)
         body.append(statement)
     return node.with_changes(body=node.body.with_changes(body=body))
@@ -251,6 +255,14 @@ def _always_returns_value(func: cst.FunctionDef) -> bool:
     return all(r.value is not None and not m.matches(r.value, m.Name("None")) for r in returns)
 
 
+def _never_returns_value(func: cst.FunctionDef) -> bool:
+    """No ``return`` of the function gives a value: 1.x's loop kept the step's own output after it, so the step can
+    call it and return its own output (``return`` of a yield-free body only; a generator is not a step end)."""
+    if "yield" in cst.Module(body=[func]).code:
+        return False
+    return all(r.value is None or m.matches(r.value, m.Name("None")) for r in own_returns(func))
+
+
 def _subclassed_in_file(module: cst.CSTNode, name: str) -> bool:
     """Whether another class of the file names ``name`` among its bases."""
     found = False
@@ -275,7 +287,8 @@ def step_end_plan(
     """How each 1.x ``*_step_end`` of a class that does more than reduce converts (rule step-end): kept as
     ``_<step>_end_1x``, and either :data:`MIXIN` (the class gets :class:`~lightning_mgpu.upgrade.step_ends.
     LegacyStepEnds`, which runs it after each step at run time, exact under every strategy, dp and ddp2 included) or
-    :data:`EXPLICIT` (the step returns ``self._<step>_end_1x(X)``). A hook missing from the plan keeps its TODO
+    :data:`EXPLICIT` (the step returns ``self._<step>_end_1x(X)``, or calls it and returns X where it never returns a
+    value). A hook missing from the plan keeps its TODO
     (or is a reduce-only one, converted as before)."""
     module = ctx.scopes[0].node if ctx.scopes else node
     epoch_ends = ctx.epoch_ends.get(node.name.value, {})
@@ -286,12 +299,12 @@ def step_end_plan(
     data_parallel = shows_data_parallel(module)
 
     def explicit_ok(hook: str, func: cst.FunctionDef) -> bool:
-        # ``return self._<step>_end_1x(X)`` is exact where the class has the step, the hook always returns a value,
-        # nothing in the file runs dp/ddp2 (there 1.x passed it the replicas' gathered outputs) and no class of the
-        # file overrides the step.
+        # ``return self._<step>_end_1x(X)`` is exact where the class has the step, the hook always returns a value
+        # (or never does: then the step calls it and returns X, as 1.x kept X), nothing in the file runs dp/ddp2
+        # (there 1.x passed it the replicas' gathered outputs) and no class of the file overrides the step.
         return (
             hook.removesuffix("_end") in methods
-            and _always_returns_value(func)
+            and (_always_returns_value(func) or _never_returns_value(func))
             and not data_parallel
             and not abstract
             and not _subclassed_in_file(module, node.name.value)
@@ -675,7 +688,13 @@ def leave_function_def(
     if hook in rules.STEP_END_HOOKS and hook in ctx.class_step_ends[-1]:
         # step_end_plan: kept as _<hook>_1x, run after each step by LegacyStepEnds or returned by the step.
         how = ctx.class_step_ends[-1][hook]
-        where = "LegacyStepEnds runs it after each step" if how == MIXIN else "the step returns what it gives"
+        where = (
+            "LegacyStepEnds runs it after each step"
+            if how == MIXIN
+            else "the step calls it and returns its own output"
+            if _never_returns_value(updated)
+            else "the step returns what it gives"
+        )
         ctx.change(original, "step-end", f"{hook} -> _{hook}_1x: {where}, as 1.x called it")
         return updated.with_changes(name=cst.Name(f"_{hook}_1x"))
     if hook in rules.STEP_END_HOOKS:

@@ -138,6 +138,39 @@ def wrap_returns(func: cst.FunctionDef, method: str) -> cst.FunctionDef:
     return func.visit(_WrapReturns(method))  # type: ignore[return-value]  # a FunctionDef stays a FunctionDef
 
 
+class _CallBeforeReturns(FunctionBodyTransformer):
+    """``return X`` -> ``self.<method>(X)`` then ``return X`` (X evaluated once, as ``step_output``), in the one
+    function it is run on (``return`` and ``return None``, a skipped step, stay)."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__()
+        self.method = method
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if len(updated.body) != 1 or not isinstance(updated.body[0], cst.Return):
+            return updated
+        value = updated.body[0].value
+        if value is None or m.matches(value, m.Name("None")):
+            return updated
+        code = cst.Module(body=[]).code_for_node(value)
+        lines = []
+        if not isinstance(value, cst.Name):
+            lines.append(cst.parse_statement(f"step_output = {code}"))
+            code = "step_output"
+        lines.append(cst.parse_statement(f"self.{self.method}({code})"))
+        lines.append(updated.with_changes(body=[cst.Return(value=cst.Name(code))], leading_lines=[]))
+        lines[0] = lines[0].with_changes(leading_lines=updated.leading_lines)
+        return cst.FlattenSentinel(lines)
+
+
+def call_before_returns(func: cst.FunctionDef, method: str) -> cst.FunctionDef:
+    """``func`` with ``self.<method>(X)`` called before each of its own ``return X``, which then returns X: a 1.x
+    step end that never returned a value, after which 1.x's loop kept the step's own output."""
+    return func.visit(_CallBeforeReturns(method))  # type: ignore[return-value]  # a FunctionDef stays a FunctionDef
+
+
 class _CollectReturns(FunctionBodyTransformer):
     """Before each ``return X`` of one function: ``self.ATTR.append(WRAP(X))`` (X evaluated once)."""
 

@@ -36,6 +36,14 @@ LEGACY_METRIC_ARGS: dict[str, tuple[Any, ...]] = {
 }
 
 
+def _task_name(node: cst.BaseExpression) -> bool:
+    """Whether ``node`` is a string literal naming a torchmetrics >= 0.11 task, in any case."""
+    if not isinstance(node, cst.SimpleString):
+        return False
+    value = node.evaluated_value
+    return isinstance(value, str) and value.lower() in TASKS
+
+
 def is_torchmetrics(ctx: UpgradeContext, func: str) -> bool:
     head = func.split(".")[0]
     if head == "torchmetrics":
@@ -63,11 +71,9 @@ def metric_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> c
     if "task" in keywords or any(a.star for a in updated.args):
         return updated
     # The task given by position (torchmetrics >= 0.11: Accuracy("binary", ...), accuracy(p, t, "multiclass", ...)):
-    # already 2.x. No 0.10 signature took one of these strings by position.
-    if any(
-        a.keyword is None and isinstance(a.value, cst.SimpleString) and a.value.evaluated_value in TASKS
-        for a in updated.args
-    ):
+    # already 2.x. No 0.10 signature took one of these strings by position. torchmetrics reads the name in any case
+    # (ClassificationTask.from_str): Accuracy("MULTICLASS", ...) is a multiclass accuracy.
+    if any(a.keyword is None and _task_name(a.value) for a in updated.args):
         return updated
     name = (_dotted(updated.func) or "").split(".")[-1]
     # torchmetrics <= 0.10's own keywords, which 0.11's metrics refuse: dropped where they say nothing beside
@@ -83,6 +89,11 @@ def metric_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> c
         updated = updated.with_changes(args=kept)
         ctx.change(original, "metrics-legacy-args", f"{name}: " + ", ".join(_code(a).strip(", ") for a in legacy))
     if "num_classes" in keywords and name[0].isupper():
+        if any(a.keyword is None for a in updated.args):
+            # A 0.10 class given a value by position (Accuracy(0.5, num_classes=3): threshold): 0.11's classes take
+            # the task first, so that value would become the task. Which keyword it was is for a person to say.
+            ctx.todo(original, rules.todo_text("metrics-task", name=name))
+            return updated
         args = [
             _kwarg("task", _quoted("multiclass")).with_changes(
                 comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))

@@ -225,6 +225,25 @@ def test_a_task_given_by_position_is_2x_already() -> None:
     assert result.source == source and not result.findings
 
 
+def test_a_task_given_by_position_in_capitals_is_2x_already() -> None:
+    """torchmetrics reads the task's name in any case (``ClassificationTask.from_str``): ``Accuracy("MULTICLASS",
+    num_classes=n)`` (a reserve file of the third held-out draw) is 2.x already; the tool raised on it before."""
+    import torchmetrics
+
+    source = 'from torchmetrics import Accuracy\nacc = Accuracy("MULTICLASS", num_classes=3)\n'
+    result = upgrade_source(source)
+    assert result.source == source and not result.findings
+    assert type(torchmetrics.Accuracy("MULTICLASS", num_classes=3)).__name__ == "MulticlassAccuracy"
+
+
+def test_a_value_by_position_beside_num_classes_gets_the_todo() -> None:
+    """torchmetrics <= 0.10's ``Accuracy(0.5, num_classes=3)`` (the threshold by position): 0.11 takes the task
+    first, so task= cannot be added in front; which keyword the value was is for a person (no internal error)."""
+    out = upgraded("from torchmetrics import Accuracy\nm = Accuracy(0.5, num_classes=3)\n")
+    assert "TODO(lightning-mgpu:metrics-task)" in out and "m = Accuracy(0.5, num_classes=3)\n" in out
+    assert "internal-error" not in out
+
+
 def test_a_renamed_metric_reached_through_the_module_is_renamed_and_converted() -> None:
     """``import torchmetrics`` then ``torchmetrics.F1(...)`` (a notebook of a third held-out sample): F1 is F1Score
     since torchmetrics 0.7, as it is where the name is imported; then its task, as for the name."""

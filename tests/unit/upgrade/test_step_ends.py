@@ -235,3 +235,56 @@ def test_a_subclass_of_a_converted_base_gets_the_step_end_on_its_own_step(tmp_pa
     trainer.validate(model, _loader(batches=1), verbose=False)
     assert model.ends == [("val", 4)]  # once, after the outermost step
     assert float(trainer.callback_metrics["val_err"]) == 0.0
+
+
+# A step end that records into the module and returns nothing, beside an epoch end that reads the step's own outputs
+# (a reserve file of the third held-out draw): 1.x kept the step's output where the step end gave None.
+TALLIER = """import pytorch_lightning as pl
+import torch
+from torch import nn
+
+
+class Tallier(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(3, 1)
+        self.seen = []
+        self.epochs = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x).squeeze(-1), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        err = (self.layer(x).squeeze(-1) - y).abs()
+        return {"val_loss": err.mean(), "n": len(err)}
+
+    def validation_step_end(self, step_output):
+        self.seen.append(step_output["n"])
+
+    def validation_epoch_end(self, outputs):
+        self.epochs.append((float(torch.stack([o["val_loss"] for o in outputs]).mean()), list(self.seen)))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+"""
+
+
+def test_a_collected_step_end_that_never_returns_a_value_is_called_by_the_step(tmp_path) -> None:
+    """The step calls the kept hook and returns (and collects) its own output, as 1.x's loop kept it; the epoch end
+    sees both the step's outputs and what the hook recorded (before, a step-end TODO)."""
+    out = upgraded(TALLIER)
+    assert rules.TODO_TAG not in out
+    assert (
+        "        self._validation_step_end_1x(step_output)\n"
+        "        self.validation_step_outputs.append(step_output)\n"
+        "        return step_output\n"
+    ) in out
+    model = _module(out, "Tallier")
+    _trainer(tmp_path).validate(model, _loader(batches=2), verbose=False)
+    import torch
+
+    with torch.no_grad():
+        expected = sum(float((model.layer(x).squeeze(-1) - y).abs().mean()) for x, y in _loader(batches=2)) / 2
+    assert model.epochs == [(pytest.approx(expected), [4, 4])]
