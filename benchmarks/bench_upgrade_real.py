@@ -46,15 +46,13 @@ from pathlib import Path
 from typing import Any
 
 from lightning_mgpu.upgrade.leftovers import unmarked
-from lightning_mgpu.upgrade.notebook import PYTHON_CELL_MAGICS, mask_ipython, python_file_cell, upgrade_ipython_script
+from lightning_mgpu.upgrade.notebook import mask_ipython, python_file_cell, upgrade_ipython_script
 from lightning_mgpu.upgrade.run import default_jobs, upgrade_paths
 from lightning_mgpu.upgrade.transform import upgrade_source
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_MANIFEST = HERE / "upgrade_real" / "manifest.tsv"
 TODO_RE = re.compile(r"TODO\(lightning-mgpu:([\w-]+)\)")
-#: Notebook lines that are not Python: IPython magics, shell escapes and help.
-MAGIC_PREFIXES = ("%", "!", "?")
 
 
 @dataclass
@@ -103,13 +101,15 @@ def notebook_code(text: str) -> str:
         if cell.get("cell_type") != "code":
             continue
         source = cell.get("source", "")
-        lines = source if isinstance(source, list) else source.splitlines(keepends=True)
-        first = "".join(lines[:1]).strip()
-        if first.startswith("%%") and first[2:].split(" ", 1)[0] not in PYTHON_CELL_MAGICS:
-            if python_file_cell("".join(lines)) is None:
+        source = "".join(source) if isinstance(source, list) else source
+        # IPython's lines masked as the tool masks them (``x = !cmd`` too, and a shell line alone in a block).
+        masked = mask_ipython(source)
+        if masked is None:
+            written = python_file_cell(source)
+            if written is None:
                 continue  # %%bash, a YAML file written: not Python
-        kept = [line for line in lines if not line.lstrip().startswith(MAGIC_PREFIXES)]
-        cells.append("".join(kept).rstrip("\n") + "\n")
+            masked = (written[1], [])
+        cells.append(masked[0].rstrip("\n") + "\n")
     return "\n".join(cells)
 
 

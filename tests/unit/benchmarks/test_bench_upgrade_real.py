@@ -23,5 +23,18 @@ def test_a_notebooks_code_is_its_python_cells_and_the_python_files_they_write() 
         "cells": [{"cell_type": "code", "source": c} for c in cells] + [{"cell_type": "markdown", "source": "#"}]
     }
     code = notebook_code(json.dumps(notebook))
-    assert code == "import os\n\nclass M:\n    pass\n\nx = 1\n"
     compile(code, "<cells>", "exec")
+    assert "import os\n" in code and "class M:\n    pass\n" in code and "x = 1\n" in code
+    assert "%" not in code and "!" not in code and "gpus" not in code and "echo" not in code
+
+
+def test_a_shell_lines_value_and_a_shell_line_alone_in_a_block_are_python_too() -> None:
+    """``info = !nvidia-smi`` and an ``if`` whose body is one ``!pip`` line (a fourth held-out notebook): masked as
+    the tool masks them, so the cells count as compiling (they were counted as not compiling, and not idempotent)."""
+    cells = [
+        "def mount(show=True):\n    if show:\n        info = !nvidia-smi\n        print(info)\n",
+        "if True:\n    !pip x",
+    ]
+    code = notebook_code(json.dumps({"cells": [{"cell_type": "code", "source": c} for c in cells]}))
+    compile(code, "<cells>", "exec")
+    assert "print(info)" in code and "nvidia-smi" not in code
