@@ -29,7 +29,7 @@ from lightning_mgpu.upgrade.nodes import kwarg as _kwarg
 from lightning_mgpu.upgrade.nodes import quoted as _quoted
 from lightning_mgpu.upgrade.nodes import string as _string
 from lightning_mgpu.upgrade.nodes import without_comment as _without_comment
-from lightning_mgpu.upgrade.scopes import is_dict_builder, translates_at_run_time
+from lightning_mgpu.upgrade.scopes import dotted, is_dict_builder, translates_at_run_time
 from lightning_mgpu.upgrade.scopes import literal as _literal
 from lightning_mgpu.upgrade.trainer_devices import may_hold_strategy
 from lightning_mgpu.upgrade.trainer_kwargs import TrainerArgs
@@ -45,11 +45,17 @@ from lightning_mgpu.upgrade.translate_args import (
 from lightning_mgpu.upgrade.tuner import FLAGS as TUNER_FLAGS
 
 
-def trainer_args(ctx: UpgradeContext, items: list[tuple[str, cst.BaseExpression, cst.Arg | None]]) -> TrainerArgs:
-    """Keyword arguments to rewrite, with what this file says about their values."""
+def trainer_args(
+    ctx: UpgradeContext,
+    items: list[tuple[str, cst.BaseExpression, cst.Arg | None]],
+    translated: frozenset[str] = frozenset(),
+) -> TrainerArgs:
+    """Keyword arguments to rewrite, with what this file says about their values (and the keys in the call's
+    ``**legacy_trainer_kwargs(...)``, where it has one)."""
     scope = ctx.scopes[-1]
     return TrainerArgs(
         items,
+        translated=translated,
         resolve=lambda node: ctx.facts.values(node, scope),
         assigned=lambda node: ctx.facts.assigned(node, scope),
         strategy_var=lambda node: isinstance(node, cst.Name) and ctx.is_strategy_var(node.value),
@@ -65,7 +71,7 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
         (a.keyword.value, a.value, a) for a in keywords if a.keyword is not None
     ]
     kept = _left_to_plans(ctx, original, items)
-    trainer = rewrite_trainer_args(trainer_args(ctx, kept))
+    trainer = rewrite_trainer_args(trainer_args(ctx, kept, _translated_keys(stars)))
     plugins = trainer.get("plugins")  # still plugins= after the rewrite: not every value is a strategy
     translated: cst.Arg | None = None
     if (
@@ -164,6 +170,17 @@ def _left_to_plans(
         kept = [item for item in kept if item[0] not in CLIP_ARGS]  # the module clips: manual_optimization.py
         ctx.change(original, "manual-optimization", "gradient_clip_val -> the module's clip_gradients")
     return kept
+
+
+def _translated_keys(stars: list[cst.Arg]) -> frozenset[str]:
+    """The keywords of a ``**legacy_trainer_kwargs(...)`` among a call's splats (an earlier run's translation)."""
+    return frozenset(
+        arg.keyword.value
+        for star in stars
+        if isinstance(star.value, cst.Call) and (dotted(star.value.func) or "").endswith("legacy_trainer_kwargs")
+        for arg in star.value.args
+        if arg.keyword is not None
+    )
 
 
 def _splats(

@@ -22,6 +22,14 @@ from lightning_mgpu.upgrade.scopes import literal as _literal
 Resolver = Callable[[cst.BaseExpression], "set[Any] | None"]
 
 
+def _list_sum(node: cst.BaseExpression) -> bool:
+    """Whether ``node`` is a sum of list displays and comprehensions (``[a] + [b for b in c]``): a list, extended by
+    adding one more."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        return all(isinstance(side, (cst.List, cst.ListComp)) or _list_sum(side) for side in (node.left, node.right))
+    return False
+
+
 def _no_resolver(node: cst.BaseExpression) -> set[Any] | None:
     literal = _literal(node)
     return None if literal is ... else {literal}
@@ -40,6 +48,8 @@ class TrainerArgs:
     strategy_var: Callable[[cst.BaseExpression], bool] = lambda node: False
     namespace: str = "pytorch_lightning"
     imports: list[tuple[str, str]] = field(default_factory=list)  # (module, name) the rewrite needs
+    #: keys an earlier run moved into the call's ``**legacy_trainer_kwargs(..., key=...)``: set there, not here.
+    translated: frozenset[str] = frozenset()
 
     def get(self, name: str) -> cst.BaseExpression | None:
         return next((value for key, value, _ in self.items if key == name), None)
@@ -87,8 +97,19 @@ class TrainerArgs:
         where ``callbacks=`` is something this tool cannot extend."""
         existing = self.get("callbacks")
         element = cst.Element(cst.parse_expression(call))
+        if existing is None and "callbacks" in self.translated:
+            # The call's callbacks are in its **legacy_trainer_kwargs(..., callbacks=...): a second callbacks=
+            # would be a duplicate keyword; that list is for a person to extend (as on the run that moved it).
+            return False
         if existing is None:
             self.replace(replacing, [("callbacks", cst.List([element]))])
+        elif _list_sum(existing):
+            # callbacks=[A] + [c for c in extra]: one more list added at the end.
+            joined = cst.BinaryOperation(
+                existing, cst.Add(whitespace_before=cst.SimpleWhitespace(" ")), cst.List([element])
+            )
+            self.replace("callbacks", [("callbacks", joined)])
+            self.remove(replacing)
         elif isinstance(existing, cst.List):
             elements = list(existing.elements)
             if elements and elements[-1].comma is cst.MaybeSentinel.DEFAULT:

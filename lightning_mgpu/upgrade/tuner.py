@@ -38,6 +38,17 @@ def _kwarg(name: str, value: str) -> cst.Arg:
     return cst.Arg(keyword=cst.Name(name), value=cst.parse_expression(value), equal=equal)
 
 
+def _gives_a_bool(node: cst.BaseExpression) -> bool:
+    """Whether an expression's value is a bool by its form: a comparison, ``not x``, or ``and``/``or`` of those."""
+    if isinstance(node, cst.Comparison):
+        return True
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+        return True
+    if isinstance(node, cst.BooleanOperation):
+        return _gives_a_bool(node.left) and _gives_a_bool(node.right)
+    return False
+
+
 def _with_args(args: Sequence[cst.Arg], extra: list[cst.Arg]) -> list[cst.Arg] | None:
     """``args`` with renamed 1.x keywords and ``extra`` appended; None where the positional arguments would shift."""
     if sum(1 for a in args if a.keyword is None and not a.star) > 3:
@@ -387,7 +398,9 @@ def tune_statements(
         default = '"power"' if method == "scale_batch_size" else '""'
         known = _literal_value(value)
         extra: list[cst.Arg] = []
-        if known is ...:
+        if known is ... and _gives_a_bool(value):
+            pass  # auto_lr_find=lr == 0: on or off, never an attribute's name: the default attribute or mode
+        elif known is ...:
             extra = [_kwarg(option, f"{written} if isinstance({written}, str) else {default}")]
         elif isinstance(known, str):
             extra = [_kwarg(option, written)]

@@ -120,3 +120,40 @@ def test_callbacks_given_twice_are_refused() -> None:
     with pytest.raises(ValueError, match="callbacks= is given twice"):
         legacy_trainer_kwargs({"callbacks": []}, callbacks=[])
     assert legacy_trainer_kwargs({"max_epochs": 1}, callbacks=["cb"]) == {"max_epochs": 1, "callbacks": ["cb"]}
+
+
+def test_a_checkpoint_callback_joins_a_sum_of_lists_that_goes_into_the_translation() -> None:
+    """``checkpoint_callback=ModelCheckpoint(...)`` beside ``callbacks=[A] + [made for c in cfg]`` and
+    ``**cfg.trainer`` (a reserve file of the fourth held-out draw): the checkpoint joins the sum, which goes into the
+    translation. Before, the first run left a TODO and moved the callbacks; the second then wrote a second
+    ``callbacks=`` beside them (a duplicate keyword at run time)."""
+    out = converted(
+        "import pytorch_lightning as pl\n"
+        "from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint\n"
+        "def main(cfg):\n"
+        "    return pl.Trainer(\n"
+        "        **cfg.trainer,\n"
+        "        checkpoint_callback=ModelCheckpoint(**cfg.ckpt),\n"
+        "        callbacks=[EarlyStopping(**cfg.stop)] + [make(c) for c in cfg.callbacks],\n"
+        "    )\n"
+    )
+    assert (
+        'legacy_trainer_kwargs(cfg.trainer, namespace="pytorch_lightning", callbacks=[EarlyStopping(**cfg.stop)]'
+        " + [make(c) for c in cfg.callbacks] + [ModelCheckpoint(**cfg.ckpt)])"
+    ) in out, out
+    assert "checkpoint_callback" not in out
+
+
+def test_callbacks_an_earlier_run_moved_into_the_translation_get_no_second_list() -> None:
+    """A checkpoint callback left with its TODO beside callbacks this tool cannot extend, moved into the translation
+    by the first run: a second run keeps the TODO instead of writing ``callbacks=[...]`` beside the translation."""
+    source = (
+        "import pytorch_lightning as pl\n"
+        "def main(cfg, checkpoint):\n"
+        "    return pl.Trainer(**cfg.trainer, checkpoint_callback=checkpoint, callbacks=get_callbacks(cfg))\n"
+    )
+    first = upgrade_source(source).source
+    second = upgrade_source(first).source
+    assert second == first
+    assert "TODO(lightning-mgpu:trainer-checkpoint-callback)" in first
+    assert "callbacks=[checkpoint]" not in second and second.count("callbacks=get_callbacks(cfg)") == 1

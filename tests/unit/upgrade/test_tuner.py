@@ -298,3 +298,16 @@ def test_other_uses_of_a_tune_result_keep_the_todo(use: str) -> None:
         "import pytorch_lightning as pl\ndef f(trainer, model, key):\n    found = trainer.tune(model)\n" + use
     )
     assert "TODO(lightning-mgpu:trainer-tune)" in out and "    found = trainer.tune(model)\n" in out, out
+
+
+def test_a_flag_that_is_a_comparison_names_no_attribute() -> None:
+    """``auto_lr_find=cfg.lr == 0`` (a reserve file of the fourth held-out draw) is on or off, never an attribute's
+    name: the finder runs under the same test, on the default attribute, without an ``isinstance(..., str)`` guard."""
+    out = upgraded(
+        "import pytorch_lightning as pl\n"
+        "def main(cfg, model, data):\n"
+        "    trainer = pl.Trainer(max_epochs=1, auto_lr_find=cfg.lr == 0)\n"
+        "    trainer.tune(model, datamodule=data)\n"
+        "    trainer.fit(model, datamodule=data)\n"
+    )
+    assert "    if cfg.lr == 0:\n        Tuner(trainer).lr_find(model, datamodule=data)\n" in out, out
