@@ -724,6 +724,16 @@ def drop_params(ctx: UpgradeContext, original: cst.FunctionDef, updated: cst.Fun
         computed_index = _optimizer_step_index(ctx, original, updated)
         if computed_index is not None:
             return computed_index
+    if hook == "configure_gradient_clipping" and _plain_positional(updated, 5):
+        # 1.x's (self, optimizer, optimizer_idx, gradient_clip_val, gradient_clip_algorithm), called with the index
+        # second whatever its name; 2.x passes the same optimizer, and the two values by keyword. A body that reads
+        # the index computes it from the Trainer's optimizers (the index 1.x passed, among them).
+        order = [p.name.value for p in updated.params.params]
+        without, index_read = drop_index_param(updated, hook, 2, "self.trainer.optimizers", order[1])
+        if without is not None:
+            how = f", computed as self.trainer.optimizers.index({order[1]}), as 1.x passed it" if index_read else ""
+            ctx.change(original, "hook-param", f"{hook}: dropped {order[2]} (gone from 2.x){how}")
+            return without
     names = {p.name.value for p in updated.params.params}
     dropped = set()
     computed = None  # lr_scheduler_step: the scheduler parameter its optimizer_idx is computed from

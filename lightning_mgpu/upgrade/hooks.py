@@ -991,6 +991,22 @@ def merge_loop_epoch_hook(cls: cst.ClassDef, old: str, targets: tuple[str, ...])
     return cls
 
 
+#: Renamed hooks 1.x called with no argument on a module, and with (trainer, pl_module) on a callback.
+_ARGUMENTLESS_HOOKS = frozenset(
+    {"on_epoch_start", "on_epoch_end", "on_pretrain_routine_start", "on_pretrain_routine_end"}
+)
+
+
+def _not_the_hook(func: cst.FunctionDef, module_class: bool) -> bool:
+    """Whether ``func`` needs arguments 1.x never passed to the argumentless hook it is named after: more than a
+    callback's two, or any at all in a LightningModule."""
+    params = func.params
+    required = [p for p in params.params[1:] if p.default is None] + [
+        p for p in params.kwonly_params if p.default is None
+    ]
+    return len(required) > 2 or (module_class and bool(required))
+
+
 def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
     """Hooks 2.0 renamed, on callbacks and modules: ``on_epoch_start`` -> ``on_train_epoch_start`` (with the
     validation and test hooks it also stood for as aliases, so the 1.x behaviour stays), ``on_pretrain_routine_*`` ->
@@ -998,10 +1014,16 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
     by ``isinstance(exception, KeyboardInterrupt)``; ``dataloader_idx``/``outputs`` go from the hooks that lost them;
     ``on_init_*`` get a TODO (``get_progress_bar_dict``: progress_bar_hooks.py)."""
     result = ClassResult(cls)
+    module_class = any((dotted(b.value) or "").endswith("LightningModule") for b in cls.bases)
     for old, (new, aliases) in rules.RENAMED_HOOKS.items():
         methods = class_methods(result.node)
         hook = methods.get(old)
         if hook is None:
+            continue
+        if old in _ARGUMENTLESS_HOOKS and _not_the_hook(hook, module_class):
+            # on_epoch_end(self, outputs, phase) in a LightningModule: 1.x called the hook with nothing (a callback's
+            # with trainer and pl_module), so it could not have called this one. The user's own method under the
+            # hook's name (2.x-era code, which calls it itself), left as it is.
             continue
         if new in methods or any(a in methods for a in aliases):
             merged = merge_loop_epoch_hook(result.node, old, (new, *aliases)) if old in _LOOP_EPOCH_HOOKS else None

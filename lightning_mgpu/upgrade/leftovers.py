@@ -155,7 +155,6 @@ REMOVED_HOOKS = frozenset(
         "training_epoch_end",
         "validation_epoch_end",
         "test_epoch_end",
-        "training_step_end",
         "validation_step_end",
         "test_step_end",
         "on_epoch_start",
@@ -211,6 +210,48 @@ def _metric_names(tree: ast.AST) -> tuple[set[str], set[str]]:
         elif isinstance(node, ast.Import):
             modules |= {alias.asname or alias.name for alias in node.names if alias.name == "torchmetrics"}
     return classes, modules
+
+
+#: The methods 1.x's LightningModule, Callback and BaseFinetuning were called with an optimizer index (1.9's
+#: signatures), and the evaluation steps, where 1.x code took one that 2.x no longer passes.
+OPTIMIZER_INDEX_HOOKS = frozenset(
+    {
+        "training_step",
+        "validation_step",
+        "test_step",
+        "predict_step",
+        "optimizer_step",
+        "optimizer_zero_grad",
+        "backward",
+        "on_before_optimizer_step",
+        "lr_scheduler_step",
+        "configure_gradient_clipping",
+        "toggle_optimizer",
+        "untoggle_optimizer",
+        "finetune_function",
+    }
+)
+
+
+def _own_methods_under_hook_names(tree: ast.AST) -> set[int]:
+    """The ids of ``on_epoch_start``/``on_epoch_end``/``on_pretrain_routine_*`` definitions that 1.x could not have
+    called: 1.x passed a module's hook nothing and a callback's (trainer, pl_module), so one that needs more than two
+    arguments, or any in a class whose base is a LightningModule, is the user's own method."""
+    hooks = {"on_epoch_start", "on_epoch_end", "on_pretrain_routine_start", "on_pretrain_routine_end"}
+    found: set[int] = set()
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        module = any(_owner_name(base).endswith("LightningModule") for base in cls.bases)
+        for func in cls.body:
+            if not isinstance(func, ast.FunctionDef) or func.name not in hooks:
+                continue
+            positional = func.args.posonlyargs + func.args.args
+            needed = len(positional) - 1 - len(func.args.defaults)  # self not counted
+            needed += sum(default is None for default in func.args.kw_defaults)
+            if needed > 2 or (module and needed > 0):
+                found.add(id(func))
+    return found
 
 
 def _owner_name(node: ast.expr) -> str:
@@ -378,6 +419,7 @@ def leftovers(source: str) -> list[tuple[int, str]]:
     subclass_calls = _subclass_trainer_calls(tree)  # cls(...) / super().__init__(...) of a Trainer subclass
     plain = _plain_class_nodes(tree)  # self.hparams = ... in a class that cannot be a LightningModule is its own
     kept_bar_dicts = _kept_progress_bar_dicts(tree)  # get_progress_bar_dict that is no 1.x leftover
+    own_methods = _own_methods_under_hook_names(tree)  # on_epoch_end(self, outputs, phase): not the hook
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -449,9 +491,11 @@ def leftovers(source: str) -> list[tuple[int, str]]:
             found.append((node.lineno, node.id))
         elif isinstance(node, ast.FunctionDef):
             params = [a.arg for a in node.args.args]
-            if node.name in REMOVED_HOOKS and id(node) not in kept_bar_dicts:
+            if node.name in REMOVED_HOOKS and id(node) not in kept_bar_dicts and id(node) not in own_methods:
                 found.append((node.lineno, f"def {node.name}"))
-            if "optimizer_idx" in params:
+            if "optimizer_idx" in params and node.name in OPTIMIZER_INDEX_HOOKS:
+                # Only where Lightning calls the function: a user's own helper (a GAN's inner step under manual
+                # optimization, a method no Lightning release calls) may take the index as it likes.
                 found.append((node.lineno, f"def {node.name}(..., optimizer_idx)"))
             if node.name == "on_train_epoch_end" and "outputs" in params:
                 found.append((node.lineno, "def on_train_epoch_end(..., outputs)"))

@@ -281,6 +281,7 @@ HOOK_DROPPED_PARAMS = {
     "backward": ("optimizer", "optimizer_idx"),
     "on_before_optimizer_step": ("optimizer_idx",),
     "lr_scheduler_step": ("optimizer_idx",),
+    "configure_gradient_clipping": ("optimizer_idx",),
 }
 STEP_END_HOOKS = ("training_step_end", "validation_step_end", "test_step_end")
 EPOCH_END_HOOKS = {
@@ -895,8 +896,8 @@ RULES = _rules(
         "hook-param",
         "{hook} lost {param} in 2.x: drop its uses",
         "on_train_batch_start/on_train_batch_end lost dataloader_idx, and on_train_epoch_end lost outputs, in 2.0;"
-        " training_step, optimizer_zero_grad, optimizer_step, backward, on_before_optimizer_step and lr_scheduler_step"
-        " lost optimizer_idx (optimizer_step also"
+        " training_step, optimizer_zero_grad, optimizer_step, backward, on_before_optimizer_step, lr_scheduler_step"
+        " and configure_gradient_clipping lost optimizer_idx (optimizer_step also"
         " on_tpu, using_native_amp and using_lbfgs, backward its optimizer). The tool drops a parameter the body does"
         " not use; one it uses is left with this TODO (optimizer_idx in use: the optimizer-idx TODO), but for"
         " lr_scheduler_step(self, scheduler, optimizer_idx, metric), whose body gets optimizer_idx ="
@@ -905,7 +906,9 @@ RULES = _rules(
         " callback's (self, trainer, pl_module, optimizer, opt_idx), whatever the index's name, and a module's"
         " (self, optimizer, optimizer_idx) lose the index, a body that reads it getting opt_idx ="
         " trainer.optimizers.index(optimizer) (a module's: self.trainer.optimizers): 1.x passed the optimizer's index"
-        " among the Trainer's, and 2.x passes the same optimizer object.",
+        " among the Trainer's, and 2.x passes the same optimizer object. So does configure_gradient_clipping(self,"
+        " optimizer, optimizer_idx, gradient_clip_val, gradient_clip_algorithm), which 1.x called with the index"
+        " second (whatever its name) and 2.x calls with the optimizer and the two values by keyword.",
     ),
     Rule(
         "finetune-function",
