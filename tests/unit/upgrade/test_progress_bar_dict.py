@@ -230,3 +230,18 @@ def test_with_legacy_step_ends_both_mixins_are_last(tmp_path) -> None:
     trainer.fit(model, _loader(batches=2), _loader(batches=1))
     assert trainer.progress_bar_callback.get_metrics(trainer, model)["seen"] == 2
     assert "ends" in trainer.callback_metrics
+
+
+def test_the_mixin_reads_the_tree_from_the_live_objects_class() -> None:
+    """``instance_namespace`` (once ``namespace_of``, the name findings.namespace_of has for source code): the tree a
+    module's class comes from, which picks the recorder class and the bar the mixin patches."""
+    import lightning.pytorch as lp
+    import pytorch_lightning as pl
+
+    from lightning_mgpu.upgrade import findings, progress_bar_dict
+
+    assert progress_bar_dict.instance_namespace(pl.LightningModule()) == "pytorch_lightning"
+    assert progress_bar_dict.instance_namespace(lp.LightningModule()) == "lightning.pytorch"
+    assert progress_bar_dict.instance_namespace(object()) == "lightning.pytorch"  # neither: the default tree
+    assert not hasattr(progress_bar_dict, "namespace_of")  # one meaning per name: findings' reads source
+    assert findings.namespace_of("import pytorch_lightning as pl\n") == "pytorch_lightning"
