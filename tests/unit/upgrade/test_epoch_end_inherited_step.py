@@ -12,6 +12,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 #: The base, as it would be in another file (already 2.x: it has no epoch ends of its own).
 ELSEWHERE = """import pytorch_lightning as pl
@@ -58,13 +59,6 @@ class IdChecker(Scorer):
         \"\"\"All ids.\"\"\"
         return self.record(outputs, "test")
 """
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
 
 
 def _loader(start: int):

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
-from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 SCRIPT = """import pytorch_lightning as pl
 import torch
@@ -28,12 +28,6 @@ class LitModel(pl.LightningModule):
 def build():
     return pl.Trainer(track_grad_norm=2, max_epochs=1)
 """
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    return result.source
 
 
 def test_the_module_logs_the_norm_the_trainer_named() -> None:

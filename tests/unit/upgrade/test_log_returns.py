@@ -10,7 +10,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.leftovers import unmarked
-from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 HEAD = """from collections import OrderedDict
 
@@ -27,13 +27,6 @@ class Regressor(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 """
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
 
 
 def fit(source: str, tmp_path, validate: bool = False):

@@ -13,6 +13,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 STEPPER = """import pytorch_lightning as pl
 import torch
@@ -37,13 +38,6 @@ class Stepper(pl.LightningModule):
         self.seen.append(optimizer_idx)
         super().lr_scheduler_step(sched, optimizer_idx, metric)
 """
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
 
 
 def _converted():

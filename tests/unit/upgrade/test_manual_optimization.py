@@ -16,6 +16,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 GAN = """import pytorch_lightning as pl
 import torch
@@ -82,13 +83,6 @@ def variant(configure: str = RETURNS, *replacements: tuple[str, str]) -> str:
         assert old in source
         source = source.replace(old, new)
     return source
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
 
 
 FIXTURES = {

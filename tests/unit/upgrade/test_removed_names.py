@@ -11,6 +11,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.leftovers import unmarked
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 CALLBACK = """import time
 import torch
@@ -37,12 +38,6 @@ class Model(pl.LightningModule):
     def uses_the_plugin(self):
         return isinstance(self.trainer.training_type_plugin, pl.strategies.DDPStrategy)
 """
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    return result.source
 
 
 def test_removed_trainer_attributes_and_epoch_output() -> None:

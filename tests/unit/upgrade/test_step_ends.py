@@ -11,15 +11,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.step_ends import LegacyStepEnds, step_end_1x
-from lightning_mgpu.upgrade.transform import upgrade_source
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
-
+from tests.helpers.upgrade_check import upgraded
 
 # A step end that reduces per-sample losses and records (train), one that only logs and returns nothing (val), and
 # a test step that hands over to validation_step, whose own step end 1.x did not call there.

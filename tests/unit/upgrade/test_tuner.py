@@ -9,6 +9,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade.leftovers import unmarked
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 SCRIPT = """import pytorch_lightning as pl
 
@@ -20,12 +21,6 @@ def tune_and_fit(model, train_loader, val_loader):
     new_batch_size = trainer.tuner.scale_batch_size(model, mode="binsearch")
     trainer.fit(model, train_loader, val_loader)
 """
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    return result.source
 
 
 def test_the_tuner_moves_out_of_the_trainer() -> None:
