@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
 from tests.helpers.upgrade_check import upgraded
 
 MODULE = """import pytorch_lightning as pl
@@ -108,20 +109,11 @@ class ModuleProbe(pl.LightningModule):
 
 
 def run(namespace: dict[str, object], module: object, callbacks: list[object], tmp_path, epochs: int = 2) -> None:
-    import pytorch_lightning as pl
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=epochs,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        default_root_dir=tmp_path,
-        callbacks=callbacks,
-    )
+    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
+    trainer = quiet_trainer("pytorch_lightning", max_epochs=epochs, default_root_dir=tmp_path, callbacks=callbacks)
     trainer.fit(module, DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4))
 
 

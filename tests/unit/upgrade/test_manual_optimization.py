@@ -16,6 +16,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
 from tests.helpers.upgrade_check import upgraded
 
 GAN = """import pytorch_lightning as pl
@@ -245,19 +246,9 @@ def _train_as_1x(model, epochs: int) -> None:
 
 
 def _fit(model, tmp_path, epochs: int, **trainer_kwargs) -> object:
-    import pytorch_lightning as pl
-
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=epochs,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-        **trainer_kwargs,
+    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
+    trainer = quiet_trainer(
+        "pytorch_lightning", max_epochs=epochs, num_sanity_val_steps=0, default_root_dir=tmp_path, **trainer_kwargs
     )
     trainer.fit(model, _loader())
     return trainer

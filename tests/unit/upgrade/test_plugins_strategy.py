@@ -10,10 +10,9 @@ import pytest
 
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
+from lightning_mgpu.testing.trainer import QUIET
 from lightning_mgpu.upgrade.trainer_args import from_argparse_args, legacy_trainer_kwargs
 from tests.helpers.upgrade_check import upgraded
-
-QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
 
 
 @pytest.fixture
