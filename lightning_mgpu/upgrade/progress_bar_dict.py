@@ -49,8 +49,9 @@ WINDOW = 20
 _RECORDER_CLASSES: dict[str, type] = {}
 
 
-def namespace_of(obj: Any) -> str:
-    """``"lightning.pytorch"`` or ``"pytorch_lightning"``: the Lightning tree ``obj``'s class comes from."""
+def instance_namespace(obj: Any) -> str:
+    """``"lightning.pytorch"`` or ``"pytorch_lightning"``: the Lightning tree ``obj``'s class comes from (read from the
+    live object's class hierarchy, not from source code as :func:`lightning_mgpu.upgrade.findings.namespace_of`)."""
     for cls in type(obj).__mro__:
         for namespace in ("lightning.pytorch", "pytorch_lightning"):
             if cls.__module__.startswith(namespace + "."):
@@ -147,7 +148,7 @@ def attach(module: Any) -> None:
     trainer = getattr(module, "_trainer", None)
     if trainer is None or not overrides_progress_bar_dict(module):
         return
-    namespace = namespace_of(module)
+    namespace = instance_namespace(module)
     callbacks = trainer.callbacks
     recorder = _recorder(trainer, namespace) or recorder_class(namespace)()
     if recorder in callbacks:
@@ -194,7 +195,7 @@ class LegacyProgressBarDict:
         """1.x's default: ``loss`` (the mean of the last 20 training losses, ``"nan"`` before the first one under
         automatic optimization) and ``v_num`` (the logger's version)."""
         trainer = self.trainer  # type: ignore[attr-defined]
-        namespace = namespace_of(self)
+        namespace = instance_namespace(self)
         items: dict[str, Any] = {}
         recorder = _recorder(trainer, namespace)
         mean = recorder.losses.mean() if recorder is not None else None

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
 from lightning_mgpu.upgrade.leftovers import unmarked
-from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded_result
 
 SUBPACKAGES = """from pytorch_lightning import LightningModule, Trainer, loggers
 from pytorch_lightning import plugins as pl_plugins
@@ -55,9 +55,7 @@ def cli_main(args=None):
 
 
 def upgraded(source: str) -> tuple[str, set[str]]:
-    result = upgrade_source(source)
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    compile(result.source, "<upgraded>", "exec")
+    result = upgraded_result(source)
     return result.source, {f.rule for f in result.changes}
 
 

@@ -12,7 +12,6 @@ import pytest
 
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
-from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.leftovers import unmarked
 from lightning_mgpu.upgrade.trainer_args import (
     from_argparse_args,
@@ -21,16 +20,9 @@ from lightning_mgpu.upgrade.trainer_args import (
     parse_env_variables,
 )
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 IMPORT = "from lightning_mgpu.upgrade.trainer_args import"
-
-
-def converted(source: str) -> str:
-    result = upgrade_source(source)
-    compile(result.source, "<test>", "exec")
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    assert rules.TODO_TAG not in result.source and unmarked(result.source) == [], result.source
-    return result.source
 
 
 @pytest.fixture
@@ -43,7 +35,7 @@ def test_trainer_parse_argparser_becomes_the_function() -> None:
         "from pytorch_lightning import Trainer\n\n\ndef cli(options):\n"
         "    flags = Trainer.parse_argparser(options)\n    return Trainer.from_argparse_args(flags)\n"
     )
-    out = converted(source)
+    out = upgraded(source, no_todo=True, no_unmarked=True)
     assert "    flags = parse_argparser(Trainer, options)\n    return from_argparse_args(Trainer, flags)\n" in out
     assert f"{IMPORT} from_argparse_args, parse_argparser\n" in out, out
 
@@ -80,7 +72,7 @@ class LabTrainer(pl.Trainer):
 
 
 def test_the_module_functions_come_from_the_bundle_in_a_trainer_subclass(pl, monkeypatch) -> None:
-    out = converted(SUBCLASS)
+    out = upgraded(SUBCLASS, no_todo=True, no_unmarked=True)
     assert "utilities.argparse" not in out
     assert f"{IMPORT} add_argparse_args, from_argparse_args, parse_argparser, parse_env_variables\n" in out, out
     namespace: dict[str, object] = {}
@@ -184,4 +176,4 @@ def test_an_unresolved_receivers_own_classmethod_is_left_and_not_flagged() -> No
 )
 def test_the_scan_flags_the_classmethods_on_a_trainer_or_a_datamodule(source: str) -> None:
     assert len(unmarked(source)) == 1, unmarked(source)
-    assert unmarked(converted(source)) == []  # and the tool converts each
+    assert unmarked(upgraded(source, no_todo=True, no_unmarked=True)) == []  # and the tool converts each

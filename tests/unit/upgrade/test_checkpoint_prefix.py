@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
 from lightning_mgpu.upgrade.leftovers import unmarked
-from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded_result
 
 SCRIPT = """from pytorch_lightning.callbacks import ModelCheckpoint
 
@@ -28,8 +28,7 @@ def callbacks(args):
 
 
 def upgraded(source: str) -> tuple[str, list[str]]:
-    result = upgrade_source(source)
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
+    result = upgraded_result(source)
     return result.source, [f.rule for f in result.findings]
 
 

@@ -9,14 +9,9 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 REGISTERS = f"import lightning_mgpu  {rules.REGISTERS_COMMENT}\n"
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    return result.source
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,8 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 #: The base, as it would be in another file (already 2.x: it has no epoch ends of its own).
 ELSEWHERE = """import pytorch_lightning as pl
@@ -60,13 +62,6 @@ class IdChecker(Scorer):
 """
 
 
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
-
-
 def _loader(start: int):
     import torch
     from torch.utils.data import DataLoader, TensorDataset
@@ -75,22 +70,12 @@ def _loader(start: int):
 
 
 def _checker(tmp_path):
-    import pytorch_lightning as pl
-
     out = upgraded(CHECKER)
     namespace: dict[str, object] = {}
     exec(compile(ELSEWHERE, "elsewhere", "exec"), namespace)  # noqa: S102
     exec(compile(out, "checker", "exec"), namespace)  # noqa: S102
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-    )
+    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
+    trainer = quiet_trainer("pytorch_lightning", max_epochs=1, num_sanity_val_steps=0, default_root_dir=tmp_path)
     return out, namespace["IdChecker"](), trainer  # type: ignore[operator]
 
 

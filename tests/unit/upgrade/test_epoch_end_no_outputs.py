@@ -10,6 +10,8 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 SYNCER = """import pytorch_lightning as pl
 import torch
@@ -43,15 +45,7 @@ class TargetSyncer(pl.LightningModule):
 """
 
 
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
-
-
 def test_an_epoch_end_without_outputs_becomes_the_2x_hook(tmp_path) -> None:
-    import pytorch_lightning as pl
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -64,16 +58,8 @@ def test_an_epoch_end_without_outputs_becomes_the_2x_hook(tmp_path) -> None:
     namespace: dict[str, object] = {}
     exec(compile(out, "syncer", "exec"), namespace)  # noqa: S102
     loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=2,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-    )
+    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
+    trainer = quiet_trainer("pytorch_lightning", max_epochs=2, num_sanity_val_steps=0, default_root_dir=tmp_path)
     model = namespace["TargetSyncer"]()
     trainer.fit(model, loader, loader)
     assert model.syncs == 2 and model.checks == 2  # once per epoch each

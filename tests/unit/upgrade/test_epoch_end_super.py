@@ -10,6 +10,8 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 FORWARDER = """import pytorch_lightning as pl
 import torch
@@ -41,15 +43,7 @@ class Forwarder(pl.LightningModule):
 """
 
 
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
-
-
 def test_an_epoch_end_that_only_calls_lightning_modules_goes(tmp_path) -> None:
-    import pytorch_lightning as pl
     from torch.utils.data import DataLoader, TensorDataset
 
     out = upgraded(FORWARDER)
@@ -60,15 +54,8 @@ def test_an_epoch_end_that_only_calls_lightning_modules_goes(tmp_path) -> None:
     import torch
 
     loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        default_root_dir=tmp_path,
-    )
+    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
+    trainer = quiet_trainer("pytorch_lightning", max_epochs=1, default_root_dir=tmp_path)
     trainer.fit(namespace["Forwarder"](), loader, loader)  # 2.x: super().training_epoch_end raised AttributeError
     assert trainer.global_step == 2
 

@@ -9,8 +9,9 @@ import pytest
 
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
-from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 MODULE = """import pytorch_lightning as pl
 import torch
@@ -107,40 +108,23 @@ class ModuleProbe(pl.LightningModule):
 """
 
 
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    assert rules.TODO_TAG not in result.source
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
-
-
 def run(namespace: dict[str, object], module: object, callbacks: list[object], tmp_path, epochs: int = 2) -> None:
-    import pytorch_lightning as pl
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=epochs,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        default_root_dir=tmp_path,
-        callbacks=callbacks,
-    )
+    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
+    trainer = quiet_trainer("pytorch_lightning", max_epochs=epochs, default_root_dir=tmp_path, callbacks=callbacks)
     trainer.fit(module, DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4))
 
 
 def load(source: str) -> dict[str, object]:
     namespace: dict[str, object] = {}
-    exec(compile(upgraded(source), "converted", "exec"), namespace)  # noqa: S102
+    exec(compile(upgraded(source, no_todo=True), "converted", "exec"), namespace)  # noqa: S102
     return namespace
 
 
 def test_a_finetune_function_that_reads_the_index_computes_it(tmp_path) -> None:
-    out = upgraded(THAWER)
+    out = upgraded(THAWER, no_todo=True)
     assert "def finetune_function(self, pl_module, epoch, optimizer):" in out
     assert "optimizer_idx = pl_module.trainer.optimizers.index(optimizer)" in out
     assert "super().finetune_function(pl_module, epoch, optimizer)" in out  # the index not handed on
@@ -156,7 +140,7 @@ def test_a_finetune_function_that_reads_the_index_computes_it(tmp_path) -> None:
 
 
 def test_a_files_own_copy_of_base_finetuning_calls_it_as_2x_does(tmp_path) -> None:
-    out = upgraded(VENDORED)
+    out = upgraded(VENDORED, no_todo=True)
     assert "_get_active_optimizers" not in out and "optimizer_frequencies" not in out
     assert "for index, optimizer in enumerate(trainer.optimizers):" in out
     assert "self.finetune_function(pl_module, trainer.current_epoch, optimizer)" in out
@@ -169,7 +153,7 @@ def test_a_files_own_copy_of_base_finetuning_calls_it_as_2x_does(tmp_path) -> No
 def test_the_callbacks_on_before_optimizer_step_loses_its_index(tmp_path) -> None:
     import torch
 
-    out = upgraded(CALLBACK_HOOK)
+    out = upgraded(CALLBACK_HOOK, no_todo=True)
     assert "def on_before_optimizer_step(self, trainer, pl_module, optimizer):" in out
     assert "opt_idx = trainer.optimizers.index(optimizer)" in out
     assert "def on_before_optimizer_step(self, optimizer):" in out

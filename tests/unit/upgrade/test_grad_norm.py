@@ -7,7 +7,8 @@ import pytest
 
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
-from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 SCRIPT = """import pytorch_lightning as pl
 import torch
@@ -28,12 +29,6 @@ class LitModel(pl.LightningModule):
 def build():
     return pl.Trainer(track_grad_norm=2, max_epochs=1)
 """
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    return result.source
 
 
 def test_the_module_logs_the_norm_the_trainer_named() -> None:
@@ -65,20 +60,13 @@ def test_where_the_file_does_not_say_the_todo_stays(source: str) -> None:
 
 def test_the_hook_logs_on_lightning_2(tmp_path) -> None:
     """The converted script trains on this Lightning and logs the 2-norms (grad_2.0_norm_total among them)."""
-    import pytorch_lightning as pl
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
     namespace: dict[str, object] = {}
     exec(compile(upgraded(SCRIPT), "converted", "exec"), namespace)  # noqa: S102
     model = namespace["LitModel"]()  # type: ignore[operator]
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=2,
-        logger=False,
-        enable_progress_bar=False,
-        default_root_dir=tmp_path,
-        enable_checkpointing=False,
-    )
+    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
+    trainer = quiet_trainer("pytorch_lightning", max_steps=2, default_root_dir=tmp_path)
     trainer.fit(model, DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=8))
     assert "grad_2.0_norm_total" in trainer.callback_metrics

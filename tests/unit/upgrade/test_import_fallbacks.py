@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
 from lightning_mgpu.upgrade import rules
-from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 TODO = rules.TODO_PREFIX
 
@@ -44,15 +44,8 @@ COMPAT = textwrap.dedent(
 )
 
 
-def converted(source: str) -> str:
-    result = upgrade_source(source)
-    compile(result.source, "<test>", "exec")
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    return result.source
-
-
 def test_a_version_compatibility_import_collapses_to_the_try_and_runs() -> None:
-    out = converted(COMPAT)
+    out = upgraded(COMPAT)
     assert "except" not in out and "DDPPlugin" not in out and "SingleDevicePlugin" not in out
     assert "training_type_plugin" not in out and TODO not in out
     assert "DDPStrategy = " not in out and "SingleDeviceStrategy = " not in out  # no self-assignment left
@@ -89,7 +82,7 @@ def test_the_old_path_in_the_try_collapses_too() -> None:
         print(BarBase, Callback)
         """
     )
-    out = converted(source)
+    out = upgraded(source)
     assert out.startswith("# pick the callback's home\n")
     assert "try:" not in out and "ProgressBarBase" not in out
     namespace: dict[str, object] = {}
@@ -121,7 +114,7 @@ def test_the_old_path_in_the_try_collapses_too() -> None:
     ],
 )
 def test_other_try_statements_stay(source: str) -> None:
-    assert "try:" in converted(source)
+    assert "try:" in upgraded(source)
 
 
 @pytest.mark.parametrize(
@@ -137,6 +130,6 @@ def test_other_try_statements_stay(source: str) -> None:
 def test_a_spawn_class_named_but_not_called_gets_a_todo(use: str, flagged: bool) -> None:
     source = "from pytorch_lightning.strategies import DDPStrategy\n"
     source += "from pytorch_lightning.plugins import DDPSpawnPlugin as WorkerSpawn\n" + use
-    out = converted(source.replace(" as WorkerSpawn", "").replace("WorkerSpawn", "DDPSpawnPlugin"))
+    out = upgraded(source.replace(" as WorkerSpawn", "").replace("WorkerSpawn", "DDPSpawnPlugin"))
     assert (rules.todo_text("spawn-class-use", name="DDPSpawnPlugin") in out) is flagged
     assert rules.rule_of(out) in ("", "spawn-class-use")

@@ -11,13 +11,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.leftovers import unmarked
 from lightning_mgpu.upgrade.transform import upgrade_source
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    assert unmarked(result.source) == [], result.source
-    return result.source
+from tests.helpers.upgrade_check import upgraded
 
 
 def todo_above(out: str, statement: str, rule: str) -> bool:
@@ -46,7 +40,7 @@ def train(path, model_cls):
 
 def test_a_key_written_into_a_config_the_tool_cannot_follow_gets_a_todo() -> None:
     # The config comes from a YAML file and is handed to the model whole: the tool cannot tell what reads its key.
-    out = upgraded(YAML_CONFIG)
+    out = upgraded(YAML_CONFIG, no_unmarked=True)
     assert todo_above(out, 'settings["gpus"] = torch.cuda.device_count()', "trainer-key-unfollowed")
     assert "1.x Trainer key 'gpus'" in out
     assert 'accelerator="gpu" if settings["gpus"] else "cpu", devices=settings["gpus"] or 1' in out  # the call's own
@@ -68,7 +62,7 @@ def build(project, overrides):
 
 
 def test_a_key_written_into_settings_that_reach_a_namespace_gets_a_todo_not_the_del() -> None:
-    out = upgraded(NAMESPACE_HANDOFF)
+    out = upgraded(NAMESPACE_HANDOFF, no_unmarked=True)
     assert todo_above(out, 'trainer_cfg["distributed_backend"] = "ddp"', "trainer-key-unfollowed")
     assert out.count("trainer-key-unfollowed") == 1  # the del and the membership test write nothing
     assert "from_argparse_args(Trainer, flags)" in out  # translates the keys at run time
@@ -86,7 +80,7 @@ def callbacks(checkpoint_cfg, extra):
 
 
 def test_a_dict_literal_or_dict_call_with_a_1x_key_gets_a_todo() -> None:
-    out = upgraded(CALLBACK_LABELS)
+    out = upgraded(CALLBACK_LABELS, no_unmarked=True)
     assert todo_above(out, 'named.update({"checkpoint_callback": checkpoint_cfg})', "trainer-key-unfollowed")
     assert todo_above(out, "plain = dict(progress_bar_refresh_rate=extra)", "trainer-key-unfollowed")
 
@@ -100,7 +94,7 @@ trainer = Trainer(**settings)
 
 
 def test_a_dict_the_tool_follows_into_a_trainer_is_rewritten_without_a_todo() -> None:
-    out = upgraded(FOLLOWED)
+    out = upgraded(FOLLOWED, no_unmarked=True)
     assert "TODO" not in out
     assert 'settings["accelerator"] = "gpu"' in out and 'settings["devices"] = 2' in out
 
@@ -217,7 +211,7 @@ class Child(pl.LightningModule):
 
 
 def test_an_eval_step_that_hands_on_or_rebinds_the_index_keeps_a_todo() -> None:
-    out = upgraded(SUPER_AND_ASSIGN)
+    out = upgraded(SUPER_AND_ASSIGN, no_unmarked=True)
     assert todo_above(out, "def validation_step(self, batch, batch_idx, optimizer_idx=0):", "eval-step-optimizer-idx")
     assert todo_above(out, "def test_step(self, batch, batch_idx, optimizer_idx=0):", "eval-step-optimizer-idx")
 

@@ -10,7 +10,8 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.leftovers import unmarked
-from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 HEAD = """from collections import OrderedDict
 
@@ -29,16 +30,8 @@ class Regressor(pl.LightningModule):
 """
 
 
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
-
-
 def fit(source: str, tmp_path, validate: bool = False):
     """The converted module, trained two steps (and validated) with a CSV logger: the trainer after it."""
-    import pytorch_lightning as pl
     import torch
     from pytorch_lightning.loggers import CSVLogger
     from torch.utils.data import DataLoader, TensorDataset
@@ -46,14 +39,13 @@ def fit(source: str, tmp_path, validate: bool = False):
     namespace: dict[str, object] = {}
     exec(compile(source, "converted", "exec"), namespace)  # noqa: S102
     model = namespace["Regressor"]()  # type: ignore[operator]
-    trainer = pl.Trainer(
-        accelerator="cpu",
+    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer, with
+    # the CSV logger the tests read what was logged from.
+    trainer = quiet_trainer(
+        "pytorch_lightning",
         max_steps=2,
         logger=CSVLogger(tmp_path),
         log_every_n_steps=1,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
         default_root_dir=tmp_path,
         limit_val_batches=2 if validate else 0,
         num_sanity_val_steps=0,

@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
 from lightning_mgpu.upgrade import rules
-from lightning_mgpu.upgrade.transform import upgrade_source
 from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 TEMPLATE = """import pytorch_lightning as pl
 import torch
@@ -54,13 +54,6 @@ class Classifier(pl.LightningModule):
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 """
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
 
 
 def test_loop_epoch_hooks_run_where_1x_ran_them(tmp_path) -> None:

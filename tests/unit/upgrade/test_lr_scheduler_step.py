@@ -13,6 +13,8 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 STEPPER = """import pytorch_lightning as pl
 import torch
@@ -39,13 +41,6 @@ class Stepper(pl.LightningModule):
 """
 
 
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
-
-
 def _converted():
     out = upgraded(STEPPER)
     namespace: dict[str, object] = {}
@@ -66,20 +61,12 @@ def test_optimizer_idx_in_use_is_computed_from_the_schedulers_optimizer() -> Non
 
 
 def test_the_converted_hook_steps_under_a_2x_trainer(tmp_path) -> None:
-    import pytorch_lightning as pl
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
     _, model = _converted()
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=2,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        default_root_dir=tmp_path,
-    )
+    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
+    trainer = quiet_trainer("pytorch_lightning", max_epochs=2, default_root_dir=tmp_path)
     trainer.fit(model, DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2))
     assert model.seen == [0, 0]  # one optimizer: index 0, once an epoch
     assert trainer.optimizers[0].param_groups[0]["lr"] == 0.25  # the base hook still stepped it

@@ -16,6 +16,8 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 GAN = """import pytorch_lightning as pl
 import torch
@@ -82,13 +84,6 @@ def variant(configure: str = RETURNS, *replacements: tuple[str, str]) -> str:
         assert old in source
         source = source.replace(old, new)
     return source
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
 
 
 FIXTURES = {
@@ -251,19 +246,9 @@ def _train_as_1x(model, epochs: int) -> None:
 
 
 def _fit(model, tmp_path, epochs: int, **trainer_kwargs) -> object:
-    import pytorch_lightning as pl
-
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=epochs,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-        **trainer_kwargs,
+    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
+    trainer = quiet_trainer(
+        "pytorch_lightning", max_epochs=epochs, num_sanity_val_steps=0, default_root_dir=tmp_path, **trainer_kwargs
     )
     trainer.fit(model, _loader())
     return trainer

@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 MODULE = """import torchmetrics
 from torchmetrics.functional import accuracy, auroc
@@ -39,12 +40,6 @@ class Unknown(pl.LightningModule):
         self.acc = torchmetrics.Accuracy()
 
 """
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    return result.source
 
 
 def test_the_class_count_comes_from_the_function_the_class_or_the_module() -> None:

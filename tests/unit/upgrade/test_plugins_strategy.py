@@ -10,12 +10,9 @@ import pytest
 
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
-from lightning_mgpu.upgrade import rules
-from lightning_mgpu.upgrade.leftovers import unmarked
+from lightning_mgpu.testing.trainer import QUIET
 from lightning_mgpu.upgrade.trainer_args import from_argparse_args, legacy_trainer_kwargs
-from lightning_mgpu.upgrade.transform import upgrade_source
-
-QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
+from tests.helpers.upgrade_check import upgraded
 
 
 @pytest.fixture
@@ -93,16 +90,8 @@ def build_one_line(opt):
 """
 
 
-def converted(source: str) -> str:
-    result = upgrade_source(source)
-    compile(result.source, "<test>", "exec")
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    assert rules.TODO_TAG not in result.source and unmarked(result.source) == [], result.source
-    return result.source
-
-
 def test_a_plugins_variable_that_may_hold_a_plugin_is_translated_at_run_time() -> None:
-    out = converted(BRANCHES)
+    out = upgraded(BRANCHES, no_todo=True, no_unmarked=True)
     assert "DDPStrategy(find_unused_parameters=False)" in out
     assert (
         "pl.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, **legacy_trainer_kwargs(gpus=opt.gpus,"
@@ -124,7 +113,7 @@ def test_a_plugins_variable_that_may_hold_a_plugin_is_translated_at_run_time() -
 )
 def test_the_converted_branches_build_the_trainer_1x_built(pl, opt: dict, strategy: str) -> None:
     namespace: dict[str, object] = {}
-    exec(compile(converted(BRANCHES), "<converted>", "exec"), namespace)  # noqa: S102
+    exec(compile(upgraded(BRANCHES, no_todo=True, no_unmarked=True), "<converted>", "exec"), namespace)  # noqa: S102
     trainer = namespace["build"](argparse.Namespace(**opt))  # type: ignore[operator]
     assert type(trainer.strategy).__name__ == strategy and trainer.max_epochs == 3
     assert type(trainer.accelerator).__name__ == "CPUAccelerator"
@@ -138,4 +127,6 @@ def test_a_variable_that_always_holds_a_plugin_is_strategy_as_before() -> None:
     source = (
         "from pytorch_lightning.plugins import DDPPlugin\nextra = DDPPlugin()\nt = Trainer(gpus=2, plugins=extra)\n"
     )
-    assert converted(source).endswith('t = Trainer(accelerator="gpu", devices=2, strategy=extra)\n')
+    assert upgraded(source, no_todo=True, no_unmarked=True).endswith(
+        't = Trainer(accelerator="gpu", devices=2, strategy=extra)\n'
+    )

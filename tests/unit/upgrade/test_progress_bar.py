@@ -11,7 +11,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.leftovers import unmarked
-from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 #: A quiet progress bar that keeps what it would show, and a module that logs one value to the bar.
 SCRIPT = textwrap.dedent(
@@ -48,20 +48,13 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def converted(source: str) -> str:
-    result = upgrade_source(source)
-    compile(result.source, "<test>", "exec")
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    return result.source
-
-
 def test_the_bar_converts_and_reads_what_2x_shows(tmp_path) -> None:
     import pytorch_lightning as pl
     import torch
     from pytorch_lightning.loggers import CSVLogger
     from torch.utils.data import DataLoader, TensorDataset
 
-    out = converted(SCRIPT)
+    out = upgraded(SCRIPT)
     assert "ProgressBarBase" not in out and "progress_bar_dict" not in out and not unmarked(out)
     assert rules.TODO_PREFIX not in out
     namespace: dict[str, object] = {}
@@ -91,7 +84,7 @@ def test_the_bar_converts_and_reads_what_2x_shows(tmp_path) -> None:
     ],
 )
 def test_progress_bar_dict_of_a_trainer(use: str) -> None:
-    out = converted("import pytorch_lightning as pl\n" + use)
+    out = upgraded("import pytorch_lightning as pl\n" + use)
     owner = use.split("= ")[1].split(".progress_bar_dict")[0]
     assert f"metrics = {{**get_standard_metrics({owner}), **{owner}.progress_bar_metrics}}" in out
     assert "from pytorch_lightning.callbacks.progress.progress_bar import get_standard_metrics" in out
@@ -99,10 +92,10 @@ def test_progress_bar_dict_of_a_trainer(use: str) -> None:
 
 def test_progress_bar_dict_of_something_else_stays() -> None:
     source = "import pytorch_lightning as pl\nd = state.progress_bar_dict\ne = make_trainer().progress_bar_dict\n"
-    assert converted(source) == source
+    assert upgraded(source) == source
 
 
 def test_progress_module_alias_renames_the_base_class() -> None:
     source = "from pytorch_lightning.callbacks import progress as bars\nclass B(bars.ProgressBarBase):\n    pass\n"
-    out = converted(source)
+    out = upgraded(source)
     assert "class B(ProgressBar):" in out and "from pytorch_lightning.callbacks import ProgressBar" in out

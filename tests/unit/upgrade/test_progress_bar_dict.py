@@ -15,6 +15,7 @@ from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.leftovers import unmarked
 from lightning_mgpu.upgrade.progress_bar_dict import LegacyProgressBarDict
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 #: A module whose override drops the version and adds an entry of its own, and records each training loss.
 TALLY = textwrap.dedent(
@@ -61,14 +62,6 @@ TALLY_SETUP = TALLY.replace(
 PLAIN = TALLY[: TALLY.index("    def get_progress_bar_dict")].replace("class Tally", "class Plain")
 
 
-def converted(source: str) -> str:
-    result = upgrade_source(source)
-    compile(result.source, "<test>", "exec")
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
-
-
 def _module(source: str, name: str):
     namespace: dict[str, object] = {}
     exec(compile(source, name, "exec"), namespace)  # noqa: S102
@@ -101,7 +94,7 @@ def _trainer(tmp_path, **kwargs):
 
 
 def test_the_override_stays_and_the_class_gets_the_mixin() -> None:
-    out = converted(TALLY)
+    out = upgraded(TALLY)
     assert "from lightning_mgpu.upgrade.progress_bar_dict import LegacyProgressBarDict" in out
     assert "class Tally(pl.LightningModule, LegacyProgressBarDict):" in out
     assert "items = super().get_progress_bar_dict()" in out  # the override as it was
@@ -116,7 +109,7 @@ def test_the_tqdm_bar_shows_what_the_override_returns(source: str, tmp_path) -> 
     import torch
 
     torch.manual_seed(0)
-    model = _module(converted(source), "Tally")
+    model = _module(upgraded(source), "Tally")
     trainer = _trainer(tmp_path)
     trainer.fit(model, _loader(), _loader(batches=1))
     bar = trainer.progress_bar_callback
@@ -138,7 +131,7 @@ def test_the_running_loss_keeps_1x_window_of_20(tmp_path) -> None:
     import torch
 
     torch.manual_seed(0)
-    model = _module(converted(TALLY), "Tally")
+    model = _module(upgraded(TALLY), "Tally")
     trainer = _trainer(tmp_path, max_epochs=2, limit_val_batches=0)
     trainer.fit(model, _loader(batches=13))
     assert len(model.losses) == 26
@@ -147,7 +140,7 @@ def test_the_running_loss_keeps_1x_window_of_20(tmp_path) -> None:
 
 
 def test_validate_alone_shows_1x_nan_loss(tmp_path) -> None:
-    model = _module(converted(TALLY_SETUP), "Tally")
+    model = _module(upgraded(TALLY_SETUP), "Tally")
     trainer = _trainer(tmp_path)
     trainer.validate(model, _loader(batches=1), verbose=False)
     assert model.stages == ["validate"]
@@ -157,9 +150,9 @@ def test_validate_alone_shows_1x_nan_loss(tmp_path) -> None:
 def test_a_module_without_the_override_is_unchanged(tmp_path) -> None:
     from pytorch_lightning.callbacks.progress.progress_bar import get_standard_metrics
 
-    out = converted(PLAIN)
+    out = upgraded(PLAIN)
     assert out == PLAIN
-    tally = _module(converted(TALLY), "Tally")
+    tally = _module(upgraded(TALLY), "Tally")
     _trainer(tmp_path / "a").fit(tally, _loader(batches=1), _loader(batches=1))  # the bar's patch is in place now
     model = _module(out, "Plain")
     trainer = _trainer(tmp_path / "b")
@@ -180,7 +173,7 @@ def test_a_bar_subclass_calling_super_gets_the_module_dict(tmp_path) -> None:
             items["bar"] = 1
             return items
 
-    model = _module(converted(TALLY), "Tally")
+    model = _module(upgraded(TALLY), "Tally")
     trainer = _trainer(tmp_path, callbacks=[Bar()])
     trainer.fit(model, _loader(batches=2), _loader(batches=1))
     shown = trainer.progress_bar_callback.get_metrics(trainer, model)
@@ -201,7 +194,7 @@ def test_a_callback_method_of_that_name_is_the_users_own() -> None:
                 return dict(trainer.progress_bar_metrics)
         """
     )
-    out = converted(source)
+    out = upgraded(source)
     assert "LegacyProgressBarDict" not in out and rules.TODO_TAG not in out and not unmarked(out)
 
 
@@ -212,7 +205,7 @@ def test_a_callback_method_of_that_name_is_the_users_own() -> None:
 )
 def test_an_override_1x_did_not_call_so_keeps_the_todo(method: str) -> None:
     source = TALLY.replace("def get_progress_bar_dict(self):", method)
-    out = converted(source)
+    out = upgraded(source)
     assert "LegacyProgressBarDict" not in out
     assert "TODO(lightning-mgpu:progress-bar-dict)" in out
 
@@ -223,10 +216,25 @@ def test_with_legacy_step_ends_both_mixins_are_last(tmp_path) -> None:
         "    def training_step_end(self, outputs):\n        self.log('ends', 1.0)\n        return outputs\n\n"
         "    def validation_step(",
     )
-    out = converted(source)
+    out = upgraded(source)
     assert "class Tally(pl.LightningModule, LegacyStepEnds, LegacyProgressBarDict):" in out
     model = _module(out, "Tally")
     trainer = _trainer(tmp_path)
     trainer.fit(model, _loader(batches=2), _loader(batches=1))
     assert trainer.progress_bar_callback.get_metrics(trainer, model)["seen"] == 2
     assert "ends" in trainer.callback_metrics
+
+
+def test_the_mixin_reads_the_tree_from_the_live_objects_class() -> None:
+    """``instance_namespace`` (once ``namespace_of``, the name findings.namespace_of has for source code): the tree a
+    module's class comes from, which picks the recorder class and the bar the mixin patches."""
+    import lightning.pytorch as lp
+    import pytorch_lightning as pl
+
+    from lightning_mgpu.upgrade import findings, progress_bar_dict
+
+    assert progress_bar_dict.instance_namespace(pl.LightningModule()) == "pytorch_lightning"
+    assert progress_bar_dict.instance_namespace(lp.LightningModule()) == "lightning.pytorch"
+    assert progress_bar_dict.instance_namespace(object()) == "lightning.pytorch"  # neither: the default tree
+    assert not hasattr(progress_bar_dict, "namespace_of")  # one meaning per name: findings' reads source
+    assert findings.namespace_of("import pytorch_lightning as pl\n") == "pytorch_lightning"

@@ -11,6 +11,8 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.leftovers import unmarked
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 CALLBACK = """import time
 import torch
@@ -39,12 +41,6 @@ class Model(pl.LightningModule):
 """
 
 
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    return result.source
-
-
 def test_removed_trainer_attributes_and_epoch_output() -> None:
     out = upgraded(CALLBACK)
     lines = [line.strip() for line in out.splitlines()]
@@ -66,9 +62,7 @@ def test_the_replacements_exist_on_lightning_2() -> None:
     as 1.x's root_gpu was off the GPU)."""
     types = pytest.importorskip("pytorch_lightning.utilities.types")
     assert hasattr(types, "STEP_OUTPUT") and not hasattr(types, "EPOCH_OUTPUT")
-    import pytorch_lightning as pl
-
-    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
+    trainer = quiet_trainer("pytorch_lightning")  # pytorch_lightning's quiet Trainer, on one CPU device
     assert trainer.strategy.root_device.index is None
     assert not hasattr(trainer, "root_gpu") and not hasattr(trainer, "training_type_plugin")
 

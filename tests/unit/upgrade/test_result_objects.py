@@ -10,7 +10,8 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.leftovers import unmarked
-from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 HEAD = """import pytorch_lightning as pl
 import torch
@@ -57,24 +58,16 @@ STEPS = (
 )
 
 
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
-
-
 def trainer_for(tmp_path, callbacks=()):
-    import pytorch_lightning as pl
     from pytorch_lightning.loggers import CSVLogger
 
-    return pl.Trainer(
-        accelerator="cpu",
+    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer, with
+    # the CSV logger the tests read what was logged from, and checkpointing where a test hands a checkpoint callback.
+    return quiet_trainer(
+        "pytorch_lightning",
         max_epochs=2,
         logger=CSVLogger(tmp_path),
         log_every_n_steps=1,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         enable_checkpointing=bool(callbacks),
         callbacks=list(callbacks),
         default_root_dir=tmp_path,

@@ -10,20 +10,12 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import calls, classes, findings, hooks, imports, rules, scopes
 from lightning_mgpu.upgrade.transform import UpgradeError, upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 TODO = rules.TODO_PREFIX
 #: Converted in every test below: it shows the rest of the file still converts.
 NEIGHBOUR = "other = Trainer(gpus=2)\n"
 NEIGHBOUR_AFTER = 'other = Trainer(accelerator="gpu", devices=2)\n'
-
-
-def stable(source: str) -> str:
-    """The upgraded source, checked to compile and to stay the same under a second run."""
-    result = upgrade_source(source)
-    compile(result.source, "<test>", "exec")
-    again = upgrade_source(result.source)
-    assert again.source == result.source, "a second run changed something"
-    return result.source
 
 
 @pytest.mark.parametrize(
@@ -56,7 +48,7 @@ def stable(source: str) -> str:
     ],
 )
 def test_a_value_over_several_lines_is_quoted_on_one_line(statement: str, rule: str, quoted: str) -> None:
-    out = stable(statement + NEIGHBOUR)
+    out = upgraded(statement + NEIGHBOUR)
     todo_lines = [line for line in out.splitlines() if TODO in line]
     assert len(todo_lines) == 1 and f"{rule})" in todo_lines[0] and quoted in todo_lines[0], todo_lines
     assert out.endswith(NEIGHBOUR_AFTER)
@@ -75,7 +67,7 @@ def test_a_call_whose_rewrite_raises_keeps_a_todo_and_the_rest_converts(monkeypa
 
     monkeypatch.setattr(calls, "model_checkpoint", broken)
     source = "def build(out):\n    ck = ModelCheckpoint(filepath=out, period=2)\n    " + NEIGHBOUR
-    out = stable(source)
+    out = upgraded(source)
     assert out == (
         "def build(out):\n"
         f"    {TODO}internal-error): ModelCheckpoint(...) not converted: the tool raised KeyError; please report it\n"
@@ -100,7 +92,7 @@ def test_a_class_rewrite_that_raises_leaves_the_classs_other_rewrites(monkeypatc
         "        self.seen = 0\n"
         "\n" + NEIGHBOUR
     )
-    out = stable(source)
+    out = upgraded(source)
     assert f"{TODO}internal-error): class Model not converted: the tool raised IndexError" in out
     assert out.index("internal-error") < out.index("class Model")
     assert "def validation_epoch_end(self, outputs):" in out  # the failed rewrite's construct, as it was
@@ -126,7 +118,7 @@ def test_a_class_whose_visit_raises_is_left_whole_and_the_next_class_converts(mo
         "    def on_epoch_end(self, trainer, pl_module):\n"
         "        pass\n"
     )
-    out = stable(source)
+    out = upgraded(source)
     assert out.startswith(f"{TODO}internal-error): class Gan not converted: the tool raised RecursionError")
     assert "    def training_step(self, batch, batch_idx, optimizer_idx):" in out
     # The class stack stayed balanced: the next class is a Lightning class and converts.
@@ -154,7 +146,7 @@ def test_a_module_level_failure_goes_to_the_files_header(monkeypatch: pytest.Mon
         raise ValueError("imports")
 
     monkeypatch.setattr(imports, "import_bundle", broken)
-    out = stable('"""Doc."""\nt = Trainer(accelerator="dp")\n')
+    out = upgraded('"""Doc."""\nt = Trainer(accelerator="dp")\n')
     assert out.startswith(f"# {rules.TODO_TAG}internal-error): Module not converted: the tool raised ValueError")
     assert 't = Trainer(strategy="dp")' in out  # the statements converted; only the file-level step failed
 
@@ -183,7 +175,7 @@ def test_one_line_methods_are_rewritten_as_blocks() -> None:
         "    def validation_epoch_end(self, outputs): self.log('n', len(outputs)); self.seen = outputs\n"
         "    def training_step(self, b, i): return {'loss': b, 'log': {'b': b}}\n"
     )
-    out = stable(source)
+    out = upgraded(source)
     assert "        self.validation_step_outputs.append(batch)\n        return batch  # one line\n" in out
     assert "        self.log_dict({'b': b})\n" in out
     namespace: dict = {}
@@ -198,7 +190,7 @@ def test_one_line_methods_are_rewritten_as_blocks() -> None:
 
 def test_on_keyboard_interrupt_with_star_args_gets_a_todo() -> None:
     source = "class C(Callback):\n    def on_keyboard_interrupt(self, *args):\n        pass\n\n" + NEIGHBOUR
-    out = stable(source)
+    out = upgraded(source)
     assert f"    {TODO}keyboard-interrupt): on_keyboard_interrupt is gone" in out and "internal-error" not in out
     assert out.endswith(NEIGHBOUR_AFTER)
 

@@ -8,20 +8,11 @@ import pytest
 
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
-from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.trainer_args import legacy_trainer_kwargs
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 IMPORT = "from lightning_mgpu.upgrade.trainer_args import legacy_trainer_kwargs\n"
-
-
-def converted(source: str) -> str:
-    """The upgraded source, checked to compile, to stay the same under a second run and to leave no TODO."""
-    result = upgrade_source(source)
-    compile(result.source, "<test>", "exec")
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    assert rules.TODO_TAG not in result.source, result.source
-    return result.source
 
 
 @pytest.mark.parametrize(
@@ -53,16 +44,17 @@ def converted(source: str) -> str:
     ],
 )
 def test_unreadable_settings_are_translated_where_the_trainer_is_built(body: str, after: str) -> None:
-    out = converted("from lightning.pytorch import Trainer\n" + body)
+    out = upgraded("from lightning.pytorch import Trainer\n" + body, no_todo=True)
     assert after in out and IMPORT in out, out
     assert "namespace=" not in out  # lightning.pytorch is the function's default
 
 
 def test_the_calls_callbacks_go_into_the_translation_and_pytorch_lightning_is_named() -> None:
-    out = converted(
+    out = upgraded(
         "import pytorch_lightning as pl\n"
         "def main(cfg, checkpoint):\n"
-        "    return pl.Trainer(logger=False, callbacks=[checkpoint], **cfg.trainer)\n"
+        "    return pl.Trainer(logger=False, callbacks=[checkpoint], **cfg.trainer)\n",
+        no_todo=True,
     )
     assert (
         'pl.Trainer(logger=False, **legacy_trainer_kwargs(cfg.trainer, namespace="pytorch_lightning",'
@@ -72,10 +64,12 @@ def test_the_calls_callbacks_go_into_the_translation_and_pytorch_lightning_is_na
 
 def test_settings_the_tool_can_follow_or_that_are_translated_already_stay_as_they_are() -> None:
     # A dict built in the file: its keys are rewritten where they are set (no run-time translation).
-    built = converted("def main(n):\n    kwargs = dict(gpus=n)\n    return Trainer(**kwargs)\n")
+    built = upgraded("def main(n):\n    kwargs = dict(gpus=n)\n    return Trainer(**kwargs)\n", no_todo=True)
     assert "legacy_trainer_kwargs" not in built and 'accelerator="gpu" if n else "cpu"' in built
     # from_argparse_args translates what it is given, the splat included.
-    argparse_built = converted("def main(args, **kw):\n    return Trainer.from_argparse_args(args, **kw)\n")
+    argparse_built = upgraded(
+        "def main(args, **kw):\n    return Trainer.from_argparse_args(args, **kw)\n", no_todo=True
+    )
     assert (
         "from_argparse_args(Trainer, args, **kw)" in argparse_built and "legacy_trainer_kwargs(" not in argparse_built
     )
@@ -99,10 +93,11 @@ def test_the_converted_call_builds_what_1x_built(monkeypatch: pytest.MonkeyPatch
     progress bar a 1.x key adds joins the call's own callbacks."""
     from lightning.pytorch.callbacks import TQDMProgressBar
 
-    out = converted(
+    out = upgraded(
         "from lightning.pytorch import Trainer\n"
         "def main(cfg, checkpoint):\n"
-        "    return Trainer(callbacks=[checkpoint], **cfg['trainer'])\n"
+        "    return Trainer(callbacks=[checkpoint], **cfg['trainer'])\n",
+        no_todo=True,
     )
     received: dict[str, object] = {}
     namespace: dict[str, object] = {}

@@ -11,15 +11,8 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.step_ends import LegacyStepEnds, step_end_1x
-from lightning_mgpu.upgrade.transform import upgrade_source
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
-
+from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 # A step end that reduces per-sample losses and records (train), one that only logs and returns nothing (val), and
 # a test step that hands over to validation_step, whose own step end 1.x did not call there.
@@ -110,20 +103,8 @@ def _module(source: str, name: str):
 
 
 def _trainer(tmp_path, **kwargs):
-    import pytorch_lightning as pl
-
-    options = {"accelerator": "cpu", "devices": 1}
-    options.update(kwargs)
-    return pl.Trainer(
-        max_epochs=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-        **options,
-    )
+    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
+    return quiet_trainer("pytorch_lightning", max_epochs=1, num_sanity_val_steps=0, default_root_dir=tmp_path, **kwargs)
 
 
 def test_a_step_end_that_does_more_than_reduce_runs_after_each_step() -> None:

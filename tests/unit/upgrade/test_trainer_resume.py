@@ -8,9 +8,8 @@ import pytest
 
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
-from lightning_mgpu.upgrade import rules
-from lightning_mgpu.upgrade.leftovers import unmarked
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 BRANCHES = """import os
 import pytorch_lightning as pl
@@ -33,17 +32,8 @@ def run(model, loader, root, resume_dir=None, frozen=False):
 """
 
 
-def converted(source: str) -> str:
-    result = upgrade_source(source)
-    compile(result.source, "<test>", "exec")
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    assert rules.TODO_TAG not in result.source, result.source
-    assert unmarked(result.source) == [], result.source
-    return result.source
-
-
 def test_only_the_construction_that_resumed_passes_its_checkpoint() -> None:
-    out = converted(BRANCHES)
+    out = upgraded(BRANCHES, no_todo=True, no_unmarked=True)
     assert "resume_from_checkpoint" not in out
     assert out.count("resume_ckpt_path = None\n") == 2 and out.count("resume_ckpt_path = last\n") == 1, out
     assert "runner.fit(model, loader, ckpt_path=resume_ckpt_path)" in out
@@ -70,7 +60,7 @@ def test_the_converted_branches_resume_as_1x_did(tmp_path) -> None:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
     namespace: dict[str, object] = {}
-    exec(compile(converted(BRANCHES), "<converted>", "exec"), namespace)  # noqa: S102
+    exec(compile(upgraded(BRANCHES, no_todo=True, no_unmarked=True), "<converted>", "exec"), namespace)  # noqa: S102
     run = namespace["run"]
     loader = DataLoader(TensorDataset(torch.randn(12, 3)), batch_size=4)
     first = run(Tiny(), loader, tmp_path / "a")  # type: ignore[operator]
@@ -84,7 +74,7 @@ def test_the_converted_branches_resume_as_1x_did(tmp_path) -> None:
 
 def test_the_fresh_variable_does_not_clash_with_the_files_names() -> None:
     source = BRANCHES.replace("root, resume_dir=None", "root, resume_ckpt_path=0, resume_dir=None")
-    out = converted(source)
+    out = upgraded(source, no_todo=True, no_unmarked=True)
     assert "resume_ckpt_path_2 = last\n" in out and "ckpt_path=resume_ckpt_path_2)" in out, out
 
 
@@ -108,4 +98,7 @@ def test_where_the_shape_is_not_clear_the_todo_stays(source: str) -> None:
 
 def test_one_construction_still_moves_its_value_to_the_fits() -> None:
     source = "def go(m, p):\n    tr = Trainer(resume_from_checkpoint=p)\n    tr.fit(m)\n"
-    assert converted(source) == "def go(m, p):\n    tr = Trainer()\n    tr.fit(m, ckpt_path=p)\n"
+    assert (
+        upgraded(source, no_todo=True, no_unmarked=True)
+        == "def go(m, p):\n    tr = Trainer()\n    tr.fit(m, ckpt_path=p)\n"
+    )

@@ -9,6 +9,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade.leftovers import unmarked
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded_result
 
 CLASSMETHOD = """import pytorch_lightning as pl
 
@@ -51,9 +52,7 @@ class DeeperTrainer(ExperimentTrainer):
 
 
 def upgraded(source: str) -> tuple[str, list[str]]:
-    result = upgrade_source(source)
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    compile(result.source, "<upgraded>", "exec")
+    result = upgraded_result(source)
     return result.source, [f.rule for f in result.findings]
 
 

@@ -10,15 +10,9 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.run import explain
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 TODO = rules.TODO_PREFIX
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    return result.source
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
 from lightning_mgpu.upgrade.leftovers import unmarked
-from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded_result
 
 FROM_ARGS = """from pytorch_lightning import Trainer
 
@@ -46,9 +46,7 @@ def build(args, callbacks):
 
 
 def upgraded(source: str) -> tuple[str, list[str]]:
-    result = upgrade_source(source)
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    compile(result.source, "<upgraded>", "exec")
+    result = upgraded_result(source)
     return result.source, [f.rule for f in result.findings]
 
 

@@ -9,6 +9,8 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade.leftovers import unmarked
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 SCRIPT = """import pytorch_lightning as pl
 
@@ -20,12 +22,6 @@ def tune_and_fit(model, train_loader, val_loader):
     new_batch_size = trainer.tuner.scale_batch_size(model, mode="binsearch")
     trainer.fit(model, train_loader, val_loader)
 """
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    assert upgrade_source(result.source).source == result.source, "a second run changed something"
-    return result.source
 
 
 def test_the_tuner_moves_out_of_the_trainer() -> None:
@@ -79,9 +75,8 @@ def test_the_converted_call_runs_on_lightning_2(tmp_path) -> None:
     )
     namespace: dict[str, object] = {}
     exec(compile("from pytorch_lightning.tuner import Tuner\n" + source, "converted", "exec"), namespace)  # noqa: S102
-    trainer = pl.Trainer(
-        accelerator="cpu", max_epochs=1, logger=False, enable_progress_bar=False, default_root_dir=tmp_path
-    )
+    # The model subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
+    trainer = quiet_trainer("pytorch_lightning", max_epochs=1, default_root_dir=tmp_path)
     model = Model()
     loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8)
     finder = namespace["find"](trainer, model, loader)  # type: ignore[operator]
