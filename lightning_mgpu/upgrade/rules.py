@@ -880,6 +880,23 @@ RULES = _rules(
         kind="rewrite",
     ),
     Rule(
+        "super-removed-hook",
+        "super().on_epoch_start()/on_epoch_end()/training_epoch_end(outputs) dropped: 1.x's did nothing",
+        "1.x's LightningModule defined on_epoch_start, on_epoch_end and the training/validation/test epoch ends with"
+        " an empty body (a docstring): a super() call to one in the method of the same name did nothing and gave"
+        " None. 2.x's LightningModule has none of them, so the call raises AttributeError. Where the class has one"
+        " base, LightningModule itself or a class of the file that has one base in turn up to LightningModule, and"
+        " no class of the file on the way defines an epoch hook (1.x's or 2.x's on_*_epoch_start/end, or the"
+        " _on_epoch_*_1x an earlier run made), the call goes: super().<hook>(...) as a statement is removed,"
+        " return super().<hook>(...) becomes return (removed as the method's last statement), with arguments that"
+        " are the method's own parameters only. The renamed-hook and epoch-end rewrites then see the method without"
+        " it: an on_epoch_start/on_epoch_end beside the 2.x hooks merges into them, and an epoch end whose outputs"
+        " only went to the call converts as one with unused outputs. A mixin or another file's base (the hook may"
+        " be there), a base of the file with such a hook, or another use of the call (its value kept, other"
+        " arguments) leaves the method as written, with its TODO.",
+        kind="rewrite",
+    ),
+    Rule(
         "keyboard-interrupt",
         "on_keyboard_interrupt is gone: on_exception(trainer, pl_module, exception)",
         "on_keyboard_interrupt(trainer, pl_module) became on_exception(trainer, pl_module, exception); the tool renames"
