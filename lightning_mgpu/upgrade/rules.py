@@ -364,6 +364,18 @@ RULES = _rules(
         ' strategy name, pass it as strategy= (with "auto" for None).',
     ),
     Rule(
+        "trainer-accelerator-unread",
+        "accelerator={value} beside gpus=: 1.x kept it as the device type",
+        'In 1.x (1.6 to 1.9) an accelerator= given as a device type ("cpu", "gpu") beside gpus= stayed the'
+        " device type, and gpus= only set the number of devices (0 or None: the accelerator's own default, all GPUs"
+        ' or one CPU). Where the accelerator\'s value is not a literal (accelerator="gpu" if n > 0 else "cpu",'
+        " a variable), which device type it is only the run knows: the tool moves accelerator, gpus and the"
+        " settings they decide with into **legacy_trainer_kwargs(...) (rule trainer-args-translated), which reads"
+        " them as 1.x did when the Trainer is built. This TODO stays where the call cannot be translated (a splat"
+        " of its own, a plugins= that is not a strategy, two literals that disagree): pass accelerator= and"
+        " devices= as 1.x chose them.",
+    ),
+    Rule(
         "trainer-distributed-backend",
         "distributed_backend={value} is unknown: pass strategy=",
         "distributed_backend= was renamed accelerator= in 1.0 and strategy= in 1.5; 2.x takes strategy= only.",
@@ -1202,8 +1214,8 @@ RULES.update(
             " weights_summary, enable_model_summary) move together into **legacy_trainer_kwargs(...), with the call's"
             " callbacks=, from lightning_mgpu.upgrade.trainer_args: it translates them as 1.x's Trainer read them when"
             " the Trainer is built, and refuses a value with no 2.x meaning with a ValueError. Only where each TODO the"
-            " call would get is trainer-accelerator-unknown, trainer-conflict, trainer-progress-bar or"
-            " trainer-weights-summary and one comes from a value the tool cannot read; two literals that disagree"
+            " call would get is trainer-accelerator-unknown, trainer-accelerator-unread, trainer-conflict,"
+            " trainer-progress-bar or trainer-weights-summary and one comes from a value the tool cannot read; two literals that disagree"
             " stay a trainer-conflict TODO, and a call with a splat of its own is left to the other rules. plugins="
             " stays out of the translation: where it is a training-type plugin the strategy rewrite turns into"
             " strategy=DDPStrategy(...), that strategy moves with the rest (the translation keeps a strategy object"
