@@ -1215,8 +1215,9 @@ RULES.update(
             " callbacks=, from lightning_mgpu.upgrade.trainer_args: it translates them as 1.x's Trainer read them when"
             " the Trainer is built, and refuses a value with no 2.x meaning with a ValueError. Only where each TODO the"
             " call would get is trainer-accelerator-unknown, trainer-accelerator-unread, trainer-conflict,"
-            " trainer-progress-bar or trainer-weights-summary and one comes from a value the tool cannot read; two literals that disagree"
-            " stay a trainer-conflict TODO, and a call with a splat of its own is left to the other rules. plugins="
+            " trainer-progress-bar or trainer-weights-summary and one comes from a value the tool cannot read; two"
+            " literals that disagree stay a trainer-conflict TODO, and a call with a splat of its own is left to the"
+            " other rules. plugins="
             " stays out of the translation: where it is a training-type plugin the strategy rewrite turns into"
             " strategy=DDPStrategy(...), that strategy moves with the rest (the translation keeps a strategy object"
             ' beside accelerator="ddp"/"ddp_spawn", as 1.x let the plugin refine the backend string); except'
