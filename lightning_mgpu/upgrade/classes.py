@@ -25,6 +25,8 @@ from lightning_mgpu.upgrade.hooks import (
     convert_epoch_ends,
     convert_log_returns,
     convert_renamed_hooks,
+    drop_empty_super_calls,
+    empty_super_hooks,
     own_returns,
     replace_method,
     with_comments,
@@ -432,11 +434,14 @@ def _hook_rewrites(
 ) -> cst.ClassDef:
     """hooks.py's class rewrites (returned logs, epoch ends, renamed hooks), each on what the one before left; their
     findings recorded at the method's line, their TODOs added to ``comments``."""
-    finetuning = original.name.value in finetuning_classes(ctx.scopes[0].node if ctx.scopes else original)
+    file_node = ctx.scopes[0].node if ctx.scopes else original
+    finetuning = original.name.value in finetuning_classes(file_node)
     for convert in (
         lambda c: convert_result_objects(c, ctx.result_plan.methods),  # result_objects.py
         lambda c: convert_finetuning(c) if finetuning else ClassResult(c),
         convert_log_returns,
+        # Before the epoch-end and renamed-hook rewrites: they see the method without the super() call 2.x lacks.
+        lambda c: drop_empty_super_calls(c, empty_super_hooks(unique_classes(file_node), original.name.value)),
         lambda c: convert_epoch_ends(c, has_optimizer_idx, ctx.epoch_ends.get(original.name.value)),
         convert_renamed_hooks,
     ):
@@ -495,6 +500,20 @@ def _manual_optimization(
 
 
 #: Lightning's callbacks that call ``finetune_function`` (a file's own class of the name: a copy of Lightning's).
+@once_per_module
+def unique_classes(module: cst.CSTNode) -> dict[str, cst.ClassDef]:
+    """The file's classes by name, but a name two classes share (which one a subclass means is not known)."""
+    found: list[cst.ClassDef] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            found.append(node)
+
+    read_only_visit(module, Finder())
+    names = [c.name.value for c in found]
+    return {c.name.value: c for c in found if names.count(c.name.value) == 1}
+
+
 _FINETUNING_BASES = frozenset({"BaseFinetuning", "BackboneFinetuning"})
 
 

@@ -332,6 +332,150 @@ def super_only_epoch_end(cls: cst.ClassDef, hook: cst.FunctionDef, old: str) -> 
     return calls > 0
 
 
+#: 1.x LightningModule hooks that 2.x removed and whose 1.x body was a docstring alone (core/hooks.py's
+#: ``on_epoch_start``/``on_epoch_end``, core/lightning.py's epoch ends): a ``super()`` call that reached one did
+#: nothing and gave None; in 2.x it raises AttributeError.
+REMOVED_EMPTY_HOOKS = ("on_epoch_start", "on_epoch_end", "training_epoch_end", "validation_epoch_end", "test_epoch_end")
+
+
+def _base_names(cls: cst.ClassDef) -> list[str]:
+    return [(dotted(b.value) or "").rsplit(".", 1)[-1] for b in cls.bases if b.keyword is None]
+
+
+def empty_super_hooks(classes: dict[str, cst.ClassDef], name: str) -> frozenset[str]:
+    """The hooks of :data:`REMOVED_EMPTY_HOOKS` whose ``super()`` call from class ``name`` reaches 1.x's empty
+    LightningModule hook: the class has one base, LightningModule itself or a class of ``classes`` (the file's, by
+    name) that has one base in turn, up to LightningModule, and no class of the file on the way defines an epoch hook
+    (:data:`_EPOCH_HOOK_NAMES`). Empty where any class on the way has another base (a mixin, a class of another
+    file: the hook may be there) or keywords (a metaclass)."""
+    seen: set[str] = set()
+    cls = classes.get(name)
+    while cls is not None and name not in seen:
+        seen.add(name)
+        bases = _base_names(cls)
+        if len(bases) != 1 or len(cls.bases) != 1:
+            return frozenset()
+        if bases[0] == "LightningModule":
+            return frozenset(REMOVED_EMPTY_HOOKS)
+        name = bases[0]
+        cls = classes.get(name)
+        if cls is not None and _defined_names(cls) & _EPOCH_HOOK_NAMES:
+            # Decision: a base of the file with an epoch hook of either version (or one an earlier run made of
+            # them): what super() reaches is, or was, the user's code; the TODOs stay (and a second run agrees).
+            return frozenset()
+    return frozenset()
+
+
+#: The names a base of the file must not define for a super() call to reach LightningModule's empty hook: the
+#: removed hooks, the 2.x hooks the upgrade turns them into, and the helpers merge_loop_epoch_hook keeps them as.
+_EPOCH_HOOK_NAMES = frozenset(
+    {
+        *REMOVED_EMPTY_HOOKS,
+        *(f"on_{stage}_epoch_{when}" for stage in "train validation test".split() for when in ("start", "end")),
+        "_on_epoch_start_1x",
+        "_on_epoch_end_1x",
+    }
+)
+
+
+def _defined_names(cls: cst.ClassDef) -> set[str]:
+    """The names ``cls``'s body defines: its methods and the plain names it assigns (``on_test_epoch_end = ...``)."""
+    names = set(class_methods(cls))
+    for statement in cls.body.body if isinstance(cls.body, cst.IndentedBlock) else []:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    names |= {t.target.value for t in small.targets if isinstance(t.target, cst.Name)}
+                elif isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+                    names.add(small.target.value)
+    return names
+
+
+def _empty_super_call(hook: str, params: set[str]) -> m.Call:
+    """``super().<hook>()`` or ``super().<hook>(x)`` with ``x`` a parameter of the method (nothing evaluated that
+    could have an effect of its own)."""
+    named: m.MatchIfTrue[cst.BaseExpression] = m.MatchIfTrue(
+        lambda node: isinstance(node, cst.Name) and node.value in params
+    )
+    args = m.ZeroOrMore(m.Arg(value=named, keyword=None, star=""))
+    return m.Call(func=m.Attribute(value=m.Call(func=m.Name("super"), args=[]), attr=m.Name(hook)), args=[args])
+
+
+class _DropEmptySuper(FunctionBodyTransformer):
+    """In one method: ``super().HOOK(...)`` as a statement goes, ``return super().HOOK(...)`` becomes ``return``
+    (the method's last statement: goes too); a line with comments above it becomes ``pass`` under them; a block
+    left empty gets ``pass``."""
+
+    def __init__(self, func: cst.FunctionDef, hook: str) -> None:
+        super().__init__()
+        params = {p.name.value for p in func.params.params} or {"self"}
+        self.call = _empty_super_call(hook, params)
+        body = func.body.body if isinstance(func.body, cst.IndentedBlock) else []
+        self.last = body[-1] if body else None
+        self.dropped = 0
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.RemovalSentinel:
+        if len(updated.body) != 1:
+            return updated
+        small = updated.body[0]
+        if m.matches(small, m.Return(self.call)) and original is not self.last:
+            # Decision: 1.x's hook gave None, so the method returned None here: a bare return keeps the flow.
+            self.dropped += 1
+            return updated.with_changes(body=[cst.Return(value=None)])
+        if not m.matches(small, m.Expr(self.call) | m.Return(self.call)):
+            return updated
+        self.dropped += 1
+        if any(line.comment is not None for line in updated.leading_lines):
+            return updated.with_changes(body=[cst.Pass()])
+        return cst.RemovalSentinel.REMOVE
+
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        if updated.body:
+            return updated
+        return updated.with_changes(body=[cst.SimpleStatementLine(body=[cst.Pass()])])
+
+
+def drop_empty_super_calls(cls: cst.ClassDef, empty: frozenset[str]) -> ClassResult:
+    """``super().on_epoch_start()`` and the like (``empty``: :func:`empty_super_hooks`' hooks for this class) in the
+    method of the same name: 1.x's LightningModule hook did nothing and gave None, and 2.x has none (the call raises
+    AttributeError), so the call goes, ``return super().<hook>(...)`` becoming ``return`` (rule super-removed-hook).
+    The rewrites that follow then see the method without it: an ``on_epoch_start`` merges beside the 2.x hooks, an
+    epoch end's ``outputs`` passed on only to it is unused. A method with another use of the call (its value used,
+    other arguments) is left whole: the TODOs stay."""
+    result = ClassResult(cls)
+    for hook in REMOVED_EMPTY_HOOKS:
+        method = class_methods(result.node).get(hook)
+        if hook not in empty or method is None or method.decorators:
+            continue
+        if hook in EPOCH_ENDS and super_only_epoch_end(result.node, method, hook):
+            continue  # the epoch-end rule removes the whole method
+        block = as_block(method)
+        rewrite = _DropEmptySuper(block, hook)
+        new = block.visit(rewrite)
+        assert isinstance(new, cst.FunctionDef)
+        if not rewrite.dropped or _super_calls(new, hook):
+            continue  # Decision: another use of super().<hook> is left: the method stays as written (TODO later).
+        result.node = replace_method(result.node, hook, [new])
+        result.changes.append(
+            (hook, "super-removed-hook", f"{hook}: super().{hook}(...) dropped (1.x's LightningModule one was empty)")
+        )
+    return result
+
+
+def _super_calls(func: cst.FunctionDef, hook: str) -> int:
+    found = 0
+
+    class Finder(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            nonlocal found
+            found += node.attr.value == hook and m.matches(node.value, m.Call(func=m.Name("super")))
+
+    read_only_visit(func, Finder())
+    return found
+
+
 def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
     """Per class of the file, the 1.x epoch-end hooks that convert (:class:`HookShape` per hook name): those where the
     class's family has a hook that reads its outputs and a step that returns them. A class of the family that has
@@ -375,6 +519,9 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
             for member in sorted(family):
                 methods = class_methods(by_name[member])
                 hook, step = methods.get(old), methods.get(step_name)
+                if hook is not None and old in empty_super_hooks(by_name, member):
+                    # its super().<old>(outputs) goes (drop_empty_super_calls): what is left may read nothing
+                    hook = class_methods(drop_empty_super_calls(by_name[member], frozenset({old})).node)[old]
                 if (
                     hook is not None
                     and len(_param_names(hook)) == 2

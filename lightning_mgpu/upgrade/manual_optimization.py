@@ -508,6 +508,16 @@ def convert(cls: cst.ClassDef, clip: Clip | None) -> cst.ClassDef | None:
         _Rename("optimizer_idx", INDEX)
     )
     new_step = new_step.with_changes(leading_lines=step.leading_lines)
+    assert isinstance(helper, cst.FunctionDef) and isinstance(helper.body, cst.IndentedBlock)
+    assert isinstance(schedulers, cst.FunctionDef)
+    footer = helper.body.footer
+    if footer and all(line.comment is None for line in footer):
+        # Decision: whitespace-only lines after the step's last statement belong to its block (libcst's footer): they
+        # were the blank lines before the next method. They go after the last inserted helper, so the next method
+        # keeps its distance from the code before it; a footer with comments stays with the step it ends.
+        helper = helper.with_changes(body=helper.body.with_changes(footer=[]))
+        assert isinstance(schedulers.body, cst.IndentedBlock)
+        schedulers = schedulers.with_changes(body=schedulers.body.with_changes(footer=footer))
     body: list[Any] = []  # statements: each has leading_lines
     for statement in cls.body.body:
         if statement is step:

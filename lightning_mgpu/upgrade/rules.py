@@ -365,6 +365,18 @@ RULES = _rules(
         ' strategy name, pass it as strategy= (with "auto" for None).',
     ),
     Rule(
+        "trainer-accelerator-unread",
+        "accelerator={value} beside gpus=: 1.x kept it as the device type",
+        'In 1.x (1.6 to 1.9) an accelerator= given as a device type ("cpu", "gpu") beside gpus= stayed the'
+        " device type, and gpus= only set the number of devices (0 or None: the accelerator's own default, all GPUs"
+        ' or one CPU). Where the accelerator\'s value is not a literal (accelerator="gpu" if n > 0 else "cpu",'
+        " a variable), which device type it is only the run knows: the tool moves accelerator, gpus and the"
+        " settings they decide with into **legacy_trainer_kwargs(...) (rule trainer-args-translated), which reads"
+        " them as 1.x did when the Trainer is built. This TODO stays where the call cannot be translated (a splat"
+        " of its own, a plugins= that is not a strategy, two literals that disagree): pass accelerator= and"
+        " devices= as 1.x chose them.",
+    ),
+    Rule(
         "trainer-distributed-backend",
         "distributed_backend={value} is unknown: pass strategy=",
         "distributed_backend= was renamed accelerator= in 1.0 and strategy= in 1.5; 2.x takes strategy= only.",
@@ -881,6 +893,23 @@ RULES = _rules(
         kind="rewrite",
     ),
     Rule(
+        "super-removed-hook",
+        "super().on_epoch_start()/on_epoch_end()/training_epoch_end(outputs) dropped: 1.x's did nothing",
+        "1.x's LightningModule defined on_epoch_start, on_epoch_end and the training/validation/test epoch ends with"
+        " an empty body (a docstring): a super() call to one in the method of the same name did nothing and gave"
+        " None. 2.x's LightningModule has none of them, so the call raises AttributeError. Where the class has one"
+        " base, LightningModule itself or a class of the file that has one base in turn up to LightningModule, and"
+        " no class of the file on the way defines an epoch hook (1.x's or 2.x's on_*_epoch_start/end, or the"
+        " _on_epoch_*_1x an earlier run made), the call goes: super().<hook>(...) as a statement is removed,"
+        " return super().<hook>(...) becomes return (removed as the method's last statement), with arguments that"
+        " are the method's own parameters only. The renamed-hook and epoch-end rewrites then see the method without"
+        " it: an on_epoch_start/on_epoch_end beside the 2.x hooks merges into them, and an epoch end whose outputs"
+        " only went to the call converts as one with unused outputs. A mixin or another file's base (the hook may"
+        " be there), a base of the file with such a hook, or another use of the call (its value kept, other"
+        " arguments) leaves the method as written, with its TODO.",
+        kind="rewrite",
+    ),
+    Rule(
         "keyboard-interrupt",
         "on_keyboard_interrupt is gone: on_exception(trainer, pl_module, exception)",
         "on_keyboard_interrupt(trainer, pl_module) became on_exception(trainer, pl_module, exception); the tool renames"
@@ -1188,9 +1217,10 @@ RULES.update(
             " weights_summary, enable_model_summary) move together into **legacy_trainer_kwargs(...), with the call's"
             " callbacks=, from lightning_mgpu.upgrade.trainer_args: it translates them as 1.x's Trainer read them when"
             " the Trainer is built, and refuses a value with no 2.x meaning with a ValueError. Only where each TODO the"
-            " call would get is trainer-accelerator-unknown, trainer-conflict, trainer-progress-bar or"
-            " trainer-weights-summary and one comes from a value the tool cannot read; two literals that disagree"
-            " stay a trainer-conflict TODO, and a call with a splat of its own is left to the other rules. plugins="
+            " call would get is trainer-accelerator-unknown, trainer-accelerator-unread, trainer-conflict,"
+            " trainer-progress-bar or trainer-weights-summary and one comes from a value the tool cannot read; two"
+            " literals that disagree stay a trainer-conflict TODO, and a call with a splat of its own is left to the"
+            " other rules. plugins="
             " stays out of the translation: where it is a training-type plugin the strategy rewrite turns into"
             " strategy=DDPStrategy(...), that strategy moves with the rest (the translation keeps a strategy object"
             ' beside accelerator="ddp"/"ddp_spawn", as 1.x let the plugin refine the backend string); except'

@@ -376,7 +376,20 @@ def legacy_trainer_kwargs(
             f"distributed_backend={params['distributed_backend']!r} is not a strategy: pass strategy= instead"
         )
     gpus = params.get("gpus")
-    if gpus not in (None, 0, "0", "", []):
+    given = params.get("accelerator")
+    if (
+        gpus is not None
+        and given not in (None, "auto")
+        and not (isinstance(given, str) and given in rules.STRATEGY_STRINGS)
+        and params.get("num_processes") in (None, 0)
+    ):
+        # accelerator="cpu"/"gpu" (a device type, or an Accelerator object) beside gpus=: 1.x's accelerator
+        # connector (1.6 to 1.9) kept the device type given and took a non-zero gpus as the number of devices
+        # ("cpu" with gpus=2: two CPU processes); gpus=0 left the accelerator's own default, all its devices (one
+        # CPU), which is 2.x's devices="auto".
+        if gpus not in (0, "0", "", []):
+            put("devices", gpus, f"gpus={gpus!r}")
+    elif gpus not in (None, 0, "0", "", []):
         put("accelerator", "gpu", f"gpus={gpus!r}")
         put("devices", gpus, f"gpus={gpus!r}")
     elif params.get("num_processes") not in (None, 0):

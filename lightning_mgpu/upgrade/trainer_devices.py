@@ -4,7 +4,7 @@
 
 Rule ids: trainer-strategy, trainer-devices, trainer-gpus-beside-accelerator, and the rules of ``tpu_cores`` and
 ``ipus`` in :data:`rules.REMOVED_ARGS`; TODOs trainer-conflict, trainer-distributed-backend,
-trainer-accelerator-unknown; note ddp-cpu-gradient-mean.
+trainer-accelerator-unknown, trainer-accelerator-unread; note ddp-cpu-gradient-mean.
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ def _strategy_names(args: TrainerArgs) -> tuple[list[tuple[cst.BaseExpression, s
 
 def rewrite_devices(args: TrainerArgs, accelerator: str | None) -> None:
     """gpus=N / num_processes=N / tpu_cores / ipus -> accelerator + devices."""
+    from_gpus = args.has("gpus") and not args.has("num_processes")  # 1.x: num_processes or gpus, the first set
     accelerator, accelerator_node = _gpus(args, accelerator)
     processes = args.get("num_processes")
     if processes is not None:
@@ -113,7 +114,7 @@ def rewrite_devices(args: TrainerArgs, accelerator: str | None) -> None:
             accelerator = device
             args.change(rules.REMOVED_ARGS[flag], f"{flag}={_code(count)} -> devices={_code(count)}")
     if accelerator is not None or accelerator_node is not None:
-        _device_type(args, accelerator, accelerator_node)
+        _device_type(args, accelerator, accelerator_node, from_gpus)
 
 
 def _gpus(args: TrainerArgs, accelerator: str | None) -> tuple[str | None, cst.BaseExpression | None]:
@@ -154,8 +155,11 @@ def _gpus(args: TrainerArgs, accelerator: str | None) -> tuple[str | None, cst.B
     return accelerator, accelerator_node
 
 
-def _device_type(args: TrainerArgs, accelerator: str | None, accelerator_node: cst.BaseExpression | None) -> None:
-    """``accelerator=`` set to the device type the 1.x flags named (a conflict with the one given is a TODO)."""
+def _device_type(
+    args: TrainerArgs, accelerator: str | None, accelerator_node: cst.BaseExpression | None, from_gpus: bool = False
+) -> None:
+    """``accelerator=`` set to the device type the 1.x flags named (a conflict with the one given is a TODO);
+    ``from_gpus``: they were ``gpus=`` alone (no ``num_processes``)."""
     new_node = accelerator_node if accelerator_node is not None else _quoted(accelerator)  # type: ignore[arg-type]
     drop_default(args, name="accelerator", beside="the device arguments")  # accelerator=None beside gpus=N
     given = args.get("accelerator")
@@ -168,6 +172,12 @@ def _device_type(args: TrainerArgs, accelerator: str | None, accelerator_node: c
         args.change("trainer-devices", f"-> accelerator={_code(new_node)} (the device type the 1.x flags named)")
     elif current == "auto" or (accelerator_node is None and current == accelerator):
         args.change("trainer-devices", f"accelerator={_code(args.get('accelerator'))} kept")  # type: ignore[arg-type]
+    elif from_gpus and given is not None and _literal(given) is ...:
+        # Decision: accelerator='gpu' if n > 0 else 'cpu' (or a variable) beside gpus=n: 1.x kept a device type
+        # given there and took gpus as the number of devices; which device type this value is, only the run knows.
+        # A TODO that the run-time translation settles (trainer_call.py moves the settings into
+        # legacy_trainer_kwargs, which reads them as 1.x did), not a conflict between two literals.
+        args.todo("trainer-accelerator-unread", value=_code(given))
     else:
         args.todo("trainer-conflict", old="gpus", value=_code(new_node), new="accelerator")
 

@@ -29,10 +29,18 @@ from lightning_mgpu.upgrade import rules
 
 #: The TODOs a run-time translation settles.
 SETTLED = frozenset(
-    {"trainer-accelerator-unknown", "trainer-conflict", "trainer-progress-bar", "trainer-weights-summary"}
+    {
+        "trainer-accelerator-unknown",
+        "trainer-accelerator-unread",
+        "trainer-conflict",
+        "trainer-progress-bar",
+        "trainer-weights-summary",
+    }
 )
 #: The TODOs that say a value could not be read (a conflict alone is two literals that disagree: a person's call).
-UNREADABLE = frozenset({"trainer-accelerator-unknown", "trainer-progress-bar", "trainer-weights-summary"})
+UNREADABLE = frozenset(
+    {"trainer-accelerator-unknown", "trainer-accelerator-unread", "trainer-progress-bar", "trainer-weights-summary"}
+)
 #: The settings that move into the translation together (each can set what another sets: accelerator and devices from
 #: gpus, the strategy from accelerator, callbacks from the progress bar's rate).
 MOVED = (

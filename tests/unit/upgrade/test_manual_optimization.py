@@ -489,3 +489,19 @@ def test_a_subclass_repeating_the_bases_frequencies_loses_them_too() -> None:
     out = upgraded(source)
     assert rules.TODO_TAG not in out and '"frequency"' not in out
     assert 'return ({"optimizer": opt_d}, {"optimizer": opt_g})' in out
+
+
+def test_the_inserted_helpers_keep_a_blank_line_before_the_next_method() -> None:
+    # The step ends in whitespace-only lines (libcst keeps them in the step's block) and the next method follows
+    # without a blank line of its own: the helpers go between them, and those lines after the last helper.
+    source = GAN.replace(
+        "            return self.discriminator(fake.detach()).mean() - self.discriminator(real).mean()\n\n",
+        "            return self.discriminator(fake.detach()).mean() - self.discriminator(real).mean()\n        \n",
+    )
+    out = upgrade_source(source).source
+    assert upgrade_source(out).source == out
+    assert (
+        "            return self.discriminator(fake.detach()).mean() - self.discriminator(real).mean()\n"
+        "\n    def _active_optimizers_1x(self, batch_idx, count):\n"
+    ) in out
+    assert "                scheduler.step()\n        \n    def configure_optimizers(self):\n" in out

@@ -53,6 +53,9 @@ REWRITES = {
         "class M(LightningModule):\n    def training_step(self, batch, i):\n"
         "        result = TrainResult(batch)\n        result.log('l', batch)\n        return result\n"
     ),
+    "super-removed-hook": (
+        "class M(LightningModule):\n    def on_epoch_end(self):\n        return super().on_epoch_end()\n"
+    ),
     "renamed-hook": "class C(Callback):\n    def on_epoch_start(self, trainer, pl_module):\n        pass\n",
     "metrics-num-classes": (
         "import torchmetrics\nclass M(LightningModule):\n    def __init__(self, num_classes):\n"
