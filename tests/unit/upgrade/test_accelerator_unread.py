@@ -13,6 +13,7 @@ from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.leftovers import unmarked
 from lightning_mgpu.upgrade.trainer_args import legacy_trainer_kwargs
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.upgrade_check import upgraded
 
 # A hydra-style entry point: the device count from a config, a DDP plugin chosen by name.
 ENTRY = """import pytorch_lightning as pl
@@ -38,14 +39,6 @@ def make_trainer(n_gpus, mode, bits, root):
     )
     return trainer
 """
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    compile(result.source, "upgraded", "exec")
-    return result.source
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.leftovers import unmarked
-from lightning_mgpu.upgrade.transform import upgrade_source
 from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 CLIPPER = """import pytorch_lightning as pl
 import torch
@@ -38,12 +38,6 @@ class Clipper(pl.LightningModule):
 """
 
 
-def _upgraded(source: str) -> str:
-    out = upgrade_source(source).source
-    assert upgrade_source(out).source == out, "a second run changed something"
-    return out
-
-
 def _fit(source: str):
     import torch
     from torch.utils.data import DataLoader, TensorDataset
@@ -58,7 +52,7 @@ def _fit(source: str):
 
 @pytest.mark.parametrize(("body", "seen"), [("'unused'", "unused"), ("optimizer_idx", 0)])
 def test_the_index_goes_and_a_body_that_reads_it_computes_it(body: str, seen: object) -> None:
-    out = _upgraded(CLIPPER.replace("BODY", body))
+    out = upgraded(CLIPPER.replace("BODY", body))
     assert rules.TODO_TAG not in out and unmarked(out) == []
     assert "def configure_gradient_clipping(self, optimizer, gradient_clip_val, gradient_clip_algorithm):" in out
     computed = "        optimizer_idx = self.trainer.optimizers.index(optimizer)\n" in out

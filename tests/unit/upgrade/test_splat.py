@@ -122,7 +122,7 @@ def test_a_checkpoint_callback_joins_a_sum_of_lists_that_goes_into_the_translati
     ``**cfg.trainer`` (a reserve file of the fourth held-out draw): the checkpoint joins the sum, which goes into the
     translation. Before, the first run left a TODO and moved the callbacks; the second then wrote a second
     ``callbacks=`` beside them (a duplicate keyword at run time)."""
-    out = converted(
+    out = upgraded(
         "import pytorch_lightning as pl\n"
         "from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint\n"
         "def main(cfg):\n"
@@ -130,7 +130,8 @@ def test_a_checkpoint_callback_joins_a_sum_of_lists_that_goes_into_the_translati
         "        **cfg.trainer,\n"
         "        checkpoint_callback=ModelCheckpoint(**cfg.ckpt),\n"
         "        callbacks=[EarlyStopping(**cfg.stop)] + [make(c) for c in cfg.callbacks],\n"
-        "    )\n"
+        "    )\n",
+        no_todo=True,
     )
     assert (
         'legacy_trainer_kwargs(cfg.trainer, namespace="pytorch_lightning", callbacks=[EarlyStopping(**cfg.stop)]'

@@ -13,6 +13,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.transform import upgrade_source
 from tests.helpers.trainer import quiet_trainer
+from tests.helpers.upgrade_check import upgraded
 
 # The shape of a template's module: manual optimization, 2.x's validation epoch hooks already there, and the 1.x
 # loop hooks each ending in the LightningModule's own (empty) hook.
@@ -62,14 +63,6 @@ class Recorder(pl.LightningModule):
     def on_validation_epoch_end(self):
         self.events.append("validation_end")
 """
-
-
-def upgraded(source: str) -> str:
-    result = upgrade_source(source)
-    again = upgrade_source(result.source)
-    assert again.source == result.source and not again.changes, "a second run changed something"
-    compile(result.source, "upgraded", "exec")
-    return result.source
 
 
 def test_removed_super_calls_go_and_the_hooks_run_in_1x_order(tmp_path) -> None:
