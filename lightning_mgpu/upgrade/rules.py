@@ -1274,7 +1274,14 @@ RULES.update(
             " enable_model_summary=False; replace_sampler_ddp -> use_distributed_sampler; resume_from_checkpoint ->"
             " trainer.fit(..., ckpt_path=); progress_bar_refresh_rate -> TQDMProgressBar(refresh_rate=) or"
             " enable_progress_bar=False. Where the key only names something of the script's own (a callback's label in"
-            " a config, a value the script reads back itself by that key), nothing needs to change: drop the TODO.",
+            " a config, a value the script reads back itself by that key), nothing needs to change: drop the TODO. The"
+            " TODO is not written where the settings go into a named holder (H = {...}, H = Munch({...}),"
+            ' H["gpus"] = n) that nothing in the file may hand to a Trainer whole: H, a path holding it or one inside'
+            " it is never splatted, given positionally to a Trainer call, from_argparse_args, instantiate or"
+            " Namespace, returned from a function the file does not call itself (or whose result reaches a Trainer),"
+            " or handed to a call whose result is a trainer (a name with trainer in it, or one whose fit is called);"
+            " the script then reads its fields itself (gpus=config.trainer.gpus in a Trainer call, which that call's"
+            " rewrite converts) or hands it to a model.",
         ),
         Rule(
             "trainer-accelerator-connector",

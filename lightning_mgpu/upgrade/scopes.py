@@ -111,6 +111,40 @@ def translates_at_run_time(call: cst.Call) -> bool:
     return (dotted(call.func) or "").split(".")[-1] == "from_argparse_args"
 
 
+#: Functions that build a Trainer from the object they are handed (the bundle's from_argparse_args, hydra's
+#: instantiate, argparse's Namespace, which from_argparse_args reads).
+_HANDS_TO_TRAINER = frozenset({"from_argparse_args", "instantiate", "Namespace"})
+
+
+def base_path(node: cst.BaseExpression) -> str | None:
+    """The dotted path an expression reads, a subscript counted as its base (``cfg["trainer"]`` -> ``cfg``)."""
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    return dotted(node)
+
+
+def paths_in(node: cst.CSTNode) -> set[str]:
+    """Every dotted path read in an expression (a subscript counted as its base): ``vars(config.trainer)`` ->
+    ``{"vars", "config.trainer"}``."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        path = base_path(current) if isinstance(current, (cst.Name, cst.Attribute, cst.Subscript)) else None
+        if path is not None:
+            found.add(path)
+            if isinstance(current, cst.Subscript):
+                stack.extend(current.slice)  # cfg[key]: key is read too
+            continue
+        stack.extend(current.children)
+    return found
+
+
+def overlaps(path: str, holder: str) -> bool:
+    """Whether handing ``path`` hands (part of) ``holder``: the same, or one holds the other."""
+    return path == holder or holder.startswith(path + ".") or path.startswith(holder + ".")
+
+
 def fresh_name(base: str, taken: set[str]) -> str:
     """``base``, or ``base_2``, ``base_3``, ...: the first that is not in ``taken``."""
     name, index = base, 1
@@ -172,6 +206,14 @@ class FileFacts(cst.CSTVisitor):
         #: must not clash with any name of the file, the ones after this scope included).
         self._resume_groups: list[tuple[list[tuple[cst.Call, cst.BaseExpression | None, bool]], list[cst.Call]]] = []
         self._names: set[str] = set()  # every name the file spells
+        #: dotted paths (``config.trainer``, ``kwargs``; a subscript counts as its base) whose object may reach a
+        #: Trainer whole, so that a 1.x key written into it would reach one too (rule trainer-key-unfollowed): see
+        #: :meth:`may_reach_trainer`.
+        self.reaching_paths: set[str] = set()
+        self._handed: list[tuple[str, set[str]]] = []  # name = f(..., x, ...): (name, the paths its arguments read)
+        self._aliases: list[tuple[str, str]] = []  # name = path: (name, path)
+        self._returns: list[tuple[str, set[str]]] = []  # return x in def f: (f, the paths x reads)
+        self._called: set[str] = set()  # the last name of each function this file calls (f(...), self.f(...))
         self._line: cst.SimpleStatementLine | None = None  # the statement line being visited
         #: Trainer(**name), with the splat's position in the call: resolved when the module ends.
         self._splats: list[tuple[cst.Call, Scope, str, int]] = []
@@ -251,6 +293,28 @@ class FileFacts(cst.CSTVisitor):
 
     def leave_Module(self, node: cst.Module) -> None:
         self._close(self._stack.pop())
+        # A call whose result is a trainer (a name with "trainer" in it, or one whose fit is called) may build it
+        # from what it is handed (trainer = build_trainer(config)); an alias of a path that reaches one makes the
+        # path it was read from reach one too (kw = config.trainer; Trainer(**kw)).
+        fitted = {name for scope in self.scopes.values() for name, _ in scope.fits}
+        for target, paths in self._handed:
+            if "trainer" in target.lower() or target in fitted:
+                self.reaching_paths |= paths
+        for _ in range(4):
+            # What flows into a path that reaches a Trainer reaches it too: an alias's source, a call's function and
+            # arguments (settings = make_settings(cfg)), and what a function returns where its result reaches one
+            # (Trainer(**make_settings(cfg))) or where it is not called in this file (its caller is elsewhere).
+            reaching = self.reaching_paths
+            for target, source in self._aliases:
+                if any(overlaps(path, target) for path in reaching):
+                    reaching.add(source)
+            for target, paths in self._handed:
+                if any(overlaps(path, target) for path in reaching):
+                    reaching |= paths
+            for function, paths in self._returns:
+                used = any(p == function or p.endswith("." + function) for p in reaching)
+                if function not in self._called or used:
+                    reaching |= paths
         for built, fits in self._resume_groups:
             variable = fresh_name("resume_ckpt_path", self._names)
             self._names.add(variable)
@@ -286,6 +350,13 @@ class FileFacts(cst.CSTVisitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
+            written = dotted(target.target)
+            if written is not None and isinstance(node.value, cst.Call) and not is_trainer_call(node.value):
+                self._handed.append((written, {p for a in node.value.args for p in paths_in(a.value)}))
+            elif written is not None and isinstance(node.value, (cst.Name, cst.Attribute, cst.Subscript)):
+                source = base_path(node.value)
+                if source is not None:
+                    self._aliases.append((written, source))
             if isinstance(target.target, cst.Name):
                 self._stack[-1].assigns.setdefault(target.target.value, []).append(node.value)
                 if isinstance(node.value, cst.Call) and is_trainer_call(node.value):
@@ -308,8 +379,32 @@ class FileFacts(cst.CSTVisitor):
         if isinstance(node.target, cst.Name):
             self._stack[-1].assigns.setdefault(node.target.value, []).append(cst.Name("__unknown__"))
 
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            self._returned(node.value)
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        if isinstance(node.value, cst.BaseExpression):
+            self._returned(node.value)
+
+    def _returned(self, value: cst.BaseExpression) -> None:
+        # The caller may splat what a function returns, 1.x keys and all: unless the function is called in this
+        # file (its result's path is then followed here), decided when the module ends.
+        function = next((d.name.value for d in reversed(self._defs) if isinstance(d, cst.FunctionDef)), "")
+        self._returns.append((function, paths_in(value)))
+
     def visit_Call(self, node: cst.Call) -> None:
         func = dotted(node.func) or ""
+        if isinstance(node.func, (cst.Name, cst.Attribute)):
+            self._called.add(node.func.value if isinstance(node.func, cst.Name) else node.func.attr.value)
+        # What a call may hand a Trainer whole: any splat (Trainer(**cfg), Namespace(**vars(cfg)), f(**cfg)), and
+        # the positional arguments of a Trainer call, from_argparse_args and hydra's instantiate. A keyword
+        # argument of a Trainer call (gpus=config.trainer.gpus) reads one field, which the call's rewrite converts.
+        for arg in node.args:
+            if arg.star:
+                self.reaching_paths |= paths_in(arg.value)
+            elif arg.keyword is None and (is_trainer_call(node) or func.split(".")[-1] in _HANDS_TO_TRAINER):
+                self.reaching_paths |= paths_in(arg.value)
         if (
             isinstance(node.func, cst.Attribute)
             and node.func.attr.value == "fit"
@@ -386,6 +481,12 @@ class FileFacts(cst.CSTVisitor):
                 self._resume_groups.append((built, fits))
 
     # -- questions -----------------------------------------------------------------------------------------------
+
+    def may_reach_trainer(self, holder: str) -> bool:
+        """Whether settings written into ``holder`` (a dotted path) may reach a Trainer whole: ``holder``, a path
+        that holds it (``config`` for ``config.trainer``) or one inside it is splatted, handed to a Trainer call,
+        ``from_argparse_args`` or ``instantiate``, returned, or handed to a call whose result is a trainer."""
+        return any(overlaps(path, holder) for path in self.reaching_paths)
 
     def assigned(self, node: cst.BaseExpression, scope: Scope) -> list[cst.BaseExpression] | None:
         """What each assignment in its scope gave a name (None for anything else, or a name it cannot follow)."""
