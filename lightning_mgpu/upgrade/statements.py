@@ -19,7 +19,7 @@ from lightning_mgpu.upgrade.leftover_spellings import legacy_keys
 from lightning_mgpu.upgrade.nodes import code as _code
 from lightning_mgpu.upgrade.nodes import quoted as _quoted
 from lightning_mgpu.upgrade.nodes import string as _string
-from lightning_mgpu.upgrade.scopes import base_path, dotted, is_dict_builder
+from lightning_mgpu.upgrade.scopes import MAPPING_CLASSES, base_path, dotted, is_dict_builder
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.trainer_call import emit, rewrite_dict, trainer_args
 from lightning_mgpu.upgrade.trainer_devices import strategy_value
@@ -55,8 +55,9 @@ def leave_simple_statement_line(
     # that nothing in the file may hand to a Trainer whole (scopes.py's FileFacts.may_reach_trainer): the script
     # reads its fields itself (gpus=config.trainer.gpus in a Trainer call, which that call's rewrite converts), or
     # hands it to a model; the 1.x name is then only the script's own key.
+    # A class attribute (class C: opts = {...}) is read as self.opts, C.opts, obj.opts: not followed, the TODO stays.
     holder = settings_holder(original)
-    if holder is not None and not ctx.facts.may_reach_trainer(holder):
+    if holder is not None and original not in ctx.facts.class_lines and not ctx.facts.may_reach_trainer(holder):
         return result
     for written in result.nodes if isinstance(result, cst.FlattenSentinel) else [result]:
         for key in legacy_keys(written) if isinstance(written, cst.CSTNode) else []:
@@ -66,8 +67,9 @@ def leave_simple_statement_line(
 
 def settings_holder(line: cst.SimpleStatementLine) -> str | None:
     """The dotted path a statement writes settings into: ``H = {...}``, ``H = dict(...)``, ``H = Munch({...})`` (a
-    call of one dict), ``H[key] = value`` (H's base path: ``cfg["trainer"]["gpus"] = n`` -> ``cfg``). None for any
-    other statement (a dict handed to a call, an ``update``, several statements on a line)."""
+    mapping class, scopes.MAPPING_CLASSES, around one dict), ``H[key] = value`` (H's base path:
+    ``cfg["trainer"]["gpus"] = n`` -> ``cfg``). None for any other statement (a dict handed to a call, which may
+    build anything from it: ``trainer = make_trainer({...})``; an ``update``; several statements on a line)."""
     if len(line.body) != 1 or not isinstance(line.body[0], (cst.Assign, cst.AnnAssign)):
         return None
     small = line.body[0]
@@ -79,6 +81,7 @@ def settings_holder(line: cst.SimpleStatementLine) -> str | None:
         return base_path(targets[0])
     wrapped = (
         isinstance(value, cst.Call)
+        and (dotted(value.func) or "").split(".")[-1] in MAPPING_CLASSES
         and len(value.args) == 1
         and value.args[0].keyword is None
         and not value.args[0].star

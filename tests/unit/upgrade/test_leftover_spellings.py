@@ -47,7 +47,7 @@ def train(path, model_cls):
 def test_a_key_the_script_reads_itself_into_a_trainer_call_gets_no_todo() -> None:
     # The config comes from a YAML file and is handed to the model whole; the Trainer call reads its "gpus" (and that
     # call's rewrite converts it). Nothing hands the config to a Trainer whole: the key is the script's own.
-    out = upgrade_source(YAML_CONFIG).source  # (the scan's dict-key check still names the key: leftovers.py)
+    out = upgraded(YAML_CONFIG)  # the scan (leftover_reach) agrees: nothing unmarked
     assert "trainer-key-unfollowed" not in out, out
     assert 'accelerator="gpu" if settings["gpus"] else "cpu", devices=settings["gpus"] or 1' in out  # the call's own
 
