@@ -167,7 +167,8 @@ class _Reach:
             return self._argument(node, up, found)
         if isinstance(up, ast.keyword):
             call = self.parent[id(up)]
-            assert isinstance(call, ast.Call)
+            if not isinstance(call, ast.Call):
+                return True  # class C(Base, option=settings): not followed
             if up.arg is None:
                 return True  # f(**settings): handed whole to whatever f is
             return self._argument(up, call, found)

@@ -329,7 +329,8 @@ class FileFacts(cst.CSTVisitor):
         for target, paths in self._handed:
             if "trainer" in target.lower() or target in fitted:
                 self.reaching_paths |= paths
-        for _ in range(4):
+        for _ in range(50):  # until nothing more reaches one (the scan follows every step: leftover_reach.py)
+            before = len(self.reaching_paths)
             # What flows into a path that reaches a Trainer reaches it too: an alias's source, a call's function and
             # arguments (settings = make_settings(cfg)), and what a function returns where its result reaches one
             # (Trainer(**make_settings(cfg))) or where it is not called in this file (its caller is elsewhere).
@@ -361,6 +362,8 @@ class FileFacts(cst.CSTVisitor):
                             names = {slot} if isinstance(slot, str) and slot in every else anyone
                         if any(overlaps(path, name) for name in names for path in reaching):
                             reaching |= paths
+            if len(reaching) == before:
+                break
         for built, fits in self._resume_groups:
             variable = fresh_name("resume_ckpt_path", self._names)
             self._names.add(variable)
