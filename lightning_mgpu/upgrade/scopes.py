@@ -399,22 +399,13 @@ class FileFacts(cst.CSTVisitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
-            written = dotted(target.target)
             value = node.value
-            if written is not None and isinstance(value, cst.Call) and not is_trainer_call(value):
-                handed = {p for a in value.args for p in paths_in(a.value)}
-                if isinstance(value.func, cst.Attribute):
-                    handed |= paths_in(value.func.value)  # x = cfg.copy(): a method may hand back its object
-                if (dotted(value.func) or "").split(".")[-1] in MAPPING_CLASSES:
-                    self._flows.append((written, handed))  # Munch({...}) holds the settings: not a trainer
-                else:
-                    self._handed.append((written, handed))
-            elif written is not None and isinstance(value, (cst.Name, cst.Attribute, cst.Subscript)):
-                source = base_path(value)
-                if source is not None:
-                    self._aliases.append((written, source))
-            elif written is not None:
-                self._flows.append((written, paths_in(value)))  # x = {**a, **cfg}, x = cfg or {}, ...
+            # a, b = f(cfg): each of a and b may hold what f was handed.
+            if isinstance(target.target, (cst.Tuple, cst.List)):
+                for element in target.target.elements:
+                    self._written(dotted(element.value), value)
+            else:
+                self._written(dotted(target.target), value)
             if isinstance(target.target, cst.Subscript):
                 holder = base_path(target.target)  # d[k] = v: d holds v (not a trainer built from it)
                 if holder is not None:
@@ -432,6 +423,26 @@ class FileFacts(cst.CSTVisitor):
                 for element in target.target.elements:
                     if isinstance(element.value, cst.Name):
                         self._stack[-1].assigns.setdefault(element.value.value, []).append(cst.Name("__unknown__"))
+
+    def _written(self, written: str | None, value: cst.BaseExpression) -> None:
+        """``written = value`` (a name or a dotted path): what reaches a Trainer through it (rule
+        trainer-key-unfollowed), followed when the module ends."""
+        if written is None:
+            return
+        if isinstance(value, cst.Call) and not is_trainer_call(value):
+            handed = {p for a in value.args for p in paths_in(a.value)}
+            if isinstance(value.func, cst.Attribute):
+                handed |= paths_in(value.func.value)  # x = cfg.copy(): a method may hand back its object
+            if (dotted(value.func) or "").split(".")[-1] in MAPPING_CLASSES:
+                self._flows.append((written, handed))  # Munch({...}) holds the settings: not a trainer
+            else:
+                self._handed.append((written, handed))
+        elif isinstance(value, (cst.Name, cst.Attribute, cst.Subscript)):
+            source = base_path(value)
+            if source is not None:
+                self._aliases.append((written, source))
+        elif not (isinstance(value, cst.Call) and is_trainer_call(value)):
+            self._flows.append((written, paths_in(value)))  # x = {**a, **cfg}, x = cfg or {}, ...
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if isinstance(node.target, cst.Name) and node.value is not None:

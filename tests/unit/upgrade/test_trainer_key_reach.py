@@ -262,6 +262,8 @@ def engine_settings(cfg):
         ),
         # Handed to a function of the file whose parameter is splatted into a Trainer.
         (HPARAMS_TO_MODEL, "    start(knobs)\n\n\ndef start(options):\n    pl.Trainer(**options).fit(None)\n"),
+        # One of the values a call hands back, splatted.
+        (HPARAMS_TO_MODEL, "    head, tail = split(knobs)\n    launch(**tail)\n"),
         # Returned by a function of the file whose result is splatted.
         (BUILT_AND_SPLATTED, ""),
     ],
