@@ -213,6 +213,8 @@ class _Reach:
         keyword = arg.arg if isinstance(arg, ast.keyword) else None
         if name in BUILDERS:
             return True  # from_argparse_args / hydra's instantiate build a Trainer from what they are handed
+        if keyword is not None and "trainer" in keyword.lower():
+            return True  # LightningCLI(trainer_defaults=settings), a library's trainer_kwargs=: a Trainer's settings
         if name.endswith("Trainer"):
             # Trainer(settings, ...) hands them whole; Trainer(gpus=config.trainer.gpus) reads one field, which the
             # scan checks as a Trainer keyword of its own.

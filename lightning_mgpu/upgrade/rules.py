@@ -1279,7 +1279,8 @@ RULES.update(
             ' Munch({...}) or another mapping class around one dict, H["gpus"] = n; not a class attribute, not a dict'
             " handed straight to some other call) that nothing in the file may hand to a Trainer whole: H, a path"
             " holding it or one inside it (self.H also as obj.H) is never splatted, given positionally to a call"
-            " named ...Trainer or Namespace, given in any way to from_argparse_args or instantiate, returned from a"
+            " named ...Trainer or Namespace, given in any way to from_argparse_args or instantiate, given to a keyword"
+            " with trainer in its name (LightningCLI(trainer_defaults=H)), returned from a"
             " function the file does not call itself (or whose result reaches a Trainer), handed to a parameter of a"
             " function of the file that reaches one, or handed to a call whose result is a trainer (a name with"
             " trainer in it, one whose fit is called, or build(H).fit(...)); what H flows into (an alias, {**H},"

@@ -492,6 +492,9 @@ class FileFacts(cst.CSTVisitor):
                 self.reaching_paths |= paths_in(arg.value)
             elif last in ("from_argparse_args", "instantiate"):
                 self.reaching_paths |= paths_in(arg.value)  # from_argparse_args(Trainer, args=cfg) hands it whole
+            elif arg.keyword is not None and "trainer" in arg.keyword.value.lower():
+                # LightningCLI(trainer_defaults=cfg), a library's trainer_kwargs=cfg: a Trainer's settings.
+                self.reaching_paths |= paths_in(arg.value)
         if (
             isinstance(node.func, cst.Attribute)
             and node.func.attr.value == "fit"

@@ -251,6 +251,8 @@ def engine_settings(cfg):
         (HPARAMS_TO_MODEL, "    make_engine(knobs).fit(net)\n"),
         # Given by keyword to from_argparse_args.
         (HPARAMS_TO_MODEL, "    pl.Trainer.from_argparse_args(args=knobs)\n"),
+        # A Trainer's settings by keyword (LightningCLI's trainer_defaults, a library's trainer_kwargs).
+        (HPARAMS_TO_MODEL, "    LightningCLI(Net, trainer_defaults=knobs)\n"),
         # Positionally to a class named ...Trainer.
         (HPARAMS_TO_MODEL, "    engine = HydraTrainer(knobs)\n"),
         # Merged into a dict that is splatted.
