@@ -1,7 +1,8 @@
 """Lightning 1.x spellings left in a converted file that no TODO marks: what a user reading the result would trip over.
 
 Independent of the transformer: it reads the *output* with :mod:`ast` and its own tables (it imports nothing from the
-rest of :mod:`lightning_mgpu.upgrade`), so it can catch what the tool missed. The unit tests, the corpus tests and
+rest of :mod:`lightning_mgpu.upgrade` but :mod:`~lightning_mgpu.upgrade.leftover_reach`, the scan's own reading of
+where settings go), so it can catch what the tool missed. The unit tests, the corpus tests and
 ``benchmarks/bench_upgrade_real.py`` all measure with it.
 
 Example::
@@ -14,6 +15,8 @@ Example::
 from __future__ import annotations
 
 import ast
+
+from lightning_mgpu.upgrade.leftover_reach import KeyReach
 
 #: Trainer keywords Lightning 2.0 removed.
 REMOVED_TRAINER_KEYWORDS = frozenset(
@@ -420,6 +423,9 @@ def leftovers(source: str) -> list[tuple[int, str]]:
     plain = _plain_class_nodes(tree)  # self.hparams = ... in a class that cannot be a LightningModule is its own
     kept_bar_dicts = _kept_progress_bar_dicts(tree)  # get_progress_bar_dict that is no 1.x leftover
     own_methods = _own_methods_under_hook_names(tree)  # on_epoch_end(self, outputs, phase): not the hook
+    # A 1.x key in settings that nothing in the file may hand to a Trainer whole is the script's own key (a config
+    # whose fields a Trainer call reads one by one, a model's hyperparameters): leftover_reach decides it by itself.
+    reach = KeyReach(tree)
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -434,7 +440,7 @@ def leftovers(source: str) -> list[tuple[int, str]]:
                         found.append((node.lineno, f"{keyword.arg}={keyword.value.value!r}"))
                 if keyword.arg in REMOVED_LOOP_KEYWORDS.get(name, ()):
                     found.append((node.lineno, f"{name}({keyword.arg}=...)"))
-            if name == "dict":
+            if name == "dict" and any(k.arg in DICT_KEYS for k in node.keywords) and reach.may_reach_trainer(node):
                 found += [(node.lineno, f"dict({k.arg}=...)") for k in node.keywords if k.arg in DICT_KEYS]
             if name == "ModelCheckpoint":
                 found += [
@@ -467,12 +473,13 @@ def leftovers(source: str) -> list[tuple[int, str]]:
             if is_metric and not task_by_position and not any(k.arg == "task" or k.arg is None for k in node.keywords):
                 found.append((node.lineno, "torchmetrics metric without task="))
         elif isinstance(node, ast.Dict):
-            for key in node.keys:
-                if isinstance(key, ast.Constant) and key.value in DICT_KEYS:
-                    found.append((key.lineno, f"{{{key.value!r}: ...}}"))
+            keys = [k for k in node.keys if isinstance(k, ast.Constant) and k.value in DICT_KEYS]
+            if keys and reach.may_reach_trainer(node):
+                found += [(key.lineno, f"{{{key.value!r}: ...}}") for key in keys]
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
             if isinstance(node.slice, ast.Constant) and node.slice.value in DICT_KEYS:
-                found.append((node.lineno, f"[{node.slice.value!r}] = ..."))
+                if reach.may_reach_trainer(node):
+                    found.append((node.lineno, f"[{node.slice.value!r}] = ..."))
         elif isinstance(node, ast.ImportFrom) and node.module and _removed_module(node.module):
             found.append((node.lineno, f"from {node.module} import ..."))
         elif isinstance(node, (ast.ImportFrom, ast.Import)):

@@ -1307,7 +1307,20 @@ RULES.update(
             " enable_model_summary=False; replace_sampler_ddp -> use_distributed_sampler; resume_from_checkpoint ->"
             " trainer.fit(..., ckpt_path=); progress_bar_refresh_rate -> TQDMProgressBar(refresh_rate=) or"
             " enable_progress_bar=False. Where the key only names something of the script's own (a callback's label in"
-            " a config, a value the script reads back itself by that key), nothing needs to change: drop the TODO.",
+            " a config, a value the script reads back itself by that key), nothing needs to change: drop the TODO. The"
+            " TODO is not written where the settings go into a named holder (H = {...}, H = dict(...), H ="
+            ' Munch({...}) or another mapping class around one dict, H["gpus"] = n; not a class attribute, not a dict'
+            " handed straight to some other call) that nothing in the file may hand to a Trainer whole: H, a path"
+            " holding it or one inside it (self.H also as obj.H) is never splatted, given positionally to a call"
+            " named ...Trainer or Namespace, given in any way to from_argparse_args or instantiate, given to a keyword"
+            " with trainer in its name (LightningCLI(trainer_defaults=H)), returned from a"
+            " function the file does not call itself (or whose result reaches a Trainer), handed to a parameter of a"
+            " function of the file that reaches one, or handed to a call whose result is a trainer (a name with"
+            " trainer in it, one whose fit is called, or build(H).fit(...)); what H flows into (an alias, {**H},"
+            " d[k] = H, a loop over H, a method's result) is followed the same way. The script then reads its fields"
+            " itself (gpus=config.trainer.gpus in a Trainer call, which that call's rewrite converts) or hands it to"
+            " a model. The leftover scan decides the same independently and names a key it finds reaching with no"
+            " TODO.",
         ),
         Rule(
             "trainer-accelerator-connector",

@@ -111,6 +111,55 @@ def translates_at_run_time(call: cst.Call) -> bool:
     return (dotted(call.func) or "").split(".")[-1] == "from_argparse_args"
 
 
+#: Functions that build a Trainer from the object they are handed (the bundle's from_argparse_args, hydra's
+#: instantiate, argparse's Namespace, which from_argparse_args reads).
+_HANDS_TO_TRAINER = frozenset({"from_argparse_args", "instantiate", "Namespace"})
+#: Classes (a call's last name) that wrap settings into a mapping or an attribute-access config: their result holds the
+#: settings (a holder H = Munch({...})), and is no trainer.
+MAPPING_CLASSES = frozenset(
+    {"dict", "OrderedDict", "Munch", "munchify", "EasyDict", "edict", "AttrDict", "DotMap", "Box", "ConfigDict"}
+)
+
+
+def base_path(node: cst.BaseExpression) -> str | None:
+    """The dotted path an expression reads, a subscript counted as its base (``cfg["trainer"]`` -> ``cfg``)."""
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    return dotted(node)
+
+
+def paths_in(node: cst.CSTNode) -> set[str]:
+    """Every dotted path read in an expression (a subscript counted as its base): ``vars(config.trainer)`` ->
+    ``{"vars", "config.trainer"}``."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        path = base_path(current) if isinstance(current, (cst.Name, cst.Attribute, cst.Subscript)) else None
+        if path is not None:
+            found.add(path)
+            if isinstance(current, cst.Subscript):
+                stack.extend(current.slice)  # cfg[key]: key is read too
+            continue
+        stack.extend(current.children)
+    return found
+
+
+def overlaps(path: str, holder: str) -> bool:
+    """Whether handing ``path`` hands (part of) ``holder``: the same, or one holds the other."""
+    return path == holder or holder.startswith(path + ".") or path.startswith(holder + ".")
+
+
+def attribute_overlaps(path: str, holder: str) -> bool:
+    """:func:`overlaps`, where a ``self.``/``cls.`` holder is also reached through another name of the object
+    (``Trainer(**runner.opts)`` for ``self.opts``): compared without the root, one attribute at least."""
+    root, _, rest = holder.partition(".")
+    if root not in ("self", "cls") or not rest:
+        return overlaps(path, holder)
+    other = path.partition(".")[2]
+    return bool(other) and overlaps(other, rest)
+
+
 def fresh_name(base: str, taken: set[str]) -> str:
     """``base``, or ``base_2``, ``base_3``, ...: the first that is not in ``taken``."""
     name, index = base, 1
@@ -172,6 +221,21 @@ class FileFacts(cst.CSTVisitor):
         #: must not clash with any name of the file, the ones after this scope included).
         self._resume_groups: list[tuple[list[tuple[cst.Call, cst.BaseExpression | None, bool]], list[cst.Call]]] = []
         self._names: set[str] = set()  # every name the file spells
+        #: dotted paths (``config.trainer``, ``kwargs``; a subscript counts as its base) whose object may reach a
+        #: Trainer whole, so that a 1.x key written into it would reach one too (rule trainer-key-unfollowed): see
+        #: :meth:`may_reach_trainer`.
+        self.reaching_paths: set[str] = set()
+        self._handed: list[tuple[str, set[str]]] = []  # name = f(..., x, ...): (name, the paths its arguments read)
+        self._aliases: list[tuple[str, str]] = []  # name = path: (name, path)
+        self._returns: list[tuple[str, set[str]]] = []  # return x in def f: (f, the paths x reads)
+        self._called: set[str] = set()  # the last name of each function this file calls (f(...), self.f(...))
+        self._flows: list[tuple[str, set[str]]] = []  # x = {**a, "k": b}, x[k] = v, for x in y: (x, the paths read)
+        #: calls of a function by its last name -> (each argument's position or keyword, the paths it reads)
+        self._call_args: list[tuple[str, bool, list[tuple[int | str | None, set[str]]]]] = []
+        self._params: dict[str, list[tuple[list[str], set[str]]]] = {}  # def f -> (its positional, all) parameters
+        #: statement lines directly in a class body (a class attribute H = {...} is read as self.H, Class.H: not a
+        #: holder the reach follows)
+        self.class_lines: set[cst.SimpleStatementLine] = set()
         self._line: cst.SimpleStatementLine | None = None  # the statement line being visited
         #: Trainer(**name), with the splat's position in the call: resolved when the module ends.
         self._splats: list[tuple[cst.Call, Scope, str, int]] = []
@@ -218,6 +282,11 @@ class FileFacts(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         names = [param.name.value for param in [*node.params.params, *node.params.kwonly_params]]
+        positional = [param.name.value for param in [*node.params.posonly_params, *node.params.params]]
+        every = {*positional, *names} | {
+            p.name.value for p in (node.params.star_arg, node.params.star_kwarg) if isinstance(p, cst.Param)
+        }
+        self._params.setdefault(node.name.value, []).append((positional, every))
         self._push(node)
         self._defs.append(node)
         for name in names:
@@ -245,12 +314,56 @@ class FileFacts(cst.CSTVisitor):
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         self._line = node
+        if self._defs and isinstance(self._defs[-1], cst.ClassDef):
+            self.class_lines.add(node)
 
     def leave_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         self._line = None
 
     def leave_Module(self, node: cst.Module) -> None:
         self._close(self._stack.pop())
+        # A call whose result is a trainer (a name with "trainer" in it, or one whose fit is called) may build it
+        # from what it is handed (trainer = build_trainer(config)); an alias of a path that reaches one makes the
+        # path it was read from reach one too (kw = config.trainer; Trainer(**kw)).
+        fitted = {name for scope in self.scopes.values() for name, _ in scope.fits}
+        for target, paths in self._handed:
+            if "trainer" in target.lower() or target in fitted:
+                self.reaching_paths |= paths
+        for _ in range(50):  # until nothing more reaches one (the scan follows every step: leftover_reach.py)
+            before = len(self.reaching_paths)
+            # What flows into a path that reaches a Trainer reaches it too: an alias's source, a call's function and
+            # arguments (settings = make_settings(cfg)), and what a function returns where its result reaches one
+            # (Trainer(**make_settings(cfg))) or where it is not called in this file (its caller is elsewhere).
+            reaching = self.reaching_paths
+            for target, source in self._aliases:
+                if any(overlaps(path, target) for path in reaching):
+                    reaching.add(source)
+            for target, paths in self._handed:
+                if any(overlaps(path, target) for path in reaching):
+                    reaching |= paths
+            for target, paths in self._flows:
+                if any(overlaps(path, target) for path in reaching):
+                    reaching |= paths
+            for function, paths in self._returns:
+                used = any(p == function or p.endswith("." + function) for p in reaching)
+                if function not in self._called or used:
+                    reaching |= paths
+            # A parameter of a function of this file that reaches a Trainer (def build(o): return Trainer(**o))
+            # makes what its calls hand it reach one (build(opts)): bound by position (after self for obj.build(x))
+            # or keyword; a splat, or an argument that falls into *args/**kwargs, may bind any parameter.
+            for function, via_attribute, arguments in self._call_args:
+                for positional, every in self._params.get(function, []):
+                    offset = 1 if via_attribute and positional and positional[0] in ("self", "cls") else 0
+                    anyone = every - {"self", "cls"}
+                    for slot, paths in arguments:
+                        if isinstance(slot, int) and slot + offset < len(positional):
+                            names = {positional[slot + offset]}
+                        else:
+                            names = {slot} if isinstance(slot, str) and slot in every else anyone
+                        if any(overlaps(path, name) for name in names for path in reaching):
+                            reaching |= paths
+            if len(reaching) == before:
+                break
         for built, fits in self._resume_groups:
             variable = fresh_name("resume_ckpt_path", self._names)
             self._names.add(variable)
@@ -286,6 +399,17 @@ class FileFacts(cst.CSTVisitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
+            value = node.value
+            # a, b = f(cfg): each of a and b may hold what f was handed.
+            if isinstance(target.target, (cst.Tuple, cst.List)):
+                for element in target.target.elements:
+                    self._written(dotted(element.value), value)
+            else:
+                self._written(dotted(target.target), value)
+            if isinstance(target.target, cst.Subscript):
+                holder = base_path(target.target)  # d[k] = v: d holds v (not a trainer built from it)
+                if holder is not None:
+                    self._flows.append((holder, paths_in(value)))
             if isinstance(target.target, cst.Name):
                 self._stack[-1].assigns.setdefault(target.target.value, []).append(node.value)
                 if isinstance(node.value, cst.Call) and is_trainer_call(node.value):
@@ -300,16 +424,90 @@ class FileFacts(cst.CSTVisitor):
                     if isinstance(element.value, cst.Name):
                         self._stack[-1].assigns.setdefault(element.value.value, []).append(cst.Name("__unknown__"))
 
+    def _written(self, written: str | None, value: cst.BaseExpression) -> None:
+        """``written = value`` (a name or a dotted path): what reaches a Trainer through it (rule
+        trainer-key-unfollowed), followed when the module ends."""
+        if written is None:
+            return
+        if isinstance(value, cst.Call) and not is_trainer_call(value):
+            handed = {p for a in value.args for p in paths_in(a.value)}
+            if isinstance(value.func, cst.Attribute):
+                handed |= paths_in(value.func.value)  # x = cfg.copy(): a method may hand back its object
+            if (dotted(value.func) or "").split(".")[-1] in MAPPING_CLASSES:
+                self._flows.append((written, handed))  # Munch({...}) holds the settings: not a trainer
+            else:
+                self._handed.append((written, handed))
+        elif isinstance(value, (cst.Name, cst.Attribute, cst.Subscript)):
+            source = base_path(value)
+            if source is not None:
+                self._aliases.append((written, source))
+        elif not (isinstance(value, cst.Call) and is_trainer_call(value)):
+            self._flows.append((written, paths_in(value)))  # x = {**a, **cfg}, x = cfg or {}, ...
+
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if isinstance(node.target, cst.Name) and node.value is not None:
             self._stack[-1].assigns.setdefault(node.target.value, []).append(node.value)
 
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        written = base_path(node.target)
+        if written is not None:
+            self._flows.append((written, paths_in(node.value)))  # d |= cfg, d.update is a call
+
     def visit_For(self, node: cst.For) -> None:
+        # for key, value in cfg.items(): each of key and value holds a part of cfg.
+        for path in paths_in(node.target):
+            self._flows.append((path, paths_in(node.iter)))
         if isinstance(node.target, cst.Name):
             self._stack[-1].assigns.setdefault(node.target.value, []).append(cst.Name("__unknown__"))
 
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            self._returned(node.value)
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        if isinstance(node.value, cst.BaseExpression):
+            self._returned(node.value)
+
+    def _returned(self, value: cst.BaseExpression) -> None:
+        # The caller may splat what a function returns, 1.x keys and all: unless the function is called in this
+        # file (its result's path is then followed here), decided when the module ends.
+        function = next((d.name.value for d in reversed(self._defs) if isinstance(d, cst.FunctionDef)), "")
+        self._returns.append((function, paths_in(value)))
+
     def visit_Call(self, node: cst.Call) -> None:
         func = dotted(node.func) or ""
+        if isinstance(node.func, (cst.Name, cst.Attribute)):
+            self._called.add(node.func.value if isinstance(node.func, cst.Name) else node.func.attr.value)
+        # What a call may hand a Trainer whole: any splat (Trainer(**cfg), Namespace(**vars(cfg)), f(**cfg)), and
+        # the positional arguments of a Trainer call, from_argparse_args and hydra's instantiate. A keyword
+        # argument of a Trainer call (gpus=config.trainer.gpus) reads one field, which the call's rewrite converts.
+        last = func.split(".")[-1]
+        for arg in node.args:
+            if arg.star:
+                self.reaching_paths |= paths_in(arg.value)
+            elif arg.keyword is None and (
+                is_trainer_call(node) or last in _HANDS_TO_TRAINER or last.endswith("Trainer")
+            ):
+                # (a class of the script's own named ...Trainer, HydraTrainer(cfg), may build one from it too)
+                self.reaching_paths |= paths_in(arg.value)
+            elif last in ("from_argparse_args", "instantiate"):
+                self.reaching_paths |= paths_in(arg.value)  # from_argparse_args(Trainer, args=cfg) hands it whole
+            elif arg.keyword is not None and "trainer" in arg.keyword.value.lower():
+                # LightningCLI(trainer_defaults=cfg), a library's trainer_kwargs=cfg: a Trainer's settings.
+                self.reaching_paths |= paths_in(arg.value)
+        if (
+            isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "fit"
+            and isinstance(node.func.value, cst.Call)
+        ):
+            # build(cfg).fit(model): the call's result is a trainer, built from what it was handed.
+            self.reaching_paths |= {p for a in node.func.value.args for p in paths_in(a.value)}
+        if isinstance(node.func, (cst.Name, cst.Attribute)):
+            slots: list[tuple[int | str | None, set[str]]] = []
+            for index, arg in enumerate(node.args):
+                slot = None if arg.star else arg.keyword.value if arg.keyword is not None else index
+                slots.append((slot, paths_in(arg.value)))
+            self._call_args.append((last, isinstance(node.func, cst.Attribute), slots))
         if (
             isinstance(node.func, cst.Attribute)
             and node.func.attr.value == "fit"
@@ -386,6 +584,13 @@ class FileFacts(cst.CSTVisitor):
                 self._resume_groups.append((built, fits))
 
     # -- questions -----------------------------------------------------------------------------------------------
+
+    def may_reach_trainer(self, holder: str) -> bool:
+        """Whether settings written into ``holder`` (a dotted path) may reach a Trainer whole: ``holder``, a path
+        that holds it (``config`` for ``config.trainer``) or one inside it is splatted, handed to a Trainer call,
+        ``from_argparse_args`` or ``instantiate``, returned, or handed to a call whose result is a trainer; for
+        ``self.opts``, ``other.opts`` too (:func:`attribute_overlaps`)."""
+        return any(attribute_overlaps(path, holder) for path in self.reaching_paths)
 
     def assigned(self, node: cst.BaseExpression, scope: Scope) -> list[cst.BaseExpression] | None:
         """What each assignment in its scope gave a name (None for anything else, or a name it cannot follow)."""

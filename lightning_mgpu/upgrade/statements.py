@@ -19,8 +19,8 @@ from lightning_mgpu.upgrade.leftover_spellings import legacy_keys
 from lightning_mgpu.upgrade.nodes import code as _code
 from lightning_mgpu.upgrade.nodes import quoted as _quoted
 from lightning_mgpu.upgrade.nodes import string as _string
+from lightning_mgpu.upgrade.scopes import MAPPING_CLASSES, base_path, dotted, is_dict_builder
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
-from lightning_mgpu.upgrade.scopes import is_dict_builder
 from lightning_mgpu.upgrade.trainer_call import emit, rewrite_dict, trainer_args
 from lightning_mgpu.upgrade.trainer_devices import strategy_value
 from lightning_mgpu.upgrade.trainer_rewrite import rewrite_trainer_args
@@ -50,11 +50,44 @@ def leave_simple_statement_line(
     ctx: UpgradeContext, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
 ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
     result = rewrite_statement(ctx, original, updated)
-    # A 1.x Trainer key the rewrites left in settings they do not follow: a TODO, never silence.
+    # A 1.x Trainer key the rewrites left in settings they do not follow: a TODO, never silence. Except where the
+    # settings go into a named holder (config.trainer = Munch({"gpus": ...}), hparams = {...}, cfg["gpus"] = n)
+    # that nothing in the file may hand to a Trainer whole (scopes.py's FileFacts.may_reach_trainer): the script
+    # reads its fields itself (gpus=config.trainer.gpus in a Trainer call, which that call's rewrite converts), or
+    # hands it to a model; the 1.x name is then only the script's own key.
+    # A class attribute (class C: opts = {...}) is read as self.opts, C.opts, obj.opts: not followed, the TODO stays.
+    holder = settings_holder(original)
+    if holder is not None and original not in ctx.facts.class_lines and not ctx.facts.may_reach_trainer(holder):
+        return result
     for written in result.nodes if isinstance(result, cst.FlattenSentinel) else [result]:
         for key in legacy_keys(written) if isinstance(written, cst.CSTNode) else []:
             ctx.todo(original, rules.todo_text("trainer-key-unfollowed", value=repr(key)))
     return result
+
+
+def settings_holder(line: cst.SimpleStatementLine) -> str | None:
+    """The dotted path a statement writes settings into: ``H = {...}``, ``H = dict(...)``, ``H = Munch({...})`` (a
+    mapping class, scopes.MAPPING_CLASSES, around one dict), ``H[key] = value`` (H's base path:
+    ``cfg["trainer"]["gpus"] = n`` -> ``cfg``). None for any other statement (a dict handed to a call, which may
+    build anything from it: ``trainer = make_trainer({...})``; an ``update``; several statements on a line)."""
+    if len(line.body) != 1 or not isinstance(line.body[0], (cst.Assign, cst.AnnAssign)):
+        return None
+    small = line.body[0]
+    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+    value = small.value
+    if len(targets) != 1 or value is None:
+        return None
+    if isinstance(targets[0], cst.Subscript):
+        return base_path(targets[0])
+    wrapped = (
+        isinstance(value, cst.Call)
+        and (dotted(value.func) or "").split(".")[-1] in MAPPING_CLASSES
+        and len(value.args) == 1
+        and value.args[0].keyword is None
+        and not value.args[0].star
+        and is_dict_builder(value.args[0].value)
+    )
+    return dotted(targets[0]) if is_dict_builder(value) or wrapped else None
 
 
 def rewrite_statement(

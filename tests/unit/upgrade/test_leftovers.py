@@ -3,6 +3,8 @@ statement marks the whole statement."""
 
 from __future__ import annotations
 
+import pytest
+
 from lightning_mgpu.upgrade.leftovers import leftovers, unmarked
 
 
@@ -70,3 +72,47 @@ def test_hparams_assigned_in_a_class_that_cannot_be_a_lightning_module_is_its_ow
         "class Model(pl.LightningModule):\n    def __init__(self, hparams):\n        self.hparams = hparams\n"
     )
     assert leftovers(source) == [(9, "self.hparams = ...")]
+
+
+def test_a_settings_key_is_no_leftover_where_its_dict_never_reaches_a_trainer() -> None:
+    """leftover_reach: a config whose fields a Trainer call reads one by one holds the script's own keys."""
+    source = (
+        "opts = {'gpus': [0], 'epochs': 2}\n"
+        "opts['resume_from_checkpoint'] = None\n"
+        "net = Net(opts)\n"
+        "trainer = Trainer(accelerator='gpu', devices=opts['gpus'], max_epochs=opts['epochs'])\n"
+        "trainer.fit(net, ckpt_path=opts['resume_from_checkpoint'])\n"
+    )
+    assert leftovers(source) == []
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        "Trainer(**opts)",  # splatted
+        "launch(*opts)",  # splatted, positionally
+        "Trainer(opts)",  # handed whole to a Trainer
+        "my_trainer = build(opts)",  # a call whose result is named like a trainer
+        "engine = build(opts)\nengine.fit(net)",  # ... or is fitted
+        "go(opts)\ndef go(o):\n    return Trainer(**o)",  # a parameter of the file's function, splatted
+        "def make():\n    return opts",  # returned to a caller elsewhere
+        "def make():\n    return opts\nrun(make)",  # a function handed around: its callers are elsewhere
+        "key = lambda: opts",  # a use the scan does not follow
+        "copied = dict(opts)\ninstantiate(copied)",  # through a copy into hydra
+    ],
+)
+def test_a_settings_key_is_a_leftover_where_its_dict_may_reach_a_trainer(use: str) -> None:
+    source = f"opts = {{'gpus': 2}}\n{use}\n"
+    assert leftovers(source) == [(1, "{'gpus': ...}")], use
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "run([{'gpus': 2}])\n",  # in a list handed to a call: no holder to follow
+        "class Job:\n    opts = {'gpus': 2}\n",  # a class attribute
+        "get()['gpus'] = 2\n",  # into a call's result
+    ],
+)
+def test_a_settings_key_without_a_holder_the_scan_follows_is_a_leftover(source: str) -> None:
+    assert [what for _, what in leftovers(source)] in (["{'gpus': ...}"], ["['gpus'] = ..."]), source
