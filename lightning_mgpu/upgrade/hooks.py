@@ -138,45 +138,14 @@ def wrap_returns(func: cst.FunctionDef, method: str) -> cst.FunctionDef:
     return func.visit(_WrapReturns(method))  # type: ignore[return-value]  # a FunctionDef stays a FunctionDef
 
 
-class _CallBeforeReturns(FunctionBodyTransformer):
-    """``return X`` -> ``self.<method>(X)`` then ``return X`` (X evaluated once, as ``step_output``), in the one
-    function it is run on (``return`` and ``return None``, a skipped step, stay)."""
+class _BeforeEachReturn(FunctionBodyTransformer):
+    """Before each ``return X`` of one function, a statement about X (``statement`` with ``{}`` for X's code; X
+    evaluated once, as ``step_output``), then ``return X``; ``return`` and ``return None`` (a skipped step: 1.x left it
+    out of the outputs and called no step end on it) stay."""
 
-    def __init__(self, method: str) -> None:
+    def __init__(self, statement: str) -> None:
         super().__init__()
-        self.method = method
-
-    def leave_SimpleStatementLine(
-        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
-    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
-        if len(updated.body) != 1 or not isinstance(updated.body[0], cst.Return):
-            return updated
-        value = updated.body[0].value
-        if value is None or m.matches(value, m.Name("None")):
-            return updated
-        code = cst.Module(body=[]).code_for_node(value)
-        lines = []
-        if not isinstance(value, cst.Name):
-            lines.append(cst.parse_statement(f"step_output = {code}"))
-            code = "step_output"
-        lines.append(cst.parse_statement(f"self.{self.method}({code})"))
-        lines.append(updated.with_changes(body=[cst.Return(value=cst.Name(code))], leading_lines=[]))
-        lines[0] = lines[0].with_changes(leading_lines=updated.leading_lines)
-        return cst.FlattenSentinel(lines)
-
-
-def call_before_returns(func: cst.FunctionDef, method: str) -> cst.FunctionDef:
-    """``func`` with ``self.<method>(X)`` called before each of its own ``return X``, which then returns X: a 1.x
-    step end that never returned a value, after which 1.x's loop kept the step's own output."""
-    return func.visit(_CallBeforeReturns(method))  # type: ignore[return-value]  # a FunctionDef stays a FunctionDef
-
-
-class _CollectReturns(FunctionBodyTransformer):
-    """Before each ``return X`` of one function: ``self.ATTR.append(WRAP(X))`` (X evaluated once)."""
-
-    def __init__(self, func: cst.FunctionDef, attr: str, wrap: str) -> None:
-        super().__init__()
-        self.func, self.attr, self.wrap = func, attr, wrap
+        self.statement = statement
 
     def leave_SimpleStatementLine(
         self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
@@ -185,17 +154,23 @@ class _CollectReturns(FunctionBodyTransformer):
             return updated
         value = updated.body[0].value
         if value is None or literal(value) is None:
-            return updated  # 1.x left a step that returned nothing out of the outputs
+            return updated
         code = cst.Module(body=[]).code_for_node(value)
         lines = []
         if not isinstance(value, cst.Name):
             lines.append(cst.parse_statement(f"step_output = {code}"))
             code = "step_output"
-        lines.append(cst.parse_statement(f"self.{self.attr}.append({self.wrap.format(code)})"))
+        lines.append(cst.parse_statement(self.statement.format(code)))
         returned = cst.Return(value=cst.Name(code)) if code == "step_output" else updated.body[0]
         lines.append(updated.with_changes(body=[returned], leading_lines=[]))
         lines[0] = lines[0].with_changes(leading_lines=updated.leading_lines)
         return cst.FlattenSentinel(lines)
+
+
+def call_before_returns(func: cst.FunctionDef, method: str) -> cst.FunctionDef:
+    """``func`` with ``self.<method>(X)`` called before each of its own ``return X``, which then returns X: a 1.x
+    step end that never returned a value, after which 1.x's loop kept the step's own output."""
+    return func.visit(_BeforeEachReturn(f"self.{method}({{}})"))  # type: ignore[return-value]  # stays a FunctionDef
 
 
 def _loss_keyed(func: cst.FunctionDef, param: str) -> bool:
@@ -785,7 +760,7 @@ def _collect(cls: cst.ClassDef, step_name: str, attr: str, shape: HookShape, ret
     # Keyed by the loader index, and 0 where the step's default (dataloader_idx=None) stands: 1.x and 2.x pass the
     # index only where there are several loaders, and the epoch end reads keys 0, 1, ...
     target = f"{attr}.setdefault({shape.loader_param} or 0, [])" if shape.loader_param else attr
-    new_step = step.visit(_CollectReturns(step, target, wrap))
+    new_step = step.visit(_BeforeEachReturn(f"self.{target}.append({wrap})"))
     return replace_method(cls, step_name, [new_step])  # type: ignore[list-item]
 
 
