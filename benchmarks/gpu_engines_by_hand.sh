@@ -9,7 +9,9 @@
 #   STEPS="ac_gpt gpu_tests suite" bash benchmarks/gpu_engines_by_hand.sh          # some steps, in that order
 #
 # Steps: ac_and_fsdp2_tests, real_models, profile_fsdp2, ac_gpt (the callback against checkpointing by hand under the
-# same Trainer and in a plain loop, GPT-2, 7 rounds), gpu_tests, suite. GPU_TESTS_S and SUITE_ONLY size the last two.
+# same Trainer and in a plain loop, GPT-2, 7 rounds), gpu_tests, suite. GPU_TESTS_S, GPU_TESTS_PATHS (default: tests),
+# GPU_TESTS_DIST (xdist's --dist, default loadfile; `load` spreads one file's cases), SUITE_S and SUITE_ONLY size the
+# last two.
 #
 # Needs CUDA torch, Lightning, pytest (+ xdist, timeout) in LIGHTNING_MGPU_PYTHON's environment; a node without
 # network installs fairscale and torchdata from wheels first (WHEELS=DIR). The full GPU check is benchmarks/gpu_check.sh.
@@ -70,10 +72,11 @@ run_step() {
       --arms raw_ac,lightning_hand_ac,ac --result "$work/ac_gpt.json" ;;
   gpu_tests)
     # Horovod's GPU tests need a build with NCCL (build-horovod --gpu); they ran on 2026-11-28 and are left out here.
-    step gpu_tests "${GPU_TESTS_S:-150}" "$PY" -m pytest -p no:cacheprovider -q -rA -n 4 --dist loadfile -m gpu \
-      --durations=15 --ignore=tests/integration/strategies/horovod tests ;;
+    # shellcheck disable=SC2086
+    step gpu_tests "${GPU_TESTS_S:-150}" "$PY" -m pytest -p no:cacheprovider -q -rA -n 4 --dist "${GPU_TESTS_DIST:-loadfile}" \
+      -m gpu --durations=15 --ignore=tests/integration/strategies/horovod ${GPU_TESTS_PATHS:-tests} ;;
   suite)
-    step suite 240 "$PY" -m benchmarks.run --gpu --quick \
+    step suite "${SUITE_S:-240}" "$PY" -m benchmarks.run --gpu --quick \
       --only "${SUITE_ONLY:-starved_gpu,amp,dp,gpu_monitor,sharded_checkpoint}" --out "$work/suite" ;;
   *) echo "unknown step $1" | tee -a "$work/steps.txt" ;;
   esac
