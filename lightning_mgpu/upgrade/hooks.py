@@ -616,7 +616,9 @@ def convert_epoch_ends(
             )
             continue
         if hook is None:
-            if step is not None and not blocked:  # a relative's hook reads what this step returns
+            # A relative's hook reads what this step returns; a step that already writes self.<attr> (an earlier
+            # run's collection, or the author's own 2.x one) collects already: a second append would double it.
+            if step is not None and not blocked and not _writes_attr(step, attr):
                 assert shape is not None
                 result.node = _collect(result.node, step_name, attr, shape, _returns_dict(step))
                 if not shape.inherited:
@@ -745,6 +747,11 @@ def _takes_no_outputs(hook: cst.FunctionDef) -> bool:
 
 def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
+
+
+def _writes_attr(method: cst.FunctionDef, attr: str) -> bool:
+    """Whether ``method`` names ``self.<attr>`` anywhere in its body."""
+    return bool(m.findall(method.body, m.Attribute(value=m.Name("self"), attr=m.Name(attr))))
 
 
 def _collect(cls: cst.ClassDef, step_name: str, attr: str, shape: HookShape, returns_dict: bool) -> cst.ClassDef:

@@ -1,11 +1,12 @@
 """Jupyter notebooks for ``lightning-mgpu upgrade``: each code cell converted as a file of its own.
 
-IPython's own syntax stays as it was: line magics (``%load_ext tensorboard``), shell lines (``!pip install ...``, also
-continued with ``\\``, and ``files = !ls``), help lines (``Trainer?``, ``??fit``) and cell magics. A cell under a Python
-cell magic (``%%time``, ``%%capture``, ...) has its body converted; a cell that writes a Python file
-(``%%writefile model.py``: course material keeps its LightningModule there) has its body converted as that file, with
-its own imports; any other cell magic (``%%bash``, ``%%writefile config.yaml``, ...) leaves the cell alone. Each such
-line is swapped for a placeholder statement while the cell is
+IPython's own syntax stays as it was: line magics (``%load_ext tensorboard``, and ``pip install ...`` or
+``matplotlib inline`` written without the ``%`` that IPython's automagic lets a notebook leave out), shell lines
+(``!pip install ...``, also continued with ``\\``, and ``files = !ls``), help lines (``Trainer?``, ``??fit``) and cell
+magics. A cell under a Python cell magic (``%%time``, ``%%capture``, ...) has its body converted; a cell that writes a
+Python file (``%%writefile model.py``: course material keeps its LightningModule there) has its body converted as
+that file, with its own imports; any other cell magic (``%%bash``, ``%%writefile config.yaml``, ...) leaves the cell
+alone. Each such line is swapped for a placeholder statement while the cell is
 rewritten, so line numbers stay the cell's own, and put back afterwards. Markdown, outputs, execution counts and
 metadata are not touched; the file keeps its JSON layout (indentation, key order) where it can, and is checked with
 ``nbformat.validate`` before it is written. A cell that does not parse stays as it is and is reported; the others
@@ -20,9 +21,11 @@ cells.
 from __future__ import annotations
 
 import ast
+import codeop
 import json
 import logging
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +42,14 @@ _PLACEHOLDER_LINE = re.compile(r"[ \t]*__lightning_mgpu_ipython_(\d+)__[ \t]*")
 _ASSIGNED_MAGIC = re.compile(r"[ \t]*[A-Za-z_][\w.,\s]*=[ \t]*[!%]")
 #: ``Trainer?``, ``pl.Trainer.fit??``, ``?Trainer``.
 _HELP = re.compile(r"[ \t]*(\?{1,2}[\w.]+|[\w.]+\?{1,2})[ \t]*")
+#: IPython's automagic: with it on (the default) a line magic or shell alias works without its ``%``: ``pip install
+#: pytorch-lightning``, ``matplotlib inline``, ``cd ..``, ``load_ext tensorboard``. Such a line is IPython's only when
+#: Python refuses it on its own (``ls = [1,`` opens a list, ``time`` alone is a name).
+_AUTOMAGIC = re.compile(
+    r"[ \t]*(?:pip|conda|mamba|cd|pwd|ls|ll|mkdir|rmdir|rm|cp|mv|cat|env|load_ext|reload_ext|unload_ext|matplotlib|"
+    r"tensorboard|time|timeit|run|autoreload|aimport|pylab|who|whos|history|reset|store|pushd|popd|sx|system|config|"
+    r"set_env|writefile)[ \t]+\S.*"
+)
 #: ``%%writefile model.py``, ``%%writefile -a src/train.py``: the cell's body is that Python file.
 _WRITES_PYTHON = re.compile(r"%%writefile(?:[ \t]+(?:-a|--append))?[ \t]+(['\"]?)[^'\"\s]+\.py\1[ \t]*")
 
@@ -101,12 +112,27 @@ def mask_ipython(source: str) -> tuple[str, list[str]] | None:
             or (stripped.startswith("?") and len(stripped) > 1)
             or _ASSIGNED_MAGIC.match(line)
             or _HELP.fullmatch(line.rstrip("\r\n"))
+            or _is_automagic(line)
         ):
             mask(line, indent)
             continued_indent = indent if stripped.endswith("\\") else None
             continue
         masked.append(line)
     return "".join(masked), originals
+
+
+def _is_automagic(line: str) -> bool:
+    """Whether ``line`` is an automagic line (``pip install x``): a magic's name first, and Python refuses the line on
+    its own (a syntax error, not the start of a longer statement)."""
+    if not _AUTOMAGIC.fullmatch(line.rstrip("\r\n")):
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an invalid escape in a shell line is not ours to report
+            codeop.compile_command(line.strip(), symbol="exec")
+    except (SyntaxError, ValueError, OverflowError):
+        return True
+    return False
 
 
 def upgrade_ipython_script(source: str) -> FileResult | None:

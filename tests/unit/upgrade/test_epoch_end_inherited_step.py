@@ -122,3 +122,34 @@ def test_a_callbacks_or_datamodules_method_of_the_name_keeps_the_todo(base: str)
     source = CHECKER.replace("class IdChecker(Scorer):", f"class IdChecker({base}):")
     out = upgrade_source(source).source
     assert "on_validation_batch_end" not in out and "TODO(lightning-mgpu:epoch-end)" in out
+
+
+def test_a_subclass_whose_own_epoch_end_converted_beside_a_base_left_for_a_person_converts_once() -> None:
+    # The base's epoch end stays a TODO (a sibling's step returns nothing for it); a subclass's own epoch end reads
+    # its own step's outputs and converts. A second run sees that step beside the base's hook still there: it must
+    # not collect a second time.
+    source = (
+        "import torch\n"
+        "import pytorch_lightning as pl\n\n\n"
+        "class Detector(pl.LightningModule):\n"
+        "    def validation_step(self, batch, batch_idx):\n"
+        "        return batch_idx, self.criterion(batch)\n\n"
+        "    def validation_epoch_end(self, outputs):\n"
+        "        self.log('parts', float(len(outputs)))\n\n\n"
+        "class WebDetector(Detector):\n"
+        "    def validation_step(self, batch, batch_idx):\n"
+        "        loss = self.criterion(batch) * 2\n"
+        "        return loss\n\n"
+        "    def validation_epoch_end(self, outputs):\n"
+        "        self.log('val_loss', torch.stack(outputs).mean())\n\n\n"
+        "class FusedDetector(Detector):\n"
+        "    def validation_step(self, batch, batch_idx):\n"
+        "        self.metric.update(self(batch), batch)\n\n"
+        "    def validation_epoch_end(self, outputs):\n"
+        "        self.log('map', self.metric.compute())\n"
+    )
+    out = upgraded(source)  # a second run changes nothing
+    assert out.count(rules.TODO_TAG + "epoch-end") == 1  # the base's
+    web = out[out.index("class WebDetector") : out.index("class FusedDetector")]
+    assert web.count("self.validation_step_outputs.append(loss)") == 1
+    assert "def on_validation_epoch_end(self):" in web

@@ -139,6 +139,12 @@ def test_the_files_json_layout_is_kept(colab: Path, tmp_path: Path) -> None:
         "pl.Trainer?",
         "pl.Trainer.fit??",
         "?Trainer",
+        # automagic: IPython runs a line magic or a shell alias written without its %
+        "pip install pytorch-lightning==1.5",
+        "matplotlib inline",
+        "cd ..",
+        "load_ext tensorboard",
+        "    tensorboard --logdir lightning_logs/",
     ],
 )
 def test_ipython_lines_are_masked_and_put_back(line: str) -> None:
@@ -147,6 +153,27 @@ def test_ipython_lines_are_masked_and_put_back(line: str) -> None:
     assert line.strip() not in masked and originals == [line]
     compile(masked, "<cell>", "exec")  # the placeholder is a statement at the line's indentation
     assert unmask_ipython(masked, originals) == cell
+
+
+def test_a_magics_name_in_a_python_line_stays_python() -> None:
+    cell = "ls = [1,\n      2]\ntime\ncat = 3\npip.main(['install', 'x'])\nls - l\n"
+    assert mask_ipython(cell) == (cell, [])
+
+
+def test_an_automagic_line_no_longer_stops_its_cell_converting(tmp_path: Path) -> None:
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("pip install pytorch-lightning==1.5.10"),
+        nbformat.v4.new_code_cell("matplotlib inline\nimport pytorch_lightning as pl\ntrainer = pl.Trainer(gpus=1)"),
+    ]
+    result = upgrade_notebook(nbformat.writes(notebook))
+    assert not result.unparsable and not result.failed
+    converted = json.loads(result.text)["cells"]
+    assert source(converted[0]) == "pip install pytorch-lightning==1.5.10"
+    assert source(converted[1]) == (
+        'matplotlib inline\nimport pytorch_lightning as pl\ntrainer = pl.Trainer(accelerator="gpu", devices=1)'
+    )
+    assert upgrade_notebook(result.text).text == result.text
 
 
 def test_continued_shell_lines_and_cell_magics() -> None:
