@@ -13,6 +13,7 @@ result-object, trainer-tune, gpu-stats-monitor, checkpoint-filepath, checkpoint-
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Sequence
 
 import libcst as cst
 
@@ -272,7 +273,7 @@ def model_checkpoint(ctx: UpgradeContext, original: cst.Call, updated: cst.Call)
                 f"ModelCheckpoint({key}=...) -> ({rules.CHECKPOINT_RENAMED[key]}=...)",
             )
         elif key == "filepath":
-            args += checkpoint_filepath_args(ctx, original, arg)
+            args += checkpoint_filepath_args(ctx, original, arg, _separator(updated.args))
             ctx.change(original, "checkpoint-filepath", "ModelCheckpoint(filepath=...) -> (dirpath=..., filename=...)")
         else:
             args.append(arg)
@@ -289,10 +290,13 @@ def model_checkpoint(ctx: UpgradeContext, original: cst.Call, updated: cst.Call)
     return updated.with_changes(args=args)
 
 
-def checkpoint_filepath_args(ctx: UpgradeContext, original: cst.Call, arg: cst.Arg) -> list[cst.Arg]:
+def checkpoint_filepath_args(
+    ctx: UpgradeContext, original: cst.Call, arg: cst.Arg, separator: cst.Comma
+) -> list[cst.Arg]:
     """``filepath=X`` as 1.x read it: ``dirpath=``/``filename=`` where a literal says which (a name pattern or a
     ``.ckpt`` file), else ``**legacy_checkpoint_filepath(X)``, which splits it at run time as 1.x did (by whether X
-    is an existing folder: :mod:`lightning_mgpu.upgrade.legacy_checkpoint`)."""
+    is an existing folder: :mod:`lightning_mgpu.upgrade.legacy_checkpoint`); ``separator`` goes between two
+    arguments written for one."""
     path = _string(arg.value)
     if path is not None and not path:
         return []  # filepath="": as if none was given, in 1.x too
@@ -302,8 +306,11 @@ def checkpoint_filepath_args(ctx: UpgradeContext, original: cst.Call, arg: cst.A
         # best.ckpt.ckpt for "best.ckpt", and 2.x adds the same suffix).
         head, tail = posixpath.split(path)
         return [
-            _kwarg(key, _path_literal(value), arg).with_changes(comma=arg.comma)
-            for key, value in (("dirpath", head or "."), ("filename", tail))
+            _kwarg("dirpath", _path_literal(head or "."), arg).with_changes(comma=separator),
+            # the last keeps what followed the argument (a line break before the call's ")")
+            _kwarg("filename", _path_literal(tail), arg).with_changes(
+                comma=arg.comma, whitespace_after_arg=arg.whitespace_after_arg
+            ),
         ]
     # A folder or not: only the run knows (1.x asked the file system when the callback was built).
     ctx.add_import("lightning_mgpu.upgrade.legacy_checkpoint", "legacy_checkpoint_filepath", None)
@@ -311,7 +318,16 @@ def checkpoint_filepath_args(ctx: UpgradeContext, original: cst.Call, arg: cst.A
         # A folder got the default name pattern, which depended on the release: note it.
         ctx.note(original, rules.note_text("checkpoint-filepath-folder"))
     helper = cst.Call(func=cst.Name("legacy_checkpoint_filepath"), args=[cst.Arg(arg.value)])
-    return [cst.Arg(value=helper, star="**", comma=arg.comma)]
+    return [cst.Arg(value=helper, star="**", comma=arg.comma, whitespace_after_arg=arg.whitespace_after_arg)]
+
+
+def _separator(args: Sequence[cst.Arg]) -> cst.Comma:
+    """The comma between a call's arguments (its line break and indentation, where it has them): the first one that
+    is not the last argument's (a trailing comma before ")" is spaced for the bracket)."""
+    return next(
+        (a.comma for a in args[:-1] if isinstance(a.comma, cst.Comma)),
+        cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+    )
 
 
 def _path_literal(value: str) -> cst.SimpleString:

@@ -204,3 +204,13 @@ def test_the_rules_say_what_the_tool_does() -> None:
     assert rules.RULES["checkpoint-filepath"].kind == "rewrite"
     assert rules.RULES["checkpoint-filepath-folder"].kind == "note"
     assert 'default_filename="{epoch}"' in rules.explain("checkpoint-filepath-folder")  # type: ignore[operator]
+
+
+def test_the_call_keeps_its_layout() -> None:
+    source = (
+        "first = ModelCheckpoint(\n    monitor='acc',\n    filepath='w/{epoch}'\n)\n"
+        "second = ModelCheckpoint(\n    filepath=cfg.where,\n    monitor='acc',\n)\n"
+    )
+    out = upgraded(source, no_todo=True, no_unmarked=True)
+    assert 'first = ModelCheckpoint(\n    monitor=\'acc\',\n    dirpath="w",\n    filename="{epoch}"\n)\n' in out
+    assert "second = ModelCheckpoint(\n    **legacy_checkpoint_filepath(cfg.where),\n    monitor='acc',\n)\n" in out
