@@ -12,6 +12,9 @@ result-object, trainer-tune, gpu-stats-monitor, checkpoint-filepath, checkpoint-
 
 from __future__ import annotations
 
+import posixpath
+from collections.abc import Sequence
+
 import libcst as cst
 
 from lightning_mgpu.upgrade import rules
@@ -270,23 +273,7 @@ def model_checkpoint(ctx: UpgradeContext, original: cst.Call, updated: cst.Call)
                 f"ModelCheckpoint({key}=...) -> ({rules.CHECKPOINT_RENAMED[key]}=...)",
             )
         elif key == "filepath":
-            path = _string(arg.value)
-            if path is None and not looks_like_a_pattern(arg.value):
-                # 1.x took a folder or a file pattern here; which one this value is, only the run knows.
-                ctx.todo(original, rules.todo_text("checkpoint-filepath", value=_code(arg.value)))
-                args.append(arg)
-                continue
-            if path is not None:
-                head, _, tail = path.rpartition("/")
-                parts: list[tuple[str, cst.BaseExpression]] = [("dirpath", _quoted(head))] if head else []
-                parts += [("filename", _quoted(tail.removesuffix(".ckpt")))] if tail else []
-            else:
-                ctx.plain_imports["os"] = None
-                parts = [
-                    ("dirpath", cst.parse_expression(f"os.path.dirname({_code(arg.value)})")),
-                    ("filename", cst.parse_expression(f"os.path.basename({_code(arg.value)})")),
-                ]
-            args += [_kwarg(k, v, arg).with_changes(comma=arg.comma) for k, v in parts]
+            args += checkpoint_filepath_args(ctx, original, arg, _separator(updated.args))
             ctx.change(original, "checkpoint-filepath", "ModelCheckpoint(filepath=...) -> (dirpath=..., filename=...)")
         else:
             args.append(arg)
@@ -301,6 +288,58 @@ def model_checkpoint(ctx: UpgradeContext, original: cst.Call, updated: cst.Call)
                 ctx.last_checkpoint_names[original] = last
             ctx.change(original, "checkpoint-prefix-moved", "ModelCheckpoint(prefix=...) -> filename=...")
     return updated.with_changes(args=args)
+
+
+def checkpoint_filepath_args(
+    ctx: UpgradeContext, original: cst.Call, arg: cst.Arg, separator: cst.Comma
+) -> list[cst.Arg]:
+    """``filepath=X`` as 1.x read it: ``dirpath=``/``filename=`` where a literal says which (a name pattern or a
+    ``.ckpt`` file), else ``**legacy_checkpoint_filepath(X)``, which splits it at run time as 1.x did (by whether X
+    is an existing folder: :mod:`lightning_mgpu.upgrade.legacy_checkpoint`); ``separator`` goes between two
+    arguments written for one."""
+    path = _string(arg.value)
+    if path is not None and not path:
+        return []  # filepath="": as if none was given, in 1.x too
+    if path is not None and _surely_a_file(path):
+        # 1.x: os.path.split(realpath(X)). The folder is the part before the last "/" (the working directory
+        # where there is none: 2.x's default is the logger's folder instead); the name keeps a ".ckpt" (1.x wrote
+        # best.ckpt.ckpt for "best.ckpt", and 2.x adds the same suffix).
+        head, tail = posixpath.split(path)
+        return [
+            _kwarg("dirpath", _path_literal(head or "."), arg).with_changes(comma=separator),
+            # the last keeps what followed the argument (a line break before the call's ")")
+            _kwarg("filename", _path_literal(tail), arg).with_changes(
+                comma=arg.comma, whitespace_after_arg=arg.whitespace_after_arg
+            ),
+        ]
+    # A folder or not: only the run knows (1.x asked the file system when the callback was built).
+    ctx.add_import("lightning_mgpu.upgrade.legacy_checkpoint", "legacy_checkpoint_filepath", None)
+    if path is not None or not looks_like_a_pattern(arg.value):
+        # A folder got the default name pattern, which depended on the release: note it.
+        ctx.note(original, rules.note_text("checkpoint-filepath-folder"))
+    helper = cst.Call(func=cst.Name("legacy_checkpoint_filepath"), args=[cst.Arg(arg.value)])
+    return [cst.Arg(value=helper, star="**", comma=arg.comma, whitespace_after_arg=arg.whitespace_after_arg)]
+
+
+def _separator(args: Sequence[cst.Arg]) -> cst.Comma:
+    """The comma between a call's arguments (its line break and indentation, where it has them): the first one that
+    is not the last argument's (a trailing comma before ")" is spaced for the bracket)."""
+    return next(
+        (a.comma for a in args[:-1] if isinstance(a.comma, cst.Comma)),
+        cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+    )
+
+
+def _path_literal(value: str) -> cst.SimpleString:
+    """``"value"``, or Python's own quoting where the path holds a quote or a backslash."""
+    return cst.SimpleString(repr(value)) if '"' in value or "\\" in value else _quoted(value)
+
+
+def _surely_a_file(path: str) -> bool:
+    """A literal path whose last part is a name pattern (``{epoch}``) or a ``.ckpt`` file: not an existing folder
+    when the callback is built (a folder is what 1.x checked for)."""
+    last = posixpath.basename(path)
+    return "{" in last or last.endswith(".ckpt")
 
 
 def looks_like_a_pattern(node: cst.BaseExpression) -> bool:

@@ -7,10 +7,10 @@ the prefix out; the same names come from ``filename="model_-{epoch:02d}"`` and, 
 callback's ``CHECKPOINT_NAME_LAST = "model_-last"`` (the attribute 2.x documents for that name).
 
 Rewritten where the prefix and the filename are literals and the prefix holds no brace (1.x's prefix was never
-formatted); an empty prefix changed nothing and goes. Without a filename the name depended on the release (1.0-1.1:
-``{epoch}``, 1.2: ``{epoch}-{step}``), so the TODO stays. Where ``save_last`` may be on, the
-callback must be assigned to a name, for ``name.CHECKPOINT_NAME_LAST = ...`` to follow it. Otherwise the
-``checkpoint-prefix`` TODO stays.
+formatted); an empty prefix changed nothing and goes (beside any filename, folder or ``**`` argument). Without a
+filename the name depended on the release (1.0: ``{epoch}``, 1.1-1.2: ``{epoch}-{step}``), so the TODO stays. Where
+``save_last`` may be on, the callback must be assigned to a name, for ``name.CHECKPOINT_NAME_LAST = ...`` to follow
+it. Otherwise the ``checkpoint-prefix`` TODO stays.
 """
 
 from __future__ import annotations
@@ -40,15 +40,15 @@ def moved_prefix(args: list[cst.Arg], assigned: bool) -> tuple[list[cst.Arg], st
     """
     given = {a.keyword.value: a for a in args if a.keyword is not None}
     prefix = _literal_string(given["prefix"].value)
+    kept = [a for a in args if a is not given["prefix"]]
+    if prefix == "":  # 1.x joined nothing for an empty prefix, whatever the name and the folder
+        return _fix_last_comma(kept, args), None
     if prefix is None or "{" in prefix or "}" in prefix or "filepath" in given or any(a.star for a in args):
         return None
-    kept = [a for a in args if a is not given["prefix"]]
-    if not prefix:  # 1.x joined nothing for an empty prefix
-        return _fix_last_comma(kept, args), None
     filename_arg = given.get("filename")
     filename = _literal_string(filename_arg.value) if filename_arg is not None else None
     if filename_arg is None or not filename:
-        return None  # 1.0-1.1's default name was "{epoch}", 1.2's "{epoch}-{step}": the era decides
+        return None  # 1.0's default name was "{epoch}", 1.1-1.2's "{epoch}-{step}": the era decides
     save_last = given.get("save_last")
     last_on = save_last is not None and not (
         isinstance(save_last.value, cst.Name) and save_last.value.value in ("False", "None")

@@ -350,7 +350,10 @@ RULES = _rules(
         " constructions resume, each construction, alone on its line, gets a variable beside it"
         " (resume_ckpt_path = X, or = None where it did not resume) and the fits pass ckpt_path=resume_ckpt_path: a"
         " fit resumes only where its Trainer would have in 1.x. Otherwise (a fit elsewhere, the Trainer returned, the"
-        " name also given something else) do it by hand.",
+        " name also given something else) do it by hand: where a function or a classmethod builds and returns the"
+        " Trainer, the fit that trains it is its caller's, so pass the value on (return it beside the Trainer, or"
+        " keep it in the caller) and give it to that fit as ckpt_path=, to fit only. 2.x's trainer.ckpt_path = X is"
+        " not the same: it makes validate, test and predict load X too, where 1.x resumed fit alone.",
     ),
     Rule(
         "trainer-conflict",
@@ -515,8 +518,15 @@ RULES = _rules(
     ),
     Rule(
         "trainer-weights-save-path",
-        "weights_save_path is gone: use ModelCheckpoint(dirpath=...)",
-        "weights_save_path set where checkpoints went; 2.x: ModelCheckpoint(dirpath=...).",
+        "weights_save_path: ModelCheckpoint(dirpath=); SLURM: default_root_dir=",
+        "1.x's weights_save_path=X did two things. (1) A ModelCheckpoint without a folder of its own (no dirpath,"
+        " no filepath) saved under X (X/<logger name>/<version>/checkpoints, X/checkpoints without a logger): 2.x:"
+        " give that callback dirpath= (where every ModelCheckpoint has its folder, (1) changed nothing). (2) Under"
+        " SLURM, the checkpoint saved when the job was pre-empted (hpc_ckpt_N.ckpt) went to X, and a requeued job"
+        " restored from there: 2.x saves and restores it in default_root_dir, so pass default_root_dir=X where the"
+        " script runs under SLURM's auto-requeue (that also moves what 2.x keeps in default_root_dir: the default"
+        " logger's folder when logger= is not given, the default ModelCheckpoint's). Not rewritten: which callbacks"
+        " have a folder, and whether the script runs under SLURM, only the script's author knows.",
     ),
     Rule(
         "trainer-tbptt",
@@ -645,10 +655,27 @@ RULES = _rules(
     ),
     Rule(
         "checkpoint-filepath",
-        "ModelCheckpoint(filepath={value}): pass dirpath= and filename=",
-        "ModelCheckpoint(filepath=X) took a folder, or a folder and a file pattern ('ckpts/{epoch}-{val_loss:.2f}');"
-        " 2.x takes dirpath= (the folder) and filename= (the pattern, without .ckpt). The tool splits a literal or a"
-        " visible pattern; a value it cannot read is left to you.",
+        "ModelCheckpoint(filepath=) -> dirpath= and filename=, split as 1.x split it",
+        "ModelCheckpoint(filepath=X) (up to 1.1; removed in 1.2) was split when the callback was built: an existing"
+        " folder became the folder, with the default name pattern; any other path os.path.split(os.path.realpath(X))"
+        " (on a local file system): the folder before the last '/' (the working directory where there is none) and"
+        " the name pattern after it, kept whole (1.x added .ckpt behind it: 'best.ckpt' wrote best.ckpt.ckpt). 2.x"
+        " takes dirpath= and filename=. A literal whose last part is a pattern ('ckpts/{epoch}-{val_loss:.2f}') or"
+        ' ends in .ckpt is split here (dirpath="ckpts", filename="{epoch}-{val_loss:.2f}"; dirpath="." where it has'
+        " no folder, not 2.x's logger folder). Any other value, which may name a folder, becomes"
+        " **legacy_checkpoint_filepath(X) (lightning_mgpu.upgrade.legacy_checkpoint), which splits it at run time as"
+        ' 1.x did; filepath="" goes, as 1.x ignored it.',
+        kind="rewrite",
+    ),
+    Rule(
+        "checkpoint-filepath-folder",
+        "if a folder: 1.0 wrote epoch=N.ckpt, 1.1 and 2.x epoch=N-step=M.ckpt",
+        "Where ModelCheckpoint(filepath=X) named an existing folder, the checkpoints were named by the default"
+        ' pattern, which depended on the release: "{epoch}" in 0.10-1.0 (epoch=3.ckpt), "{epoch}-{step}" in 1.1'
+        " (epoch=3-step=1200.ckpt), as in 2.x. **legacy_checkpoint_filepath(X) gives 1.1's (and 2.x's): for"
+        ' 1.0\'s names, pass default_filename="{epoch}" to it. Nothing else changes (the folder, what is kept);'
+        " a path that is not a folder keeps its own name pattern in every release.",
+        kind="note",
     ),
     Rule(
         "checkpoint-prefix",
@@ -1156,7 +1183,7 @@ RULES.update(
             ' "last" when save_last was on. 2.x: filename="P-<the filename>", and name.CHECKPOINT_NAME_LAST ='
             ' "P-last" after the callback is built, where save_last may be on. Where the prefix and the filename are'
             " literals and the prefix holds no brace; an empty prefix changed nothing and goes. Without filename= the"
-            ' default name depended on the release (1.0-1.1 "{epoch}", 1.2 "{epoch}-{step}"); that, a callback with'
+            ' default name depended on the release (1.0 "{epoch}", 1.1-1.2 "{epoch}-{step}"); that, a callback with'
             " save_last that is not assigned to a name, or a prefix or filename this tool cannot read keeps the"
             " checkpoint-prefix TODO.",
             kind="rewrite",

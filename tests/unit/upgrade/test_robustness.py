@@ -36,8 +36,8 @@ NEIGHBOUR_AFTER = 'other = Trainer(accelerator="gpu", devices=2)\n'
             "pick('full')",
         ),
         (
-            "ck = ModelCheckpoint(\n    filepath=folder(\n        run,\n    ),\n)\n",
-            "checkpoint-filepath",
+            "t = Trainer(\n    weights_save_path=folder(\n        run,\n    ),\n)\n",
+            "trainer-weights-save-path",
             "folder(run,)",
         ),
         (

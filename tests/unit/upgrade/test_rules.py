@@ -33,6 +33,7 @@ REWRITES = {
     "trainer-loop-kwargs": "trainer.fit(model, train_dataloader=loader)\n",
     "trainer-argparse": "parser = Trainer.add_argparse_args(parser)\n",
     "checkpoint-every-n-epochs": "ck = ModelCheckpoint(period=2)\n",
+    "checkpoint-filepath": "ck = ModelCheckpoint(filepath=cfg.out_dir)\n",
     "bundle-import": 't = Trainer(accelerator="dp")\n',
     "bundle-class": "from pytorch_lightning.plugins import DDPShardedPlugin\n",
     "plugin-class": "from pytorch_lightning.plugins import DDPPlugin\np = DDPPlugin()\n",
