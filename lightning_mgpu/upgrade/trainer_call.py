@@ -197,18 +197,22 @@ def _splats(
                 star = star.with_changes(value=inner)
         new_stars.append(star)
     # Settings splatted from where this tool cannot read them (a config file, a function's **kwargs): 1.x keys
-    # in them are translated at run time (trainer-splat-translated). Two such splats keep the TODO: translated
-    # apart, a 1.x key in one and its 2.x key in the other would no longer meet.
+    # in them are translated at run time (trainer-splat-translated). Two or more such splats are translated
+    # together, legacy_trainer_kwargs(a, **b): a 1.x key in one and its 2.x key in the other still meet, and a key
+    # in both is refused (ValueError) where the 1.x call refused it (TypeError).
     unknown = ctx.facts.unknown_splat_args.get(original, [])
-    if len(unknown) == 1 and unknown[0] < len(updated.args) and updated.args[unknown[0]].star == "**":
-        target = updated.args[unknown[0]]
+    if unknown and all(i < len(updated.args) and updated.args[i].star == "**" for i in unknown):
+        target, *more = [updated.args[i] for i in sorted(unknown)]
         callbacks = trainer.get("callbacks")
         trainer.remove("callbacks")  # passed to the translation: a 1.x key's callback joins them there
+        merged = legacy_kwargs_call(ctx, target.value, callbacks, [star.value for star in more])
         new_stars = [
-            star.with_changes(value=legacy_kwargs_call(ctx, star.value, callbacks)) if star is target else star
+            star.with_changes(value=merged) if star is target else star
             for star in new_stars
+            if not any(star is other for other in more)
         ]
-        trainer.change("trainer-splat-translated", f"Trainer(**{_code(target.value)}) -> legacy_trainer_kwargs")
+        spelled = ", ".join(f"**{_code(star.value)}" for star in [target, *more])
+        trainer.change("trainer-splat-translated", f"Trainer({spelled}) -> legacy_trainer_kwargs")
         ctx.add_import("lightning_mgpu.upgrade.trainer_args", "legacy_trainer_kwargs", None)
     elif unknown:
         trainer.todo("trainer-splat", value=_code(original.args[max(unknown)].value))  # the last one
@@ -249,11 +253,15 @@ def literal_conflict(ctx: UpgradeContext, items: list[tuple[str, cst.BaseExpress
 
 
 def legacy_kwargs_call(
-    ctx: UpgradeContext, settings: cst.BaseExpression, callbacks: cst.BaseExpression | None
+    ctx: UpgradeContext,
+    settings: cst.BaseExpression,
+    callbacks: cst.BaseExpression | None,
+    more: list[cst.BaseExpression] | None = None,
 ) -> cst.Call:
-    """``legacy_trainer_kwargs(settings[, namespace=...][, callbacks=...])``: the file's Lightning tree (for the
-    callbacks a translation adds) where it is not ``lightning.pytorch``, and the call's own ``callbacks=``."""
-    args = [cst.Arg(settings)]
+    """``legacy_trainer_kwargs(settings[, **more...][, namespace=...][, callbacks=...])``: the other settings
+    splatted beside ``settings`` (translated with them), the file's Lightning tree (for the callbacks a translation
+    adds) where it is not ``lightning.pytorch``, and the call's own ``callbacks=``."""
+    args = [cst.Arg(settings)] + [cst.Arg(value, star="**") for value in more or []]
     if ctx.namespace != "lightning.pytorch":
         args.append(_kwarg("namespace", _quoted(ctx.namespace)))
     if callbacks is not None:

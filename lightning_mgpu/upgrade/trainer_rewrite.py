@@ -40,6 +40,7 @@ def rewrite_trainer_args(args: TrainerArgs) -> TrainerArgs:
             args.change("trainer-renamed-arg", f"{old} -> {new}")
     _checkpoint_callback(args)
     _flag_callbacks(args)
+    _trainloader_mode(args)
     _early_stop_callback(args)
     _weights_summary(args)
     _progress_bar(args)
@@ -128,6 +129,18 @@ def _flag_callbacks(args: TrainerArgs) -> None:
             args.change(rule, f"{flag}=False removed (1.x's default)")
         elif literal is True and args.add_callback(f"{name}()", name, "callbacks", flag, bundle=True):
             args.change(rule, f"{flag}=True -> callbacks=[{name}()]")
+
+
+def _trainloader_mode(args: TrainerArgs) -> None:
+    """multiple_trainloader_mode="max_size_cycle" (1.x's default) goes: 2.x's fit loop wraps a dict or list of
+    training loaders in CombinedLoader(loaders, "max_size_cycle"), the same batches (the shorter loaders restart until
+    the longest is done; a single loader is not combined in either). Any other value (min_size, a variable) keeps the
+    rule's TODO (:func:`_dropped_and_removed`)."""
+    value = args.get("multiple_trainloader_mode")
+    if value is not None and _literal(value) == rules.TRAINLOADER_MODE_DEFAULT:
+        args.remove("multiple_trainloader_mode")
+        rule = rules.REMOVED_ARGS["multiple_trainloader_mode"]
+        args.change(rule, f"multiple_trainloader_mode={_code(value)} removed (2.x's Trainer combines loaders so)")
 
 
 def _early_stop_callback(args: TrainerArgs) -> None:

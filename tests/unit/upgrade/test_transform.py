@@ -74,7 +74,6 @@ def test_trainer_arguments(before: str, after: str) -> None:
             "Trainer(accelerator=args.backend, plugins=[plugin])",
             "trainer-accelerator-unknown): accelerator=args.backend",
         ),
-        ("Trainer(**base, **config['trainer'])", "trainer-splat): Trainer(**config['trainer']) may hold 1.x keys"),
         ('Trainer(accelerator="ddp", strategy="ddp_spawn")', 'trainer-conflict): accelerator="ddp" maps to strategy'),
     ],
 )

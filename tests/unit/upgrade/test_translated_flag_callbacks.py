@@ -1,0 +1,57 @@
+"""A 1.x flag that became one of the bundle's callbacks (``terminate_on_nan``, ``stochastic_weight_avg``), given a
+value the tool cannot read, moves into ``legacy_trainer_kwargs(...)`` where the call is translated at run time anyway
+(rule ``trainer-args-translated``): the callback is added when the value is true, as 1.x's flag added its check,
+instead of the flag's TODO."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
+
+from tests.helpers.upgrade_check import upgraded
+
+WORKER_SETTINGS = """import pytorch_lightning as pl
+
+
+def make_runner(opts, hooks):
+    settings = {
+        "accelerator": opts.backend,
+        "gpus": opts.devices,
+        "callbacks": hooks,
+        "max_epochs": opts.epochs,
+        "terminate_on_nan": opts.stop_on_nan,
+    }
+    return pl.Trainer(**settings)
+"""
+
+
+def test_the_flag_moves_into_the_translation_and_adds_the_callback_when_true() -> None:
+    out = upgraded(WORKER_SETTINGS, no_todo=True, no_unmarked=True)
+    assert "terminate_on_nan=opts.stop_on_nan" in out and "legacy_trainer_kwargs(" in out, out
+    received: dict[str, object] = {}
+    namespace: dict[str, object] = {}
+    exec(compile(out, "<converted>", "exec"), namespace)  # noqa: S102
+    namespace["pl"] = type("pl", (), {"Trainer": staticmethod(lambda **kwargs: received.update(kwargs))})
+
+    class Opts:
+        backend, devices, epochs, stop_on_nan = "ddp", 2, 3, True
+
+    namespace["make_runner"](Opts, ["hook"])  # type: ignore[operator]
+    callbacks = received.pop("callbacks")
+    assert received == {"strategy": "ddp", "accelerator": "gpu", "devices": 2, "max_epochs": 3}
+    assert isinstance(callbacks, list) and callbacks[0] == "hook"
+    assert [type(c).__name__ for c in callbacks[1:]] == ["TerminateOnNaN"]
+    Opts.stop_on_nan = False  # 1.x's default: no check, no callback
+    received.clear()
+    namespace["make_runner"](Opts, ["hook"])  # type: ignore[operator]
+    assert received["callbacks"] == ["hook"]
+
+
+def test_the_scan_takes_a_1x_backend_name_inside_the_translation() -> None:
+    """legacy_trainer_kwargs(accelerator="horovod", ...) translates the 1.x spelling when the Trainer is built: no
+    leftover there, while a Trainer call that still spells it is one."""
+    from lightning_mgpu.upgrade.leftovers import unmarked
+
+    assert unmarked("kw = dict(max_epochs=2, **legacy_trainer_kwargs(accelerator='horovod', gpus=n))\n") == []
+    assert unmarked("t = Trainer(accelerator='horovod', gpus=n)\n") != []
