@@ -1087,7 +1087,10 @@ RULES.update(
             " progress bar a 1.x key adds joins them. Two or more such splats are translated together,"
             " Trainer(**a, **b) -> Trainer(**legacy_trainer_kwargs(a, **b)): a 1.x key in one and its 2.x key in"
             " the other still meet, and a key given in both is refused (ValueError) where 1.x's call refused it"
-            " (TypeError). A 1.x key written into settings that reach a Trainer only this way needs no TODO where"
+            " (TypeError). The call's progress_bar_refresh_rate=, weights_summary=, terminate_on_nan= and"
+            " stochastic_weight_avg= with values the tool cannot read go into the same translation as keywords,"
+            " which reads them as 1.x's Trainer did (instead of their TODOs). A 1.x key written into settings that"
+            " reach a Trainer only this way needs no TODO where"
             " the translation takes it (rule trainer-key-refused where it does not).",
             kind="rewrite",
         ),

@@ -55,3 +55,45 @@ def test_the_scan_takes_a_1x_backend_name_inside_the_translation() -> None:
 
     assert unmarked("kw = dict(max_epochs=2, **legacy_trainer_kwargs(accelerator='horovod', gpus=n))\n") == []
     assert unmarked("t = Trainer(accelerator='horovod', gpus=n)\n") != []
+
+
+BESIDE_A_SPLAT = """import pytorch_lightning as pl
+
+
+def make_runner(box, hooks, extra):
+    refresh = box.refresh_every
+    return pl.Trainer(
+        max_epochs=box.epochs,
+        callbacks=hooks,
+        progress_bar_refresh_rate=refresh,
+        terminate_on_nan=box.guard_nan,
+        **extra,
+    )
+"""
+
+
+def test_settings_beside_a_translated_splat_go_into_its_translation() -> None:
+    """progress_bar_refresh_rate= and terminate_on_nan= with values the tool cannot read, beside a splat that goes
+    into legacy_trainer_kwargs: they go in as keywords, and the translation adds their callbacks as 1.x's flags
+    did (a rate of 0 hides the bar); a key also in the splat is refused, as 1.x's call refused it."""
+    out = upgraded(BESIDE_A_SPLAT, no_todo=True, no_unmarked=True)
+    assert "progress_bar_refresh_rate=refresh, terminate_on_nan=box.guard_nan" in out, out
+    received: dict[str, object] = {}
+    namespace: dict[str, object] = {}
+    exec(compile(out, "<converted>", "exec"), namespace)  # noqa: S102
+    namespace["pl"] = type("pl", (), {"Trainer": staticmethod(lambda **kwargs: received.update(kwargs))})
+
+    class Box:
+        epochs, refresh_every, guard_nan = 2, 7, True
+
+    namespace["make_runner"](Box, ["hook"], {"gpus": 1})  # type: ignore[operator]
+    callbacks = received.pop("callbacks")
+    assert received == {"max_epochs": 2, "accelerator": "gpu", "devices": 1}
+    assert [type(c).__name__ for c in callbacks] == ["str", "TQDMProgressBar", "TerminateOnNaN"]  # type: ignore[attr-defined]
+    assert callbacks[1].refresh_rate == 7  # type: ignore[index]
+    Box.refresh_every, Box.guard_nan = 0, False
+    received.clear()
+    namespace["make_runner"](Box, ["hook"], {})  # type: ignore[operator]
+    assert received == {"max_epochs": 2, "callbacks": ["hook"], "enable_progress_bar": False}
+    with pytest.raises(ValueError, match="given twice"):
+        namespace["make_runner"](Box, ["hook"], {"terminate_on_nan": True})  # type: ignore[operator]
