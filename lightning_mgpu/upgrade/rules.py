@@ -488,8 +488,10 @@ RULES = _rules(
         " the optimizer's learning rates when averaging starts, and 2.x requires swa_lrs. The tool writes"
         " callbacks=[LegacyStochasticWeightAveraging()] (lightning_mgpu.callbacks, or lightning_mgpu.pl.callbacks"
         " under pytorch_lightning: Lightning's callback, reading those rates as 1.x did), and removes"
-        " stochastic_weight_avg=False; legacy_trainer_kwargs adds it for a True read at run time. This TODO stays"
-        " where the value is not a literal or callbacks= is not a list the tool can extend.",
+        " stochastic_weight_avg=False; a value it cannot read (stochastic_weight_avg=cfg.swa) adds it as"
+        " callbacks=[..., *([LegacyStochasticWeightAveraging()] if cfg.swa else [])], tested for truth when the"
+        " Trainer is built as 1.x did; legacy_trainer_kwargs adds it for a true value read at run time. This TODO"
+        " stays where callbacks= is not a list the tool can extend.",
     ),
     Rule(
         "trainer-multiple-trainloader-mode",
@@ -508,9 +510,11 @@ RULES = _rules(
         "terminate_on_nan=True raised ValueError at a NaN/inf training loss (before its backward) or parameter (after"
         " it). 2.x has no flag; the tool writes callbacks=[TerminateOnNaN()] (from lightning_mgpu.callbacks, or"
         " lightning_mgpu.pl.callbacks under pytorch_lightning), which checks both where 1.x did, and removes"
-        " terminate_on_nan=False; legacy_trainer_kwargs adds the callback for a True read at run time. This TODO"
-        " stays where the value is not a literal or callbacks= is not a list the tool can extend: add the callback"
-        " by hand. detect_anomaly=True instead stops at the operation that made the NaN (slower).",
+        " terminate_on_nan=False; a value it cannot read (terminate_on_nan=cfg.nan_check) adds it as"
+        " callbacks=[..., *([TerminateOnNaN()] if cfg.nan_check else [])], tested for truth when the Trainer is"
+        " built as 1.x did, and legacy_trainer_kwargs adds the callback for a true value read at run time. This"
+        " TODO stays where callbacks= is not a list the tool can extend: add the callback by hand. detect_anomaly=True"
+        " instead stops at the operation that made the NaN (slower).",
     ),
     Rule(
         "trainer-log-gpu-memory",

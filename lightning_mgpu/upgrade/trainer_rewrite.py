@@ -118,8 +118,9 @@ def _checkpoint_callback(args: TrainerArgs) -> None:
 
 
 def _flag_callbacks(args: TrainerArgs) -> None:
-    """1.x flags that became one of the bundle's callbacks: True adds it, False (1.x's default) goes; anything else (a
-    variable, callbacks= the tool cannot extend) keeps the flag's TODO (:func:`_dropped_and_removed`)."""
+    """1.x flags that became one of the bundle's callbacks: True adds it, False (1.x's default) goes, a value this tool
+    cannot read adds it when true (``*([C()] if value else [])``); callbacks= the tool cannot extend keeps the flag's
+    TODO (:func:`_dropped_and_removed`)."""
     for flag, name in rules.FLAG_CALLBACKS.items():
         value = args.get(flag)
         literal = _literal(value) if value is not None else None
@@ -129,6 +130,14 @@ def _flag_callbacks(args: TrainerArgs) -> None:
             args.change(rule, f"{flag}=False removed (1.x's default)")
         elif literal is True and args.add_callback(f"{name}()", name, "callbacks", flag, bundle=True):
             args.change(rule, f"{flag}=True -> callbacks=[{name}()]")
+        elif (
+            value is not None
+            and literal is ...
+            and args.add_callback(f"{name}()", name, "callbacks", flag, bundle=True, when=value)
+        ):
+            # A value the tool cannot read (stochastic_weight_avg=config.swa): 1.x tested it for truth when the
+            # Trainer was built, and added the callback where it held; the list does the same at run time.
+            args.change(rule, f"{flag}={_code(value)} -> callbacks=[..., *([{name}()] if {_code(value)} else [])]")
 
 
 def _trainloader_mode(args: TrainerArgs) -> None:

@@ -97,3 +97,44 @@ def test_settings_beside_a_translated_splat_go_into_its_translation() -> None:
     assert received == {"max_epochs": 2, "callbacks": ["hook"], "enable_progress_bar": False}
     with pytest.raises(ValueError, match="given twice"):
         namespace["make_runner"](Box, ["hook"], {"terminate_on_nan": True})  # type: ignore[operator]
+
+
+SWA_FROM_CONFIG = """import pytorch_lightning as pl
+
+
+def fit_digits(settings, net, digits, monitor):
+    runner = pl.Trainer(
+        max_epochs=settings.epochs,
+        stochastic_weight_avg=settings.average,
+        callbacks=[monitor],
+    )
+    runner.fit(net, digits)
+"""
+
+
+@pytest.mark.parametrize("average", [True, False, 0, "yes"])
+def test_a_flag_read_at_run_time_adds_its_callback_when_true(average: object) -> None:
+    """stochastic_weight_avg=settings.average (no translation in the call): the callback joins callbacks= when the
+    value is true, as 1.x's Trainer added StochasticWeightAveraging() for a true flag."""
+    out = upgraded(SWA_FROM_CONFIG, no_todo=True, no_unmarked=True)
+    assert "*([LegacyStochasticWeightAveraging()] if settings.average else [])" in out, out
+    received: dict[str, object] = {}
+    namespace: dict[str, object] = {}
+    exec(compile(out, "<converted>", "exec"), namespace)  # noqa: S102
+
+    class Runner:
+        def __init__(self, **kwargs: object) -> None:
+            received.update(kwargs)
+
+        def fit(self, *args: object) -> None:
+            pass
+
+    namespace["pl"] = type("pl", (), {"Trainer": Runner})
+
+    class Settings:
+        epochs = 1
+
+    Settings.average = average  # type: ignore[attr-defined]
+    namespace["fit_digits"](Settings, None, None, "monitor")  # type: ignore[operator]
+    names = [type(c).__name__ for c in received["callbacks"]]  # type: ignore[attr-defined]
+    assert names == (["str", "LegacyStochasticWeightAveraging"] if average else ["str"])
