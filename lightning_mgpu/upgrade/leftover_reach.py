@@ -18,6 +18,11 @@ key it should not have. Its reading is simpler than the tool's and errs on flagg
   from a function this file does not only call (its caller is elsewhere, or it is handed around as a value), used in a
   lambda, or is the result of a call assigned to a name with "trainer" in it or one whose ``fit`` is called (or whose
   ``fit`` is called at once). A use the scan does not know is counted as reaching one.
+- settings that reach a Trainer only through this bundle's translation at run time (given to ``legacy_trainer_kwargs``
+  or to ``from_argparse_args(Trainer, ...)``, splatted or not) need nothing for a key that translation takes as 1.x's
+  Trainer read it (:data:`TRANSLATED`, the scan's own copy of what ``trainer_args.legacy_trainer_kwargs`` takes); a
+  key or value it refuses is flagged unless a TODO marks it. ``Namespace(**H)`` holds the settings (its result is
+  followed), as a mapping class does.
 - a keyword argument of a ``...Trainer`` call (``gpus=config.trainer.gpus``) reads one field, which the scan checks as
   a Trainer keyword of its own; a comparison, a condition, an f-string, an index, a discarded call result, a write
   into the holder (``H["x"] = v``, ``H.x = v``) hand nothing on.
@@ -35,6 +40,30 @@ MAPPING_WRAPPERS = frozenset(
 )
 #: Calls that build a Trainer from the object they are handed, whichever argument it is.
 BUILDERS = frozenset({"from_argparse_args", "instantiate"})
+#: The 1.x settings keys that trainer_args.legacy_trainer_kwargs translates -> the constant values it takes (None:
+#: any value); any other value it refuses with a ValueError. The scan's own copy (the tool's is rules.RUN_TIME_KEYS):
+#: tests/unit/upgrade checks both against legacy_trainer_kwargs itself.
+_BACKENDS = ("dp", "ddp", "ddp_spawn", "ddp2", "horovod", "ddp_cpu", "ddp_sharded", "ddp_sharded_spawn")
+TRANSLATED: dict[str, tuple[object, ...] | None] = {
+    **dict.fromkeys(
+        (
+            "gpus",
+            "num_processes",
+            "replace_sampler_ddp",
+            "reload_dataloaders_every_epoch",
+            "progress_bar_refresh_rate",
+            "auto_select_gpus",
+            "amp_level",
+        )
+    ),
+    "distributed_backend": (None, "", *_BACKENDS),
+    "checkpoint_callback": (None, True, False),
+    "weights_summary": (None, "top", "full"),
+    "amp_backend": (None, "native"),
+    "resume_from_checkpoint": (None,),
+}
+#: Calls that build an argparse namespace from the settings: their result holds them, and is no trainer.
+NAMESPACES = frozenset({"Namespace"})
 #: Parents whose value is a new object that still holds what its part held (a container, a conditional, a
 #: ``{**a, **b}`` merge, ``a | b``, ``await x``): the walk goes on from them.
 _CARRIERS = (ast.Tuple, ast.List, ast.Set, ast.Dict, ast.Starred, ast.IfExp, ast.BoolOp, ast.BinOp, ast.Await)
@@ -73,6 +102,33 @@ def _path(node: ast.expr) -> str | None:
     return None
 
 
+def _translates(call: ast.Call) -> bool:
+    """``legacy_trainer_kwargs(...)`` or ``from_argparse_args(Trainer, ...)`` (a Trainer's: the first argument, or
+    the owner of the method, named ...Trainer): settings handed to it in any way are translated at run time."""
+    name = _name(call.func)
+    if name == "legacy_trainer_kwargs":
+        return True
+    if name != "from_argparse_args":
+        return False
+    owners = [call.func.value] if isinstance(call.func, ast.Attribute) else []
+    owners += call.args[:1]
+    return any(isinstance(o, (ast.Name, ast.Attribute)) and _name(o) == "Trainer" for o in owners)
+
+
+def _literal(node: ast.expr | None) -> object:
+    """A constant's value (a string, number, True/False/None); ``...`` for anything else, as the tool reads one."""
+    return node.value if isinstance(node, ast.Constant) and node.value is not ... else ...
+
+
+def _taken(key: str, value: object) -> bool:
+    """Whether legacy_trainer_kwargs translates ``key`` holding ``value`` (``...``: no constant) without refusing it
+    (True is not taken for 1: it checks checkpoint_callback's type)."""
+    if key not in TRANSLATED:
+        return False
+    taken = TRANSLATED[key]
+    return taken is None or (value is not ... and any(type(value) is type(t) and value == t for t in taken))
+
+
 def _overlaps(path: str, holder: str) -> bool:
     """Whether ``path`` is ``holder``, holds it or lies inside it (``config`` / ``config.trainer.gpus`` for
     ``config.trainer``)."""
@@ -108,6 +164,7 @@ class _Reach:
                 if isinstance(node.func, ast.Attribute) and node.func.attr == "fit":
                     self.fitted.add(_name(node.func.value))
         self._returning: set[str] = set()  # the functions whose callers are being followed (a recursive one)
+        self._translated = False  # set by _flow where the settings reach the bundle's translation at run time
         for node in ast.walk(tree):
             if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and not self._is_chain_inner(node):
                 path = self._read_path(node)
@@ -130,10 +187,12 @@ class _Reach:
             return _path(node.value)
         return _path(node)
 
-    def reaches(self, holder: str) -> bool:
-        """Whether the settings held in ``holder`` (a dotted path) may reach a Trainer whole (module docstring)."""
+    def reaches(self, holder: str) -> tuple[bool, bool]:
+        """Whether the settings held in ``holder`` (a dotted path) may reach a Trainer whole (module docstring), and
+        whether they reach the bundle's translation at run time (read only where the first is False)."""
         seen, work = {holder}, [holder]
         self._returning = set()
+        self._translated = False
         while work:
             current = work.pop()
             for path, node in self.chains:
@@ -141,11 +200,11 @@ class _Reach:
                     continue
                 found: set[str] = set()
                 if self._flow(node, found, through_call=False):
-                    return True
+                    return True, self._translated
                 for new in found - seen:
                     seen.add(new)
                     work.append(new)
-        return False
+        return False, self._translated
 
     def _flow(self, node: ast.AST, found: set[str], through_call: bool) -> bool:
         """Follow the value of ``node`` up its parents: True where it may reach a Trainer whole; paths it is stored
@@ -169,6 +228,11 @@ class _Reach:
             call = self.parent[id(up)]
             if not isinstance(call, ast.Call):
                 return True  # class C(Base, option=settings): not followed
+            if up.arg is None and _translates(call):
+                self._translated = True  # from_argparse_args(Trainer, args, **settings): translated at run time
+                return False
+            if up.arg is None and _name(call.func) in NAMESPACES:
+                return self._flow(call, found, through_call=False)  # ns = Namespace(**settings): ns holds them
             if up.arg is None:
                 return True  # f(**settings): handed whole to whatever f is
             return self._argument(up, call, found)
@@ -211,6 +275,11 @@ class _Reach:
         """``arg`` (an expression or a keyword) is handed to ``call``."""
         name = _name(call.func)
         keyword = arg.arg if isinstance(arg, ast.keyword) else None
+        if _translates(call):
+            # legacy_trainer_kwargs(settings), from_argparse_args(Trainer, settings): what reaches the Trainer is
+            # the translation's 2.x keys; the 1.x keys are checked against what it takes (KeyReach).
+            self._translated = True
+            return False
         if name in BUILDERS:
             return True  # from_argparse_args / hydra's instantiate build a Trainer from what they are handed
         if keyword is not None and "trainer" in keyword.lower():
@@ -226,7 +295,7 @@ class _Reach:
             found.update(_parameters(function, call, arg, keyword))
         # Anything else may hand back what it was given (dict(settings), copy(settings), Net(settings).hparams). A
         # mapping class (Munch({...}), dict(cfg)) builds a mapping, not a trainer: its result is the settings again.
-        return self._flow(call, found, through_call=name not in MAPPING_WRAPPERS)
+        return self._flow(call, found, through_call=name not in MAPPING_WRAPPERS | NAMESPACES)
 
     def _returned(self, node: ast.Return | ast.Yield | ast.YieldFrom, found: set[str]) -> bool:
         """Returned from the function around ``node``: its callers receive the settings."""
@@ -318,7 +387,7 @@ class KeyReach:
     def __init__(self, tree: ast.AST) -> None:
         self._tree = tree
         self._built: _Reach | None = None  # built at the first key: most files write none
-        self._cache: dict[str, bool] = {}
+        self._cache: dict[str, tuple[bool, bool]] = {}
 
     @property
     def _reach(self) -> _Reach:
@@ -326,12 +395,20 @@ class KeyReach:
             self._built = _Reach(self._tree)
         return self._built
 
-    def may_reach_trainer(self, node: ast.AST) -> bool:
-        """``node``: a dict display, a ``dict(...)`` call or a subscript store target holding a 1.x key. True (a
-        leftover unless a TODO marks it) where it has no named holder, or its holder may reach a Trainer whole."""
+    def may_reach_trainer(self, node: ast.AST, key: str = "", value: ast.expr | None = None) -> bool:
+        """``node``: a dict display, a ``dict(...)`` call or a subscript store target holding the 1.x key ``key``,
+        given ``value`` (for a store target: found here). True (a leftover unless a TODO marks it) where it has no
+        named holder, or its holder may reach a Trainer whole, or reaches one only through the bundle's translation
+        at run time, which refuses this key or value (rules.translated_at_run_time)."""
         path = holder(node, self._reach.parent)
         if path is None:
             return True
         if path not in self._cache:
             self._cache[path] = self._reach.reaches(path)
-        return self._cache[path]
+        whole, translated = self._cache[path]
+        if whole or not translated:
+            return whole
+        if isinstance(node, ast.Subscript) and value is None:
+            store = self._reach.parent.get(id(node))
+            value = store.value if isinstance(store, (ast.Assign, ast.AnnAssign)) else None
+        return not _taken(key, _literal(value))

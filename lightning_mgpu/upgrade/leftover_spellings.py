@@ -13,6 +13,8 @@ certain, and otherwise gets a TODO at the spot, never left silent.
 
 from __future__ import annotations
 
+from typing import Any
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -35,32 +37,35 @@ class _LegacyKeys(cst.CSTVisitor):
     def __init__(self, statement: cst.CSTNode) -> None:
         super().__init__()
         self.statement = statement
-        self.found: list[str] = []
+        self.found: list[tuple[str, Any]] = []  # (key, its value as scopes.literal reads it: ... where no literal)
 
-    def _target(self, target: cst.BaseExpression) -> None:
+    def _target(self, target: cst.BaseExpression, value: Any) -> None:
         if isinstance(target, cst.Subscript) and len(target.slice) == 1:
             element = target.slice[0].slice
             key = _key(element.value) if isinstance(element, cst.Index) else None
             if key is not None:
-                self.found.append(key)
+                self.found.append((key, value))
 
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        self._target(node.target)
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._target(target.target, literal(node.value))
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._target(node.target)
+        self._target(node.target, ...)  # x["gpus"] += n: a value no literal gives
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._target(node.target)
+        self._target(node.target, ... if node.value is None else literal(node.value))
 
     def visit_DictElement(self, node: cst.DictElement) -> None:
         key = _key(node.key)
         if key is not None:
-            self.found.append(key)
+            self.found.append((key, literal(node.value)))
 
     def visit_Call(self, node: cst.Call) -> None:
         if dotted(node.func) == "dict":
-            self.found.extend(a.keyword.value for a in node.args if a.keyword and a.keyword.value in _KEYS)
+            self.found.extend(
+                (a.keyword.value, literal(a.value)) for a in node.args if a.keyword and a.keyword.value in _KEYS
+            )
 
     # A nested function or class is a statement of its own: its lines get their own TODO.
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
@@ -77,9 +82,15 @@ def legacy_keys(statement: cst.CSTNode) -> list[str]:
     Args:
         statement: a statement, after the rewrites.
     """
+    return list(dict.fromkeys(key for key, _ in legacy_items(statement)))
+
+
+def legacy_items(statement: cst.CSTNode) -> list[tuple[str, Any]]:
+    """:func:`legacy_keys` with the value each is given, as :func:`~lightning_mgpu.upgrade.scopes.literal` reads
+    it (``...`` where it is no literal), in the order they appear (a key written twice: twice)."""
     finder = _LegacyKeys(statement)
     read_only_visit(statement, finder)
-    return list(dict.fromkeys(finder.found))
+    return finder.found
 
 
 _KEYS = rules.LEGACY_SETTINGS_KEYS

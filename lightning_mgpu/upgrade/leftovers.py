@@ -431,17 +431,27 @@ def leftovers(source: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            # legacy_trainer_kwargs(accelerator="ddp", ...) takes the 1.x spelling: it translates it at run time.
+            translation = name == "legacy_trainer_kwargs"
             for keyword in node.keywords:
                 trainer = name.endswith("Trainer") or id(node) in subclass_calls
                 if trainer and keyword.arg in REMOVED_TRAINER_KEYWORDS:
                     found.append((node.lineno, f"Trainer({keyword.arg}=...)"))
-                if keyword.arg in ("accelerator", "plugins") and isinstance(keyword.value, ast.Constant):
+                if (
+                    keyword.arg in ("accelerator", "plugins")
+                    and isinstance(keyword.value, ast.Constant)
+                    and not translation
+                ):
                     if keyword.value.value in STRATEGY_NAMES:
                         found.append((node.lineno, f"{keyword.arg}={keyword.value.value!r}"))
                 if keyword.arg in REMOVED_LOOP_KEYWORDS.get(name, ()):
                     found.append((node.lineno, f"{name}({keyword.arg}=...)"))
-            if name == "dict" and any(k.arg in DICT_KEYS for k in node.keywords) and reach.may_reach_trainer(node):
-                found += [(node.lineno, f"dict({k.arg}=...)") for k in node.keywords if k.arg in DICT_KEYS]
+            if name == "dict":
+                found += [
+                    (node.lineno, f"dict({k.arg}=...)")
+                    for k in node.keywords
+                    if k.arg in DICT_KEYS and reach.may_reach_trainer(node, k.arg, k.value)
+                ]
             if name == "ModelCheckpoint":
                 found += [
                     (node.lineno, f"ModelCheckpoint({k.arg}=...)")
@@ -473,12 +483,16 @@ def leftovers(source: str) -> list[tuple[int, str]]:
             if is_metric and not task_by_position and not any(k.arg == "task" or k.arg is None for k in node.keywords):
                 found.append((node.lineno, "torchmetrics metric without task="))
         elif isinstance(node, ast.Dict):
-            keys = [k for k in node.keys if isinstance(k, ast.Constant) and k.value in DICT_KEYS]
-            if keys and reach.may_reach_trainer(node):
-                found += [(key.lineno, f"{{{key.value!r}: ...}}") for key in keys]
+            found += [
+                (key.lineno, f"{{{key.value!r}: ...}}")
+                for key, value in zip(node.keys, node.values)
+                if isinstance(key, ast.Constant)
+                and key.value in DICT_KEYS
+                and reach.may_reach_trainer(node, key.value, value)
+            ]
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
             if isinstance(node.slice, ast.Constant) and node.slice.value in DICT_KEYS:
-                if reach.may_reach_trainer(node):
+                if reach.may_reach_trainer(node, node.slice.value):
                     found.append((node.lineno, f"[{node.slice.value!r}] = ..."))
         elif isinstance(node, ast.ImportFrom) and node.module and _removed_module(node.module):
             found.append((node.lineno, f"from {node.module} import ..."))

@@ -133,6 +133,8 @@ REMOVED_ARGS = {
 
 #: ModelCheckpoint keywords renamed in 1.x's deprecations (removed by 2.0).
 CHECKPOINT_RENAMED = {"period": "every_n_epochs", "every_n_val_epochs": "every_n_epochs"}
+#: 1.x's multiple_trainloader_mode default, which 2.x's fit loop applies to a collection of training loaders itself.
+TRAINLOADER_MODE_DEFAULT = "max_size_cycle"
 #: Base classes that make a class plainly not Lightning's (its methods keep their names: a hand-written loop may call
 #: its own ``training_epoch_end``).
 NON_LIGHTNING_BASES = frozenset(
@@ -388,8 +390,10 @@ RULES = _rules(
         "trainer-splat",
         "Trainer(**{value}) may hold 1.x keys: check them",
         "The settings splatted into this Trainer come from somewhere this tool cannot follow (a config file, a function"
-        " argument). Check them for 1.x keys: gpus -> accelerator+devices, accelerator/distributed_backend naming a"
-        ' strategy -> strategy, precision=16 -> "16-mixed", checkpoint_callback -> enable_checkpointing,'
+        " argument), and the call could not be handed to legacy_trainer_kwargs (which the tool writes for any call"
+        " whose splats it cannot read: rule trainer-splat-translated). Check them for 1.x keys: gpus ->"
+        " accelerator+devices, accelerator/distributed_backend naming a strategy -> strategy,"
+        ' precision=16 -> "16-mixed", checkpoint_callback -> enable_checkpointing,'
         " replace_sampler_ddp -> use_distributed_sampler, resume_from_checkpoint -> fit(ckpt_path=...)."
         " Or build it with lightning_mgpu.upgrade.trainer_args.legacy_trainer_kwargs(settings), which translates them.",
     ),
@@ -487,13 +491,21 @@ RULES = _rules(
         " the optimizer's learning rates when averaging starts, and 2.x requires swa_lrs. The tool writes"
         " callbacks=[LegacyStochasticWeightAveraging()] (lightning_mgpu.callbacks, or lightning_mgpu.pl.callbacks"
         " under pytorch_lightning: Lightning's callback, reading those rates as 1.x did), and removes"
-        " stochastic_weight_avg=False; legacy_trainer_kwargs adds it for a True read at run time. This TODO stays"
-        " where the value is not a literal or callbacks= is not a list the tool can extend.",
+        " stochastic_weight_avg=False; a value it cannot read (stochastic_weight_avg=cfg.swa) adds it as"
+        " callbacks=[..., *([LegacyStochasticWeightAveraging()] if cfg.swa else [])], tested for truth when the"
+        " Trainer is built as 1.x did; legacy_trainer_kwargs adds it for a true value read at run time. This TODO"
+        " stays where callbacks= is not a list the tool can extend.",
     ),
     Rule(
         "trainer-multiple-trainloader-mode",
         "multiple_trainloader_mode is gone: use CombinedLoader",
-        'Wrap the training loaders in lightning.pytorch.utilities.CombinedLoader(loaders, mode="max_size_cycle").',
+        "Trainer(multiple_trainloader_mode=) told 1.x how to combine several training loaders (a dict or list returned"
+        ' by train_dataloader): "max_size_cycle" (the default) restarted the shorter ones until the longest was done,'
+        ' "min_size" stopped with the shortest. 2.x combines them as "max_size_cycle" itself, so the tool drops that'
+        " literal; for min_size (or a value it cannot read that may hold it), return"
+        ' lightning.pytorch.utilities.CombinedLoader(loaders, mode="min_size") from train_dataloader, and drop the'
+        " argument. legacy_trainer_kwargs (settings translated at run time) takes max_size_cycle and refuses"
+        " min_size the same way.",
     ),
     Rule(
         "trainer-terminate-on-nan",
@@ -501,9 +513,11 @@ RULES = _rules(
         "terminate_on_nan=True raised ValueError at a NaN/inf training loss (before its backward) or parameter (after"
         " it). 2.x has no flag; the tool writes callbacks=[TerminateOnNaN()] (from lightning_mgpu.callbacks, or"
         " lightning_mgpu.pl.callbacks under pytorch_lightning), which checks both where 1.x did, and removes"
-        " terminate_on_nan=False; legacy_trainer_kwargs adds the callback for a True read at run time. This TODO"
-        " stays where the value is not a literal or callbacks= is not a list the tool can extend: add the callback"
-        " by hand. detect_anomaly=True instead stops at the operation that made the NaN (slower).",
+        " terminate_on_nan=False; a value it cannot read (terminate_on_nan=cfg.nan_check) adds it as"
+        " callbacks=[..., *([TerminateOnNaN()] if cfg.nan_check else [])], tested for truth when the Trainer is"
+        " built as 1.x did, and legacy_trainer_kwargs adds the callback for a true value read at run time. This"
+        " TODO stays where callbacks= is not a list the tool can extend: add the callback by hand. detect_anomaly=True"
+        " instead stops at the operation that made the NaN (slower).",
     ),
     Rule(
         "trainer-log-gpu-memory",
@@ -1101,7 +1115,14 @@ RULES.update(
             ' accelerator="ddp", precision=16, checkpoint_callback, progress_bar_refresh_rate, ...) and passes 2.x'
             " ones through, and refuses a key with no 2.x meaning (resume_from_checkpoint, auto_lr_find, ...) with"
             " a ValueError that names the 2.x way. The call's own callbacks= goes into the translation, so that a"
-            " progress bar a 1.x key adds joins them. A call with two such splats keeps the trainer-splat TODO.",
+            " progress bar a 1.x key adds joins them. Two or more such splats are translated together,"
+            " Trainer(**a, **b) -> Trainer(**legacy_trainer_kwargs(a, **b)): a 1.x key in one and its 2.x key in"
+            " the other still meet, and a key given in both is refused (ValueError) where 1.x's call refused it"
+            " (TypeError). The call's progress_bar_refresh_rate=, weights_summary=, terminate_on_nan= and"
+            " stochastic_weight_avg= with values the tool cannot read go into the same translation as keywords,"
+            " which reads them as 1.x's Trainer did (instead of their TODOs). A 1.x key written into settings that"
+            " reach a Trainer only this way needs no TODO where"
+            " the translation takes it (rule trainer-key-refused where it does not).",
             kind="rewrite",
         ),
         Rule(
@@ -1241,8 +1262,10 @@ RULES.update(
             ' "gpu" a device type; a refresh rate of 0 hid the bar). The settings that decide the devices, the'
             " strategy, the progress bar and the model summary (accelerator, distributed_backend, strategy, gpus,"
             " num_processes, tpu_cores, ipus, devices, progress_bar_refresh_rate, enable_progress_bar,"
-            " weights_summary, enable_model_summary) move together into **legacy_trainer_kwargs(...), with the call's"
-            " callbacks=, from lightning_mgpu.upgrade.trainer_args: it translates them as 1.x's Trainer read them when"
+            " weights_summary, enable_model_summary, and the flags that became one of the bundle's callbacks:"
+            " terminate_on_nan, stochastic_weight_avg, whose callback is added when the value is true) move together"
+            " into **legacy_trainer_kwargs(...), with the call's callbacks=, from lightning_mgpu.upgrade.trainer_args:"
+            " it translates them as 1.x's Trainer read them when"
             " the Trainer is built, and refuses a value with no 2.x meaning with a ValueError. Only where each TODO the"
             " call would get is trainer-accelerator-unknown, trainer-accelerator-unread, trainer-conflict,"
             " trainer-progress-bar or trainer-weights-summary and one comes from a value the tool cannot read; two"
@@ -1317,6 +1340,38 @@ LEGACY_SETTINGS_KEYS = frozenset(
         "reload_dataloaders_every_epoch",
     }
 )
+#: The keys of LEGACY_SETTINGS_KEYS that trainer_args.legacy_trainer_kwargs (which from_argparse_args calls too)
+#: translates as 1.x's Trainer read them -> the literal values it takes (None: any value, literal or not). A key whose
+#: value is not among them (resume_from_checkpoint=path, checkpoint_callback=ModelCheckpoint(...), a value the tool
+#: cannot read where only some are taken) is refused there with a ValueError: settings that reach a Trainer only
+#: through that translation still need a person for it (rule trainer-key-refused). tests/unit/upgrade checks each
+#: entry against legacy_trainer_kwargs itself.
+RUN_TIME_KEYS: dict[str, tuple[object, ...] | None] = {
+    "gpus": None,
+    "num_processes": None,
+    "replace_sampler_ddp": None,
+    "reload_dataloaders_every_epoch": None,
+    "progress_bar_refresh_rate": None,
+    "auto_select_gpus": None,
+    "distributed_backend": (None, "", *STRATEGY_STRINGS),
+    "checkpoint_callback": (None, True, False),
+    "weights_summary": (None, "top", "full"),
+    "amp_backend": (None, "native"),
+    "amp_level": None,
+    "resume_from_checkpoint": (None,),
+}
+
+
+def translated_at_run_time(key: str, value: object) -> bool:
+    """Whether legacy_trainer_kwargs translates the 1.x settings key ``key`` holding ``value`` (a literal's value, or
+    ``...`` where the value is no literal) without refusing it (:data:`RUN_TIME_KEYS`). ``True`` is not taken for
+    ``1`` (legacy_trainer_kwargs checks checkpoint_callback's type)."""
+    if key not in RUN_TIME_KEYS:
+        return False
+    taken = RUN_TIME_KEYS[key]
+    return taken is None or (value is not ... and any(type(value) is type(t) and value == t for t in taken))
+
+
 #: The evaluation hooks 1.x never passed an ``optimizer_idx`` to (a parameter of theirs always held its default).
 EVAL_STEP_HOOKS = ("validation_step", "test_step", "predict_step")
 RULES.update(
@@ -1346,8 +1401,27 @@ RULES.update(
             " trainer in it, one whose fit is called, or build(H).fit(...)); what H flows into (an alias, {**H},"
             " d[k] = H, a loop over H, a method's result) is followed the same way. The script then reads its fields"
             " itself (gpus=config.trainer.gpus in a Trainer call, which that call's rewrite converts) or hands it to"
-            " a model. The leftover scan decides the same independently and names a key it finds reaching with no"
-            " TODO.",
+            " a model. Settings that reach a Trainer only through this bundle's translation at run time (a splat the"
+            " tool hands to legacy_trainer_kwargs, Trainer.from_argparse_args, Namespace(**H) given to it) need no"
+            " TODO for a key that translation takes; a key or value it refuses gets trainer-key-refused instead. The"
+            " leftover scan decides the same independently and names a key it finds reaching with no TODO.",
+        ),
+        Rule(
+            "trainer-key-refused",
+            "1.x Trainer key {value} reaches legacy_trainer_kwargs, which refuses it",
+            "A 1.x Trainer key is written into settings that reach a Trainer only through this bundle's run-time"
+            " translation (Trainer(**legacy_trainer_kwargs(settings)), from_argparse_args(Trainer, ...), what the"
+            " tool writes for Trainer(**settings) and Trainer.from_argparse_args), which translates most 1.x keys as"
+            " 1.x read them (the settings then need nothing: no TODO) but refuses this one, or this value, with a"
+            " ValueError, because 2.x has no Trainer argument for it. Take it out of the settings and pass it the"
+            " 2.x way: resume_from_checkpoint=path -> trainer.fit(..., ckpt_path=path) (and test/validate/predict"
+            " with ckpt_path= where the script relied on the resumed weights); checkpoint_callback=<a ModelCheckpoint>"
+            " -> callbacks=[..., checkpoint]; distributed_backend=X that is no 1.x backend name -> strategy=X;"
+            ' weights_summary= other than "top", "full" or None -> ModelSummary(max_depth=...);'
+            ' amp_backend="apex" -> 2.x has no apex: precision="16-mixed" is native AMP (the numbers differ from'
+            " apex's O1/O2). Where the value the tool could not read is one the translation takes"
+            ' (checkpoint_callback=flag holding True or False, distributed_backend=name holding "ddp"), nothing needs'
+            " to change: drop the TODO.",
         ),
         Rule(
             "trainer-accelerator-connector",

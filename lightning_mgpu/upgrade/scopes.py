@@ -11,7 +11,7 @@ may hold.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import libcst as cst
 
@@ -109,6 +109,23 @@ def translates_at_run_time(call: cst.Call) -> bool:
     """``from_argparse_args(Trainer, args, **kw)`` (and 1.x's ``Trainer.from_argparse_args``, which the tool turns
     into it): the bundle's function translates every 1.x key it is given, the splatted ones included."""
     return (dotted(call.func) or "").split(".")[-1] == "from_argparse_args"
+
+
+def builds_trainer_at_run_time(call: cst.Call) -> bool:
+    """``Trainer.from_argparse_args(args, **kw)`` (1.x's, which the tool rewrites) or ``from_argparse_args(Trainer,
+    args, **kw)`` (the bundle's): a Trainer built from settings that are translated as 1.x read them, every one of its
+    arguments included. Another class's from_argparse_args (a LightningDataModule's) is not one."""
+    func = dotted(call.func) or ""
+    if func.split(".")[-1] != "from_argparse_args":
+        return False
+    first = call.args[0] if call.args and call.args[0].keyword is None and not call.args[0].star else None
+    owners = [func.rsplit(".", 1)[0] if "." in func else "", (dotted(first.value) or "") if first else ""]
+    return any(owner.split(".")[-1] == "Trainer" for owner in owners)
+
+
+def _is_namespace(node: cst.BaseExpression) -> TypeGuard[cst.Call]:
+    """``Namespace(...)`` / ``argparse.Namespace(...)``."""
+    return isinstance(node, cst.Call) and (dotted(node.func) or "").split(".")[-1] == "Namespace"
 
 
 #: Functions that build a Trainer from the object they are handed (the bundle's from_argparse_args, hydra's
@@ -225,6 +242,15 @@ class FileFacts(cst.CSTVisitor):
         #: Trainer whole, so that a 1.x key written into it would reach one too (rule trainer-key-unfollowed): see
         #: :meth:`may_reach_trainer`.
         self.reaching_paths: set[str] = set()
+        #: the same for settings that reach a Trainer only through the bundle's translation at run time
+        #: (:func:`builds_trainer_at_run_time`, a splat the Trainer call's rewrite translates): a 1.x key there needs a
+        #: TODO only where that translation refuses it (rule trainer-key-refused): see :meth:`reaches_translation`.
+        self.translated_paths: set[str] = set()
+        #: Trainer(**x): (the call, the splat's position, the paths x reads), raw or translated once the module ends
+        self._trainer_splats: list[tuple[cst.Call, int, cst.BaseExpression]] = []
+        #: Namespace(**cfg) calls whose result is followed (assigned to a name, or handed to a translating
+        #: from_argparse_args): their splat hands cfg to the Namespace, not to a Trainer
+        self._followed_namespaces: set[cst.Call] = set()
         self._handed: list[tuple[str, set[str]]] = []  # name = f(..., x, ...): (name, the paths its arguments read)
         self._aliases: list[tuple[str, str]] = []  # name = path: (name, path)
         self._returns: list[tuple[str, set[str]]] = []  # return x in def f: (f, the paths x reads)
@@ -322,6 +348,7 @@ class FileFacts(cst.CSTVisitor):
 
     def leave_Module(self, node: cst.Module) -> None:
         self._close(self._stack.pop())
+        self._resolve_module()
         # A call whose result is a trainer (a name with "trainer" in it, or one whose fit is called) may build it
         # from what it is handed (trainer = build_trainer(config)); an alias of a path that reaches one makes the
         # path it was read from reach one too (kw = config.trainer; Trainer(**kw)).
@@ -329,12 +356,23 @@ class FileFacts(cst.CSTVisitor):
         for target, paths in self._handed:
             if "trainer" in target.lower() or target in fitted:
                 self.reaching_paths |= paths
-        for _ in range(50):  # until nothing more reaches one (the scan follows every step: leftover_reach.py)
-            before = len(self.reaching_paths)
+        for call, index, value in self._trainer_splats:
+            # Trainer(**settings) whose unknown splats the call's rewrite hands to legacy_trainer_kwargs (or an
+            # earlier run's Trainer(**legacy_trainer_kwargs(settings))): translated at run time. Any other splat
+            # (a dict this file builds, which the rewrite converts where it is built) reaches the Trainer as it is.
+            translated = is_translated(value) or index in self.unknown_splat_args.get(call, [])
+            (self.translated_paths if translated else self.reaching_paths).update(paths_in(value))
+        self._propagate(self.reaching_paths)
+        self._propagate(self.translated_paths)
+
+    def _propagate(self, reaching: set[str]) -> None:
+        """Grow ``reaching`` (paths whose object reaches a Trainer) by what flows into them, until nothing more does
+        (the scan follows every step: leftover_reach.py)."""
+        for _ in range(50):
+            before = len(reaching)
             # What flows into a path that reaches a Trainer reaches it too: an alias's source, a call's function and
             # arguments (settings = make_settings(cfg)), and what a function returns where its result reaches one
             # (Trainer(**make_settings(cfg))) or where it is not called in this file (its caller is elsewhere).
-            reaching = self.reaching_paths
             for target, source in self._aliases:
                 if any(overlaps(path, target) for path in reaching):
                     reaching.add(source)
@@ -364,6 +402,10 @@ class FileFacts(cst.CSTVisitor):
                             reaching |= paths
             if len(reaching) == before:
                 break
+
+    def _resolve_module(self) -> None:
+        """What the module's end decides besides the reach: the resume variables, the strategy variables, and which
+        splats of the Trainer calls are unknown (the reach's seeds read them)."""
         for built, fits in self._resume_groups:
             variable = fresh_name("resume_ckpt_path", self._names)
             self._names.add(variable)
@@ -398,6 +440,8 @@ class FileFacts(cst.CSTVisitor):
     # -- what is assigned, called and declared -------------------------------------------------------------------
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and _is_namespace(node.value):
+            self._followed_namespaces.add(node.value)  # visited before its value
         for target in node.targets:
             value = node.value
             # a, b = f(cfg): each of a and b may hold what f was handed.
@@ -429,12 +473,15 @@ class FileFacts(cst.CSTVisitor):
         trainer-key-unfollowed), followed when the module ends."""
         if written is None:
             return
+        if isinstance(value, cst.Call) and builds_trainer_at_run_time(value):
+            return  # trainer = Trainer.from_argparse_args(args): what it is handed is translated (visit_Call)
         if isinstance(value, cst.Call) and not is_trainer_call(value):
             handed = {p for a in value.args for p in paths_in(a.value)}
             if isinstance(value.func, cst.Attribute):
                 handed |= paths_in(value.func.value)  # x = cfg.copy(): a method may hand back its object
-            if (dotted(value.func) or "").split(".")[-1] in MAPPING_CLASSES:
-                self._flows.append((written, handed))  # Munch({...}) holds the settings: not a trainer
+            if (dotted(value.func) or "").split(".")[-1] in MAPPING_CLASSES or _is_namespace(value):
+                # Munch({...}), Namespace(**cfg) hold the settings: not a trainer (trainer_opt = Namespace(**cfg))
+                self._flows.append((written, handed))
             else:
                 self._handed.append((written, handed))
         elif isinstance(value, (cst.Name, cst.Attribute, cst.Subscript)):
@@ -482,8 +529,19 @@ class FileFacts(cst.CSTVisitor):
         # the positional arguments of a Trainer call, from_argparse_args and hydra's instantiate. A keyword
         # argument of a Trainer call (gpus=config.trainer.gpus) reads one field, which the call's rewrite converts.
         last = func.split(".")[-1]
-        for arg in node.args:
-            if arg.star:
+        translating = builds_trainer_at_run_time(node)
+        for index, arg in enumerate(node.args):
+            if translating:
+                # Trainer.from_argparse_args(args, **kw): every setting it is handed is translated at run time
+                # (trainer_args.from_argparse_args); Namespace(**cfg) handed to it is followed into it.
+                self.translated_paths |= paths_in(arg.value)
+                if _is_namespace(arg.value):
+                    self._followed_namespaces.add(arg.value)
+            elif arg.star and last == "Namespace" and node in self._followed_namespaces:
+                continue  # ns = Namespace(**cfg): cfg reaches what ns reaches (followed by the assignment)
+            elif arg.star == "**" and is_trainer_call(node):
+                self._trainer_splats.append((node, index, arg.value))  # raw or translated: when the module ends
+            elif arg.star:
                 self.reaching_paths |= paths_in(arg.value)
             elif arg.keyword is None and (
                 is_trainer_call(node) or last in _HANDS_TO_TRAINER or last.endswith("Trainer")
@@ -499,8 +557,11 @@ class FileFacts(cst.CSTVisitor):
             isinstance(node.func, cst.Attribute)
             and node.func.attr.value == "fit"
             and isinstance(node.func.value, cst.Call)
+            and not is_trainer_call(node.func.value)
+            and not builds_trainer_at_run_time(node.func.value)
         ):
-            # build(cfg).fit(model): the call's result is a trainer, built from what it was handed.
+            # build(cfg).fit(model): the call's result is a trainer, built from what it was handed (a Trainer call's
+            # own arguments are read above and in _trainer_splats).
             self.reaching_paths |= {p for a in node.func.value.args for p in paths_in(a.value)}
         if isinstance(node.func, (cst.Name, cst.Attribute)):
             slots: list[tuple[int | str | None, set[str]]] = []
@@ -591,6 +652,13 @@ class FileFacts(cst.CSTVisitor):
         ``from_argparse_args`` or ``instantiate``, returned, or handed to a call whose result is a trainer; for
         ``self.opts``, ``other.opts`` too (:func:`attribute_overlaps`)."""
         return any(attribute_overlaps(path, holder) for path in self.reaching_paths)
+
+    def reaches_translation(self, holder: str) -> bool:
+        """Whether settings written into ``holder`` may reach a Trainer through the bundle's translation at run
+        time (``Trainer.from_argparse_args``, a splat the call's rewrite translates), as :meth:`may_reach_trainer`
+        reads a path; settings for which that is the only way need a TODO only for a key the translation refuses
+        (rules.translated_at_run_time)."""
+        return any(attribute_overlaps(path, holder) for path in self.translated_paths)
 
     def assigned(self, node: cst.BaseExpression, scope: Scope) -> list[cst.BaseExpression] | None:
         """What each assignment in its scope gave a name (None for anything else, or a name it cannot follow)."""

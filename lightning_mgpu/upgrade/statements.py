@@ -15,7 +15,7 @@ import libcst as cst
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.checkpoint_prefix import last_name_statement
 from lightning_mgpu.upgrade.context import UpgradeContext
-from lightning_mgpu.upgrade.leftover_spellings import legacy_keys
+from lightning_mgpu.upgrade.leftover_spellings import legacy_items, legacy_keys
 from lightning_mgpu.upgrade.nodes import code as _code
 from lightning_mgpu.upgrade.nodes import quoted as _quoted
 from lightning_mgpu.upgrade.nodes import string as _string
@@ -58,6 +58,14 @@ def leave_simple_statement_line(
     # A class attribute (class C: opts = {...}) is read as self.opts, C.opts, obj.opts: not followed, the TODO stays.
     holder = settings_holder(original)
     if holder is not None and original not in ctx.facts.class_lines and not ctx.facts.may_reach_trainer(holder):
+        # Settings that reach a Trainer only through the bundle's translation at run time (Trainer(**settings)
+        # that the call's rewrite translates, Trainer.from_argparse_args): the keys it translates as 1.x read
+        # them need nothing; a key or value it refuses with a ValueError (resume_from_checkpoint=path) gets a TODO.
+        translated = ctx.facts.reaches_translation(holder)
+        for written in result.nodes if isinstance(result, cst.FlattenSentinel) else [result]:
+            items = legacy_items(written) if translated and isinstance(written, cst.CSTNode) else []
+            for key in dict.fromkeys(k for k, value in items if not rules.translated_at_run_time(k, value)):
+                ctx.todo(original, rules.todo_text("trainer-key-refused", value=repr(key)))
         return result
     for written in result.nodes if isinstance(result, cst.FlattenSentinel) else [result]:
         for key in legacy_keys(written) if isinstance(written, cst.CSTNode) else []:

@@ -441,6 +441,13 @@ def legacy_trainer_kwargs(
                 *(callbacks if isinstance(callbacks, list) else [callbacks]),
                 getattr(bundle_callbacks, name)(),
             ]
+    if params.get("multiple_trainloader_mode") == rules.TRAINLOADER_MODE_DEFAULT:
+        pass  # 1.x's default: 2.x's fit loop combines several training loaders the same way (no argument needed)
+    elif params.get("multiple_trainloader_mode") not in _UNSET:
+        raise ValueError(
+            f"multiple_trainloader_mode={params['multiple_trainloader_mode']!r} is gone: return"
+            f" CombinedLoader(loaders, mode={params['multiple_trainloader_mode']!r}) from train_dataloader"
+        )
     if params.get("resume_from_checkpoint") is not None:
         raise ValueError(
             "resume_from_checkpoint is gone from the Trainer: pass ckpt_path=args.resume_from_checkpoint to trainer.fit"
@@ -452,7 +459,8 @@ def legacy_trainer_kwargs(
         out["max_steps"] = -1  # 1.x's "no limit"
     # Removed flags whose unset values mean nothing, and whose set values have no 2.x Trainer argument.
     for old, rule in {**rules.REMOVED_ARGS, **rules.DROPPED_ARGS}.items():
-        translated = ("tpu_cores", "ipus", *rules.FLAG_CALLBACKS)  # above: accelerator and devices, the callbacks
+        # above: accelerator and devices, the callbacks, the loaders' mode
+        translated = ("tpu_cores", "ipus", *rules.FLAG_CALLBACKS, "multiple_trainloader_mode")
         if params.get(old) not in _UNSET and old not in translated and old not in rules.DROPPED_ARGS:
             raise ValueError(f"--{old}={params[old]!r}: {rules.RULES[rule].todo}")
     return out

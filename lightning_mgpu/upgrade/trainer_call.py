@@ -71,6 +71,13 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
         (a.keyword.value, a.value, a) for a in keywords if a.keyword is not None
     ]
     kept = _left_to_plans(ctx, original, items)
+    # A call whose splats go into legacy_trainer_kwargs (_splats): a setting beside them whose value this tool
+    # cannot read and that the translation reads as 1.x did (progress_bar_refresh_rate=rate, terminate_on_nan=flag)
+    # goes into that translation as a keyword, instead of its TODO.
+    beside = [item for item in kept if item[0] in BESIDE_SPLATS and _literal(item[1]) is ...]
+    if not beside or not _translated_splats(ctx, original, updated):
+        beside = []
+    kept = [item for item in kept if all(item is not other for other in beside)]
     trainer = rewrite_trainer_args(trainer_args(ctx, kept, _translated_keys(stars)))
     plugins = trainer.get("plugins")  # still plugins= after the rewrite: not every value is a strategy
     translated: cst.Arg | None = None
@@ -126,7 +133,7 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
         trainer.remove("resume_from_checkpoint")
         if original not in ctx.facts.resolved_resume:
             trainer.todo("trainer-resume", value=_code(value))  # type: ignore[arg-type]
-    new_stars = _splats(ctx, original, updated, trainer, stars)
+    new_stars = _splats(ctx, original, updated, trainer, stars, beside)
     strategy = trainer.get("strategy")
     if strategy is not None and _string(strategy) in rules.BUNDLE_STRATEGY_NAMES:
         ctx.needs_bundle_import = True
@@ -183,11 +190,28 @@ def _translated_keys(stars: list[cst.Arg]) -> frozenset[str]:
     )
 
 
+#: Settings that legacy_trainer_kwargs reads as 1.x's Trainer did whatever their value: beside splats that go into
+#: the translation, one whose value this tool cannot read goes in with them (trainer_call).
+BESIDE_SPLATS = ("progress_bar_refresh_rate", "weights_summary", *rules.FLAG_CALLBACKS)
+
+
+def _translated_splats(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> bool:
+    """Whether :func:`_splats` hands the call's splats to legacy_trainer_kwargs (every unknown one is a ``**``)."""
+    unknown = ctx.facts.unknown_splat_args.get(original, [])
+    return bool(unknown) and all(i < len(updated.args) and updated.args[i].star == "**" for i in unknown)
+
+
 def _splats(
-    ctx: UpgradeContext, original: cst.Call, updated: cst.Call, trainer: TrainerArgs, stars: list[cst.Arg]
+    ctx: UpgradeContext,
+    original: cst.Call,
+    updated: cst.Call,
+    trainer: TrainerArgs,
+    stars: list[cst.Arg],
+    beside: list[tuple[str, cst.BaseExpression, cst.Arg | None]],
 ) -> list[cst.Arg]:
     """The call's ``*``/``**`` arguments rewritten: a literal dict of settings as a dict, one this tool cannot read
-    translated at run time (its callbacks joined by the call's own ``callbacks=``, taken out of ``trainer``)."""
+    translated at run time (its callbacks joined by the call's own ``callbacks=``, taken out of ``trainer``, and the
+    settings ``beside`` it with it)."""
     # Literal dicts splatted into the call: Trainer(**{"gpus": 2}).
     new_stars = []
     for star in stars:
@@ -197,18 +221,23 @@ def _splats(
                 star = star.with_changes(value=inner)
         new_stars.append(star)
     # Settings splatted from where this tool cannot read them (a config file, a function's **kwargs): 1.x keys
-    # in them are translated at run time (trainer-splat-translated). Two such splats keep the TODO: translated
-    # apart, a 1.x key in one and its 2.x key in the other would no longer meet.
+    # in them are translated at run time (trainer-splat-translated). Two or more such splats are translated
+    # together, legacy_trainer_kwargs(a, **b): a 1.x key in one and its 2.x key in the other still meet, and a key
+    # in both is refused (ValueError) where the 1.x call refused it (TypeError).
     unknown = ctx.facts.unknown_splat_args.get(original, [])
-    if len(unknown) == 1 and unknown[0] < len(updated.args) and updated.args[unknown[0]].star == "**":
-        target = updated.args[unknown[0]]
+    if _translated_splats(ctx, original, updated):
+        target, *more = [updated.args[i] for i in sorted(unknown)]
         callbacks = trainer.get("callbacks")
         trainer.remove("callbacks")  # passed to the translation: a 1.x key's callback joins them there
+        keywords = [(key, value) for key, value, _ in beside]
+        merged = legacy_kwargs_call(ctx, target.value, callbacks, [star.value for star in more], keywords)
         new_stars = [
-            star.with_changes(value=legacy_kwargs_call(ctx, star.value, callbacks)) if star is target else star
+            star.with_changes(value=merged) if star is target else star
             for star in new_stars
+            if not any(star is other for other in more)
         ]
-        trainer.change("trainer-splat-translated", f"Trainer(**{_code(target.value)}) -> legacy_trainer_kwargs")
+        spelled = ", ".join([f"**{_code(star.value)}" for star in [target, *more]] + [key for key, _ in keywords])
+        trainer.change("trainer-splat-translated", f"Trainer({spelled}) -> legacy_trainer_kwargs")
         ctx.add_import("lightning_mgpu.upgrade.trainer_args", "legacy_trainer_kwargs", None)
     elif unknown:
         trainer.todo("trainer-splat", value=_code(original.args[max(unknown)].value))  # the last one
@@ -249,11 +278,18 @@ def literal_conflict(ctx: UpgradeContext, items: list[tuple[str, cst.BaseExpress
 
 
 def legacy_kwargs_call(
-    ctx: UpgradeContext, settings: cst.BaseExpression, callbacks: cst.BaseExpression | None
+    ctx: UpgradeContext,
+    settings: cst.BaseExpression,
+    callbacks: cst.BaseExpression | None,
+    more: list[cst.BaseExpression] | None = None,
+    keywords: list[tuple[str, cst.BaseExpression]] | None = None,
 ) -> cst.Call:
-    """``legacy_trainer_kwargs(settings[, namespace=...][, callbacks=...])``: the file's Lightning tree (for the
-    callbacks a translation adds) where it is not ``lightning.pytorch``, and the call's own ``callbacks=``."""
-    args = [cst.Arg(settings)]
+    """``legacy_trainer_kwargs(settings[, **more...][, key=value...][, namespace=...][, callbacks=...])``: the other
+    settings splatted beside ``settings`` and the call's settings ``keywords`` (translated with them), the file's
+    Lightning tree (for the callbacks a translation adds) where it is not ``lightning.pytorch``, and the call's own
+    ``callbacks=``."""
+    args = [cst.Arg(settings)] + [cst.Arg(value, star="**") for value in more or []]
+    args += [_kwarg(key, value) for key, value in keywords or []]
     if ctx.namespace != "lightning.pytorch":
         args.append(_kwarg("namespace", _quoted(ctx.namespace)))
     if callbacks is not None:

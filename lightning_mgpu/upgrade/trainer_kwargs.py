@@ -91,12 +91,31 @@ class TrainerArgs:
     def note(self, rule: str) -> None:
         self.notes.append(rules.note_text(rule))
 
-    def add_callback(self, call: str, name: str, module: str, replacing: str, bundle: bool = False) -> bool:
+    def add_callback(
+        self,
+        call: str,
+        name: str,
+        module: str,
+        replacing: str,
+        bundle: bool = False,
+        when: cst.BaseExpression | None = None,
+    ) -> bool:
         """Append ``call`` (a callback built from ``name``, imported from ``module`` below the namespace, or below
         the bundle's package for that namespace where ``bundle``) to ``callbacks=``, in ``replacing``'s place; False
-        where ``callbacks=`` is something this tool cannot extend."""
+        where ``callbacks=`` is something this tool cannot extend. ``when``: a condition read at run time, the
+        callback then added as ``*([call] if when else [])``."""
         existing = self.get("callbacks")
-        element = cst.Element(cst.parse_expression(call))
+        element: cst.BaseElement = cst.Element(cst.parse_expression(call))
+        if when is not None:
+            element = cst.StarredElement(
+                cst.IfExp(
+                    test=when,
+                    body=cst.List([element]),
+                    orelse=cst.List([]),
+                    lpar=[cst.LeftParen()],
+                    rpar=[cst.RightParen()],
+                )
+            )
         if existing is None and "callbacks" in self.translated:
             # The call's callbacks are in its **legacy_trainer_kwargs(..., callbacks=...): a second callbacks=
             # would be a duplicate keyword; that list is for a person to extend (as on the run that moved it).

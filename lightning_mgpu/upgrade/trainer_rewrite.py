@@ -40,6 +40,7 @@ def rewrite_trainer_args(args: TrainerArgs) -> TrainerArgs:
             args.change("trainer-renamed-arg", f"{old} -> {new}")
     _checkpoint_callback(args)
     _flag_callbacks(args)
+    _trainloader_mode(args)
     _early_stop_callback(args)
     _weights_summary(args)
     _progress_bar(args)
@@ -117,8 +118,9 @@ def _checkpoint_callback(args: TrainerArgs) -> None:
 
 
 def _flag_callbacks(args: TrainerArgs) -> None:
-    """1.x flags that became one of the bundle's callbacks: True adds it, False (1.x's default) goes; anything else (a
-    variable, callbacks= the tool cannot extend) keeps the flag's TODO (:func:`_dropped_and_removed`)."""
+    """1.x flags that became one of the bundle's callbacks: True adds it, False (1.x's default) goes, a value this tool
+    cannot read adds it when true (``*([C()] if value else [])``); callbacks= the tool cannot extend keeps the flag's
+    TODO (:func:`_dropped_and_removed`)."""
     for flag, name in rules.FLAG_CALLBACKS.items():
         value = args.get(flag)
         literal = _literal(value) if value is not None else None
@@ -128,6 +130,26 @@ def _flag_callbacks(args: TrainerArgs) -> None:
             args.change(rule, f"{flag}=False removed (1.x's default)")
         elif literal is True and args.add_callback(f"{name}()", name, "callbacks", flag, bundle=True):
             args.change(rule, f"{flag}=True -> callbacks=[{name}()]")
+        elif (
+            value is not None
+            and literal is ...
+            and args.add_callback(f"{name}()", name, "callbacks", flag, bundle=True, when=value)
+        ):
+            # A value the tool cannot read (stochastic_weight_avg=config.swa): 1.x tested it for truth when the
+            # Trainer was built, and added the callback where it held; the list does the same at run time.
+            args.change(rule, f"{flag}={_code(value)} -> callbacks=[..., *([{name}()] if {_code(value)} else [])]")
+
+
+def _trainloader_mode(args: TrainerArgs) -> None:
+    """multiple_trainloader_mode="max_size_cycle" (1.x's default) goes: 2.x's fit loop wraps a dict or list of
+    training loaders in CombinedLoader(loaders, "max_size_cycle"), the same batches (the shorter loaders restart until
+    the longest is done; a single loader is not combined in either). Any other value (min_size, a variable) keeps the
+    rule's TODO (:func:`_dropped_and_removed`)."""
+    value = args.get("multiple_trainloader_mode")
+    if value is not None and _literal(value) == rules.TRAINLOADER_MODE_DEFAULT:
+        args.remove("multiple_trainloader_mode")
+        rule = rules.REMOVED_ARGS["multiple_trainloader_mode"]
+        args.change(rule, f"multiple_trainloader_mode={_code(value)} removed (2.x's Trainer combines loaders so)")
 
 
 def _early_stop_callback(args: TrainerArgs) -> None:

@@ -56,6 +56,10 @@ MOVED = (
     "enable_progress_bar",
     "weights_summary",
     "enable_model_summary",
+    # 1.x flags that became one of the bundle's callbacks (rules.FLAG_CALLBACKS): moved with the rest where the call is
+    # translated anyway, so that a value this tool cannot read (terminate_on_nan=opts.nan_check) adds the callback
+    # when it is true, as legacy_trainer_kwargs reads it, instead of leaving the flag's TODO.
+    *rules.FLAG_CALLBACKS,
 )
 
 Item = tuple[str, cst.BaseExpression, "cst.Arg | None"]
@@ -101,7 +105,8 @@ def split(items: Sequence[Item], also: Sequence[str] = ()) -> tuple[list[Item], 
     """``items`` as (the settings that move into the translation, the others). ``callbacks=`` moves with them where
     a moved setting may add a callback (the progress bar's, the model summary's), so that it joins the call's own;
     the keys ``also`` names move too (``plugins=`` that may hold a strategy: trainer_call.py)."""
-    adds_callbacks = any(item[0] in ("progress_bar_refresh_rate", "weights_summary") for item in items)
+    adds = ("progress_bar_refresh_rate", "weights_summary", *rules.FLAG_CALLBACKS)
+    adds_callbacks = any(item[0] in adds for item in items)
     moves = set(MOVED) | set(also) | ({"callbacks"} if adds_callbacks else set())
     return [item for item in items if item[0] in moves], [item for item in items if item[0] not in moves]
 

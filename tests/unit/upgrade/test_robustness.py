@@ -29,7 +29,6 @@ NEIGHBOUR_AFTER = 'other = Trainer(accelerator="gpu", devices=2)\n'
             "trainer-accelerator-unknown",
             "accelerator=(backend)",
         ),
-        ("t = Trainer(**base, **settings[\n    'trainer'\n])\n", "trainer-splat", "Trainer(**settings['trainer'])"),
         (
             "t = Trainer(weights_summary=pick(\n    'full'\n), callbacks=cbs, plugins=[p])\n",
             "trainer-weights-summary",

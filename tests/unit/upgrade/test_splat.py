@@ -1,6 +1,7 @@
 """Settings splatted into a Trainer from where the tool cannot read them (``trainer-splat-translated``): a config
 file's section, a function's ``**kwargs``, an attribute. They become ``legacy_trainer_kwargs(settings)``, which
-translates their 1.x keys when the Trainer is built; two such splats in one call keep the ``trainer-splat`` TODO."""
+translates their 1.x keys when the Trainer is built; two such splats in one call are translated together,
+``legacy_trainer_kwargs(a, **b)``."""
 
 from __future__ import annotations
 
@@ -81,11 +82,35 @@ def test_settings_the_tool_can_follow_or_that_are_translated_already_stay_as_the
         assert upgrade_source(source).source == source
 
 
-def test_two_unreadable_splats_keep_the_todo() -> None:
-    """Translated apart, a 1.x key in one and the 2.x key it maps to in the other would no longer meet."""
-    out = upgrade_source("def main(base, cfg):\n    return Trainer(**base, **cfg.trainer)\n").source
-    assert "TODO(lightning-mgpu:trainer-splat): Trainer(**cfg.trainer) may hold 1.x keys" in out
-    assert "legacy_trainer_kwargs" not in out
+def test_two_unreadable_splats_are_translated_together() -> None:
+    """Translated together, a 1.x key in one and the 2.x key it maps to in the other still meet; the call's own
+    callbacks= goes into the translation as with one splat."""
+    out = upgraded(
+        "def main(base, cfg, cbs):\n    return Trainer(**base, max_epochs=2, callbacks=cbs, **cfg.trainer)\n",
+        no_todo=True,
+        no_unmarked=True,
+    )
+    expected = 'legacy_trainer_kwargs(base, **cfg.trainer, namespace="pytorch_lightning", callbacks=cbs)'
+    assert f"Trainer(max_epochs=2, **{expected})" in out, out
+
+
+def test_two_splats_build_what_1x_built() -> None:
+    """The converted call, run: the two settings dicts meet in one translation (gpus in one, accelerator="ddp" in
+    the other: 1.x's two GPUs under DDP), and a key in both is refused, as 1.x's call refused it (TypeError)."""
+    out = upgraded(
+        "from lightning.pytorch import Trainer\ndef main(opts, extra):\n    return Trainer(**opts, **extra)\n",
+        no_todo=True,
+    )
+    received: dict[str, object] = {}
+    namespace: dict[str, object] = {}
+    exec(compile(out, "<converted>", "exec"), namespace)  # noqa: S102
+    namespace["Trainer"] = lambda **kwargs: received.update(kwargs)
+    namespace["main"]({"gpus": 2, "max_epochs": 3}, {"accelerator": "ddp", "precision": 16})  # type: ignore[operator]
+    assert received == {"accelerator": "gpu", "devices": 2, "strategy": "ddp", "precision": "16-mixed", "max_epochs": 3}
+    with pytest.raises(TypeError):
+        (lambda **kw: kw)(**{"gpus": 1}, **{"gpus": 2})  # 1.x: the same key twice
+    with pytest.raises(ValueError, match="given twice"):
+        namespace["main"]({"gpus": 1}, {"gpus": 2})  # type: ignore[operator]
 
 
 def test_the_converted_call_builds_what_1x_built(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -249,8 +249,8 @@ def engine_settings(cfg):
         (HPARAMS_TO_MODEL, "    other_trainer = make_trainer(knobs)\n"),
         # ... or whose result's fit is called at once.
         (HPARAMS_TO_MODEL, "    make_engine(knobs).fit(net)\n"),
-        # Given by keyword to from_argparse_args.
-        (HPARAMS_TO_MODEL, "    pl.Trainer.from_argparse_args(args=knobs)\n"),
+        # Given by keyword to a from_argparse_args that is no Trainer's (which translates nothing).
+        (HPARAMS_TO_MODEL, "    Frames.from_argparse_args(args=knobs)\n"),
         # A Trainer's settings by keyword (LightningCLI's trainer_defaults, a library's trainer_kwargs).
         (HPARAMS_TO_MODEL, "    LightningCLI(Net, trainer_defaults=knobs)\n"),
         # Positionally to a class named ...Trainer.
@@ -262,12 +262,12 @@ def engine_settings(cfg):
             HPARAMS_TO_MODEL,
             "    kept = {}\n    for key, value in knobs.items():\n        kept[key] = value\n    launch(**kept)\n",
         ),
-        # Handed to a function of the file whose parameter is splatted into a Trainer.
-        (HPARAMS_TO_MODEL, "    start(knobs)\n\n\ndef start(options):\n    pl.Trainer(**options).fit(None)\n"),
+        # Handed to a function of the file whose parameter is splatted into a call of elsewhere.
+        (HPARAMS_TO_MODEL, "    start(knobs)\n\n\ndef start(options):\n    launch(**options).fit(None)\n"),
         # One of the values a call hands back, splatted.
         (HPARAMS_TO_MODEL, "    head, tail = split(knobs)\n    launch(**tail)\n"),
-        # Returned by a function of the file whose result is splatted.
-        (BUILT_AND_SPLATTED, ""),
+        # Returned by a function of the file whose result is splatted into a call of elsewhere.
+        (BUILT_AND_SPLATTED.replace("pl.Trainer(**engine_settings(cfg))", "launch(**engine_settings(cfg))"), ""),
     ],
 )
 def test_settings_that_may_reach_a_trainer_whole_keep_the_todo(source: str, handoff: str) -> None:
@@ -285,9 +285,9 @@ def test_settings_that_may_reach_a_trainer_whole_keep_the_todo(source: str, hand
         # A class attribute, read as self.opts: not followed by either.
         "import pytorch_lightning as pl\n\n\nclass Job:\n    opts = {'gpus': 2}\n\n"
         "    def go(self):\n        return pl.Trainer(**self.opts)\n",
-        # self.opts splatted through another name of the object.
+        # self.opts splatted through another name of the object into a call of elsewhere.
         "import pytorch_lightning as pl\n\n\nclass Job:\n    def __init__(self):\n        self.opts = {'gpus': 2}\n"
-        "\n\ndef go():\n    job = Job()\n    engine = pl.Trainer(**job.opts)\n    engine.fit(None)\n",
+        "\n\ndef go():\n    job = Job()\n    engine = launch(**job.opts)\n    engine.fit(None)\n",
         # A dict handed straight to a call that may build anything from it.
         "import pytorch_lightning as pl\n\n\ndef go(net):\n    engine = build({'gpus': 2})\n    engine.fit(net)\n",
     ],
@@ -296,3 +296,21 @@ def test_settings_the_reach_does_not_follow_keep_the_todo(source: str) -> None:
     out = upgrade_source(source).source
     assert "TODO(lightning-mgpu:trainer-key-unfollowed): 1.x Trainer key 'gpus'" in out, out
     assert "{'gpus': ...}" in scan_keys(out) and unmarked(out) == [], out
+
+
+@pytest.mark.parametrize(
+    ("source", "handoff"),
+    [
+        (HPARAMS_TO_MODEL, "    pl.Trainer.from_argparse_args(args=knobs)\n"),
+        (HPARAMS_TO_MODEL, "    start(knobs)\n\n\ndef start(options):\n    pl.Trainer(**options).fit(None)\n"),
+        (BUILT_AND_SPLATTED, ""),
+    ],
+)
+def test_settings_that_reach_a_trainer_only_translated_need_no_todo_for_gpus(source: str, handoff: str) -> None:
+    """Trainer.from_argparse_args and a splat the tool hands to legacy_trainer_kwargs translate gpus as 1.x read it:
+    no TODO for it (test_trainer_key_translated.py); resume_from_checkpoint, which the translation refuses, keeps
+    one (trainer-key-refused)."""
+    out = upgrade_source(source + handoff).source
+    assert "trainer-key-unfollowed" not in out and "{'gpus': ...}" not in scan_keys(out), out
+    assert ("TODO(lightning-mgpu:trainer-key-refused)" in out) == ("resume_from_checkpoint" in source), out
+    assert upgrade_source(out).source == out and unmarked(out) == [], out
