@@ -259,6 +259,21 @@ _LOADER_COUNTS = {"validation_epoch_end": "num_val_batches", "test_epoch_end": "
 _BATCH_ENDS = {"validation_epoch_end": "on_validation_batch_end", "test_epoch_end": "on_test_batch_end"}
 
 
+def outputs_train_epoch_end(methods: dict[str, cst.FunctionDef]) -> cst.FunctionDef | None:
+    """A module's ``on_train_epoch_end(self, outputs)`` that reads ``outputs``, in a class without
+    ``training_epoch_end``: 1.3 and 1.4 handed such a hook (its parameter named ``outputs``, which they looked for by
+    name) the list they handed ``training_epoch_end``, and collected it for the hook alone where there was no
+    ``training_epoch_end``; 1.5 stopped. It converts as a ``training_epoch_end`` would (its outputs collected by the
+    step). None for any other shape (a callback's takes the trainer first)."""
+    hook = methods.get("on_train_epoch_end")
+    if hook is None or "training_epoch_end" in methods or hook.decorators:
+        return None
+    if _param_names(hook) != ["self", "outputs"] or hook.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+        return None
+    # A super() call in it would reach 2.x's on_train_epoch_end(self), which takes no outputs: not this shape.
+    return hook if _uses_name(hook.body, "outputs") and not _uses_name(hook.body, "super") else None
+
+
 def _loader_param(step: cst.FunctionDef, step_name: str) -> str | None:
     """The parameter 1.x passed the dataloader index in: ``dataloader_idx`` by name, or a validation/test step's
     fourth (``self, batch, batch_idx, idx``). 1.x never passed one to ``training_step`` (several training loaders were
@@ -494,7 +509,9 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
             for member in sorted(family):
                 methods = class_methods(by_name[member])
                 hook, step = methods.get(old), methods.get(step_name)
-                if hook is not None and old in empty_super_hooks(by_name, member):
+                if hook is None and old == "training_epoch_end":
+                    hook = outputs_train_epoch_end(methods)  # 1.3/1.4's on_train_epoch_end(self, outputs)
+                elif hook is not None and old in empty_super_hooks(by_name, member):
                     # its super().<old>(outputs) goes (drop_empty_super_calls): what is left may read nothing
                     hook = class_methods(drop_empty_super_calls(by_name[member], frozenset({old})).node)[old]
                 if (
@@ -603,10 +620,20 @@ def convert_epoch_ends(
         methods = class_methods(result.node)
         hook, step = methods.get(old), methods.get(step_name)
         shape = family.get(old)
+        blocked = shape is None or (step_name == "training_step" and has_optimizer_idx)
+        outputs_hook = outputs_train_epoch_end(methods) if old == "training_epoch_end" else None
+        shown = old  # the method's name in the file, for the findings
+        if hook is None and outputs_hook is not None and not blocked:
+            # Decision: 1.3/1.4's on_train_epoch_end(self, outputs) got what training_epoch_end would have got, at the
+            # same point (no training_epoch_end ran before it): it converts as that hook does. Blocked (several
+            # optimizers, no step returning outputs): its hook-param TODO stays (convert_renamed_hooks).
+            hook = outputs_hook.with_changes(name=cst.Name(old))
+            result.node = replace_method(result.node, "on_train_epoch_end", [hook])
+            methods = class_methods(result.node)
+            shown = "on_train_epoch_end"
         if shape is not None and shape.batch_end:
             # a list of its own: an inherited step converted in its own file collects into self.<step>_outputs
             attr = attr.replace("_step_outputs", "_batch_outputs")
-        blocked = shape is None or (step_name == "training_step" and has_optimizer_idx)
         empty = "{}" if shape is not None and shape.loader_param else "[]"
         if hook is not None and super_only_epoch_end(result.node, hook, old):
             # Decision: it only called LightningModule's own 1.x epoch end, which did nothing; 2.x has none to call.
@@ -695,7 +722,7 @@ def convert_epoch_ends(
             if shape.batch_end:
                 where = f"by {_BATCH_ENDS[old]} (the step is inherited)"
             per_loader = ", per dataloader" if shape.loader_param else ""
-            message = f"{old}(outputs) -> {new}(self), the outputs collected in self.{attr}{per_loader} {where}"
+            message = f"{shown}(outputs) -> {new}(self), the outputs collected in self.{attr}{per_loader} {where}"
         else:
             new_body = hook.body
             message = f"{old}(outputs) -> {new}(self) (outputs was unused)"
@@ -709,7 +736,7 @@ def convert_epoch_ends(
             body=new_body,
         )
         result.node = replace_method(result.node, old, [renamed])
-        result.changes.append((old, "epoch-end", message))
+        result.changes.append((shown, "epoch-end", message))
     return result
 
 
@@ -1079,14 +1106,21 @@ def merge_loop_epoch_hook(cls: cst.ClassDef, old: str, targets: tuple[str, ...])
         existing = methods.get(target)
         if existing is None:
             continue
-        if _param_names(existing) != params or existing.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+        if not _same_leading_params(existing, params):
             return None  # a callback's hook under other parameter names: which value goes where is not known
         block = as_block(existing)
+        if old == "on_epoch_end" and any(own_returns(existing)):
+            # Decision: 1.x ran on_epoch_end after the hook however it returned; a bare return (or return None:
+            # 1.x ignored an epoch hook's value) gets the call before it. Any other return (a value computed, a
+            # return under a finally clause or on a one-line if) stays a TODO.
+            block = _call_before_bare_returns(block, call)
+            if block is None:
+                return None
         body = list(block.body.body)
         if old == "on_epoch_end":
-            if any(own_returns(existing)):
-                return None  # a return before the end would skip what 1.x ran after the hook
-            if len(body) == 1 and m.matches(body[0], m.SimpleStatementLine(body=[m.Pass()])):
+            if _ends_in_return(body):
+                pass  # the call is before that return already
+            elif len(body) == 1 and m.matches(body[0], m.SimpleStatementLine(body=[m.Pass()])):
                 # ``pass`` alone (an epoch end kept empty): the call takes its place and its comments.
                 body = [call.with_changes(leading_lines=body[0].leading_lines)]  # type: ignore[attr-defined]
             else:
@@ -1111,6 +1145,68 @@ def merge_loop_epoch_hook(cls: cst.ClassDef, old: str, targets: tuple[str, ...])
     for target, method in merged.items():
         cls = replace_method(cls, target, [method])
     return cls
+
+
+def _same_leading_params(hook: cst.FunctionDef, params: list[str]) -> bool:
+    """Whether ``hook`` takes ``params`` first, by those names, and only parameters with a default after them (a
+    callback's ``on_train_epoch_end(self, trainer, pl_module, unused=None)``: 2.x passes the first ones, as 1.x did);
+    no ``*args``, no extra parameter named ``outputs`` (1.3/1.4 filled that one: rule hook-param)."""
+    names = _param_names(hook)
+    extra = hook.params.params[len(params) :]
+    return (
+        names[: len(params)] == params
+        and all(p.default is not None and p.name.value != "outputs" for p in extra)
+        and hook.params.star_arg is cst.MaybeSentinel.DEFAULT
+        and not hook.params.kwonly_params
+        and hook.params.star_kwarg is None
+    )
+
+
+def _ends_in_return(body: list[cst.BaseStatement]) -> bool:
+    last = body[-1] if body else None
+    return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return)
+
+
+class _CallBeforeBareReturns(FunctionBodyTransformer):
+    """``return`` / ``return None`` on a line of its own -> ``CALL`` then ``return``, in one function (counted)."""
+
+    def __init__(self, call: cst.BaseStatement) -> None:
+        super().__init__()
+        self.call = call
+        self.done = 0
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if len(updated.body) != 1 or not isinstance(updated.body[0], cst.Return):
+            return updated
+        value = updated.body[0].value
+        if value is not None and not m.matches(value, m.Name("None")):
+            return updated
+        self.done += 1
+        call = self.call.with_changes(leading_lines=updated.leading_lines)  # type: ignore[attr-defined]
+        return cst.FlattenSentinel([call, updated.with_changes(leading_lines=[])])
+
+
+def _call_before_bare_returns(func: cst.FunctionDef, call: cst.BaseStatement) -> cst.FunctionDef | None:
+    """``func`` with ``call`` before each of its own ``return``/``return None``; None where a return is of another
+    kind (a value, a one-line ``if x: return``), or where a ``finally`` clause would run after the call (1.x ran
+    the old hook after it)."""
+    returns = list(own_returns(func))
+    finally_found = False
+
+    class Finally(FunctionBodyVisitor):
+        def visit_Try(self, node: cst.Try) -> None:
+            nonlocal finally_found
+            finally_found = finally_found or node.finalbody is not None
+
+    read_only_visit(func, Finally(func))
+    if finally_found:
+        return None
+    rewrite = _CallBeforeBareReturns(call)
+    new = func.visit(rewrite)
+    assert isinstance(new, cst.FunctionDef)
+    return new if rewrite.done == len(returns) else None
 
 
 #: Renamed hooks 1.x called with no argument on a module, and with (trainer, pl_module) on a callback.

@@ -843,7 +843,9 @@ RULES = _rules(
         " self.<stage>_batch_outputs per dataloader (a None output left out, a list per loader where there are"
         " several, as 1.x kept them), after the base's own hook; not in a Callback's or a DataModule's family, nor"
         " where the family has that hook already. A training epoch end in that shape keeps this TODO (1.x's list"
-        " depended on optimizers the file does not show).",
+        " depended on optimizers the file does not show). A LightningModule's on_train_epoch_end(self, outputs) that"
+        " reads outputs, in a class without training_epoch_end, converts the same way: 1.3 and 1.4 handed it (by"
+        " the parameter's name) the list training_epoch_end would have got.",
     ),
     Rule(
         "progress-bar-dict",
@@ -928,7 +930,8 @@ RULES = _rules(
         " training_step, optimizer_zero_grad, optimizer_step, backward, on_before_optimizer_step, lr_scheduler_step"
         " and configure_gradient_clipping lost optimizer_idx (optimizer_step also"
         " on_tpu, using_native_amp and using_lbfgs, backward its optimizer). The tool drops a parameter the body does"
-        " not use; one it uses is left with this TODO (optimizer_idx in use: the optimizer-idx TODO), but for"
+        " not use; one it uses is left with this TODO (optimizer_idx in use: the optimizer-idx TODO; a module's"
+        " on_train_epoch_end(self, outputs) whose step's outputs can be collected: rule epoch-end), but for"
         " lr_scheduler_step(self, scheduler, optimizer_idx, metric), whose body gets optimizer_idx ="
         " self.trainer.optimizers.index(scheduler.optimizer): what 1.x passed (the index of the scheduler's optimizer"
         " among configure_optimizers', matched with scheduler.optimizer). Likewise on_before_optimizer_step: a"
