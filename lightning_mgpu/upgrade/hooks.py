@@ -524,8 +524,13 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
                     inherited = inherited or member in up[name]
                 if step is not None:
                     steps.append(step)
-            if hooks and not steps and old in _BATCH_ENDS and not inherited:
-                # Decision: the step is inherited from another file (not seen): 2.x hands each evaluation step's
+            # A step that returns no value (a base's ``raise NotImplementedError`` placeholder, a step kept empty)
+            # hands nothing to the epoch end, whatever its subclasses in other files return: not one that shows
+            # what is collected.
+            value_steps = [s for s in steps if any(r.value is not None for r in own_returns(s))]
+            if hooks and not value_steps and old in _BATCH_ENDS and not inherited:
+                # Decision: the step is inherited from another file (not seen), or it returns nothing here (its
+                # subclasses' steps, perhaps in other files, give the outputs): 2.x hands each evaluation step's
                 # output to on_<stage>_batch_end, which collects them as 1.x did (a None output left out, a list
                 # per dataloader where there are several), whatever the step. Not the training stage: there 1.x's
                 # list depended on the optimizers (nested per optimizer, the loss normalised), which the file does
@@ -556,6 +561,44 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
             shapes[old] = HookShape(any(_loss_keyed(h, _param_names(h)[1]) for h in hooks), loader, inherited)
         plan[name] = shapes
     return plan
+
+
+def batch_end_shape(
+    module: cst.CSTNode, cls: cst.ClassDef, methods: dict[str, cst.FunctionDef], old: str
+) -> HookShape | None:
+    """The :class:`HookShape` that collects an evaluation epoch end's outputs in ``on_<stage>_batch_end`` (what
+    2.x hands that hook: the step's output as the loop got it, after a step end LegacyStepEnds runs), for a class
+    that has the epoch end ``old`` and its step itself and no relative in the file (no base and no subclass of the
+    file's: their steps would collect elsewhere), nor the batch-end hook already. None otherwise (training: 1.x's
+    list there depended on the optimizers)."""
+    if old not in _BATCH_ENDS or old not in methods or _BATCH_ENDS[old] in methods:
+        return None
+    if EPOCH_ENDS[old][0] not in methods:
+        return None
+    names: set[str] = set()
+
+    class _Names(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            names.add(node.name.value)
+
+    read_only_visit(module, _Names())
+    if set(_base_names(cls)) & names:
+        return None
+    for other in _classes_of(module):
+        if other is not cls and cls.name.value in _base_names(other):
+            return None
+    return HookShape(False, "dataloader_idx", False, batch_end=True)
+
+
+def _classes_of(module: cst.CSTNode) -> list[cst.ClassDef]:
+    found: list[cst.ClassDef] = []
+
+    class _Classes(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            found.append(node)
+
+    read_only_visit(module, _Classes())
+    return found
 
 
 class _SuperEpochEnd(FunctionBodyTransformer):
@@ -645,6 +688,8 @@ def convert_epoch_ends(
         if hook is None:
             if step is not None and not blocked:  # a relative's hook reads what this step returns
                 assert shape is not None
+                if shape.batch_end:
+                    continue  # on_<stage>_batch_end collects the outputs, not the step
                 result.node = _collect(result.node, step_name, attr, shape, _returns_dict(step))
                 if not shape.inherited:
                     result.node = _ensure_init_attr(result.node, attr, empty)
@@ -654,9 +699,15 @@ def convert_epoch_ends(
                     (step_name, "epoch-end", f"{step_name} collects its outputs in self.{attr} for {new} of a relative")
                 )
             continue
+        # The name the converted hook takes: the 2.x hook's, or where the class has that one already (1.x ran the
+        # epoch end first, then the on_*_epoch_end hook), a private one that the 2.x hook calls first.
+        target, first_in = new, None
         if new in methods:
-            result.todos.append((old, rules.todo_text("hook-conflict", hook=old, new=new)))
-            continue
+            target = _EPOCH_END_KEPT.format(old)
+            if not _runs_first_possible(methods, new, target):
+                result.todos.append((old, rules.todo_text("hook-conflict", hook=old, new=new)))
+                continue
+            first_in = new
         params = _param_names(hook)
         used = len(params) == 2 and _uses_name(hook.body, params[1])
         if _takes_no_outputs(hook):
@@ -664,18 +715,24 @@ def convert_epoch_ends(
             # soon as one batch ran, the evaluation ones always: ``(self)`` alone raised TypeError, so no 1.x run
             # reached its body. What the body does is what the author meant at the end of the epoch: the 2.x hook
             # (nothing collected, the body unchanged).
-            renamed = hook.with_changes(name=cst.Name(new))
+            renamed = hook.with_changes(name=cst.Name(target))
             result.node = replace_method(result.node, old, [renamed])
             result.changes.append(
                 (old, "epoch-end", f"{old}(self) -> {new}(self) (1.x called it with outputs: a TypeError)")
             )
+            if first_in is not None:
+                result.node = _call_first(result.node, first_in, target)
             continue
         if len(params) != 2 or hook.params.star_arg is not cst.MaybeSentinel.DEFAULT:
             result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
             continue
         if used:
             if blocked:
-                result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
+                # Several optimizers: 1.x's nesting of the outputs changed in 1.6 (epoch-end-optimizers says how).
+                if step_name == "training_step" and has_optimizer_idx:
+                    result.todos.append((old, rules.todo_text("epoch-end-optimizers", hook=old, new=new)))
+                else:
+                    result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
                 continue
             assert shape is not None
             hook = as_block(hook)
@@ -690,7 +747,7 @@ def convert_epoch_ends(
                 continue
             hook = handed_on
             result.node = replace_method(result.node, old, [hook])
-            if step is not None:
+            if step is not None and not shape.batch_end:  # (batch_end: on_<stage>_batch_end collects them)
                 result.node = _collect(result.node, step_name, attr, shape, _returns_dict(step))
                 if step_name == "training_step":
                     result.imports.append(("utilities.memory", "recursive_detach"))
@@ -720,7 +777,7 @@ def convert_epoch_ends(
                 result.node = _with_batch_end(result.node, old, _BATCH_ENDS[old], attr)
             where = f"by {step_name}" if step is not None else f"by {step_name} of a relative"
             if shape.batch_end:
-                where = f"by {_BATCH_ENDS[old]} (the step is inherited)"
+                where = f"by {_BATCH_ENDS[old]} (2.x hands it each step's output)"
             per_loader = ", per dataloader" if shape.loader_param else ""
             message = f"{shown}(outputs) -> {new}(self), the outputs collected in self.{attr}{per_loader} {where}"
         else:
@@ -729,15 +786,54 @@ def convert_epoch_ends(
         methods = class_methods(result.node)
         hook = methods[old]
         renamed = hook.with_changes(
-            name=cst.Name(new),
+            name=cst.Name(target),
             params=hook.params.with_changes(
                 params=[hook.params.params[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
             ),
             body=new_body,
         )
         result.node = replace_method(result.node, old, [renamed])
+        if first_in is not None:
+            result.node = _call_first(result.node, first_in, target)
+            message += f"; kept as {target}, which {first_in} calls first (1.x's order)"
         result.changes.append((shown, "epoch-end", message))
     return result
+
+
+#: The name a converted epoch end keeps where the class has the 2.x hook already (``{}``: the 1.x hook's name).
+_EPOCH_END_KEPT = "_{}_1x"
+
+
+def _runs_first_possible(methods: dict[str, cst.FunctionDef], new: str, private: str) -> bool:
+    """Whether the class's own 2.x hook ``new`` can call the converted epoch end, kept as ``private``, first: it is a
+    module's hook (``self`` alone, undecorated: 2.x calls it with nothing) and the private name is free."""
+    return private not in methods and _takes_no_outputs(methods[new])
+
+
+def _call_first(cls: cst.ClassDef, hook: str, private: str) -> cst.ClassDef:
+    """``cls`` with ``self.<private>()`` as the first statement of its method ``hook`` (below a docstring): 1.x ran
+    the epoch end before the ``on_*_epoch_end`` hook, whatever either returned."""
+    func = as_block(class_methods(cls)[hook])
+    assert isinstance(func.body, cst.IndentedBlock)
+    return replace_method(cls, hook, [func.with_changes(body=_insert_first(func.body, f"self.{private}()"))])
+
+
+def _insert_first(block: cst.IndentedBlock, code: str) -> cst.IndentedBlock:
+    """``block`` with the statement ``code`` first (below a docstring; in place of a lone ``pass``)."""
+    body = list(block.body)
+    statement = cst.parse_statement(code)
+    docstring = int(
+        bool(body)
+        and isinstance(body[0], cst.SimpleStatementLine)
+        and isinstance(body[0].body[0], cst.Expr)
+        and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+    rest = body[docstring:]
+    if len(rest) == 1 and m.matches(rest[0], m.SimpleStatementLine(body=[m.Pass()])):
+        body = [*body[:docstring], statement.with_changes(leading_lines=rest[0].leading_lines)]  # type: ignore[attr-defined]
+    else:
+        body.insert(docstring, statement)
+    return block.with_changes(body=body)
 
 
 def _with_batch_end(cls: cst.ClassDef, old: str, batch_end: str, attr: str) -> cst.ClassDef:
@@ -1113,9 +1209,11 @@ def merge_loop_epoch_hook(cls: cst.ClassDef, old: str, targets: tuple[str, ...])
             # Decision: 1.x ran on_epoch_end after the hook however it returned; a bare return (or return None:
             # 1.x ignored an epoch hook's value) gets the call before it. Any other return (a value computed, a
             # return under a finally clause or on a one-line if) stays a TODO.
-            block = _call_before_bare_returns(block, call)
-            if block is None:
+            with_calls = _call_before_bare_returns(block, call)
+            if with_calls is None:
                 return None
+            block = with_calls
+        assert isinstance(block.body, cst.IndentedBlock)
         body = list(block.body.body)
         if old == "on_epoch_end":
             if _ends_in_return(body):
@@ -1184,7 +1282,7 @@ class _CallBeforeBareReturns(FunctionBodyTransformer):
         if value is not None and not m.matches(value, m.Name("None")):
             return updated
         self.done += 1
-        call = self.call.with_changes(leading_lines=updated.leading_lines)  # type: ignore[attr-defined]
+        call = self.call.with_changes(leading_lines=updated.leading_lines)
         return cst.FlattenSentinel([call, updated.with_changes(leading_lines=[])])
 
 
