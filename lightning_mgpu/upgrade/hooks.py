@@ -15,6 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from lightning_mgpu.upgrade import rules
+from lightning_mgpu.upgrade.manual_optimization import HELPER as MANUAL_STEP
 from lightning_mgpu.upgrade.scopes import dotted, literal
 from lightning_mgpu.upgrade.traverse import FunctionBodyTransformer, FunctionBodyVisitor, read_only_visit
 
@@ -729,7 +730,8 @@ def convert_epoch_ends(
         if used:
             if blocked:
                 # Several optimizers: 1.x's nesting of the outputs changed in 1.6 (epoch-end-optimizers says how).
-                if step_name == "training_step" and has_optimizer_idx:
+                # (A second run sees the manual-optimization step the first wrote: the same TODO.)
+                if step_name == "training_step" and (has_optimizer_idx or MANUAL_STEP in methods):
                     result.todos.append((old, rules.todo_text("epoch-end-optimizers", hook=old, new=new)))
                 else:
                     result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))

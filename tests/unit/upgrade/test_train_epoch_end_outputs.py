@@ -79,3 +79,35 @@ def test_several_optimizers_keep_the_todo() -> None:
     )
     out = upgraded(source)
     assert "TODO(lightning-mgpu:hook-param)" in out and "def on_train_epoch_end(self):" not in out
+
+
+PAIRED = """import pytorch_lightning as pl
+import torch
+from torch import nn
+
+
+class Paired(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.left = nn.Linear(2, 1)
+        self.right = nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx, optimizer_idx):
+        net = self.left if optimizer_idx == 0 else self.right
+        return {"loss": net(batch[0]).pow(2).mean(), "side": optimizer_idx}
+
+    def training_epoch_end(self, outputs):
+        self.sides = [[o["side"] for o in per_optimizer] for per_optimizer in outputs]
+
+    def configure_optimizers(self):
+        return [torch.optim.SGD(self.left.parameters(), lr=0.1), torch.optim.SGD(self.right.parameters(), lr=0.1)]
+"""
+
+
+def test_several_optimizers_epoch_end_keeps_its_own_todo_on_a_second_run_too() -> None:
+    # 1.x nested the outputs [optimizer][batch] up to 1.5 and [batch][optimizer] from 1.6: the file does not say
+    # which. upgraded() also runs the tool on its own output: the manual-optimization step it wrote gets the same TODO.
+    out = upgraded(PAIRED)
+    assert out.count("TODO(lightning-mgpu:") == 1
+    assert "TODO(lightning-mgpu:epoch-end-optimizers): training_epoch_end(outputs), several optimizers" in out
+    assert "def _training_step_1x(self, batch, batch_idx, optimizer_index):" in out
