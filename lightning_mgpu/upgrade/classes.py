@@ -20,6 +20,7 @@ from lightning_mgpu.upgrade.findings import Finding
 from lightning_mgpu.upgrade.grad_norm import add_hook
 from lightning_mgpu.upgrade.hooks import (
     ClassResult,
+    batch_end_shape,
     call_before_returns,
     class_methods,
     convert_epoch_ends,
@@ -329,16 +330,26 @@ def step_end_plan(
     # A step that collects its outputs for a converted epoch end in its own body: the collected value must be the
     # step end's result, so the step returns it explicitly (where that is exact; else the TODO stays).
     # (An earlier run's collection: the step appends to self.<step>_outputs itself.)
+    # (An epoch end whose outputs on_<stage>_batch_end collects gets what the loop got: the mixin's result.)
     collected = {
         h
         for h in candidates
         if h.removesuffix("_end") in methods
         and (
-            _STEP_END_EPOCH[h] in epoch_ends
+            (_STEP_END_EPOCH[h] in epoch_ends and not epoch_ends[_STEP_END_EPOCH[h]].batch_end)
             or f"self.{h.removesuffix('_end')}_outputs" in cst.Module(body=[methods[h.removesuffix("_end")]]).code
         )
     }
     plan = {h: EXPLICIT for h in collected if explicit_ok(h, candidates[h])}
+    if not plan and not per_sample and "LegacyStepEnds" not in bases:
+        for hook in sorted(collected):
+            # Decision: where the step cannot return its step end's result (an abstract class, a subclass in the
+            # file, dp/ddp2), an evaluation epoch end of the class's own takes its outputs from on_<stage>_batch_end
+            # instead, which 2.x calls with what the loop got: the step end's result under LegacyStepEnds.
+            shape = batch_end_shape(module, node, methods, _STEP_END_EPOCH[hook])
+            if shape is not None and not explicit_ok(hook, candidates[hook]):
+                ctx.epoch_ends.setdefault(node.name.value, {})[_STEP_END_EPOCH[hook]] = shape
+                collected.discard(hook)
     # A step already returning its kept step end (per-sample, or an earlier run's explicit rewrite).
     returned = bool(per_sample) or (
         "LegacyStepEnds" not in bases and any(f"_{h}_1x" in methods for h in rules.STEP_END_HOOKS)
@@ -359,6 +370,13 @@ def step_end_plan(
             func = methods.get(hook)
             if func is not None and hook not in plan and reduce_only(func) and _takes_one_output(func):
                 plan[hook] = MIXIN
+                # Its epoch end, collected in the step, would get the step's output, not the reduced one 1.x
+                # handed it: on_<stage>_batch_end collects what the loop got instead, where it can.
+                shape = epoch_ends.get(_STEP_END_EPOCH[hook])
+                if shape is not None and not shape.batch_end:
+                    switched = batch_end_shape(module, node, methods, _STEP_END_EPOCH[hook])
+                    if switched is not None:
+                        ctx.epoch_ends.setdefault(node.name.value, {})[_STEP_END_EPOCH[hook]] = switched
     return plan
 
 

@@ -15,6 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from lightning_mgpu.upgrade import rules
+from lightning_mgpu.upgrade.manual_optimization import HELPER as MANUAL_STEP
 from lightning_mgpu.upgrade.scopes import dotted, literal
 from lightning_mgpu.upgrade.traverse import FunctionBodyTransformer, FunctionBodyVisitor, read_only_visit
 
@@ -259,6 +260,21 @@ _LOADER_COUNTS = {"validation_epoch_end": "num_val_batches", "test_epoch_end": "
 _BATCH_ENDS = {"validation_epoch_end": "on_validation_batch_end", "test_epoch_end": "on_test_batch_end"}
 
 
+def outputs_train_epoch_end(methods: dict[str, cst.FunctionDef]) -> cst.FunctionDef | None:
+    """A module's ``on_train_epoch_end(self, outputs)`` that reads ``outputs``, in a class without
+    ``training_epoch_end``: 1.3 and 1.4 handed such a hook (its parameter named ``outputs``, which they looked for by
+    name) the list they handed ``training_epoch_end``, and collected it for the hook alone where there was no
+    ``training_epoch_end``; 1.5 stopped. It converts as a ``training_epoch_end`` would (its outputs collected by the
+    step). None for any other shape (a callback's takes the trainer first)."""
+    hook = methods.get("on_train_epoch_end")
+    if hook is None or "training_epoch_end" in methods or hook.decorators:
+        return None
+    if _param_names(hook) != ["self", "outputs"] or hook.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+        return None
+    # A super() call in it would reach 2.x's on_train_epoch_end(self), which takes no outputs: not this shape.
+    return hook if _uses_name(hook.body, "outputs") and not _uses_name(hook.body, "super") else None
+
+
 def _loader_param(step: cst.FunctionDef, step_name: str) -> str | None:
     """The parameter 1.x passed the dataloader index in: ``dataloader_idx`` by name, or a validation/test step's
     fourth (``self, batch, batch_idx, idx``). 1.x never passed one to ``training_step`` (several training loaders were
@@ -494,7 +510,9 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
             for member in sorted(family):
                 methods = class_methods(by_name[member])
                 hook, step = methods.get(old), methods.get(step_name)
-                if hook is not None and old in empty_super_hooks(by_name, member):
+                if hook is None and old == "training_epoch_end":
+                    hook = outputs_train_epoch_end(methods)  # 1.3/1.4's on_train_epoch_end(self, outputs)
+                elif hook is not None and old in empty_super_hooks(by_name, member):
                     # its super().<old>(outputs) goes (drop_empty_super_calls): what is left may read nothing
                     hook = class_methods(drop_empty_super_calls(by_name[member], frozenset({old})).node)[old]
                 if (
@@ -507,8 +525,13 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
                     inherited = inherited or member in up[name]
                 if step is not None:
                     steps.append(step)
-            if hooks and not steps and old in _BATCH_ENDS and not inherited:
-                # Decision: the step is inherited from another file (not seen): 2.x hands each evaluation step's
+            # A step that returns no value (a base's ``raise NotImplementedError`` placeholder, a step kept empty)
+            # hands nothing to the epoch end, whatever its subclasses in other files return: not one that shows
+            # what is collected.
+            value_steps = [s for s in steps if any(r.value is not None for r in own_returns(s))]
+            if hooks and not value_steps and old in _BATCH_ENDS and not inherited:
+                # Decision: the step is inherited from another file (not seen), or it returns nothing here (its
+                # subclasses' steps, perhaps in other files, give the outputs): 2.x hands each evaluation step's
                 # output to on_<stage>_batch_end, which collects them as 1.x did (a None output left out, a list
                 # per dataloader where there are several), whatever the step. Not the training stage: there 1.x's
                 # list depended on the optimizers (nested per optimizer, the loss normalised), which the file does
@@ -539,6 +562,44 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
             shapes[old] = HookShape(any(_loss_keyed(h, _param_names(h)[1]) for h in hooks), loader, inherited)
         plan[name] = shapes
     return plan
+
+
+def batch_end_shape(
+    module: cst.CSTNode, cls: cst.ClassDef, methods: dict[str, cst.FunctionDef], old: str
+) -> HookShape | None:
+    """The :class:`HookShape` that collects an evaluation epoch end's outputs in ``on_<stage>_batch_end`` (what
+    2.x hands that hook: the step's output as the loop got it, after a step end LegacyStepEnds runs), for a class
+    that has the epoch end ``old`` and its step itself and no relative in the file (no base and no subclass of the
+    file's: their steps would collect elsewhere), nor the batch-end hook already. None otherwise (training: 1.x's
+    list there depended on the optimizers)."""
+    if old not in _BATCH_ENDS or old not in methods or _BATCH_ENDS[old] in methods:
+        return None
+    if EPOCH_ENDS[old][0] not in methods:
+        return None
+    names: set[str] = set()
+
+    class _Names(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            names.add(node.name.value)
+
+    read_only_visit(module, _Names())
+    if set(_base_names(cls)) & names:
+        return None
+    for other in _classes_of(module):
+        if other is not cls and cls.name.value in _base_names(other):
+            return None
+    return HookShape(False, "dataloader_idx", False, batch_end=True)
+
+
+def _classes_of(module: cst.CSTNode) -> list[cst.ClassDef]:
+    found: list[cst.ClassDef] = []
+
+    class _Classes(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            found.append(node)
+
+    read_only_visit(module, _Classes())
+    return found
 
 
 class _SuperEpochEnd(FunctionBodyTransformer):
@@ -603,10 +664,20 @@ def convert_epoch_ends(
         methods = class_methods(result.node)
         hook, step = methods.get(old), methods.get(step_name)
         shape = family.get(old)
+        blocked = shape is None or (step_name == "training_step" and has_optimizer_idx)
+        outputs_hook = outputs_train_epoch_end(methods) if old == "training_epoch_end" else None
+        shown = old  # the method's name in the file, for the findings
+        if hook is None and outputs_hook is not None and not blocked:
+            # Decision: 1.3/1.4's on_train_epoch_end(self, outputs) got what training_epoch_end would have got, at the
+            # same point (no training_epoch_end ran before it): it converts as that hook does. Blocked (several
+            # optimizers, no step returning outputs): its hook-param TODO stays (convert_renamed_hooks).
+            hook = outputs_hook.with_changes(name=cst.Name(old))
+            result.node = replace_method(result.node, "on_train_epoch_end", [hook])
+            methods = class_methods(result.node)
+            shown = "on_train_epoch_end"
         if shape is not None and shape.batch_end:
             # a list of its own: an inherited step converted in its own file collects into self.<step>_outputs
             attr = attr.replace("_step_outputs", "_batch_outputs")
-        blocked = shape is None or (step_name == "training_step" and has_optimizer_idx)
         empty = "{}" if shape is not None and shape.loader_param else "[]"
         if hook is not None and super_only_epoch_end(result.node, hook, old):
             # Decision: it only called LightningModule's own 1.x epoch end, which did nothing; 2.x has none to call.
@@ -620,6 +691,8 @@ def convert_epoch_ends(
             # run's collection, or the author's own 2.x one) collects already: a second append would double it.
             if step is not None and not blocked and not _writes_attr(step, attr):
                 assert shape is not None
+                if shape.batch_end:
+                    continue  # on_<stage>_batch_end collects the outputs, not the step
                 result.node = _collect(result.node, step_name, attr, shape, _returns_dict(step))
                 if not shape.inherited:
                     result.node = _ensure_init_attr(result.node, attr, empty)
@@ -629,9 +702,15 @@ def convert_epoch_ends(
                     (step_name, "epoch-end", f"{step_name} collects its outputs in self.{attr} for {new} of a relative")
                 )
             continue
+        # The name the converted hook takes: the 2.x hook's, or where the class has that one already (1.x ran the
+        # epoch end first, then the on_*_epoch_end hook), a private one that the 2.x hook calls first.
+        target, first_in = new, None
         if new in methods:
-            result.todos.append((old, rules.todo_text("hook-conflict", hook=old, new=new)))
-            continue
+            target = _EPOCH_END_KEPT.format(old)
+            if not _runs_first_possible(methods, new, target):
+                result.todos.append((old, rules.todo_text("hook-conflict", hook=old, new=new)))
+                continue
+            first_in = new
         params = _param_names(hook)
         used = len(params) == 2 and _uses_name(hook.body, params[1])
         if _takes_no_outputs(hook):
@@ -639,18 +718,25 @@ def convert_epoch_ends(
             # soon as one batch ran, the evaluation ones always: ``(self)`` alone raised TypeError, so no 1.x run
             # reached its body. What the body does is what the author meant at the end of the epoch: the 2.x hook
             # (nothing collected, the body unchanged).
-            renamed = hook.with_changes(name=cst.Name(new))
+            renamed = hook.with_changes(name=cst.Name(target))
             result.node = replace_method(result.node, old, [renamed])
             result.changes.append(
                 (old, "epoch-end", f"{old}(self) -> {new}(self) (1.x called it with outputs: a TypeError)")
             )
+            if first_in is not None:
+                result.node = _call_first(result.node, first_in, target)
             continue
         if len(params) != 2 or hook.params.star_arg is not cst.MaybeSentinel.DEFAULT:
             result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
             continue
         if used:
             if blocked:
-                result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
+                # Several optimizers: 1.x's nesting of the outputs changed in 1.6 (epoch-end-optimizers says how).
+                # (A second run sees the manual-optimization step the first wrote: the same TODO.)
+                if step_name == "training_step" and (has_optimizer_idx or MANUAL_STEP in methods):
+                    result.todos.append((old, rules.todo_text("epoch-end-optimizers", hook=old, new=new)))
+                else:
+                    result.todos.append((old, rules.todo_text("epoch-end", hook=old, new=new)))
                 continue
             assert shape is not None
             hook = as_block(hook)
@@ -665,7 +751,7 @@ def convert_epoch_ends(
                 continue
             hook = handed_on
             result.node = replace_method(result.node, old, [hook])
-            if step is not None:
+            if step is not None and not shape.batch_end:  # (batch_end: on_<stage>_batch_end collects them)
                 result.node = _collect(result.node, step_name, attr, shape, _returns_dict(step))
                 if step_name == "training_step":
                     result.imports.append(("utilities.memory", "recursive_detach"))
@@ -695,24 +781,63 @@ def convert_epoch_ends(
                 result.node = _with_batch_end(result.node, old, _BATCH_ENDS[old], attr)
             where = f"by {step_name}" if step is not None else f"by {step_name} of a relative"
             if shape.batch_end:
-                where = f"by {_BATCH_ENDS[old]} (the step is inherited)"
+                where = f"by {_BATCH_ENDS[old]} (2.x hands it each step's output)"
             per_loader = ", per dataloader" if shape.loader_param else ""
-            message = f"{old}(outputs) -> {new}(self), the outputs collected in self.{attr}{per_loader} {where}"
+            message = f"{shown}(outputs) -> {new}(self), the outputs collected in self.{attr}{per_loader} {where}"
         else:
             new_body = hook.body
             message = f"{old}(outputs) -> {new}(self) (outputs was unused)"
         methods = class_methods(result.node)
         hook = methods[old]
         renamed = hook.with_changes(
-            name=cst.Name(new),
+            name=cst.Name(target),
             params=hook.params.with_changes(
                 params=[hook.params.params[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
             ),
             body=new_body,
         )
         result.node = replace_method(result.node, old, [renamed])
-        result.changes.append((old, "epoch-end", message))
+        if first_in is not None:
+            result.node = _call_first(result.node, first_in, target)
+            message += f"; kept as {target}, which {first_in} calls first (1.x's order)"
+        result.changes.append((shown, "epoch-end", message))
     return result
+
+
+#: The name a converted epoch end keeps where the class has the 2.x hook already (``{}``: the 1.x hook's name).
+_EPOCH_END_KEPT = "_{}_1x"
+
+
+def _runs_first_possible(methods: dict[str, cst.FunctionDef], new: str, private: str) -> bool:
+    """Whether the class's own 2.x hook ``new`` can call the converted epoch end, kept as ``private``, first: it is a
+    module's hook (``self`` alone, undecorated: 2.x calls it with nothing) and the private name is free."""
+    return private not in methods and _takes_no_outputs(methods[new])
+
+
+def _call_first(cls: cst.ClassDef, hook: str, private: str) -> cst.ClassDef:
+    """``cls`` with ``self.<private>()`` as the first statement of its method ``hook`` (below a docstring): 1.x ran
+    the epoch end before the ``on_*_epoch_end`` hook, whatever either returned."""
+    func = as_block(class_methods(cls)[hook])
+    assert isinstance(func.body, cst.IndentedBlock)
+    return replace_method(cls, hook, [func.with_changes(body=_insert_first(func.body, f"self.{private}()"))])
+
+
+def _insert_first(block: cst.IndentedBlock, code: str) -> cst.IndentedBlock:
+    """``block`` with the statement ``code`` first (below a docstring; in place of a lone ``pass``)."""
+    body = list(block.body)
+    statement = cst.parse_statement(code)
+    docstring = int(
+        bool(body)
+        and isinstance(body[0], cst.SimpleStatementLine)
+        and isinstance(body[0].body[0], cst.Expr)
+        and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+    rest = body[docstring:]
+    if len(rest) == 1 and m.matches(rest[0], m.SimpleStatementLine(body=[m.Pass()])):
+        body = [*body[:docstring], statement.with_changes(leading_lines=rest[0].leading_lines)]  # type: ignore[attr-defined]
+    else:
+        body.insert(docstring, statement)
+    return block.with_changes(body=body)
 
 
 def _with_batch_end(cls: cst.ClassDef, old: str, batch_end: str, attr: str) -> cst.ClassDef:
@@ -1086,14 +1211,23 @@ def merge_loop_epoch_hook(cls: cst.ClassDef, old: str, targets: tuple[str, ...])
         existing = methods.get(target)
         if existing is None:
             continue
-        if _param_names(existing) != params or existing.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+        if not _same_leading_params(existing, params):
             return None  # a callback's hook under other parameter names: which value goes where is not known
         block = as_block(existing)
+        if old == "on_epoch_end" and any(own_returns(existing)):
+            # Decision: 1.x ran on_epoch_end after the hook however it returned; a bare return (or return None:
+            # 1.x ignored an epoch hook's value) gets the call before it. Any other return (a value computed, a
+            # return under a finally clause or on a one-line if) stays a TODO.
+            with_calls = _call_before_bare_returns(block, call)
+            if with_calls is None:
+                return None
+            block = with_calls
+        assert isinstance(block.body, cst.IndentedBlock)
         body = list(block.body.body)
         if old == "on_epoch_end":
-            if any(own_returns(existing)):
-                return None  # a return before the end would skip what 1.x ran after the hook
-            if len(body) == 1 and m.matches(body[0], m.SimpleStatementLine(body=[m.Pass()])):
+            if _ends_in_return(body):
+                pass  # the call is before that return already
+            elif len(body) == 1 and m.matches(body[0], m.SimpleStatementLine(body=[m.Pass()])):
                 # ``pass`` alone (an epoch end kept empty): the call takes its place and its comments.
                 body = [call.with_changes(leading_lines=body[0].leading_lines)]  # type: ignore[attr-defined]
             else:
@@ -1118,6 +1252,68 @@ def merge_loop_epoch_hook(cls: cst.ClassDef, old: str, targets: tuple[str, ...])
     for target, method in merged.items():
         cls = replace_method(cls, target, [method])
     return cls
+
+
+def _same_leading_params(hook: cst.FunctionDef, params: list[str]) -> bool:
+    """Whether ``hook`` takes ``params`` first, by those names, and only parameters with a default after them (a
+    callback's ``on_train_epoch_end(self, trainer, pl_module, unused=None)``: 2.x passes the first ones, as 1.x did);
+    no ``*args``, no extra parameter named ``outputs`` (1.3/1.4 filled that one: rule hook-param)."""
+    names = _param_names(hook)
+    extra = hook.params.params[len(params) :]
+    return (
+        names[: len(params)] == params
+        and all(p.default is not None and p.name.value != "outputs" for p in extra)
+        and hook.params.star_arg is cst.MaybeSentinel.DEFAULT
+        and not hook.params.kwonly_params
+        and hook.params.star_kwarg is None
+    )
+
+
+def _ends_in_return(body: list[cst.BaseStatement]) -> bool:
+    last = body[-1] if body else None
+    return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return)
+
+
+class _CallBeforeBareReturns(FunctionBodyTransformer):
+    """``return`` / ``return None`` on a line of its own -> ``CALL`` then ``return``, in one function (counted)."""
+
+    def __init__(self, call: cst.BaseStatement) -> None:
+        super().__init__()
+        self.call = call
+        self.done = 0
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if len(updated.body) != 1 or not isinstance(updated.body[0], cst.Return):
+            return updated
+        value = updated.body[0].value
+        if value is not None and not m.matches(value, m.Name("None")):
+            return updated
+        self.done += 1
+        call = self.call.with_changes(leading_lines=updated.leading_lines)
+        return cst.FlattenSentinel([call, updated.with_changes(leading_lines=[])])
+
+
+def _call_before_bare_returns(func: cst.FunctionDef, call: cst.BaseStatement) -> cst.FunctionDef | None:
+    """``func`` with ``call`` before each of its own ``return``/``return None``; None where a return is of another
+    kind (a value, a one-line ``if x: return``), or where a ``finally`` clause would run after the call (1.x ran
+    the old hook after it)."""
+    returns = list(own_returns(func))
+    finally_found = False
+
+    class Finally(FunctionBodyVisitor):
+        def visit_Try(self, node: cst.Try) -> None:
+            nonlocal finally_found
+            finally_found = finally_found or node.finalbody is not None
+
+    read_only_visit(func, Finally(func))
+    if finally_found:
+        return None
+    rewrite = _CallBeforeBareReturns(call)
+    new = func.visit(rewrite)
+    assert isinstance(new, cst.FunctionDef)
+    return new if rewrite.done == len(returns) else None
 
 
 #: Renamed hooks 1.x called with no argument on a module, and with (trainer, pl_module) on a callback.

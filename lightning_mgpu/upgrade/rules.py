@@ -861,8 +861,12 @@ RULES = _rules(
         " replicas' gathered outputs instead (a step without one: 1.9's DataParallel mean). Where the step collects"
         " its outputs for a converted epoch end, the step returns self._<step>_end_1x(X) instead (the list holds"
         " what the hook gave), only where the hook always returns a value, the file shows no dp/ddp2, the class is"
-        " not abstract and no class of the file subclasses it. Elsewhere (a base's hook called through super(),"
-        " several optimizers, other parameters) this TODO stays.",
+        " not abstract and no class of the file subclasses it. Where it cannot, an evaluation epoch end of the"
+        " class's own (no base or subclass of it in the file, no on_<stage>_batch_end of its own) gets its outputs"
+        " from on_validation_batch_end/on_test_batch_end instead, which 2.x calls with what the loop got (the"
+        " hook's result under LegacyStepEnds); so does the epoch end of a reduce-only hook kept beside the mixin."
+        " A step that predict_step calls gets no step end (1.x's predict loop called none). Elsewhere (a base's"
+        " hook called through super(), several optimizers, other parameters) this TODO stays.",
     ),
     Rule(
         "epoch-end",
@@ -884,7 +888,24 @@ RULES = _rules(
         " self.<stage>_batch_outputs per dataloader (a None output left out, a list per loader where there are"
         " several, as 1.x kept them), after the base's own hook; not in a Callback's or a DataModule's family, nor"
         " where the family has that hook already. A training epoch end in that shape keeps this TODO (1.x's list"
-        " depended on optimizers the file does not show).",
+        " depended on optimizers the file does not show). The same batch-end collection serves an evaluation epoch"
+        " end whose family's steps return nothing in the file (a base's raise NotImplementedError placeholder:"
+        " the subclasses' steps give the outputs). A LightningModule's on_train_epoch_end(self, outputs) that"
+        " reads outputs, in a class without training_epoch_end, converts the same way: 1.3 and 1.4 handed it (by"
+        " the parameter's name) the list training_epoch_end would have got. An epoch end in a class that has its"
+        " on_*_epoch_end hook already is kept as _<hook>_1x, converted, and that hook calls it first (1.x's order).",
+    ),
+    Rule(
+        "epoch-end-optimizers",
+        "{hook}(outputs), several optimizers: collect them by hand",
+        "With several optimizers (training_step(..., optimizer_idx)) 1.x handed training_epoch_end its outputs"
+        " nested by optimizer and batch, in an order that changed: outputs[optimizer][batch] up to 1.5,"
+        " outputs[batch][optimizer] from 1.6 (each entry the step's dict with its loss detached, {'loss': loss} for"
+        " a bare tensor; a dimension of one squeezed away). Which one a body reads depends on the 1.x the script ran"
+        " under, which the file does not say, so the tool does not collect them. training_step becomes manual"
+        " optimization (rule manual-optimization), whose loop calls _training_step_1x once per optimizer: append"
+        " recursive_detach(output) there in the layout the body indexes (self.training_step_outputs[optimizer_index]"
+        " for 1.5's), read the list in on_train_epoch_end(self) and empty it.",
     ),
     Rule(
         "progress-bar-dict",
@@ -960,7 +981,14 @@ RULES = _rules(
     Rule(
         "hook-conflict",
         "{hook} became {new}, already defined here: merge them",
-        "A removed hook maps to a hook that the class already has; the tool does not merge bodies.",
+        "A removed hook maps to a hook that the class already has. The tool merges them where 1.x's order is known"
+        " and the merge is exact: on_epoch_start/on_epoch_end (rule renamed-hook: kept as _on_epoch_*_1x, called"
+        " first/last by each loop's 2.x hook, before each bare return of an end hook too; a callback's hook may take"
+        " extra parameters with defaults), and a 1.x epoch end beside its on_*_epoch_end (rule epoch-end: converted,"
+        " kept as _<hook>_1x, and called first by the on_*_epoch_end hook, where that takes self alone). Elsewhere"
+        " (another signature, a return with a value or under a finally clause, a private name taken, on_batch_*"
+        " beside on_train_batch_*, on_keyboard_interrupt beside on_exception) merge them by hand: 1.x ran the epoch"
+        " end, then on_*_epoch_end, then on_epoch_end; on_epoch_start before on_*_epoch_start.",
     ),
     Rule(
         "hook-param",
@@ -969,7 +997,8 @@ RULES = _rules(
         " training_step, optimizer_zero_grad, optimizer_step, backward, on_before_optimizer_step, lr_scheduler_step"
         " and configure_gradient_clipping lost optimizer_idx (optimizer_step also"
         " on_tpu, using_native_amp and using_lbfgs, backward its optimizer). The tool drops a parameter the body does"
-        " not use; one it uses is left with this TODO (optimizer_idx in use: the optimizer-idx TODO), but for"
+        " not use; one it uses is left with this TODO (optimizer_idx in use: the optimizer-idx TODO; a module's"
+        " on_train_epoch_end(self, outputs) whose step's outputs can be collected: rule epoch-end), but for"
         " lr_scheduler_step(self, scheduler, optimizer_idx, metric), whose body gets optimizer_idx ="
         " self.trainer.optimizers.index(scheduler.optimizer): what 1.x passed (the index of the scheduler's optimizer"
         " among configure_optimizers', matched with scheduler.optimizer). Likewise on_before_optimizer_step: a"
@@ -997,8 +1026,13 @@ RULES = _rules(
     ),
     Rule(
         "init-hooks",
-        "{hook} is never called in 2.x: move it to __init__ or setup()",
-        "Callback.on_init_start/on_init_end ran while the Trainer was built; 2.x removed them.",
+        "{hook} is never called in 2.x: run it where the Trainer is built",
+        "A Callback's on_init_start(trainer)/on_init_end(trainer) ran inside Trainer(...) (1.x up to 1.7: on_init_start"
+        " before the Trainer set itself up, on_init_end once it had), once per Trainer built with the callback; 2.x"
+        " removed them and never calls them. Nothing in 2.x runs at that point: call the body yourself right before"
+        " (on_init_start) or after (on_init_end) the Trainer(...) call that gets the callback, or move it to the"
+        " callback's __init__ or setup(trainer, pl_module, stage) where running it later (at fit/validate/test start,"
+        " once per stage) gives the same result.",
     ),
     Rule(
         "hparams-assign",

@@ -15,7 +15,8 @@ does what 1.x's loops did:
   (``__init_subclass__``), so that the outermost step call made while a Trainer runs the module hands its output to
   ``_<step>_end_1x`` and returns what that gives (the step's output where it gives ``None``). A step that calls
   another step (``test_step`` returning ``self.validation_step(...)``, a subclass's ``super().training_step(...)``)
-  gets one step end, its own, as in 1.x; a step called outside a Trainer gets none, as in 1.x;
+  gets one step end, its own, as in 1.x; a step called outside a Trainer, or by ``predict_step`` while the Trainer
+  predicts, gets none, as in 1.x;
 - under this bundle's ``dp`` and ``ddp2`` (the strategies that call ``combine_replica_outputs``) the wrapper leaves the
   output alone and :meth:`LegacyStepEnds.combine_replica_outputs` applies the step end to the replicas' gathered
   outputs, as 1.x's DataParallel did; a step without a step end gets 1.9's DataParallel reduction there (the mean of
@@ -90,8 +91,10 @@ def _after_step(step_name: str, step: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             self.__dict__[_DEPTH] = depth
         # Decision: only the outermost step call, made while a Trainer runs the module, gets the step end (1.x's loop
-        # called it once, after the step it ran); under dp/ddp2 combine_replica_outputs applies it instead.
-        if depth or getattr(self, "_trainer", None) is None or combines_replicas(self):
+        # called it once, after the step it ran); under dp/ddp2 combine_replica_outputs applies it instead. A step
+        # that predict_step calls (predict_step is not wrapped) gets none: 1.x's predict loop called no step end.
+        trainer = getattr(self, "_trainer", None)
+        if depth or trainer is None or getattr(trainer, "predicting", False) or combines_replicas(self):
             return output
         return step_end_1x(self, step_name, output)
 

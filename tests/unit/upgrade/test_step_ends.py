@@ -184,21 +184,55 @@ def test_the_epoch_end_collects_what_the_step_end_returned(tmp_path) -> None:
     assert [e for e, _ in model.epoch_scores[0]] == pytest.approx(expected)
 
 
-def test_a_collected_step_end_keeps_its_todo_where_the_file_runs_dp() -> None:
-    """Under dp 1.x passed the hook the replicas' gathered outputs; the explicit rewrite would give it each replica's
-    chunk: the TODO stays."""
-    out = upgraded(RANKER + '\ntrainer = pl.Trainer(gpus=2, accelerator="dp")\n')
+@pytest.mark.parametrize("strategy", ["auto", "dp"])
+def test_a_collected_step_end_where_the_file_runs_dp_feeds_the_epoch_end_from_the_batch_end(
+    strategy: str, tmp_path
+) -> None:
+    """Under dp 1.x passed the hook the replicas' gathered outputs, so the step cannot return it (it would see each
+    replica's chunk): LegacyStepEnds applies it (combine_replica_outputs under dp) and on_validation_batch_end
+    collects what the loop got, the step end's result, for the epoch end."""
+    out = upgraded(RANKER + '\ntrainer = pl.Trainer(gpus=2, accelerator="dp")\n', no_todo=True)
+    assert "class Ranker(pl.LightningModule, LegacyStepEnds):" in out
+    assert "def on_validation_batch_end(self, outputs, batch, batch_idx, dataloader_idx=0):" in out
+    assert "validation_step_outputs" not in out
+    model = _module(out.split("\ntrainer = ")[0], "Ranker")
+    _trainer(tmp_path, strategy=strategy).validate(model, _loader(batches=2), verbose=False)
+    assert [n for _, n in model.epoch_scores[0]] == [4, 4]  # the step end's dicts, one per batch
+    import torch
+
+    with torch.no_grad():
+        expected = [float((model.layer(x).squeeze(-1) - y).abs().mean()) for x, y in _loader(batches=2)]
+    assert [e for e, _ in model.epoch_scores[0]] == pytest.approx(expected)
+
+
+def test_a_collected_step_end_keeps_its_todo_where_neither_way_is_exact() -> None:
+    """dp in the file (the step cannot return the hook's result) and a class with on_validation_batch_end already
+    (the batch end cannot collect): the TODO stays."""
+    source = RANKER.replace(
+        "    def configure_optimizers",
+        "    def on_validation_batch_end(self, outputs, batch, batch_idx, dataloader_idx=0):\n"
+        "        pass\n\n    def configure_optimizers",
+    )
+    out = upgraded(source + '\ntrainer = pl.Trainer(gpus=2, accelerator="dp")\n')
     assert rules.todo_text("step-end", hook="validation_step_end") in out
     assert "def validation_step_end(self, outputs):" in out
 
 
-def test_a_collected_step_end_that_may_return_none_keeps_its_todo() -> None:
+@pytest.mark.parametrize(("size", "keys"), [(4, ["err"]), (5, ["err", "n"])])
+def test_a_collected_step_end_that_may_return_none_feeds_the_epoch_end_from_the_batch_end(
+    size: int, keys: list[str], tmp_path
+) -> None:
+    """A step end that may return None (1.x then kept the step's own output) cannot be returned by the step: under
+    LegacyStepEnds the loop gets 1.x's value, and on_validation_batch_end collects it for the epoch end."""
     source = RANKER.replace(
         '        return {"err": outputs["err"].mean(), "n": len(outputs["err"])}\n',
-        '        if len(outputs["err"]) > 1:\n            return {"err": outputs["err"].mean(), "n": 2}\n',
-    )
-    out = upgraded(source)
-    assert rules.todo_text("step-end", hook="validation_step_end") in out
+        '        if len(outputs["err"]) > 4:\n            return {"err": outputs["err"].mean(), "n": 2}\n',
+    ).replace('[(float(o["err"]), o["n"]) for o in outputs]', "[sorted(o) for o in outputs]")
+    out = upgraded(source, no_todo=True)
+    assert "def on_validation_batch_end(" in out and "LegacyStepEnds):" in out
+    model = _module(out, "Ranker")
+    _trainer(tmp_path).validate(model, _loader(batches=2, size=size), verbose=False)
+    assert model.epoch_scores[0] == [keys, keys]
 
 
 def test_a_subclass_of_a_converted_base_gets_the_step_end_on_its_own_step(tmp_path) -> None:

@@ -12,6 +12,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade.leftovers import leftovers, unmarked
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.tiny import tiny_module
 
 TODO = "TODO(lightning-mgpu:trainer-key-unfollowed)"
 
@@ -191,20 +192,9 @@ def main(epochs, resume, root, net, loader, done):
 def test_the_converted_config_trains_and_resumes_as_1x_did(tmp_path) -> None:
     """Run on Lightning 2.x: the config's gpus=0 is the CPU, as in 1.x, and its resume_from_checkpoint, read by the
     converted call, resumes the fit: the keys left in the config need no edit."""
-    pl = pytest.importorskip("pytorch_lightning")
+    pytest.importorskip("pytorch_lightning")
     import torch
     from torch.utils.data import DataLoader, TensorDataset
-
-    class Tiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(3, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.layer(batch[0]).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
 
     result = upgrade_source(RUNNABLE_CONFIG)
     assert TODO not in result.source and unmarked(result.source) == [], result.source
@@ -213,11 +203,11 @@ def test_the_converted_config_trains_and_resumes_as_1x_did(tmp_path) -> None:
     main = namespace["main"]
     loader = DataLoader(TensorDataset(torch.randn(12, 3)), batch_size=4)
     done: list = []
-    main(1, None, tmp_path / "a", Tiny(), loader, done)  # type: ignore[operator]
+    main(1, None, tmp_path / "a", tiny_module("pytorch_lightning"), loader, done)  # type: ignore[operator]
     first = done[-1]
     assert first.global_step == 3 and type(first.accelerator).__name__ == "CPUAccelerator"  # gpus=0: the CPU
     first.save_checkpoint(tmp_path / "last.ckpt")
-    main(2, str(tmp_path / "last.ckpt"), tmp_path / "b", Tiny(), loader, done)  # type: ignore[operator]
+    main(2, str(tmp_path / "last.ckpt"), tmp_path / "b", tiny_module("pytorch_lightning"), loader, done)  # type: ignore[operator]
     assert done[-1].global_step == 6 and done[-1].current_epoch == 2  # one more epoch on top of the first
 
 

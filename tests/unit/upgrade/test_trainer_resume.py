@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.tiny import tiny_module
 from tests.helpers.upgrade_check import upgraded
 
 BRANCHES = """import os
@@ -44,31 +45,20 @@ def test_only_the_construction_that_resumed_passes_its_checkpoint() -> None:
 def test_the_converted_branches_resume_as_1x_did(tmp_path) -> None:
     """Run on Lightning 2.x: the first run trains one epoch from scratch (before the fix its fit named ``last``,
     unbound there: NameError); the resumed run continues from that checkpoint; the frozen one starts again."""
-    pl = pytest.importorskip("pytorch_lightning")
+    pytest.importorskip("pytorch_lightning")
     import torch
     from torch.utils.data import DataLoader, TensorDataset
-
-    class Tiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(3, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.layer(batch[0]).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
 
     namespace: dict[str, object] = {}
     exec(compile(upgraded(BRANCHES, no_todo=True, no_unmarked=True), "<converted>", "exec"), namespace)  # noqa: S102
     run = namespace["run"]
     loader = DataLoader(TensorDataset(torch.randn(12, 3)), batch_size=4)
-    first = run(Tiny(), loader, tmp_path / "a")  # type: ignore[operator]
+    first = run(tiny_module("pytorch_lightning"), loader, tmp_path / "a")  # type: ignore[operator]
     assert first.global_step == 3
     first.save_checkpoint(tmp_path / "last.ckpt")
-    resumed = run(Tiny(), loader, tmp_path / "b", resume_dir=str(tmp_path))  # type: ignore[operator]
+    resumed = run(tiny_module("pytorch_lightning"), loader, tmp_path / "b", resume_dir=str(tmp_path))  # type: ignore[operator]
     assert resumed.global_step == 6 and resumed.current_epoch == 2  # one more epoch on top of the first
-    fresh = run(Tiny(), loader, tmp_path / "c", resume_dir=str(tmp_path), frozen=True)  # type: ignore[operator]
+    fresh = run(tiny_module("pytorch_lightning"), loader, tmp_path / "c", resume_dir=str(tmp_path), frozen=True)  # type: ignore[operator]
     assert fresh.global_step == 6 and fresh.current_epoch == 2  # two epochs of its own: no checkpoint read
 
 
