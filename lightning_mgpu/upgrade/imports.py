@@ -95,7 +95,8 @@ def leave_import_from(
         if results and ctx.result_plan.every_mention and all(a.asname is None for a in results):
             # every use of the names is a constructor the class rewrite takes (result_objects.py): the names go
             others = [a for a in aliases if all(a is not r for r in results)]
-            ctx.change(original, "result-object-log", "TrainResult/EvalResult import removed (self.log instead)")
+            why = "self.log instead" if ctx.result_plan.calls else "the file never uses it"
+            ctx.change(original, "result-object-log", f"TrainResult/EvalResult import removed ({why})")
             if not others:
                 return cst.RemoveFromParent()
             others[-1] = others[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)

@@ -260,7 +260,8 @@ def class_plans(cls: cst.ClassDef) -> dict[str, _MethodPlan | None]:
 @dataclass(frozen=True)
 class ResultPlan:
     """For the whole file: the constructor calls (ids) the class rewrite takes, and whether it takes every mention
-    of the two classes (then ``from pytorch_lightning import TrainResult`` goes too)."""
+    of the two classes (then ``from pytorch_lightning import TrainResult`` goes too; also where nothing but the
+    import names them)."""
 
     calls: frozenset[int] = frozenset()
     every_mention: bool = False
@@ -293,7 +294,8 @@ def plan(module: cst.Module) -> ResultPlan:
             mentions += node.value in RESULT_CLASSES
 
     read_only_visit(module, Finder())
-    return ResultPlan(frozenset(calls), bool(calls) and mentions == len(calls), frozenset(methods))
+    # Decision: a file that only imports the classes (never names them again) loses the import too: nothing read it.
+    return ResultPlan(frozenset(calls), mentions == len(calls), frozenset(methods))
 
 
 # -- the rewrite -----------------------------------------------------------------------------------------------------

@@ -163,3 +163,25 @@ def test_pytorch_lightning_is_not_needed_by_the_analysis_of_a_plain_class() -> N
     source = "class Plain:\n    def training_step(self, loss):\n        r = TrainResult(loss)\n        return r\n"
     out = upgraded(source)
     assert "r = TrainResult(loss)" in out and "TODO(lightning-mgpu:result-object)" in out
+
+
+def test_an_import_nothing_reads_goes() -> None:
+    # A 1.0 script kept importing TrainResult after its steps moved to self.log; 2.x has no such name, and nothing
+    # in the file reads it.
+    source = (
+        "from pytorch_lightning import LightningModule, TrainResult, seed_everything\n\n\n"
+        "class Graph(LightningModule):\n"
+        "    def training_step(self, batch, batch_idx):\n"
+        "        loss = self.criterion(batch)\n"
+        "        self.log('train_loss', loss)\n"
+        "        return loss\n"
+    )
+    out = upgraded(source, no_todo=True, no_unmarked=True)
+    assert out.startswith("from pytorch_lightning import LightningModule, seed_everything\n")
+    # Named once more (here in a type annotation), it is read: the TODO stays.
+    kept = upgraded(
+        source.replace(
+            "def training_step(self, batch, batch_idx):", "def training_step(self, batch, batch_idx) -> TrainResult:"
+        )
+    )
+    assert rules.TODO_TAG + "result-object)" in kept
