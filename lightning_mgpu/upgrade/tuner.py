@@ -331,23 +331,31 @@ def tune_plan(module: cst.Module) -> TunePlan:
     """Where a Trainer's ``auto_lr_find=`` / ``auto_scale_batch_size=`` can go, read from the whole file.
 
     A Trainer assigned once to a local name: where each ``name.tune(...)`` of its function is a statement of its own
-    with arguments a Tuner method takes, the flags move there (``tunes``); where the function never calls
-    ``name.tune()`` and the name is only ever used as ``name.<attribute>`` there (not returned, passed on or stored,
-    not read by a nested function), nothing could run them and they are dropped (``unused``; at module level only in
-    a script that runs the trainer there, since another module may import a trainer and tune it).
+    with arguments a Tuner method takes, the flags move there (``tunes``). A Trainer assigned to a local name (once,
+    or in several plain assignments: one per branch of an if): where the function never calls ``name.tune()`` and the
+    name is only ever assigned or used as ``name.<attribute>`` there (not returned, passed on or stored, not read by a
+    nested function), nothing could run them and they are dropped (``unused``; at module level only in a script that
+    runs the trainer there, since another module may import a trainer and tune it).
     """
     facts = _TuneFacts()
     read_only_visit(module, facts)
     plan = TunePlan()
     for scope, name, call in facts.trainers:
-        if len(facts.assigns.get((scope, name), [])) != 1 or facts.nested_uses(scope, name):
+        if facts.nested_uses(scope, name):
             continue
+        assigned = facts.assigns.get((scope, name), [])
+        # The name's stores: its plain assignments (a parameter of the same name is bound by no use of it).
+        stores = sum(1 for value in assigned if not (isinstance(value, cst.Name) and value.value == "__parameter__"))
         attributes = facts.attributes.get((scope, name), [])
         tunes = facts.tunes.get((scope, name), [])
-        only_attributes = facts.uses.get((scope, name), 0) == 1 + len(attributes)  # the assignment, then x.attr
+        # Every use of the name is one of its plain assignments or an attribute read off it (x.fit, x.logger): the
+        # object never leaves the scope. Several assignments (trainer = Trainer(...) in each branch of an if) are
+        # fine for dropping the flags: no binding of the name reaches a tune() or anything outside.
+        only_attributes = facts.uses.get((scope, name), 0) == stores + len(attributes)
         if tunes:
             if (
-                only_attributes
+                len(assigned) == 1
+                and only_attributes
                 and attributes.count("tune") == len(tunes)
                 and not set(attributes) & (_READS_FLAGS - {"tune"})
                 and ("tuner" not in attributes or "auto_scale_batch_size" not in _flag_values(call))

@@ -306,3 +306,36 @@ def test_a_flag_that_is_a_comparison_names_no_attribute() -> None:
         "    trainer.fit(model, datamodule=data)\n"
     )
     assert "    if cfg.lr == 0:\n        Tuner(trainer).lr_find(model, datamodule=data)\n" in out, out
+
+
+def test_flags_of_a_trainer_assigned_in_each_branch_are_dropped_where_nothing_tunes_it() -> None:
+    """A script (a real file's shape) builds its trainer in each branch of an if, with the flags on, and only fits
+    it: 1.x's fit() never read them, and no binding of the name reaches a tune() or leaves the script."""
+    out = upgraded(
+        "import pytorch_lightning as pl\n"
+        "if __name__ == '__main__':\n"
+        "    if settings.fresh:\n"
+        "        runner = pl.Trainer(max_epochs=4, auto_lr_find=True, auto_scale_batch_size='binsearch')\n"
+        "        runner.fit(net, data)\n"
+        "    else:\n"
+        "        runner = pl.Trainer(auto_scale_batch_size='binsearch', benchmark=True)\n"
+        "        runner.fit(net, data)\n"
+    )
+    assert "runner = pl.Trainer(max_epochs=4)" in out and "runner = pl.Trainer(benchmark=True)" in out, out
+    assert out.count("NOTE(lightning-mgpu:tuner-flags-unused)") == 2
+    assert "TODO" not in out and unmarked(out) == []
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "        runner = pl.Trainer(max_epochs=1)\n    runner.tune(net)\n",  # a tune() any binding may reach
+        "        runner = pl.Trainer(max_epochs=1)\n    keep(runner)\n",  # handed on
+    ],
+)
+def test_flags_stay_where_another_binding_of_the_name_is_tuned_or_handed_on(other: str) -> None:
+    out = upgraded(
+        "import pytorch_lightning as pl\ndef run(net, fresh):\n"
+        "    if fresh:\n        runner = pl.Trainer(auto_lr_find=True)\n    else:\n" + other
+    )
+    assert "TODO(lightning-mgpu:trainer-auto-lr-find)" in out, out
