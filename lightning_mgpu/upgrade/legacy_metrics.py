@@ -10,7 +10,8 @@ as torchmetrics 0.10.3 did and compute what it computed (checked against figures
 - **accuracy** (0.10's defaults: ``average="micro"``, ``threshold=0.5``, ``subset_accuracy=False``): the share of
   correct labels. Multiclass (``preds`` of shape ``(N, C, ...)`` beside ``target`` ``(N, ...)``): the arg-max
   label; float ``preds`` of ``target``'s shape (binary, multilabel): ``preds >= threshold``; integer ``preds``:
-  as they are. Every element of ``target`` counts once.
+  as they are. Every element of ``target`` counts once. With ``top_k=k`` (multiclass float ``preds`` only, as 0.10
+  required: ``k`` below the class count ``C``) a label is right where it is among the ``k`` highest scores.
 - **AUROC**: without ``num_classes`` 0.10 took binary inputs only (1-D scores, 0/1 targets): torchmetrics'
   ``binary_auroc``.
 
@@ -27,15 +28,43 @@ from torchmetrics import Metric
 from torchmetrics.functional.classification import binary_auroc
 
 
-def accuracy_counts(preds: torch.Tensor, target: torch.Tensor, threshold: float = 0.5) -> tuple[torch.Tensor, int]:
+def accuracy_counts(
+    preds: torch.Tensor, target: torch.Tensor, threshold: float = 0.5, top_k: int | None = None
+) -> tuple[torch.Tensor, int]:
     """``(correct, total)`` of one batch, read as torchmetrics 0.10's ``accuracy`` read it (module docstring).
 
+    Args:
+        preds: scores or labels.
+        target: integer labels.
+        threshold: a float prediction at or above it is label 1 (binary and multilabel inputs).
+        top_k: a multiclass label is right where it is among the ``top_k`` highest scores (None: the arg-max).
+
+    Returns:
+        The number of right labels and the number of labels.
+
     Raises:
-        ValueError: shapes 0.10 refused too (neither equal nor ``preds`` one dimension more), or a float ``target``.
+        ValueError: shapes 0.10 refused too (neither equal nor ``preds`` one dimension more), a float ``target``, or
+            a ``top_k`` 0.10 refused (not multiclass float scores, not below the class count); multilabel scores with
+            ``top_k`` (0.10 marked each sample's ``k`` highest labels: pass ``task="multilabel"`` and ``top_k``).
     """
     if target.is_floating_point():
         raise ValueError(f"accuracy: target must hold integer labels, got {target.dtype}: pass target.long()")
-    if preds.ndim == target.ndim + 1 and preds.shape[:1] + preds.shape[2:] == target.shape:
+    multiclass = preds.ndim == target.ndim + 1 and preds.shape[:1] + preds.shape[2:] == target.shape
+    if top_k is not None:
+        # 0.10's _check_top_k: only multiclass probabilities or logits, and fewer than the C scores of a sample.
+        if not multiclass or not preds.is_floating_point():
+            raise ValueError(
+                f"accuracy: top_k={top_k} needs multiclass float scores (N, C, ...) beside labels (N, ...), got preds"
+                f" {tuple(preds.shape)} {preds.dtype} and target {tuple(target.shape)}: pass task= to torchmetrics'"
+                " Accuracy"
+            )
+        if not isinstance(top_k, int) or not 0 < top_k < preds.shape[1]:
+            raise ValueError(f"accuracy: top_k={top_k!r} must be an integer from 1 to C - 1 = {preds.shape[1] - 1}")
+        # 0.10 marked each sample's top_k highest scores and counted a true positive where the label is marked
+        # (tp / (tp + fn), every label once): the label is among the top_k indices along the class dimension.
+        hits = (preds.topk(top_k, dim=1).indices == target.unsqueeze(1)).any(dim=1)
+        return hits.sum(), target.numel()
+    if multiclass:
         labels = preds.argmax(dim=1)
     elif preds.shape == target.shape:
         labels = (preds >= threshold).to(target.dtype) if preds.is_floating_point() else preds
@@ -47,9 +76,21 @@ def accuracy_counts(preds: torch.Tensor, target: torch.Tensor, threshold: float 
     return (labels == target).sum(), target.numel()
 
 
-def legacy_accuracy(preds: torch.Tensor, target: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
-    """torchmetrics 0.10's ``accuracy(preds, target)``: the task read off the inputs (module docstring)."""
-    correct, total = accuracy_counts(preds, target, threshold)
+def legacy_accuracy(
+    preds: torch.Tensor, target: torch.Tensor, threshold: float = 0.5, top_k: int | None = None
+) -> torch.Tensor:
+    """torchmetrics 0.10's ``accuracy(preds, target)``: the task read off the inputs (module docstring).
+
+    Args:
+        preds: scores or labels.
+        target: integer labels.
+        threshold: a float prediction at or above it is label 1 (binary and multilabel inputs).
+        top_k: a multiclass label is right where it is among the ``top_k`` highest scores (None: the arg-max).
+
+    Returns:
+        The share of right labels (a 0-dimensional float tensor).
+    """
+    correct, total = accuracy_counts(preds, target, threshold, top_k)
     return correct.float() / total
 
 
@@ -75,25 +116,33 @@ class LegacyAccuracy(Metric):
 
     Args:
         threshold: a float prediction at or above it is label 1 (binary and multilabel inputs).
+        top_k: a multiclass label is right where it is among the ``top_k`` highest scores (None: the arg-max).
         kwargs: torchmetrics' ``Metric`` options (``dist_sync_on_step``, ...).
     """
 
     is_differentiable = False
     higher_is_better = True
     full_state_update = False
-    correct: torch.Tensor
-    total: torch.Tensor
 
-    def __init__(self, threshold: float = 0.5, **kwargs: Any) -> None:
+    def __init__(self, threshold: float = 0.5, top_k: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.threshold = threshold
-        self.add_state("correct", default=torch.tensor(0), dist_reduce_fx="sum")
-        self.add_state("total", default=torch.tensor(0), dist_reduce_fx="sum")
+        self.top_k = top_k
+        # The states are named after the settings: a MetricCollection shares one state between metrics whose states
+        # hold equal names and values after their first update (its compute groups), so LegacyAccuracy(top_k=1) and
+        # LegacyAccuracy(top_k=5) that happened to count the same first batch alike would be merged for good.
+        # Differently named states are never merged. The default settings keep the plain names.
+        suffix = "" if top_k is None else f"_top{top_k}"
+        if threshold != 0.5:
+            suffix += "_at" + str(float(threshold)).replace(".", "_").replace("-", "minus")
+        self._correct, self._total = "correct" + suffix, "total" + suffix
+        self.add_state(self._correct, default=torch.tensor(0), dist_reduce_fx="sum")
+        self.add_state(self._total, default=torch.tensor(0), dist_reduce_fx="sum")
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        correct, total = accuracy_counts(preds, target, self.threshold)
-        self.correct += correct
-        self.total += total
+        correct, total = accuracy_counts(preds, target, self.threshold, self.top_k)
+        setattr(self, self._correct, getattr(self, self._correct) + correct)
+        setattr(self, self._total, getattr(self, self._total) + total)
 
     def compute(self) -> torch.Tensor:
-        return self.correct.float() / self.total
+        return getattr(self, self._correct).float() / getattr(self, self._total)

@@ -1061,7 +1061,8 @@ RULES.update(
             " Where the file names no class count, Accuracy() becomes LegacyAccuracy(), accuracy(preds, target)"
             " legacy_accuracy(preds, target) and auroc(preds, target) legacy_auroc(preds, target), from"
             " lightning_mgpu.upgrade.legacy_metrics: they read the inputs as torchmetrics 0.10.3 did and compute what"
-            " it computed (micro accuracy; binary AUROC, the only one 0.10 took without num_classes). Other keywords,"
+            " it computed (micro accuracy, top_k= on multiclass scores included; binary AUROC, the only one 0.10 took"
+            " without num_classes). Other keywords,"
             " and other metrics, keep the metrics-task TODO. To fix the task, pass task= to torchmetrics' own metric.",
             kind="rewrite",
         ),

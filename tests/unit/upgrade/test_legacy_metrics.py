@@ -102,3 +102,52 @@ def test_inputs_0_10_could_not_read_are_refused_in_one_line() -> None:
         legacy_accuracy(torch.rand(4, 3), torch.zeros(5, dtype=torch.long))
     with pytest.raises(ValueError, match="target must hold integer labels"):
         legacy_accuracy(torch.rand(4), torch.rand(4))
+
+
+# -- top_k: 0.10's accuracy(preds, target, top_k=k) on multiclass scores --------------------------------------------
+
+
+def test_top_k_counts_a_label_among_the_k_highest_scores() -> None:
+    """By hand: 0.10 marked each sample's k highest scores and counted tp / (tp + fn), every label once."""
+    scores = torch.tensor([[0.1, 0.5, 0.4], [0.7, 0.2, 0.1], [0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
+    labels = torch.tensor([2, 1, 0, 0])
+    assert legacy_accuracy(scores, labels, top_k=1).item() == pytest.approx(1 / 4)  # only the last one
+    assert legacy_accuracy(scores, labels, top_k=2).item() == pytest.approx(3 / 4)  # the third misses
+    assert legacy_accuracy(scores, labels, top_k=None).item() == legacy_accuracy(scores, labels, top_k=1).item()
+
+
+@pytest.mark.parametrize("name", ["multiclass_logits", "multiclass_probs", "multidim_multiclass"])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_top_k_is_torchmetrics_micro_multiclass_top_k(name: str, k: int) -> None:
+    """What 0.10 computed is torchmetrics' own micro multiclass accuracy with top_k (the 2.x spelling with the class
+    count written out), batch by batch and over the epoch."""
+    from torchmetrics.classification import MulticlassAccuracy
+
+    preds, target = _tensors(name)
+    ours, theirs = LegacyAccuracy(top_k=k), MulticlassAccuracy(num_classes=4, top_k=k, average="micro")
+    for i in range(0, len(preds), 16):
+        batch = preds[i : i + 16], target[i : i + 16]
+        assert ours(*batch).item() == pytest.approx(theirs(*batch).item(), rel=1e-6)
+    assert ours.compute().item() == pytest.approx(theirs.compute().item(), rel=1e-6)
+
+
+def test_top_k_refuses_what_0_10_refused() -> None:
+    with pytest.raises(ValueError, match="needs multiclass float scores"):
+        legacy_accuracy(*_tensors("binary_probs"), top_k=1)  # 0.10: "can not use top_k with binary data"
+    with pytest.raises(ValueError, match="needs multiclass float scores"):
+        legacy_accuracy(*_tensors("int_labels"), top_k=1)  # 0.10: "you do not have probability predictions"
+    with pytest.raises(ValueError, match="from 1 to C - 1 = 3"):
+        legacy_accuracy(*_tensors("multiclass_probs"), top_k=4)  # 0.10: strictly smaller than C
+
+
+def test_two_top_k_accuracies_in_a_collection_keep_their_own_counts() -> None:
+    """A MetricCollection merges metrics whose states are equal after the first update (compute groups): top-1 and
+    top-3 that count a first batch alike must still count the next batches apart."""
+    from torchmetrics import MetricCollection
+
+    both = MetricCollection({"top1": LegacyAccuracy(top_k=1), "top3": LegacyAccuracy(top_k=3)})
+    scores = torch.tensor([[0.9, 0.05, 0.03, 0.02], [0.1, 0.6, 0.2, 0.1]])
+    both.update(scores, torch.tensor([0, 1]))  # both right twice: equal counts
+    both.update(scores, torch.tensor([2, 3]))  # top-1 wrong twice, top-3 right once (label 2 of the first)
+    result = both.compute()
+    assert result["top1"].item() == pytest.approx(2 / 4) and result["top3"].item() == pytest.approx(3 / 4)
