@@ -66,8 +66,8 @@ def test_code_cells_convert_and_everything_else_stays(colab: Path, capsys: pytes
     timed = source(new_cells[6])
     assert timed.startswith("%%time\n") and timed.endswith("trainer.fit(model, train_loader, val_loader)")
     assert (
-        'trainer = pl.Trainer(accelerator="gpu", devices=1, max_epochs=3, callbacks=[TQDMProgressBar(refresh_rate=20)])'
-        in timed.splitlines()
+        'trainer = pl.Trainer(accelerator="gpu", devices=1, max_epochs=3,'
+        " callbacks=[TrackGradNorm(2), TQDMProgressBar(refresh_rate=20)])" in timed.splitlines()
     )
     dp = source(new_cells[10]).splitlines()
     assert dp[2:] == [
@@ -79,7 +79,7 @@ def test_code_cells_convert_and_everything_else_stays(colab: Path, capsys: pytes
     assert new_cells[8] == old_cells[8]
     assert f"{colab}:cell 9: does not parse (line 1: expected ':'); the cell is left as it was" in err
     # Findings carry the cell (counting every cell from 1) and the line in it.
-    assert f"{colab}:cell 7:3: TODO(lightning-mgpu:trainer-track-grad-norm): track_grad_norm is gone" in err
+    assert f"{colab}:cell 7:3: track_grad_norm=2 -> callbacks=[TrackGradNorm(2)] [track-grad-norm-callback]" in err
     assert f"{colab}:cell 5:4: self.hparams = ... -> self.save_hyperparameters(...)" in err
     assert "1 of 1 file(s) changed" in err
 

@@ -92,6 +92,7 @@ REWRITES = {
         "import pytorch_lightning as pl\nclass M(pl.LightningModule):\n    def training_step(self, batch, i):\n"
         "        return batch\nt = pl.Trainer(track_grad_norm=2)\n"
     ),
+    "track-grad-norm-callback": "import pytorch_lightning as pl\nt = pl.Trainer(track_grad_norm=2)\n",
 }
 
 
