@@ -262,6 +262,12 @@ INFERRED = {
     "Accuracy": ("LegacyAccuracy", 0, frozenset({"threshold", "top_k", "dist_sync_on_step"})),
     "accuracy": ("legacy_accuracy", 2, frozenset({"threshold", "top_k"})),
     "auroc": ("legacy_auroc", 2, frozenset()),
+    "Precision": ("LegacyPrecision", 0, frozenset({"threshold", "dist_sync_on_step"})),
+    "Recall": ("LegacyRecall", 0, frozenset({"threshold", "dist_sync_on_step"})),
+    "F1Score": ("LegacyF1Score", 0, frozenset({"threshold", "dist_sync_on_step"})),
+    "precision": ("legacy_precision", 2, frozenset({"threshold"})),
+    "recall": ("legacy_recall", 2, frozenset({"threshold"})),
+    "f1_score": ("legacy_f1_score", 2, frozenset({"threshold"})),
 }
 
 

@@ -1062,9 +1062,12 @@ RULES.update(
             "a stand-in that reads the task off the inputs as torchmetrics <= 0.10 did",
             "torchmetrics >= 0.11 needs task= where 1.x inferred binary, multiclass or multilabel from the inputs."
             " Where the file names no class count, Accuracy() becomes LegacyAccuracy(), accuracy(preds, target)"
-            " legacy_accuracy(preds, target) and auroc(preds, target) legacy_auroc(preds, target), from"
+            " legacy_accuracy(preds, target) and auroc(preds, target) legacy_auroc(preds, target), Precision(),"
+            " Recall() and F1Score() (F1() before torchmetrics 0.7) LegacyPrecision(), LegacyRecall() and"
+            " LegacyF1Score(), and their functions legacy_precision, legacy_recall and legacy_f1_score, from"
             " lightning_mgpu.upgrade.legacy_metrics: they read the inputs as torchmetrics 0.10.3 did and compute what"
-            " it computed (micro accuracy, top_k= on multiclass scores included; binary AUROC, the only one 0.10 took"
+            " it computed (micro accuracy, top_k= on multiclass scores included; micro precision, recall and F1:"
+            " binary, multilabel, or multiclass where they equal the accuracy; binary AUROC, the only one 0.10 took"
             " without num_classes). Other keywords,"
             " and other metrics, keep the metrics-task TODO. To fix the task, pass task= to torchmetrics' own metric.",
             kind="rewrite",

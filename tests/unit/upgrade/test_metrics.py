@@ -81,7 +81,8 @@ def test_no_count_or_a_curve_gets_the_stand_in_that_infers_the_task() -> None:
         "a = torchmetrics.Accuracy(top_k=2)\nb = accuracy(p, t, top_k=2)\nc = auroc(p, t, pos_label=1)\n"
         "d = torchmetrics.F1Score()\ne = accuracy(p, t, threshold=0.3)\n"
     )
-    assert out.count("TODO(lightning-mgpu:metrics-task)") == 2  # pos_label: not 0.10's default; F1Score
+    assert out.count("TODO(lightning-mgpu:metrics-task)") == 1  # pos_label: not 0.10's default
+    assert "d = LegacyF1Score()" in out  # 0.10's micro F1, the task read off the inputs
     assert "e = legacy_accuracy(p, t, threshold=0.3)" in out
     # top_k: the stand-in takes it (0.10's top-k accuracy on multiclass scores)
     assert "a = torchmetrics.LegacyAccuracy(top_k=2)" not in out and "a = LegacyAccuracy(top_k=2)" in out
