@@ -1201,6 +1201,21 @@ RULES.update(
             kind="rewrite",
         ),
         Rule(
+            "tuner-flags-read",
+            "trainer.tune() became legacy_tune(trainer, ...), which runs the tuners the parsed flags turned on",
+            "trainer = Trainer.from_argparse_args(args, ...) took auto_lr_find/auto_scale_batch_size from the command"
+            " line, and trainer.tune(model, ...) ran the tuners they turned on. The converted from_argparse_args"
+            " (lightning_mgpu.upgrade.trainer_args) keeps the two flags on the Trainer (2.x's takes neither), and"
+            " trainer.tune(...) becomes legacy_tune(trainer, ...) (lightning_mgpu.upgrade.tuning): as 1.9's tune(),"
+            " Tuner(trainer).scale_batch_size(..., mode=the flag's string or 'power') then"
+            " Tuner(trainer).lr_find(..., update_attr=True, attr_name=the flag's string), for the flags that are on,"
+            " returning 1.x's dict of their results; with both off it runs nothing. Where the trainer's name is only"
+            " ever assigned such a call (no flag written in it) in the tune() call's scope and only ever used as"
+            " trainer.<attribute> there; tune()'s loaders, datamodule, scale_batch_size_kwargs= and lr_find_kwargs="
+            " carry over. What tuner-flags says of 2.x's Tuner holds here too.",
+            kind="rewrite",
+        ),
+        Rule(
             "tuner-flags-unused",
             "auto_lr_find/auto_scale_batch_size dropped: only tune() read them",
             "Since 1.0 only trainer.tune() read auto_lr_find= and auto_scale_batch_size= (fit() did not). They are"

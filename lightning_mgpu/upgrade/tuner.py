@@ -139,6 +139,10 @@ class TunePlan:
     #: as ``result["lr_find"]`` / ``result["scale_batch_size"]`` -> the Tuner methods those keys name, in 1.x's order
     #: (rule tuner-tune-result: :func:`tune_result`).
     results: dict[cst.Call, list[str]] = field(default_factory=dict)
+    #: ``trainer.tune(...)`` whose trainer name is only ever assigned ``Trainer.from_argparse_args(args, ...)`` (no
+    #: flag written in it): the flags are the parsed ones, which the converted from_argparse_args keeps on the
+    #: Trainer, and the call becomes ``legacy_tune(trainer, ...)`` (rule tuner-flags-read: :func:`read_flags_call`).
+    read_flags: set[cst.Call] = field(default_factory=set)
 
 
 def _is_trainer(call: cst.Call) -> bool:
@@ -252,6 +256,12 @@ class _TuneFacts(cst.CSTVisitor):
                 if isinstance(node.value, cst.Call) and len(node.targets) == 1 and _tune_owner(node.value):
                     self.tune_results.setdefault((self._stack[-1], target.target.value), []).append(node.value)
 
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        # trainer: Trainer = Trainer.from_argparse_args(args): an assignment (a bare annotation binds nothing, but
+        # its name is counted as a use, which keeps the name out of every plan).
+        if isinstance(node.target, cst.Name) and node.value is not None:
+            self.assigns.setdefault((self._stack[-1], node.target.value), []).append(node.value)
+
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if isinstance(node.value, cst.Name):
             index = node.slice[0].slice if len(node.slice) == 1 else None
@@ -305,6 +315,60 @@ def _result_keys(facts: _TuneFacts, plan: TunePlan) -> None:
         ):
             continue
         plan.results[calls[0]] = [method for method in FLAGS.values() if method in keys]
+
+
+#: legacy_tune's keywords beside tune()'s loaders: 1.4-1.9's per-tuner arguments, passed on as they are.
+_TUNER_KWARGS = frozenset({"scale_batch_size_kwargs", "lr_find_kwargs"})
+
+
+def _read_flags_args(call: cst.Call) -> list[cst.Arg] | None:
+    """``trainer.tune(...)``'s arguments as :func:`~lightning_mgpu.upgrade.tuning.legacy_tune` takes them after the
+    trainer: the loaders as :func:`_tune_args` carries them, and ``scale_batch_size_kwargs=``/``lr_find_kwargs=``."""
+    tuner_kwargs = [a for a in call.args if a.keyword is not None and a.keyword.value in _TUNER_KWARGS]
+    rest = _tune_args(call.with_changes(args=[a for a in call.args if a not in tuner_kwargs]))
+    return None if rest is None else [*rest, *tuner_kwargs]
+
+
+def _from_parsed_flags(facts: _TuneFacts, plan: TunePlan) -> None:
+    """``trainer.tune(...)`` whose trainer name, in the scope of the call, is only ever assigned
+    ``Trainer.from_argparse_args(args, ...)`` without a tuner flag written in it, and only ever used as
+    ``trainer.<attribute>``: every Trainer that call can reach holds the parsed flags (plan.read_flags)."""
+    for (scope, name), calls in facts.tunes.items():
+        assigned = facts.assigns.get((scope, name), [])
+        attributes = facts.attributes.get((scope, name), [])
+        if (
+            not assigned
+            or not all(
+                isinstance(value, cst.Call)
+                and _is_trainer(value)
+                and _is_from_argparse(value)
+                and not _flag_values(value)
+                for value in assigned
+            )  # fmt: skip
+            or facts.uses.get((scope, name), 0) != len(assigned) + len(attributes)
+            or facts.nested_uses(scope, name)
+            or set(attributes) & (set(FLAGS) | {"tuner"})  # trainer.auto_lr_find = ...: the flags change
+        ):
+            continue
+        for call in calls:
+            if call not in plan.tunes and call not in plan.results and _read_flags_args(call) is not None:
+                plan.read_flags.add(call)
+
+
+def _is_from_argparse(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "from_argparse_args"
+
+
+def read_flags_call(call: cst.Call) -> cst.Call:
+    """``trainer.tune(model, dm)`` -> ``legacy_tune(trainer, model, dm)``: the tuners the parsed flags turned on, run
+    by 2.x's Tuner as 1.x's tune() ran them, and 1.x's result (:func:`~lightning_mgpu.upgrade.tuning.legacy_tune`)."""
+    trainer = call.func.value  # type: ignore[attr-defined]
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    args = _read_flags_args(call) or []
+    first = cst.Arg(trainer.deep_clone(), comma=comma if args else cst.MaybeSentinel.DEFAULT)
+    if args and args[-1].comma is not cst.MaybeSentinel.DEFAULT:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(func=cst.Name("legacy_tune"), args=[first, *args])
 
 
 def tune_result(call: cst.Call, methods: list[str]) -> cst.Dict:
@@ -377,6 +441,7 @@ def tune_plan(module: cst.Module) -> TunePlan:
         ):
             plan.unused.add(call)
     _result_keys(facts, plan)
+    _from_parsed_flags(facts, plan)
     return plan
 
 

@@ -426,9 +426,10 @@ m = pl.metrics.functional.accuracy(x, y)
         "pl.seed_everything(1)",
         'a = Accuracy(task="multiclass", num_classes=10)',
         "m = legacy_accuracy(x, y)",  # the moved functional metric, its task inferred as 0.10 did
+        "f = LegacyF1Score()",  # F1 renamed F1Score, then 0.10's micro F1 with the task read off the inputs
     ):
         assert line in out.splitlines(), (line, out)
-    assert "metrics-task): torchmetrics' F1Score needs task=" in out
+    assert "metrics-task" not in out
 
 
 def test_loop_keywords_hparams_and_tune() -> None:
