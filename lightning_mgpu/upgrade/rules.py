@@ -471,14 +471,25 @@ RULES = _rules(
     ),
     Rule(
         "trainer-auto-lr-find",
-        "auto_lr_find is gone: use Tuner(trainer).lr_find(model)",
-        "auto_lr_find=True ran the learning-rate finder in trainer.tune(). 2.x:"
-        " lightning.pytorch.tuner.Tuner(trainer).lr_find(model).",
+        "auto_lr_find ran only in tune(): there call Tuner(trainer).lr_find(model)",
+        "auto_lr_find=True ran the learning-rate finder in trainer.tune() and nowhere else (fit() never read it)."
+        " The tool moves it to the tune() call or drops it where it sees the whole life of the trainer; this TODO"
+        " stays where the trainer leaves what the tool can see (returned, passed to another function or module,"
+        " built in one notebook cell and used in another). Find where that trainer's tune() is called: there, when"
+        " the flag was on, call lightning.pytorch.tuner.Tuner(trainer).lr_find(model, ..., update_attr=True,"
+        " attr_name=the flag's string if it was one) (1.x's tune() set the rate it found); where no tune() is ever"
+        " called on it, the flag did nothing: delete this line.",
     ),
     Rule(
         "trainer-auto-scale-batch-size",
-        "auto_scale_batch_size is gone: Tuner(trainer).scale_batch_size",
-        "2.x: lightning.pytorch.tuner.Tuner(trainer).scale_batch_size(model, mode=...).",
+        "only tune() read it: there call Tuner(trainer).scale_batch_size",
+        "auto_scale_batch_size=True or a mode ran the batch-size scaling in trainer.tune() and nowhere else (fit()"
+        " never read it). The tool moves it to the tune() call or drops it where it sees the whole life of the"
+        " trainer; this TODO stays where the trainer leaves what the tool can see (returned, passed on). Find where"
+        " that trainer's tune() is called: there, when the flag was on, call"
+        " lightning.pytorch.tuner.Tuner(trainer).scale_batch_size(model, ..., mode=the flag's string, or 'power'"
+        " for True), before any lr_find; where no tune() is ever called on it, the flag did nothing: delete this"
+        " line.",
     ),
     Rule(
         "trainer-swa",
@@ -637,8 +648,14 @@ RULES = _rules(
     ),
     Rule(
         "trainer-tune",
-        "trainer.tune() is gone: use Tuner(trainer).lr_find(model)",
-        "trainer.tune(model) ran the tuners that auto_lr_find/auto_scale_batch_size enabled; 2.x: Tuner(trainer).",
+        "trainer.tune() is gone: run Tuner(trainer) for its auto_* flags that were on",
+        "trainer.tune(model, ...) ran the tuners that the Trainer's auto_scale_batch_size and auto_lr_find turned on"
+        " (scale_batch_size first), and nothing when both were off. This TODO stays where the tool cannot see how"
+        " the trainer was built. Look up those two flags where it was: for each that was on, call"
+        " lightning.pytorch.tuner.Tuner(trainer).scale_batch_size(model, ..., mode=...) and then"
+        " Tuner(trainer).lr_find(model, ..., update_attr=True) with tune()'s loaders or datamodule; a Trainer built"
+        " by the converted from_argparse_args keeps the parsed flags: legacy_tune(trainer, ...) from"
+        " lightning_mgpu.upgrade.tuning runs them as 1.x did.",
     ),
     Rule(
         "auto-move-data",
