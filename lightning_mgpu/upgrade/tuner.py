@@ -391,7 +391,7 @@ def tune_result(call: cst.Call, methods: list[str]) -> cst.Dict:
     return cst.Dict(elements=elements)
 
 
-def tune_plan(module: cst.Module) -> TunePlan:
+def tune_plan(module: cst.Module, notebook_unused: frozenset[str] = frozenset()) -> TunePlan:
     """Where a Trainer's ``auto_lr_find=`` / ``auto_scale_batch_size=`` can go, read from the whole file.
 
     A Trainer assigned once to a local name: where each ``name.tune(...)`` of its function is a statement of its own
@@ -400,7 +400,45 @@ def tune_plan(module: cst.Module) -> TunePlan:
     name is only ever assigned or used as ``name.<attribute>`` there (not returned, passed on or stored, not read by a
     nested function), nothing could run them and they are dropped (``unused``; at module level only in a script that
     runs the trainer there, since another module may import a trainer and tune it).
+
+    Args:
+        module: the parsed file (a notebook's cell).
+        notebook_unused: in a notebook's cell, the module-level trainer names whose flags nothing in the whole
+            notebook could run (:func:`notebook_unused_trainers`): their Trainer calls in this cell are ``unused``.
     """
+    plan = _plan(module, importable=True)
+    if notebook_unused:
+        facts = _TuneFacts()
+        read_only_visit(module, facts)
+        for scope, name, call in facts.trainers:
+            if isinstance(scope, cst.Module) and name in notebook_unused and call not in plan.moved:
+                plan.unused.add(call)
+    return plan
+
+
+def notebook_unused_trainers(module: cst.Module) -> frozenset[str]:
+    """The module-level trainer names of a notebook (its code cells joined into ``module``) whose flags nothing in
+    it could run: as for a function's local trainer (:func:`tune_plan`), over every cell. A notebook is not imported
+    by another module, so a module-level trainer that no cell tunes or hands on is never tuned (a cell that builds the
+    trainer and another that calls ``trainer.tuner.lr_find`` are read together).
+
+    Args:
+        module: every code cell of the notebook, in order, as one module.
+    """
+    facts = _TuneFacts()
+    read_only_visit(module, facts)
+    plan = _plan(module, importable=False)
+    names = {name for scope, name, _ in facts.trainers if isinstance(scope, cst.Module)}
+    return frozenset(
+        name
+        for name in names
+        if all(call in plan.unused for scope, n, call in facts.trainers if n == name and isinstance(scope, cst.Module))
+    )
+
+
+def _plan(module: cst.Module, importable: bool) -> TunePlan:
+    """:func:`tune_plan`'s reading; ``importable``: another module may import the file's module-level trainers (a
+    notebook's may not)."""
     facts = _TuneFacts()
     read_only_visit(module, facts)
     plan = TunePlan()
@@ -434,7 +472,7 @@ def tune_plan(module: cst.Module) -> TunePlan:
             only_attributes
             # At module level another module may import the trainer and tune it, unless the file is a script that
             # runs it (trainer.fit/validate/test/predict at module level: importing the file would train).
-            and (not isinstance(scope, cst.Module) or set(attributes) & _RUNS)
+            and (not importable or not isinstance(scope, cst.Module) or set(attributes) & _RUNS)
             and not set(attributes) & _READS_FLAGS
             # 1.4's trainer.tuner.lr_find() ran tune() with auto_lr_find on: auto_scale_batch_size ran there too.
             and ("tuner" not in attributes or "auto_scale_batch_size" not in _flag_values(call))

@@ -325,3 +325,34 @@ def test_a_name_an_earlier_cell_imports_and_the_tool_renames_is_renamed_where_a_
         "later = DDPStrategy",
     ]
     assert upgrade_notebook(once).text == once
+
+
+def _cells(*sources: str) -> list[str]:
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(text) for text in sources]
+    return [source(cell) for cell in json.loads(upgrade_notebook(nbformat.writes(notebook)).text)["cells"]]
+
+
+def test_a_tuner_flag_no_cell_could_run_is_dropped_across_cells() -> None:
+    """A trainer built with auto_lr_find in one cell and only asked trainer.tuner.lr_find(...) in the next (a real
+    notebook's shape): 1.x ran that finder whatever the flag said, and no cell calls tune(): the flag goes."""
+    cells = _cells(
+        "import pytorch_lightning as pl",
+        "lr_trainer = pl.Trainer(auto_lr_find=True, max_epochs=3)",
+        "found = lr_trainer.tuner.lr_find(net)\n%matplotlib inline\nfound.plot()",
+    )
+    assert cells[1].splitlines()[-1] == "lr_trainer = pl.Trainer(max_epochs=3)" and "TODO" not in cells[1], cells[1]
+    assert "found = Tuner(lr_trainer).lr_find(net, update_attr=False)" in cells[2]
+
+
+@pytest.mark.parametrize(
+    "later",
+    [
+        "lr_trainer.tune(net)",  # a later cell tunes it
+        "keep(lr_trainer)",  # handed on
+        "x = (",  # a cell that does not parse: it may tune it
+    ],
+)
+def test_a_tuner_flag_another_cell_may_run_keeps_its_todo(later: str) -> None:
+    cells = _cells("import pytorch_lightning as pl", "lr_trainer = pl.Trainer(auto_lr_find=True)", later)
+    assert "TODO(lightning-mgpu:trainer-auto-lr-find)" in cells[1], cells[1]
