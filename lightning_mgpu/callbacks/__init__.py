@@ -13,5 +13,6 @@ from lightning_mgpu.callbacks.rng_states import RNGStates  # noqa: F401
 from lightning_mgpu.callbacks.save_on_interrupt import SaveOnInterrupt  # noqa: F401
 from lightning_mgpu.callbacks.swa import LegacyStochasticWeightAveraging  # noqa: F401
 from lightning_mgpu.callbacks.terminate_on_nan import TerminateOnNaN  # noqa: F401
+from lightning_mgpu.callbacks.track_grad_norm import TrackGradNorm  # noqa: F401
 from lightning_mgpu.callbacks.zero_grad import ZeroGradSetToNone  # noqa: F401
 from lightning_mgpu.monitoring.callback import GPUUtilizationMonitor  # noqa: F401

@@ -30,7 +30,7 @@ from lightning_mgpu.upgrade.removed_names import test_tube_arguments
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
 from lightning_mgpu.upgrade.trainer_call import trainer_call
-from lightning_mgpu.upgrade.tuner import tune_result, tuner_call, tuner_owner
+from lightning_mgpu.upgrade.tuner import read_flags_call, tune_result, tuner_call, tuner_owner
 
 #: The command-line classmethods 2.0 removed from the Trainer (and a DataModule: the first two and the last), each
 #: a function of the same name and signature (the class first) in lightning_mgpu.upgrade.trainer_args.
@@ -88,6 +88,11 @@ def leave_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cs
         methods = ctx.tune.results[original]
         ctx.change(original, "tuner-tune-result", f"{func}(...) -> {{{', '.join(methods)}: Tuner(...)...}}")
         return tune_result(original, methods)
+    if original in ctx.tune.read_flags:
+        # trainer = Trainer.from_argparse_args(args): the parsed flags, kept on the Trainer (tuner.py, tuning.py).
+        ctx.add_import("lightning_mgpu.upgrade.tuning", "legacy_tune", None)
+        ctx.change(original, "tuner-flags-read", f"{func}(...) -> legacy_tune({owner}, ...): the parsed flags' tuners")
+        return read_flags_call(updated)
     if method == "tune" and owner.endswith("trainer") and original not in ctx.tune.tunes:
         ctx.todo(original, rules.todo_text("trainer-tune"))
     if method == "set_defaults":

@@ -4,7 +4,8 @@
 1.x logged the gradients' p-norms itself; 2.x has ``lightning.pytorch.utilities.grad_norm`` for the module to log.
 The hook is written where the file shows where it goes: every Trainer in it passes the same literal
 ``track_grad_norm`` (an int, a float or ``"inf"``), and the file defines exactly one LightningModule, which has no
-``on_before_optimizer_step`` yet. Otherwise the ``trainer-track-grad-norm`` TODO stays.
+``on_before_optimizer_step`` yet. Otherwise the Trainer gets the bundle's ``TrackGradNorm`` callback
+(``trainer_rewrite.py``, rule ``track-grad-norm-callback``).
 """
 
 from __future__ import annotations

@@ -259,9 +259,15 @@ def with_task(call: cst.Call, name: str, count: str | None) -> cst.Call | None:
 #: Metric -> (its stand-in in ``lightning_mgpu.upgrade.legacy_metrics``, the positional arguments it takes, the
 #: keywords it takes): the calls whose task torchmetrics <= 0.10 inferred and that have an exact stand-in.
 INFERRED = {
-    "Accuracy": ("LegacyAccuracy", 0, frozenset({"threshold", "dist_sync_on_step"})),
-    "accuracy": ("legacy_accuracy", 2, frozenset({"threshold"})),
+    "Accuracy": ("LegacyAccuracy", 0, frozenset({"threshold", "top_k", "dist_sync_on_step"})),
+    "accuracy": ("legacy_accuracy", 2, frozenset({"threshold", "top_k"})),
     "auroc": ("legacy_auroc", 2, frozenset()),
+    "Precision": ("LegacyPrecision", 0, frozenset({"threshold", "dist_sync_on_step"})),
+    "Recall": ("LegacyRecall", 0, frozenset({"threshold", "dist_sync_on_step"})),
+    "F1Score": ("LegacyF1Score", 0, frozenset({"threshold", "dist_sync_on_step"})),
+    "precision": ("legacy_precision", 2, frozenset({"threshold"})),
+    "recall": ("legacy_recall", 2, frozenset({"threshold"})),
+    "f1_score": ("legacy_f1_score", 2, frozenset({"threshold"})),
 }
 
 

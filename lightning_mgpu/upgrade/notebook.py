@@ -31,6 +31,7 @@ from typing import Any
 
 from lightning_mgpu.upgrade.findings import FileResult, Finding, UpgradeError, namespace_of, syntax_error
 from lightning_mgpu.upgrade.transform import upgrade_source
+from lightning_mgpu.upgrade.tuner import notebook_unused_trainers
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +273,13 @@ def upgrade_notebook(text: str) -> NotebookResult:
     code_cells = [(i, c) for i, c in enumerate(cells, start=1) if isinstance(c, dict) and c.get("cell_type") == "code"]
     namespace, aliases = notebook_context("\n".join(_cell_source(c) for _, c in code_cells))
     metric_names = metric_imports([_cell_source(c) for _, c in code_cells])
+    # Which module-level trainers' tuner flags no cell could run: read over every cell at once (a trainer built in
+    # one cell may be tuned in another), from the cells as they are converted (IPython lines masked).
+    joined = [mask_ipython(_cell_source(c)) for _, c in code_cells if python_file_cell(_cell_source(c)) is None]
+    try:
+        notebook_unused = notebook_unused_trainers(cst.parse_module("\n".join(m[0] for m in joined if m)))
+    except cst.ParserSyntaxError:
+        notebook_unused = frozenset()  # a cell that does not parse may tune any trainer
     result = NotebookResult(text)
     changed = False
     renamed: dict[str, tuple[str, str, dict[str, str]]] = {}  # what earlier cells' imports renamed (DDPPlugin)
@@ -294,7 +302,12 @@ def upgrade_notebook(text: str) -> NotebookResult:
                 upgrade_source(source)
                 if file_cell is not None
                 else upgrade_source(
-                    source, namespace=namespace, aliases=aliases, metric_names=metric_names, renamed=renamed
+                    source,
+                    namespace=namespace,
+                    aliases=aliases,
+                    metric_names=metric_names,
+                    renamed=renamed,
+                    notebook_unused=notebook_unused,
                 )
             )
         except cst.ParserSyntaxError as err:

@@ -469,20 +469,34 @@ RULES = _rules(
     ),
     Rule(
         "trainer-track-grad-norm",
-        "track_grad_norm is gone: log grad_norm(self, p) before optimizer steps",
-        "track_grad_norm=p logged gradient norms. 2.x: in the LightningModule, def on_before_optimizer_step(self,"
-        " optimizer): self.log_dict(lightning.pytorch.utilities.grad_norm(self, norm_type=p)).",
+        "track_grad_norm is gone: add TrackGradNorm(p) to the Trainer's callbacks",
+        "track_grad_norm=p logged the gradients' p-norms. The tool writes the module's on_before_optimizer_step"
+        " (track-grad-norm) or callbacks=[TrackGradNorm(p)] (track-grad-norm-callback); this TODO stays where the"
+        " value is one 1.x refused (0, a string other than 'inf') or callbacks= is something the tool cannot extend:"
+        " add TrackGradNorm(p) (lightning_mgpu.callbacks, or lightning_mgpu.pl.callbacks under pytorch_lightning) to"
+        " the callbacks the Trainer gets, p the value 1.x was given.",
     ),
     Rule(
         "trainer-auto-lr-find",
-        "auto_lr_find is gone: use Tuner(trainer).lr_find(model)",
-        "auto_lr_find=True ran the learning-rate finder in trainer.tune(). 2.x:"
-        " lightning.pytorch.tuner.Tuner(trainer).lr_find(model).",
+        "auto_lr_find ran only in tune(): there call Tuner(trainer).lr_find(model)",
+        "auto_lr_find=True ran the learning-rate finder in trainer.tune() and nowhere else (fit() never read it)."
+        " The tool moves it to the tune() call or drops it where it sees the whole life of the trainer; this TODO"
+        " stays where the trainer leaves what the tool can see (returned, passed to another function or module,"
+        " built in one notebook cell and used in another). Find where that trainer's tune() is called: there, when"
+        " the flag was on, call lightning.pytorch.tuner.Tuner(trainer).lr_find(model, ..., update_attr=True,"
+        " attr_name=the flag's string if it was one) (1.x's tune() set the rate it found); where no tune() is ever"
+        " called on it, the flag did nothing: delete this line.",
     ),
     Rule(
         "trainer-auto-scale-batch-size",
-        "auto_scale_batch_size is gone: Tuner(trainer).scale_batch_size",
-        "2.x: lightning.pytorch.tuner.Tuner(trainer).scale_batch_size(model, mode=...).",
+        "only tune() read it: there call Tuner(trainer).scale_batch_size",
+        "auto_scale_batch_size=True or a mode ran the batch-size scaling in trainer.tune() and nowhere else (fit()"
+        " never read it). The tool moves it to the tune() call or drops it where it sees the whole life of the"
+        " trainer; this TODO stays where the trainer leaves what the tool can see (returned, passed on). Find where"
+        " that trainer's tune() is called: there, when the flag was on, call"
+        " lightning.pytorch.tuner.Tuner(trainer).scale_batch_size(model, ..., mode=the flag's string, or 'power'"
+        " for True), before any lr_find; where no tune() is ever called on it, the flag did nothing: delete this"
+        " line.",
     ),
     Rule(
         "trainer-swa",
@@ -658,8 +672,14 @@ RULES = _rules(
     ),
     Rule(
         "trainer-tune",
-        "trainer.tune() is gone: use Tuner(trainer).lr_find(model)",
-        "trainer.tune(model) ran the tuners that auto_lr_find/auto_scale_batch_size enabled; 2.x: Tuner(trainer).",
+        "trainer.tune() is gone: run Tuner(trainer) for its auto_* flags that were on",
+        "trainer.tune(model, ...) ran the tuners that the Trainer's auto_scale_batch_size and auto_lr_find turned on"
+        " (scale_batch_size first), and nothing when both were off. This TODO stays where the tool cannot see how"
+        " the trainer was built. Look up those two flags where it was: for each that was on, call"
+        " lightning.pytorch.tuner.Tuner(trainer).scale_batch_size(model, ..., mode=...) and then"
+        " Tuner(trainer).lr_find(model, ..., update_attr=True) with tune()'s loaders or datamodule; a Trainer built"
+        " by the converted from_argparse_args keeps the parsed flags: legacy_tune(trainer, ...) from"
+        " lightning_mgpu.upgrade.tuning runs them as 1.x did.",
     ),
     Rule(
         "auto-move-data",
@@ -1134,9 +1154,13 @@ RULES.update(
             "a stand-in that reads the task off the inputs as torchmetrics <= 0.10 did",
             "torchmetrics >= 0.11 needs task= where 1.x inferred binary, multiclass or multilabel from the inputs."
             " Where the file names no class count, Accuracy() becomes LegacyAccuracy(), accuracy(preds, target)"
-            " legacy_accuracy(preds, target) and auroc(preds, target) legacy_auroc(preds, target), from"
+            " legacy_accuracy(preds, target) and auroc(preds, target) legacy_auroc(preds, target), Precision(),"
+            " Recall() and F1Score() (F1() before torchmetrics 0.7) LegacyPrecision(), LegacyRecall() and"
+            " LegacyF1Score(), and their functions legacy_precision, legacy_recall and legacy_f1_score, from"
             " lightning_mgpu.upgrade.legacy_metrics: they read the inputs as torchmetrics 0.10.3 did and compute what"
-            " it computed (micro accuracy; binary AUROC, the only one 0.10 took without num_classes). Other keywords,"
+            " it computed (micro accuracy, top_k= on multiclass scores included; micro precision, recall and F1:"
+            " binary, multilabel, or multiclass where they equal the accuracy; binary AUROC, the only one 0.10 took"
+            " without num_classes). Other keywords,"
             " and other metrics, keep the metrics-task TODO. To fix the task, pass task= to torchmetrics' own metric.",
             kind="rewrite",
         ),
@@ -1276,12 +1300,29 @@ RULES.update(
             kind="rewrite",
         ),
         Rule(
+            "tuner-flags-read",
+            "trainer.tune() became legacy_tune(trainer, ...), which runs the tuners the parsed flags turned on",
+            "trainer = Trainer.from_argparse_args(args, ...) took auto_lr_find/auto_scale_batch_size from the command"
+            " line, and trainer.tune(model, ...) ran the tuners they turned on. The converted from_argparse_args"
+            " (lightning_mgpu.upgrade.trainer_args) keeps the two flags on the Trainer (2.x's takes neither), and"
+            " trainer.tune(...) becomes legacy_tune(trainer, ...) (lightning_mgpu.upgrade.tuning): as 1.9's tune(),"
+            " Tuner(trainer).scale_batch_size(..., mode=the flag's string or 'power') then"
+            " Tuner(trainer).lr_find(..., update_attr=True, attr_name=the flag's string), for the flags that are on,"
+            " returning 1.x's dict of their results; with both off it runs nothing. Where the trainer's name is only"
+            " ever assigned such a call (no flag written in it) in the tune() call's scope and only ever used as"
+            " trainer.<attribute> there; tune()'s loaders, datamodule, scale_batch_size_kwargs= and lr_find_kwargs="
+            " carry over. What tuner-flags says of 2.x's Tuner holds here too.",
+            kind="rewrite",
+        ),
+        Rule(
             "tuner-flags-unused",
             "auto_lr_find/auto_scale_batch_size dropped: only tune() read them",
             "Since 1.0 only trainer.tune() read auto_lr_find= and auto_scale_batch_size= (fit() did not). They are"
             " dropped, with this note, where they are off (False, None) or where the Trainer is a local name of a"
             " function (or of a script that runs it at module level: trainer.fit/validate/test/predict) that never"
-            " calls its tune() and never hands the trainer on (not returned, passed or stored):"
+            " calls its tune() and never hands the trainer on (not returned, passed or stored; the name may be"
+            " assigned a Trainer in several plain assignments, one per branch of an if; in a notebook, a"
+            " module-level trainer that no cell tunes or hands on, read over every cell at once):"
             " nothing could run them (a Trainer(...) call, or Trainer.from_argparse_args(args, ...)'s own keywords:"
             " a flag the parsed arguments hold is left to the run-time translation)."
             " trainer.tuner.lr_find(...) (Tuner(trainer).lr_find now) ran the finder"
@@ -1333,7 +1374,22 @@ RULES.update(
             " on_before_optimizer_step(self, optimizer): self.log_dict(grad_norm(self, norm_type=p)), grad_norm from"
             " lightning.pytorch.utilities (the file's namespace). The tool writes the hook where every Trainer in the"
             " file passes the same literal and the file defines exactly one LightningModule without that hook;"
-            " otherwise the trainer-track-grad-norm TODO stays.",
+            " otherwise the Trainer gets the bundle's TrackGradNorm callback (track-grad-norm-callback).",
+            kind="rewrite",
+        ),
+        Rule(
+            "track-grad-norm-callback",
+            "track_grad_norm became the bundle's TrackGradNorm callback",
+            "Trainer(track_grad_norm=p) logged the gradients' p-norms before each step of the first optimizer (after"
+            " the backward, before clipping), through the module's log_grad_norm (default: log_dict(norms,"
+            " on_step=True, on_epoch=True)). Where the file does not hold the one LightningModule the track-grad-norm"
+            " hook would go in, the tool writes callbacks=[TrackGradNorm(p)] (lightning_mgpu.callbacks, or"
+            " lightning_mgpu.pl.callbacks under pytorch_lightning), which does what 1.6-1.9 did: 1.9's norms (floats"
+            " rounded to 4 decimals, keys joined by the one logger's group separator), logged by the module's own"
+            " log_grad_norm where it defines one. 1.4 computed them only every log_every_n_steps steps (its epoch"
+            " mean covers those steps) and 1.4-1.5 showed them in the progress bar too. track_grad_norm=-1 (off) is"
+            " removed; a value the tool cannot read goes to the callback, which refuses what 1.x refused. A literal"
+            " 1.x refused, or callbacks= the tool cannot extend, keeps the trainer-track-grad-norm TODO.",
             kind="rewrite",
         ),
     )

@@ -35,6 +35,7 @@ from contextlib import suppress
 from typing import Any
 
 from lightning_mgpu.upgrade import rules
+from lightning_mgpu.upgrade.tuning import TUNER_FLAGS, keep_tuner_flags
 
 #: 1.x Trainer flags that 2.x removed, added beside the 2.x ones (default None, or 1.x's own default where it was not
 #: None: only a value given is translated).
@@ -152,7 +153,9 @@ def from_argparse_args(
         **kwargs: arguments that win over the flags.
 
     Returns:
-        ``cls(**params)``, with a Trainer's 1.x flags translated by :func:`legacy_trainer_kwargs`.
+        ``cls(**params)``, with a Trainer's 1.x flags translated by :func:`legacy_trainer_kwargs`; a Trainer keeps the
+        ``auto_lr_find``/``auto_scale_batch_size`` it was given for
+        :func:`~lightning_mgpu.upgrade.tuning.legacy_tune` (1.x's tune() read them, nothing else did).
 
     Raises:
         ValueError: a 1.x flag was given a value that has no 2.x meaning (the message names the 2.x way).
@@ -169,9 +172,14 @@ def from_argparse_args(
         if name in accepted and not (name in signature and _same(value, signature[name].default))
     }
     params.update(kwargs)
-    if _is_trainer(cls):
-        params = legacy_trainer_kwargs(params, namespace=_namespace(cls))
-    return cls(**params)
+    if not _is_trainer(cls):
+        return cls(**params)
+    # auto_lr_find/auto_scale_batch_size: 1.x's Trainer kept them for tune() alone (fit() never read them). 2.x's
+    # Trainer takes neither: they are kept on the Trainer for legacy_tune, which a converted tune() calls.
+    tuner_flags = {name: params.pop(name) for name in TUNER_FLAGS if name in params}
+    trainer = cls(**legacy_trainer_kwargs(params, namespace=_namespace(cls)))
+    keep_tuner_flags(trainer, tuner_flags)
+    return trainer
 
 
 def get_init_arguments_and_types(cls: Any) -> list[tuple[str, tuple[Any, ...], Any]]:

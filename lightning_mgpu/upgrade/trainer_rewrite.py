@@ -6,10 +6,10 @@ are written (a call, a dict of settings, a subscript assignment: :mod:`~lightnin
 
 Rule ids: trainer-precision, trainer-amp-backend, trainer-renamed-arg, trainer-checkpoint-callback,
 trainer-early-stop-callback, trainer-weights-summary, trainer-progress-bar, trainer-reload-dataloaders,
-trainer-accumulate-dict, trainer-profiler, trainer-max-steps, and the rules of :data:`rules.DROPPED_ARGS` (with their
-notes), :data:`rules.REMOVED_ARGS` and :data:`rules.FLAG_CALLBACKS`; TODOs trainer-apex, trainer-amp-backend-variable,
-the removed arguments' rules, and trainer-checkpoint-callback, trainer-weights-summary, trainer-progress-bar,
-trainer-accumulate-dict where a value cannot be rewritten.
+trainer-accumulate-dict, trainer-profiler, trainer-max-steps, track-grad-norm-callback, and the rules of
+:data:`rules.DROPPED_ARGS` (with their notes), :data:`rules.REMOVED_ARGS` and :data:`rules.FLAG_CALLBACKS`; TODOs
+trainer-apex, trainer-amp-backend-variable, the removed arguments' rules, and trainer-checkpoint-callback,
+trainer-weights-summary, trainer-progress-bar, trainer-accumulate-dict where a value cannot be rewritten.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def rewrite_trainer_args(args: TrainerArgs) -> TrainerArgs:
     _checkpoint_callback(args)
     _flag_callbacks(args)
     _trainloader_mode(args)
+    _track_grad_norm(args)
     _early_stop_callback(args)
     _weights_summary(args)
     _progress_bar(args)
@@ -150,6 +151,28 @@ def _trainloader_mode(args: TrainerArgs) -> None:
         args.remove("multiple_trainloader_mode")
         rule = rules.REMOVED_ARGS["multiple_trainloader_mode"]
         args.change(rule, f"multiple_trainloader_mode={_code(value)} removed (2.x's Trainer combines loaders so)")
+
+
+def _track_grad_norm(args: TrainerArgs) -> None:
+    """track_grad_norm=p left in the call (no plan wrote the module's hook: grad_norm.py) -> the bundle's
+    ``TrackGradNorm(p)`` callback, which logs what 1.x logged; -1 (1.x's default: off) goes. A value the tool cannot
+    read goes to the callback as it is: it takes -1 as off and refuses what 1.x's Trainer refused. Where callbacks= is
+    something the tool cannot extend, the flag's TODO stays (:func:`_dropped_and_removed`)."""
+    value = args.get("track_grad_norm")
+    if value is None:
+        return
+    literal = _literal(value)
+    if literal == -1 and not isinstance(literal, bool):
+        args.remove("track_grad_norm")
+        args.change("track-grad-norm-callback", "track_grad_norm=-1 removed (1.x's default: no norms logged)")
+        return
+    # Decision: a literal 1.x's Trainer took (a positive number, "inf") or an expression read at run time; a literal
+    # it refused (0, "2", True) keeps the TODO rather than turning into an error this tool would write.
+    readable = literal is ... or literal == "inf"
+    readable = readable or (isinstance(literal, (int, float)) and not isinstance(literal, bool) and literal > 0)
+    code = _code(value)
+    if readable and args.add_callback(f"TrackGradNorm({code})", "TrackGradNorm", "callbacks", "track_grad_norm", True):
+        args.change("track-grad-norm-callback", f"track_grad_norm={code} -> callbacks=[TrackGradNorm({code})]")
 
 
 def _early_stop_callback(args: TrainerArgs) -> None:

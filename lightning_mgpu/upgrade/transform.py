@@ -96,6 +96,8 @@ class UpgradeTransformer(cst.CSTTransformer):
         self._first_statement: cst.CSTNode | None = None
         self._header_comments: set[str] = set()
         self._visit_failed: set[int] = set()  # ids of the nodes whose visit_* raised
+        #: a notebook's module-level trainer names whose tuner flags no cell could run (tuner.py)
+        self.notebook_unused: frozenset[str] = frozenset()
 
     # -- what upgrade_source reads and sets --------------------------------------------------------------------
 
@@ -143,7 +145,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             self.ctx.grad_norm = grad_norm_plan(node)
             self.ctx.manual = manual_plan(node)
             self.ctx.epoch_ends = epoch_end_plan(node)
-            self.ctx.tune = tune_plan(node)
+            self.ctx.tune = tune_plan(node, self.notebook_unused)
             self.ctx.result_plan = result_plan(node)
         if isinstance(node, (cst.Module, cst.FunctionDef)):
             # A function the pre-pass failed on has no scope of its own: it knows nothing about its names.
@@ -278,6 +280,7 @@ def upgrade_source(
     aliases: dict[str, str] | None = None,
     metric_names: Sequence[str] = (),
     renamed: dict[str, tuple[str, str, dict[str, str]]] | None = None,
+    notebook_unused: frozenset[str] = frozenset(),
 ) -> FileResult:
     """Upgrade one file's source.
 
@@ -290,6 +293,8 @@ def upgrade_source(
             ``from torchmetrics import Accuracy``), so that ``Accuracy()`` converts as in one file.
         renamed: names renamed by imports ``source`` does not show (a notebook's earlier cells:
             ``from pytorch_lightning.plugins import DDPPlugin``), as :attr:`FileResult.renamed` gives them.
+        notebook_unused: a notebook's module-level trainer names whose tuner flags no cell could run
+            (:func:`~lightning_mgpu.upgrade.tuner.notebook_unused_trainers`).
 
     Returns:
         The upgraded source (identical when there was nothing to do) and its findings, with original line numbers.
@@ -313,6 +318,7 @@ def upgrade_source(
     transformer.namespace_aliases.update(aliases or {})
     transformer.renamed.update(renamed or {})
     transformer.add_metric_names(metric_names)
+    transformer.notebook_unused = notebook_unused
     new = wrapper.visit(transformer)
     try:
         code = new.code
@@ -322,6 +328,7 @@ def upgrade_source(
         transformer.namespace_aliases.update(aliases or {})
         transformer.renamed.update(renamed or {})
         transformer.add_metric_names(metric_names)
+        transformer.notebook_unused = notebook_unused
         new = wrapper.visit(transformer)
         code = new.code
     findings = sorted(transformer.findings, key=lambda f: (f.line, f.todo))

@@ -139,6 +139,10 @@ class TunePlan:
     #: as ``result["lr_find"]`` / ``result["scale_batch_size"]`` -> the Tuner methods those keys name, in 1.x's order
     #: (rule tuner-tune-result: :func:`tune_result`).
     results: dict[cst.Call, list[str]] = field(default_factory=dict)
+    #: ``trainer.tune(...)`` whose trainer name is only ever assigned ``Trainer.from_argparse_args(args, ...)`` (no
+    #: flag written in it): the flags are the parsed ones, which the converted from_argparse_args keeps on the
+    #: Trainer, and the call becomes ``legacy_tune(trainer, ...)`` (rule tuner-flags-read: :func:`read_flags_call`).
+    read_flags: set[cst.Call] = field(default_factory=set)
 
 
 def _is_trainer(call: cst.Call) -> bool:
@@ -252,6 +256,12 @@ class _TuneFacts(cst.CSTVisitor):
                 if isinstance(node.value, cst.Call) and len(node.targets) == 1 and _tune_owner(node.value):
                     self.tune_results.setdefault((self._stack[-1], target.target.value), []).append(node.value)
 
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        # trainer: Trainer = Trainer.from_argparse_args(args): an assignment (a bare annotation binds nothing, but
+        # its name is counted as a use, which keeps the name out of every plan).
+        if isinstance(node.target, cst.Name) and node.value is not None:
+            self.assigns.setdefault((self._stack[-1], node.target.value), []).append(node.value)
+
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if isinstance(node.value, cst.Name):
             index = node.slice[0].slice if len(node.slice) == 1 else None
@@ -307,6 +317,60 @@ def _result_keys(facts: _TuneFacts, plan: TunePlan) -> None:
         plan.results[calls[0]] = [method for method in FLAGS.values() if method in keys]
 
 
+#: legacy_tune's keywords beside tune()'s loaders: 1.4-1.9's per-tuner arguments, passed on as they are.
+_TUNER_KWARGS = frozenset({"scale_batch_size_kwargs", "lr_find_kwargs"})
+
+
+def _read_flags_args(call: cst.Call) -> list[cst.Arg] | None:
+    """``trainer.tune(...)``'s arguments as :func:`~lightning_mgpu.upgrade.tuning.legacy_tune` takes them after the
+    trainer: the loaders as :func:`_tune_args` carries them, and ``scale_batch_size_kwargs=``/``lr_find_kwargs=``."""
+    tuner_kwargs = [a for a in call.args if a.keyword is not None and a.keyword.value in _TUNER_KWARGS]
+    rest = _tune_args(call.with_changes(args=[a for a in call.args if a not in tuner_kwargs]))
+    return None if rest is None else [*rest, *tuner_kwargs]
+
+
+def _from_parsed_flags(facts: _TuneFacts, plan: TunePlan) -> None:
+    """``trainer.tune(...)`` whose trainer name, in the scope of the call, is only ever assigned
+    ``Trainer.from_argparse_args(args, ...)`` without a tuner flag written in it, and only ever used as
+    ``trainer.<attribute>``: every Trainer that call can reach holds the parsed flags (plan.read_flags)."""
+    for (scope, name), calls in facts.tunes.items():
+        assigned = facts.assigns.get((scope, name), [])
+        attributes = facts.attributes.get((scope, name), [])
+        if (
+            not assigned
+            or not all(
+                isinstance(value, cst.Call)
+                and _is_trainer(value)
+                and _is_from_argparse(value)
+                and not _flag_values(value)
+                for value in assigned
+            )  # fmt: skip
+            or facts.uses.get((scope, name), 0) != len(assigned) + len(attributes)
+            or facts.nested_uses(scope, name)
+            or set(attributes) & (set(FLAGS) | {"tuner"})  # trainer.auto_lr_find = ...: the flags change
+        ):
+            continue
+        for call in calls:
+            if call not in plan.tunes and call not in plan.results and _read_flags_args(call) is not None:
+                plan.read_flags.add(call)
+
+
+def _is_from_argparse(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "from_argparse_args"
+
+
+def read_flags_call(call: cst.Call) -> cst.Call:
+    """``trainer.tune(model, dm)`` -> ``legacy_tune(trainer, model, dm)``: the tuners the parsed flags turned on, run
+    by 2.x's Tuner as 1.x's tune() ran them, and 1.x's result (:func:`~lightning_mgpu.upgrade.tuning.legacy_tune`)."""
+    trainer = call.func.value  # type: ignore[attr-defined]
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    args = _read_flags_args(call) or []
+    first = cst.Arg(trainer.deep_clone(), comma=comma if args else cst.MaybeSentinel.DEFAULT)
+    if args and args[-1].comma is not cst.MaybeSentinel.DEFAULT:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(func=cst.Name("legacy_tune"), args=[first, *args])
+
+
 def tune_result(call: cst.Call, methods: list[str]) -> cst.Dict:
     """``trainer.tune(model, ...)`` -> ``{"lr_find": Tuner(trainer).lr_find(model, ...)}`` (one entry per method of
     ``methods``, in 1.x's order): the dict 1.x's tune() returned, built by the 2.x calls; ``update_attr`` left at
@@ -327,27 +391,73 @@ def tune_result(call: cst.Call, methods: list[str]) -> cst.Dict:
     return cst.Dict(elements=elements)
 
 
-def tune_plan(module: cst.Module) -> TunePlan:
+def tune_plan(module: cst.Module, notebook_unused: frozenset[str] = frozenset()) -> TunePlan:
     """Where a Trainer's ``auto_lr_find=`` / ``auto_scale_batch_size=`` can go, read from the whole file.
 
     A Trainer assigned once to a local name: where each ``name.tune(...)`` of its function is a statement of its own
-    with arguments a Tuner method takes, the flags move there (``tunes``); where the function never calls
-    ``name.tune()`` and the name is only ever used as ``name.<attribute>`` there (not returned, passed on or stored,
-    not read by a nested function), nothing could run them and they are dropped (``unused``; at module level only in
-    a script that runs the trainer there, since another module may import a trainer and tune it).
+    with arguments a Tuner method takes, the flags move there (``tunes``). A Trainer assigned to a local name (once,
+    or in several plain assignments: one per branch of an if): where the function never calls ``name.tune()`` and the
+    name is only ever assigned or used as ``name.<attribute>`` there (not returned, passed on or stored, not read by a
+    nested function), nothing could run them and they are dropped (``unused``; at module level only in a script that
+    runs the trainer there, since another module may import a trainer and tune it).
+
+    Args:
+        module: the parsed file (a notebook's cell).
+        notebook_unused: in a notebook's cell, the module-level trainer names whose flags nothing in the whole
+            notebook could run (:func:`notebook_unused_trainers`): their Trainer calls in this cell are ``unused``.
     """
+    plan = _plan(module, importable=True)
+    if notebook_unused:
+        facts = _TuneFacts()
+        read_only_visit(module, facts)
+        for scope, name, call in facts.trainers:
+            if isinstance(scope, cst.Module) and name in notebook_unused and call not in plan.moved:
+                plan.unused.add(call)
+    return plan
+
+
+def notebook_unused_trainers(module: cst.Module) -> frozenset[str]:
+    """The module-level trainer names of a notebook (its code cells joined into ``module``) whose flags nothing in
+    it could run: as for a function's local trainer (:func:`tune_plan`), over every cell. A notebook is not imported
+    by another module, so a module-level trainer that no cell tunes or hands on is never tuned (a cell that builds the
+    trainer and another that calls ``trainer.tuner.lr_find`` are read together).
+
+    Args:
+        module: every code cell of the notebook, in order, as one module.
+    """
+    facts = _TuneFacts()
+    read_only_visit(module, facts)
+    plan = _plan(module, importable=False)
+    names = {name for scope, name, _ in facts.trainers if isinstance(scope, cst.Module)}
+    return frozenset(
+        name
+        for name in names
+        if all(call in plan.unused for scope, n, call in facts.trainers if n == name and isinstance(scope, cst.Module))
+    )
+
+
+def _plan(module: cst.Module, importable: bool) -> TunePlan:
+    """:func:`tune_plan`'s reading; ``importable``: another module may import the file's module-level trainers (a
+    notebook's may not)."""
     facts = _TuneFacts()
     read_only_visit(module, facts)
     plan = TunePlan()
     for scope, name, call in facts.trainers:
-        if len(facts.assigns.get((scope, name), [])) != 1 or facts.nested_uses(scope, name):
+        if facts.nested_uses(scope, name):
             continue
+        assigned = facts.assigns.get((scope, name), [])
+        # The name's stores: its plain assignments (a parameter of the same name is bound by no use of it).
+        stores = sum(1 for value in assigned if not (isinstance(value, cst.Name) and value.value == "__parameter__"))
         attributes = facts.attributes.get((scope, name), [])
         tunes = facts.tunes.get((scope, name), [])
-        only_attributes = facts.uses.get((scope, name), 0) == 1 + len(attributes)  # the assignment, then x.attr
+        # Every use of the name is one of its plain assignments or an attribute read off it (x.fit, x.logger): the
+        # object never leaves the scope. Several assignments (trainer = Trainer(...) in each branch of an if) are
+        # fine for dropping the flags: no binding of the name reaches a tune() or anything outside.
+        only_attributes = facts.uses.get((scope, name), 0) == stores + len(attributes)
         if tunes:
             if (
-                only_attributes
+                len(assigned) == 1
+                and only_attributes
                 and attributes.count("tune") == len(tunes)
                 and not set(attributes) & (_READS_FLAGS - {"tune"})
                 and ("tuner" not in attributes or "auto_scale_batch_size" not in _flag_values(call))
@@ -362,13 +472,14 @@ def tune_plan(module: cst.Module) -> TunePlan:
             only_attributes
             # At module level another module may import the trainer and tune it, unless the file is a script that
             # runs it (trainer.fit/validate/test/predict at module level: importing the file would train).
-            and (not isinstance(scope, cst.Module) or set(attributes) & _RUNS)
+            and (not importable or not isinstance(scope, cst.Module) or set(attributes) & _RUNS)
             and not set(attributes) & _READS_FLAGS
             # 1.4's trainer.tuner.lr_find() ran tune() with auto_lr_find on: auto_scale_batch_size ran there too.
             and ("tuner" not in attributes or "auto_scale_batch_size" not in _flag_values(call))
         ):
             plan.unused.add(call)
     _result_keys(facts, plan)
+    _from_parsed_flags(facts, plan)
     return plan
 
 

@@ -43,19 +43,87 @@ def test_the_module_logs_the_norm_the_trainer_named() -> None:
 
 
 @pytest.mark.parametrize(
-    "source",
+    ("source", "callback"),
     [
-        SCRIPT.replace("track_grad_norm=2", "track_grad_norm=args.norm"),  # a value the file does not show
-        SCRIPT + "\n\nclass Other(pl.LightningModule):\n    pass\n",  # two modules: which one?
-        SCRIPT.replace(
-            "    def configure_optimizers",
-            "    def on_before_optimizer_step(self, o):\n        pass\n\n    def configure_optimizers",
+        (SCRIPT.replace("track_grad_norm=2", "track_grad_norm=args.norm"), "args.norm"),  # a value read at run time
+        (SCRIPT + "\n\nclass Other(pl.LightningModule):\n    pass\n", "2"),  # two modules: which one?
+        (
+            SCRIPT.replace(
+                "    def configure_optimizers",
+                "    def on_before_optimizer_step(self, o):\n        pass\n\n    def configure_optimizers",
+            ),
+            "2",
         ),  # the hook is there already
     ],
 )
-def test_where_the_file_does_not_say_the_todo_stays(source: str) -> None:
-    out = upgraded(source)
-    assert "trainer-track-grad-norm): track_grad_norm is gone" in out and "grad_norm(self, norm_type" not in out
+def test_where_the_file_does_not_say_which_module_the_callback_logs_it(source: str, callback: str) -> None:
+    """No one module to write the hook in: the bundle's TrackGradNorm callback (rule track-grad-norm-callback)."""
+    out = upgraded(source, no_todo=True, no_unmarked=True)
+    assert f"return pl.Trainer(callbacks=[TrackGradNorm({callback})], max_epochs=1)" in out, out  # in its place
+    assert "from lightning_mgpu.pl.callbacks import TrackGradNorm" in out and "grad_norm(self, norm_type" not in out
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "pl.Trainer(track_grad_norm=0)",  # 1.x refused it (a positive number or "inf")
+        "pl.Trainer(track_grad_norm=2, callbacks=make_callbacks())",  # callbacks= the tool cannot extend
+    ],
+)
+def test_where_no_callback_can_be_written_the_todo_stays(call: str) -> None:
+    out = upgraded(f"import pytorch_lightning as pl\ndef build(make_callbacks):\n    return {call}\n")
+    assert "trainer-track-grad-norm): track_grad_norm is gone" in out and "import TrackGradNorm" not in out
+
+
+def test_minus_one_was_off_and_goes() -> None:
+    out = upgraded("import pytorch_lightning as pl\ntrainer = pl.Trainer(track_grad_norm=-1, max_epochs=1)\n")
+    assert "trainer = pl.Trainer(max_epochs=1)" in out and "TODO" not in out and "TrackGradNorm" not in out
+
+
+TRAIN_SCRIPT = """import pytorch_lightning as pl
+from modules_elsewhere import Net
+
+
+def build(root):
+    return pl.Trainer(max_steps=3, track_grad_norm="inf", log_every_n_steps=1, default_root_dir=root,
+                      logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+"""
+
+
+def test_the_callback_logs_on_lightning_2(tmp_path) -> None:
+    """The module lives in another file (a real script's shape): the converted Trainer logs the inf-norms with 1.x's
+    keys, on step and epoch."""
+    import sys
+    import types
+
+    import pytorch_lightning as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Net(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    out = upgraded(TRAIN_SCRIPT, no_todo=True, no_unmarked=True)
+    assert 'callbacks=[TrackGradNorm("inf")]' in out, out
+    elsewhere = types.ModuleType("modules_elsewhere")
+    elsewhere.Net = Net  # type: ignore[attr-defined]
+    sys.modules["modules_elsewhere"] = elsewhere
+    try:
+        namespace: dict[str, object] = {}
+        exec(compile(out, "converted", "exec"), namespace)  # noqa: S102
+    finally:
+        del sys.modules["modules_elsewhere"]
+    trainer = namespace["build"](str(tmp_path))  # type: ignore[operator]
+    trainer.fit(Net(), DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4))
+    assert {"grad_inf_norm/layer.weight_step", "grad_inf_norm_total_epoch"} <= set(trainer.callback_metrics)
 
 
 def test_the_hook_logs_on_lightning_2(tmp_path) -> None:

@@ -8,13 +8,24 @@ numbers on every torch). Where 0.10.3 raised, the case is left out of that figur
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchmetrics")
 
-from lightning_mgpu.upgrade.legacy_metrics import LegacyAccuracy, legacy_accuracy, legacy_auroc  # noqa: E402
+from lightning_mgpu.upgrade.legacy_metrics import (  # noqa: E402
+    LegacyAccuracy,
+    LegacyF1Score,
+    LegacyPrecision,
+    LegacyRecall,
+    legacy_accuracy,
+    legacy_auroc,
+    legacy_f1_score,
+    legacy_precision,
+    legacy_recall,
+)
 
 
 def cases() -> dict[str, tuple[list, list]]:
@@ -102,3 +113,127 @@ def test_inputs_0_10_could_not_read_are_refused_in_one_line() -> None:
         legacy_accuracy(torch.rand(4, 3), torch.zeros(5, dtype=torch.long))
     with pytest.raises(ValueError, match="target must hold integer labels"):
         legacy_accuracy(torch.rand(4), torch.rand(4))
+
+
+# -- top_k: 0.10's accuracy(preds, target, top_k=k) on multiclass scores --------------------------------------------
+
+
+def test_top_k_counts_a_label_among_the_k_highest_scores() -> None:
+    """By hand: 0.10 marked each sample's k highest scores and counted tp / (tp + fn), every label once."""
+    scores = torch.tensor([[0.1, 0.5, 0.4], [0.7, 0.2, 0.1], [0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
+    labels = torch.tensor([2, 1, 0, 0])
+    assert legacy_accuracy(scores, labels, top_k=1).item() == pytest.approx(1 / 4)  # only the last one
+    assert legacy_accuracy(scores, labels, top_k=2).item() == pytest.approx(3 / 4)  # the third misses
+    assert legacy_accuracy(scores, labels, top_k=None).item() == legacy_accuracy(scores, labels, top_k=1).item()
+
+
+@pytest.mark.parametrize("name", ["multiclass_logits", "multiclass_probs", "multidim_multiclass"])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_top_k_is_torchmetrics_micro_multiclass_top_k(name: str, k: int) -> None:
+    """What 0.10 computed is torchmetrics' own micro multiclass accuracy with top_k (the 2.x spelling with the class
+    count written out), batch by batch and over the epoch."""
+    from torchmetrics.classification import MulticlassAccuracy
+
+    preds, target = _tensors(name)
+    ours, theirs = LegacyAccuracy(top_k=k), MulticlassAccuracy(num_classes=4, top_k=k, average="micro")
+    for i in range(0, len(preds), 16):
+        batch = preds[i : i + 16], target[i : i + 16]
+        assert ours(*batch).item() == pytest.approx(theirs(*batch).item(), rel=1e-6)
+    assert ours.compute().item() == pytest.approx(theirs.compute().item(), rel=1e-6)
+
+
+def test_top_k_refuses_what_0_10_refused() -> None:
+    with pytest.raises(ValueError, match="needs multiclass float scores"):
+        legacy_accuracy(*_tensors("binary_probs"), top_k=1)  # 0.10: "can not use top_k with binary data"
+    with pytest.raises(ValueError, match="needs multiclass float scores"):
+        legacy_accuracy(*_tensors("int_labels"), top_k=1)  # 0.10: "you do not have probability predictions"
+    with pytest.raises(ValueError, match="from 1 to C - 1 = 3"):
+        legacy_accuracy(*_tensors("multiclass_probs"), top_k=4)  # 0.10: strictly smaller than C
+
+
+def test_two_top_k_accuracies_in_a_collection_keep_their_own_counts() -> None:
+    """A MetricCollection merges metrics whose states are equal after the first update (compute groups): top-1 and
+    top-3 that count a first batch alike must still count the next batches apart."""
+    from torchmetrics import MetricCollection
+
+    both = MetricCollection({"top1": LegacyAccuracy(top_k=1), "top3": LegacyAccuracy(top_k=3)})
+    scores = torch.tensor([[0.9, 0.05, 0.03, 0.02], [0.1, 0.6, 0.2, 0.1]])
+    both.update(scores, torch.tensor([0, 1]))  # both right twice: equal counts
+    both.update(scores, torch.tensor([2, 3]))  # top-1 wrong twice, top-3 right once (label 2 of the first)
+    result = both.compute()
+    assert result["top1"].item() == pytest.approx(2 / 4) and result["top3"].item() == pytest.approx(3 / 4)
+
+
+# -- precision, recall, F1: 0.10's micro average, the task read off the inputs --------------------------------------
+
+
+def _torchmetrics_2x(name: str, score: str) -> Any:
+    """torchmetrics' own metric with the task 0.10 read off ``name``'s inputs written out: what 0.10 computed."""
+    from torchmetrics import classification as c
+
+    kind = {"precision": "Precision", "recall": "Recall", "f1": "F1Score"}[score]
+    if name == "binary_probs":
+        return getattr(c, f"Binary{kind}")(threshold=0.5)
+    if name == "multilabel_probs":
+        return getattr(c, f"Multilabel{kind}")(num_labels=4, average="micro", threshold=0.5)
+    return getattr(c, f"Multiclass{kind}")(num_classes=4, average="micro")
+
+
+STAND_INS = {"precision": (legacy_precision, LegacyPrecision), "recall": (legacy_recall, LegacyRecall)}
+STAND_INS["f1"] = (legacy_f1_score, LegacyF1Score)
+
+
+@pytest.mark.parametrize("name", ["binary_probs", "multiclass_logits", "multiclass_probs", "multilabel_probs",
+                                  "int_labels"])  # fmt: skip
+@pytest.mark.parametrize("score", sorted(STAND_INS))
+def test_micro_scores_are_those_of_the_task_0_10_read(name: str, score: str) -> None:
+    """Batch by batch and over the epoch, each stand-in equals torchmetrics' metric for the task 0.10 read off the
+    inputs: binary (the positive class), multilabel (every position a label) or multiclass (micro: the accuracy)."""
+    function, cls = STAND_INS[score]
+    preds, target = _tensors(name)
+    ours, theirs = cls(), _torchmetrics_2x(name, score)
+    for i in range(0, len(preds), 16):
+        batch = preds[i : i + 16], target[i : i + 16]
+        assert ours(*batch).item() == pytest.approx(theirs(*batch).item(), rel=1e-6, abs=1e-7)
+        assert function(*batch).item() == pytest.approx(_torchmetrics_2x(name, score)(*batch).item(), abs=1e-7)
+    assert ours.compute().item() == pytest.approx(theirs.compute().item(), rel=1e-6)
+    if name.startswith("multiclass") or name == "int_labels":
+        assert ours.compute().item() == pytest.approx(legacy_accuracy(preds, target).item(), rel=1e-6)
+
+
+def test_0_10_read_1d_integer_labels_as_multiclass_even_when_they_are_0_and_1() -> None:
+    """By hand: 0.10's case for 1-D integer preds is multiclass (one-hot), so 0/1 labels give the accuracy, not the
+    positive class's precision; 1-D float scores are binary."""
+    preds, target = torch.tensor([0, 1, 1, 1]), torch.tensor([0, 1, 0, 0])
+    assert legacy_precision(preds, target).item() == pytest.approx(2 / 4)  # accuracy; binary would say 1/3
+    assert legacy_precision(preds.float(), target).item() == pytest.approx(1 / 3)  # binary: tp 1, fp 2
+    assert legacy_recall(preds.float(), target).item() == pytest.approx(1.0)
+    assert legacy_f1_score(preds.float(), target).item() == pytest.approx(2 * (1 / 3) / (1 / 3 + 1))
+    # Nothing predicted positive: 0.10's zero_division gave 0, for F1 too.
+    nothing = torch.zeros(4)
+    assert legacy_precision(nothing, target).item() == 0.0 and legacy_f1_score(nothing, target).item() == 0.0
+    # Size-1 dimensions squeezed first, as 0.10's _input_squeeze did: (N, 1) scores are binary.
+    assert legacy_precision(preds.float()[:, None], target[:, None]).item() == pytest.approx(1 / 3)
+
+
+def test_micro_scores_refuse_what_0_10_refused() -> None:
+    with pytest.raises(ValueError, match="mdmc_average="):
+        legacy_precision(*_tensors("int_binary_2d"))
+    with pytest.raises(ValueError, match="mdmc_average="):
+        legacy_recall(*_tensors("multidim_multiclass"))
+    with pytest.raises(ValueError, match="must be float scores"):
+        legacy_f1_score(torch.ones(4, 3, dtype=torch.long), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="binary"):
+        legacy_precision(torch.rand(4), torch.tensor([0, 2, 1, 0]))
+
+
+def test_precision_and_recall_in_a_collection_share_their_counts_and_differ_in_score() -> None:
+    from torchmetrics import MetricCollection
+
+    both = MetricCollection({"p": LegacyPrecision(), "r": LegacyRecall(), "p3": LegacyPrecision(threshold=0.3)})
+    scores, labels = torch.tensor([0.9, 0.4, 0.2, 0.35]), torch.tensor([1, 1, 0, 0])
+    for _ in range(2):
+        both.update(scores, labels)
+    result = both.compute()
+    assert result["p"].item() == pytest.approx(1.0) and result["r"].item() == pytest.approx(0.5)
+    assert result["p3"].item() == pytest.approx(2 / 3)  # 0.9, 0.4, 0.35 predicted positive: two right

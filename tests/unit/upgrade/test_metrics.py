@@ -81,8 +81,12 @@ def test_no_count_or_a_curve_gets_the_stand_in_that_infers_the_task() -> None:
         "a = torchmetrics.Accuracy(top_k=2)\nb = accuracy(p, t, top_k=2)\nc = auroc(p, t, pos_label=1)\n"
         "d = torchmetrics.F1Score()\ne = accuracy(p, t, threshold=0.3)\n"
     )
-    assert out.count("TODO(lightning-mgpu:metrics-task)") == 4  # top_k and pos_label: not 0.10's defaults; F1Score
+    assert out.count("TODO(lightning-mgpu:metrics-task)") == 1  # pos_label: not 0.10's default
+    assert "d = LegacyF1Score()" in out  # 0.10's micro F1, the task read off the inputs
     assert "e = legacy_accuracy(p, t, threshold=0.3)" in out
+    # top_k: the stand-in takes it (0.10's top-k accuracy on multiclass scores)
+    assert "a = torchmetrics.LegacyAccuracy(top_k=2)" not in out and "a = LegacyAccuracy(top_k=2)" in out
+    assert "b = legacy_accuracy(p, t, top_k=2)" in out
 
 
 def test_a_functional_metric_given_num_classes_gets_task() -> None:
@@ -254,3 +258,19 @@ def test_a_renamed_metric_reached_through_the_module_is_renamed_and_converted() 
     from lightning_mgpu.upgrade.leftovers import unmarked
 
     assert upgrade_source(out).source == out and unmarked(out) == []
+
+
+def test_a_top_k_accuracy_without_a_count_reads_its_task_off_the_inputs() -> None:
+    """Accuracy(top_k=5) on a backbone's scores (a real file's shape, the head's size nowhere in the file): the
+    stand-in that reads multiclass off the inputs, as 0.10 did, and keeps top_k."""
+    out = upgraded(
+        "from torchmetrics import Accuracy, MetricCollection\nfrom torchmetrics.functional import accuracy\n"
+        "import pytorch_lightning as pl\n"
+        "class Net(pl.LightningModule):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.scores = MetricCollection({'first': Accuracy(top_k=1), 'five': Accuracy(top_k=5)})\n"
+        "def hits(logits, labels):\n    return accuracy(logits, labels, top_k=3)\n",
+        no_todo=True,
+        no_unmarked=True,
+    )
+    assert "{'first': LegacyAccuracy(top_k=1), 'five': LegacyAccuracy(top_k=5)}" in out, out
+    assert "return legacy_accuracy(logits, labels, top_k=3)" in out

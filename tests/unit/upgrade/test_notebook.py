@@ -66,8 +66,8 @@ def test_code_cells_convert_and_everything_else_stays(colab: Path, capsys: pytes
     timed = source(new_cells[6])
     assert timed.startswith("%%time\n") and timed.endswith("trainer.fit(model, train_loader, val_loader)")
     assert (
-        'trainer = pl.Trainer(accelerator="gpu", devices=1, max_epochs=3, callbacks=[TQDMProgressBar(refresh_rate=20)])'
-        in timed.splitlines()
+        'trainer = pl.Trainer(accelerator="gpu", devices=1, max_epochs=3,'
+        " callbacks=[TrackGradNorm(2), TQDMProgressBar(refresh_rate=20)])" in timed.splitlines()
     )
     dp = source(new_cells[10]).splitlines()
     assert dp[2:] == [
@@ -79,7 +79,7 @@ def test_code_cells_convert_and_everything_else_stays(colab: Path, capsys: pytes
     assert new_cells[8] == old_cells[8]
     assert f"{colab}:cell 9: does not parse (line 1: expected ':'); the cell is left as it was" in err
     # Findings carry the cell (counting every cell from 1) and the line in it.
-    assert f"{colab}:cell 7:3: TODO(lightning-mgpu:trainer-track-grad-norm): track_grad_norm is gone" in err
+    assert f"{colab}:cell 7:3: track_grad_norm=2 -> callbacks=[TrackGradNorm(2)] [track-grad-norm-callback]" in err
     assert f"{colab}:cell 5:4: self.hparams = ... -> self.save_hyperparameters(...)" in err
     assert "1 of 1 file(s) changed" in err
 
@@ -352,3 +352,34 @@ def test_a_name_an_earlier_cell_imports_and_the_tool_renames_is_renamed_where_a_
         "later = DDPStrategy",
     ]
     assert upgrade_notebook(once).text == once
+
+
+def _cells(*sources: str) -> list[str]:
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(text) for text in sources]
+    return [source(cell) for cell in json.loads(upgrade_notebook(nbformat.writes(notebook)).text)["cells"]]
+
+
+def test_a_tuner_flag_no_cell_could_run_is_dropped_across_cells() -> None:
+    """A trainer built with auto_lr_find in one cell and only asked trainer.tuner.lr_find(...) in the next (a real
+    notebook's shape): 1.x ran that finder whatever the flag said, and no cell calls tune(): the flag goes."""
+    cells = _cells(
+        "import pytorch_lightning as pl",
+        "lr_trainer = pl.Trainer(auto_lr_find=True, max_epochs=3)",
+        "found = lr_trainer.tuner.lr_find(net)\n%matplotlib inline\nfound.plot()",
+    )
+    assert cells[1].splitlines()[-1] == "lr_trainer = pl.Trainer(max_epochs=3)" and "TODO" not in cells[1], cells[1]
+    assert "found = Tuner(lr_trainer).lr_find(net, update_attr=False)" in cells[2]
+
+
+@pytest.mark.parametrize(
+    "later",
+    [
+        "lr_trainer.tune(net)",  # a later cell tunes it
+        "keep(lr_trainer)",  # handed on
+        "x = (",  # a cell that does not parse: it may tune it
+    ],
+)
+def test_a_tuner_flag_another_cell_may_run_keeps_its_todo(later: str) -> None:
+    cells = _cells("import pytorch_lightning as pl", "lr_trainer = pl.Trainer(auto_lr_find=True)", later)
+    assert "TODO(lightning-mgpu:trainer-auto-lr-find)" in cells[1], cells[1]

@@ -22,7 +22,7 @@ NEIGHBOUR_AFTER = 'other = Trainer(accelerator="gpu", devices=2)\n'
     ("statement", "rule", "quoted"),
     [
         # Values written over several lines, quoted in a TODO: a comment holds no line break.
-        ("t = Trainer(track_grad_norm=(\n    2\n))\n", "trainer-track-grad-norm", "(was track_grad_norm=(2))"),
+        ("t = Trainer(truncated_bptt_steps=(\n    2\n))\n", "trainer-tbptt", "(was truncated_bptt_steps=(2))"),
         # (plugins= keeps these two from being translated at run time: trainer-args-translated)
         (
             "t = Trainer(accelerator=(\n    backend\n), plugins=[p])\n",

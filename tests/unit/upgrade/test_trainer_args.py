@@ -88,7 +88,10 @@ def test_keywords_win_over_flags_and_the_script_flags_are_ignored(trainer_cls: t
     [
         ({"resume_from_checkpoint": "last.ckpt"}, "pass ckpt_path=args.resume_from_checkpoint to trainer.fit"),
         ({"precision": 16, "amp_backend": "apex"}, 'amp_backend="apex" is gone'),
-        ({"auto_lr_find": True}, "--auto_lr_find=True: auto_lr_find is gone: use Tuner(trainer).lr_find(model)"),
+        (
+            {"auto_lr_find": True},
+            "--auto_lr_find=True: auto_lr_find ran only in tune(): there call Tuner(trainer).lr_find(model)",
+        ),
         ({"gpus": 2, "devices": 4}, "gpus=2 maps to devices=2, but devices=4 is given too: choose one"),
         ({"distributed_backend": "nccl"}, "distributed_backend='nccl' is not a strategy"),
         ({"checkpoint_callback": object()}, "pass it in callbacks=[...]"),

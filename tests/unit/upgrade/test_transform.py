@@ -60,7 +60,7 @@ def test_trainer_arguments(before: str, after: str) -> None:
     [
         ('Trainer(amp_backend="apex", amp_level="O2", precision=16)', "trainer-apex): apex AMP is gone"),
         ("Trainer(amp_backend=backend, precision=16)", "trainer-amp-backend-variable): amp_backend=backend"),
-        ("Trainer(track_grad_norm=2)", "trainer-track-grad-norm): track_grad_norm is gone"),
+        ("Trainer(truncated_bptt_steps=2)", "trainer-tbptt): truncated_bptt_steps is gone"),
         (
             "Trainer(resume_from_checkpoint=path)",
             "trainer-resume): resume_from_checkpoint is gone: pass ckpt_path=path",
@@ -313,7 +313,7 @@ def test_progress_bar_refresh_rate(rate: str, kept: str) -> None:
 @pytest.mark.parametrize("above", ["", "# mine\n\n", '"""A script."""\n'])
 def test_a_todo_on_a_files_first_statement_is_written_once(above: str) -> None:
     """libcst puts comments above a file's first statement in the module header: a rerun must find its TODO there."""
-    once = upgrade_source(f"{above}t = Trainer(track_grad_norm=2)\n").source
+    once = upgrade_source(f"{above}t = Trainer(truncated_bptt_steps=2)\n").source
     assert once.count(TODO) == 1 and once.startswith(above), once
     assert upgrade_source(once).source == once
 
@@ -425,9 +425,10 @@ m = pl.metrics.functional.accuracy(x, y)
         "pl.seed_everything(1)",
         'a = Accuracy(task="multiclass", num_classes=10)',
         "m = legacy_accuracy(x, y)",  # the moved functional metric, its task inferred as 0.10 did
+        "f = LegacyF1Score()",  # F1 renamed F1Score, then 0.10's micro F1 with the task read off the inputs
     ):
         assert line in out.splitlines(), (line, out)
-    assert "metrics-task): torchmetrics' F1Score needs task=" in out
+    assert "metrics-task" not in out
 
 
 def test_loop_keywords_hparams_and_tune() -> None:

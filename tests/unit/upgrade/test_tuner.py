@@ -306,3 +306,173 @@ def test_a_flag_that_is_a_comparison_names_no_attribute() -> None:
         "    trainer.fit(model, datamodule=data)\n"
     )
     assert "    if cfg.lr == 0:\n        Tuner(trainer).lr_find(model, datamodule=data)\n" in out, out
+
+
+def test_flags_of_a_trainer_assigned_in_each_branch_are_dropped_where_nothing_tunes_it() -> None:
+    """A script (a real file's shape) builds its trainer in each branch of an if, with the flags on, and only fits
+    it: 1.x's fit() never read them, and no binding of the name reaches a tune() or leaves the script."""
+    out = upgraded(
+        "import pytorch_lightning as pl\n"
+        "if __name__ == '__main__':\n"
+        "    if settings.fresh:\n"
+        "        runner = pl.Trainer(max_epochs=4, auto_lr_find=True, auto_scale_batch_size='binsearch')\n"
+        "        runner.fit(net, data)\n"
+        "    else:\n"
+        "        runner = pl.Trainer(auto_scale_batch_size='binsearch', benchmark=True)\n"
+        "        runner.fit(net, data)\n"
+    )
+    assert "runner = pl.Trainer(max_epochs=4)" in out and "runner = pl.Trainer(benchmark=True)" in out, out
+    assert out.count("NOTE(lightning-mgpu:tuner-flags-unused)") == 2
+    assert "TODO" not in out and unmarked(out) == []
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "        runner = pl.Trainer(max_epochs=1)\n    runner.tune(net)\n",  # a tune() any binding may reach
+        "        runner = pl.Trainer(max_epochs=1)\n    keep(runner)\n",  # handed on
+    ],
+)
+def test_flags_stay_where_another_binding_of_the_name_is_tuned_or_handed_on(other: str) -> None:
+    out = upgraded(
+        "import pytorch_lightning as pl\ndef run(net, fresh):\n"
+        "    if fresh:\n        runner = pl.Trainer(auto_lr_find=True)\n    else:\n" + other
+    )
+    assert "TODO(lightning-mgpu:trainer-auto-lr-find)" in out, out
+
+
+# -- trainer.tune() of a Trainer.from_argparse_args trainer: rule tuner-flags-read -------------------------------------
+
+PARSED = """import argparse
+from pytorch_lightning import Trainer
+
+
+def main(opts: argparse.Namespace, net, data):
+    runner: Trainer = Trainer.from_argparse_args(opts, max_epochs=2)
+    if opts.auto_lr_find or opts.auto_scale_batch_size:
+        runner.tune(net, datamodule=data)
+    runner.fit(net, data)
+"""
+
+
+def test_the_tune_of_a_trainer_built_from_parsed_flags_reads_them() -> None:
+    out = upgraded(PARSED, no_todo=True, no_unmarked=True)
+    assert "        legacy_tune(runner, net, datamodule=data)\n" in out, out
+    assert "from lightning_mgpu.upgrade.tuning import legacy_tune\n" in out
+    assert "runner: Trainer = from_argparse_args(Trainer, opts, max_epochs=2)" in out
+
+
+def test_each_branch_may_build_the_trainer_from_the_parsed_flags() -> None:
+    out = upgraded(
+        "import pytorch_lightning as pl\n"
+        "if __name__ == '__main__':\n"
+        "    if resume:\n        t = pl.Trainer.from_argparse_args(cli, logger=log)\n"
+        "    else:\n        t = pl.Trainer.from_argparse_args(cli)\n"
+        "    if cli.tuning:\n        t.tune(net, loader, val_loader)\n    t.fit(net, loader)\n",
+        no_todo=True,
+        no_unmarked=True,
+    )
+    assert "        legacy_tune(t, net, loader, val_loader)\n" in out, out
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "    else:\n        trainer = pl.Trainer(max_epochs=1)\n",  # a Trainer that does not keep the parsed flags
+        "    keep(trainer)\n",  # handed on: another function may set its flags
+        "    trainer.auto_lr_find = False\n",  # 1.x's attribute, changed
+    ],
+)
+def test_where_another_trainer_or_use_may_reach_the_tune_its_todo_stays(other: str) -> None:
+    out = upgraded(
+        "import pytorch_lightning as pl\ndef run(cli, net):\n"
+        "    if cli.a:\n        trainer = pl.Trainer.from_argparse_args(cli)\n" + other + "    trainer.tune(net)\n"
+    )
+    assert "TODO(lightning-mgpu:trainer-tune)" in out and "legacy_tune" not in out, out
+
+
+def test_legacy_tune_runs_the_tuners_the_flags_turned_on_in_1x_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1.9's Tuner._tune: scale_batch_size (the flag's string is the mode) then lr_find (update_attr=True, the flag's
+    string the attribute), for the flags that are on; 1.x's dict of their results; nothing with both off."""
+    import argparse
+
+    import pytorch_lightning as pl
+    import pytorch_lightning.tuner
+
+    from lightning_mgpu.upgrade.trainer_args import from_argparse_args
+    from lightning_mgpu.upgrade.tuning import legacy_tune
+
+    calls: list[tuple[str, tuple, dict]] = []
+
+    class Recording:
+        def __init__(self, trainer: object) -> None:
+            self.trainer = trainer
+
+        def scale_batch_size(self, *args: object, **kwargs: object) -> int:
+            calls.append(("scale_batch_size", args, kwargs))
+            return 64
+
+        def lr_find(self, *args: object, **kwargs: object) -> str:
+            calls.append(("lr_find", args, kwargs))
+            return "finder"
+
+    monkeypatch.setattr(pytorch_lightning.tuner, "Tuner", Recording)
+    quiet = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "accelerator": "cpu"}
+    flags = argparse.Namespace(auto_lr_find="my_lr", auto_scale_batch_size="binsearch", max_epochs=1)
+    trainer = from_argparse_args(pl.Trainer, flags, **quiet)  # 2.x's Trainer takes neither flag: kept beside it
+    result = legacy_tune(trainer, "model", datamodule="dm", lr_find_kwargs={"num_training": 5})
+    loaders = {"train_dataloaders": None, "val_dataloaders": None, "datamodule": "dm"}
+    assert calls == [
+        ("scale_batch_size", ("model",), {**loaders, "mode": "binsearch"}),
+        ("lr_find", ("model",), {**loaders, "num_training": 5, "update_attr": True, "attr_name": "my_lr"}),
+    ]
+    assert result == {"scale_batch_size": 64, "lr_find": "finder"}
+    calls.clear()
+    trainer = from_argparse_args(
+        pl.Trainer, argparse.Namespace(auto_lr_find=True, auto_scale_batch_size=False), **quiet
+    )
+    assert legacy_tune(trainer, "model") == {"lr_find": "finder"} and calls[0][2]["update_attr"] is True
+    assert "attr_name" not in calls[0][2]  # True: lr or learning_rate, as 1.x found them
+    calls.clear()
+    off = from_argparse_args(pl.Trainer, argparse.Namespace(auto_lr_find=False), **quiet)
+    assert legacy_tune(off, "model") == {} and legacy_tune(pl.Trainer(**quiet), "model") == {} and calls == []
+
+
+def test_the_converted_parsed_tune_sets_the_learning_rate_as_1x_did(tmp_path) -> None:
+    """End to end on this Lightning: --auto_lr_find on the command line, the converted script's legacy_tune runs the
+    finder and sets model.lr, as 1.x's tune() did."""
+    import argparse
+
+    import pytorch_lightning as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.lr = 0.5
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    source = upgraded(
+        "import pytorch_lightning as pl\n"
+        "def tune(opts, model, loader):\n"
+        "    trainer = pl.Trainer.from_argparse_args(opts)\n"
+        "    trainer.tune(model, loader)\n",
+        no_todo=True,
+    )
+    pl.seed_everything(7)
+    namespace: dict[str, object] = {}
+    exec(compile(source, "converted", "exec"), namespace)  # noqa: S102
+    model = Model()
+    opts = argparse.Namespace(
+        auto_lr_find=True, max_epochs=1, logger=False, enable_progress_bar=False, accelerator="cpu",
+        default_root_dir=str(tmp_path),
+    )  # fmt: skip
+    namespace["tune"](opts, model, DataLoader(TensorDataset(torch.randn(512, 4)), batch_size=4))  # type: ignore[operator]
+    assert model.lr != 0.5
