@@ -9,6 +9,7 @@ pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade]
 
 from lightning_mgpu.upgrade.leftovers import unmarked
 from lightning_mgpu.upgrade.transform import upgrade_source
+from tests.helpers.tiny import tiny_module
 from tests.helpers.trainer import quiet_trainer
 from tests.helpers.upgrade_check import upgraded
 
@@ -54,21 +55,8 @@ def test_tuner_calls(before: str, after: str) -> None:
 
 def test_the_converted_call_runs_on_lightning_2(tmp_path) -> None:
     """The rewritten finder runs on this Lightning (a few steps on the CPU) and leaves the model's lr alone."""
-    import pytorch_lightning as pl
     import torch
     from torch.utils.data import DataLoader, TensorDataset
-
-    class Model(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.lr = 0.5
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.layer(batch[0]).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=self.lr)
 
     source = upgraded(
         "def find(trainer, model, loader):\n    return trainer.tuner.lr_find(model, loader, num_training=5)\n"
@@ -77,7 +65,7 @@ def test_the_converted_call_runs_on_lightning_2(tmp_path) -> None:
     exec(compile("from pytorch_lightning.tuner import Tuner\n" + source, "converted", "exec"), namespace)  # noqa: S102
     # The model subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
     trainer = quiet_trainer("pytorch_lightning", max_epochs=1, default_root_dir=tmp_path)
-    model = Model()
+    model = tiny_module("pytorch_lightning", features=4, lr=0.5)
     loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8)
     finder = namespace["find"](trainer, model, loader)  # type: ignore[operator]
     assert finder is not None and model.lr == 0.5  # update_attr=False, as 1.x
@@ -191,18 +179,6 @@ def test_the_converted_tune_sets_the_learning_rate_as_1x_did(tmp_path) -> None:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    class Model(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.lr = 0.5
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.layer(batch[0]).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=self.lr)
-
     source = upgraded(
         "import pytorch_lightning as pl\n"
         "def tune(model, loader, root):\n"
@@ -214,7 +190,7 @@ def test_the_converted_tune_sets_the_learning_rate_as_1x_did(tmp_path) -> None:
     pl.seed_everything(7)  # data the finder finds a steepest descent on, every run
     namespace: dict[str, object] = {}
     exec(compile(source, "converted", "exec"), namespace)  # noqa: S102
-    model = Model()
+    model = tiny_module("pytorch_lightning", features=4, lr=0.5)
     loader = DataLoader(TensorDataset(torch.randn(512, 4)), batch_size=4)  # 128 batches: the finder's 100 steps
     namespace["tune"](model, loader, str(tmp_path))  # type: ignore[operator]
     assert model.lr != 0.5  # the finder's suggestion, set as 1.x's tune() set it
@@ -257,24 +233,12 @@ def test_a_tune_result_read_by_its_keys_becomes_the_dict_of_the_tuner_calls(tmp_
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    class Model(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.lr = 0.5
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.layer(batch[0]).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=self.lr)
-
     pl.seed_everything(7)
     namespace: dict[str, object] = {}
     exec(compile(out, "converted", "exec"), namespace)  # noqa: S102
     settings = {"max_epochs": 1, "logger": False, "enable_progress_bar": False, "default_root_dir": str(tmp_path)}
     runner = namespace["Runner"](settings)  # type: ignore[operator]
-    model = Model()
+    model = tiny_module("pytorch_lightning", features=4, lr=0.5)
     loader = DataLoader(TensorDataset(torch.randn(512, 4)), batch_size=4)
     text = runner.search(model, loader, True)
     assert text.startswith("suggested ") and model.lr != 0.5 and float(text.split()[1]) == model.lr
@@ -447,18 +411,6 @@ def test_the_converted_parsed_tune_sets_the_learning_rate_as_1x_did(tmp_path) ->
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    class Model(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.lr = 0.5
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.layer(batch[0]).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=self.lr)
-
     source = upgraded(
         "import pytorch_lightning as pl\n"
         "def tune(opts, model, loader):\n"
@@ -469,7 +421,7 @@ def test_the_converted_parsed_tune_sets_the_learning_rate_as_1x_did(tmp_path) ->
     pl.seed_everything(7)
     namespace: dict[str, object] = {}
     exec(compile(source, "converted", "exec"), namespace)  # noqa: S102
-    model = Model()
+    model = tiny_module("pytorch_lightning", features=4, lr=0.5)
     opts = argparse.Namespace(
         auto_lr_find=True, max_epochs=1, logger=False, enable_progress_bar=False, accelerator="cpu",
         default_root_dir=str(tmp_path),
