@@ -430,7 +430,8 @@ def leave_class_def(ctx: UpgradeContext, original: cst.ClassDef, updated: cst.Cl
     if bar_todo is not None:
         ctx.findings.append(Finding(lines.get("get_progress_bar_dict", ctx.line(original)), bar_todo, todo=True))
         comments.append(("get_progress_bar_dict", bar_todo))
-    updated = _hook_rewrites(ctx, original, updated, has_optimizer_idx, lines, comments)
+    # A class manual_optimization.py converts runs several optimizers, whether or not its step read the index.
+    updated = _hook_rewrites(ctx, original, updated, has_optimizer_idx or bool(manual), lines, comments)
     if manual:  # several optimizers -> manual optimization, as 1.x ran them: manual_optimization.py
         updated = _manual_optimization(ctx, original, updated, manual, lines, comments)
     return with_comments(updated, comments) if comments else updated

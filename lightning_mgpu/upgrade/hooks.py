@@ -467,7 +467,7 @@ def _super_calls(func: cst.FunctionDef, hook: str) -> int:
     return found
 
 
-def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
+def epoch_end_plan(module: cst.Module, manual: frozenset[str] = frozenset()) -> dict[str, dict[str, HookShape]]:
     """Per class of the file, the 1.x epoch-end hooks that convert (:class:`HookShape` per hook name): those where the
     class's family has a hook that reads its outputs and a step that returns them. A class of the family that has
     only the step collects its outputs; one that has only the hook takes them from the list its relative fills.
@@ -475,6 +475,7 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
 
     Args:
         module: the parsed file.
+        manual: the classes manual_optimization.py converts (their steps run several optimizers).
     """
     classes: list[cst.ClassDef] = []
 
@@ -506,7 +507,7 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
         family = {name} | up[name] | {other for other, above in up.items() if name in above}
         shapes: dict[str, HookShape] = {}
         for old, (step_name, _, _) in EPOCH_ENDS.items():
-            hooks, steps, inherited = [], [], False
+            hooks, steps, inherited, several = [], [], False, False
             for member in sorted(family):
                 methods = class_methods(by_name[member])
                 hook, step = methods.get(old), methods.get(step_name)
@@ -525,6 +526,14 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
                     inherited = inherited or member in up[name]
                 if step is not None:
                     steps.append(step)
+                    # Decision: a training_step taking optimizer_idx runs several optimizers where it reads the index
+                    # or manual_optimization.py converts its class; an unread one that stays automatic is dropped
+                    # (hook-param), and 2.x runs it once per batch, as a second run of the tool then sees it.
+                    several = several or (
+                        step_name == "training_step"
+                        and "optimizer_idx" in _param_names(step)
+                        and (member in manual or _uses_name(step.body, "optimizer_idx"))
+                    )
             # A step that returns no value (a base's ``raise NotImplementedError`` placeholder, a step kept empty)
             # hands nothing to the epoch end, whatever its subclasses in other files return: not one that shows
             # what is collected.
@@ -552,7 +561,7 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
                 not hooks
                 or not steps
                 or any(not any(r.value is not None for r in own_returns(s)) for s in steps)
-                or (step_name == "training_step" and any("optimizer_idx" in _param_names(s) for s in steps))
+                or several
             ):
                 continue
             loaders = {_loader_param(s, step_name) for s in steps}

@@ -564,7 +564,9 @@ RULES = _rules(
     Rule(
         "trainer-automatic-optimization",
         "automatic_optimization moved: set it on the module",
-        "Set self.automatic_optimization = False in the LightningModule's __init__.",
+        "Set self.automatic_optimization = False in the LightningModule's __init__. A literal None or True is"
+        " dropped instead: 1.1/1.2 then followed the module's own setting (the Trainer's None counted as True, and"
+        " automatic optimization ran where both were set), which is all 2.x reads.",
     ),
     Rule(
         "trainer-process-position",

@@ -294,6 +294,16 @@ def _dropped_and_removed(args: TrainerArgs) -> None:
             args.remove(name)
             args.note(rule)
             args.change(rule, f"{name} dropped")
+    # Decision: 1.1/1.2 optimized automatically where the module's automatic_optimization AND the Trainer's were
+    # set, the Trainer's None counting as True (1.1.0's Trainer.__init__, ModelConnector): None or True leaves the
+    # module's own setting, which is all 2.x reads. False stays a TODO (the fitted module must be set).
+    automatic = args.get("automatic_optimization")
+    if automatic is not None and _literal(automatic) in (None, True):
+        args.remove("automatic_optimization")
+        args.change(
+            "trainer-automatic-optimization",
+            f"automatic_optimization={_code(automatic)} dropped (1.x then followed the module's own setting, as 2.x)",
+        )
     # Removed with no 2.x argument: left in the call they stop the Trainer from being built, so they leave it, and
     # the TODO keeps what was passed.
     for name, rule in rules.REMOVED_ARGS.items():

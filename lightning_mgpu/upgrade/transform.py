@@ -144,7 +144,9 @@ class UpgradeTransformer(cst.CSTTransformer):
             self.ctx.class_counts = class_counts(node)
             self.ctx.grad_norm = grad_norm_plan(node)
             self.ctx.manual = manual_plan(node)
-            self.ctx.epoch_ends = epoch_end_plan(node)
+            self.ctx.epoch_ends = epoch_end_plan(
+                node, self.ctx.manual.classes | {c for c, _ in self.ctx.manual.subclasses}
+            )
             self.ctx.tune = tune_plan(node, self.notebook_unused)
             self.ctx.result_plan = result_plan(node)
         if isinstance(node, (cst.Module, cst.FunctionDef)):
