@@ -85,13 +85,16 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
         settles(trainer.todos)
         and not stars
         and not translates_at_run_time(original)
-        and "plugins" not in {key for key, _, _ in kept}
+        and ("plugins" not in {key for key, _, _ in kept} or plugins is not None)
         and not literal_conflict(ctx, kept)
     ):
         # Values this tool cannot read (accelerator=args.accelerator beside gpus=args.gpus): the settings they
         # decide with move into legacy_trainer_kwargs(...), translated when the Trainer is built
-        # (translate_args.py).
-        trainer, expression = moved_into_translation(ctx, kept, updated.args)
+        # (translate_args.py). A plugins= the rewrite left as it was (plugins=args.plugins: a command-line name or a
+        # list, whatever the run gives) moves with them: the translation takes a strategy out of it as 1.x's
+        # accelerator connector did and passes the other plugins on.
+        also = ("plugins",) if plugins is not None else ()
+        trainer, expression = moved_into_translation(ctx, kept, updated.args, also=also)
         translated = cst.Arg(star="**", value=expression)
     elif (
         settles(trainer.todos)

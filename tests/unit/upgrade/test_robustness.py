@@ -23,16 +23,16 @@ NEIGHBOUR_AFTER = 'other = Trainer(accelerator="gpu", devices=2)\n'
     [
         # Values written over several lines, quoted in a TODO: a comment holds no line break.
         ("t = Trainer(truncated_bptt_steps=(\n    2\n))\n", "trainer-tbptt", "(was truncated_bptt_steps=(2))"),
-        # (plugins= keeps these two from being translated at run time: trainer-args-translated)
+        # (a splat of their own keeps these two from being translated at run time: trainer-args-translated)
         (
-            "t = Trainer(accelerator=(\n    backend\n), plugins=[p])\n",
+            "t = Trainer(accelerator=(\n    backend\n), **extra)\n",
             "trainer-accelerator-unknown",
             "accelerator=(backend)",
         ),
         (
-            "t = Trainer(weights_summary=pick(\n    'full'\n), callbacks=cbs, plugins=[p])\n",
+            "t = Trainer(weights_summary=(\n    'full'\n), callbacks=cbs, **extra)\n",
             "trainer-weights-summary",
-            "pick('full')",
+            "('full')",
         ),
         (
             "t = Trainer(\n    weights_save_path=folder(\n        run,\n    ),\n)\n",

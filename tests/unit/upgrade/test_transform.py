@@ -65,13 +65,13 @@ def test_trainer_arguments(before: str, after: str) -> None:
             "Trainer(resume_from_checkpoint=path)",
             "trainer-resume): resume_from_checkpoint is gone: pass ckpt_path=path",
         ),
-        # Beside a splat of its own (or plugins=) a value the tool cannot read keeps its TODO; alone it is translated
+        # Beside a splat of its own a value the tool cannot read keeps its TODO; alone it is translated
         # at run time (trainer-args-translated, test_translate_args.py).
         ('Trainer(weights_summary="full", callbacks=cbs, **extra)', "trainer-weights-summary): weights_summary="),
         ("Trainer(checkpoint_callback=ModelCheckpoint(), callbacks=cbs)", "trainer-checkpoint-callback):"),
         ("Trainer(gpus=2, devices=4)", "trainer-conflict): gpus=2 maps to devices, set here too"),
         (
-            "Trainer(accelerator=args.backend, plugins=[plugin])",
+            "Trainer(accelerator=args.backend, **extra)",
             "trainer-accelerator-unknown): accelerator=args.backend",
         ),
         ('Trainer(accelerator="ddp", strategy="ddp_spawn")', 'trainer-conflict): accelerator="ddp" maps to strategy'),

@@ -115,7 +115,6 @@ def test_a_settings_dict_moves_them_too() -> None:
     ("source", "rule"),
     [
         ('t = Trainer(accelerator="ddp", strategy="ddp_spawn")\n', "trainer-conflict"),  # two literals: a person's
-        ("t = Trainer(accelerator=args.accelerator, plugins=[plugin])\n", "trainer-accelerator-unknown"),
         # Literals that disagree beside a value it cannot read: still the person's choice.
         (
             't = Trainer(accelerator="ddp", strategy="ddp_spawn", progress_bar_refresh_rate=args.r)\n',
@@ -204,3 +203,38 @@ def test_a_ddp_plugin_beside_unread_values_is_translated_in_the_first_run(source
         assert type(trainer.accelerator).__name__ == "CPUAccelerator" and saver in trainer.callbacks
     if "refresh" in source:
         assert trainer.progress_bar_callback.refresh_rate == 3
+
+
+PLUGINS_FROM_THE_COMMAND_LINE = """import pytorch_lightning as pl
+
+
+def make_trainer(cli, hooks):
+    return pl.Trainer(
+        callbacks=hooks,
+        max_epochs=1,
+        plugins=cli.plugins,
+        progress_bar_refresh_rate=1 if cli.bar else 0,
+    )
+"""
+
+
+def test_plugins_this_tool_cannot_read_move_into_the_translation_beside_the_rest() -> None:
+    """plugins=cli.plugins (None, a 1.x strategy name or a list of plugins, as the run gives it) beside a refresh
+    rate this tool cannot read: both move into the translation, which takes a strategy out of plugins= as 1.x's
+    accelerator connector did (it was a TODO beside the refresh rate)."""
+    out, found = upgraded(PLUGINS_FROM_THE_COMMAND_LINE)
+    assert found == ["trainer-args-translated"] and "TODO" not in out and unmarked(out) == [], out
+    assert "plugins=cli.plugins," in out and "legacy_trainer_kwargs(" in out, out
+    pl = pytest.importorskip("pytorch_lightning")
+    namespace: dict[str, object] = {}
+    exec(compile(out, "<upgraded>", "exec"), namespace)  # noqa: S102
+    saver = pl.callbacks.LearningRateMonitor()
+    trainer = namespace["make_trainer"](SimpleNamespace(plugins=None, bar=False), [saver])  # type: ignore[operator]
+    assert trainer.progress_bar_callback is None and saver in trainer.callbacks
+    trainer = namespace["make_trainer"](SimpleNamespace(plugins="ddp_spawn", bar=True), [saver])  # type: ignore[operator]
+    assert type(trainer.strategy).__name__ == "DDPStrategy" and trainer.strategy._start_method == "spawn"
+    assert trainer.progress_bar_callback.refresh_rate == 1
+    # An accelerator this tool cannot read beside a plugins list: translated too (it was an accelerator-unknown TODO).
+    out, found = upgraded("t = Trainer(accelerator=args.accelerator, plugins=[plugin])\n")
+    assert found == ["trainer-args-translated"] and "TODO" not in out, out
+    assert "legacy_trainer_kwargs(accelerator=args.accelerator, plugins=[plugin]," in out, out
