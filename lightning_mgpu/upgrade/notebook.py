@@ -13,9 +13,9 @@ metadata are not touched; the file keeps its JSON layout (indentation, key order
 convert.
 
 Cells share no pre-pass: a dict of Trainer settings built in one cell and splatted in another is the ``trainer-splat``
-TODO. The Lightning namespace a notebook imports, its aliases (``import pytorch_lightning as pl``) and the torchmetrics
-names it imports (``from torchmetrics import Accuracy`` in one cell, ``Accuracy()`` in another) are read from all its
-cells.
+TODO. The Lightning namespace a notebook imports, its aliases (``import pytorch_lightning as pl``,
+``import pytorch_lightning.callbacks as cb``) and the torchmetrics names it imports (``from torchmetrics import
+Accuracy`` in one cell, ``Accuracy()`` in another) are read from all its cells.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_mgpu.upgrade.findings import FileResult, Finding, UpgradeError, namespace_of, syntax_error
+from lightning_mgpu.upgrade.imports import NESTED_SUBPACKAGES, SUBPACKAGES
+from lightning_mgpu.upgrade.rules import BUNDLE_FOR_NAMESPACE
 from lightning_mgpu.upgrade.transform import upgrade_source
 from lightning_mgpu.upgrade.tuner import notebook_unused_trainers
 
@@ -197,6 +199,39 @@ def notebook_context(code: str) -> tuple[str, dict[str, str]]:
     return namespace_of(code), aliases
 
 
+def submodule_imports(sources: list[str]) -> dict[str, tuple[str, str]]:
+    """The Lightning subpackages a notebook's cells import under a name of their own (``import
+    pytorch_lightning.callbacks as cb``, ``from pytorch_lightning import loggers``), as the tool's import pass records
+    them for one file, so that another cell's ``cb.GPUStatsMonitor()`` converts as in one file. A cell that does not
+    parse (IPython lines masked) adds nothing."""
+    found: dict[str, tuple[str, str]] = {}
+    for source in sources:
+        masked = mask_ipython(source)
+        try:
+            tree = ast.parse(masked[0] if masked else source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    namespace = next((ns for ns in BUNDLE_FOR_NAMESPACE if alias.name.startswith(ns + ".")), None)
+                    if namespace is not None and alias.asname:
+                        found[alias.asname] = (namespace, alias.name[len(namespace) + 1 :])
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                module = node.module
+                namespace = next(
+                    (ns for ns in BUNDLE_FOR_NAMESPACE if module == ns or module.startswith(ns + ".")), None
+                )
+                if namespace is None:
+                    continue
+                below = module[len(namespace) + 1 :]
+                for alias in node.names:
+                    name = f"{below}.{alias.name}" if below else alias.name
+                    if (not below and alias.name in SUBPACKAGES) or name in NESTED_SUBPACKAGES:
+                        found[alias.asname or alias.name] = (namespace, name)
+    return found
+
+
 def metric_imports(sources: list[str]) -> list[str]:
     """The names a notebook's cells import from torchmetrics (or 1.x's ``pytorch_lightning.metrics``), in order; a
     cell that does not parse adds none."""
@@ -273,6 +308,7 @@ def upgrade_notebook(text: str) -> NotebookResult:
     code_cells = [(i, c) for i, c in enumerate(cells, start=1) if isinstance(c, dict) and c.get("cell_type") == "code"]
     namespace, aliases = notebook_context("\n".join(_cell_source(c) for _, c in code_cells))
     metric_names = metric_imports([_cell_source(c) for _, c in code_cells])
+    submodules = submodule_imports([_cell_source(c) for _, c in code_cells])
     # Which module-level trainers' tuner flags no cell could run: read over every cell at once (a trainer built in
     # one cell may be tuned in another), from the cells as they are converted (IPython lines masked).
     joined = [mask_ipython(_cell_source(c)) for _, c in code_cells if python_file_cell(_cell_source(c)) is None]
@@ -308,6 +344,7 @@ def upgrade_notebook(text: str) -> NotebookResult:
                     metric_names=metric_names,
                     renamed=renamed,
                     notebook_unused=notebook_unused,
+                    submodules=submodules,
                 )
             )
         except cst.ParserSyntaxError as err:

@@ -283,6 +283,7 @@ def upgrade_source(
     metric_names: Sequence[str] = (),
     renamed: dict[str, tuple[str, str, dict[str, str]]] | None = None,
     notebook_unused: frozenset[str] = frozenset(),
+    submodules: dict[str, tuple[str, str]] | None = None,
 ) -> FileResult:
     """Upgrade one file's source.
 
@@ -297,6 +298,9 @@ def upgrade_source(
             ``from pytorch_lightning.plugins import DDPPlugin``), as :attr:`FileResult.renamed` gives them.
         notebook_unused: a notebook's module-level trainer names whose tuner flags no cell could run
             (:func:`~lightning_mgpu.upgrade.tuner.notebook_unused_trainers`).
+        submodules: names that stand for a Lightning subpackage without ``source`` importing them (a notebook's
+            other cells: ``import pytorch_lightning.callbacks as cb`` gives ``{"cb": ("pytorch_lightning",
+            "callbacks")}``), so that ``cb.GPUStatsMonitor()`` converts as in one file.
 
     Returns:
         The upgraded source (identical when there was nothing to do) and its findings, with original line numbers.
@@ -321,6 +325,7 @@ def upgrade_source(
     transformer.renamed.update(renamed or {})
     transformer.add_metric_names(metric_names)
     transformer.notebook_unused = notebook_unused
+    transformer.ctx.submodule_aliases.update(submodules or {})
     new = wrapper.visit(transformer)
     try:
         code = new.code
@@ -331,6 +336,7 @@ def upgrade_source(
         transformer.renamed.update(renamed or {})
         transformer.add_metric_names(metric_names)
         transformer.notebook_unused = notebook_unused
+        transformer.ctx.submodule_aliases.update(submodules or {})
         new = wrapper.visit(transformer)
         code = new.code
     findings = sorted(transformer.findings, key=lambda f: (f.line, f.todo))

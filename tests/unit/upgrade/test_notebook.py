@@ -383,3 +383,25 @@ def test_a_tuner_flag_no_cell_could_run_is_dropped_across_cells() -> None:
 def test_a_tuner_flag_another_cell_may_run_keeps_its_todo(later: str) -> None:
     cells = _cells("import pytorch_lightning as pl", "lr_trainer = pl.Trainer(auto_lr_find=True)", later)
     assert "TODO(lightning-mgpu:trainer-auto-lr-find)" in cells[1], cells[1]
+
+
+def test_a_subpackage_an_earlier_cell_imports_under_a_name_of_its_own_converts_in_a_later_cell() -> None:
+    """``import pytorch_lightning.callbacks as cbk`` in the first cell, ``cbk.GPUStatsMonitor()`` in another (a real
+    notebook's shape): converted as in one file. Before, the later cell did not know the name, and the removed
+    callback was left unmarked."""
+    from lightning_mgpu.upgrade.leftovers import unmarked
+    from lightning_mgpu.upgrade.notebook import submodule_imports
+
+    assert submodule_imports(
+        ["!pip install x\nimport pytorch_lightning.callbacks as cbk", "from pytorch_lightning import loggers", "x = ("]
+    ) == {"cbk": ("pytorch_lightning", "callbacks"), "loggers": ("pytorch_lightning", "loggers")}
+    first, second, third = _cells(
+        "import pytorch_lightning as pl\nimport pytorch_lightning.callbacks as cbk\n"
+        "from pytorch_lightning import loggers",
+        "trainer = pl.Trainer(max_epochs=2, callbacks=[cbk.EarlyStopping('val'), cbk.GPUStatsMonitor()])",
+        "board = loggers.TestTubeLogger('runs')",
+    )
+    assert "GPUStatsMonitor" not in second and "GPUUtilizationMonitor()" in second, second
+    assert "TestTubeLogger" not in third and "TensorBoardLogger(" in third, third
+    assert unmarked("\n".join((first, second, third))) == []
+    assert _cells(first, second, third) == [first, second, third]  # a second run changes nothing
