@@ -12,6 +12,13 @@ from dataclasses import dataclass
 BUNDLE_FOR_NAMESPACE = {"pytorch_lightning": "lightning_mgpu.pl", "lightning.pytorch": "lightning_mgpu"}
 #: 1.x Trainer flags that became a callback of the bundle's (``lightning_mgpu.callbacks``): flag -> the callback.
 FLAG_CALLBACKS = {"stochastic_weight_avg": "LegacyStochasticWeightAveraging", "terminate_on_nan": "TerminateOnNaN"}
+#: The callbacks that already do what each of those flags adds: 1.x's Trainer added no StochasticWeightAveraging where
+#: its callbacks held one (callback_connector.py ``_configure_swa_callbacks``, 1.2 to 1.6), and the bundle's
+#: TerminateOnNaN is what terminate_on_nan=True becomes; a callbacks= list that holds one of these takes nothing more.
+FLAG_CALLBACK_CLASSES = {
+    "stochastic_weight_avg": frozenset({"StochasticWeightAveraging", "LegacyStochasticWeightAveraging"}),
+    "terminate_on_nan": frozenset({"TerminateOnNaN"}),
+}
 
 #: Names of ``pytorch_lightning.utilities.argparse`` that 2.x's module still has: their imports stay as they are.
 ARGPARSE_KEPT = frozenset({"_defaults_from_env_vars"})
@@ -507,8 +514,10 @@ RULES = _rules(
         " under pytorch_lightning: Lightning's callback, reading those rates as 1.x did), and removes"
         " stochastic_weight_avg=False; a value it cannot read (stochastic_weight_avg=cfg.swa) adds it as"
         " callbacks=[..., *([LegacyStochasticWeightAveraging()] if cfg.swa else [])], tested for truth when the"
-        " Trainer is built as 1.x did; legacy_trainer_kwargs adds it for a true value read at run time. This TODO"
-        " stays where callbacks= is not a list the tool can extend.",
+        " Trainer is built as 1.x did; legacy_trainer_kwargs adds it for a true value read at run time. As 1.x, no"
+        " second one: the flag goes where callbacks= lists a StochasticWeightAveraging already, a list read at run"
+        " time gets *LegacyStochasticWeightAveraging.unless_given(that list), and legacy_trainer_kwargs adds none"
+        " where the callbacks hold one. This TODO stays where callbacks= is not a list the tool can extend.",
     ),
     Rule(
         "trainer-multiple-trainloader-mode",
@@ -529,7 +538,8 @@ RULES = _rules(
         " lightning_mgpu.pl.callbacks under pytorch_lightning), which checks both where 1.x did, and removes"
         " terminate_on_nan=False; a value it cannot read (terminate_on_nan=cfg.nan_check) adds it as"
         " callbacks=[..., *([TerminateOnNaN()] if cfg.nan_check else [])], tested for truth when the Trainer is"
-        " built as 1.x did, and legacy_trainer_kwargs adds the callback for a true value read at run time. This"
+        " built as 1.x did, and legacy_trainer_kwargs adds the callback for a true value read at run time (neither"
+        " where callbacks= holds a TerminateOnNaN already: the flag then just goes). This"
         " TODO stays where callbacks= is not a list the tool can extend: add the callback by hand. detect_anomaly=True"
         " instead stops at the operation that made the NaN (slower).",
     ),
