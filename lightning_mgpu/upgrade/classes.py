@@ -1,10 +1,10 @@
 """The classes-and-hooks family: a LightningModule's, a DataModule's or a callback's class and its methods. The class
 rewrites of :mod:`~lightning_mgpu.upgrade.hooks` (returned logs, epoch-end hooks, renamed hooks), several optimizers
-turned into manual optimization (:mod:`~lightning_mgpu.upgrade.manual_optimization`), ``track_grad_norm``'s hook
-(:mod:`~lightning_mgpu.upgrade.grad_norm`), the hook parameters 2.x dropped, ``optimizer_idx`` in an evaluation step,
-the 1.x ``*_step_end`` hooks, and the removed ``@auto_move_data`` decorator.
+turned into manual optimization (:mod:`~lightning_mgpu.upgrade.manual_optimization`), the hook parameters 2.x
+dropped, ``optimizer_idx`` in an evaluation step, the 1.x ``*_step_end`` hooks, and the removed ``@auto_move_data``
+decorator.
 
-Rule ids: hook-param, eval-step-optimizer-idx, step-end, track-grad-norm, manual-optimization (and the rules
+Rule ids: hook-param, eval-step-optimizer-idx, step-end, manual-optimization (and the rules
 :mod:`~lightning_mgpu.upgrade.hooks` and :mod:`~lightning_mgpu.upgrade.progress_bar_hooks` report, recorded here);
 TODOs optimizer-idx, eval-step-optimizer-idx, step-end, auto-move-data.
 """
@@ -17,7 +17,6 @@ import libcst.matchers as m
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.context import UpgradeContext
 from lightning_mgpu.upgrade.findings import Finding
-from lightning_mgpu.upgrade.grad_norm import add_hook
 from lightning_mgpu.upgrade.hooks import (
     ClassResult,
     batch_end_shape,
@@ -407,10 +406,6 @@ def visit_class_def(ctx: UpgradeContext, node: cst.ClassDef) -> None:
 
 def leave_class_def(ctx: UpgradeContext, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
     ctx.class_depth -= 1
-    if ctx.grad_norm is not None and original.name.value == ctx.grad_norm.module_class:  # grad_norm.py
-        updated = add_hook(updated, ctx.grad_norm.norm)
-        ctx.add_import(f"{ctx.namespace}.utilities", "grad_norm", None)
-        ctx.change(original, "track-grad-norm", "on_before_optimizer_step logs grad_norm(self, ...): track_grad_norm")
     has_optimizer_idx = ctx.class_has_optimizer_idx.pop()
     manual = ctx.class_manual.pop()
     per_sample = ctx.class_per_sample.pop()

@@ -18,7 +18,6 @@ from libcst.metadata import PositionProvider
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.findings import Finding
-from lightning_mgpu.upgrade.grad_norm import GradNormPlan
 from lightning_mgpu.upgrade.hooks import HookShape
 from lightning_mgpu.upgrade.manual_optimization import ManualPlan
 from lightning_mgpu.upgrade.nodes import node_kind
@@ -69,7 +68,6 @@ class UpgradeContext:
         self.failed: set[int] = set()  # ids of the nodes whose rewrite raised (each gets one internal-error TODO)
         self.module_comments: list[str] | None = None  # TODOs with no statement to sit above: the file's header
         self.class_counts: dict[int, str] = {}  # id(call) -> the class count its context offers (metrics.py)
-        self.grad_norm: GradNormPlan | None = None  # where track_grad_norm's hook goes (grad_norm.py)
         self.tune = TunePlan()  # where auto_lr_find/auto_scale_batch_size go (tuner.py)
         self.result_plan = ResultPlan()  # the TrainResult/EvalResult the class rewrite takes (result_objects.py)
         self.assigned_calls: dict[cst.Call, str] = {}  # name = Call(...) statements: the call -> the name

@@ -477,8 +477,8 @@ RULES = _rules(
     Rule(
         "trainer-track-grad-norm",
         "track_grad_norm is gone: add TrackGradNorm(p) to the Trainer's callbacks",
-        "track_grad_norm=p logged the gradients' p-norms. The tool writes the module's on_before_optimizer_step"
-        " (track-grad-norm) or callbacks=[TrackGradNorm(p)] (track-grad-norm-callback); this TODO stays where the"
+        "track_grad_norm=p logged the gradients' p-norms. The tool writes callbacks=[TrackGradNorm(p)]"
+        " (track-grad-norm-callback); this TODO stays where the"
         " value is one 1.x refused (0, a string other than 'inf') or callbacks= is something the tool cannot extend:"
         " add TrackGradNorm(p) (lightning_mgpu.callbacks, or lightning_mgpu.pl.callbacks under pytorch_lightning) to"
         " the callbacks the Trainer gets, p the value 1.x was given.",
@@ -1378,28 +1378,20 @@ RULES.update(
             kind="rewrite",
         ),
         Rule(
-            "track-grad-norm",
-            "track_grad_norm became the module's on_before_optimizer_step logging grad_norm",
-            "Trainer(track_grad_norm=p) logged the gradients' p-norms; 2.x: in the LightningModule, def"
-            " on_before_optimizer_step(self, optimizer): self.log_dict(grad_norm(self, norm_type=p)), grad_norm from"
-            " lightning.pytorch.utilities (the file's namespace). The tool writes the hook where every Trainer in the"
-            " file passes the same literal and the file defines exactly one LightningModule without that hook;"
-            " otherwise the Trainer gets the bundle's TrackGradNorm callback (track-grad-norm-callback).",
-            kind="rewrite",
-        ),
-        Rule(
             "track-grad-norm-callback",
             "track_grad_norm became the bundle's TrackGradNorm callback",
             "Trainer(track_grad_norm=p) logged the gradients' p-norms before each step of the first optimizer (after"
             " the backward, before clipping), through the module's log_grad_norm (default: log_dict(norms,"
-            " on_step=True, on_epoch=True)). Where the file does not hold the one LightningModule the track-grad-norm"
-            " hook would go in, the tool writes callbacks=[TrackGradNorm(p)] (lightning_mgpu.callbacks, or"
+            " on_step=True, on_epoch=True)). The tool writes callbacks=[TrackGradNorm(p)] (lightning_mgpu.callbacks, or"
             " lightning_mgpu.pl.callbacks under pytorch_lightning), which does what 1.6-1.9 did: 1.9's norms (floats"
             " rounded to 4 decimals, keys joined by the one logger's group separator), logged by the module's own"
-            " log_grad_norm where it defines one. 1.4 computed them only every log_every_n_steps steps (its epoch"
-            " mean covers those steps) and 1.4-1.5 showed them in the progress bar too. track_grad_norm=-1 (off) is"
-            " removed; a value the tool cannot read goes to the callback, which refuses what 1.x refused. A literal"
-            " 1.x refused, or callbacks= the tool cannot extend, keeps the trainer-track-grad-norm TODO.",
+            " log_grad_norm where it defines one. A hook in the module logging 2.x's grad_norm(self, p) would"
+            " differ (on step only, no _epoch mean, for every optimizer, past the module's log_grad_norm), so the"
+            " callback serves every file, the module in it or not. 1.4 computed them only every log_every_n_steps"
+            " steps (its epoch mean covers those steps) and 1.4-1.5 showed them in the progress bar too."
+            " track_grad_norm=-1 (off) is removed; a value the tool cannot read goes to the callback, which refuses"
+            " what 1.x refused. A literal 1.x refused, or callbacks= the tool cannot extend, keeps the"
+            " trainer-track-grad-norm TODO.",
             kind="rewrite",
         ),
     )

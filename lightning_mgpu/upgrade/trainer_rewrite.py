@@ -183,8 +183,8 @@ def _trainloader_mode(args: TrainerArgs) -> None:
 
 
 def _track_grad_norm(args: TrainerArgs) -> None:
-    """track_grad_norm=p left in the call (no plan wrote the module's hook: grad_norm.py) -> the bundle's
-    ``TrackGradNorm(p)`` callback, which logs what 1.x logged; -1 (1.x's default: off) goes. A value the tool cannot
+    """track_grad_norm=p -> the bundle's ``TrackGradNorm(p)`` callback, which logs what 1.x logged; -1 (1.x's
+    default: off) goes. A value the tool cannot
     read goes to the callback as it is: it takes -1 as off and refuses what 1.x's Trainer refused. Where callbacks= is
     something the tool cannot extend, the flag's TODO stays (:func:`_dropped_and_removed`)."""
     value = args.get("track_grad_norm")

@@ -89,10 +89,6 @@ REWRITES = {
         "    def training_step(self, batch, batch_idx, optimizer_idx):\n        return batch[optimizer_idx]\n"
         "    def configure_optimizers(self):\n        return [self.a, self.b]\n"
     ),
-    "track-grad-norm": (
-        "import pytorch_lightning as pl\nclass M(pl.LightningModule):\n    def training_step(self, batch, i):\n"
-        "        return batch\nt = pl.Trainer(track_grad_norm=2)\n"
-    ),
     "track-grad-norm-callback": "import pytorch_lightning as pl\nt = pl.Trainer(track_grad_norm=2)\n",
     "tuner-flags-read": (
         "import pytorch_lightning as pl\ndef f(a, m):\n    trainer = pl.Trainer.from_argparse_args(a)\n"
