@@ -60,6 +60,7 @@ class UpgradeContext:
         self.needs_bundle_import = False  # a bundle strategy name is passed as a string: it must be registered
         self.datamodules: set[str] = set()  # classes in this file that derive from a LightningDataModule
         self.torchmetrics_imports: list[tuple[str, str]] = []  # (module, name) of metrics imported by this file
+        self.fstring_quotes: list[str] = []  # the opening of each f-string the visit is inside (f", f''')
         self.called_names: set[int] = set()  # ids of the Name nodes a call's rewrite handles (attributes.visit_call)
         self.attribute_names: set[int] = set()  # ids of the Name nodes that are an attribute's attr
         self.lightning_class: list[bool] = []  # per enclosing class: whether it may be a Lightning class

@@ -767,9 +767,12 @@ RULES = _rules(
         "{name} is named, not called: 2.x has no such class",
         "DDPSpawnPlugin/DDPSpawnStrategy (and the sharded spawn classes) became a 2.x class with extra arguments"
         ' (DDPStrategy(start_method="spawn")): a call converts, and isinstance() drops the spawn class from a tuple'
-        " that holds the class it became (ddp-spawn-isinstance). Named any other way (isinstance(s,"
-        " DDPSpawnStrategy) alone, a base class, a list of classes) it has no 2.x equivalent: its import went, the"
-        " name is undefined, and a check of s.strategy_name or s._start_method is what to write by hand.",
+        " that holds the class it became (ddp-spawn-isinstance), isinstance(s, DDPSpawnStrategy) becomes"
+        " legacy_is_ddp_spawn(s) (spawn-isinstance). Named any other way (a base class, a list of classes, the"
+        " sharded spawn class in a check) it has no 2.x equivalent: its import went, the name is undefined. A base"
+        " class: subclass DDPStrategy and pass start_method=\"spawn\"; a check: legacy_is_ddp_spawn(s) from"
+        " lightning_mgpu.upgrade.legacy_spawn (the sharded one: isinstance(s, ShardedStrategy) and"
+        " legacy_is_ddp_spawn(s)).",
     ),
     Rule(
         "trainer-progress-bar-dict",
@@ -1262,7 +1265,20 @@ RULES.update(
             '2.0 removed DDPSpawnStrategy (and 1.5\'s DDPSpawnPlugin): ddp_spawn is DDPStrategy(start_method="spawn")'
             " in 2.x. In an isinstance() tuple that also holds the class it became (DDPStrategy, or DDPPlugin renamed"
             " to it), the spawn class goes: the tuple matches ddp and ddp_spawn as it did. Alone, isinstance(s,"
-            " DDPSpawnStrategy) has no 2.x class to name and is left for the independent scan to report.",
+            " DDPSpawnStrategy) has no 2.x class to name: rule spawn-isinstance.",
+            kind="rewrite",
+        ),
+        Rule(
+            "spawn-isinstance",
+            "isinstance(s, DDPSpawnStrategy) -> legacy_is_ddp_spawn(s), what 1.x's check said",
+            "1.x's DDPSpawnStrategy (DDPSpawnPlugin up to 1.5) served ddp_spawn, and from 1.7 ddp_fork and"
+            " ddp_notebook; its subclasses the sharded spawn strategy and TPUs. 2.x serves them with DDPStrategy"
+            " started by spawn/fork/forkserver (XLAStrategy and the bundle's sharded strategies subclass it), plain"
+            " ddp and DeepSpeed with popen. isinstance(s, DDPSpawnStrategy) becomes"
+            " lightning_mgpu.upgrade.legacy_spawn.legacy_is_ddp_spawn(s), true for exactly those; in a tuple without"
+            " DDPStrategy, (isinstance(s, (others,)) or legacy_is_ddp_spawn(s)), where s is a name or an attribute"
+            " chain; DDPSpawnStrategy.__name__ becomes the string 'DDPSpawnStrategy'. A 1.x ddp_cpu run (a spawn"
+            " strategy in 1.x) is converted to popen ddp (note ddp-cpu-gradient-mean), where the check says False.",
             kind="rewrite",
         ),
         Rule(

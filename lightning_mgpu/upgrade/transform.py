@@ -234,6 +234,13 @@ class UpgradeTransformer(cst.CSTTransformer):
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         return imports.leave_module(self.ctx, original, updated)
 
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        self.ctx.fstring_quotes.append(node.start)
+
+    def leave_FormattedString(self, original: cst.FormattedString, updated: cst.FormattedString) -> cst.FormattedString:
+        self.ctx.fstring_quotes.pop()
+        return updated
+
     def visit_Attribute(self, node: cst.Attribute) -> None:
         attributes.visit_attribute(self.ctx, node)
 

@@ -80,6 +80,9 @@ REWRITES = {
     "tuner-flags": "t = Trainer(auto_lr_find=True)\nt.tune(model)\n",
     "tuner-tune-result": 'def f(trainer, model):\n    r = trainer.tune(model)\n    return r["lr_find"]\n',
     "checkpoint-prefix-moved": "ck = ModelCheckpoint(filename='{epoch}', prefix='run1')\n",
+    "spawn-isinstance": (
+        "from pytorch_lightning.strategies import DDPSpawnStrategy\nx = isinstance(s, DDPSpawnStrategy)\n"
+    ),
     "ddp-spawn-isinstance": (
         "from pytorch_lightning.strategies import DDPSpawnStrategy, DDPStrategy\n"
         "x = isinstance(s, (DDPStrategy, DDPSpawnStrategy))\n"
