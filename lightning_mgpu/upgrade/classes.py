@@ -400,6 +400,7 @@ def visit_class_def(ctx: UpgradeContext, node: cst.ClassDef) -> None:
         ctx.datamodules.add(node.name.value)
     ctx.class_has_optimizer_idx.append(has_optimizer_idx)
     ctx.class_manual.append(ctx.manual.kind(node.name.value))
+    ctx.class_refusal.append(ctx.manual.why(node.name.value))
     ctx.class_per_sample.append(per_sample)
     ctx.class_step_ends.append(step_ends)
 
@@ -408,6 +409,7 @@ def leave_class_def(ctx: UpgradeContext, original: cst.ClassDef, updated: cst.Cl
     ctx.class_depth -= 1
     has_optimizer_idx = ctx.class_has_optimizer_idx.pop()
     manual = ctx.class_manual.pop()
+    ctx.class_refusal.pop()
     per_sample = ctx.class_per_sample.pop()
     step_ends = ctx.class_step_ends.pop()
     if not ctx.lightning_class.pop():
@@ -781,7 +783,10 @@ def drop_params(ctx: UpgradeContext, original: cst.FunctionDef, updated: cst.Fun
                     dropped.add(name)
                     continue
             if name == "optimizer_idx":
-                ctx.todo(original, rules.todo_text("optimizer-idx", hook=hook))
+                why = ctx.class_refusal[-1] if hook == "training_step" and ctx.class_refusal else ""
+                # the tool's reason for not converting the class (manual_optimization.refusal) follows the TODO
+                detail = f"(not converted: {why})" if why else ""
+                ctx.todo(original, rules.todo_text("optimizer-idx", hook=hook), detail=detail)
             continue
         dropped.add(name)
     if not dropped or (hook == "backward" and "optimizer_idx" not in names):

@@ -10,6 +10,7 @@ family over one class's attributes. It emits one rule of its own, ``internal-err
 from __future__ import annotations
 
 import logging
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +43,7 @@ class UpgradeContext:
         self.class_depth = 0
         self.class_has_optimizer_idx: list[bool] = []
         self.class_manual: list[str] = []  # what manual_optimization.py makes of the class (ManualPlan.kind)
+        self.class_refusal: list[str] = []  # why it keeps the optimizer-idx TODO (ManualPlan.why), or ""
         self.class_per_sample: list[set[str]] = []  # per enclosing class: its steps with per-sample outputs
         #: per enclosing class: its 1.x step ends that convert -> how (classes.py's step_end_plan)
         self.class_step_ends: list[dict[str, str]] = []
@@ -86,14 +88,16 @@ class UpgradeContext:
         """A rewrite made at ``node``, under ``rule`` (an id of :data:`rules.RULES`)."""
         self.findings.append(Finding(self.line(node), message, rule=rule))
 
-    def todo(self, node: cst.CSTNode, text: str) -> None:
-        """A TODO comment (``text`` from :func:`rules.todo_text`) above the statement being visited."""
+    def todo(self, node: cst.CSTNode, text: str, detail: str = "") -> None:
+        """A TODO comment (``text`` from :func:`rules.todo_text`) above the statement being visited; ``detail`` (this
+        TODO's own reason, too long for its line) follows it as indented comment lines."""
         text = rules.one_line(text)  # a comment holds no line break: libcst would refuse the whole file
         self.findings.append(Finding(self.line(node), text, todo=True))
+        lines = [text, *(f"  {line}" for line in textwrap.wrap(rules.one_line(detail), 100))]
         if self.pending:
-            self.pending[-1].append(text)
+            self.pending[-1].extend(lines)
         elif self.module_comments is not None:
-            self.module_comments.append(text)
+            self.module_comments.extend(lines)
 
     def note(self, node: cst.CSTNode, text: str) -> None:
         text = rules.one_line(text)

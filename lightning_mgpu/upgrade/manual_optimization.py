@@ -77,6 +77,12 @@ class ManualPlan:
     classes: frozenset[str]
     clip: Clip | None = None
     subclasses: tuple[tuple[str, str], ...] = ()
+    #: class name -> why its 1.x step was not converted, in words for the optimizer-idx TODO (:func:`refusal`)
+    refused: tuple[tuple[str, str], ...] = ()
+
+    def why(self, name: str) -> str:
+        """Why the class ``name`` keeps the optimizer-idx TODO, or ``""``."""
+        return dict(self.refused).get(name, "")
 
     def kind(self, name: str) -> str:
         """``"base"``, a subclass's kind, or ``""`` for a class this rule leaves alone."""
@@ -252,6 +258,44 @@ def convertible(cls: cst.ClassDef) -> bool:
     return frequencies(configure) is not False
 
 
+def refusal(cls: cst.ClassDef) -> str:
+    """Why :func:`convertible` refuses ``cls`` (a class whose step takes ``optimizer_idx``), in words that tell the
+    person what the tool could not see or do; ``""`` where it does not refuse it, or the class is no 1.x module."""
+    methods = _methods(cls)
+    step, configure = methods.get("training_step"), methods.get("configure_optimizers")
+    if step is None or "optimizer_idx" not in {p.name.value for p in step.params.params}:
+        return ""  # a step of one optimizer: nothing to refuse
+    if not _is_lightning_class(cls) or convertible(cls):
+        return ""
+    if configure is None:
+        return (
+            "configure_optimizers is not in this class: how many optimizers 1.x stepped, and any 'frequency' turns,"
+            " are not shown"
+        )
+    if not _step_of_1x(step):
+        return "its signature is not (self, batch, batch_idx, optimizer_idx), later parameters with defaults"
+    hooks = sorted(REFUSED_HOOKS & set(methods))
+    if hooks:
+        return f"{', '.join(hooks)} overridden: 2.x does not call it under manual optimization"
+    code = _code(cls)
+    if "automatic_optimization" in code:
+        return "the class sets automatic_optimization itself"
+    if "truncated_bptt_steps" in code:
+        return "truncated backprop: 1.x passed the step hiddens"
+    if any(word in _code(configure) for word in ("ReduceLROnPlateau", "monitor")):
+        return (
+            "ReduceLROnPlateau or a monitor: 2.x steps no scheduler under manual optimization; step it in"
+            " on_train_epoch_end with self.trainer.callback_metrics[its monitor], where 1.x stepped it (after the"
+            " epoch's validation)"
+        )
+    if frequencies(configure) is False:
+        return (
+            "the optimizers' 'frequency' values are not literal keys of the dicts configure_optimizers returns: 1.x"
+            " ran one optimizer per batch, in turns of those lengths"
+        )
+    return "a hook reads optimizer_idx, which 2.x no longer passes to it"
+
+
 def _subclass_kind(cls: cst.ClassDef, base_frequencies: list[str]) -> str | None:
     """What a subclass of a converted class needs (see :class:`ManualPlan`), or None where it cannot be made
     faithful (the whole family then keeps the TODO)."""
@@ -312,6 +356,8 @@ def plan(module: cst.Module) -> ManualPlan:
             classes.append(node)
 
     read_only_visit(module, _Classes())
+    reasons = {c.name.value: refusal(c) for c in classes}
+    refused = {name: why for name, why in reasons.items() if why}
     candidates = [c for c in classes if convertible(c)]
     names = [c.name.value for c in classes]
     candidates = [c for c in candidates if names.count(c.name.value) == 1]  # two classes of one name: which?
@@ -324,7 +370,7 @@ def plan(module: cst.Module) -> ManualPlan:
             found = frequencies(_methods(c)["configure_optimizers"])
             base_frequencies[c.name.value] = found if isinstance(found, list) else []
         family = {c.name.value: c.name.value for c in candidates}  # class -> its converted ancestor
-        subclasses, refused = {}, set()
+        subclasses, refused_roots = {}, set()
         changed = True
         while changed:
             changed = False
@@ -337,37 +383,52 @@ def plan(module: cst.Module) -> ManualPlan:
                 root = family[next(iter(bases))]
                 kind = _subclass_kind(c, base_frequencies[root])
                 if kind is None or len(bases) > 1 or names.count(c.name.value) != 1:
-                    refused.add(root)
+                    refused_roots.add(root)
                 family[c.name.value] = root
                 subclasses[c.name.value] = kind or ""
                 changed = True
-        if not refused:
+        if not refused_roots:
             break
-        candidates = [c for c in candidates if c.name.value not in refused]
+        for root in refused_roots:
+            refused[root] = "a subclass in this file does not fit: its own step, frequencies or hooks differ"
+        candidates = [c for c in candidates if c.name.value not in refused_roots]
     if not candidates:
-        return ManualPlan(frozenset())
+        return ManualPlan(frozenset(), refused=tuple(sorted(refused.items())))
+    names_left = [c.name.value for c in candidates]
+
+    def none(why: str) -> ManualPlan:
+        # Decision: a setting of the file's Trainers that refuses every candidate says so in each one's TODO.
+        return ManualPlan(frozenset(), refused=tuple(sorted({**refused, **dict.fromkeys(names_left, why)}.items())))
+
     args = _TrainerArgs()
     read_only_visit(module, args)
     code = module.code
     # Each spelling of these settings must be one the visitor read (a dict or a config file handing them over is not).
     if args.unreadable or any(code.count(key) != count for key, count in args.seen.items()):
-        return ManualPlan(frozenset())
+        return none(
+            "the file's Trainers accumulate gradients (2.x refuses it under manual optimization) or set clipping in"
+            " a way the tool cannot read"
+        )
     if "truncated_bptt_steps" in code:
-        return ManualPlan(frozenset())  # 1.x passed the step hiddens (a Trainer's setting before 1.7)
+        return none("truncated backprop: 1.x passed the step hiddens")  # a Trainer's setting before 1.7
     clip_values, algorithms = args.values["gradient_clip_val"], args.values["gradient_clip_algorithm"]
     clip = None
     if clip_values:
         # The Trainer's clipping moves into the module: only where the file's one LightningModule with a
         # training_step is the converted one, and every Trainer clips alike.
         steps = [c for c in classes if _is_lightning_class(c) and "training_step" in _methods(c)]
+        clipping = "the Trainer's gradient clipping (2.x refuses it under manual optimization: clip in the step)"
         if len(steps) != 1 or len(candidates) != 1 or len(clip_values) != 1 or len(algorithms) > 1:
-            return ManualPlan(frozenset())
+            return none(clipping + ", with more than one module or clipping in the file")
         if args.seen["gradient_clip_val"] != args.trainers:
-            return ManualPlan(frozenset())  # a Trainer that does not clip, beside one that does
+            return none(clipping + ", set on some Trainers only")  # a Trainer that does not clip, beside one that does
         clip = Clip(next(iter(clip_values)), next(iter(algorithms)) if algorithms else None)
     elif algorithms:
-        return ManualPlan(frozenset())
-    return ManualPlan(frozenset(c.name.value for c in candidates), clip, tuple(sorted(subclasses.items())))
+        return none("gradient_clip_algorithm without gradient_clip_val")
+    kept = {k: v for k, v in refused.items() if k not in names_left}
+    return ManualPlan(
+        frozenset(names_left), clip, tuple(sorted(subclasses.items())), refused=tuple(sorted(kept.items()))
+    )
 
 
 class _Rename(cst.CSTTransformer):

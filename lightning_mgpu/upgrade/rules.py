@@ -770,7 +770,7 @@ RULES = _rules(
         " that holds the class it became (ddp-spawn-isinstance), isinstance(s, DDPSpawnStrategy) becomes"
         " legacy_is_ddp_spawn(s) (spawn-isinstance). Named any other way (a base class, a list of classes, the"
         " sharded spawn class in a check) it has no 2.x equivalent: its import went, the name is undefined. A base"
-        " class: subclass DDPStrategy and pass start_method=\"spawn\"; a check: legacy_is_ddp_spawn(s) from"
+        ' class: subclass DDPStrategy and pass start_method="spawn"; a check: legacy_is_ddp_spawn(s) from'
         " lightning_mgpu.upgrade.legacy_spawn (the sharded one: isinstance(s, ShardedStrategy) and"
         " legacy_is_ddp_spawn(s)).",
     ),
@@ -930,7 +930,7 @@ RULES = _rules(
     ),
     Rule(
         "epoch-end-optimizers",
-        "{hook}(outputs), several optimizers: collect them by hand",
+        "{hook}(outputs), several optimizers: collect them as 1.x nested them",
         "With several optimizers (training_step(..., optimizer_idx)) 1.x handed training_epoch_end its outputs"
         " nested by optimizer and batch, in an order that changed: outputs[optimizer][batch] up to 1.5,"
         " outputs[batch][optimizer] from 1.6 (each entry the step's dict with its loss detached, {'loss': loss} for"
@@ -938,7 +938,9 @@ RULES = _rules(
         " under, which the file does not say, so the tool does not collect them. training_step becomes manual"
         " optimization (rule manual-optimization), whose loop calls _training_step_1x once per optimizer: append"
         " recursive_detach(output) there in the layout the body indexes (self.training_step_outputs[optimizer_index]"
-        " for 1.5's), read the list in on_train_epoch_end(self) and empty it.",
+        " for 1.5's), read the list in on_train_epoch_end(self) and empty it. A body that reads the step's \"log\" or"
+        ' "progress_bar" entries ran on 1.0-1.2 (outputs[optimizer][batch], each entry the step\'s whole dict):'
+        " the log-returns rewrite moved those entries into self.log_dict, so collect them beside the output.",
     ),
     Rule(
         "progress-bar-dict",
