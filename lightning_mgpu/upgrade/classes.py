@@ -33,6 +33,7 @@ from lightning_mgpu.upgrade.hooks import (
     wrap_returns,
 )
 from lightning_mgpu.upgrade.leftover_spellings import drop_eval_optimizer_idx
+from lightning_mgpu.upgrade.manual_optimization import FREQUENCY_READER, reads_frequencies_at_run_time
 from lightning_mgpu.upgrade.manual_optimization import convert as manual_convert
 from lightning_mgpu.upgrade.manual_optimization import convert_subclass as manual_convert_subclass
 from lightning_mgpu.upgrade.progress_bar_hooks import convert as convert_progress_bar_dict
@@ -502,6 +503,9 @@ def _manual_optimization(
         ctx.findings.append(Finding(lines.get("training_step", ctx.line(original)), text, todo=True))
         comments.append(("training_step", text))
     else:
+        if manual == "base" and reads_frequencies_at_run_time(updated):
+            # its configure_optimizers passes through the run-time reader of 1.x's "frequency" keys
+            ctx.add_import("lightning_mgpu.upgrade.legacy_optimizers", FREQUENCY_READER, None)
         changed, updated = converted is not updated, converted
     if changed and manual == "base":
         ctx.change(

@@ -869,13 +869,18 @@ RULES = _rules(
         ' stepped them (interval "step" every frequency batches, "epoch" after the last batch every frequency'
         " epochs). Subclasses in the file follow: their own 1.x step becomes their _training_step_1x, a step of one"
         " optimizer gets automatic_optimization = True back, and a configure_optimizers of theirs that repeats the"
-        " base's frequencies loses the keys too. A base's @abstractmethod step (a LightningModule is no ABC) is"
+        " base's frequencies loses the keys too. Frequencies the file does not spell out (a config's value, dicts"
+        " updated in a loop) are read as the fit begins: the user's method is kept as _configure_optimizers_1x and a"
+        " new configure_optimizers passes its result through"
+        " lightning_mgpu.upgrade.legacy_optimizers.legacy_optimizer_frequencies (1.x's reading: a list of dicts,"
+        " each with a frequency or none), unless the class calls configure_optimizers itself. A base's"
+        " @abstractmethod step (a LightningModule is no ABC) is"
         " taken, the decorator staying on its helper; parameters after optimizer_idx are taken where each has a"
         " default and is not hiddens (1.x passed none of them, so each kept its default, as the helper's call"
         " does), and not where the file mentions truncated_bptt_steps. Where the file does not show all of it"
         " (ReduceLROnPlateau or a monitor, optimizer_step,"
-        " optimizer_zero_grad or lr_scheduler_step overridden, accumulate_grad_batches, a Trainer's clipping or"
-        " frequencies the file does not spell out, truncated backprop) the optimizer-idx TODO stays.",
+        " optimizer_zero_grad or lr_scheduler_step overridden, accumulate_grad_batches, a Trainer's clipping the file"
+        " does not spell out, truncated backprop) the optimizer-idx TODO stays, followed by the reason.",
         kind="rewrite",
     ),
     Rule(

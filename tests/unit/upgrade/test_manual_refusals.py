@@ -43,6 +43,9 @@ class Turns(pl.LightningModule):
         for setup in setups:
             setup.update({{"frequency": self.turns}})
         return setups
+
+    def describe(self):
+        return repr(self.configure_optimizers())
 """
 
 ACCUMULATING = f"""import pytorch_lightning as pl
@@ -64,7 +67,7 @@ trainer = pl.Trainer(accumulate_grad_batches=4)
     [
         (PLATEAU, "(not converted: ReduceLROnPlateau or a monitor: 2.x steps no scheduler under manual"),
         (ELSEWHERE, "(not converted: configure_optimizers is not in this class: how many optimizers 1.x"),
-        (TURNS_FROM_CONFIG, "(not converted: the optimizers' 'frequency' values are not literal keys of the"),
+        (TURNS_FROM_CONFIG, "(not converted: the optimizers' 'frequency' values are read at run time, and the"),
         (ACCUMULATING, "(not converted: the file's Trainers accumulate gradients (2.x refuses it under manual"),
     ],
 )
