@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import lightning.pytorch as pl
@@ -29,6 +30,26 @@ class LegacyStochasticWeightAveraging(StochasticWeightAveraging):
     def __init__(self, swa_lrs: float | list[float] | None = None, **kwargs: Any) -> None:
         super().__init__(swa_lrs=_UNTIL_READ if swa_lrs is None else swa_lrs, **kwargs)
         self._lrs_from_optimizer = swa_lrs is None
+
+    @classmethod
+    def unless_given(cls, callbacks: Iterable[object] | None) -> list[StochasticWeightAveraging]:
+        """What 1.x's ``Trainer(stochastic_weight_avg=True, callbacks=callbacks)`` added to ``callbacks``.
+
+        1.x (``_configure_swa_callbacks``, 1.2 to 1.6) added ``StochasticWeightAveraging()`` only where the
+        callbacks held none (of any subclass); ``lightning-mgpu upgrade`` writes
+        ``callbacks=[*callbacks, *LegacyStochasticWeightAveraging.unless_given(callbacks)]`` where the list is
+        read at run time.
+
+        Args:
+            callbacks: the callbacks the Trainer is given (None or a single callback as 1.x took them).
+
+        Returns:
+            ``[LegacyStochasticWeightAveraging()]``, or ``[]`` where ``callbacks`` holds a StochasticWeightAveraging.
+        """
+        given = [] if callbacks is None else callbacks if isinstance(callbacks, (list, tuple)) else [callbacks]
+        if any(isinstance(callback, StochasticWeightAveraging) for callback in given):
+            return []
+        return [cls()]
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

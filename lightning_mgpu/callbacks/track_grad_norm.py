@@ -31,9 +31,9 @@ def legacy_grad_norms(module: torch.nn.Module, norm_type: float | int | str, gro
 class TrackGradNorm(Callback):
     """Log the gradients' ``norm_type``-norms before each optimizer step: 1.x's ``Trainer(track_grad_norm=p)``.
 
-    Lightning 2.0 removed the flag; ``lightning-mgpu upgrade`` writes this callback in its place where the file does
-    not define the LightningModule (where it does, the module's ``on_before_optimizer_step`` logs
-    ``grad_norm(self, p)`` instead). It does what 1.6-1.9's precision plugin did (``_track_grad_norm``, 1.9.5):
+    Lightning 2.0 removed the flag; ``lightning-mgpu upgrade`` writes this callback in its place (a module's
+    ``on_before_optimizer_step`` logging 2.x's ``grad_norm(self, p)`` would log on step only, for every optimizer,
+    past the module's ``log_grad_norm``). It does what 1.6-1.9's precision plugin did (``_track_grad_norm``, 1.9.5):
 
     - after the backward (the gradients unscaled under mixed precision) and before clipping, for the first
       optimizer only (1.x's ``optimizer_idx == 0``);

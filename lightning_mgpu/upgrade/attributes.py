@@ -18,13 +18,18 @@ from lightning_mgpu.upgrade.leftover_spellings import is_accelerator_connector
 from lightning_mgpu.upgrade.nodes import code as _code
 from lightning_mgpu.upgrade.removed_names import epoch_output_annotation, trainer_attribute
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
+from lightning_mgpu.upgrade.spawn_checks import checked_names, class_name, name_attribute
 
 
 def visit_attribute(ctx: UpgradeContext, node: cst.Attribute) -> None:
     ctx.attribute_names.add(id(node.attr))  # x.DDPPlugin is not the imported name DDPPlugin
+    if name_attribute(ctx, node):
+        ctx.called_names.add(id(node.value))  # DDPSpawnStrategy.__name__: spawn_checks.class_name writes the name
 
 
 def leave_attribute(ctx: UpgradeContext, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+    if name_attribute(ctx, original):
+        return class_name(ctx, original, ctx.fstring_quotes[-1] if ctx.fstring_quotes else "")
     bar_dict = progress_bar_dict(ctx, original, updated)
     if bar_dict is not None:
         return bar_dict
@@ -142,6 +147,8 @@ def visit_call(ctx: UpgradeContext, node: cst.Call) -> None:
                 }
                 if entry is not None and entry[2] and entry[1] in others:
                     ctx.called_names.add(id(e))  # calls.isinstance_spawn drops it
+        for name in checked_names(ctx, node):
+            ctx.called_names.add(id(name))  # spawn_checks.rewrite_isinstance replaces the check
 
 
 def leave_name(ctx: UpgradeContext, original: cst.Name, updated: cst.Name) -> cst.Name:

@@ -29,6 +29,7 @@ from lightning_mgpu.upgrade.nodes import string as _string
 from lightning_mgpu.upgrade.removed_names import test_tube_arguments
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
+from lightning_mgpu.upgrade.spawn_checks import rewrite_isinstance
 from lightning_mgpu.upgrade.trainer_call import trainer_call
 from lightning_mgpu.upgrade.tuner import read_flags_call, tune_result, tuner_call, tuner_owner
 
@@ -69,6 +70,9 @@ def leave_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cs
         return renamed_call(ctx, original, updated, func)
     if func == "isinstance":
         updated = isinstance_spawn(ctx, original, updated)
+        checked = rewrite_isinstance(ctx, original, updated)  # isinstance(s, DDPSpawnStrategy): spawn_checks.py
+        if checked is not updated:
+            return checked
     if original in ctx.facts.moved_resume:
         value = ctx.facts.moved_resume[original]
         args = list(updated.args)

@@ -1,10 +1,10 @@
 """The classes-and-hooks family: a LightningModule's, a DataModule's or a callback's class and its methods. The class
 rewrites of :mod:`~lightning_mgpu.upgrade.hooks` (returned logs, epoch-end hooks, renamed hooks), several optimizers
-turned into manual optimization (:mod:`~lightning_mgpu.upgrade.manual_optimization`), ``track_grad_norm``'s hook
-(:mod:`~lightning_mgpu.upgrade.grad_norm`), the hook parameters 2.x dropped, ``optimizer_idx`` in an evaluation step,
-the 1.x ``*_step_end`` hooks, and the removed ``@auto_move_data`` decorator.
+turned into manual optimization (:mod:`~lightning_mgpu.upgrade.manual_optimization`), the hook parameters 2.x
+dropped, ``optimizer_idx`` in an evaluation step, the 1.x ``*_step_end`` hooks, and the removed ``@auto_move_data``
+decorator.
 
-Rule ids: hook-param, eval-step-optimizer-idx, step-end, track-grad-norm, manual-optimization (and the rules
+Rule ids: hook-param, eval-step-optimizer-idx, step-end, manual-optimization (and the rules
 :mod:`~lightning_mgpu.upgrade.hooks` and :mod:`~lightning_mgpu.upgrade.progress_bar_hooks` report, recorded here);
 TODOs optimizer-idx, eval-step-optimizer-idx, step-end, auto-move-data.
 """
@@ -17,7 +17,6 @@ import libcst.matchers as m
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.context import UpgradeContext
 from lightning_mgpu.upgrade.findings import Finding
-from lightning_mgpu.upgrade.grad_norm import add_hook
 from lightning_mgpu.upgrade.hooks import (
     ClassResult,
     batch_end_shape,
@@ -34,6 +33,7 @@ from lightning_mgpu.upgrade.hooks import (
     wrap_returns,
 )
 from lightning_mgpu.upgrade.leftover_spellings import drop_eval_optimizer_idx
+from lightning_mgpu.upgrade.manual_optimization import FREQUENCY_READER, reads_frequencies_at_run_time
 from lightning_mgpu.upgrade.manual_optimization import convert as manual_convert
 from lightning_mgpu.upgrade.manual_optimization import convert_subclass as manual_convert_subclass
 from lightning_mgpu.upgrade.progress_bar_hooks import convert as convert_progress_bar_dict
@@ -401,18 +401,16 @@ def visit_class_def(ctx: UpgradeContext, node: cst.ClassDef) -> None:
         ctx.datamodules.add(node.name.value)
     ctx.class_has_optimizer_idx.append(has_optimizer_idx)
     ctx.class_manual.append(ctx.manual.kind(node.name.value))
+    ctx.class_refusal.append(ctx.manual.why(node.name.value))
     ctx.class_per_sample.append(per_sample)
     ctx.class_step_ends.append(step_ends)
 
 
 def leave_class_def(ctx: UpgradeContext, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
     ctx.class_depth -= 1
-    if ctx.grad_norm is not None and original.name.value == ctx.grad_norm.module_class:  # grad_norm.py
-        updated = add_hook(updated, ctx.grad_norm.norm)
-        ctx.add_import(f"{ctx.namespace}.utilities", "grad_norm", None)
-        ctx.change(original, "track-grad-norm", "on_before_optimizer_step logs grad_norm(self, ...): track_grad_norm")
     has_optimizer_idx = ctx.class_has_optimizer_idx.pop()
     manual = ctx.class_manual.pop()
+    ctx.class_refusal.pop()
     per_sample = ctx.class_per_sample.pop()
     step_ends = ctx.class_step_ends.pop()
     if not ctx.lightning_class.pop():
@@ -506,6 +504,9 @@ def _manual_optimization(
         ctx.findings.append(Finding(lines.get("training_step", ctx.line(original)), text, todo=True))
         comments.append(("training_step", text))
     else:
+        if manual == "base" and reads_frequencies_at_run_time(updated):
+            # its configure_optimizers passes through the run-time reader of 1.x's "frequency" keys
+            ctx.add_import("lightning_mgpu.upgrade.legacy_optimizers", FREQUENCY_READER, None)
         changed, updated = converted is not updated, converted
     if changed and manual == "base":
         ctx.change(
@@ -787,7 +788,10 @@ def drop_params(ctx: UpgradeContext, original: cst.FunctionDef, updated: cst.Fun
                     dropped.add(name)
                     continue
             if name == "optimizer_idx":
-                ctx.todo(original, rules.todo_text("optimizer-idx", hook=hook))
+                why = ctx.class_refusal[-1] if hook == "training_step" and ctx.class_refusal else ""
+                # the tool's reason for not converting the class (manual_optimization.refusal) follows the TODO
+                detail = f"(not converted: {why})" if why else ""
+                ctx.todo(original, rules.todo_text("optimizer-idx", hook=hook), detail=detail)
             continue
         dropped.add(name)
     if not dropped or (hook == "backward" and "optimizer_idx" not in names):

@@ -10,6 +10,7 @@ family over one class's attributes. It emits one rule of its own, ``internal-err
 from __future__ import annotations
 
 import logging
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,6 @@ from libcst.metadata import PositionProvider
 
 from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.findings import Finding
-from lightning_mgpu.upgrade.grad_norm import GradNormPlan
 from lightning_mgpu.upgrade.hooks import HookShape
 from lightning_mgpu.upgrade.manual_optimization import ManualPlan
 from lightning_mgpu.upgrade.nodes import node_kind
@@ -43,6 +43,7 @@ class UpgradeContext:
         self.class_depth = 0
         self.class_has_optimizer_idx: list[bool] = []
         self.class_manual: list[str] = []  # what manual_optimization.py makes of the class (ManualPlan.kind)
+        self.class_refusal: list[str] = []  # why it keeps the optimizer-idx TODO (ManualPlan.why), or ""
         self.class_per_sample: list[set[str]] = []  # per enclosing class: its steps with per-sample outputs
         #: per enclosing class: its 1.x step ends that convert -> how (classes.py's step_end_plan)
         self.class_step_ends: list[dict[str, str]] = []
@@ -61,6 +62,7 @@ class UpgradeContext:
         self.needs_bundle_import = False  # a bundle strategy name is passed as a string: it must be registered
         self.datamodules: set[str] = set()  # classes in this file that derive from a LightningDataModule
         self.torchmetrics_imports: list[tuple[str, str]] = []  # (module, name) of metrics imported by this file
+        self.fstring_quotes: list[str] = []  # the opening of each f-string the visit is inside (f", f''')
         self.called_names: set[int] = set()  # ids of the Name nodes a call's rewrite handles (attributes.visit_call)
         self.attribute_names: set[int] = set()  # ids of the Name nodes that are an attribute's attr
         self.lightning_class: list[bool] = []  # per enclosing class: whether it may be a Lightning class
@@ -69,7 +71,6 @@ class UpgradeContext:
         self.failed: set[int] = set()  # ids of the nodes whose rewrite raised (each gets one internal-error TODO)
         self.module_comments: list[str] | None = None  # TODOs with no statement to sit above: the file's header
         self.class_counts: dict[int, str] = {}  # id(call) -> the class count its context offers (metrics.py)
-        self.grad_norm: GradNormPlan | None = None  # where track_grad_norm's hook goes (grad_norm.py)
         self.tune = TunePlan()  # where auto_lr_find/auto_scale_batch_size go (tuner.py)
         self.result_plan = ResultPlan()  # the TrainResult/EvalResult the class rewrite takes (result_objects.py)
         self.assigned_calls: dict[cst.Call, str] = {}  # name = Call(...) statements: the call -> the name
@@ -87,14 +88,16 @@ class UpgradeContext:
         """A rewrite made at ``node``, under ``rule`` (an id of :data:`rules.RULES`)."""
         self.findings.append(Finding(self.line(node), message, rule=rule))
 
-    def todo(self, node: cst.CSTNode, text: str) -> None:
-        """A TODO comment (``text`` from :func:`rules.todo_text`) above the statement being visited."""
+    def todo(self, node: cst.CSTNode, text: str, detail: str = "") -> None:
+        """A TODO comment (``text`` from :func:`rules.todo_text`) above the statement being visited; ``detail`` (this
+        TODO's own reason, too long for its line) follows it as indented comment lines."""
         text = rules.one_line(text)  # a comment holds no line break: libcst would refuse the whole file
         self.findings.append(Finding(self.line(node), text, todo=True))
+        lines = [text, *(f"  {line}" for line in textwrap.wrap(rules.one_line(detail), 100))]
         if self.pending:
-            self.pending[-1].append(text)
+            self.pending[-1].extend(lines)
         elif self.module_comments is not None:
-            self.module_comments.append(text)
+            self.module_comments.extend(lines)
 
     def note(self, node: cst.CSTNode, text: str) -> None:
         text = rules.one_line(text)

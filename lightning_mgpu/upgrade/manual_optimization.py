@@ -27,9 +27,14 @@ loses the keys; a subclass in any other shape keeps the whole family as it was. 
 passed them, see :func:`_step_of_1x`). Subclasses in
 other files cannot be seen: a one-optimizer subclass elsewhere inherits ``automatic_optimization = False``.
 
-Converted only where the file shows all of it; otherwise the ``optimizer-idx`` TODO stays: the class defines
-``configure_optimizers`` (without ``ReduceLROnPlateau`` or ``"monitor"``: 2.x drops the monitor under manual
-optimization), frequencies are literal or read from ``self``, no hook that 2.x skips under manual optimization
+Frequencies the method does not spell out (a config's value, dicts updated in a loop) are read when the fit begins:
+the user's method is kept as ``_configure_optimizers_1x`` and a new ``configure_optimizers`` passes its result through
+:func:`lightning_mgpu.upgrade.legacy_optimizers.legacy_optimizer_frequencies` (:func:`reads_frequencies_at_run_time`).
+
+Converted only where the file shows all of it; otherwise the ``optimizer-idx`` TODO stays, followed by the reason
+(:func:`refusal`): the class defines ``configure_optimizers`` (without ``ReduceLROnPlateau`` or ``"monitor"``: 2.x
+drops the monitor under manual optimization) and does not call it itself where its frequencies are read at run time,
+no hook that 2.x skips under manual optimization
 (``optimizer_step``, ``optimizer_zero_grad``, ``lr_scheduler_step``) or that took the step's output per optimizer
 (``training_step_end``) is overridden, truncated backprop is not used, and the file's Trainers do not accumulate
 gradients (2.x refuses ``accumulate_grad_batches`` with manual optimization) nor clip them in a way the file does
@@ -50,9 +55,21 @@ from lightning_mgpu.upgrade.traverse import FunctionBodyVisitor, read_only_visit
 RULE = "manual-optimization"
 HELPER = "_training_step_1x"
 INDEX = "optimizer_index"
+#: The user's configure_optimizers where its frequencies are read at run time (:func:`reads_frequencies_at_run_time`).
+CONFIGURE_HELPER = "_configure_optimizers_1x"
+#: The run-time reader of those frequencies (lightning_mgpu.upgrade.legacy_optimizers), imported by converted code.
+FREQUENCY_READER = "legacy_optimizer_frequencies"
 #: Hooks 2.x does not call under manual optimization, or that 1.x called once per optimizer: their class stays.
 REFUSED_HOOKS = frozenset(
-    {"optimizer_step", "optimizer_zero_grad", "lr_scheduler_step", "training_step_end", "tbptt_split_batch", HELPER}
+    {
+        "optimizer_step",
+        "optimizer_zero_grad",
+        "lr_scheduler_step",
+        "training_step_end",
+        "tbptt_split_batch",
+        HELPER,
+        CONFIGURE_HELPER,
+    }
 )
 CLIP_ARGS = ("gradient_clip_val", "gradient_clip_algorithm")
 
@@ -77,6 +94,12 @@ class ManualPlan:
     classes: frozenset[str]
     clip: Clip | None = None
     subclasses: tuple[tuple[str, str], ...] = ()
+    #: class name -> why its 1.x step was not converted, in words for the optimizer-idx TODO (:func:`refusal`)
+    refused: tuple[tuple[str, str], ...] = ()
+
+    def why(self, name: str) -> str:
+        """Why the class ``name`` keeps the optimizer-idx TODO, or ``""``."""
+        return dict(self.refused).get(name, "")
 
     def kind(self, name: str) -> str:
         """``"base"``, a subclass's kind, or ``""`` for a class this rule leaves alone."""
@@ -249,7 +272,55 @@ def convertible(cls: cst.ClassDef) -> bool:
     step, configure = methods.get("training_step"), methods.get("configure_optimizers")
     if step is None or configure is None or not _step_of_1x(step) or not _safe_class(cls):
         return False
-    return frequencies(configure) is not False
+    # Decision: frequencies the file does not spell out (frequencies() is False) are read when the fit begins
+    # (reads_frequencies_at_run_time), unless the class calls configure_optimizers itself: it would get the
+    # reader's result, not the 1.x one.
+    return frequencies(configure) is not False or _code(cls).count("configure_optimizers") == 1
+
+
+def reads_frequencies_at_run_time(cls: cst.ClassDef) -> bool:
+    """Whether :func:`convert` keeps ``cls``'s ``configure_optimizers`` as ``_configure_optimizers_1x`` and reads its
+    ``"frequency"`` keys at run time (``legacy_optimizer_frequencies``): the method mentions them in a shape
+    :func:`frequencies` cannot read again (a value from a config, a dict updated in a loop)."""
+    configure = _methods(cls).get("configure_optimizers")
+    return configure is not None and frequencies(configure) is False
+
+
+def refusal(cls: cst.ClassDef) -> str:
+    """Why :func:`convertible` refuses ``cls`` (a class whose step takes ``optimizer_idx``), in words that tell the
+    person what the tool could not see or do; ``""`` where it does not refuse it, or the class is no 1.x module."""
+    methods = _methods(cls)
+    step, configure = methods.get("training_step"), methods.get("configure_optimizers")
+    if step is None or "optimizer_idx" not in {p.name.value for p in step.params.params}:
+        return ""  # a step of one optimizer: nothing to refuse
+    if not _is_lightning_class(cls) or convertible(cls):
+        return ""
+    if configure is None:
+        return (
+            "configure_optimizers is not in this class: how many optimizers 1.x stepped, and any 'frequency' turns,"
+            " are not shown"
+        )
+    if not _step_of_1x(step):
+        return "its signature is not (self, batch, batch_idx, optimizer_idx), later parameters with defaults"
+    hooks = sorted(REFUSED_HOOKS & set(methods))
+    if hooks:
+        return f"{', '.join(hooks)} overridden: 2.x does not call it under manual optimization"
+    code = _code(cls)
+    if "automatic_optimization" in code:
+        return "the class sets automatic_optimization itself"
+    if "truncated_bptt_steps" in code:
+        return "truncated backprop: 1.x passed the step hiddens"
+    if any(word in _code(configure) for word in ("ReduceLROnPlateau", "monitor")):
+        return (
+            "ReduceLROnPlateau or a monitor: 2.x steps no scheduler under manual optimization; step it in"
+            " on_train_epoch_end with self.trainer.callback_metrics[its monitor], where 1.x stepped it (after the"
+            " epoch's validation)"
+        )
+    if frequencies(configure) is False:
+        return (
+            "the optimizers' 'frequency' values are read at run time, and the class calls configure_optimizers itself"
+        )
+    return "a hook reads optimizer_idx, which 2.x no longer passes to it"
 
 
 def _subclass_kind(cls: cst.ClassDef, base_frequencies: list[str]) -> str | None:
@@ -312,6 +383,8 @@ def plan(module: cst.Module) -> ManualPlan:
             classes.append(node)
 
     read_only_visit(module, _Classes())
+    reasons = {c.name.value: refusal(c) for c in classes}
+    refused = {name: why for name, why in reasons.items() if why}
     candidates = [c for c in classes if convertible(c)]
     names = [c.name.value for c in classes]
     candidates = [c for c in candidates if names.count(c.name.value) == 1]  # two classes of one name: which?
@@ -324,7 +397,7 @@ def plan(module: cst.Module) -> ManualPlan:
             found = frequencies(_methods(c)["configure_optimizers"])
             base_frequencies[c.name.value] = found if isinstance(found, list) else []
         family = {c.name.value: c.name.value for c in candidates}  # class -> its converted ancestor
-        subclasses, refused = {}, set()
+        subclasses, refused_roots = {}, set()
         changed = True
         while changed:
             changed = False
@@ -337,37 +410,52 @@ def plan(module: cst.Module) -> ManualPlan:
                 root = family[next(iter(bases))]
                 kind = _subclass_kind(c, base_frequencies[root])
                 if kind is None or len(bases) > 1 or names.count(c.name.value) != 1:
-                    refused.add(root)
+                    refused_roots.add(root)
                 family[c.name.value] = root
                 subclasses[c.name.value] = kind or ""
                 changed = True
-        if not refused:
+        if not refused_roots:
             break
-        candidates = [c for c in candidates if c.name.value not in refused]
+        for root in refused_roots:
+            refused[root] = "a subclass in this file does not fit: its own step, frequencies or hooks differ"
+        candidates = [c for c in candidates if c.name.value not in refused_roots]
     if not candidates:
-        return ManualPlan(frozenset())
+        return ManualPlan(frozenset(), refused=tuple(sorted(refused.items())))
+    names_left = [c.name.value for c in candidates]
+
+    def none(why: str) -> ManualPlan:
+        # Decision: a setting of the file's Trainers that refuses every candidate says so in each one's TODO.
+        return ManualPlan(frozenset(), refused=tuple(sorted({**refused, **dict.fromkeys(names_left, why)}.items())))
+
     args = _TrainerArgs()
     read_only_visit(module, args)
     code = module.code
     # Each spelling of these settings must be one the visitor read (a dict or a config file handing them over is not).
     if args.unreadable or any(code.count(key) != count for key, count in args.seen.items()):
-        return ManualPlan(frozenset())
+        return none(
+            "the file's Trainers accumulate gradients (2.x refuses it under manual optimization) or set clipping in"
+            " a way the tool cannot read"
+        )
     if "truncated_bptt_steps" in code:
-        return ManualPlan(frozenset())  # 1.x passed the step hiddens (a Trainer's setting before 1.7)
+        return none("truncated backprop: 1.x passed the step hiddens")  # a Trainer's setting before 1.7
     clip_values, algorithms = args.values["gradient_clip_val"], args.values["gradient_clip_algorithm"]
     clip = None
     if clip_values:
         # The Trainer's clipping moves into the module: only where the file's one LightningModule with a
         # training_step is the converted one, and every Trainer clips alike.
         steps = [c for c in classes if _is_lightning_class(c) and "training_step" in _methods(c)]
+        clipping = "the Trainer's gradient clipping (2.x refuses it under manual optimization: clip in the step)"
         if len(steps) != 1 or len(candidates) != 1 or len(clip_values) != 1 or len(algorithms) > 1:
-            return ManualPlan(frozenset())
+            return none(clipping + ", with more than one module or clipping in the file")
         if args.seen["gradient_clip_val"] != args.trainers:
-            return ManualPlan(frozenset())  # a Trainer that does not clip, beside one that does
+            return none(clipping + ", set on some Trainers only")  # a Trainer that does not clip, beside one that does
         clip = Clip(next(iter(clip_values)), next(iter(algorithms)) if algorithms else None)
     elif algorithms:
-        return ManualPlan(frozenset())
-    return ManualPlan(frozenset(c.name.value for c in candidates), clip, tuple(sorted(subclasses.items())))
+        return none("gradient_clip_algorithm without gradient_clip_val")
+    kept = {k: v for k, v in refused.items() if k not in names_left}
+    return ManualPlan(
+        frozenset(names_left), clip, tuple(sorted(subclasses.items())), refused=tuple(sorted(kept.items()))
+    )
 
 
 class _Rename(cst.CSTTransformer):
@@ -401,9 +489,23 @@ class _SuperStep(cst.CSTTransformer):
         return updated
 
 
-def _training_step(freqs: list[str], clip: Clip | None) -> str:
+def _training_step(freqs: list[str] | None, clip: Clip | None) -> str:
+    """The new methods as a class's source. ``freqs``: the frequencies as code, ``[]`` for none, None: read at run
+    time (:func:`reads_frequencies_at_run_time`)."""
     turns = (
-        "        # 1.x's optimizer frequencies: the optimizers take turns over consecutive batches of the epoch\n"
+        "        # 1.x's optimizer frequencies, from configure_optimizers' \"frequency\" keys (read as the fit\n"
+        "        # began): the optimizers take turns over consecutive batches of the epoch\n"
+        '        frequencies = getattr(self, "_optimizer_frequencies_1x", [])\n'
+        "        if not frequencies:\n"
+        "            return list(range(count))  # none given: 1.x ran every optimizer at every batch\n"
+        "        place = batch_idx % sum(frequencies)\n"
+        "        for index, frequency in enumerate(frequencies):\n"
+        "            if place < frequency:\n"
+        "                return [index]\n"
+        "            place -= frequency\n"
+        "        return []\n"
+        if freqs is None
+        else "        # 1.x's optimizer frequencies: the optimizers take turns over consecutive batches of the epoch\n"
         f"        frequencies = [{', '.join(freqs)}]\n"
         "        place = batch_idx % sum(frequencies)\n"
         "        for index, frequency in enumerate(frequencies):\n"
@@ -426,7 +528,7 @@ def _training_step(freqs: list[str], clip: Clip | None) -> str:
         "            owner = next(i for i, o in enumerate(optimizers) if o is config.scheduler.optimizer)\n"
         "            if owner not in active:\n"
         "                continue\n"
-        if freqs
+        if freqs is None or freqs
         else ""
     )
     active = (
@@ -434,7 +536,7 @@ def _training_step(freqs: list[str], clip: Clip | None) -> str:
         "        # with frequencies, 1.x asked which optimizers were active at the batch's index across epochs\n"
         "        total_batch_idx = self.trainer.fit_loop.epoch_loop.total_batch_idx\n"
         "        active = self._active_optimizers_1x(total_batch_idx, len(optimizers))\n"
-        if freqs
+        if freqs is None or freqs
         else ""
     )
     return (
@@ -495,10 +597,9 @@ def convert(cls: cst.ClassDef, clip: Clip | None) -> cst.ClassDef | None:
     if not convertible(cls) or not isinstance(cls.body, cst.IndentedBlock):
         return None
     methods = _methods(cls)
-    freqs = frequencies(methods["configure_optimizers"])
-    if freqs is False:
-        return None
-    assert isinstance(freqs, list)
+    found = frequencies(methods["configure_optimizers"])
+    freqs = None if found is False else found  # None: read at run time
+    assert freqs is None or isinstance(freqs, list)
     template = cst.parse_statement(_training_step(freqs, clip))
     assert isinstance(template, cst.ClassDef) and isinstance(template.body, cst.IndentedBlock)
     flag, new_step, active, schedulers = template.body.body
@@ -524,6 +625,8 @@ def convert(cls: cst.ClassDef, clip: Clip | None) -> cst.ClassDef | None:
             blank = [cst.EmptyLine(indent=False)]
             body += [new_step, helper, active.with_changes(leading_lines=blank)]
             body.append(schedulers.with_changes(leading_lines=blank))
+        elif statement is methods["configure_optimizers"] and freqs is None:
+            body += _reading_configure(statement)
         elif statement is methods["configure_optimizers"] and freqs:
             body.append(statement.visit(_DropFrequency()))
         else:
@@ -531,6 +634,22 @@ def convert(cls: cst.ClassDef, clip: Clip | None) -> cst.ClassDef | None:
     # The flag goes first in the class body, after a docstring.
     body = _with_flag(body, flag)
     return cls.with_changes(body=cls.body.with_changes(body=body))
+
+
+def _reading_configure(configure: cst.FunctionDef) -> list[cst.FunctionDef]:
+    """A ``configure_optimizers`` that reads the 1.x frequencies of the user's, kept unchanged as
+    ``_configure_optimizers_1x`` after it."""
+    reader = cst.parse_statement(
+        "def configure_optimizers(self):\n"
+        '    # 1.x took turns by the "frequency" keys the optimizers\' dicts hold; 2.x ignores them (a warning):\n'
+        "    # read here for _active_optimizers_1x, and dropped from what 2.x gets\n"
+        f"    config, self._optimizer_frequencies_1x = {FREQUENCY_READER}(self.{CONFIGURE_HELPER}())\n"
+        "    return config\n"
+    )
+    assert isinstance(reader, cst.FunctionDef)
+    reader = reader.with_changes(leading_lines=configure.leading_lines)
+    kept = configure.with_changes(name=cst.Name(CONFIGURE_HELPER), leading_lines=[cst.EmptyLine(indent=False)])
+    return [reader, kept]
 
 
 def convert_subclass(cls: cst.ClassDef, kind: str) -> cst.ClassDef | None:

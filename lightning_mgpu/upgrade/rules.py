@@ -12,6 +12,13 @@ from dataclasses import dataclass
 BUNDLE_FOR_NAMESPACE = {"pytorch_lightning": "lightning_mgpu.pl", "lightning.pytorch": "lightning_mgpu"}
 #: 1.x Trainer flags that became a callback of the bundle's (``lightning_mgpu.callbacks``): flag -> the callback.
 FLAG_CALLBACKS = {"stochastic_weight_avg": "LegacyStochasticWeightAveraging", "terminate_on_nan": "TerminateOnNaN"}
+#: The callbacks that already do what each of those flags adds: 1.x's Trainer added no StochasticWeightAveraging where
+#: its callbacks held one (callback_connector.py ``_configure_swa_callbacks``, 1.2 to 1.6), and the bundle's
+#: TerminateOnNaN is what terminate_on_nan=True becomes; a callbacks= list that holds one of these takes nothing more.
+FLAG_CALLBACK_CLASSES = {
+    "stochastic_weight_avg": frozenset({"StochasticWeightAveraging", "LegacyStochasticWeightAveraging"}),
+    "terminate_on_nan": frozenset({"TerminateOnNaN"}),
+}
 
 #: Names of ``pytorch_lightning.utilities.argparse`` that 2.x's module still has: their imports stay as they are.
 ARGPARSE_KEPT = frozenset({"_defaults_from_env_vars"})
@@ -470,8 +477,8 @@ RULES = _rules(
     Rule(
         "trainer-track-grad-norm",
         "track_grad_norm is gone: add TrackGradNorm(p) to the Trainer's callbacks",
-        "track_grad_norm=p logged the gradients' p-norms. The tool writes the module's on_before_optimizer_step"
-        " (track-grad-norm) or callbacks=[TrackGradNorm(p)] (track-grad-norm-callback); this TODO stays where the"
+        "track_grad_norm=p logged the gradients' p-norms. The tool writes callbacks=[TrackGradNorm(p)]"
+        " (track-grad-norm-callback); this TODO stays where the"
         " value is one 1.x refused (0, a string other than 'inf') or callbacks= is something the tool cannot extend:"
         " add TrackGradNorm(p) (lightning_mgpu.callbacks, or lightning_mgpu.pl.callbacks under pytorch_lightning) to"
         " the callbacks the Trainer gets, p the value 1.x was given.",
@@ -507,8 +514,10 @@ RULES = _rules(
         " under pytorch_lightning: Lightning's callback, reading those rates as 1.x did), and removes"
         " stochastic_weight_avg=False; a value it cannot read (stochastic_weight_avg=cfg.swa) adds it as"
         " callbacks=[..., *([LegacyStochasticWeightAveraging()] if cfg.swa else [])], tested for truth when the"
-        " Trainer is built as 1.x did; legacy_trainer_kwargs adds it for a true value read at run time. This TODO"
-        " stays where callbacks= is not a list the tool can extend.",
+        " Trainer is built as 1.x did; legacy_trainer_kwargs adds it for a true value read at run time. As 1.x, no"
+        " second one: the flag goes where callbacks= lists a StochasticWeightAveraging already, a list read at run"
+        " time gets *LegacyStochasticWeightAveraging.unless_given(that list), and legacy_trainer_kwargs adds none"
+        " where the callbacks hold one. This TODO stays where callbacks= is not a list the tool can extend.",
     ),
     Rule(
         "trainer-multiple-trainloader-mode",
@@ -529,7 +538,8 @@ RULES = _rules(
         " lightning_mgpu.pl.callbacks under pytorch_lightning), which checks both where 1.x did, and removes"
         " terminate_on_nan=False; a value it cannot read (terminate_on_nan=cfg.nan_check) adds it as"
         " callbacks=[..., *([TerminateOnNaN()] if cfg.nan_check else [])], tested for truth when the Trainer is"
-        " built as 1.x did, and legacy_trainer_kwargs adds the callback for a true value read at run time. This"
+        " built as 1.x did, and legacy_trainer_kwargs adds the callback for a true value read at run time (neither"
+        " where callbacks= holds a TerminateOnNaN already: the flag then just goes). This"
         " TODO stays where callbacks= is not a list the tool can extend: add the callback by hand. detect_anomaly=True"
         " instead stops at the operation that made the NaN (slower).",
     ),
@@ -759,9 +769,12 @@ RULES = _rules(
         "{name} is named, not called: 2.x has no such class",
         "DDPSpawnPlugin/DDPSpawnStrategy (and the sharded spawn classes) became a 2.x class with extra arguments"
         ' (DDPStrategy(start_method="spawn")): a call converts, and isinstance() drops the spawn class from a tuple'
-        " that holds the class it became (ddp-spawn-isinstance). Named any other way (isinstance(s,"
-        " DDPSpawnStrategy) alone, a base class, a list of classes) it has no 2.x equivalent: its import went, the"
-        " name is undefined, and a check of s.strategy_name or s._start_method is what to write by hand.",
+        " that holds the class it became (ddp-spawn-isinstance), isinstance(s, DDPSpawnStrategy) becomes"
+        " legacy_is_ddp_spawn(s) (spawn-isinstance). Named any other way (a base class, a list of classes, the"
+        " sharded spawn class in a check) it has no 2.x equivalent: its import went, the name is undefined. A base"
+        ' class: subclass DDPStrategy and pass start_method="spawn"; a check: legacy_is_ddp_spawn(s) from'
+        " lightning_mgpu.upgrade.legacy_spawn (the sharded one: isinstance(s, ShardedStrategy) and"
+        " legacy_is_ddp_spawn(s)).",
     ),
     Rule(
         "trainer-progress-bar-dict",
@@ -858,13 +871,18 @@ RULES = _rules(
         ' stepped them (interval "step" every frequency batches, "epoch" after the last batch every frequency'
         " epochs). Subclasses in the file follow: their own 1.x step becomes their _training_step_1x, a step of one"
         " optimizer gets automatic_optimization = True back, and a configure_optimizers of theirs that repeats the"
-        " base's frequencies loses the keys too. A base's @abstractmethod step (a LightningModule is no ABC) is"
+        " base's frequencies loses the keys too. Frequencies the file does not spell out (a config's value, dicts"
+        " updated in a loop) are read as the fit begins: the user's method is kept as _configure_optimizers_1x and a"
+        " new configure_optimizers passes its result through"
+        " lightning_mgpu.upgrade.legacy_optimizers.legacy_optimizer_frequencies (1.x's reading: a list of dicts,"
+        " each with a frequency or none), unless the class calls configure_optimizers itself. A base's"
+        " @abstractmethod step (a LightningModule is no ABC) is"
         " taken, the decorator staying on its helper; parameters after optimizer_idx are taken where each has a"
         " default and is not hiddens (1.x passed none of them, so each kept its default, as the helper's call"
         " does), and not where the file mentions truncated_bptt_steps. Where the file does not show all of it"
         " (ReduceLROnPlateau or a monitor, optimizer_step,"
-        " optimizer_zero_grad or lr_scheduler_step overridden, accumulate_grad_batches, a Trainer's clipping or"
-        " frequencies the file does not spell out, truncated backprop) the optimizer-idx TODO stays.",
+        " optimizer_zero_grad or lr_scheduler_step overridden, accumulate_grad_batches, a Trainer's clipping the file"
+        " does not spell out, truncated backprop) the optimizer-idx TODO stays, followed by the reason.",
         kind="rewrite",
     ),
     Rule(
@@ -919,7 +937,7 @@ RULES = _rules(
     ),
     Rule(
         "epoch-end-optimizers",
-        "{hook}(outputs), several optimizers: collect them by hand",
+        "{hook}(outputs), several optimizers: collect them as 1.x nested them",
         "With several optimizers (training_step(..., optimizer_idx)) 1.x handed training_epoch_end its outputs"
         " nested by optimizer and batch, in an order that changed: outputs[optimizer][batch] up to 1.5,"
         " outputs[batch][optimizer] from 1.6 (each entry the step's dict with its loss detached, {'loss': loss} for"
@@ -927,7 +945,9 @@ RULES = _rules(
         " under, which the file does not say, so the tool does not collect them. training_step becomes manual"
         " optimization (rule manual-optimization), whose loop calls _training_step_1x once per optimizer: append"
         " recursive_detach(output) there in the layout the body indexes (self.training_step_outputs[optimizer_index]"
-        " for 1.5's), read the list in on_train_epoch_end(self) and empty it.",
+        " for 1.5's), read the list in on_train_epoch_end(self) and empty it. A body that reads the step's \"log\" or"
+        ' "progress_bar" entries ran on 1.0-1.2 (outputs[optimizer][batch], each entry the step\'s whole dict):'
+        " the log-returns rewrite moved those entries into self.log_dict, so collect them beside the output.",
     ),
     Rule(
         "progress-bar-dict",
@@ -1254,7 +1274,20 @@ RULES.update(
             '2.0 removed DDPSpawnStrategy (and 1.5\'s DDPSpawnPlugin): ddp_spawn is DDPStrategy(start_method="spawn")'
             " in 2.x. In an isinstance() tuple that also holds the class it became (DDPStrategy, or DDPPlugin renamed"
             " to it), the spawn class goes: the tuple matches ddp and ddp_spawn as it did. Alone, isinstance(s,"
-            " DDPSpawnStrategy) has no 2.x class to name and is left for the independent scan to report.",
+            " DDPSpawnStrategy) has no 2.x class to name: rule spawn-isinstance.",
+            kind="rewrite",
+        ),
+        Rule(
+            "spawn-isinstance",
+            "isinstance(s, DDPSpawnStrategy) -> legacy_is_ddp_spawn(s), what 1.x's check said",
+            "1.x's DDPSpawnStrategy (DDPSpawnPlugin up to 1.5) served ddp_spawn, and from 1.7 ddp_fork and"
+            " ddp_notebook; its subclasses the sharded spawn strategy and TPUs. 2.x serves them with DDPStrategy"
+            " started by spawn/fork/forkserver (XLAStrategy and the bundle's sharded strategies subclass it), plain"
+            " ddp and DeepSpeed with popen. isinstance(s, DDPSpawnStrategy) becomes"
+            " lightning_mgpu.upgrade.legacy_spawn.legacy_is_ddp_spawn(s), true for exactly those; in a tuple without"
+            " DDPStrategy, (isinstance(s, (others,)) or legacy_is_ddp_spawn(s)), where s is a name or an attribute"
+            " chain; DDPSpawnStrategy.__name__ becomes the string 'DDPSpawnStrategy'. A 1.x ddp_cpu run (a spawn"
+            " strategy in 1.x) is converted to popen ddp (note ddp-cpu-gradient-mean), where the check says False.",
             kind="rewrite",
         ),
         Rule(
@@ -1370,28 +1403,20 @@ RULES.update(
             kind="rewrite",
         ),
         Rule(
-            "track-grad-norm",
-            "track_grad_norm became the module's on_before_optimizer_step logging grad_norm",
-            "Trainer(track_grad_norm=p) logged the gradients' p-norms; 2.x: in the LightningModule, def"
-            " on_before_optimizer_step(self, optimizer): self.log_dict(grad_norm(self, norm_type=p)), grad_norm from"
-            " lightning.pytorch.utilities (the file's namespace). The tool writes the hook where every Trainer in the"
-            " file passes the same literal and the file defines exactly one LightningModule without that hook;"
-            " otherwise the Trainer gets the bundle's TrackGradNorm callback (track-grad-norm-callback).",
-            kind="rewrite",
-        ),
-        Rule(
             "track-grad-norm-callback",
             "track_grad_norm became the bundle's TrackGradNorm callback",
             "Trainer(track_grad_norm=p) logged the gradients' p-norms before each step of the first optimizer (after"
             " the backward, before clipping), through the module's log_grad_norm (default: log_dict(norms,"
-            " on_step=True, on_epoch=True)). Where the file does not hold the one LightningModule the track-grad-norm"
-            " hook would go in, the tool writes callbacks=[TrackGradNorm(p)] (lightning_mgpu.callbacks, or"
+            " on_step=True, on_epoch=True)). The tool writes callbacks=[TrackGradNorm(p)] (lightning_mgpu.callbacks, or"
             " lightning_mgpu.pl.callbacks under pytorch_lightning), which does what 1.6-1.9 did: 1.9's norms (floats"
             " rounded to 4 decimals, keys joined by the one logger's group separator), logged by the module's own"
-            " log_grad_norm where it defines one. 1.4 computed them only every log_every_n_steps steps (its epoch"
-            " mean covers those steps) and 1.4-1.5 showed them in the progress bar too. track_grad_norm=-1 (off) is"
-            " removed; a value the tool cannot read goes to the callback, which refuses what 1.x refused. A literal"
-            " 1.x refused, or callbacks= the tool cannot extend, keeps the trainer-track-grad-norm TODO.",
+            " log_grad_norm where it defines one. A hook in the module logging 2.x's grad_norm(self, p) would"
+            " differ (on step only, no _epoch mean, for every optimizer, past the module's log_grad_norm), so the"
+            " callback serves every file, the module in it or not. 1.4 computed them only every log_every_n_steps"
+            " steps (its epoch mean covers those steps) and 1.4-1.5 showed them in the progress bar too."
+            " track_grad_norm=-1 (off) is removed; a value the tool cannot read goes to the callback, which refuses"
+            " what 1.x refused. A literal 1.x refused, or callbacks= the tool cannot extend, keeps the"
+            " trainer-track-grad-norm TODO.",
             kind="rewrite",
         ),
     )

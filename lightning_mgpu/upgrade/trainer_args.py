@@ -445,10 +445,17 @@ def legacy_trainer_kwargs(
     for flag, name in rules.FLAG_CALLBACKS.items():
         if params.get(flag):
             callbacks = out.get("callbacks") or []
-            out["callbacks"] = [
-                *(callbacks if isinstance(callbacks, list) else [callbacks]),
-                getattr(bundle_callbacks, name)(),
-            ]
+            listed = callbacks if isinstance(callbacks, list) else [callbacks]
+            # 1.x added no StochasticWeightAveraging where the callbacks held one; a TerminateOnNaN there already
+            # checks what terminate_on_nan=True would (rules.FLAG_CALLBACK_CLASSES).
+            kinds = tuple(
+                getattr(module, cls)
+                for module in (importlib.import_module(f"{namespace}.callbacks"), bundle_callbacks)
+                for cls in sorted(rules.FLAG_CALLBACK_CLASSES[flag])
+                if hasattr(module, cls)
+            )
+            if not any(isinstance(callback, kinds) for callback in listed):
+                out["callbacks"] = [*listed, getattr(bundle_callbacks, name)()]
     if params.get("multiple_trainloader_mode") == rules.TRAINLOADER_MODE_DEFAULT:
         pass  # 1.x's default: 2.x's fit loop combines several training loaders the same way (no argument needed)
     elif params.get("multiple_trainloader_mode") not in _UNSET:

@@ -7,7 +7,7 @@ the settings that values this tool cannot read decide with moved into ``legacy_t
 (:mod:`~lightning_mgpu.upgrade.translate_args`); what the module-level plans took out of the call (track_grad_norm,
 the tuner flags, gradient clipping under manual optimization) left out; and the rewrite's findings emitted.
 
-Rule ids: track-grad-norm, tuner-flags, tuner-flags-unused, manual-optimization, trainer-args-translated,
+Rule ids: tuner-flags, tuner-flags-unused, manual-optimization, trainer-args-translated,
 trainer-splat-translated; TODOs trainer-resume, trainer-splat; notes tuner-flags-unused, ddp-cpu-gradient-mean (and
 the rules of :func:`~lightning_mgpu.upgrade.trainer_rewrite.rewrite_trainer_args`, emitted here).
 """
@@ -155,12 +155,9 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
 def _left_to_plans(
     ctx: UpgradeContext, original: cst.Call, items: list[tuple[str, cst.BaseExpression, cst.Arg | None]]
 ) -> list[tuple[str, cst.BaseExpression, cst.Arg | None]]:
-    """``items`` without the arguments a module-level plan took out of the call: track_grad_norm (grad_norm.py),
-    the tuner flags (tuner.py), gradient clipping under manual optimization (manual_optimization.py)."""
+    """``items`` without the arguments a module-level plan took out of the call: the tuner flags (tuner.py),
+    gradient clipping under manual optimization (manual_optimization.py)."""
     kept = items
-    if ctx.grad_norm is not None and any(key == "track_grad_norm" for key, _, _ in items):
-        kept = [item for item in items if item[0] != "track_grad_norm"]  # the module logs it: grad_norm.py
-        ctx.change(original, "track-grad-norm", "track_grad_norm -> the module's on_before_optimizer_step")
     tuner_flags = [
         (key, value)
         for key, value, _ in kept

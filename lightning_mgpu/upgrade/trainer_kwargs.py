@@ -99,18 +99,34 @@ class TrainerArgs:
         replacing: str,
         bundle: bool = False,
         when: cst.BaseExpression | None = None,
+        unless_given: bool = False,
     ) -> bool:
         """Append ``call`` (a callback built from ``name``, imported from ``module`` below the namespace, or below
         the bundle's package for that namespace where ``bundle``) to ``callbacks=``, in ``replacing``'s place; False
         where ``callbacks=`` is something this tool cannot extend. ``when``: a condition read at run time, the
-        callback then added as ``*([call] if when else [])``."""
+        callback then added as ``*([call] if when else [])``. ``unless_given``: where ``callbacks=`` is a list read
+        at run time (a name), add ``*name.unless_given(that list)`` instead of ``call`` (the class's classmethod
+        gives ``[]`` where the list holds such a callback already)."""
         existing = self.get("callbacks")
+        added: cst.BaseExpression = cst.List([cst.Element(cst.parse_expression(call))])
+        spread = (
+            unless_given
+            and existing is not None
+            and not isinstance(existing, cst.List)
+            and not _list_sum(existing)
+            and "callbacks" not in self.translated
+        )
+        if spread:
+            assert existing is not None
+            added = cst.parse_expression(f"{name}.unless_given({_code(existing)})")
         element: cst.BaseElement = cst.Element(cst.parse_expression(call))
-        if when is not None:
+        if spread and when is None:
+            element = cst.StarredElement(added)
+        elif when is not None:
             element = cst.StarredElement(
                 cst.IfExp(
                     test=when,
-                    body=cst.List([element]),
+                    body=added,
                     orelse=cst.List([]),
                     lpar=[cst.LeftParen()],
                     rpar=[cst.RightParen()],

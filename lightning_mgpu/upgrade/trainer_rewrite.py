@@ -20,6 +20,7 @@ from lightning_mgpu.upgrade import rules
 from lightning_mgpu.upgrade.nodes import code as _code
 from lightning_mgpu.upgrade.nodes import quoted as _quoted
 from lightning_mgpu.upgrade.nodes import string as _string
+from lightning_mgpu.upgrade.scopes import dotted
 from lightning_mgpu.upgrade.scopes import literal as _literal
 from lightning_mgpu.upgrade.trainer_devices import rewrite_devices, rewrite_strategy
 from lightning_mgpu.upgrade.trainer_kwargs import TrainerArgs
@@ -126,19 +127,47 @@ def _flag_callbacks(args: TrainerArgs) -> None:
         value = args.get(flag)
         literal = _literal(value) if value is not None else None
         rule = rules.REMOVED_ARGS[flag]
+        # 1.x added no StochasticWeightAveraging where the callbacks held one; a stochastic_weight_avg= read at run
+        # time beside a list read at run time asks the class at run time (unless_given).
+        unless_given = flag == "stochastic_weight_avg"
         if literal is False:
             args.remove(flag)
             args.change(rule, f"{flag}=False removed (1.x's default)")
-        elif literal is True and args.add_callback(f"{name}()", name, "callbacks", flag, bundle=True):
+        elif value is not None and _holds_callback(args.get("callbacks"), rules.FLAG_CALLBACK_CLASSES[flag]):
+            # Decision: callbacks=[..., StochasticWeightAveraging(...)] beside the flag (any value): 1.x kept the
+            # user's and added none; a TerminateOnNaN there (a file converted by hand) checks what the flag would.
+            args.remove(flag)
+            args.change(rule, f"{flag}={_code(value)} removed (callbacks= holds that callback already)")
+        elif literal is True and args.add_callback(
+            f"{name}()", name, "callbacks", flag, bundle=True, unless_given=unless_given
+        ):
             args.change(rule, f"{flag}=True -> callbacks=[{name}()]")
         elif (
             value is not None
             and literal is ...
-            and args.add_callback(f"{name}()", name, "callbacks", flag, bundle=True, when=value)
+            and args.add_callback(
+                f"{name}()", name, "callbacks", flag, bundle=True, when=value, unless_given=unless_given
+            )
         ):
             # A value the tool cannot read (stochastic_weight_avg=config.swa): 1.x tested it for truth when the
             # Trainer was built, and added the callback where it held; the list does the same at run time.
             args.change(rule, f"{flag}={_code(value)} -> callbacks=[..., *([{name}()] if {_code(value)} else [])]")
+
+
+def _holds_callback(callbacks: cst.BaseExpression | None, names: frozenset[str]) -> bool:
+    """Whether ``callbacks`` is a list display (or a sum of them) with an entry that calls one of ``names`` (by its
+    last dotted name: ``pl.callbacks.StochasticWeightAveraging(...)``); an entry added under a condition
+    (``*([...] if x else [])``) does not count."""
+    if isinstance(callbacks, cst.BinaryOperation) and isinstance(callbacks.operator, cst.Add):
+        return _holds_callback(callbacks.left, names) or _holds_callback(callbacks.right, names)
+    if not isinstance(callbacks, cst.List):
+        return False
+    return any(
+        isinstance(e, cst.Element)
+        and isinstance(e.value, cst.Call)
+        and (dotted(e.value.func) or "").rsplit(".", 1)[-1] in names
+        for e in callbacks.elements
+    )
 
 
 def _trainloader_mode(args: TrainerArgs) -> None:
@@ -154,8 +183,8 @@ def _trainloader_mode(args: TrainerArgs) -> None:
 
 
 def _track_grad_norm(args: TrainerArgs) -> None:
-    """track_grad_norm=p left in the call (no plan wrote the module's hook: grad_norm.py) -> the bundle's
-    ``TrackGradNorm(p)`` callback, which logs what 1.x logged; -1 (1.x's default: off) goes. A value the tool cannot
+    """track_grad_norm=p -> the bundle's ``TrackGradNorm(p)`` callback, which logs what 1.x logged; -1 (1.x's
+    default: off) goes. A value the tool cannot
     read goes to the callback as it is: it takes -1 as off and refuses what 1.x's Trainer refused. Where callbacks= is
     something the tool cannot extend, the flag's TODO stays (:func:`_dropped_and_removed`)."""
     value = args.get("track_grad_norm")

@@ -52,7 +52,6 @@ from lightning_mgpu.upgrade.findings import (
     namespace_of,
     syntax_error,
 )
-from lightning_mgpu.upgrade.grad_norm import plan as grad_norm_plan
 from lightning_mgpu.upgrade.hooks import epoch_end_plan
 from lightning_mgpu.upgrade.manual_optimization import plan as manual_plan
 from lightning_mgpu.upgrade.metrics import class_counts
@@ -142,7 +141,6 @@ class UpgradeTransformer(cst.CSTTransformer):
             self._header_comments = {line.comment.value for line in node.header if line.comment is not None}
             self.ctx.module_comments = []
             self.ctx.class_counts = class_counts(node)
-            self.ctx.grad_norm = grad_norm_plan(node)
             self.ctx.manual = manual_plan(node)
             self.ctx.epoch_ends = epoch_end_plan(
                 node, self.ctx.manual.classes | {c for c, _ in self.ctx.manual.subclasses}
@@ -237,6 +235,13 @@ class UpgradeTransformer(cst.CSTTransformer):
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         return imports.leave_module(self.ctx, original, updated)
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        self.ctx.fstring_quotes.append(node.start)
+
+    def leave_FormattedString(self, original: cst.FormattedString, updated: cst.FormattedString) -> cst.FormattedString:
+        self.ctx.fstring_quotes.pop()
+        return updated
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         attributes.visit_attribute(self.ctx, node)

@@ -1,5 +1,6 @@
-"""``lightning_mgpu.upgrade.grad_norm`` (rule ``track-grad-norm``): Trainer(track_grad_norm=p) -> the LightningModule's
-on_before_optimizer_step logging grad_norm(self, norm_type=p), where the file shows the one module it belongs to."""
+"""Trainer(track_grad_norm=p) -> the bundle's TrackGradNorm(p) callback (rule ``track-grad-norm-callback``), in every
+file: with the one LightningModule in it too (a hook logging 2.x's grad_norm would log on step only, for every
+optimizer, past the module's log_grad_norm)."""
 
 from __future__ import annotations
 
@@ -31,22 +32,17 @@ def build():
 """
 
 
-def test_the_module_logs_the_norm_the_trainer_named() -> None:
-    out = upgraded(SCRIPT)
-    assert "from pytorch_lightning.utilities import grad_norm" in out
-    assert (
-        "    def on_before_optimizer_step(self, optimizer):\n"
-        "        # Trainer(track_grad_norm=2) in 1.x: the gradients' norms, logged before each optimizer step\n"
-        "        self.log_dict(grad_norm(self, norm_type=2))\n" in out
-    )
-    assert "return pl.Trainer(max_epochs=1)" in out and "TODO" not in out
+def test_a_file_with_its_one_module_gets_the_callback_too() -> None:
+    out = upgraded(SCRIPT, no_todo=True, no_unmarked=True)
+    assert "return pl.Trainer(callbacks=[TrackGradNorm(2)], max_epochs=1)" in out, out
+    assert "on_before_optimizer_step" not in out and "import grad_norm" not in out, out
 
 
 @pytest.mark.parametrize(
     ("source", "callback"),
     [
         (SCRIPT.replace("track_grad_norm=2", "track_grad_norm=args.norm"), "args.norm"),  # a value read at run time
-        (SCRIPT + "\n\nclass Other(pl.LightningModule):\n    pass\n", "2"),  # two modules: which one?
+        (SCRIPT + "\n\nclass Other(pl.LightningModule):\n    pass\n", "2"),  # two modules
         (
             SCRIPT.replace(
                 "    def configure_optimizers",
@@ -56,8 +52,8 @@ def test_the_module_logs_the_norm_the_trainer_named() -> None:
         ),  # the hook is there already
     ],
 )
-def test_where_the_file_does_not_say_which_module_the_callback_logs_it(source: str, callback: str) -> None:
-    """No one module to write the hook in: the bundle's TrackGradNorm callback (rule track-grad-norm-callback)."""
+def test_every_shape_gets_the_callback(source: str, callback: str) -> None:
+    """A value read at run time, two modules, a hook of the module's own: the same callback, in the flag's place."""
     out = upgraded(source, no_todo=True, no_unmarked=True)
     assert f"return pl.Trainer(callbacks=[TrackGradNorm({callback})], max_epochs=1)" in out, out  # in its place
     assert "from lightning_mgpu.pl.callbacks import TrackGradNorm" in out and "grad_norm(self, norm_type" not in out
@@ -126,15 +122,29 @@ def test_the_callback_logs_on_lightning_2(tmp_path) -> None:
     assert {"grad_inf_norm/layer.weight_step", "grad_inf_norm_total_epoch"} <= set(trainer.callback_metrics)
 
 
-def test_the_hook_logs_on_lightning_2(tmp_path) -> None:
-    """The converted script trains on this Lightning and logs the 2-norms (grad_2.0_norm_total among them)."""
+def test_the_single_module_script_logs_as_1x_on_lightning_2(tmp_path) -> None:
+    """The converted single-module script trains on this Lightning and logs the 2-norms under 1.x's keys, on step
+    and as the epoch's mean (1.x's log_grad_norm: on_step=True, on_epoch=True), and through the module's own
+    log_grad_norm where it defines one."""
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    namespace: dict[str, object] = {}
-    exec(compile(upgraded(SCRIPT), "converted", "exec"), namespace)  # noqa: S102
-    model = namespace["LitModel"]()  # type: ignore[operator]
-    # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
-    trainer = quiet_trainer("pytorch_lightning", max_steps=2, default_root_dir=tmp_path)
-    trainer.fit(model, DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=8))
-    assert "grad_2.0_norm_total" in trainer.callback_metrics
+    out = upgraded(SCRIPT, no_todo=True, no_unmarked=True)
+    seen: list[dict] = []
+    own = out.replace(
+        "    def configure_optimizers",
+        "    def log_grad_norm(self, grad_norm_dict):\n        SEEN.append(grad_norm_dict)\n\n"
+        "    def configure_optimizers",
+    )
+    for source, callback_keys in ((out, True), (own, False)):
+        namespace: dict[str, object] = {"SEEN": seen}
+        exec(compile(source, "converted", "exec"), namespace)  # noqa: S102
+        callbacks = namespace["build"]().callbacks  # type: ignore[operator]
+        tracker = [c for c in callbacks if type(c).__name__ == "TrackGradNorm"]
+        assert len(tracker) == 1
+        # The converted module subclasses pytorch_lightning's LightningModule: that distribution's quiet Trainer.
+        trainer = quiet_trainer("pytorch_lightning", max_steps=2, default_root_dir=tmp_path, callbacks=tracker)
+        trainer.fit(namespace["LitModel"](), DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=8))  # type: ignore[operator]
+        logged = {"grad_2.0_norm_total_step", "grad_2.0_norm_total_epoch"} <= set(trainer.callback_metrics)
+        assert logged is callback_keys
+    assert len(seen) == 2 and "grad_2.0_norm_total" in seen[0]

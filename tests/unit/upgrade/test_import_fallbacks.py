@@ -120,7 +120,7 @@ def test_other_try_statements_stay(source: str) -> None:
 @pytest.mark.parametrize(
     ("use", "flagged"),
     [
-        ("ok = isinstance(s, WorkerSpawn)\n", True),
+        ("ok = isinstance(s, WorkerSpawn)\n", False),  # legacy_is_ddp_spawn(s): rule spawn-isinstance
         ("class Mine(WorkerSpawn):\n    pass\n", True),
         ("kinds = [WorkerSpawn]\n", True),
         ("made = WorkerSpawn(find_unused_parameters=True)\n", False),

@@ -62,6 +62,13 @@ FREQUENCY_AND_SCHEDULERS = (
     '            {"optimizer": opt_d, "frequency": self.hparams.n_critic, "lr_scheduler": d},\n'
     "        )\n"
 )
+#: frequencies the file does not spell out (dicts updated in a loop): read at run time (legacy_optimizer_frequencies)
+FREQUENCY_AT_RUN_TIME = (
+    '        setups = [{"optimizer": opt_g}, {"optimizer": opt_d}]\n'
+    "        for setup, turns in zip(setups, self.turns):\n"
+    '            setup.update({"frequency": turns})\n'
+    "        return setups\n"
+)
 DICT_RETURN = (
     "            return -self.discriminator(fake).mean()\n",
     '            loss = -self.discriminator(fake).mean()\n            self.log("g_loss", loss)\n'
@@ -91,6 +98,9 @@ FIXTURES = {
     "frequency": variant(FREQUENCY),
     "schedulers": variant(SCHEDULERS),
     "frequency_and_schedulers": variant(FREQUENCY_AND_SCHEDULERS),
+    "frequency_at_run_time": variant(
+        FREQUENCY_AT_RUN_TIME, ("        self.seen = []", "        self.turns = (1, 2)\n        self.seen = []")
+    ),
     "dict_return": variant(RETURNS, DICT_RETURN),
     "none_return": variant(RETURNS, NONE_RETURN),
 }
@@ -118,6 +128,54 @@ def test_the_frequencies_become_turns_and_a_schedulers_frequency_stays() -> None
     assert '{"scheduler": g, "interval": "step"}' in out
 
 
+def test_run_time_frequencies_go_through_the_reader() -> None:
+    out = upgraded(FIXTURES["frequency_at_run_time"], no_todo=True, no_unmarked=True)
+    assert "from lightning_mgpu.upgrade.legacy_optimizers import legacy_optimizer_frequencies" in out, out
+    assert (
+        "    def configure_optimizers(self):\n"
+        '        # 1.x took turns by the "frequency" keys the optimizers\' dicts hold; 2.x ignores them (a warning):\n'
+        "        # read here for _active_optimizers_1x, and dropped from what 2.x gets\n"
+        "        config, self._optimizer_frequencies_1x = legacy_optimizer_frequencies("
+        "self._configure_optimizers_1x())\n"
+        "        return config\n\n"
+        "    def _configure_optimizers_1x(self):\n"
+    ) in out, out
+    assert 'frequencies = getattr(self, "_optimizer_frequencies_1x", [])' in out
+
+
+@pytest.mark.parametrize(
+    ("config", "expected", "frequencies"),
+    [
+        (
+            [{"optimizer": "g", "frequency": 1}, {"optimizer": "d", "frequency": 5}],
+            [{"optimizer": "g"}, {"optimizer": "d"}],
+            [1, 5],
+        ),
+        (
+            ({"optimizer": "g", "lr_scheduler": "s"}, {"optimizer": "d"}),
+            ({"optimizer": "g", "lr_scheduler": "s"}, {"optimizer": "d"}),
+            [],
+        ),
+        ({"optimizer": "g", "frequency": 3}, {"optimizer": "g", "frequency": 3}, []),  # 1.x never read a lone dict's
+        ((["g", "d"], ["s"]), (["g", "d"], ["s"]), []),
+        ("g", "g", []),
+        ([], [], []),
+    ],
+)
+def test_the_reader_takes_what_1x_took(config: object, expected: object, frequencies: list) -> None:
+    """1.9.5's core/optimizer.py _configure_optimizers: only a list of dicts carries frequencies."""
+    from lightning_mgpu.upgrade.legacy_optimizers import legacy_optimizer_frequencies
+
+    assert legacy_optimizer_frequencies(config) == (expected, frequencies)
+
+
+def test_the_reader_refuses_what_1x_refused() -> None:
+    from lightning_mgpu.upgrade.legacy_optimizers import legacy_optimizer_frequencies
+
+    with pytest.raises(ValueError, match="A frequency must be given to each optimizer"):
+        legacy_optimizer_frequencies([{"optimizer": "g", "frequency": 2}, {"optimizer": "d"}])
+
+
 @pytest.mark.parametrize(
     ("why", "source"),
     [
@@ -129,7 +187,15 @@ def test_the_frequencies_become_turns_and_a_schedulers_frequency_stays() -> None
             "an optimizer_step override",
             GAN + "\n    def optimizer_step(self, *args, **kwargs):\n        super().optimizer_step(*args, **kwargs)\n",
         ),
-        ("a frequency from a local", variant(FREQUENCY.replace('"frequency": 2', '"frequency": n'))),
+        (
+            "run-time frequencies, and the class calls configure_optimizers itself",
+            variant(
+                FREQUENCY_AT_RUN_TIME.replace(
+                    "        return setups", "        self.configure_optimizers\n        return setups"
+                ),
+                ("self.seen = []", "self.seen = []\n        self.turns = (1, 2)"),
+            ),
+        ),
         ("accumulation", GAN + "\n\ntrainer = pl.Trainer(accumulate_grad_batches=2)\n"),
         ("clipping the file does not show", GAN + "\n\ntrainer = pl.Trainer(gradient_clip_val=args.clip)\n"),
         ("truncated backprop", GAN.replace("batch_idx, optimizer_idx)", "batch_idx, optimizer_idx, hiddens)")),

@@ -115,17 +115,17 @@ def is_ddp(trainer):
 
 
 def test_the_spawn_class_goes_from_an_isinstance_tuple_that_holds_ddp() -> None:
-    """Rule ``ddp-spawn-isinstance``: 2.x's DDPStrategy is ddp and ddp_spawn; alone the spawn class stays, with the
-    spawn-class-use TODO (2.x has no class that means spawn only)."""
+    """Rule ``ddp-spawn-isinstance``: 2.x's DDPStrategy is ddp and ddp_spawn; alone, the check becomes
+    legacy_is_ddp_spawn (rule spawn-isinstance: 2.x has no class that means spawn only)."""
     result = upgrade_source(ISINSTANCE)
     out = result.source
     assert upgrade_source(out).source == out
     lines = [line.strip() for line in out.splitlines()]
     assert "new = isinstance(trainer.strategy, (DDPStrategy,))" in lines, out
     assert "old = isinstance(trainer.strategy, (DDPStrategy,))" in lines, out
-    assert "alone = isinstance(trainer.strategy, DDPSpawnStrategy)" in lines
+    assert "alone = legacy_is_ddp_spawn(trainer.strategy)" in lines
     assert [f.rule for f in result.findings].count("ddp-spawn-isinstance") == 2
-    assert rules.todo_text("spawn-class-use", name="DDPSpawnStrategy") in out
+    assert rules.todo_text("spawn-class-use", name="DDPSpawnStrategy") not in out
     assert not unmarked(out)
 
 

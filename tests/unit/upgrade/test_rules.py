@@ -80,6 +80,9 @@ REWRITES = {
     "tuner-flags": "t = Trainer(auto_lr_find=True)\nt.tune(model)\n",
     "tuner-tune-result": 'def f(trainer, model):\n    r = trainer.tune(model)\n    return r["lr_find"]\n',
     "checkpoint-prefix-moved": "ck = ModelCheckpoint(filename='{epoch}', prefix='run1')\n",
+    "spawn-isinstance": (
+        "from pytorch_lightning.strategies import DDPSpawnStrategy\nx = isinstance(s, DDPSpawnStrategy)\n"
+    ),
     "ddp-spawn-isinstance": (
         "from pytorch_lightning.strategies import DDPSpawnStrategy, DDPStrategy\n"
         "x = isinstance(s, (DDPStrategy, DDPSpawnStrategy))\n"
@@ -88,10 +91,6 @@ REWRITES = {
         "import pytorch_lightning as pl\nclass M(pl.LightningModule):\n"
         "    def training_step(self, batch, batch_idx, optimizer_idx):\n        return batch[optimizer_idx]\n"
         "    def configure_optimizers(self):\n        return [self.a, self.b]\n"
-    ),
-    "track-grad-norm": (
-        "import pytorch_lightning as pl\nclass M(pl.LightningModule):\n    def training_step(self, batch, i):\n"
-        "        return batch\nt = pl.Trainer(track_grad_norm=2)\n"
     ),
     "track-grad-norm-callback": "import pytorch_lightning as pl\nt = pl.Trainer(track_grad_norm=2)\n",
     "tuner-flags-read": (
