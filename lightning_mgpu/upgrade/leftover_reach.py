@@ -33,6 +33,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from lightning_mgpu.upgrade.trainer_names import named_like_trainer
+
 #: Classes (the last name of the call) that wrap one dict into a mapping or an attribute-access config: a holder
 #: ``H = Munch({...})`` holds the dict's keys as ``H = {...}`` would.
 MAPPING_WRAPPERS = frozenset(
@@ -252,7 +254,7 @@ class _Reach:
                     # trainer = build(settings): a call whose result is a trainer was handed them. Not a store into
                     # a subscript (trainer_args["callbacks"] = f(trainer_args[...]) writes into the dict it names).
                     last = stored.rsplit(".", 1)[-1]
-                    named = not isinstance(target, ast.Subscript) and ("trainer" in last.lower() or last in self.fitted)
+                    named = not isinstance(target, ast.Subscript) and (named_like_trainer(last) or last in self.fitted)
                     if through_call and named:
                         return True
                     found.add(stored)

@@ -16,6 +16,7 @@ from typing import Any, TypeGuard
 import libcst as cst
 
 from lightning_mgpu.upgrade import rules
+from lightning_mgpu.upgrade.trainer_names import named_like_trainer
 
 #: Stands for "a list literal" among the values a name may hold (lists are not hashable).
 LIST = ("<list>",)
@@ -354,7 +355,7 @@ class FileFacts(cst.CSTVisitor):
         # path it was read from reach one too (kw = config.trainer; Trainer(**kw)).
         fitted = {name for scope in self.scopes.values() for name, _ in scope.fits}
         for target, paths in self._handed:
-            if "trainer" in target.lower() or target in fitted:
+            if named_like_trainer(target) or target in fitted:
                 self.reaching_paths |= paths
         for call, index, value in self._trainer_splats:
             # Trainer(**settings) whose unknown splats the call's rewrite hands to legacy_trainer_kwargs (or an

@@ -60,6 +60,7 @@ from lightning_mgpu.upgrade.nodes import code as _code
 from lightning_mgpu.upgrade.result_objects import plan as result_plan
 from lightning_mgpu.upgrade.scopes import FileFacts, Scope
 from lightning_mgpu.upgrade.trainer_kwargs import TrainerArgs
+from lightning_mgpu.upgrade.trainer_owners import trainer_owners
 from lightning_mgpu.upgrade.trainer_rewrite import rewrite_trainer_args
 from lightning_mgpu.upgrade.traverse import read_only_visit
 from lightning_mgpu.upgrade.tuner import tune_plan
@@ -145,7 +146,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             self.ctx.grad_norm = grad_norm_plan(node)
             self.ctx.manual = manual_plan(node)
             self.ctx.epoch_ends = epoch_end_plan(node)
-            self.ctx.tune = tune_plan(node, self.notebook_unused)
+            self.ctx.tune = tune_plan(node, self.notebook_unused, self.ctx.is_trainer)
             self.ctx.result_plan = result_plan(node)
         if isinstance(node, (cst.Module, cst.FunctionDef)):
             # A function the pre-pass failed on has no scope of its own: it knows nothing about its names.
@@ -281,6 +282,7 @@ def upgrade_source(
     metric_names: Sequence[str] = (),
     renamed: dict[str, tuple[str, str, dict[str, str]]] | None = None,
     notebook_unused: frozenset[str] = frozenset(),
+    notebook_trainers: frozenset[str] = frozenset(),
 ) -> FileResult:
     """Upgrade one file's source.
 
@@ -295,6 +297,8 @@ def upgrade_source(
             ``from pytorch_lightning.plugins import DDPPlugin``), as :attr:`FileResult.renamed` gives them.
         notebook_unused: a notebook's module-level trainer names whose tuner flags no cell could run
             (:func:`~lightning_mgpu.upgrade.tuner.notebook_unused_trainers`).
+        notebook_trainers: a notebook's module-level names that other cells bind to a Trainer
+            (:func:`~lightning_mgpu.upgrade.trainer_owners.notebook_trainers`).
 
     Returns:
         The upgraded source (identical when there was nothing to do) and its findings, with original line numbers.
@@ -314,7 +318,11 @@ def upgrade_source(
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # the module is this call's own: no copy needed
     facts = FileFacts()
     read_only_visit(wrapper.module, facts)
+    owners = trainer_owners(
+        wrapper.module, notebook_trainers
+    )  # which attribute owners are Trainers, by where they came from
     transformer = UpgradeTransformer(facts, namespace or namespace_of(source))
+    transformer.ctx.is_trainer = owners
     transformer.namespace_aliases.update(aliases or {})
     transformer.renamed.update(renamed or {})
     transformer.add_metric_names(metric_names)
@@ -325,6 +333,7 @@ def upgrade_source(
     except Exception:  # noqa: BLE001  (a rewrite built a node libcst cannot write out)
         log.debug("a rewrite cannot be written out; again, statement by statement", exc_info=True)
         transformer = UpgradeTransformer(facts, transformer.namespace, check_code=True)
+        transformer.ctx.is_trainer = owners
         transformer.namespace_aliases.update(aliases or {})
         transformer.renamed.update(renamed or {})
         transformer.add_metric_names(metric_names)
