@@ -339,3 +339,18 @@ def test_a_trainer_built_in_one_notebook_cell_is_one_in_the_next() -> None:
         "# TODO(lightning-mgpu:trainer-tune): trainer.tune() is gone: run Tuner(trainer) for its auto_* flags that were"
         " on\nrunner.tune(model)"
     )
+
+
+def test_settings_handed_to_a_call_whose_result_is_annotated_trainer_reach_one() -> None:
+    """``runner: pl.Trainer = build(settings)``: the annotation says the call built a Trainer from the settings, for the
+    tool (a trainer-key-unfollowed TODO on the 1.x key) and the scan alike."""
+    source = """import pytorch_lightning as pl
+
+
+def make_runner(build):
+    settings = {"gpus": 1, "max_epochs": 3}
+    runner: pl.Trainer = build(settings)
+    return runner
+"""
+    out = upgraded(source, no_unmarked=True)
+    assert "# TODO(lightning-mgpu:trainer-key-unfollowed)" in out
