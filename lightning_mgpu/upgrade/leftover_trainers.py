@@ -26,6 +26,10 @@ from lightning_mgpu.upgrade.trainer_names import (
 )
 
 _Function = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+#: The method a node is in, where it is one: (its class, its first parameter's name).
+_Method = tuple[ast.ClassDef, str] | None
+#: A node to walk, the scope it is read in, and its method.
+_Item = tuple[ast.AST, ast.AST, _Method]
 
 
 def _dotted(node: ast.AST | None) -> str | None:
@@ -90,14 +94,12 @@ class _Bindings:
         return annotation is not None and annotates_trainer(ast.unparse(annotation), self.subclasses, self.foreign)
 
     @staticmethod
-    def _self_attribute(node: ast.AST, method: tuple[ast.ClassDef, str] | None) -> tuple[ast.ClassDef, str] | None:
+    def _self_attribute(node: ast.AST, method: _Method) -> tuple[ast.ClassDef, str] | None:
         if method is None or not isinstance(node, ast.Attribute) or not isinstance(node.value, ast.Name):
             return None
         return (method[0], node.attr) if node.value.id == method[1] else None
 
-    def _store(
-        self, target: ast.AST, verdict: Verdict, scope: ast.AST, method: tuple[ast.ClassDef, str] | None
-    ) -> None:
+    def _store(self, target: ast.AST, verdict: Verdict, scope: ast.AST, method: _Method) -> None:
         if isinstance(target, ast.Name):
             self.scopes.bind(scope, target.id, verdict)
         elif isinstance(target, (ast.Tuple, ast.List)):
@@ -110,12 +112,14 @@ class _Bindings:
             if attribute is not None:
                 self.scopes.bind_attribute(*attribute, verdict)
 
-    def _function(self, node: _Function, scope: ast.AST, method: tuple[ast.ClassDef, str] | None) -> None:
-        """A function or lambda: its name in ``scope``, its parameters in its own, then its body there."""
+    def _function(self, node: _Function, scope: ast.AST, method: _Method) -> list[_Item]:
+        """A function or lambda: its name in ``scope``, its parameters in its own; what to walk next (its
+        decorators and defaults in ``scope``, its body in its own)."""
+        items: list[_Item] = []
         if not isinstance(node, ast.Lambda):
             self.scopes.bind(scope, node.name, HOLDS_OTHER)
-            for part in [*node.decorator_list, *(node.args.defaults), *(d for d in node.args.kw_defaults if d)]:
-                self._walk(part, scope, method)
+            parts = [*node.decorator_list, *node.args.defaults, *(d for d in node.args.kw_defaults if d)]
+            items += [(part, scope, method) for part in parts]
         self.scopes.scope(node, scope, "function")
         arguments = node.args
         every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
@@ -123,27 +127,31 @@ class _Bindings:
         for arg in every:
             verdict = HOLDS_TRAINER if self._annotated(arg.annotation) else HOLDS_OTHER
             self.scopes.bind(node, arg.arg, verdict)
-        own: tuple[ast.ClassDef, str] | None = None
+        own: _Method = None
         positional = [*arguments.posonlyargs, *arguments.args]
         if not isinstance(node, ast.Lambda) and isinstance(scope, ast.ClassDef) and positional:
+            # A method: self.x in it is the class's attribute (not in a staticmethod, whose first parameter is any).
             static = any(_dotted(d) == "staticmethod" for d in node.decorator_list)
             own = None if static else (scope, positional[0].arg)
         body = [node.body] if isinstance(node, ast.Lambda) else node.body
-        for statement in body:
-            self._walk(statement, node, own)
+        return items + [(statement, node, own) for statement in body]
 
-    def _walk(self, node: ast.AST, scope: ast.AST, method: tuple[ast.ClassDef, str] | None) -> None:
+    def _walk(self, root: ast.AST, scope: ast.AST, method: _Method) -> None:
+        """Walk ``root`` (read in ``scope``) in lexical order, with a stack (a deep expression needs no recursion)."""
+        todo: list[_Item] = [(root, scope, method)]
+        while todo:
+            node, scope, method = todo.pop()
+            todo.extend(reversed(self._visit(node, scope, method)))
+
+    def _visit(self, node: ast.AST, scope: ast.AST, method: _Method) -> list[_Item]:
+        """Record what ``node`` binds or reads; what to walk next, each in the scope it is read in."""
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            self._function(node, scope, method)
-            return
+            return self._function(node, scope, method)
         if isinstance(node, ast.ClassDef):
             self.scopes.bind(scope, node.name, HOLDS_OTHER)
-            for part in [*node.decorator_list, *node.bases, *node.keywords]:
-                self._walk(part, scope, method)
+            items: list[_Item] = [(part, scope, method) for part in [*node.decorator_list, *node.bases, *node.keywords]]
             self.scopes.scope(node, scope, "class")
-            for statement in node.body:
-                self._walk(statement, node, None)
-            return
+            return items + [(statement, node, None) for statement in node.body]
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             for name in node.names:
                 self.scopes.declare(scope, name, "global" if isinstance(node, ast.Global) else "nonlocal")
@@ -152,15 +160,14 @@ class _Bindings:
             for target in node.targets:
                 self._store(target, verdict, scope, method)
         elif isinstance(node, ast.AnnAssign):
-            if self._annotated(node.annotation):
-                self._store(node.target, HOLDS_TRAINER, scope, method)
+            # t: pl.Trainer = build(cfg) (the annotation says what it holds); a bare ``t: Trainer`` declares it.
+            declared: Verdict | None = HOLDS_TRAINER if self._annotated(node.annotation) else None
+            if declared is None and node.value is not None:
+                declared = self._verdict(node.value, scope)
+            if declared is not None:
+                self._store(node.target, declared, scope, method)
                 if isinstance(scope, ast.ClassDef) and isinstance(node.target, ast.Name):
-                    self.scopes.bind_attribute(scope, node.target.id, HOLDS_TRAINER)
-            elif node.value is not None:
-                verdict = self._verdict(node.value, scope)
-                self._store(node.target, verdict, scope, method)
-                if isinstance(scope, ast.ClassDef) and isinstance(node.target, ast.Name):
-                    self.scopes.bind_attribute(scope, node.target.id, verdict)
+                    self.scopes.bind_attribute(scope, node.target.id, declared)  # a dataclass field, read as self.x
         elif isinstance(node, ast.AugAssign):
             self._store(node.target, HOLDS_OTHER, scope, method)
         elif isinstance(node, ast.NamedExpr):
@@ -179,19 +186,21 @@ class _Bindings:
                     )
                     self.scopes.bind(scope, local, HOLDS_OTHER)
         elif isinstance(node, ast.Attribute):
+            # An owner to resolve once every binding is known: a name, or self.x in a method.
             if isinstance(node.value, ast.Name):
                 self.names.append((scope, node.value.id, node.value))
             else:
                 attribute = self._self_attribute(node.value, method)
                 if attribute is not None and isinstance(node.value, ast.Attribute):
                     self.attributes.append((attribute[0], attribute[1], node.value))
+        items = []
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.comprehension):
                 # A comprehension's variable is its own (Python 3): its iterable and conditions are read here.
-                for part in [child.iter, *child.ifs]:
-                    self._walk(part, scope, method)
-                continue
-            self._walk(child, scope, method)
+                items += [(part, scope, method) for part in [child.iter, *child.ifs]]
+            else:
+                items.append((child, scope, method))
+        return items
 
 
 class TrainerOwners:

@@ -60,7 +60,7 @@ from lightning_mgpu.upgrade.nodes import code as _code
 from lightning_mgpu.upgrade.result_objects import plan as result_plan
 from lightning_mgpu.upgrade.scopes import FileFacts, Scope
 from lightning_mgpu.upgrade.trainer_kwargs import TrainerArgs
-from lightning_mgpu.upgrade.trainer_owners import trainer_owners
+from lightning_mgpu.upgrade.trainer_owners import BY_NAME, trainer_owners
 from lightning_mgpu.upgrade.trainer_rewrite import rewrite_trainer_args
 from lightning_mgpu.upgrade.traverse import read_only_visit
 from lightning_mgpu.upgrade.tuner import tune_plan
@@ -318,9 +318,12 @@ def upgrade_source(
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # the module is this call's own: no copy needed
     facts = FileFacts()
     read_only_visit(wrapper.module, facts)
-    owners = trainer_owners(
-        wrapper.module, notebook_trainers
-    )  # which attribute owners are Trainers, by where they came from
+    try:
+        # Which attribute owners are Trainers, by where they came from (trainer_owners.py).
+        owners = trainer_owners(wrapper.module, notebook_trainers)
+    except Exception:  # noqa: BLE001  (the file still converts, its trainers known by their names alone)
+        log.debug("the trainer-owner pre-pass failed; trainers are known by their names", exc_info=True)
+        owners = BY_NAME
     transformer = UpgradeTransformer(facts, namespace or namespace_of(source))
     transformer.ctx.is_trainer = owners
     transformer.namespace_aliases.update(aliases or {})

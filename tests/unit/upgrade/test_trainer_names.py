@@ -354,3 +354,10 @@ def make_runner(build):
 """
     out = upgraded(source, no_unmarked=True)
     assert "# TODO(lightning-mgpu:trainer-key-unfollowed)" in out
+
+
+def test_the_scan_walks_a_deep_expression_without_recursion() -> None:
+    """A long ``a + b + ...`` is a left-nested tree as deep as it is long: the scan's walk keeps its own stack."""
+    chain = " + ".join(f"part{i}" for i in range(1500))
+    source = f"import pytorch_lightning as pl\nt = pl.Trainer()\ntotal = {chain}\nprint(t.root_gpu)\n"
+    assert leftovers(source) == [(4, "trainer.root_gpu")]
