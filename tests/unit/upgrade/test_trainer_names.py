@@ -361,3 +361,27 @@ def test_the_scan_walks_a_deep_expression_without_recursion() -> None:
     chain = " + ".join(f"part{i}" for i in range(1500))
     source = f"import pytorch_lightning as pl\nt = pl.Trainer()\ntotal = {chain}\nprint(t.root_gpu)\n"
     assert leftovers(source) == [(4, "trainer.root_gpu")]
+
+
+def test_the_scan_shares_only_trainer_names_with_the_tool() -> None:
+    """The scan's modules import, of the package, only one another and trainer_names.py, which imports none of it:
+    the scan stays independent of the tool's reading, and both ask the one shared question."""
+    from pathlib import Path
+
+    import lightning_mgpu.upgrade as package
+
+    folder = Path(package.__file__).parent
+    allowed = {
+        "leftovers": {"leftover_reach", "leftover_trainers"},
+        "leftover_reach": {"trainer_names"},
+        "leftover_trainers": {"trainer_names"},
+        "trainer_names": set(),
+    }
+    for module, expected in allowed.items():
+        tree = ast.parse((folder / f"{module}.py").read_text())
+        imported = {
+            node.module.rsplit(".", 1)[-1]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lightning_mgpu")
+        }
+        assert imported == expected, module
