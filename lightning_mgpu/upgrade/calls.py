@@ -59,7 +59,7 @@ def leave_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cs
         ctx.todo(original, rules.todo_text("test-tube-logger"))
     elif func.rsplit(".", 1)[-1] == "TestTubeLogger":  # its arguments, as TensorBoardLogger takes them
         updated = test_tube_call(ctx, original, updated)
-    owner_and_method = tuner_owner(original.func)
+    owner_and_method = tuner_owner(original.func, ctx.is_trainer)
     if owner_and_method is not None:  # trainer.tuner.lr_find(...) -> Tuner(trainer).lr_find(...): tuner.py
         tuned = tuner_call(updated, *owner_and_method)
         if tuned is not None:
@@ -97,7 +97,8 @@ def leave_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cs
         ctx.add_import("lightning_mgpu.upgrade.tuning", "legacy_tune", None)
         ctx.change(original, "tuner-flags-read", f"{func}(...) -> legacy_tune({owner}, ...): the parsed flags' tuners")
         return read_flags_call(updated)
-    if method == "tune" and owner.endswith("trainer") and original not in ctx.tune.tunes:
+    trainer_method = isinstance(original.func, cst.Attribute) and ctx.is_trainer(original.func.value)
+    if method == "tune" and trainer_method and original not in ctx.tune.tunes:
         ctx.todo(original, rules.todo_text("trainer-tune"))
     if method == "set_defaults":
         updated = set_defaults(ctx, original, updated)

@@ -24,6 +24,7 @@ from lightning_mgpu.upgrade.manual_optimization import ManualPlan
 from lightning_mgpu.upgrade.nodes import node_kind
 from lightning_mgpu.upgrade.result_objects import ResultPlan
 from lightning_mgpu.upgrade.scopes import FileFacts, Scope
+from lightning_mgpu.upgrade.trainer_owners import BY_NAME, TrainerOwners
 from lightning_mgpu.upgrade.tuner import TunePlan
 
 #: The transformer's logger, under the name it always had (the module that held all of it).
@@ -75,6 +76,8 @@ class UpgradeContext:
         self.result_plan = ResultPlan()  # the TrainResult/EvalResult the class rewrite takes (result_objects.py)
         self.assigned_calls: dict[cst.Call, str] = {}  # name = Call(...) statements: the call -> the name
         self.last_checkpoint_names: dict[cst.Call, str] = {}  # ModelCheckpoint(prefix=P) -> "P-last" (1.x's)
+        #: whether an attribute's owner (an original node) is a Trainer: trainer_owners.py, set by upgrade_source
+        self.is_trainer: TrainerOwners = BY_NAME
 
     # -- bookkeeping ---------------------------------------------------------------------------------------------
 

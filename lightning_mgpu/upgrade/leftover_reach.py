@@ -16,8 +16,9 @@ key it should not have. Its reading is simpler than the tool's and errs on flagg
 - the settings may reach a Trainer whole where any of those is splatted into any call (``f(**H)``, ``f(*H)``), given
   positionally to a call named ``...Trainer``, given in any way to ``from_argparse_args`` or ``instantiate``, returned
   from a function this file does not only call (its caller is elsewhere, or it is handed around as a value), used in a
-  lambda, or is the result of a call assigned to a name with "trainer" in it or one whose ``fit`` is called (or whose
-  ``fit`` is called at once). A use the scan does not know is counted as reaching one.
+  lambda, or is the result of a call assigned to a name with "trainer" in it, one annotated as a Trainer
+  (``runner: pl.Trainer = build(H)``) or one whose ``fit`` is called (or whose ``fit`` is called at once). A use the
+  scan does not know is counted as reaching one.
 - settings that reach a Trainer only through this bundle's translation at run time (given to ``legacy_trainer_kwargs``
   or to ``from_argparse_args(Trainer, ...)``, splatted or not) need nothing for a key that translation takes as 1.x's
   Trainer read it (:data:`TRANSLATED`, the scan's own copy of what ``trainer_args.legacy_trainer_kwargs`` takes); a
@@ -32,6 +33,8 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+
+from lightning_mgpu.upgrade.trainer_names import annotates_trainer, named_like_trainer
 
 #: Classes (the last name of the call) that wrap one dict into a mapping or an attribute-access config: a holder
 #: ``H = Munch({...})`` holds the dict's keys as ``H = {...}`` would.
@@ -252,7 +255,11 @@ class _Reach:
                     # trainer = build(settings): a call whose result is a trainer was handed them. Not a store into
                     # a subscript (trainer_args["callbacks"] = f(trainer_args[...]) writes into the dict it names).
                     last = stored.rsplit(".", 1)[-1]
-                    named = not isinstance(target, ast.Subscript) and ("trainer" in last.lower() or last in self.fitted)
+                    # (runner: pl.Trainer = build(settings): annotated as one)
+                    annotated = isinstance(up, ast.AnnAssign) and annotates_trainer(ast.unparse(up.annotation))
+                    named = not isinstance(target, ast.Subscript) and (
+                        named_like_trainer(last) or last in self.fitted or annotated
+                    )
                     if through_call and named:
                         return True
                     found.add(stored)

@@ -96,11 +96,10 @@ def legacy_items(statement: cst.CSTNode) -> list[tuple[str, Any]]:
 _KEYS = rules.LEGACY_SETTINGS_KEYS
 
 
-def is_accelerator_connector(node: cst.Attribute) -> bool:
-    """``trainer.accelerator_connector`` / ``self.trainer.accelerator_connector``."""
-    owner = node.value
-    name = owner.attr.value if isinstance(owner, cst.Attribute) else owner.value if isinstance(owner, cst.Name) else ""
-    return node.attr.value == "accelerator_connector" and "trainer" in name.lower()
+def is_accelerator_connector(node: cst.Attribute, of_trainer: bool) -> bool:
+    """``trainer.accelerator_connector`` / ``self.trainer.accelerator_connector`` (``of_trainer``: whether the owner is
+    a Trainer, as :mod:`~lightning_mgpu.upgrade.trainer_owners` reads it)."""
+    return node.attr.value == "accelerator_connector" and of_trainer
 
 
 def result_class(call: cst.Call) -> str | None:

@@ -2,8 +2,9 @@
 
 Independent of the transformer: it reads the *output* with :mod:`ast` and its own tables (it imports nothing from the
 rest of :mod:`lightning_mgpu.upgrade` but :mod:`~lightning_mgpu.upgrade.leftover_reach`, the scan's own reading of
-where settings go), so it can catch what the tool missed. The unit tests, the corpus tests and
-``benchmarks/bench_upgrade_real.py`` all measure with it.
+where settings go, and :mod:`~lightning_mgpu.upgrade.leftover_trainers`, its own reading of which names hold a Trainer,
+which shares only :mod:`~lightning_mgpu.upgrade.trainer_names` with the tool), so it can catch what the tool missed.
+The unit tests, the corpus tests and ``benchmarks/bench_upgrade_real.py`` all measure with it.
 
 Example::
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import ast
 
 from lightning_mgpu.upgrade.leftover_reach import KeyReach
+from lightning_mgpu.upgrade.leftover_trainers import TrainerOwners
 
 #: Trainer keywords Lightning 2.0 removed.
 REMOVED_TRAINER_KEYWORDS = frozenset(
@@ -125,7 +127,16 @@ REMOVED_NAMES = frozenset(
     }
 )
 #: Trainer attributes 2.0 removed (``trainer.root_gpu``, ``trainer.training_type_plugin``, ``trainer.tuner``).
-REMOVED_TRAINER_ATTRIBUTES = frozenset({"root_gpu", "training_type_plugin", "tuner", "accelerator_connector"})
+REMOVED_TRAINER_ATTRIBUTES = frozenset(
+    {
+        "root_gpu",
+        "training_type_plugin",
+        "tuner",
+        "accelerator_connector",
+        "resume_from_checkpoint",
+        "progress_bar_dict",
+    }
+)
 #: Trainer methods 2.0 removed (the tuner's entry points).
 REMOVED_TRAINER_METHODS = frozenset({"tune", "lr_find", "scale_batch_size"})
 #: torchmetrics classes that raise without ``task=`` since torchmetrics 0.11 (the binary/multiclass split).
@@ -426,6 +437,8 @@ def leftovers(source: str) -> list[tuple[int, str]]:
     # A 1.x key in settings that nothing in the file may hand to a Trainer whole is the script's own key (a config
     # whose fields a Trainer call reads one by one, a model's hyperparameters): leftover_reach decides it by itself.
     reach = KeyReach(tree)
+    # t.root_gpu, t.tune(...): only where t is a Trainer (bound from one, or named like one), by the scan's own walk.
+    owners = TrainerOwners(tree)
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -464,11 +477,7 @@ def leftovers(source: str) -> list[tuple[int, str]]:
                 # A receiver it cannot resolve (model_cls = get_class(...)) is most likely a LightningModule, which
                 # had no from_argparse_args in 1.x: the user's own classmethod, left as it is, and not a leftover.
                 found.append((node.lineno, f".{name}(...)"))
-            if (
-                isinstance(func, ast.Attribute)
-                and name in REMOVED_TRAINER_METHODS
-                and "trainer" in _owner_name(func.value).lower()
-            ):
+            if isinstance(func, ast.Attribute) and name in REMOVED_TRAINER_METHODS and owners.is_trainer(func.value):
                 found.append((node.lineno, f"trainer.{name}(...)"))
             is_metric = (isinstance(func, ast.Name) and name in metric_classes) or (
                 isinstance(func, ast.Attribute)
@@ -505,7 +514,7 @@ def leftovers(source: str) -> list[tuple[int, str]]:
         elif (
             isinstance(node, ast.Attribute)
             and node.attr in REMOVED_TRAINER_ATTRIBUTES
-            and "trainer" in _owner_name(node.value).lower()
+            and owners.is_trainer(node.value)
         ):
             found.append((node.lineno, f"trainer.{node.attr}"))
         elif isinstance(node, ast.Name) and node.id in REMOVED_NAMES:

@@ -32,6 +32,7 @@ from typing import Any
 from lightning_mgpu.upgrade.findings import FileResult, Finding, UpgradeError, namespace_of, syntax_error
 from lightning_mgpu.upgrade.imports import NESTED_SUBPACKAGES, SUBPACKAGES
 from lightning_mgpu.upgrade.rules import BUNDLE_FOR_NAMESPACE
+from lightning_mgpu.upgrade.trainer_owners import notebook_trainers
 from lightning_mgpu.upgrade.transform import upgrade_source
 from lightning_mgpu.upgrade.tuner import notebook_unused_trainers
 
@@ -313,9 +314,13 @@ def upgrade_notebook(text: str) -> NotebookResult:
     # one cell may be tuned in another), from the cells as they are converted (IPython lines masked).
     joined = [mask_ipython(_cell_source(c)) for _, c in code_cells if python_file_cell(_cell_source(c)) is None]
     try:
-        notebook_unused = notebook_unused_trainers(cst.parse_module("\n".join(m[0] for m in joined if m)))
+        whole = cst.parse_module("\n".join(m[0] for m in joined if m))
+        notebook_unused = notebook_unused_trainers(whole)
+        # t = pl.Trainer(...) in one cell makes t.root_gpu in another a Trainer's (trainer_owners.py).
+        trainers = notebook_trainers(whole)
     except cst.ParserSyntaxError:
         notebook_unused = frozenset()  # a cell that does not parse may tune any trainer
+        trainers = frozenset()  # and the cells' names are read cell by cell
     result = NotebookResult(text)
     changed = False
     renamed: dict[str, tuple[str, str, dict[str, str]]] = {}  # what earlier cells' imports renamed (DDPPlugin)
@@ -345,6 +350,7 @@ def upgrade_notebook(text: str) -> NotebookResult:
                     renamed=renamed,
                     notebook_unused=notebook_unused,
                     submodules=submodules,
+                    notebook_trainers=trainers,
                 )
             )
         except cst.ParserSyntaxError as err:

@@ -9,7 +9,8 @@
 - ``TestTubeLogger`` (rule ``test-tube-logger-args``) wrote TensorBoard files: it becomes ``TensorBoardLogger`` (the
   names through ``RENAMED_NAMES``; its arguments here).
 
-Only attributes of something named like a trainer (``trainer``, ``self.trainer``, ``pl_trainer``) are touched.
+Only attributes of a Trainer are touched: one bound from a Trainer, or named like one (``trainer``, ``self.trainer``,
+``pl_trainer``), as :mod:`~lightning_mgpu.upgrade.trainer_owners` tells the caller.
 """
 
 from __future__ import annotations
@@ -25,21 +26,16 @@ TRAINER_ATTRIBUTES = {
 TEST_TUBE_ONLY = frozenset({"description", "debug", "create_git_tag"})
 
 
-def _owner_name(node: cst.BaseExpression) -> str:
-    if isinstance(node, cst.Attribute):
-        return node.attr.value
-    return node.value if isinstance(node, cst.Name) else ""
-
-
-def trainer_attribute(node: cst.Attribute) -> tuple[cst.BaseExpression, str] | None:
+def trainer_attribute(node: cst.Attribute, of_trainer: bool) -> tuple[cst.BaseExpression, str] | None:
     """``trainer.root_gpu`` -> ``trainer.strategy.root_device.index`` and ``trainer.training_type_plugin`` ->
     ``trainer.strategy``, with the rule; None for any other attribute.
 
     Args:
         node: an attribute (``x.attr``).
+        of_trainer: whether ``x`` is a Trainer (:class:`~lightning_mgpu.upgrade.trainer_owners.TrainerOwners`).
     """
     entry = TRAINER_ATTRIBUTES.get(node.attr.value)
-    if entry is None or "trainer" not in _owner_name(node.value).lower():
+    if entry is None or not of_trainer:
         return None
     new, rule = entry
     result: cst.BaseExpression = node.value

@@ -784,8 +784,30 @@ RULES = _rules(
         " prog_bar=True. 2.x's bar shows get_standard_metrics(trainer) (v_num) and trainer.progress_bar_metrics, which"
         " is what it becomes, as a new dict (progress_bar_metrics alone is the trainer's own dict: a pop() on it"
         " would change what the bar shows). 2.0 no longer shows the running loss: log it with prog_bar=True to keep"
-        " it. Only where the owner is named like a trainer and is a name or an attribute chain (it is read twice).",
+        " it. Only where the owner is a Trainer (bound from a Trainer construction or annotation in this file, or named"
+        " like a trainer) and is a name or an attribute chain (it is read twice); otherwise"
+        " trainer-bar-dict-read.",
         kind="rewrite",
+    ),
+    Rule(
+        "trainer-bar-dict-read",
+        "gone: {{**get_standard_metrics(t), **t.progress_bar_metrics}} for trainer t",
+        "Trainer.progress_bar_dict (removed in 1.7) read on an owner that is not a plain name or attribute chain (a"
+        " call's result, a subscript): the rewrite trainer-progress-bar-dict reads its owner twice, so it is left"
+        " for a person. Bind the trainer to a name t, then write {**get_standard_metrics(t), **t.progress_bar_metrics}"
+        " (get_standard_metrics from lightning.pytorch.callbacks.progress.progress_bar): what 2.x's bar shows, as a"
+        " new dict, as 1.x's property built one; 2.0 no longer shows the running loss (log it with prog_bar=True).",
+    ),
+    Rule(
+        "trainer-resume-attribute",
+        "gone: keep your path for fit(ckpt_path=) (None once fit restored it)",
+        "Trainer.resume_from_checkpoint (deprecated in 1.5, removed in 2.0) was the path given to"
+        " Trainer(resume_from_checkpoint=...) until fit had restored from it (None after that, and None where no path"
+        " was given). 2.x's Trainer takes the path in fit(ckpt_path=...) and does not keep it before fit"
+        " (trainer.ckpt_path is the checkpoint the last fit/validate/test/predict loaded, set from the start of that"
+        " call and kept after it), so no attribute reads the same at every point: keep the path in a variable of your"
+        " own (the one handed to fit's ckpt_path=) and read that where the script read trainer.resume_from_checkpoint,"
+        " set to None where 1.x's fit had restored it.",
     ),
     Rule(
         "plugin-class",
@@ -1515,7 +1537,8 @@ RULES.update(
             " with trainer in its name (LightningCLI(trainer_defaults=H)), returned from a"
             " function the file does not call itself (or whose result reaches a Trainer), handed to a parameter of a"
             " function of the file that reaches one, or handed to a call whose result is a trainer (a name with"
-            " trainer in it, one whose fit is called, or build(H).fit(...)); what H flows into (an alias, {**H},"
+            " trainer in it, one annotated Trainer, one whose fit is called, or build(H).fit(...)); what H flows"
+            " into (an alias, {**H},"
             " d[k] = H, a loop over H, a method's result) is followed the same way. The script then reads its fields"
             " itself (gpus=config.trainer.gpus in a Trainer call, which that call's rewrite converts) or hands it to"
             " a model. Settings that reach a Trainer only through this bundle's translation at run time (a splat the"

@@ -16,6 +16,7 @@ from typing import Any, TypeGuard
 import libcst as cst
 
 from lightning_mgpu.upgrade import rules
+from lightning_mgpu.upgrade.trainer_names import annotates_trainer, named_like_trainer
 
 #: Stands for "a list literal" among the values a name may hold (lists are not hashable).
 LIST = ("<list>",)
@@ -354,7 +355,7 @@ class FileFacts(cst.CSTVisitor):
         # path it was read from reach one too (kw = config.trainer; Trainer(**kw)).
         fitted = {name for scope in self.scopes.values() for name, _ in scope.fits}
         for target, paths in self._handed:
-            if "trainer" in target.lower() or target in fitted:
+            if named_like_trainer(target) or target in fitted:
                 self.reaching_paths |= paths
         for call, index, value in self._trainer_splats:
             # Trainer(**settings) whose unknown splats the call's rewrite hands to legacy_trainer_kwargs (or an
@@ -494,6 +495,10 @@ class FileFacts(cst.CSTVisitor):
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if isinstance(node.target, cst.Name) and node.value is not None:
             self._stack[-1].assigns.setdefault(node.target.value, []).append(node.value)
+        code = cst.Module(body=[]).code_for_node(node.annotation.annotation)
+        if node.value is not None and annotates_trainer(code) and isinstance(node.value, cst.Call):
+            # runner: pl.Trainer = build(cfg): the call's result is a trainer, built from what it was handed.
+            self.reaching_paths |= {p for a in node.value.args for p in paths_in(a.value)}
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         written = base_path(node.target)

@@ -59,6 +59,7 @@ from lightning_mgpu.upgrade.nodes import code as _code
 from lightning_mgpu.upgrade.result_objects import plan as result_plan
 from lightning_mgpu.upgrade.scopes import FileFacts, Scope
 from lightning_mgpu.upgrade.trainer_kwargs import TrainerArgs
+from lightning_mgpu.upgrade.trainer_owners import BY_NAME, trainer_owners
 from lightning_mgpu.upgrade.trainer_rewrite import rewrite_trainer_args
 from lightning_mgpu.upgrade.traverse import read_only_visit
 from lightning_mgpu.upgrade.tuner import tune_plan
@@ -145,7 +146,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             self.ctx.epoch_ends = epoch_end_plan(
                 node, self.ctx.manual.classes | {c for c, _ in self.ctx.manual.subclasses}
             )
-            self.ctx.tune = tune_plan(node, self.notebook_unused)
+            self.ctx.tune = tune_plan(node, self.notebook_unused, self.ctx.is_trainer)
             self.ctx.result_plan = result_plan(node)
         if isinstance(node, (cst.Module, cst.FunctionDef)):
             # A function the pre-pass failed on has no scope of its own: it knows nothing about its names.
@@ -289,6 +290,7 @@ def upgrade_source(
     renamed: dict[str, tuple[str, str, dict[str, str]]] | None = None,
     notebook_unused: frozenset[str] = frozenset(),
     submodules: dict[str, tuple[str, str]] | None = None,
+    notebook_trainers: frozenset[str] = frozenset(),
 ) -> FileResult:
     """Upgrade one file's source.
 
@@ -306,6 +308,8 @@ def upgrade_source(
         submodules: names that stand for a Lightning subpackage without ``source`` importing them (a notebook's
             other cells: ``import pytorch_lightning.callbacks as cb`` gives ``{"cb": ("pytorch_lightning",
             "callbacks")}``), so that ``cb.GPUStatsMonitor()`` converts as in one file.
+        notebook_trainers: a notebook's module-level names that other cells bind to a Trainer
+            (:func:`~lightning_mgpu.upgrade.trainer_owners.notebook_trainers`).
 
     Returns:
         The upgraded source (identical when there was nothing to do) and its findings, with original line numbers.
@@ -325,7 +329,14 @@ def upgrade_source(
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # the module is this call's own: no copy needed
     facts = FileFacts()
     read_only_visit(wrapper.module, facts)
+    try:
+        # Which attribute owners are Trainers, by where they came from (trainer_owners.py).
+        owners = trainer_owners(wrapper.module, notebook_trainers)
+    except Exception:  # noqa: BLE001  (the file still converts, its trainers known by their names alone)
+        log.debug("the trainer-owner pre-pass failed; trainers are known by their names", exc_info=True)
+        owners = BY_NAME
     transformer = UpgradeTransformer(facts, namespace or namespace_of(source))
+    transformer.ctx.is_trainer = owners
     transformer.namespace_aliases.update(aliases or {})
     transformer.renamed.update(renamed or {})
     transformer.add_metric_names(metric_names)
@@ -337,6 +348,7 @@ def upgrade_source(
     except Exception:  # noqa: BLE001  (a rewrite built a node libcst cannot write out)
         log.debug("a rewrite cannot be written out; again, statement by statement", exc_info=True)
         transformer = UpgradeTransformer(facts, transformer.namespace, check_code=True)
+        transformer.ctx.is_trainer = owners
         transformer.namespace_aliases.update(aliases or {})
         transformer.renamed.update(renamed or {})
         transformer.add_metric_names(metric_names)

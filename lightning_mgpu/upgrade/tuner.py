@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from lightning_mgpu.upgrade.trainer_owners import BY_NAME, TrainerOwners
 from lightning_mgpu.upgrade.traverse import read_only_visit
 
 METHODS = ("lr_find", "scale_batch_size")
@@ -69,16 +70,15 @@ def _with_args(args: Sequence[cst.Arg], extra: list[cst.Arg]) -> list[cst.Arg] |
     return out
 
 
-def tuner_owner(func: cst.BaseExpression) -> tuple[cst.BaseExpression, str] | None:
+def tuner_owner(func: cst.BaseExpression, is_trainer: TrainerOwners = BY_NAME) -> tuple[cst.BaseExpression, str] | None:
     """For ``trainer.tuner.lr_find`` / ``trainer.lr_find`` (and ``scale_batch_size``): the trainer's expression and
-    the method; None for anything else. Only something named like a trainer counts (``trainer``, ``self.trainer``)."""
+    the method; None for anything else. Only a Trainer counts (``is_trainer``: bound from one, or named like one)."""
     if not isinstance(func, cst.Attribute) or func.attr.value not in METHODS:
         return None
     owner = func.value
     if isinstance(owner, cst.Attribute) and owner.attr.value == "tuner":
         owner = owner.value
-    last = owner.attr.value if isinstance(owner, cst.Attribute) else owner.value if isinstance(owner, cst.Name) else ""
-    if "trainer" not in last.lower():
+    if not is_trainer(owner):
         return None
     return owner, func.attr.value
 
@@ -182,8 +182,9 @@ class _TuneFacts(cst.CSTVisitor):
     """One pass: per function (and the module), its Trainer assignments with tuner flags, its ``x.tune(...)``
     statements, and how each name is used."""
 
-    def __init__(self) -> None:
+    def __init__(self, is_trainer: TrainerOwners = BY_NAME) -> None:
         super().__init__()
+        self.is_trainer = is_trainer  # which x of x.tune(...) is a Trainer (trainer_owners.py)
         self._stack: list[cst.CSTNode] = []
         self.parents: dict[cst.CSTNode, cst.CSTNode | None] = {}
         self.assigns: dict[tuple[cst.CSTNode, str], list[cst.BaseExpression]] = {}
@@ -253,7 +254,11 @@ class _TuneFacts(cst.CSTVisitor):
                 self.assigns.setdefault((self._stack[-1], target.target.value), []).append(node.value)
                 if isinstance(node.value, cst.Call) and _is_trainer(node.value) and _flag_values(node.value):
                     self.trainers.append((self._stack[-1], target.target.value, node.value))
-                if isinstance(node.value, cst.Call) and len(node.targets) == 1 and _tune_owner(node.value):
+                if (
+                    isinstance(node.value, cst.Call)
+                    and len(node.targets) == 1
+                    and _tune_owner(node.value, self.is_trainer)
+                ):
                     self.tune_results.setdefault((self._stack[-1], target.target.value), []).append(node.value)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
@@ -287,14 +292,10 @@ class _TuneFacts(cst.CSTVisitor):
         return False
 
 
-def _tune_owner(call: cst.Call) -> bool:
-    """``trainer.tune(...)`` / ``self.trainer.tune(...)``: something named like a trainer (as calls.py's TODO)."""
+def _tune_owner(call: cst.Call, is_trainer: TrainerOwners) -> bool:
+    """``trainer.tune(...)`` / ``self.trainer.tune(...)``: a Trainer's (as calls.py's TODO reads it)."""
     func = call.func
-    if not isinstance(func, cst.Attribute) or func.attr.value != "tune":
-        return False
-    owner = func.value
-    last = owner.attr.value if isinstance(owner, cst.Attribute) else owner.value if isinstance(owner, cst.Name) else ""
-    return "trainer" in last.lower()
+    return isinstance(func, cst.Attribute) and func.attr.value == "tune" and is_trainer(func.value)
 
 
 def _result_keys(facts: _TuneFacts, plan: TunePlan) -> None:
@@ -391,7 +392,9 @@ def tune_result(call: cst.Call, methods: list[str]) -> cst.Dict:
     return cst.Dict(elements=elements)
 
 
-def tune_plan(module: cst.Module, notebook_unused: frozenset[str] = frozenset()) -> TunePlan:
+def tune_plan(
+    module: cst.Module, notebook_unused: frozenset[str] = frozenset(), is_trainer: TrainerOwners = BY_NAME
+) -> TunePlan:
     """Where a Trainer's ``auto_lr_find=`` / ``auto_scale_batch_size=`` can go, read from the whole file.
 
     A Trainer assigned once to a local name: where each ``name.tune(...)`` of its function is a statement of its own
@@ -405,8 +408,9 @@ def tune_plan(module: cst.Module, notebook_unused: frozenset[str] = frozenset())
         module: the parsed file (a notebook's cell).
         notebook_unused: in a notebook's cell, the module-level trainer names whose flags nothing in the whole
             notebook could run (:func:`notebook_unused_trainers`): their Trainer calls in this cell are ``unused``.
+        is_trainer: which owners of ``x.tune(...)`` are Trainers (:mod:`~lightning_mgpu.upgrade.trainer_owners`).
     """
-    plan = _plan(module, importable=True)
+    plan = _plan(module, importable=True, is_trainer=is_trainer)
     if notebook_unused:
         facts = _TuneFacts()
         read_only_visit(module, facts)
@@ -436,10 +440,10 @@ def notebook_unused_trainers(module: cst.Module) -> frozenset[str]:
     )
 
 
-def _plan(module: cst.Module, importable: bool) -> TunePlan:
+def _plan(module: cst.Module, importable: bool, is_trainer: TrainerOwners = BY_NAME) -> TunePlan:
     """:func:`tune_plan`'s reading; ``importable``: another module may import the file's module-level trainers (a
     notebook's may not)."""
-    facts = _TuneFacts()
+    facts = _TuneFacts(is_trainer)
     read_only_visit(module, facts)
     plan = TunePlan()
     for scope, name, call in facts.trainers:
