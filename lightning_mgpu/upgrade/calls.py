@@ -7,7 +7,8 @@ class, the tuner's calls, ``resume_from_checkpoint`` moved to ``fit(ckpt_path=)`
 Rule ids: tuner, tuner-tune-result, trainer-resume, trainer-argparse, trainer-loop-kwargs, trainer-renamed-arg,
 ddp-spawn-isinstance, checkpoint-every-n-epochs, checkpoint-filepath, checkpoint-prefix-moved, test-tube-logger-args,
 and a renamed class's rule (metrics-import, bundle-class, bundle-name, plugin-class, renamed-name); TODOs
-result-object, trainer-tune, gpu-stats-monitor, checkpoint-filepath, checkpoint-prefix, test-tube-logger.
+result-object, trainer-tune, gpu-stats-monitor, checkpoint-filepath, checkpoint-positional-path, checkpoint-prefix,
+test-tube-logger.
 """
 
 from __future__ import annotations
@@ -268,8 +269,12 @@ def model_checkpoint(ctx: UpgradeContext, original: cst.Call, updated: cst.Call)
     """``ModelCheckpoint(filepath=...)`` (split into ``dirpath`` and ``filename`` as 1.x did), ``period`` and
     ``every_n_val_epochs`` (``every_n_epochs``); ``prefix`` gets a TODO."""
     args: list[cst.Arg] = []
-    for arg in updated.args:
+    for index, arg in enumerate(updated.args):
         key = arg.keyword.value if arg.keyword is not None else None
+        if index == 0 and key is None and not arg.star:
+            # ModelCheckpoint(X): X was filepath in 1.0-1.1 and is dirpath from 1.2 (rule checkpoint-positional-path).
+            if _positional_is_filepath(ctx, original, updated.args):
+                key = "filepath"
         if key in rules.CHECKPOINT_RENAMED:
             args.append(arg.with_changes(keyword=cst.Name(rules.CHECKPOINT_RENAMED[key])))
             ctx.change(
@@ -279,7 +284,8 @@ def model_checkpoint(ctx: UpgradeContext, original: cst.Call, updated: cst.Call)
             )
         elif key == "filepath":
             args += checkpoint_filepath_args(ctx, original, arg, _separator(updated.args))
-            ctx.change(original, "checkpoint-filepath", "ModelCheckpoint(filepath=...) -> (dirpath=..., filename=...)")
+            written = "filepath=..." if arg.keyword is not None else "X), 1.0-1.1's filepath (a name pattern"
+            ctx.change(original, "checkpoint-filepath", f"ModelCheckpoint({written}) -> (dirpath=..., filename=...)")
         else:
             args.append(arg)
     if any(a.keyword is not None and a.keyword.value == "prefix" for a in args):
@@ -293,6 +299,26 @@ def model_checkpoint(ctx: UpgradeContext, original: cst.Call, updated: cst.Call)
                 ctx.last_checkpoint_names[original] = last
             ctx.change(original, "checkpoint-prefix-moved", "ModelCheckpoint(prefix=...) -> filename=...")
     return updated.with_changes(args=args)
+
+
+def _positional_is_filepath(ctx: UpgradeContext, original: cst.Call, args: Sequence[cst.Arg]) -> bool:
+    """Whether ``ModelCheckpoint(X, ...)``'s X is 1.0-1.1's ``filepath`` (to be split as ``filepath=X`` is); where the
+    call does not say which release it was written for, a TODO names the choice and X stays (2.x's dirpath)."""
+    if any(a.keyword is not None and a.keyword.value in ("dirpath", "filename", "filepath") for a in args):
+        # Decision: 1.1 refused dirpath= or filename= beside a filepath and 1.0 had neither (a filepath= keyword
+        # beside X is a TypeError in every release): X is 1.2's dirpath, which 2.x reads the same.
+        return False
+    value = args[0].value
+    path = _string(value)
+    if len([a for a in args if a.keyword is None and not a.star]) == 1 and (
+        (path is not None and _surely_a_file(path)) or (path is None and looks_like_a_pattern(value))
+    ):
+        # Decision: a last part that is a name pattern ({epoch}) or a .ckpt file is a file, not a folder: 1.0-1.1's
+        # filepath (1.2+ would have made a folder named "{epoch}"). Only where it is the one positional argument:
+        # 1.0-1.1's second was monitor, 1.2's filename, which keywords would have to say.
+        return True
+    ctx.todo(original, rules.todo_text("checkpoint-positional-path", value=_code(value)))
+    return False
 
 
 def checkpoint_filepath_args(

@@ -698,8 +698,23 @@ RULES = _rules(
         ' ends in .ckpt is split here (dirpath="ckpts", filename="{epoch}-{val_loss:.2f}"; dirpath="." where it has'
         " no folder, not 2.x's logger folder). Any other value, which may name a folder, becomes"
         " **legacy_checkpoint_filepath(X) (lightning_mgpu.upgrade.legacy_checkpoint), which splits it at run time as"
-        ' 1.x did; filepath="" goes, as 1.x ignored it.',
+        ' 1.x did; filepath="" goes, as 1.x ignored it. A positional ModelCheckpoint(X) whose last part is a name'
+        " pattern is 1.0-1.1's filepath and converted the same (rule checkpoint-positional-path).",
         kind="rewrite",
+    ),
+    Rule(
+        "checkpoint-positional-path",
+        "ModelCheckpoint({value}): 1.0-1.1 read it as filepath=, 1.2+ as dirpath=: name it",
+        "ModelCheckpoint's first parameter was filepath in 1.0 and 1.1 (a path split when the callback was built:"
+        " an existing folder became the folder, any other path a folder and a name pattern) and dirpath from 1.2,"
+        " as in 2.x, where the value is the folder whatever it is. The two differ where the path is not an"
+        " existing folder when the callback is built (1.1's ModelCheckpoint('out/ckpts') saved out/ckpts.ckpt"
+        " and its kin in out/; 1.2's saved into out/ckpts/). Which release the script was written for, the tool"
+        " cannot tell: for 1.2 and later write dirpath=X; for 1.0 or 1.1 write filepath=X and run the tool again,"
+        " which splits it as 1.x did. The tool decides alone where the call says which: a dirpath= or filename="
+        " beside it (1.1 refused those beside a filepath, 1.0 had none: the value is 1.2's dirpath, kept), or a"
+        " value whose last part is a name pattern or a .ckpt file ('ckpts/{epoch}': 1.0-1.1's filepath, split as"
+        " filepath= is, rule checkpoint-filepath).",
     ),
     Rule(
         "checkpoint-filepath-folder",
