@@ -301,10 +301,14 @@ def model_checkpoint(ctx: UpgradeContext, original: cst.Call, updated: cst.Call)
     return updated.with_changes(args=args)
 
 
+#: ModelCheckpoint's path keywords: any of them beside a positional X makes X 1.2's dirpath (see below).
+_PATH_KEYWORDS = frozenset({"dirpath", "filename", "filepath"})
+
+
 def _positional_is_filepath(ctx: UpgradeContext, original: cst.Call, args: Sequence[cst.Arg]) -> bool:
     """Whether ``ModelCheckpoint(X, ...)``'s X is 1.0-1.1's ``filepath`` (to be split as ``filepath=X`` is); where the
     call does not say which release it was written for, a TODO names the choice and X stays (2.x's dirpath)."""
-    if any(a.keyword is not None and a.keyword.value in ("dirpath", "filename", "filepath") for a in args):
+    if any(a.keyword is not None and a.keyword.value in _PATH_KEYWORDS for a in args):
         # Decision: 1.1 refused dirpath= or filename= beside a filepath and 1.0 had neither (a filepath= keyword
         # beside X is a TypeError in every release): X is 1.2's dirpath, which 2.x reads the same.
         return False
