@@ -351,11 +351,15 @@ RULES = _rules(
         " name there builds a Trainer. Where the name is built more than once (an if/else) and only some"
         " constructions resume, each construction, alone on its line, gets a variable beside it"
         " (resume_ckpt_path = X, or = None where it did not resume) and the fits pass ckpt_path=resume_ckpt_path: a"
-        " fit resumes only where its Trainer would have in 1.x. Otherwise (a fit elsewhere, the Trainer returned, the"
-        " name also given something else) do it by hand: where a function or a classmethod builds and returns the"
-        " Trainer, the fit that trains it is its caller's, so pass the value on (return it beside the Trainer, or"
-        " keep it in the caller) and give it to that fit as ckpt_path=, to fit only. 2.x's trainer.ckpt_path = X is"
-        " not the same: it makes validate, test and predict load X too, where 1.x resumed fit alone.",
+        " fit resumes only where its Trainer would have in 1.x. Where the fits are not the function's (the Trainer"
+        " returned, built by a classmethod, handed to a call, the name also given something else), the checkpoint"
+        " stays with the object: legacy_resume(Trainer(...), X) (lightning_mgpu.upgrade.legacy_resume), whose next"
+        " fit without a ckpt_path of its own resumes from X, once, as 1.4-1.9's did (validate, test, predict and the"
+        " tuner never read it; 1.0-1.3 also resumed a second fit of the same Trainer). The TODO stays where there is"
+        " no object to wrap: super().__init__(..., resume_from_checkpoint=X) in a Trainer subclass (pass X on to"
+        " the fit as ckpt_path=, or wrap the built subclass: legacy_resume(Runner(...), X)), and X in a dict of"
+        " settings. 2.x's trainer.ckpt_path = X is not the same: it makes validate, test and predict load X too,"
+        " where 1.x resumed fit alone.",
     ),
     Rule(
         "trainer-conflict",
