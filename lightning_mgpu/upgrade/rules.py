@@ -708,7 +708,7 @@ RULES = _rules(
     ),
     Rule(
         "checkpoint-positional-path",
-        "ModelCheckpoint({value}): 1.0-1.1 read it as filepath=, 1.2+ as dirpath=: name it",
+        "ModelCheckpoint(X): filepath (1.0-1.1) or dirpath (1.2+)? name it",
         "ModelCheckpoint's first parameter was filepath in 1.0 and 1.1 (a path split when the callback was built:"
         " an existing folder became the folder, any other path a folder and a name pattern) and dirpath from 1.2,"
         " as in 2.x, where the value is the folder whatever it is. The two differ where the path is not an"
@@ -733,8 +733,11 @@ RULES = _rules(
     Rule(
         "checkpoint-prefix",
         "ModelCheckpoint's prefix is gone: put it at the start of filename=",
-        'ModelCheckpoint(prefix=P) prepended P to every checkpoint name; 2.x: filename="P-{epoch}" (or the filename'
-        " you had, with P in front).",
+        'ModelCheckpoint(prefix=P) (1.0-1.2) put P and "-" in front of every checkpoint name, after formatting the'
+        ' name (P itself was never formatted), and of "last" where save_last was on. 2.x: filename="P-{epoch}-{step}"'
+        ' (the filename you had, with "P-" in front; without one, the default of your release: "{epoch}" in 1.0,'
+        ' "{epoch}-{step}" in 1.1-1.2), and callback.CHECKPOINT_NAME_LAST = "P-last" after it is built where'
+        " save_last is on. A P with braces has no 2.x spelling: 2.x formats the whole filename, so choose the name.",
     ),
     Rule(
         "checkpoint-every-n-epochs",
@@ -1283,7 +1286,11 @@ RULES.update(
             " literals and the prefix holds no brace; an empty prefix changed nothing and goes. Without filename= the"
             ' default name depended on the release (1.0 "{epoch}", 1.1-1.2 "{epoch}-{step}"); that, a callback with'
             " save_last that is not assigned to a name, or a prefix or filename this tool cannot read keeps the"
-            " checkpoint-prefix TODO.",
+            " checkpoint-prefix TODO. Beside a filepath (1.0-1.1) whose name the literal rewrite cannot fold,"
+            " prefix=P goes into **legacy_checkpoint_filepath(X, prefix=P), which joins it when the callback is"
+            " built, as 1.x did (the default pattern written out where the path is a folder), and refuses a prefix"
+            " with braces, which 2.x would format; save_last beside it, a ** splat or a literal prefix with braces"
+            " keeps the TODO.",
             kind="rewrite",
         ),
         Rule(
@@ -1523,8 +1530,9 @@ RULES.update(
             " tool writes for Trainer(**settings) and Trainer.from_argparse_args), which translates most 1.x keys as"
             " 1.x read them (the settings then need nothing: no TODO) but refuses this one, or this value, with a"
             " ValueError, because 2.x has no Trainer argument for it. Take it out of the settings and pass it the"
-            " 2.x way: resume_from_checkpoint=path -> trainer.fit(..., ckpt_path=path) (and test/validate/predict"
-            " with ckpt_path= where the script relied on the resumed weights); checkpoint_callback=<a ModelCheckpoint>"
+            " 2.x way: resume_from_checkpoint=path -> legacy_resume(Trainer(...), path) around the Trainer built"
+            " from the settings (lightning_mgpu.upgrade.legacy_resume: its next fit resumes, once, as 1.4-1.9's"
+            " did), or trainer.fit(..., ckpt_path=path) on its fit; checkpoint_callback=<a ModelCheckpoint>"
             " -> callbacks=[..., checkpoint]; distributed_backend=X that is no 1.x backend name -> strategy=X;"
             ' weights_summary= other than "top", "full" or None -> ModelSummary(max_depth=...);'
             ' amp_backend="apex" -> 2.x has no apex: precision="16-mixed" is native AMP (the numbers differ from'
