@@ -557,8 +557,13 @@ RULES = _rules(
         " SLURM, the checkpoint saved when the job was pre-empted (hpc_ckpt_N.ckpt) went to X, and a requeued job"
         " restored from there: 2.x saves and restores it in default_root_dir, so pass default_root_dir=X where the"
         " script runs under SLURM's auto-requeue (that also moves what 2.x keeps in default_root_dir: the default"
-        " logger's folder when logger= is not given, the default ModelCheckpoint's). Not rewritten: which callbacks"
-        " have a folder, and whether the script runs under SLURM, only the script's author knows.",
+        " logger's folder when logger= is not given, the default ModelCheckpoint's). The tool writes"
+        " default_root_dir=X itself where the call shows that (1) cannot happen and nothing else moves: every"
+        " callback in callbacks= is Lightning's own and each ModelCheckpoint among them (one at least) has a folder"
+        " that is not empty, logger= is a logger object, the call has no default_root_dir and the file never"
+        " spells default_root_dir elsewhere. Otherwise (a callback of the script's own, a logger or a folder it"
+        " cannot read) which callbacks have a folder, and whether the script runs under SLURM, only the script's"
+        " author knows.",
     ),
     Rule(
         "trainer-tbptt",

@@ -61,6 +61,7 @@ def trainer_args(
         assigned=lambda node: ctx.facts.assigned(node, scope),
         strategy_var=lambda node: isinstance(node, cst.Name) and ctx.is_strategy_var(node.value),
         namespace=ctx.namespace,
+        spells=ctx.facts.spells,
     )
 
 
