@@ -268,7 +268,8 @@ def set_defaults(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
 
 def model_checkpoint(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cst.Call:
     """``ModelCheckpoint(filepath=...)`` (split into ``dirpath`` and ``filename`` as 1.x did), ``period`` and
-    ``every_n_val_epochs`` (``every_n_epochs``); ``prefix`` gets a TODO."""
+    ``every_n_val_epochs`` (``every_n_epochs``), ``prefix`` (into ``filename=``, or the run-time split, else a
+    TODO), and a positional path (1.0-1.1's filepath or 1.2's dirpath)."""
     args: list[cst.Arg] = []
     first = updated.args[0] if updated.args else None
     # ModelCheckpoint(X): X was filepath in 1.0-1.1 and is dirpath from 1.2 (rule checkpoint-positional-path).
