@@ -17,8 +17,8 @@ What 1.x did with the value (1.4 to 1.9; the ``fit`` method's ``ckpt_path`` para
 - None (the default) or an empty value: no resume.
 
 1.0-1.3 differ in one case: they restored the checkpoint at every ``fit`` of the Trainer, not the first only (and
-1.0-1.2 in ``test`` too, which ran ``fit``'s setup). A script that fits one Trainer once, the usual shape, gets the
-same run from every release.
+1.0 in ``test`` too, whose run went through ``fit``'s training setup; 1.1-1.3 restored in the training path only). A
+script that fits one Trainer once, the usual shape, gets the same run from every release.
 """
 
 from __future__ import annotations
