@@ -7,7 +7,8 @@ class, the tuner's calls, ``resume_from_checkpoint`` moved to ``fit(ckpt_path=)`
 Rule ids: tuner, tuner-tune-result, trainer-resume, trainer-argparse, trainer-loop-kwargs, trainer-renamed-arg,
 ddp-spawn-isinstance, checkpoint-every-n-epochs, checkpoint-filepath, checkpoint-prefix-moved, test-tube-logger-args,
 and a renamed class's rule (metrics-import, bundle-class, bundle-name, plugin-class, renamed-name); TODOs
-result-object, trainer-tune, gpu-stats-monitor, checkpoint-filepath, checkpoint-prefix, test-tube-logger.
+result-object, trainer-tune, gpu-stats-monitor, checkpoint-filepath, checkpoint-positional-path, checkpoint-prefix,
+test-tube-logger.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from lightning_mgpu.upgrade import rules
-from lightning_mgpu.upgrade.checkpoint_prefix import moved_prefix
+from lightning_mgpu.upgrade.checkpoint_prefix import fix_last_comma, moved_prefix
 from lightning_mgpu.upgrade.context import UpgradeContext
 from lightning_mgpu.upgrade.leftover_spellings import result_class
 from lightning_mgpu.upgrade.metric_calls import is_torchmetrics, metric_call
@@ -29,6 +30,7 @@ from lightning_mgpu.upgrade.nodes import string as _string
 from lightning_mgpu.upgrade.removed_names import test_tube_arguments
 from lightning_mgpu.upgrade.scopes import dotted as _dotted
 from lightning_mgpu.upgrade.scopes import is_trainer_call as _is_trainer_call
+from lightning_mgpu.upgrade.scopes import literal as _literal
 from lightning_mgpu.upgrade.spawn_checks import rewrite_isinstance
 from lightning_mgpu.upgrade.trainer_call import trainer_call
 from lightning_mgpu.upgrade.tuner import read_flags_call, tune_result, tuner_call, tuner_owner
@@ -271,10 +273,24 @@ def set_defaults(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
 
 def model_checkpoint(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cst.Call:
     """``ModelCheckpoint(filepath=...)`` (split into ``dirpath`` and ``filename`` as 1.x did), ``period`` and
-    ``every_n_val_epochs`` (``every_n_epochs``); ``prefix`` gets a TODO."""
+    ``every_n_val_epochs`` (``every_n_epochs``), ``prefix`` (into ``filename=``, or the run-time split, else a
+    TODO), and a positional path (1.0-1.1's filepath or 1.2's dirpath)."""
     args: list[cst.Arg] = []
-    for arg in updated.args:
+    first = updated.args[0] if updated.args else None
+    # ModelCheckpoint(X): X was filepath in 1.0-1.1 and is dirpath from 1.2 (rule checkpoint-positional-path).
+    positional = first is not None and first.keyword is None and not first.star
+    positional_filepath = positional and _positional_is_filepath(ctx, original, updated.args)
+    keyword_filepath = any(a.keyword is not None and a.keyword.value == "filepath" for a in updated.args)
+    # prefix=P beside a filepath (1.0-1.1) that the literal rewrite cannot fold (checkpoint_prefix.py): it goes into
+    # legacy_checkpoint_filepath(X, prefix=P), which joins it as 1.x did when the callback is built.
+    run_time_prefix = _run_time_prefix(updated.args) if positional_filepath or keyword_filepath else None
+    for index, arg in enumerate(updated.args):
         key = arg.keyword.value if arg.keyword is not None else None
+        if index == 0 and positional_filepath:
+            key = "filepath"
+        if run_time_prefix is not None and arg is run_time_prefix:
+            ctx.change(original, "checkpoint-prefix-moved", "ModelCheckpoint(prefix=...) -> legacy_checkpoint_filepath")
+            continue
         if key in rules.CHECKPOINT_RENAMED:
             args.append(arg.with_changes(keyword=cst.Name(rules.CHECKPOINT_RENAMED[key])))
             ctx.change(
@@ -283,11 +299,15 @@ def model_checkpoint(ctx: UpgradeContext, original: cst.Call, updated: cst.Call)
                 f"ModelCheckpoint({key}=...) -> ({rules.CHECKPOINT_RENAMED[key]}=...)",
             )
         elif key == "filepath":
-            args += checkpoint_filepath_args(ctx, original, arg, _separator(updated.args))
-            ctx.change(original, "checkpoint-filepath", "ModelCheckpoint(filepath=...) -> (dirpath=..., filename=...)")
+            prefix = run_time_prefix.value if run_time_prefix is not None else None
+            args += checkpoint_filepath_args(ctx, original, arg, _separator(updated.args), prefix)
+            written = "filepath=..." if arg.keyword is not None else "X), 1.0-1.1's filepath (a name pattern"
+            ctx.change(original, "checkpoint-filepath", f"ModelCheckpoint({written}) -> (dirpath=..., filename=...)")
         else:
             args.append(arg)
-    if any(a.keyword is not None and a.keyword.value == "prefix" for a in args):
+    if run_time_prefix is not None:
+        args = fix_last_comma(args, list(updated.args))
+    elif any(a.keyword is not None and a.keyword.value == "prefix" for a in args):
         # prefix="P": in front of filename= (checkpoint_prefix.py), and of the last checkpoint's name.
         moved = moved_prefix(args, original in ctx.assigned_calls)
         if moved is None:
@@ -300,17 +320,66 @@ def model_checkpoint(ctx: UpgradeContext, original: cst.Call, updated: cst.Call)
     return updated.with_changes(args=args)
 
 
+def _run_time_prefix(args: Sequence[cst.Arg]) -> cst.Arg | None:
+    """The ``prefix=`` argument that ``legacy_checkpoint_filepath(X, prefix=P)`` can take from a call with a
+    filepath, or None where it stays with its TODO (or an empty literal goes, as checkpoint_prefix.py drops it)."""
+    given = {a.keyword.value: a for a in args if a.keyword is not None}
+    prefix = given.get("prefix")
+    if prefix is None or any(a.star for a in args):
+        return None  # no prefix; or a ** that may hold save_last or a name of its own
+    value = _string(prefix.value)
+    if value is not None and (not value or "{" in value or "}" in value):
+        # "": nothing to join (dropped where the literal rule runs); braces: 2.x would format them, 1.x did not,
+        # so no filename writes 1.x's name (the helper refuses them at run time too): the TODO stays.
+        return None
+    save_last = given.get("save_last")
+    if save_last is not None and _literal(save_last.value) not in (False, None):
+        # 1.x named the last checkpoint "P-last" too: that needs callback.CHECKPOINT_NAME_LAST set beside the call,
+        # which a run-time prefix cannot be given here; the TODO stays.
+        return None
+    return prefix
+
+
+#: ModelCheckpoint's path keywords: any of them beside a positional X makes X 1.2's dirpath (see below).
+_PATH_KEYWORDS = frozenset({"dirpath", "filename", "filepath"})
+
+
+def _positional_is_filepath(ctx: UpgradeContext, original: cst.Call, args: Sequence[cst.Arg]) -> bool:
+    """Whether ``ModelCheckpoint(X, ...)``'s X is 1.0-1.1's ``filepath`` (to be split as ``filepath=X`` is); where the
+    call does not say which release it was written for, a TODO names the choice and X stays (2.x's dirpath)."""
+    if any(a.keyword is not None and a.keyword.value in _PATH_KEYWORDS for a in args):
+        # Decision: 1.1 refused dirpath= or filename= beside a filepath and 1.0 had neither (a filepath= keyword
+        # beside X is a TypeError in every release): X is 1.2's dirpath, which 2.x reads the same.
+        return False
+    value = args[0].value
+    path = _string(value)
+    if len([a for a in args if a.keyword is None and not a.star]) == 1 and (
+        (path is not None and _surely_a_file(path)) or (path is None and looks_like_a_pattern(value))
+    ):
+        # Decision: a last part that is a name pattern ({epoch}) or a .ckpt file is a file, not a folder: 1.0-1.1's
+        # filepath (1.2+ would have made a folder named "{epoch}"). Only where it is the one positional argument:
+        # 1.0-1.1's second was monitor, 1.2's filename, which keywords would have to say.
+        return True
+    ctx.todo(original, rules.todo_text("checkpoint-positional-path"))
+    return False
+
+
 def checkpoint_filepath_args(
-    ctx: UpgradeContext, original: cst.Call, arg: cst.Arg, separator: cst.Comma
+    ctx: UpgradeContext,
+    original: cst.Call,
+    arg: cst.Arg,
+    separator: cst.Comma,
+    prefix: cst.BaseExpression | None = None,
 ) -> list[cst.Arg]:
     """``filepath=X`` as 1.x read it: ``dirpath=``/``filename=`` where a literal says which (a name pattern or a
     ``.ckpt`` file), else ``**legacy_checkpoint_filepath(X)``, which splits it at run time as 1.x did (by whether X
     is an existing folder: :mod:`lightning_mgpu.upgrade.legacy_checkpoint`); ``separator`` goes between two
-    arguments written for one."""
+    arguments written for one. ``prefix``: the call's ``prefix=`` value, joined at run time
+    (``legacy_checkpoint_filepath(X, prefix=P)``) whatever X is."""
     path = _string(arg.value)
-    if path is not None and not path:
+    if path is not None and not path and prefix is None:
         return []  # filepath="": as if none was given, in 1.x too
-    if path is not None and _surely_a_file(path):
+    if path is not None and _surely_a_file(path) and prefix is None:
         # 1.x: os.path.split(realpath(X)). The folder is the part before the last "/" (the working directory
         # where there is none: 2.x's default is the logger's folder instead); the name keeps a ".ckpt" (1.x wrote
         # best.ckpt.ckpt for "best.ckpt", and 2.x adds the same suffix).
@@ -327,7 +396,13 @@ def checkpoint_filepath_args(
     if path is not None or not looks_like_a_pattern(arg.value):
         # A folder got the default name pattern, which depended on the release: note it.
         ctx.note(original, rules.note_text("checkpoint-filepath-folder"))
-    helper = cst.Call(func=cst.Name("legacy_checkpoint_filepath"), args=[cst.Arg(arg.value)])
+    helper_args = [cst.Arg(arg.value)]
+    if prefix is not None:
+        helper_args = [
+            cst.Arg(arg.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+            _kwarg("prefix", prefix),
+        ]
+    helper = cst.Call(func=cst.Name("legacy_checkpoint_filepath"), args=helper_args)
     return [cst.Arg(value=helper, star="**", comma=arg.comma, whitespace_after_arg=arg.whitespace_after_arg)]
 
 

@@ -42,7 +42,7 @@ def moved_prefix(args: list[cst.Arg], assigned: bool) -> tuple[list[cst.Arg], st
     prefix = _literal_string(given["prefix"].value)
     kept = [a for a in args if a is not given["prefix"]]
     if prefix == "":  # 1.x joined nothing for an empty prefix, whatever the name and the folder
-        return _fix_last_comma(kept, args), None
+        return fix_last_comma(kept, args), None
     if prefix is None or "{" in prefix or "}" in prefix or "filepath" in given or any(a.star for a in args):
         return None
     filename_arg = given.get("filename")
@@ -57,10 +57,10 @@ def moved_prefix(args: list[cst.Arg], assigned: bool) -> tuple[list[cst.Arg], st
         return None
     new_name = _quoted(f"{prefix}{JOIN}{filename}")
     kept = [a.with_changes(value=new_name) if a is filename_arg else a for a in kept]
-    return _fix_last_comma(kept, args), f"{prefix}{JOIN}last" if last_on else None
+    return fix_last_comma(kept, args), f"{prefix}{JOIN}last" if last_on else None
 
 
-def _fix_last_comma(kept: list[cst.Arg], original: list[cst.Arg]) -> list[cst.Arg]:
+def fix_last_comma(kept: list[cst.Arg], original: list[cst.Arg]) -> list[cst.Arg]:
     """The last argument keeps the call's own ending (a trailing comma or none), and the one before it a comma."""
     if not kept:
         return kept

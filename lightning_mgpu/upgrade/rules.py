@@ -358,11 +358,16 @@ RULES = _rules(
         " name there builds a Trainer. Where the name is built more than once (an if/else) and only some"
         " constructions resume, each construction, alone on its line, gets a variable beside it"
         " (resume_ckpt_path = X, or = None where it did not resume) and the fits pass ckpt_path=resume_ckpt_path: a"
-        " fit resumes only where its Trainer would have in 1.x. Otherwise (a fit elsewhere, the Trainer returned, the"
-        " name also given something else) do it by hand: where a function or a classmethod builds and returns the"
-        " Trainer, the fit that trains it is its caller's, so pass the value on (return it beside the Trainer, or"
-        " keep it in the caller) and give it to that fit as ckpt_path=, to fit only. 2.x's trainer.ckpt_path = X is"
-        " not the same: it makes validate, test and predict load X too, where 1.x resumed fit alone.",
+        " fit resumes only where its Trainer would have in 1.x. Where the fits are not the function's (the Trainer"
+        " returned, built by a classmethod, handed to a call, the name also given something else), the checkpoint"
+        " stays with the object: legacy_resume(Trainer(...), X) (lightning_mgpu.upgrade.legacy_resume), whose next"
+        " fit without a ckpt_path of its own resumes from X, once, as 1.4-1.9's did (validate, test, predict and the"
+        " tuner never read it from 1.1; 1.0's test restored it too, and 1.0-1.3 also resumed a second fit of the same"
+        " Trainer). The TODO stays where there is"
+        " no object to wrap: super().__init__(..., resume_from_checkpoint=X) in a Trainer subclass (pass X on to"
+        " the fit as ckpt_path=, or wrap the built subclass: legacy_resume(Runner(...), X)), and X in a dict of"
+        " settings. 2.x's trainer.ckpt_path = X is not the same: it makes validate, test and predict load X too,"
+        " where 1.x resumed fit alone.",
     ),
     Rule(
         "trainer-conflict",
@@ -563,8 +568,13 @@ RULES = _rules(
         " SLURM, the checkpoint saved when the job was pre-empted (hpc_ckpt_N.ckpt) went to X, and a requeued job"
         " restored from there: 2.x saves and restores it in default_root_dir, so pass default_root_dir=X where the"
         " script runs under SLURM's auto-requeue (that also moves what 2.x keeps in default_root_dir: the default"
-        " logger's folder when logger= is not given, the default ModelCheckpoint's). Not rewritten: which callbacks"
-        " have a folder, and whether the script runs under SLURM, only the script's author knows.",
+        " logger's folder when logger= is not given, the default ModelCheckpoint's). The tool writes"
+        " default_root_dir=X itself where the call shows that (1) cannot happen and nothing else moves: every"
+        " callback in callbacks= is Lightning's own and each ModelCheckpoint among them (one at least) has a folder"
+        " that is not empty, logger= is a logger object, the call has no default_root_dir and the file never"
+        " spells default_root_dir elsewhere. Otherwise (a callback of the script's own, a logger or a folder it"
+        " cannot read) which callbacks have a folder, and whether the script runs under SLURM, only the script's"
+        " author knows.",
     ),
     Rule(
         "trainer-tbptt",
@@ -710,8 +720,23 @@ RULES = _rules(
         ' ends in .ckpt is split here (dirpath="ckpts", filename="{epoch}-{val_loss:.2f}"; dirpath="." where it has'
         " no folder, not 2.x's logger folder). Any other value, which may name a folder, becomes"
         " **legacy_checkpoint_filepath(X) (lightning_mgpu.upgrade.legacy_checkpoint), which splits it at run time as"
-        ' 1.x did; filepath="" goes, as 1.x ignored it.',
+        ' 1.x did; filepath="" goes, as 1.x ignored it. A positional ModelCheckpoint(X) whose last part is a name'
+        " pattern is 1.0-1.1's filepath and converted the same (rule checkpoint-positional-path).",
         kind="rewrite",
+    ),
+    Rule(
+        "checkpoint-positional-path",
+        "ModelCheckpoint(X): filepath (1.0-1.1) or dirpath (1.2+)? name it",
+        "ModelCheckpoint's first parameter was filepath in 1.0 and 1.1 (a path split when the callback was built:"
+        " an existing folder became the folder, any other path a folder and a name pattern) and dirpath from 1.2,"
+        " as in 2.x, where the value is the folder whatever it is. The two differ where the path is not an"
+        " existing folder when the callback is built (1.1's ModelCheckpoint('out/ckpts') saved out/ckpts.ckpt"
+        " and its kin in out/; 1.2's saved into out/ckpts/). Which release the script was written for, the tool"
+        " cannot tell: for 1.2 and later write dirpath=X; for 1.0 or 1.1 write filepath=X and run the tool again,"
+        " which splits it as 1.x did. The tool decides alone where the call says which: a dirpath= or filename="
+        " beside it (1.1 refused those beside a filepath, 1.0 had none: the value is 1.2's dirpath, kept), or a"
+        " value whose last part is a name pattern or a .ckpt file ('ckpts/{epoch}': 1.0-1.1's filepath, split as"
+        " filepath= is, rule checkpoint-filepath).",
     ),
     Rule(
         "checkpoint-filepath-folder",
@@ -726,8 +751,11 @@ RULES = _rules(
     Rule(
         "checkpoint-prefix",
         "ModelCheckpoint's prefix is gone: put it at the start of filename=",
-        'ModelCheckpoint(prefix=P) prepended P to every checkpoint name; 2.x: filename="P-{epoch}" (or the filename'
-        " you had, with P in front).",
+        'ModelCheckpoint(prefix=P) (1.0-1.2) put P and "-" in front of every checkpoint name, after formatting the'
+        ' name (P itself was never formatted), and of "last" where save_last was on. 2.x: filename="P-{epoch}-{step}"'
+        ' (the filename you had, with "P-" in front; without one, the default of your release: "{epoch}" in 1.0,'
+        ' "{epoch}-{step}" in 1.1-1.2), and callback.CHECKPOINT_NAME_LAST = "P-last" after it is built where'
+        " save_last is on. A P with braces has no 2.x spelling: 2.x formats the whole filename, so choose the name.",
     ),
     Rule(
         "checkpoint-every-n-epochs",
@@ -1321,7 +1349,11 @@ RULES.update(
             " literals and the prefix holds no brace; an empty prefix changed nothing and goes. Without filename= the"
             ' default name depended on the release (1.0 "{epoch}", 1.1-1.2 "{epoch}-{step}"); that, a callback with'
             " save_last that is not assigned to a name, or a prefix or filename this tool cannot read keeps the"
-            " checkpoint-prefix TODO.",
+            " checkpoint-prefix TODO. Beside a filepath (1.0-1.1) whose name the literal rewrite cannot fold,"
+            " prefix=P goes into **legacy_checkpoint_filepath(X, prefix=P), which joins it when the callback is"
+            " built, as 1.x did (the default pattern written out where the path is a folder), and refuses a prefix"
+            " with braces, which 2.x would format; save_last beside it, a ** splat or a literal prefix with braces"
+            " keeps the TODO.",
             kind="rewrite",
         ),
         Rule(
@@ -1554,8 +1586,9 @@ RULES.update(
             " tool writes for Trainer(**settings) and Trainer.from_argparse_args), which translates most 1.x keys as"
             " 1.x read them (the settings then need nothing: no TODO) but refuses this one, or this value, with a"
             " ValueError, because 2.x has no Trainer argument for it. Take it out of the settings and pass it the"
-            " 2.x way: resume_from_checkpoint=path -> trainer.fit(..., ckpt_path=path) (and test/validate/predict"
-            " with ckpt_path= where the script relied on the resumed weights); checkpoint_callback=<a ModelCheckpoint>"
+            " 2.x way: resume_from_checkpoint=path -> legacy_resume(Trainer(...), path) around the Trainer built"
+            " from the settings (lightning_mgpu.upgrade.legacy_resume: its next fit resumes, once, as 1.4-1.9's"
+            " did), or trainer.fit(..., ckpt_path=path) on its fit; checkpoint_callback=<a ModelCheckpoint>"
             " -> callbacks=[..., checkpoint]; distributed_backend=X that is no 1.x backend name -> strategy=X;"
             ' weights_summary= other than "top", "full" or None -> ModelSummary(max_depth=...);'
             ' amp_backend="apex" -> 2.x has no apex: precision="16-mixed" is native AMP (the numbers differ from'

@@ -665,6 +665,10 @@ class FileFacts(cst.CSTVisitor):
         (rules.translated_at_run_time)."""
         return any(attribute_overlaps(path, holder) for path in self.translated_paths)
 
+    def spells(self, name: str) -> bool:
+        """Whether the file spells ``name`` anywhere: a variable, an attribute (``trainer.name``), a keyword."""
+        return name in self._names
+
     def assigned(self, node: cst.BaseExpression, scope: Scope) -> list[cst.BaseExpression] | None:
         """What each assignment in its scope gave a name (None for anything else, or a name it cannot follow)."""
         if not isinstance(node, cst.Name):

@@ -384,6 +384,10 @@ def legacy_trainer_kwargs(
             f"distributed_backend={params['distributed_backend']!r} is not a strategy: pass strategy= instead"
         )
     gpus = params.get("gpus")
+    if gpus is True and params.get("auto_select_gpus"):
+        # gpus=True beside auto_select_gpus: 1.x (1.0 to 1.9) picked range(True), one free GPU; 2.x refuses
+        # devices=True. Without auto_select_gpus 1.x refused a bool gpus, as 2.x does: it passes on unchanged.
+        gpus = 1
     given = params.get("accelerator")
     if (
         gpus is not None

@@ -7,9 +7,10 @@ the settings that values this tool cannot read decide with moved into ``legacy_t
 (:mod:`~lightning_mgpu.upgrade.translate_args`); what the module-level plans took out of the call (track_grad_norm,
 the tuner flags, gradient clipping under manual optimization) left out; and the rewrite's findings emitted.
 
-Rule ids: tuner-flags, tuner-flags-unused, manual-optimization, trainer-args-translated,
-trainer-splat-translated; TODOs trainer-resume, trainer-splat; notes tuner-flags-unused, ddp-cpu-gradient-mean (and
-the rules of :func:`~lightning_mgpu.upgrade.trainer_rewrite.rewrite_trainer_args`, emitted here).
+Rule ids: tuner-flags, tuner-flags-unused, manual-optimization, trainer-args-translated, trainer-resume
+(legacy_resume), trainer-splat-translated; TODOs trainer-resume, trainer-splat; notes tuner-flags-unused,
+ddp-cpu-gradient-mean (and the rules of :func:`~lightning_mgpu.upgrade.trainer_rewrite.rewrite_trainer_args`, emitted
+here).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def trainer_args(
         assigned=lambda node: ctx.facts.assigned(node, scope),
         strategy_var=lambda node: isinstance(node, cst.Name) and ctx.is_strategy_var(node.value),
         namespace=ctx.namespace,
+        spells=ctx.facts.spells,
     )
 
 
@@ -131,11 +133,25 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
         # strategy= already, and this branch is not taken.
         trainer, expression = moved_into_translation(ctx, kept, updated.args, also=("plugins",))
         translated = cst.Arg(star="**", value=expression)
+    resume: cst.BaseExpression | None = None  # the checkpoint the Trainer itself keeps (legacy_resume)
     if any(key == "resume_from_checkpoint" for key, _, _ in trainer.items):
         value = trainer.get("resume_from_checkpoint")
         trainer.remove("resume_from_checkpoint")
-        if original not in ctx.facts.resolved_resume:
+        if original in ctx.facts.resolved_resume:
+            pass  # moved to the fits of its name in this function (scopes.py; calls.py writes it)
+        elif isinstance(original.func, cst.Attribute) and original.func.attr.value == "__init__":
+            # super().__init__(..., resume_from_checkpoint=X) in a Trainer subclass: the call returns None, so
+            # there is no object to wrap here; a person passes X on (or fits with ckpt_path=X).
             trainer.todo("trainer-resume", value=_code(value))  # type: ignore[arg-type]
+        else:
+            # Decision: the fits are not this function's (the Trainer is returned, handed on, also given something
+            # else, or fitted where a variable cannot follow): the checkpoint stays with the Trainer object,
+            # legacy_resume(Trainer(...), X), and its next fit without a ckpt_path resumes from it, once, as
+            # 1.4-1.9's did, wherever that fit is (lightning_mgpu.upgrade.legacy_resume).
+            resume = value
+            trainer.imports.append(("lightning_mgpu.upgrade.legacy_resume", "legacy_resume"))
+            written = _code(value)  # type: ignore[arg-type]
+            trainer.change("trainer-resume", f"resume_from_checkpoint={written} -> legacy_resume(Trainer(...), ...)")
     new_stars = _splats(ctx, original, updated, trainer, stars, beside)
     strategy = trainer.get("strategy")
     if strategy is not None and _string(strategy) in rules.BUNDLE_STRATEGY_NAMES:
@@ -149,7 +165,10 @@ def trainer_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> 
             translated = translated.with_changes(whitespace_after_arg=new_args[-1].whitespace_after_arg)
             new_args[-1] = new_args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
         new_args.append(translated)
-    return updated.with_changes(args=_commas(new_args, updated.args))
+    rewritten = updated.with_changes(args=_commas(new_args, updated.args))
+    if resume is not None:
+        return cst.Call(func=cst.Name("legacy_resume"), args=[cst.Arg(rewritten), cst.Arg(resume)])
+    return rewritten
 
 
 def _left_to_plans(

@@ -129,6 +129,15 @@ def _gpus(args: TrainerArgs, accelerator: str | None) -> tuple[str | None, cst.B
         accelerator = accelerator or "cpu"
         args.remove("gpus")
         args.change("trainer-devices", f'gpus={_code(gpus)} -> accelerator="cpu"')
+    elif literal is True and _literal(args.get("auto_select_gpus") or cst.Name("None")) is True:
+        # Decision: gpus=True beside auto_select_gpus=True. 1.x (1.0 to 1.9) handed a bool gpus, an int to Python, to
+        # pick_multiple_gpus(True), which picked range(True): one free GPU. 2.x refuses devices=True (a TypeError),
+        # so the count 1.x ran is written out (auto_select_gpus itself goes with its note: trainer_rewrite.py).
+        # Without auto_select_gpus, 1.x refused a bool gpus at parse_gpu_ids as 2.x refuses devices=True: that
+        # case stays below, an error in both.
+        accelerator = "gpu"
+        if args.set("devices", cst.Integer("1"), replacing="gpus"):
+            args.change("trainer-devices", "gpus=True -> devices=1 (auto_select_gpus picked one free GPU in 1.x)")
     elif literal is not ... or isinstance(gpus, cst.List):
         accelerator = "gpu"
         if args.set("devices", gpus, replacing="gpus"):

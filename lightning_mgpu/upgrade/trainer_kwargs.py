@@ -47,6 +47,9 @@ class TrainerArgs:
     assigned: Callable[[cst.BaseExpression], list[cst.BaseExpression] | None] = lambda node: None
     strategy_var: Callable[[cst.BaseExpression], bool] = lambda node: False
     namespace: str = "pytorch_lightning"
+    #: whether the file spells a name (an attribute, a keyword) anywhere: a rewrite that depends on nothing else
+    #: reading a setting asks it (True, "it may", where nothing says).
+    spells: Callable[[str], bool] = lambda name: True
     imports: list[tuple[str, str]] = field(default_factory=list)  # (module, name) the rewrite needs
     #: keys an earlier run moved into the call's ``**legacy_trainer_kwargs(..., key=...)``: set there, not here.
     translated: frozenset[str] = frozenset()

@@ -6,7 +6,8 @@ are written (a call, a dict of settings, a subscript assignment: :mod:`~lightnin
 
 Rule ids: trainer-precision, trainer-amp-backend, trainer-renamed-arg, trainer-checkpoint-callback,
 trainer-early-stop-callback, trainer-weights-summary, trainer-progress-bar, trainer-reload-dataloaders,
-trainer-accumulate-dict, trainer-profiler, trainer-max-steps, track-grad-norm-callback, and the rules of
+trainer-accumulate-dict, trainer-profiler, trainer-max-steps, track-grad-norm-callback, trainer-weights-save-path (a
+rewrite, :mod:`~lightning_mgpu.upgrade.trainer_weights_path`), and the rules of
 :data:`rules.DROPPED_ARGS` (with their notes), :data:`rules.REMOVED_ARGS` and :data:`rules.FLAG_CALLBACKS`; TODOs
 trainer-apex, trainer-amp-backend-variable, the removed arguments' rules, and trainer-checkpoint-callback,
 trainer-weights-summary, trainer-progress-bar, trainer-accumulate-dict where a value cannot be rewritten.
@@ -24,6 +25,7 @@ from lightning_mgpu.upgrade.scopes import dotted
 from lightning_mgpu.upgrade.scopes import literal as _literal
 from lightning_mgpu.upgrade.trainer_devices import rewrite_devices, rewrite_strategy
 from lightning_mgpu.upgrade.trainer_kwargs import TrainerArgs
+from lightning_mgpu.upgrade.trainer_weights_path import weights_save_path
 
 
 def rewrite_trainer_args(args: TrainerArgs) -> TrainerArgs:
@@ -47,6 +49,9 @@ def rewrite_trainer_args(args: TrainerArgs) -> TrainerArgs:
     _weights_summary(args)
     _progress_bar(args)
     _small_renames(args)
+    # weights_save_path=X -> default_root_dir=X where the callbacks all have their folders (after the groups above
+    # have joined theirs to callbacks=); otherwise the removed argument's TODO below.
+    weights_save_path(args, args.spells("default_root_dir"))
     _dropped_and_removed(args)
     return args
 

@@ -60,7 +60,7 @@ CORPUS: dict[str, Script] = {
     # GPU scripts: their Trainer is built here with accelerator="cpu".
     "gan_dp.py": Script("DataParallelStrategy", build="build_trainer"),
     "seed_guide.py": Script("DataParallelStrategy", needs=("neptune", "fairscale"), build="build_trainer"),
-    "sharded_gpus.py": Script("ShardedStrategy", todos=frozenset({"trainer-resume"}), build="build_trainer"),
+    "sharded_gpus.py": Script("ShardedStrategy", build="build_trainer"),  # resume: legacy_resume(Trainer(...), ...)
     "multinode_ddp2.py": Script("DDP2Strategy", todos=frozenset(), build="build_trainer"),
     "ddp_plugin.py": Script("DDPStrategy", build="build_trainer"),
     "deepspeed_plugin.py": Script("DDPStrategy", build="build_trainer"),

@@ -8,7 +8,6 @@ import pytest
 
 pytest.importorskip("libcst", reason="lightning-mgpu upgrade needs the [upgrade] extra (libcst)")
 
-from lightning_mgpu.upgrade.transform import upgrade_source
 from tests.helpers.tiny import tiny_module
 from tests.helpers.upgrade_check import upgraded
 
@@ -80,10 +79,11 @@ def test_the_fresh_variable_does_not_clash_with_the_files_names() -> None:
         "def go(p):\n    tr = Trainer()\n    if p:\n        tr = Trainer(resume_from_checkpoint=p)\n    return tr\n",
     ],
 )
-def test_where_the_shape_is_not_clear_the_todo_stays(source: str) -> None:
-    out = upgrade_source(source).source
-    assert "TODO(lightning-mgpu:trainer-resume)" in out and "ckpt_path=" not in out.replace("pass ckpt_path=", ""), out
-    assert upgrade_source(out).source == out
+def test_where_the_fits_cannot_be_followed_the_trainer_keeps_its_checkpoint(source: str) -> None:
+    # legacy_resume(Trainer(...), p): the object's next fit resumes, wherever it is (test_legacy_resume.py).
+    out = upgraded(source)
+    assert "TODO(lightning-mgpu:trainer-resume)" not in out and "ckpt_path=" not in out, out
+    assert "legacy_resume(Trainer(resume_from_checkpoint" not in out and "legacy_resume(Trainer(), p)" in out, out
 
 
 def test_one_construction_still_moves_its_value_to_the_fits() -> None:

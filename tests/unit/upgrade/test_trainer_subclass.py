@@ -73,8 +73,10 @@ def test_cls_in_a_classmethod_of_a_trainer_subclass_converts_as_a_trainer_call()
     out, found = upgraded(CLASSMETHOD)
     assert {"trainer-progress-bar", "trainer-renamed-arg"} <= set(found), out
     assert "enable_progress_bar=False," in out and "use_distributed_sampler=False," in out, out
-    # resume_from_checkpoint cannot move to a fit() this method does not call: left the call, with its TODO.
-    assert "TODO(lightning-mgpu:trainer-resume)" in out and "resume_from_checkpoint=" not in out.split("TODO")[-1]
+    # resume_from_checkpoint cannot move to a fit() this method does not call: the built object keeps it.
+    assert (
+        "return legacy_resume(klass(" in out and "), settings.restore)\n" in out and "resume_from_checkpoint" not in out
+    )
     assert unmarked(out) == []
     pl = pytest.importorskip("pytorch_lightning")
     namespace: dict[str, object] = {}

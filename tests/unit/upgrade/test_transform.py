@@ -61,10 +61,6 @@ def test_trainer_arguments(before: str, after: str) -> None:
         ('Trainer(amp_backend="apex", amp_level="O2", precision=16)', "trainer-apex): apex AMP is gone"),
         ("Trainer(amp_backend=backend, precision=16)", "trainer-amp-backend-variable): amp_backend=backend"),
         ("Trainer(truncated_bptt_steps=2)", "trainer-tbptt): truncated_bptt_steps is gone"),
-        (
-            "Trainer(resume_from_checkpoint=path)",
-            "trainer-resume): resume_from_checkpoint is gone: pass ckpt_path=path",
-        ),
         # Beside a splat of its own a value the tool cannot read keeps its TODO; alone it is translated
         # at run time (trainer-args-translated, test_translate_args.py).
         ('Trainer(weights_summary="full", callbacks=cbs, **extra)', "trainer-weights-summary): weights_summary="),
@@ -91,9 +87,19 @@ def test_resume_from_checkpoint_moves_to_fit_in_the_same_scope() -> None:
         'def main(path):\n    trainer = Trainer(accelerator="gpu", devices=1)\n    trainer.fit(model, dm,'
         " ckpt_path=path)\n"
     )
-    # A fit in another scope: the tool does not guess.
+    # A fit in another scope: the checkpoint stays with the Trainer object, whose next fit resumes from it.
     elsewhere = "trainer = Trainer(resume_from_checkpoint='a.ckpt')\ndef go():\n    trainer.fit(model)\n"
-    assert "pass ckpt_path='a.ckpt' to fit" in upgrade_source(elsewhere).source
+    out = upgraded(elsewhere)
+    assert "trainer = legacy_resume(Trainer(), 'a.ckpt')\n" in out and "trainer.fit(model)\n" in out
+
+
+def test_resume_in_super_init_gets_a_todo_at_the_spot() -> None:
+    source = "class T(Trainer):\n    def __init__(self, path):\n        super().__init__(resume_from_checkpoint=path)\n"
+    result = upgrade_source(source)
+    assert "        # TODO(lightning-mgpu:trainer-resume): resume_from_checkpoint is gone: pass ckpt_path=path" in (
+        result.source
+    )
+    assert upgrade_source(result.source).source == result.source
 
 
 def test_comments_and_layout_survive() -> None:
