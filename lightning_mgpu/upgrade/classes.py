@@ -461,7 +461,8 @@ def _hook_rewrites(
         # Before the epoch-end and renamed-hook rewrites: they see the method without the super() call 2.x lacks.
         lambda c: drop_empty_super_calls(c, empty_super_hooks(unique_classes(file_node), original.name.value)),
         lambda c: convert_epoch_ends(c, has_optimizer_idx, ctx.epoch_ends.get(original.name.value)),
-        convert_renamed_hooks,
+        # 1.0-1.1 code (era.py) ran on_epoch_start/on_epoch_end in training epochs only; later code in every loop.
+        lambda c: convert_renamed_hooks(c, train_only=ctx.epoch_hooks_train_only),
     ):
         try:
             result = convert(updated)

@@ -72,6 +72,8 @@ class UpgradeContext:
         self.grad_norm: GradNormPlan | None = None  # where track_grad_norm's hook goes (grad_norm.py)
         self.tune = TunePlan()  # where auto_lr_find/auto_scale_batch_size go (tuner.py)
         self.result_plan = ResultPlan()  # the TrainResult/EvalResult the class rewrite takes (result_objects.py)
+        #: whether the file's 1.x ran on_epoch_start/on_epoch_end in training epochs only (era.py: 1.0-1.1 code)
+        self.epoch_hooks_train_only = False
         self.assigned_calls: dict[cst.Call, str] = {}  # name = Call(...) statements: the call -> the name
         self.last_checkpoint_names: dict[cst.Call, str] = {}  # ModelCheckpoint(prefix=P) -> "P-last" (1.x's)
 

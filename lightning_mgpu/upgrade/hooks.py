@@ -1332,9 +1332,10 @@ def _not_the_hook(func: cst.FunctionDef, module_class: bool) -> bool:
     return len(required) > 2 or (module_class and bool(required))
 
 
-def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
+def convert_renamed_hooks(cls: cst.ClassDef, train_only: bool = False) -> ClassResult:
     """Hooks 2.0 renamed, on callbacks and modules: ``on_epoch_start`` -> ``on_train_epoch_start`` (with the
-    validation and test hooks it also stood for as aliases, so the 1.x behaviour stays), ``on_pretrain_routine_*`` ->
+    validation and test hooks it also stood for as aliases, so the 1.x behaviour stays; none where ``train_only``:
+    1.0-1.1 code, whose 1.x ran it in training epochs only, era.py), ``on_pretrain_routine_*`` ->
     ``on_fit_start``, ``on_batch_*`` -> ``on_train_batch_*``, ``on_keyboard_interrupt`` -> ``on_exception`` guarded
     by ``isinstance(exception, KeyboardInterrupt)``; ``dataloader_idx``/``outputs`` go from the hooks that lost them;
     ``on_init_*`` get a TODO (``get_progress_bar_dict``: progress_bar_hooks.py)."""
@@ -1345,6 +1346,10 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
         hook = methods.get(old)
         if hook is None:
             continue
+        if train_only:
+            # Decision: 1.0-1.1's training loop alone called on_epoch_start/on_epoch_end: the validation and test
+            # epoch hooks do not stand for them there, and a class's own on_validation_epoch_end is no conflict.
+            aliases = ()
         if old in _ARGUMENTLESS_HOOKS and _not_the_hook(hook, module_class):
             # on_epoch_end(self, outputs, phase) in a LightningModule: 1.x called the hook with nothing (a callback's
             # with trainer and pl_module), so it could not have called this one. The user's own method under the
@@ -1356,9 +1361,8 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
                 result.todos.append((old, rules.todo_text("hook-conflict", hook=old, new=new)))
                 continue
             result.node = merged
-            result.changes.append(
-                (old, "renamed-hook", f"{old} -> {_LOOP_EPOCH_HOOKS[old]}, run by {new} and {', '.join(aliases)}")
-            )
+            by = " and ".join(filter(None, (new, ", ".join(aliases))))
+            result.changes.append((old, "renamed-hook", f"{old} -> {_LOOP_EPOCH_HOOKS[old]}, run by {by}"))
             continue
         params = hook.params
         if old in ("on_batch_start", "on_batch_end"):
@@ -1376,6 +1380,8 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
             lines.append(cst.parse_statement(f"{alias} = {new}  # 1.x's {old} ran in every loop's epochs"))
         result.node = replace_method(result.node, old, lines)
         also = f" (and {', '.join(aliases)})" if aliases else ""
+        if train_only and old in _LOOP_EPOCH_HOOKS:
+            also = " (training epochs only, as 1.0-1.1 ran it: the file names TrainResult/EvalResult)"
         result.changes.append((old, "renamed-hook", f"{old} -> {new}{also}"))
     methods = class_methods(result.node)
     interrupt = methods.get("on_keyboard_interrupt")

@@ -968,9 +968,14 @@ RULES = _rules(
         "renamed-hook",
         "a renamed hook (on_epoch_start -> on_train_epoch_start, ...)",
         "on_epoch_start/on_epoch_end became on_train_epoch_start/end, with on_validation_epoch_* and on_test_epoch_*"
-        " as aliases (1.x ran them in every loop's epochs); where the class has some of those hooks already (an"
-        " epoch end converted from training_epoch_end), the old body becomes _on_epoch_start_1x/_on_epoch_end_1x,"
-        " called first/last in each of them, as 1.x ran it; on_pretrain_routine_start/end became on_fit_start;"
+        " as aliases (1.2.6-1.7 ran them in every loop's epochs; 1.8 refused them, so a file that has one is 1.7 or"
+        " older); where the class has some of those hooks already (an epoch end converted from training_epoch_end),"
+        " the old body becomes _on_epoch_start_1x/_on_epoch_end_1x, called first/last in each of them, as 1.x ran"
+        " it. 1.0-1.1 ran both in training epochs only (1.2.0-1.2.5 ran on_epoch_start there only): a file that names"
+        " TrainResult/EvalResult (1.0-1.1 only) gets on_train_epoch_start/end alone. A file whose text does not tell"
+        ' its release is taken as 1.3-1.7 code, the releases most files were written for (returned "log" dicts do'
+        " not tell: they stayed in files that pinned 1.4); for a 1.0-1.1 file of that kind, delete the"
+        " on_validation_epoch_*/on_test_epoch_* aliases. on_pretrain_routine_start/end became on_fit_start;"
         " on_batch_start/end became on_train_batch_start/end with their 2.x parameters.",
         kind="rewrite",
     ),

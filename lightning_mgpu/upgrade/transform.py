@@ -44,6 +44,7 @@ from lightning_mgpu.upgrade import (
     statements,
 )
 from lightning_mgpu.upgrade.context import UpgradeContext
+from lightning_mgpu.upgrade.era import epoch_hooks_train_only
 from lightning_mgpu.upgrade.findings import (
     FileResult,
     Finding,
@@ -147,6 +148,7 @@ class UpgradeTransformer(cst.CSTTransformer):
             self.ctx.epoch_ends = epoch_end_plan(node)
             self.ctx.tune = tune_plan(node, self.notebook_unused)
             self.ctx.result_plan = result_plan(node)
+            self.ctx.epoch_hooks_train_only = epoch_hooks_train_only(node)
         if isinstance(node, (cst.Module, cst.FunctionDef)):
             # A function the pre-pass failed on has no scope of its own: it knows nothing about its names.
             self.ctx.scopes.append(
