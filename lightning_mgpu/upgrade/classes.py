@@ -2,11 +2,11 @@
 rewrites of :mod:`~lightning_mgpu.upgrade.hooks` (returned logs, epoch-end hooks, renamed hooks), several optimizers
 turned into manual optimization (:mod:`~lightning_mgpu.upgrade.manual_optimization`), ``track_grad_norm``'s hook
 (:mod:`~lightning_mgpu.upgrade.grad_norm`), the hook parameters 2.x dropped, ``optimizer_idx`` in an evaluation step,
-the 1.x ``*_step_end`` hooks, and the removed ``@auto_move_data`` decorator.
+the 1.x ``*_step_end`` hooks.
 
 Rule ids: hook-param, eval-step-optimizer-idx, step-end, track-grad-norm, manual-optimization (and the rules
 :mod:`~lightning_mgpu.upgrade.hooks` and :mod:`~lightning_mgpu.upgrade.progress_bar_hooks` report, recorded here);
-TODOs optimizer-idx, eval-step-optimizer-idx, step-end, auto-move-data.
+TODOs optimizer-idx, eval-step-optimizer-idx, step-end.
 """
 
 from __future__ import annotations
@@ -707,10 +707,6 @@ def convert_finetuning(cls: cst.ClassDef) -> ClassResult:
 def leave_function_def(
     ctx: UpgradeContext, original: cst.FunctionDef, updated: cst.FunctionDef
 ) -> cst.FunctionDef | cst.RemovalSentinel:
-    kept = [d for d in updated.decorators if _dotted(d.decorator) not in ctx.auto_move_data]
-    if len(kept) != len(updated.decorators):
-        ctx.todo(original, rules.todo_text("auto-move-data"))
-        updated = updated.with_changes(decorators=kept)
     if ctx.class_depth == 0 or not ctx.lightning_class[-1]:
         return updated
     hook = updated.name.value

@@ -64,7 +64,6 @@ class UpgradeContext:
         self.called_names: set[int] = set()  # ids of the Name nodes a call's rewrite handles (attributes.visit_call)
         self.attribute_names: set[int] = set()  # ids of the Name nodes that are an attribute's attr
         self.lightning_class: list[bool] = []  # per enclosing class: whether it may be a Lightning class
-        self.auto_move_data: set[str] = set()  # local names of the removed @auto_move_data decorator
         self.collapsed_handlers: set[int] = set()  # ids of the except ImportError: handlers that go (import_fallbacks)
         self.failed: set[int] = set()  # ids of the nodes whose rewrite raised (each gets one internal-error TODO)
         self.module_comments: list[str] | None = None  # TODOs with no statement to sit above: the file's header

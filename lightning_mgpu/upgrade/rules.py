@@ -683,9 +683,15 @@ RULES = _rules(
     ),
     Rule(
         "auto-move-data",
-        "auto_move_data is gone: move inputs with .to(self.device) where forward is called",
-        "@auto_move_data moved forward's tensor arguments to the module's device when forward was called outside"
-        " the Trainer (inference). 2.x removed it: move the inputs yourself. Under the Trainer nothing changes.",
+        "@auto_move_data -> the bundle's legacy_auto_move_data, which moves the inputs as 1.x did",
+        "1.0-1.4's @auto_move_data (pytorch_lightning.core.decorators; removed in 1.5) moved a LightningModule"
+        " method's arguments to the module's device before it ran, through the module's transfer_batch_to_device"
+        " ((args, kwargs), device=self.device): forward called outside the Trainer (inference on CPU inputs) got them"
+        " on the module's device. 2.x has no such decorator: the import becomes legacy_auto_move_data from"
+        " lightning_mgpu.upgrade.legacy_move, which does the same (a user's alias kept, other uses renamed), so the"
+        " decorated method behaves as before whoever calls it. To drop the bundle, remove the decorator and move"
+        " the inputs with .to(self.device) where the method is called outside the Trainer.",
+        kind="rewrite",
     ),
     Rule(
         "checkpoint-filepath",
@@ -811,10 +817,19 @@ RULES = _rules(
     ),
     Rule(
         "metrics-task",
-        "torchmetrics' {name} needs task= (and num_classes) since 0.11",
+        "torchmetrics' {name} needs task= since 0.11: the one 1.x read off the inputs' shapes",
         "pytorch_lightning.metrics moved to the torchmetrics package. Its classification metrics (Accuracy, F1Score,"
-        ' ...) need task= and, for multiclass, num_classes= (torchmetrics >= 0.11): Accuracy(task="multiclass",'
-        " num_classes=10).",
+        ' AUROC, ...) need task= and, for multiclass, num_classes= (torchmetrics >= 0.11): Accuracy(task="multiclass",'
+        " num_classes=10). Without them 1.x read the task off each update's inputs: (N,) scores or labels with 0/1"
+        ' targets were binary (task="binary"), (N, C) scores beside (N,) labels multiclass (task="multiclass",'
+        ' num_classes=C), (N, L) scores beside (N, L) 0/1 targets multilabel (task="multilabel", num_labels=L);'
+        " pick the one your inputs have. The tool leaves this where the file names no class count and no stand-in"
+        " reads the task as 1.x did: the probability curves (AUROC(), ROC(), AveragePrecision(),"
+        " PrecisionRecallCurve(), whose 1.x class took any of the three) and keywords that decide the task"
+        " (multiclass=False, subset_accuracy=True, ...). Lightning 0.8-0.9's AUROC()(pred=..., target=...), which no"
+        " 1.x release had (1.2's AUROC took preds, not pred), was binary with label 1 positive, and read pred[:, 0]"
+        " of scores with one more dimension than target: binary_auroc(pred, (target == 1).long()) from"
+        " torchmetrics.functional.classification.",
     ),
     Rule(
         "test-tube-logger",
@@ -1195,8 +1210,9 @@ RULES.update(
             ' compute_on_step= (its metrics refuse them). Beside task="multiclass", multiclass=True,'
             ' mdmc_average="global" (multidim_average="global" is the default), subset_accuracy=False (the default)'
             " and compute_on_step= (False only made forward() return None instead of the batch's value) say nothing"
-            " more and are dropped. Any other value decides the task (multiclass=False treated the inputs as binary):"
-            " the metrics-task TODO stays.",
+            " more and are dropped; compute_on_step= alone also goes beside the stand-in that reads the task off the"
+            " inputs (rule metrics-inferred-task: Accuracy(compute_on_step=False) -> LegacyAccuracy()). Any other"
+            " value decides the task (multiclass=False treated the inputs as binary): the metrics-task TODO stays.",
             kind="rewrite",
         ),
         Rule(
