@@ -515,15 +515,20 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
                 elif hook is not None and old in empty_super_hooks(by_name, member):
                     # its super().<old>(outputs) goes (drop_empty_super_calls): what is left may read nothing
                     hook = class_methods(drop_empty_super_calls(by_name[member], frozenset({old})).node)[old]
-                if (
+                reads = (
                     hook is not None
                     and len(_param_names(hook)) == 2
                     and _uses_name(hook.body, _param_names(hook)[1])
                     and not super_only_epoch_end(by_name[member], hook, old)  # removed: it reads nothing
-                ):
+                )
+                if reads and hook is not None:
                     hooks.append(hook)
                     inherited = inherited or member in up[name]
-                if step is not None:
+                overrides = any(step_name in class_methods(by_name[a]) for a in up[member])
+                quiet = step is not None and _hands_nothing(
+                    step, None if reads else hook, overrides, member, up, family
+                )
+                if step is not None and not quiet:
                     steps.append(step)
             # A step that returns no value (a base's ``raise NotImplementedError`` placeholder, a step kept empty)
             # hands nothing to the epoch end, whatever its subclasses in other files return: not one that shows
@@ -562,6 +567,28 @@ def epoch_end_plan(module: cst.Module) -> dict[str, dict[str, HookShape]]:
             shapes[old] = HookShape(any(_loss_keyed(h, _param_names(h)[1]) for h in hooks), loader, inherited)
         plan[name] = shapes
     return plan
+
+
+def _hands_nothing(
+    step: cst.FunctionDef,
+    own_unread: cst.FunctionDef | None,
+    overrides: bool,
+    member: str,
+    up: dict[str, set[str]],
+    family: set[str],
+) -> bool:
+    """Whether 1.x handed no epoch end that reads outputs anything from ``member``'s ``step``: the step always raises
+    and overrides a base's step of the file (``overrides``: a subclass that disables the stage, so no output ever came
+    of it), or ``member`` overrides the epoch end with one that reads nothing (``own_unread``) and no class of the
+    family below it has one (so no reading hook ran on its instances). Such a step does not decide whether the
+    family's outputs can be collected. A base's own ``raise NotImplementedError`` placeholder is not one: its
+    subclasses in other files give the outputs (the batch-end collection, or the TODO)."""
+    body = step.body.body if isinstance(step.body, cst.IndentedBlock) else []
+    raises = any(isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[0], cst.Raise) for line in body)
+    if overrides and raises and not any(own_returns(step)):
+        return True  # it raises before it could return (any return would be one above the raise)
+    below = {other for other in family if member in up.get(other, set())}
+    return own_unread is not None and not below
 
 
 def batch_end_shape(
@@ -689,7 +716,9 @@ def convert_epoch_ends(
         if hook is None:
             # A relative's hook reads what this step returns; a step that already writes self.<attr> (an earlier
             # run's collection, or the author's own 2.x one) collects already: a second append would double it.
-            if step is not None and not blocked and not _writes_attr(step, attr):
+            # (A step that only raises returns nothing to collect: _hands_nothing.)
+            returns = step is not None and any(r.value is not None for r in own_returns(step))
+            if step is not None and returns and not blocked and not _writes_attr(step, attr):
                 assert shape is not None
                 if shape.batch_end:
                     continue  # on_<stage>_batch_end collects the outputs, not the step
@@ -1440,7 +1469,9 @@ def convert_renamed_hooks(cls: cst.ClassDef, train_only: bool = False) -> ClassR
             and _is_callback_hook(methods[name])
             or (name in methods and len(_param_names(methods[name])) == 2)
         ):
-            result.todos.append((name, rules.todo_text("init-hooks", hook=name)))
+            # 1.x ran on_init_start first thing in Trainer(...), on_init_end last: no 2.x hook runs there.
+            when = "before" if name == "on_init_start" else "after"
+            result.todos.append((name, rules.todo_text("init-hooks", hook=name, when=when)))
     return result
 
 

@@ -833,9 +833,14 @@ RULES = _rules(
     ),
     Rule(
         "test-tube-logger",
-        "TestTubeLogger was removed: use TensorBoardLogger(save_dir, name, version)",
+        "TestTubeLogger was removed: import and use TensorBoardLogger(save_dir, name, version)",
         "The test-tube package and its logger are gone. TensorBoardLogger takes the same save_dir, name and version;"
-        " description, debug and create_git_tag have no equivalent.",
+        " description, debug and create_git_tag have no equivalent. The tool rewrites a TestTubeLogger imported from"
+        " Lightning itself; this TODO stays where test-tube's description is passed by position, or where the file"
+        " calls TestTubeLogger without importing it (a test file missing its import, or one that gets it from a"
+        " star import of another module): the name comes from somewhere the tool cannot see, or from nowhere (a"
+        " NameError under 1.x too), so which class is meant is for a person to say. Import TensorBoardLogger from"
+        " the Lightning package the file uses and call it with the same save_dir, name and version.",
     ),
     Rule(
         "gpu-stats-monitor",
@@ -910,7 +915,10 @@ RULES = _rules(
         " The tool collects the step's return value in self.<step>_outputs and hands it to the body as outputs"
         " (per dataloader where the step takes a dataloader index: a list per loader, as 1.x gave it), also where"
         " the hook and the step are in different classes of one file (a base's hook, a subclass's step; a"
-        " super().<hook>(outputs) call hands the outputs on to the base's converted hook). It leaves this TODO where"
+        " super().<hook>(outputs) call hands the outputs on to the base's converted hook). A subclass's step that hands"
+        " no reading hook anything (one that only raises, overriding a base's step of the file; or one whose class"
+        " overrides the epoch end with one that reads nothing, with no reading subclass below it) collects nothing"
+        " and does not stop the base's conversion. It leaves this TODO where"
         " no step of the class's family in the file returns its output, the step runs several optimizers, or a"
         " super() call to the hook is used as a value: collect the outputs by hand. An epoch end that only calls"
         " super().<hook>(outputs) (besides a docstring, pass and comments) in a class whose one base is"
@@ -1066,7 +1074,7 @@ RULES = _rules(
     ),
     Rule(
         "init-hooks",
-        "{hook} is never called in 2.x: run it where the Trainer is built",
+        "{hook} is never called in 2.x: call it yourself right {when} the Trainer(...) that gets this callback",
         "A Callback's on_init_start(trainer)/on_init_end(trainer) ran inside Trainer(...) (1.x up to 1.7: on_init_start"
         " before the Trainer set itself up, on_init_end once it had), once per Trainer built with the callback; 2.x"
         " removed them and never calls them. Nothing in 2.x runs at that point: call the body yourself right before"
@@ -1547,7 +1555,7 @@ RULES.update(
         ),
         Rule(
             "result-object",
-            "{name} is gone: self.log(...) in the step, and return the loss",
+            "{name} is gone: self.log(...) in the step; return the loss, or what its epoch end reads",
             "Lightning 1.0's TrainResult and EvalResult were deprecated in 1.0 and removed in 1.1. In 2.x: call"
             " self.log(name, value, prog_bar=..., on_step=..., on_epoch=...) and self.log_dict(...) in the step"
             " instead of result.log/log_dict; a training step returns the loss (TrainResult(minimize=loss)) or a dict"
@@ -1556,7 +1564,10 @@ RULES.update(
             " nothing. The tool does this itself (result-object-log) where a hook builds the object, logs through it"
             " and returns it; this TODO stays where the object is used otherwise: passed on, an attribute read,"
             " hiddens=, 1.0-only log keywords (sync_dist_op, tbptt_*), or a step whose outputs a *_step_end or"
-            " *_epoch_end reads.",
+            " *_epoch_end reads. 1.0 handed an epoch end one object whose attribute for a logged name held every"
+            " step's value (outputs.val_loss: scalar tensors stacked, tensors of one trailing shape concatenated,"
+            " anything else a list): have the step return {name: value} (collected for on_*_epoch_end) and read"
+            " torch.stack/torch.cat or [o[name] for o in outputs] there, as 1.0 combined them.",
         ),
         Rule(
             "result-object-log",
