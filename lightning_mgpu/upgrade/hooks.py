@@ -1470,8 +1470,7 @@ def convert_renamed_hooks(cls: cst.ClassDef, train_only: bool = False) -> ClassR
             or (name in methods and len(_param_names(methods[name])) == 2)
         ):
             # 1.x ran on_init_start first thing in Trainer(...), on_init_end last: no 2.x hook runs there.
-            when = "before" if name == "on_init_start" else "after"
-            result.todos.append((name, rules.todo_text("init-hooks", hook=name, when=when)))
+            result.todos.append((name, rules.todo_text("init-hooks", hook=name)))
     return result
 
 

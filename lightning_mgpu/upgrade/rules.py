@@ -817,7 +817,7 @@ RULES = _rules(
     ),
     Rule(
         "metrics-task",
-        "torchmetrics' {name} needs task= since 0.11: the one 1.x read off the inputs' shapes",
+        "torchmetrics' {name} needs task= since 0.11: the task 1.x read off the inputs",
         "pytorch_lightning.metrics moved to the torchmetrics package. Its classification metrics (Accuracy, F1Score,"
         ' AUROC, ...) need task= and, for multiclass, num_classes= (torchmetrics >= 0.11): Accuracy(task="multiclass",'
         " num_classes=10). Without them 1.x read the task off each update's inputs: (N,) scores or labels with 0/1"
@@ -833,7 +833,7 @@ RULES = _rules(
     ),
     Rule(
         "test-tube-logger",
-        "TestTubeLogger was removed: import and use TensorBoardLogger(save_dir, name, version)",
+        "TestTubeLogger was removed: use TensorBoardLogger(save_dir, name, version)",
         "The test-tube package and its logger are gone. TensorBoardLogger takes the same save_dir, name and version;"
         " description, debug and create_git_tag have no equivalent. The tool rewrites a TestTubeLogger imported from"
         " Lightning itself; this TODO stays where test-tube's description is passed by position, or where the file"
@@ -1074,7 +1074,7 @@ RULES = _rules(
     ),
     Rule(
         "init-hooks",
-        "{hook} is never called in 2.x: call it yourself right {when} the Trainer(...) that gets this callback",
+        "{hook} is never called in 2.x: call it by hand just before/after Trainer(...)",
         "A Callback's on_init_start(trainer)/on_init_end(trainer) ran inside Trainer(...) (1.x up to 1.7: on_init_start"
         " before the Trainer set itself up, on_init_end once it had), once per Trainer built with the callback; 2.x"
         " removed them and never calls them. Nothing in 2.x runs at that point: call the body yourself right before"
@@ -1555,7 +1555,7 @@ RULES.update(
         ),
         Rule(
             "result-object",
-            "{name} is gone: self.log(...) in the step; return the loss, or what its epoch end reads",
+            "{name} is gone: self.log in the step; return loss or what epoch ends read",
             "Lightning 1.0's TrainResult and EvalResult were deprecated in 1.0 and removed in 1.1. In 2.x: call"
             " self.log(name, value, prog_bar=..., on_step=..., on_epoch=...) and self.log_dict(...) in the step"
             " instead of result.log/log_dict; a training step returns the loss (TrainResult(minimize=loss)) or a dict"
