@@ -73,6 +73,8 @@ class UpgradeContext:
         self.result_plan = ResultPlan()  # the TrainResult/EvalResult the class rewrite takes (result_objects.py)
         #: whether the file's 1.x ran on_epoch_start/on_epoch_end in training epochs only (era.py: 1.0-1.1 code)
         self.epoch_hooks_train_only = False
+        #: ids of the self.log(name, metric) calls that log a Metric kept in a plain container (metric_containers.py)
+        self.container_metric_logs: frozenset[int] = frozenset()
         self.assigned_calls: dict[cst.Call, str] = {}  # name = Call(...) statements: the call -> the name
         self.last_checkpoint_names: dict[cst.Call, str] = {}  # ModelCheckpoint(prefix=P) -> "P-last" (1.x's)
 

@@ -832,6 +832,17 @@ RULES = _rules(
         " torchmetrics.functional.classification.",
     ),
     Rule(
+        "metric-log-container",
+        "2.x logs a Metric object only if it is a submodule: use nn.ModuleDict",
+        "Up to 1.3, self.log(name, metric) took a torchmetrics Metric object wherever the module kept it and logged"
+        " metric.compute() at the epoch's end (then reset it). Since 1.4, and in 2.x, self.log looks the Metric up"
+        " among the LightningModule's submodules and raises MisconfigurationException (\"Could not find the"
+        ' LightningModule attribute for the torchmetrics.Metric logged") where it is kept in a plain list, tuple or'
+        " dict, which does not register it (nor move it to the module's device). Keep the metrics in an"
+        ' nn.ModuleDict (self.metrics = nn.ModuleDict({"acc": Accuracy(...)}), iterated with .items()), or log'
+        " metric.compute() yourself in the on_*_epoch_end hook and reset the metric there.",
+    ),
+    Rule(
         "test-tube-logger",
         "TestTubeLogger was removed: use TensorBoardLogger(save_dir, name, version)",
         "The test-tube package and its logger are gone. TensorBoardLogger takes the same save_dir, name and version;"
