@@ -55,6 +55,9 @@ def leave_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cs
             return updated  # its hook is rewritten when the class is left: result_objects.py
         ctx.todo(original, rules.todo_text("result-object", name=result))
         return updated
+    if id(original) in ctx.container_metric_logs:
+        # self.log(name, metric) of a Metric in a plain list/dict: 2.x raises (metric_containers.py).
+        ctx.todo(original, rules.todo_text("metric-log-container"))
     if func == "TestTubeLogger" and func not in ctx.renamed:
         # A bare TestTubeLogger the file does not import from Lightning (a test file missing its import, a star
         # import): which class it is cannot be told here, so its arguments stay and a person picks TensorBoardLogger.

@@ -1,12 +1,11 @@
 """The classes-and-hooks family: a LightningModule's, a DataModule's or a callback's class and its methods. The class
 rewrites of :mod:`~lightning_mgpu.upgrade.hooks` (returned logs, epoch-end hooks, renamed hooks), several optimizers
 turned into manual optimization (:mod:`~lightning_mgpu.upgrade.manual_optimization`), the hook parameters 2.x
-dropped, ``optimizer_idx`` in an evaluation step, the 1.x ``*_step_end`` hooks, and the removed ``@auto_move_data``
-decorator.
+dropped, ``optimizer_idx`` in an evaluation step, the 1.x ``*_step_end`` hooks.
 
 Rule ids: hook-param, eval-step-optimizer-idx, step-end, manual-optimization (and the rules
 :mod:`~lightning_mgpu.upgrade.hooks` and :mod:`~lightning_mgpu.upgrade.progress_bar_hooks` report, recorded here);
-TODOs optimizer-idx, eval-step-optimizer-idx, step-end, auto-move-data.
+TODOs optimizer-idx, eval-step-optimizer-idx, step-end.
 """
 
 from __future__ import annotations
@@ -460,7 +459,8 @@ def _hook_rewrites(
         # Before the epoch-end and renamed-hook rewrites: they see the method without the super() call 2.x lacks.
         lambda c: drop_empty_super_calls(c, empty_super_hooks(unique_classes(file_node), original.name.value)),
         lambda c: convert_epoch_ends(c, has_optimizer_idx, ctx.epoch_ends.get(original.name.value)),
-        convert_renamed_hooks,
+        # 1.0-1.1 code (era.py) ran on_epoch_start/on_epoch_end in training epochs only; later code in every loop.
+        lambda c: convert_renamed_hooks(c, train_only=ctx.epoch_hooks_train_only),
     ):
         try:
             result = convert(updated)
@@ -708,10 +708,6 @@ def convert_finetuning(cls: cst.ClassDef) -> ClassResult:
 def leave_function_def(
     ctx: UpgradeContext, original: cst.FunctionDef, updated: cst.FunctionDef
 ) -> cst.FunctionDef | cst.RemovalSentinel:
-    kept = [d for d in updated.decorators if _dotted(d.decorator) not in ctx.auto_move_data]
-    if len(kept) != len(updated.decorators):
-        ctx.todo(original, rules.todo_text("auto-move-data"))
-        updated = updated.with_changes(decorators=kept)
     if ctx.class_depth == 0 or not ctx.lightning_class[-1]:
         return updated
     hook = updated.name.value

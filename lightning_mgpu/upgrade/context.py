@@ -67,13 +67,16 @@ class UpgradeContext:
         self.called_names: set[int] = set()  # ids of the Name nodes a call's rewrite handles (attributes.visit_call)
         self.attribute_names: set[int] = set()  # ids of the Name nodes that are an attribute's attr
         self.lightning_class: list[bool] = []  # per enclosing class: whether it may be a Lightning class
-        self.auto_move_data: set[str] = set()  # local names of the removed @auto_move_data decorator
         self.collapsed_handlers: set[int] = set()  # ids of the except ImportError: handlers that go (import_fallbacks)
         self.failed: set[int] = set()  # ids of the nodes whose rewrite raised (each gets one internal-error TODO)
         self.module_comments: list[str] | None = None  # TODOs with no statement to sit above: the file's header
         self.class_counts: dict[int, str] = {}  # id(call) -> the class count its context offers (metrics.py)
         self.tune = TunePlan()  # where auto_lr_find/auto_scale_batch_size go (tuner.py)
         self.result_plan = ResultPlan()  # the TrainResult/EvalResult the class rewrite takes (result_objects.py)
+        #: whether the file's 1.x ran on_epoch_start/on_epoch_end in training epochs only (era.py: 1.0-1.1 code)
+        self.epoch_hooks_train_only = False
+        #: ids of the self.log(name, metric) calls that log a Metric kept in a plain container (metric_containers.py)
+        self.container_metric_logs: frozenset[int] = frozenset()
         self.assigned_calls: dict[cst.Call, str] = {}  # name = Call(...) statements: the call -> the name
         self.last_checkpoint_names: dict[cst.Call, str] = {}  # ModelCheckpoint(prefix=P) -> "P-last" (1.x's)
         #: whether an attribute's owner (an original node) is a Trainer: trainer_owners.py, set by upgrade_source

@@ -516,15 +516,20 @@ def epoch_end_plan(module: cst.Module, manual: frozenset[str] = frozenset()) -> 
                 elif hook is not None and old in empty_super_hooks(by_name, member):
                     # its super().<old>(outputs) goes (drop_empty_super_calls): what is left may read nothing
                     hook = class_methods(drop_empty_super_calls(by_name[member], frozenset({old})).node)[old]
-                if (
+                reads = (
                     hook is not None
                     and len(_param_names(hook)) == 2
                     and _uses_name(hook.body, _param_names(hook)[1])
                     and not super_only_epoch_end(by_name[member], hook, old)  # removed: it reads nothing
-                ):
+                )
+                if reads and hook is not None:
                     hooks.append(hook)
                     inherited = inherited or member in up[name]
-                if step is not None:
+                overrides = any(step_name in class_methods(by_name[a]) for a in up[member])
+                quiet = step is not None and _hands_nothing(
+                    step, None if reads else hook, overrides, member, up, family
+                )
+                if step is not None and not quiet:
                     steps.append(step)
                     # Decision: a training_step taking optimizer_idx runs several optimizers where it reads the index
                     # or manual_optimization.py converts its class; an unread one that stays automatic is dropped
@@ -571,6 +576,28 @@ def epoch_end_plan(module: cst.Module, manual: frozenset[str] = frozenset()) -> 
             shapes[old] = HookShape(any(_loss_keyed(h, _param_names(h)[1]) for h in hooks), loader, inherited)
         plan[name] = shapes
     return plan
+
+
+def _hands_nothing(
+    step: cst.FunctionDef,
+    own_unread: cst.FunctionDef | None,
+    overrides: bool,
+    member: str,
+    up: dict[str, set[str]],
+    family: set[str],
+) -> bool:
+    """Whether 1.x handed no epoch end that reads outputs anything from ``member``'s ``step``: the step always raises
+    and overrides a base's step of the file (``overrides``: a subclass that disables the stage, so no output ever came
+    of it), or ``member`` overrides the epoch end with one that reads nothing (``own_unread``) and no class of the
+    family below it has one (so no reading hook ran on its instances). Such a step does not decide whether the
+    family's outputs can be collected. A base's own ``raise NotImplementedError`` placeholder is not one: its
+    subclasses in other files give the outputs (the batch-end collection, or the TODO)."""
+    body = step.body.body if isinstance(step.body, cst.IndentedBlock) else []
+    raises = any(isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[0], cst.Raise) for line in body)
+    if overrides and raises and not any(own_returns(step)):
+        return True  # it raises before it could return (any return would be one above the raise)
+    below = {other for other in family if member in up.get(other, set())}
+    return own_unread is not None and not below
 
 
 def batch_end_shape(
@@ -698,7 +725,9 @@ def convert_epoch_ends(
         if hook is None:
             # A relative's hook reads what this step returns; a step that already writes self.<attr> (an earlier
             # run's collection, or the author's own 2.x one) collects already: a second append would double it.
-            if step is not None and not blocked and not _writes_attr(step, attr):
+            # (A step that only raises returns nothing to collect: _hands_nothing.)
+            returns = step is not None and any(r.value is not None for r in own_returns(step))
+            if step is not None and returns and not blocked and not _writes_attr(step, attr):
                 assert shape is not None
                 if shape.batch_end:
                     continue  # on_<stage>_batch_end collects the outputs, not the step
@@ -1341,9 +1370,10 @@ def _not_the_hook(func: cst.FunctionDef, module_class: bool) -> bool:
     return len(required) > 2 or (module_class and bool(required))
 
 
-def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
+def convert_renamed_hooks(cls: cst.ClassDef, train_only: bool = False) -> ClassResult:
     """Hooks 2.0 renamed, on callbacks and modules: ``on_epoch_start`` -> ``on_train_epoch_start`` (with the
-    validation and test hooks it also stood for as aliases, so the 1.x behaviour stays), ``on_pretrain_routine_*`` ->
+    validation and test hooks it also stood for as aliases, so the 1.x behaviour stays; none where ``train_only``:
+    1.0-1.1 code, whose 1.x ran it in training epochs only, era.py), ``on_pretrain_routine_*`` ->
     ``on_fit_start``, ``on_batch_*`` -> ``on_train_batch_*``, ``on_keyboard_interrupt`` -> ``on_exception`` guarded
     by ``isinstance(exception, KeyboardInterrupt)``; ``dataloader_idx``/``outputs`` go from the hooks that lost them;
     ``on_init_*`` get a TODO (``get_progress_bar_dict``: progress_bar_hooks.py)."""
@@ -1354,6 +1384,10 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
         hook = methods.get(old)
         if hook is None:
             continue
+        if train_only:
+            # Decision: 1.0-1.1's training loop alone called on_epoch_start/on_epoch_end: the validation and test
+            # epoch hooks do not stand for them there, and a class's own on_validation_epoch_end is no conflict.
+            aliases = ()
         if old in _ARGUMENTLESS_HOOKS and _not_the_hook(hook, module_class):
             # on_epoch_end(self, outputs, phase) in a LightningModule: 1.x called the hook with nothing (a callback's
             # with trainer and pl_module), so it could not have called this one. The user's own method under the
@@ -1365,9 +1399,8 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
                 result.todos.append((old, rules.todo_text("hook-conflict", hook=old, new=new)))
                 continue
             result.node = merged
-            result.changes.append(
-                (old, "renamed-hook", f"{old} -> {_LOOP_EPOCH_HOOKS[old]}, run by {new} and {', '.join(aliases)}")
-            )
+            by = " and ".join(filter(None, (new, ", ".join(aliases))))
+            result.changes.append((old, "renamed-hook", f"{old} -> {_LOOP_EPOCH_HOOKS[old]}, run by {by}"))
             continue
         params = hook.params
         if old in ("on_batch_start", "on_batch_end"):
@@ -1385,6 +1418,8 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
             lines.append(cst.parse_statement(f"{alias} = {new}  # 1.x's {old} ran in every loop's epochs"))
         result.node = replace_method(result.node, old, lines)
         also = f" (and {', '.join(aliases)})" if aliases else ""
+        if train_only and old in _LOOP_EPOCH_HOOKS:
+            also = " (training epochs only, as 1.0-1.1 ran it: the file names TrainResult/EvalResult)"
         result.changes.append((old, "renamed-hook", f"{old} -> {new}{also}"))
     methods = class_methods(result.node)
     interrupt = methods.get("on_keyboard_interrupt")
@@ -1443,6 +1478,7 @@ def convert_renamed_hooks(cls: cst.ClassDef) -> ClassResult:
             and _is_callback_hook(methods[name])
             or (name in methods and len(_param_names(methods[name])) == 2)
         ):
+            # 1.x ran on_init_start first thing in Trainer(...), on_init_end last: no 2.x hook runs there.
             result.todos.append((name, rules.todo_text("init-hooks", hook=name)))
     return result
 

@@ -26,6 +26,8 @@ SUBPACKAGES = frozenset({"loggers", "callbacks", "plugins", "strategies", "profi
 #: Deeper modules a script may import by name (``from pytorch_lightning.callbacks import progress``) that still exist
 #: in 2.x and hold a name 2.x renamed (``progress.ProgressBarBase`` -> ``ProgressBar``).
 NESTED_SUBPACKAGES = frozenset({"callbacks.progress"})
+#: The bundle module with 1.x's @auto_move_data (rule auto-move-data).
+LEGACY_MOVE = "lightning_mgpu.upgrade.legacy_move"
 
 
 def visit_import_from(ctx: UpgradeContext, node: cst.ImportFrom) -> None:
@@ -213,12 +215,15 @@ def _moved_name(
     if name == "TestTubeLogger":
         ctx.todo(original, rules.todo_text("test-tube-logger"))
     if name == "auto_move_data":
-        # The module is gone in 2.x: the import would stop the script; the decorator goes with it.
-        ctx.auto_move_data.add(local or name)
+        # The module is gone in 2.x: the bundle's legacy_auto_move_data (legacy_move.py) does what 1.x's did, so the
+        # decorator stays on forward, whoever calls it; a user's own alias stays, any other use is renamed.
+        ctx.add_import(LEGACY_MOVE, "legacy_auto_move_data", asname)
+        if asname is None:
+            ctx.renamed[local] = (LEGACY_MOVE, "legacy_auto_move_data", {})  # type: ignore[index]
         ctx.change(
             original,
             "auto-move-data",
-            f"from {module} import auto_move_data removed (2.x has no such decorator)",
+            f"from {module} import auto_move_data -> from {LEGACY_MOVE} import legacy_auto_move_data",
         )
         return True
     return False

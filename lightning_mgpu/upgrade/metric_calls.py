@@ -64,6 +64,14 @@ def metric_names(ctx: UpgradeContext) -> list[tuple[str, str, None]]:
     ]
 
 
+def _without(call: cst.Call, dropped: list[cst.Arg]) -> cst.Call:
+    """``call`` without the arguments ``dropped``, its last argument without a trailing comma."""
+    kept = [a for a in call.args if a not in dropped]
+    if kept:
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(args=kept)
+
+
 def metric_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> cst.Call:
     """A torchmetrics classification metric without ``task=``: ``num_classes=N`` makes it multiclass, as 1.x read
     it; with neither, a TODO."""
@@ -83,10 +91,7 @@ def metric_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> c
         ctx.todo(original, rules.todo_text("metrics-task", name=name))
         return updated
     if legacy and ("num_classes" in keywords or ctx.class_counts.get(id(original)) is not None):
-        kept = [a for a in updated.args if a not in legacy]
-        if kept:
-            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        updated = updated.with_changes(args=kept)
+        updated = _without(updated, legacy)
         ctx.change(original, "metrics-legacy-args", f"{name}: " + ", ".join(_code(a).strip(", ") for a in legacy))
     if "num_classes" in keywords and name[0].isupper():
         if any(a.keyword is None for a in updated.args):
@@ -108,8 +113,14 @@ def metric_call(ctx: UpgradeContext, original: cst.Call, updated: cst.Call) -> c
         ctx.change(original, "metrics-num-classes", f'{name}(...) -> {name}(task="multiclass", num_classes=...)')
         return counted
     # No count anywhere: a stand-in that reads the task off the inputs as torchmetrics <= 0.10 did (metrics.py).
-    inferred = with_inferred_task(updated, name)
+    # Decision: compute_on_step= is dropped for it too (False only made forward() return None instead of the
+    # batch's value; the stand-in's state and compute() are the same); any other legacy keyword decides the task.
+    said = [a for a in legacy if a.keyword is not None and a.keyword.value == "compute_on_step"]
+    plain = _without(updated, said) if said and len(said) == len(legacy) else updated
+    inferred = with_inferred_task(plain, name)
     if inferred is not None:
+        if plain is not updated:
+            ctx.change(original, "metrics-legacy-args", f"{name}: " + ", ".join(_code(a).strip(", ") for a in said))
         ctx.add_import("lightning_mgpu.upgrade.legacy_metrics", inferred[1], None)
         ctx.change(
             original, "metrics-inferred-task", f"{name}(...) -> {inferred[1]}(...): the task read off the inputs"

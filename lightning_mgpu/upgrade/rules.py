@@ -705,9 +705,15 @@ RULES = _rules(
     ),
     Rule(
         "auto-move-data",
-        "auto_move_data is gone: move inputs with .to(self.device) where forward is called",
-        "@auto_move_data moved forward's tensor arguments to the module's device when forward was called outside"
-        " the Trainer (inference). 2.x removed it: move the inputs yourself. Under the Trainer nothing changes.",
+        "@auto_move_data -> the bundle's legacy_auto_move_data, which moves the inputs as 1.x did",
+        "1.0-1.4's @auto_move_data (pytorch_lightning.core.decorators; removed in 1.5) moved a LightningModule"
+        " method's arguments to the module's device before it ran, through the module's transfer_batch_to_device"
+        " ((args, kwargs), device=self.device): forward called outside the Trainer (inference on CPU inputs) got them"
+        " on the module's device. 2.x has no such decorator: the import becomes legacy_auto_move_data from"
+        " lightning_mgpu.upgrade.legacy_move, which does the same (a user's alias kept, other uses renamed), so the"
+        " decorated method behaves as before whoever calls it. To drop the bundle, remove the decorator and move"
+        " the inputs with .to(self.device) where the method is called outside the Trainer.",
+        kind="rewrite",
     ),
     Rule(
         "checkpoint-filepath",
@@ -876,16 +882,41 @@ RULES = _rules(
     ),
     Rule(
         "metrics-task",
-        "torchmetrics' {name} needs task= (and num_classes) since 0.11",
+        "torchmetrics' {name} needs task= since 0.11: the task 1.x read off the inputs",
         "pytorch_lightning.metrics moved to the torchmetrics package. Its classification metrics (Accuracy, F1Score,"
-        ' ...) need task= and, for multiclass, num_classes= (torchmetrics >= 0.11): Accuracy(task="multiclass",'
-        " num_classes=10).",
+        ' AUROC, ...) need task= and, for multiclass, num_classes= (torchmetrics >= 0.11): Accuracy(task="multiclass",'
+        " num_classes=10). Without them 1.x read the task off each update's inputs: (N,) scores or labels with 0/1"
+        ' targets were binary (task="binary"), (N, C) scores beside (N,) labels multiclass (task="multiclass",'
+        ' num_classes=C), (N, L) scores beside (N, L) 0/1 targets multilabel (task="multilabel", num_labels=L);'
+        " pick the one your inputs have. The tool leaves this where the file names no class count and no stand-in"
+        " reads the task as 1.x did: the probability curves (AUROC(), ROC(), AveragePrecision(),"
+        " PrecisionRecallCurve(), whose 1.x class took any of the three) and keywords that decide the task"
+        " (multiclass=False, subset_accuracy=True, ...). Lightning 0.8-0.9's AUROC()(pred=..., target=...), which no"
+        " 1.x release had (1.2's AUROC took preds, not pred), was binary with label 1 positive, and read pred[:, 0]"
+        " of scores with one more dimension than target: binary_auroc(pred, (target == 1).long()) from"
+        " torchmetrics.functional.classification.",
+    ),
+    Rule(
+        "metric-log-container",
+        "2.x logs a Metric object only if it is a submodule: use nn.ModuleDict",
+        "Up to 1.3, self.log(name, metric) took a torchmetrics Metric object wherever the module kept it and logged"
+        " metric.compute() at the epoch's end (then reset it). Since 1.4, and in 2.x, self.log looks the Metric up"
+        " among the LightningModule's submodules and raises MisconfigurationException (\"Could not find the"
+        ' LightningModule attribute for the torchmetrics.Metric logged") where it is kept in a plain list, tuple or'
+        " dict, which does not register it (nor move it to the module's device). Keep the metrics in an"
+        ' nn.ModuleDict (self.metrics = nn.ModuleDict({"acc": Accuracy(...)}), iterated with .items()), or log'
+        " metric.compute() yourself in the on_*_epoch_end hook and reset the metric there.",
     ),
     Rule(
         "test-tube-logger",
         "TestTubeLogger was removed: use TensorBoardLogger(save_dir, name, version)",
         "The test-tube package and its logger are gone. TensorBoardLogger takes the same save_dir, name and version;"
-        " description, debug and create_git_tag have no equivalent.",
+        " description, debug and create_git_tag have no equivalent. The tool rewrites a TestTubeLogger imported from"
+        " Lightning itself; this TODO stays where test-tube's description is passed by position, or where the file"
+        " calls TestTubeLogger without importing it (a test file missing its import, or one that gets it from a"
+        " star import of another module): the name comes from somewhere the tool cannot see, or from nowhere (a"
+        " NameError under 1.x too), so which class is meant is for a person to say. Import TensorBoardLogger from"
+        " the Lightning package the file uses and call it with the same save_dir, name and version.",
     ),
     Rule(
         "gpu-stats-monitor",
@@ -965,7 +996,10 @@ RULES = _rules(
         " The tool collects the step's return value in self.<step>_outputs and hands it to the body as outputs"
         " (per dataloader where the step takes a dataloader index: a list per loader, as 1.x gave it), also where"
         " the hook and the step are in different classes of one file (a base's hook, a subclass's step; a"
-        " super().<hook>(outputs) call hands the outputs on to the base's converted hook). It leaves this TODO where"
+        " super().<hook>(outputs) call hands the outputs on to the base's converted hook). A subclass's step that hands"
+        " no reading hook anything (one that only raises, overriding a base's step of the file; or one whose class"
+        " overrides the epoch end with one that reads nothing, with no reading subclass below it) collects nothing"
+        " and does not stop the base's conversion. It leaves this TODO where"
         " no step of the class's family in the file returns its output, the step runs several optimizers, or a"
         " super() call to the hook is used as a value: collect the outputs by hand. An epoch end that only calls"
         " super().<hook>(outputs) (besides a docstring, pass and comments) in a class whose one base is"
@@ -1040,9 +1074,14 @@ RULES = _rules(
         "renamed-hook",
         "a renamed hook (on_epoch_start -> on_train_epoch_start, ...)",
         "on_epoch_start/on_epoch_end became on_train_epoch_start/end, with on_validation_epoch_* and on_test_epoch_*"
-        " as aliases (1.x ran them in every loop's epochs); where the class has some of those hooks already (an"
-        " epoch end converted from training_epoch_end), the old body becomes _on_epoch_start_1x/_on_epoch_end_1x,"
-        " called first/last in each of them, as 1.x ran it; on_pretrain_routine_start/end became on_fit_start;"
+        " as aliases (1.2.6-1.7 ran them in every loop's epochs; 1.8 refused them, so a file that has one is 1.7 or"
+        " older); where the class has some of those hooks already (an epoch end converted from training_epoch_end),"
+        " the old body becomes _on_epoch_start_1x/_on_epoch_end_1x, called first/last in each of them, as 1.x ran"
+        " it. 1.0-1.1 ran both in training epochs only (1.2.0-1.2.5 ran on_epoch_start there only): a file that names"
+        " TrainResult/EvalResult (1.0-1.1 only) gets on_train_epoch_start/end alone. A file whose text does not tell"
+        ' its release is taken as 1.3-1.7 code, the releases most files were written for (returned "log" dicts do'
+        " not tell: they stayed in files that pinned 1.4); for a 1.0-1.1 file of that kind, delete the"
+        " on_validation_epoch_*/on_test_epoch_* aliases. on_pretrain_routine_start/end became on_fit_start;"
         " on_batch_start/end became on_train_batch_start/end with their 2.x parameters.",
         kind="rewrite",
     ),
@@ -1118,7 +1157,7 @@ RULES = _rules(
     ),
     Rule(
         "init-hooks",
-        "{hook} is never called in 2.x: run it where the Trainer is built",
+        "{hook} is never called in 2.x: call it by hand just before/after Trainer(...)",
         "A Callback's on_init_start(trainer)/on_init_end(trainer) ran inside Trainer(...) (1.x up to 1.7: on_init_start"
         " before the Trainer set itself up, on_init_end once it had), once per Trainer built with the callback; 2.x"
         " removed them and never calls them. Nothing in 2.x runs at that point: call the body yourself right before"
@@ -1262,8 +1301,9 @@ RULES.update(
             ' compute_on_step= (its metrics refuse them). Beside task="multiclass", multiclass=True,'
             ' mdmc_average="global" (multidim_average="global" is the default), subset_accuracy=False (the default)'
             " and compute_on_step= (False only made forward() return None instead of the batch's value) say nothing"
-            " more and are dropped. Any other value decides the task (multiclass=False treated the inputs as binary):"
-            " the metrics-task TODO stays.",
+            " more and are dropped; compute_on_step= alone also goes beside the stand-in that reads the task off the"
+            " inputs (rule metrics-inferred-task: Accuracy(compute_on_step=False) -> LegacyAccuracy()). Any other"
+            " value decides the task (multiclass=False treated the inputs as binary): the metrics-task TODO stays.",
             kind="rewrite",
         ),
         Rule(
@@ -1609,7 +1649,7 @@ RULES.update(
         ),
         Rule(
             "result-object",
-            "{name} is gone: self.log(...) in the step, and return the loss",
+            "{name} is gone: self.log in the step; return loss or what epoch ends read",
             "Lightning 1.0's TrainResult and EvalResult were deprecated in 1.0 and removed in 1.1. In 2.x: call"
             " self.log(name, value, prog_bar=..., on_step=..., on_epoch=...) and self.log_dict(...) in the step"
             " instead of result.log/log_dict; a training step returns the loss (TrainResult(minimize=loss)) or a dict"
@@ -1618,7 +1658,10 @@ RULES.update(
             " nothing. The tool does this itself (result-object-log) where a hook builds the object, logs through it"
             " and returns it; this TODO stays where the object is used otherwise: passed on, an attribute read,"
             " hiddens=, 1.0-only log keywords (sync_dist_op, tbptt_*), or a step whose outputs a *_step_end or"
-            " *_epoch_end reads.",
+            " *_epoch_end reads. 1.0 handed an epoch end one object whose attribute for a logged name held every"
+            " step's value (outputs.val_loss: scalar tensors stacked, tensors of one trailing shape concatenated,"
+            " anything else a list): have the step return {name: value} (collected for on_*_epoch_end) and read"
+            " torch.stack/torch.cat or [o[name] for o in outputs] there, as 1.0 combined them.",
         ),
         Rule(
             "result-object-log",

@@ -44,6 +44,7 @@ from lightning_mgpu.upgrade import (
     statements,
 )
 from lightning_mgpu.upgrade.context import UpgradeContext
+from lightning_mgpu.upgrade.era import epoch_hooks_train_only
 from lightning_mgpu.upgrade.findings import (
     FileResult,
     Finding,
@@ -54,6 +55,7 @@ from lightning_mgpu.upgrade.findings import (
 )
 from lightning_mgpu.upgrade.hooks import epoch_end_plan
 from lightning_mgpu.upgrade.manual_optimization import plan as manual_plan
+from lightning_mgpu.upgrade.metric_containers import container_metric_logs
 from lightning_mgpu.upgrade.metrics import class_counts
 from lightning_mgpu.upgrade.nodes import code as _code
 from lightning_mgpu.upgrade.result_objects import plan as result_plan
@@ -148,6 +150,8 @@ class UpgradeTransformer(cst.CSTTransformer):
             )
             self.ctx.tune = tune_plan(node, self.notebook_unused, self.ctx.is_trainer)
             self.ctx.result_plan = result_plan(node)
+            self.ctx.epoch_hooks_train_only = epoch_hooks_train_only(node)
+            self.ctx.container_metric_logs = container_metric_logs(node)
         if isinstance(node, (cst.Module, cst.FunctionDef)):
             # A function the pre-pass failed on has no scope of its own: it knows nothing about its names.
             self.ctx.scopes.append(

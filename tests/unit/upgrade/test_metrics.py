@@ -274,3 +274,24 @@ def test_a_top_k_accuracy_without_a_count_reads_its_task_off_the_inputs() -> Non
     )
     assert "{'first': LegacyAccuracy(top_k=1), 'five': LegacyAccuracy(top_k=5)}" in out, out
     assert "return legacy_accuracy(logits, labels, top_k=3)" in out
+
+
+def test_compute_on_step_goes_beside_the_stand_in_that_infers_the_task() -> None:
+    """No count in sight and compute_on_step=False (1.x only made forward() return None): the stand-in, which
+    accumulates over the updates and computes what 0.10 computed; another legacy keyword still decides the task."""
+    torch = pytest.importorskip("torch")
+    source = (
+        "import pytorch_lightning as pl\n"
+        "def scorers():\n"
+        "    return [('hits', pl.metrics.Accuracy(compute_on_step=False))]\n"
+    )
+    out = upgraded(source, no_todo=True, no_unmarked=True)
+    assert "return [('hits', LegacyAccuracy())]" in out
+    namespace: dict[str, object] = {}
+    exec(compile(out, "converted", "exec"), namespace)  # noqa: S102
+    ((_, hits),) = namespace["scorers"]()  # type: ignore[operator]
+    hits(torch.tensor([1, 2, 0]), torch.tensor([1, 2, 2]))  # the value forward gives is not read, as in 1.x
+    hits(torch.tensor([0]), torch.tensor([0]))
+    assert hits.compute().item() == pytest.approx(0.75)  # 3 of 4 labels over both updates
+    kept = upgraded(source.replace("compute_on_step=False", "compute_on_step=False, subset_accuracy=True"))
+    assert "TODO(lightning-mgpu:metrics-task)" in kept and "subset_accuracy=True" in kept

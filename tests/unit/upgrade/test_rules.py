@@ -73,6 +73,7 @@ REWRITES = {
     ),
     "trainer-conflict-resolved": 't = Trainer(accelerator="ddp", strategy=None)\n',
     "metrics-legacy-args": "from torchmetrics import Accuracy\nacc = Accuracy(num_classes=3, multiclass=True)\n",
+    "auto-move-data": "from pytorch_lightning.core.decorators import auto_move_data\n",
     "trainer-splat-translated": "def build(config):\n    return Trainer(**config['trainer'])\n",
     "tuner": "lr_finder = trainer.tuner.lr_find(model)\n",
     "trainer-gpus-beside-accelerator": 't = Trainer(gpus=torch.cuda.device_count(), accelerator="gpu")\n',

@@ -761,16 +761,16 @@ def test_model_checkpoint_and_early_stopping_arguments() -> None:
     assert "t = Trainer(callbacks=[a, EarlyStopping(patience=3)])" in out and "u = Trainer()" in out
 
 
-def test_auto_move_data_goes_with_a_todo_and_progress_bar_base_is_renamed() -> None:
+def test_auto_move_data_becomes_the_bundles_and_progress_bar_base_is_renamed() -> None:
     source = (
         "from pytorch_lightning.core.decorators import auto_move_data\n"
         "from pytorch_lightning.callbacks import ProgressBarBase\n"
         "class M(LightningModule):\n    @auto_move_data\n    def forward(self, x):\n        return x\n"
         "class Bar(ProgressBarBase):\n    pass\n"
     )
-    out = upgraded(source)
-    assert "auto_move_data" not in out.replace("auto-move-data", "").replace("auto_move_data is gone", "")
-    assert "    # TODO(lightning-mgpu:auto-move-data): auto_move_data is gone" in out
+    out = upgraded(source, no_todo=True, no_unmarked=True)
+    assert "from lightning_mgpu.upgrade.legacy_move import legacy_auto_move_data\n" in out
+    assert "    @legacy_auto_move_data\n    def forward(self, x):" in out  # test_legacy_move.py: what it does
     assert "from pytorch_lightning.callbacks import ProgressBar\n" in out and "class Bar(ProgressBar):" in out
 
 
