@@ -355,9 +355,15 @@ def _positional_is_filepath(ctx: UpgradeContext, original: cst.Call, args: Seque
         # beside X is a TypeError in every release): X is 1.2's dirpath, which 2.x reads the same.
         return False
     value = args[0].value
-    path = _string(value)
+
+    def a_file(node: cst.BaseExpression) -> bool:
+        path = _string(node)
+        return (path is not None and _surely_a_file(path)) or (path is None and looks_like_a_pattern(node))
+
+    # A name counts as what every assignment in its scope gave it (path = out + "/{epoch}-{val_loss:.2f}").
+    given = ctx.facts.assigned(value, ctx.scopes[-1]) if isinstance(value, cst.Name) and ctx.scopes else None
     if len([a for a in args if a.keyword is None and not a.star]) == 1 and (
-        (path is not None and _surely_a_file(path)) or (path is None and looks_like_a_pattern(value))
+        a_file(value) or (bool(given) and all(v is not None and a_file(v) for v in given or ()))
     ):
         # Decision: a last part that is a name pattern ({epoch}) or a .ckpt file is a file, not a folder: 1.0-1.1's
         # filepath (1.2+ would have made a folder named "{epoch}"). Only where it is the one positional argument:
