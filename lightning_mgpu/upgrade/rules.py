@@ -1619,6 +1619,19 @@ RULES.update(
             " leftover scan decides the same independently and names a key it finds reaching with no TODO.",
         ),
         Rule(
+            "trainer-foreign-class",
+            "{name}: 1.x Trainer keys {keys}: rewrite if it is Lightning's",
+            "A class named like a Trainer that the tool does not rewrite as Lightning's (a library's Trainer"
+            " subclass, such as baal's BaalTrainer, or a subclass in this file whose __init__ the tool does not"
+            " follow) is called with keywords"
+            " only a 1.x Lightning Trainer took (gpus=, distributed_backend=, progress_bar_refresh_rate=, ...). If the"
+            " class hands them on to Lightning's Trainer, write the 2.x ones as for Trainer(...): gpus=N ->"
+            ' accelerator="gpu", devices=N; distributed_backend=X -> strategy=X; or pass them through'
+            " **legacy_trainer_kwargs(...) from lightning_mgpu.upgrade.trainer_args, which translates them as 1.x read"
+            " them. The tool does not rewrite them itself: which Trainer the class builds, and whether the library has"
+            " a 2.x release, only its package says.",
+        ),
+        Rule(
             "trainer-key-refused",
             "1.x Trainer key {value} reaches legacy_trainer_kwargs, which refuses it",
             "A 1.x Trainer key is written into settings that reach a Trainer only through this bundle's run-time"
