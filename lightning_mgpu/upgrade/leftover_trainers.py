@@ -19,6 +19,7 @@ from lightning_mgpu.upgrade.trainer_names import (
     TrainerScopes,
     Verdict,
     annotates_trainer,
+    ast_dotted,
     builds_trainer,
     is_lightning_module,
     is_trainer_class,
@@ -30,15 +31,6 @@ _Function = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 _Method = tuple[ast.ClassDef, str] | None
 #: A node to walk, the scope it is read in, and its method.
 _Item = tuple[ast.AST, ast.AST, _Method]
-
-
-def _dotted(node: ast.AST | None) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    return None
 
 
 def _foreign_and_subclasses(tree: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
@@ -59,7 +51,7 @@ def _foreign_and_subclasses(tree: ast.AST) -> tuple[frozenset[str], frozenset[st
     subclasses: set[str] = set()
     classes = sorted((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)), key=lambda n: n.lineno)
     for cls in classes:
-        if any(is_trainer_class(_dotted(b) or "", subclasses, foreign) for b in cls.bases):
+        if any(is_trainer_class(ast_dotted(b) or "", subclasses, foreign) for b in cls.bases):
             subclasses.add(cls.name)
     return foreign, frozenset(subclasses)
 
@@ -79,7 +71,7 @@ class _Bindings:
     def _verdict(self, value: ast.expr, scope: ast.AST) -> Verdict:
         if isinstance(value, ast.Call):
             first = value.args[0] if value.args and not isinstance(value.args[0], ast.Starred) else None
-            built = builds_trainer(_dotted(value.func) or "", _dotted(first), self.subclasses, self.foreign)
+            built = builds_trainer(ast_dotted(value.func) or "", ast_dotted(first), self.subclasses, self.foreign)
             return HOLDS_TRAINER if built else HOLDS_OTHER
         if isinstance(value, ast.Constant) and value.value is None:
             return HOLDS_NONE
@@ -131,7 +123,7 @@ class _Bindings:
         positional = [*arguments.posonlyargs, *arguments.args]
         if not isinstance(node, ast.Lambda) and isinstance(scope, ast.ClassDef) and positional:
             # A method: self.x in it is the class's attribute (not in a staticmethod, whose first parameter is any).
-            static = any(_dotted(d) == "staticmethod" for d in node.decorator_list)
+            static = any(ast_dotted(d) == "staticmethod" for d in node.decorator_list)
             own = None if static else (scope, positional[0].arg)
         body = [node.body] if isinstance(node, ast.Lambda) else node.body
         return items + [(statement, node, own) for statement in body]
@@ -224,4 +216,4 @@ class TrainerOwners:
         if id(owner) in self._bound:
             return True
         last = owner.attr if isinstance(owner, ast.Attribute) else owner.id if isinstance(owner, ast.Name) else ""
-        return owner_named_like_trainer(_dotted(owner) or last)
+        return owner_named_like_trainer(ast_dotted(owner) or last)

@@ -108,6 +108,17 @@ class ManualPlan:
         return dict(self.subclasses).get(name, "")
 
 
+#: The generated helper's turn-taking over ``frequencies`` (1.x's: consecutive batches per optimizer, in order).
+_TAKE_TURNS = (
+    "        place = batch_idx % sum(frequencies)\n"
+    "        for index, frequency in enumerate(frequencies):\n"
+    "            if place < frequency:\n"
+    "                return [index]\n"
+    "            place -= frequency\n"
+    "        return []\n"
+)
+
+
 def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
 
@@ -497,22 +508,10 @@ def _training_step(freqs: list[str] | None, clip: Clip | None) -> str:
         "        # began): the optimizers take turns over consecutive batches of the epoch\n"
         '        frequencies = getattr(self, "_optimizer_frequencies_1x", [])\n'
         "        if not frequencies:\n"
-        "            return list(range(count))  # none given: 1.x ran every optimizer at every batch\n"
-        "        place = batch_idx % sum(frequencies)\n"
-        "        for index, frequency in enumerate(frequencies):\n"
-        "            if place < frequency:\n"
-        "                return [index]\n"
-        "            place -= frequency\n"
-        "        return []\n"
+        "            return list(range(count))  # none given: 1.x ran every optimizer at every batch\n" + _TAKE_TURNS
         if freqs is None
         else "        # 1.x's optimizer frequencies: the optimizers take turns over consecutive batches of the epoch\n"
-        f"        frequencies = [{', '.join(freqs)}]\n"
-        "        place = batch_idx % sum(frequencies)\n"
-        "        for index, frequency in enumerate(frequencies):\n"
-        "            if place < frequency:\n"
-        "                return [index]\n"
-        "            place -= frequency\n"
-        "        return []\n"
+        f"        frequencies = [{', '.join(freqs)}]\n" + _TAKE_TURNS
         if freqs
         else "        # 1.x ran every optimizer at every batch, in the order configure_optimizers gave them\n"
         "        return list(range(count))\n"

@@ -155,7 +155,7 @@ def _annotated_names(node: ast.expr) -> list[str] | None:
         left, right = _annotated_names(node.left), _annotated_names(node.right)
         return None if left is None or right is None else left + right
     if isinstance(node, ast.Subscript):
-        if _dotted(node.value) not in _WRAPPERS:
+        if ast_dotted(node.value) not in _WRAPPERS:
             return None
         elements = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         names: list[str] = []
@@ -165,15 +165,16 @@ def _annotated_names(node: ast.expr) -> list[str] | None:
                 return None
             names += inner
         return names
-    dotted = _dotted(node)
+    dotted = ast_dotted(node)
     return None if dotted is None else [dotted]
 
 
-def _dotted(node: ast.expr) -> str | None:
+def ast_dotted(node: ast.AST | None) -> str | None:
+    """``a.b.c`` for an ``ast`` name or attribute chain, else None (the scan's twin of :func:`scopes.dotted`)."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
+        base = ast_dotted(node.value)
         return f"{base}.{node.attr}" if base else None
     return None
 
